@@ -1,0 +1,94 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"time"
+)
+
+// Transport is an open connection to one host. Both the SSH transport and the
+// local transport implement it, and both pass the same conformance suite
+// (transporttest), so the launcher never knows which one it drives.
+//
+// A Transport is safe for concurrent use: many commands and file operations
+// run over one connection at once.
+type Transport interface {
+	// Host is the host this transport reaches, as it was when dialled.
+	Host() Host
+	// Start starts cmd on the host and returns at once. Cancelling ctx
+	// closes the command's channel (SSH) or kills it (local); it does not
+	// wait for the process to exit.
+	Start(ctx context.Context, cmd Cmd) (Process, error)
+	// FS gives file access on the host (SFTP over SSH, the os package
+	// locally). The FS shares the transport's connection.
+	FS(ctx context.Context) (FS, error)
+	// Close releases the connection. Commands still running lose their
+	// channel; drover's agent reacts to that by stopping its process group.
+	Close() error
+}
+
+// Cmd is a command to run on a host. Args are never interpreted by a shell
+// as code: the SSH transport quotes every argument and env value for a
+// POSIX shell, the local transport uses exec directly.
+type Cmd struct {
+	Args []string
+	// Env is added to the login environment of the host.
+	Env map[string]string
+	// Dir is the working directory; relative paths are under the login
+	// user's home; "" means the home directory.
+	Dir    string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Process is a started command.
+type Process interface {
+	// Wait waits for the command to finish and for its output to be
+	// copied. It returns nil on exit status 0, an *ExitError when the
+	// command exited non-zero or by a signal, and another error when the
+	// connection was lost (see IsConnectionLost).
+	Wait() error
+}
+
+// ExitError reports a command that ran and failed.
+type ExitError struct {
+	Host string
+	// Code is the exit status; for a signal it is 128+signal number, as a
+	// shell reports it.
+	Code int
+	// Signal is the signal name without "SIG" ("KILL") when the process was
+	// killed by a signal, else "".
+	Signal string
+}
+
+func (e *ExitError) Error() string {
+	if e.Signal != "" {
+		return fmt.Sprintf("%s: exited %d (SIG%s)", e.Host, e.Code, e.Signal)
+	}
+	return fmt.Sprintf("%s: exited %d", e.Host, e.Code)
+}
+
+// FS is the file access push, probe and checkpoint discovery need. Paths are
+// host paths; relative ones are under the login user's home. It follows the
+// os package's conventions: errors satisfy errors.Is(err, fs.ErrNotExist)
+// where os would.
+type FS interface {
+	Stat(path string) (fs.FileInfo, error)
+	Lstat(path string) (fs.FileInfo, error)
+	ReadDir(path string) ([]fs.FileInfo, error)
+	MkdirAll(path string, perm fs.FileMode) error
+	// Create creates or truncates path for writing.
+	Create(path string) (io.WriteCloser, error)
+	Open(path string) (io.ReadCloser, error)
+	// Rename replaces newpath atomically if it exists (POSIX rename).
+	Rename(oldpath, newpath string) error
+	Remove(path string) error
+	RemoveAll(path string) error
+	Chmod(path string, mode fs.FileMode) error
+	Chtimes(path string, atime, mtime time.Time) error
+	// Home is the absolute path of the login user's home directory.
+	Home() (string, error)
+}

@@ -1,0 +1,160 @@
+// Package cluster describes the fleet and reaches it: it loads and validates
+// the job and inventory files (TOML) into a Config, and provides the
+// transports (SSH/SFTP and local) through which drover runs commands and
+// copies files on each host.
+//
+// Data flows one way: cluster knows nothing about GPUs or plans; gpu and
+// launcher build on what cluster returns.
+package cluster
+
+import (
+	"strconv"
+	"time"
+)
+
+// Framework names how processes are laid out and which environment they get.
+type Framework string
+
+// The frameworks drover knows how to lay out.
+const (
+	// PyTorch starts one process per selected GPU (or procs_per_host per
+	// CPU host), each with the torch.distributed env:// variables.
+	PyTorch Framework = "pytorch"
+	// Torchrun starts one torchrun per host, which spawns the local workers.
+	Torchrun Framework = "torchrun"
+	// TensorFlow places chief/worker/ps/evaluator tasks and computes TF_CONFIG.
+	TensorFlow Framework = "tensorflow"
+)
+
+// Config is a loaded, validated job together with its fleet. It is what every
+// other package consumes; nothing downstream reads TOML.
+type Config struct {
+	// Path is the absolute path of the job file; logs and relative paths in
+	// the job are anchored next to it.
+	Path string
+	// InventoryPath is the absolute path of the file the hosts came from
+	// (equal to Path when they are in the job file). Drover re-reads it at
+	// every restart so that edited addresses take effect.
+	InventoryPath string
+	Job           Job
+	// Hosts in file order; rank order follows this order.
+	Hosts []Host
+}
+
+// Job is the [job] table with defaults applied and paths made absolute
+// (Code); remote paths (Workdir, CheckpointDir) stay as written because they
+// are resolved on each host.
+type Job struct {
+	Name      string
+	Framework Framework
+	Command   []string
+	// Code is the absolute local directory pushed to every host.
+	Code string
+	// Workdir is where Code lands on each host; relative to the login
+	// user's home unless absolute.
+	Workdir string
+	// CheckpointDir is relative to Workdir unless absolute.
+	CheckpointDir string
+	// CheckpointMarker, when set, names a file (e.g. "DONE") that must exist
+	// inside a checkpoint entry for it to count as complete.
+	CheckpointMarker string
+	MaxRestarts      int
+	// ProcsPerHost applies to hosts without GPUs (pytorch, torchrun).
+	ProcsPerHost int
+	MasterPort   int
+	BasePort     int
+	Env          map[string]string
+	Roles        Roles
+	// Exclude holds gitignore-style patterns that push skips, in addition
+	// to .git/ and the code directory's .droverignore.
+	Exclude []string
+
+	// SuccessPolicy is "all-workers" (default) or "chief" (tensorflow).
+	SuccessPolicy string
+	// RestartPolicy is "on-failure" (default), "never" or "exit-code".
+	RestartPolicy string
+	// RestartBackoff is the first delay between attempts; it doubles up to
+	// RestartBackoffMax.
+	RestartBackoff    time.Duration
+	RestartBackoffMax time.Duration
+	// StopGrace is how long processes get between SIGTERM and SIGKILL.
+	StopGrace time.Duration
+	// HostWait is how long an unreachable host is waited for at a restart
+	// before a spare replaces it.
+	HostWait time.Duration
+
+	// GPUMaxUsedMiB: a GPU with more memory in use than this counts as busy.
+	GPUMaxUsedMiB int
+	// MinGPUs is the default minimum number of selected GPUs per GPU host
+	// (0 = no minimum); a host's own min_gpus overrides it.
+	MinGPUs int
+}
+
+// Roles are the TensorFlow replica counts. WorkerAuto means "one worker per
+// GPU/slot left after chief, ps and evaluator are placed".
+type Roles struct {
+	Chief      int
+	Worker     int
+	WorkerAuto bool
+	PS         int
+	Evaluator  int
+}
+
+// Transport kinds for Host.Transport.
+const (
+	TransportSSH   = "ssh"
+	TransportLocal = "local"
+)
+
+// Host is one machine of the fleet with the [ssh] defaults already merged in.
+type Host struct {
+	Name string
+	// Address is an IP or DNS name as written; it is resolved at each
+	// (re)start, never cached across attempts. "local" for local hosts.
+	Address string
+	// Transport is TransportSSH or TransportLocal.
+	Transport string
+
+	User         string
+	Port         int
+	IdentityFile string // absolute, ~ expanded; "" = ssh config / agent / defaults
+	KnownHosts   string // absolute, ~ expanded
+	ProxyJump    string // "user@host:port" or a host name from the inventory
+
+	GPUs GPUSpec
+	// MinGPUs makes a shortfall of free GPUs on this host an error.
+	MinGPUs int
+	// Spare hosts take no part in the first plan; they replace a host that
+	// stays unreachable for HostWait.
+	Spare bool
+	// Workdir overrides Job.Workdir for this host (several local hosts on
+	// one machine need distinct workdirs).
+	Workdir string
+
+	// Line is the line of the [[host]] header in InventoryPath, for errors.
+	Line int
+}
+
+// GPUSpec says which GPUs of a host to use.
+type GPUSpec struct {
+	// Auto means probe over NVML and use the free GPUs.
+	Auto bool
+	// List pins GPU indices (NVML/PCI bus order); empty with Auto false
+	// means the host has no GPUs to use.
+	List []int
+}
+
+// String renders the spec as written in TOML: "auto", [] or [0, 1].
+func (g GPUSpec) String() string {
+	if g.Auto {
+		return "auto"
+	}
+	s := "["
+	for i, n := range g.List {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.Itoa(n)
+	}
+	return s + "]"
+}
