@@ -1,0 +1,511 @@
+// Package testfleet gives tests a fleet of real SSH hosts on this machine:
+// each host is an OpenSSH sshd in its own network namespace with its own
+// address, host key and private home directory, reached as the unprivileged
+// user "drovertest". It wraps scripts/testfleet so that SSH, SFTP, network
+// partitions and address changes are tested against the real thing rather
+// than mocks.
+//
+// A test package brings one fleet up for all its tests:
+//
+//	var fleet *testfleet.Fleet
+//
+//	func TestMain(m *testing.M) {
+//		os.Exit(testfleet.Main(m, testfleet.Options{Name: "cl", N: 8, Subnet: 11}, &fleet))
+//	}
+//
+//	func TestX(t *testing.T) {
+//		testfleet.Need(t, fleet) // skips without root; fails under CI=true
+//		...
+//	}
+//
+// Subnets (the X of 10.231.X.0/24) are assigned per test package so that
+// parallel `go test ./...` runs never collide.
+package testfleet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// User is the unprivileged login user on every fleet host.
+const User = "drovertest"
+
+// upTimeout bounds bringing a fleet up; a healthy fleet of a dozen hosts
+// takes a few seconds, so this only catches a hung sshd or script.
+const upTimeout = 3 * time.Minute
+
+// Options say which fleet a test package wants.
+type Options struct {
+	// Name prefixes host names ("<Name>-h<i>") and namespaces; it also
+	// names the fleet's directory, so a fleet left behind by a crashed run
+	// is found and removed by the next run of the same package.
+	// Lower-case letters, digits and '-', at most 16 characters.
+	Name string
+	// N is the number of hosts (1..240).
+	N int
+	// Subnet is X in 10.231.X.0/24; host i gets 10.231.X.(First+i). Each
+	// test package has its own so that packages can run in parallel.
+	Subnet int
+	// First is the last octet of host 0's address; 0 means 10. Fleets of
+	// different names may share a subnet (and its bridge) when their
+	// address ranges do not overlap.
+	First int
+}
+
+// Host is one host of the fleet as the test sees it from the outside.
+type Host struct {
+	// Name is "<Options.Name>-h<i>", as in the generated inventory.
+	Name string
+	// Addr is the host's current IPv4 address (changed by Fleet.Move).
+	Addr string
+	// NetNS is the network namespace the host lives in (for `ip netns exec`).
+	NetNS string
+}
+
+// Fleet is a running test fleet. Its exported fields describe it; they must
+// not be modified. Methods are safe for concurrent use, except that Move
+// changes Hosts[i].Addr, so tests that Move must not read Hosts concurrently
+// (use ClusterHosts, which copies under a lock).
+type Fleet struct {
+	// Dir holds everything the fleet is made of: keys, known_hosts, the
+	// inventory and one directory per host (its home, sshd config and log).
+	Dir   string
+	Hosts []Host
+	// User is the login user on every host (User).
+	User string
+	// KeyFile is the ed25519 private key (no passphrase) that logs in as
+	// User on every host.
+	KeyFile string
+	// KnownHosts lists every host's address with its own host key, so that
+	// clients can verify hosts strictly.
+	KnownHosts string
+	// Inventory is a generated TOML inventory ([ssh] user, identity_file,
+	// known_hosts and one [[host]] per host with gpus = []).
+	Inventory string
+
+	script string
+	id     string // fleet id from fleet.env; guards the crash reaper
+	skip   string // why the fleet is not available here (Need skips)
+	upErr  error  // why bringing it up failed (Need fails)
+
+	mu       sync.Mutex
+	closed   bool
+	reaper   *exec.Cmd
+	reaperW  *os.File
+	closeErr error
+}
+
+// Available reports why this machine cannot run a test fleet, or nil when it
+// can: it needs root (for namespaces and mounts) and the tools the script
+// uses.
+func Available() error {
+	if runtime.GOOS != "linux" {
+		return fmt.Errorf("testfleet needs Linux network namespaces, this is %s", runtime.GOOS)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("testfleet needs root (network and mount namespaces)")
+	}
+	for _, tool := range []string{"/usr/sbin/sshd", "/usr/lib/openssh/sftp-server"} {
+		if _, err := os.Stat(tool); err != nil {
+			return fmt.Errorf("testfleet needs OpenSSH server: %w", err)
+		}
+	}
+	for _, tool := range []string{"ip", "unshare", "ssh-keygen", "flock", "useradd", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("testfleet needs %s: %w", tool, err)
+		}
+	}
+	if err := checkCaps(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkCaps makes root without CAP_SYS_ADMIN/CAP_NET_ADMIN (an unprivileged
+// container) count as unavailable rather than as a broken fleet.
+func checkCaps() error {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return fmt.Errorf("testfleet: read capabilities: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		hex, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		if err != nil {
+			return fmt.Errorf("testfleet: parse CapEff %q: %w", hex, err)
+		}
+		const capNetAdmin, capSysAdmin = 12, 21
+		if caps&(1<<capNetAdmin) == 0 || caps&(1<<capSysAdmin) == 0 {
+			return errors.New("testfleet needs CAP_NET_ADMIN and CAP_SYS_ADMIN")
+		}
+		return nil
+	}
+	return nil
+}
+
+// Main brings the fleet up (when Available), runs the package's tests and
+// tears the fleet down, returning m.Run's exit code for os.Exit. *fleet is
+// always set, so Need can tell "not available here" (skip) from "broken"
+// (fail). A fleet of the same name left by a crashed run is removed first,
+// and a reaper process tears this one down should the test binary die
+// without reaching Close (panic, timeout, signal).
+func Main(m *testing.M, opts Options, fleet **Fleet) (code int) {
+	f := &Fleet{User: User}
+	*fleet = f
+	if err := Available(); err != nil {
+		f.skip = err.Error()
+		return m.Run()
+	}
+	if err := f.up(opts); err != nil {
+		f.upErr = err
+		fmt.Fprintf(os.Stderr, "testfleet: %v\n", err)
+	}
+	defer func() {
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "testfleet: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}()
+	return m.Run()
+}
+
+// Need skips t when no fleet can run on this machine (not root, no sshd),
+// except under CI=true where a missing fleet is a failure, so that CI never
+// passes by skipping. A fleet that should have come up but did not always
+// fails t.
+func Need(t testing.TB, f *Fleet) {
+	t.Helper()
+	switch {
+	case f == nil:
+		t.Fatal("testfleet: no fleet; call testfleet.Main from TestMain")
+	case f.upErr != nil:
+		t.Fatalf("testfleet: fleet did not come up: %v", f.upErr)
+	case f.skip != "":
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s (CI=true: not skipping)", f.skip)
+			return
+		}
+		t.Skip(f.skip)
+	}
+}
+
+// Up brings up a fleet outside of TestMain (tools, benchmarks that want
+// their own). The caller must Close it.
+func Up(opts Options) (*Fleet, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	f := &Fleet{User: User}
+	if err := f.up(opts); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *Fleet) up(opts Options) error {
+	if opts.N < 1 {
+		return fmt.Errorf("testfleet %q: N must be at least 1, got %d", opts.Name, opts.N)
+	}
+	if opts.First == 0 {
+		opts.First = 10
+	}
+	script, err := findScript()
+	if err != nil {
+		return err
+	}
+	f.script = script
+	f.Dir = filepath.Join(os.TempDir(), "drover-testfleet-"+opts.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
+	defer cancel()
+	if _, err := f.run(ctx, "up", strconv.Itoa(opts.N), f.Dir,
+		"--name", opts.Name, "--subnet", strconv.Itoa(opts.Subnet), "--first", strconv.Itoa(opts.First)); err != nil {
+		return fmt.Errorf("bring up fleet %q (%d hosts, 10.231.%d.0/24): %w", opts.Name, opts.N, opts.Subnet, err)
+	}
+	env, err := readEnv(filepath.Join(f.Dir, "fleet.env"))
+	if err != nil {
+		return fmt.Errorf("fleet %q: %w", opts.Name, err)
+	}
+	f.id = env["FLEET_ID"]
+	f.KeyFile = filepath.Join(f.Dir, "id_ed25519")
+	f.KnownHosts = filepath.Join(f.Dir, "known_hosts")
+	f.Inventory = filepath.Join(f.Dir, "fleet.toml")
+	for i := range opts.N {
+		f.Hosts = append(f.Hosts, Host{
+			Name:  fmt.Sprintf("%s-h%d", opts.Name, i),
+			Addr:  fmt.Sprintf("10.231.%d.%d", opts.Subnet, opts.First+i),
+			NetNS: fmt.Sprintf("drover-%s-%d-h%d", opts.Name, opts.Subnet, i),
+		})
+	}
+	if err := f.startReaper(); err != nil {
+		_, _ = f.run(context.Background(), "down", f.Dir)
+		return fmt.Errorf("fleet %q: %w", opts.Name, err)
+	}
+	return nil
+}
+
+// startReaper starts a detached process that tears the fleet down when this
+// process dies: it holds the read end of a pipe whose write end only this
+// process has, so EOF means we are gone. --if-id keeps it from removing a
+// newer fleet of the same name brought up by a later run.
+func (f *Fleet) startReaper() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start reaper: %w", err)
+	}
+	defer r.Close()
+	cmd := exec.Command("sh", "-c", `cat >/dev/null; exec "$0" down "$1" --if-id "$2"`, f.script, f.Dir, f.id)
+	cmd.Stdin = r
+	// Own session: a Ctrl-C to the test's process group must not kill the
+	// reaper before it has done its job. No stdout/stderr: go test waits
+	// for those pipes to close.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("start reaper: %w", err)
+	}
+	f.reaper, f.reaperW = cmd, w
+	return nil
+}
+
+// Close tears the fleet down: every process in its namespaces is killed and
+// the namespaces, links and files are removed. Closing twice is a no-op.
+func (f *Fleet) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return f.closeErr
+	}
+	f.closed = true
+	if f.script == "" || f.Dir == "" {
+		return nil
+	}
+	_, err := f.run(context.Background(), "down", f.Dir)
+	if err != nil {
+		f.closeErr = fmt.Errorf("tear down fleet in %s: %w", f.Dir, err)
+	}
+	if f.reaperW != nil {
+		f.reaperW.Close()
+		done := make(chan error, 1)
+		go func() { done <- f.reaper.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = f.reaper.Process.Kill()
+			<-done
+		}
+	}
+	return f.closeErr
+}
+
+// ClusterHosts returns the fleet as cluster hosts ready to Dial: SSH as User
+// on port 22 with the fleet's key and known_hosts, no GPUs.
+func (f *Fleet) ClusterHosts() []cluster.Host {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	hs := make([]cluster.Host, len(f.Hosts))
+	for i, h := range f.Hosts {
+		hs[i] = cluster.Host{
+			Name:         h.Name,
+			Address:      h.Addr,
+			Transport:    cluster.TransportSSH,
+			User:         f.User,
+			Port:         22,
+			IdentityFile: f.KeyFile,
+			KnownHosts:   f.KnownHosts,
+			GPUs:         cluster.GPUSpec{},
+		}
+	}
+	return hs
+}
+
+// Move gives host i the address newAddr (inside the fleet's /24), as when a
+// machine comes back from maintenance with another IP: the old address stops
+// answering (connections to it hang), the sshd listener is restarted on the
+// new one, the host's processes keep running, known_hosts gains the new
+// address and the inventory and every host's /etc/hosts show it.
+func (f *Fleet) Move(i int, newAddr string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(i); err != nil {
+		return err
+	}
+	if _, err := f.run(context.Background(), "move", strconv.Itoa(i), newAddr, f.Dir); err != nil {
+		return fmt.Errorf("move %s (%s) to %s: %w", f.Hosts[i].Name, f.Hosts[i].Addr, newAddr, err)
+	}
+	f.Hosts[i].Addr = newAddr
+	return nil
+}
+
+// Cut takes host i off the network (its link goes down inside its
+// namespace): connections to it hang and time out, as with a pulled cable;
+// its processes keep running.
+func (f *Fleet) Cut(i int) error {
+	return f.simple("cut", i)
+}
+
+// Heal undoes Cut.
+func (f *Fleet) Heal(i int) error {
+	return f.simple("heal", i)
+}
+
+func (f *Fleet) simple(op string, i int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(i); err != nil {
+		return err
+	}
+	if _, err := f.run(context.Background(), op, strconv.Itoa(i), f.Dir); err != nil {
+		return fmt.Errorf("%s %s (%s): %w", op, f.Hosts[i].Name, f.Hosts[i].Addr, err)
+	}
+	return nil
+}
+
+// Exec runs args as root inside host i's network namespace with its home
+// mounted at /home/drovertest, and returns its standard output; stderr is
+// part of the error. It lets tests look at or disturb a host behind the
+// back of the code under test.
+func (f *Fleet) Exec(i int, args ...string) ([]byte, error) {
+	f.mu.Lock()
+	if err := f.check(i); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	name := f.Hosts[i].Name
+	f.mu.Unlock()
+	if len(args) == 0 {
+		return nil, fmt.Errorf("exec on %s: no command", name)
+	}
+	out, err := f.run(context.Background(), append([]string{"exec", strconv.Itoa(i), f.Dir, "--"}, args...)...)
+	if err != nil {
+		return out, fmt.Errorf("exec %q on %s: %w", args, name, err)
+	}
+	return out, nil
+}
+
+// Pids lists the processes running in host i's network namespace except the
+// sshd listener: what drover started there (and the sshd sessions serving
+// it). Tests use it to prove that nothing is left behind.
+func (f *Fleet) Pids(i int) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(i); err != nil {
+		return nil, err
+	}
+	out, err := f.run(context.Background(), "pids", strconv.Itoa(i), f.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("list processes on %s: %w", f.Hosts[i].Name, err)
+	}
+	var pids []int
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		pid, err := strconv.Atoi(line)
+		if err != nil {
+			return nil, fmt.Errorf("list processes on %s: bad pid %q", f.Hosts[i].Name, line)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+func (f *Fleet) check(i int) error {
+	if f.closed {
+		return errors.New("testfleet: fleet is closed")
+	}
+	if f.script == "" {
+		return errors.New("testfleet: fleet is not up")
+	}
+	if i < 0 || i >= len(f.Hosts) {
+		return fmt.Errorf("testfleet: host %d out of range (fleet has %d hosts)", i, len(f.Hosts))
+	}
+	return nil
+}
+
+// run runs the script and returns its stdout; a failure carries its stderr.
+func (f *Fleet) run(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, f.script, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			return stdout.Bytes(), fmt.Errorf("scripts/testfleet %s: %w", args[0], err)
+		}
+		return stdout.Bytes(), fmt.Errorf("scripts/testfleet %s: %w: %s", args[0], err, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// findScript locates scripts/testfleet at the module root: upwards from the
+// working directory (go test runs in the package directory), then from this
+// source file.
+func findScript() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, dir := range starts {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				p := filepath.Join(dir, "scripts", "testfleet")
+				if _, err := os.Stat(p); err == nil {
+					return p, nil
+				}
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", fmt.Errorf("testfleet: scripts/testfleet not found above %q", starts)
+}
+
+// readEnv reads the script's KEY=VALUE state file.
+func readEnv(path string) (map[string]string, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read fleet state: %w", err)
+	}
+	defer file.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(io.LimitReader(file, 1<<20))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read fleet state %s: %w", path, err)
+	}
+	return env, nil
+}
