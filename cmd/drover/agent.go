@@ -1,8 +1,122 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"os/signal"
+	"syscall"
 
-// agentCommand is a placeholder until its issue lands.
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/launcher/agent"
+)
+
+// agentCommand is `drover agent`: the commands drover runs on hosts over the
+// transport. Hidden because people never type them.
 func agentCommand() *cli.Command {
-	return &cli.Command{Name: "agent", Usage: "not implemented yet", Hidden: true}
+	return &cli.Command{
+		Name:   "agent",
+		Usage:  "runs on hosts; used by drover itself",
+		Hidden: true,
+		Subcommands: []*cli.Command{
+			agentRunCommand(),
+			agentStopCommand(),
+			agentPreflightCommand(),
+			agentProbeCommand(),
+		},
+	}
+}
+
+// agentRunCommand is `drover agent run -- CMD...`, the supervisor that keeps
+// a training process from outliving the drover that started it (see package
+// launcher/agent for the stdin protocol).
+func agentRunCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run CMD in its own process group and stop the group when drover goes away",
+		ArgsUsage: "-- CMD [ARGS...]",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "grace", Value: agent.DefaultGrace, Usage: "time between SIGTERM and SIGKILL"},
+			&cli.DurationFlag{Name: "heartbeat", Usage: "stop when no line arrives on stdin for this long (0: off)"},
+			&cli.StringFlag{Name: "pidfile", Usage: "record the group here while it runs"},
+			&cli.StringFlag{Name: "log", Usage: "also append all output to this file"},
+			&cli.StringFlag{Name: "job", Usage: "job name, for the pidfile"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return cli.Exit("usage: drover agent run [flags] -- CMD [ARGS...]", exitConfig)
+			}
+			// SIGHUP too: the agent may hold a terminal when run by hand.
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+			defer stop()
+			code, err := agent.Run(ctx, agent.RunOptions{
+				Args:        c.Args().Slice(),
+				Grace:       c.Duration("grace"),
+				Heartbeat:   c.Duration("heartbeat"),
+				PIDFile:     c.String("pidfile"),
+				LogFile:     c.String("log"),
+				Job:         c.String("job"),
+				Stdin:       c.App.Reader,
+				Stdout:      c.App.Writer,
+				Stderr:      c.App.ErrWriter,
+				Subreaper:   true,
+				WatchParent: true,
+			})
+			if err != nil {
+				return cli.Exit(err.Error(), code)
+			}
+			if code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
+		},
+	}
+}
+
+// agentStopCommand is `drover agent stop --pidfile PATH`: it stops a group
+// an earlier drover left behind and says so, or does nothing.
+func agentStopCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "stop",
+		Usage: "stop the leftover process group a pidfile names, if it still runs",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "pidfile", Required: true, Usage: "pidfile written by agent run"},
+			&cli.DurationFlag{Name: "grace", Value: agent.DefaultGrace, Usage: "time between SIGTERM and SIGKILL"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("agent stop takes no arguments, got %q", c.Args().First()), exitConfig)
+			}
+			msg, err := agent.StopLeftover(c.Context, c.String("pidfile"), c.Duration("grace"))
+			if err != nil {
+				return err
+			}
+			if msg != "" {
+				fmt.Fprintln(c.App.Writer, msg)
+			}
+			return nil
+		},
+	}
+}
+
+// agentPreflightCommand is `drover agent preflight [--port N]... -- PROGRAM`:
+// run in the job's workdir and env before an attempt, it fails with one line
+// per problem when PROGRAM cannot be found or a port is taken.
+func agentPreflightCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "preflight",
+		Usage:     "check that PROGRAM can be run here and the ports are free",
+		ArgsUsage: "-- PROGRAM",
+		Flags: []cli.Flag{
+			&cli.StringSliceFlag{Name: "port", Usage: "a TCP port that must be free (repeatable)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("usage: drover agent preflight [--port N]... -- PROGRAM", exitConfig)
+			}
+			if err := agent.Preflight(c.Args().First(), c.StringSlice("port")); err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			return nil
+		},
+	}
 }

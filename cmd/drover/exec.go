@@ -1,8 +1,126 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"slices"
+	"strings"
 
-// execCommand is a placeholder until its issue lands.
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher"
+)
+
+const execUsage = "usage: drover exec [--hosts h1,h2] [--inventory FILE] [--accept-new-hosts] JOB.toml -- CMD [ARGS...]"
+
+// execCommand is `drover exec JOB.toml -- CMD ARGS...`: run an ad-hoc
+// command on every host of the job at once (pdsh-like), e.g. to install
+// packages or look at nvidia-smi. Output is streamed line by line prefixed
+// "[host] "; the exit status is the worst of the hosts' (255 for a host that
+// could not be reached), followed by a summary of the failures on stderr.
 func execCommand() *cli.Command {
-	return &cli.Command{Name: "exec", Usage: "not implemented yet", Hidden: true}
+	return &cli.Command{
+		Name:      "exec",
+		Usage:     "run a command on every host at once",
+		ArgsUsage: "JOB.toml -- CMD [ARGS...]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "hosts", Usage: "only these hosts (comma-separated names); spare hosts run only when named here"},
+			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+		},
+		Action: func(c *cli.Context) error {
+			jobPath, args, err := splitExecArgs(c.Args().Slice())
+			if err != nil {
+				return cli.Exit(err.Error()+"\n"+execUsage, exitConfig)
+			}
+			cfg, err := cluster.Load(jobPath, cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			if err != nil {
+				return err
+			}
+			hosts, err := selectExecHosts(cfg.Hosts, c.String("hosts"))
+			if err != nil {
+				return cli.Exit(err.Error(), exitConfig)
+			}
+			results := launcher.Exec(c.Context, hosts, launcher.ExecOptions{
+				Args: args,
+				Dial: cluster.DialOptions{
+					AcceptNewHosts: c.Bool("accept-new-hosts"),
+					Inventory:      cfg.Hosts,
+				},
+				Stdout: c.App.Writer,
+				Stderr: c.App.ErrWriter,
+			})
+			if c.Context.Err() != nil {
+				return cli.Exit("interrupted", exitInterrupted)
+			}
+			if err := launcher.WriteExecSummary(c.App.ErrWriter, results); err != nil {
+				return err
+			}
+			if code := launcher.WorstExitCode(results); code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
+		},
+	}
+}
+
+// splitExecArgs separates JOB.toml from the command. The "--" is what keeps
+// the command's own flags away from drover's parser; it is required so that
+// `drover exec job.toml ls -l` cannot silently mean something else later.
+func splitExecArgs(args []string) (job string, cmd []string, err error) {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		return "", nil, fmt.Errorf("exec: missing JOB.toml")
+	}
+	job, rest := args[0], args[1:]
+	if len(rest) == 0 || rest[0] != "--" {
+		return "", nil, fmt.Errorf("exec: put -- between JOB.toml and the command")
+	}
+	cmd = rest[1:]
+	if len(cmd) == 0 {
+		return "", nil, fmt.Errorf("exec: missing command after --")
+	}
+	return job, cmd, nil
+}
+
+// selectExecHosts returns the hosts named in list (comma-separated), or all
+// non-spare hosts when list is empty, in inventory order. An unknown name
+// is an error listing the known ones.
+func selectExecHosts(all []cluster.Host, list string) ([]cluster.Host, error) {
+	if strings.TrimSpace(list) == "" {
+		var out []cluster.Host
+		for _, h := range all {
+			if !h.Spare {
+				out = append(out, h)
+			}
+		}
+		return out, nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
+		}
+	}
+	var out []cluster.Host
+	for _, h := range all {
+		if want[h.Name] {
+			out = append(out, h)
+			delete(want, h.Name)
+		}
+	}
+	if len(want) > 0 {
+		var missing, names []string
+		for n := range want {
+			missing = append(missing, n)
+		}
+		slices.Sort(missing)
+		for _, h := range all {
+			names = append(names, h.Name)
+		}
+		return nil, fmt.Errorf("--hosts: no host named %s in the inventory (hosts: %s)", strings.Join(missing, ", "), strings.Join(names, ", "))
+	}
+	return out, nil
 }

@@ -1,8 +1,140 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
 
-// probeCommand is a placeholder until its issue lands.
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/gpu"
+)
+
+// probeCommand is `drover probe JOB.toml`: it shows every host's GPUs and
+// which of them the job would use, so that a user can see why a host has
+// no GPUs or why min_gpus fails before starting a run. It exits 1 when a
+// host is unreachable or its selection fails (after printing every host),
+// 2 for a bad job file.
 func probeCommand() *cli.Command {
-	return &cli.Command{Name: "probe", Usage: "not implemented yet", Hidden: true}
+	return &cli.Command{
+		Name:      "probe",
+		Usage:     "show each host's GPUs and which ones the job would use",
+		ArgsUsage: "JOB.toml",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+			&cli.StringFlag{Name: "hosts", Usage: "probe only these hosts (comma-separated names)"},
+			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+			&cli.BoolFlag{Name: "json", Usage: "print a JSON array (one object per host) for scripts"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("usage: drover probe [--inventory FILE] [--hosts h1,h2] [--json] JOB.toml", exitConfig)
+			}
+			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			if err != nil {
+				return err
+			}
+			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"))
+			if err != nil {
+				return cli.Exit(err.Error(), exitConfig)
+			}
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
+			}
+			results := probeHosts(c, cfg.Job, cfg.Hosts, hosts, bin)
+			if c.Bool("json") {
+				err = gpu.RenderJSON(c.App.Writer, results)
+			} else {
+				err = gpu.RenderTable(c.App.Writer, results)
+			}
+			if err != nil {
+				return err
+			}
+			failed := 0
+			for _, r := range results {
+				if r.Err != nil {
+					failed++
+				}
+			}
+			if failed > 0 {
+				return cli.Exit(fmt.Sprintf("probe: %d of %d hosts failed (see above)", failed, len(results)), exitFailed)
+			}
+			return nil
+		},
+	}
+}
+
+// probeHosts dials hosts, probes the reachable ones in parallel and selects
+// GPUs on each. An unreachable host is a result with an error, not a
+// reason to stop: the point of probe is to show the whole fleet.
+func probeHosts(c *cli.Context, job cluster.Job, inventory, hosts []cluster.Host, bin string) []gpu.HostResult {
+	ts, errs := cluster.DialAll(c.Context, hosts, cluster.DialOptions{
+		AcceptNewHosts: c.Bool("accept-new-hosts"),
+		Inventory:      inventory,
+	})
+	var up []cluster.Transport
+	for i := range hosts {
+		if errs[i] == nil {
+			up = append(up, ts[i])
+		}
+	}
+	defer func() {
+		for _, t := range up {
+			t.Close()
+		}
+	}()
+	reps := gpu.ProbeAll(c.Context, up, bin)
+	results := make([]gpu.HostResult, len(hosts))
+	next := 0
+	for i, h := range hosts {
+		if errs[i] != nil {
+			results[i] = gpu.HostResult{
+				Report: gpu.HostReport{Host: h.Name, Source: gpu.SourceNone, Devices: []gpu.Device{}, Reason: "not probed"},
+				Err:    errs[i], // names the host and address already
+			}
+			continue
+		}
+		rep := reps[next]
+		next++
+		sel, err := gpu.Select(h, job, rep)
+		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
+	}
+	return results
+}
+
+// pickHosts keeps the hosts named in list (comma-separated), in inventory
+// order; "" keeps all.
+func pickHosts(all []cluster.Host, list string) ([]cluster.Host, error) {
+	if strings.TrimSpace(list) == "" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
+		}
+	}
+	var out []cluster.Host
+	for _, h := range all {
+		if want[h.Name] {
+			out = append(out, h)
+			delete(want, h.Name)
+		}
+	}
+	if len(want) > 0 {
+		var missing, names []string
+		for n := range want {
+			missing = append(missing, n)
+		}
+		slices.Sort(missing)
+		for _, h := range all {
+			names = append(names, h.Name)
+		}
+		return nil, fmt.Errorf("--hosts: no host named %s in the inventory (hosts: %s)",
+			strings.Join(missing, ", "), strings.Join(names, ", "))
+	}
+	return out, nil
 }

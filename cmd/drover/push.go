@@ -1,8 +1,128 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"fmt"
+	"io"
+	"sync"
 
-// pushCommand is a placeholder until its issue lands.
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/push"
+)
+
+// pushCommand is `drover push JOB.toml`: it syncs the job's code directory
+// to the workdir of every host, as `drover run` does before each attempt,
+// so that a user can check what lands where (and how long it takes) before
+// running. It prints one summary line per host and exits 1 when any host
+// failed (after the others finished), 2 for a bad job file.
 func pushCommand() *cli.Command {
-	return &cli.Command{Name: "push", Usage: "not implemented yet", Hidden: true}
+	return &cli.Command{
+		Name:      "push",
+		Usage:     "sync the job's code directory to every host's workdir",
+		ArgsUsage: "JOB.toml",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+			&cli.StringFlag{Name: "hosts", Usage: "push only to these hosts (comma-separated names)"},
+			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--accept-new-hosts] JOB.toml", exitConfig)
+			}
+			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			if err != nil {
+				return err
+			}
+			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"))
+			if err != nil {
+				return cli.Exit(err.Error(), exitConfig)
+			}
+			return pushAll(c, cfg, hosts)
+		},
+	}
+}
+
+// pushOutcome is one host's push, printed in inventory order once all are
+// done so that the output does not depend on which host finished first.
+type pushOutcome struct {
+	res push.Result
+	err error
+}
+
+func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
+	opts := push.Options{Exclude: cfg.Job.Exclude}
+	// Scan before dialling: a bad .droverignore or an escaping symlink is
+	// reported without touching the network.
+	tree, err := push.ScanLocal(cfg.Job.Code, opts)
+	if err != nil {
+		return err
+	}
+	display := push.NewDisplay(c.App.ErrWriter)
+	opts.Progress = display.Update
+
+	ts, dialErrs := cluster.DialAll(c.Context, hosts, cluster.DialOptions{
+		AcceptNewHosts: c.Bool("accept-new-hosts"),
+		Inventory:      cfg.Hosts,
+	})
+	outcomes := make([]pushOutcome, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		if dialErrs[i] != nil {
+			outcomes[i].err = dialErrs[i] // names the host and address already
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer ts[i].Close()
+			label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
+			fsys, err := ts[i].FS(c.Context)
+			if err != nil {
+				outcomes[i].err = fmt.Errorf("push to %s: open file access: %w", label, err)
+				return
+			}
+			workdir := h.Workdir
+			if workdir == "" {
+				workdir = cfg.Job.Workdir
+			}
+			outcomes[i].res, outcomes[i].err = push.Sync(c.Context, fsys, label, tree, workdir, opts)
+		}()
+	}
+	wg.Wait()
+	display.Close()
+	return reportPush(c.App.Writer, c.App.ErrWriter, hosts, outcomes, c.Context.Err() != nil)
+}
+
+// reportPush prints a summary line per pushed host (stdout) and every
+// host's error and warnings (stderr), and turns failures into exit 1 (130
+// when interrupted).
+func reportPush(stdout, stderr io.Writer, hosts []cluster.Host, outcomes []pushOutcome, interrupted bool) error {
+	failed := 0
+	for i, h := range hosts {
+		o := outcomes[i]
+		for _, w := range o.res.Warnings {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", h.Name, w)
+		}
+		if o.err != nil {
+			failed++
+			fmt.Fprintln(stderr, o.err)
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: %s\n", h.Name, o.res.Summary())
+	}
+	switch {
+	case interrupted:
+		return cli.Exit("push interrupted; hosts not finished keep their previous tree", exitInterrupted)
+	case failed > 0:
+		return cli.Exit(fmt.Sprintf("push failed on %d of %d %s (see above)", failed, len(hosts), plural(len(hosts), "host")), exitFailed)
+	}
+	return nil
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

@@ -1,8 +1,84 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
-// runCommand is a placeholder until its issue lands.
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher"
+)
+
 func runCommand() *cli.Command {
-	return &cli.Command{Name: "run", Usage: "not implemented yet", Hidden: true}
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "push the code, start every process, stream logs, restart the group on failure",
+		ArgsUsage: "JOB.toml",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
+			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("usage: drover run JOB.toml", exitConfig)
+			}
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
+			}
+			// First SIGINT/SIGTERM: graceful stop of every process.
+			// Second: kill at once.
+			ctx, cancel := context.WithCancelCause(c.Context)
+			defer cancel(nil)
+			hard := make(chan struct{})
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			go func() {
+				n := 0
+				for s := range sigs {
+					n++
+					if n == 1 {
+						fmt.Fprintf(c.App.ErrWriter, "drover: %v: stopping every process (again to kill at once)\n", s)
+						cancel(fmt.Errorf("%v", s))
+					} else {
+						close(hard)
+						return
+					}
+				}
+			}()
+			res, err := launcher.Run(ctx, launcher.RunOptions{
+				JobPath:       c.Args().First(),
+				InventoryPath: c.String("inventory"),
+				LogDir:        c.String("log-dir"),
+				AgentBinary:   bin,
+				Dial:          cluster.DialOptions{AcceptNewHosts: c.Bool("accept-new-hosts")},
+				Out:           c.App.Writer,
+				Events:        c.App.ErrWriter,
+				Quiet:         c.Bool("quiet"),
+				Hard:          hard,
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return cli.Exit(err.Error(), exitInterrupted)
+				}
+				return err
+			}
+			launcher.RenderSummary(c.App.ErrWriter, res)
+			switch res.Outcome {
+			case launcher.Succeeded:
+				return nil
+			case launcher.Interrupted:
+				return cli.Exit("", exitInterrupted)
+			default:
+				return cli.Exit("", exitFailed)
+			}
+		},
+	}
 }

@@ -1,0 +1,434 @@
+package cluster
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// field is one key a table accepts, with the line a user would write for
+// it; the example becomes the Fix of a type error.
+type field struct {
+	name    string
+	example string
+}
+
+var topFields = []field{
+	{"job", "[job]"},
+	{"ssh", "[ssh]"},
+	{"host", "[[host]]"},
+	{"inventory", `inventory = "fleet.toml"`},
+}
+
+var inventoryTopFields = []field{
+	{"ssh", "[ssh]"},
+	{"host", "[[host]]"},
+}
+
+var jobFields = []field{
+	{"name", `name = "mnist"`},
+	{"framework", `framework = "pytorch"`},
+	{"command", `command = ["python3", "train.py"]`},
+	{"code", `code = "."`},
+	{"workdir", `workdir = "drover/mnist"`},
+	{"checkpoint_dir", `checkpoint_dir = "checkpoints"`},
+	{"checkpoint_marker", `checkpoint_marker = "DONE"`},
+	{"max_restarts", `max_restarts = 3`},
+	{"procs_per_host", `procs_per_host = 2`},
+	{"master_port", `master_port = 29500`},
+	{"base_port", `base_port = 2222`},
+	{"env", `[job.env] with NAME = "value" lines`},
+	{"roles", `[job.roles] with chief = 1 and worker = "auto"`},
+	{"exclude", `exclude = ["data/", "*.pt"]`},
+	{"success_policy", `success_policy = "all-workers"`},
+	{"restart_policy", `restart_policy = "on-failure"`},
+	{"restart_backoff", `restart_backoff = "1s"`},
+	{"restart_backoff_max", `restart_backoff_max = "30s"`},
+	{"stop_grace", `stop_grace = "10s"`},
+	{"host_wait", `host_wait = "5m"`},
+	{"gpu_max_used_mib", `gpu_max_used_mib = 100`},
+	{"min_gpus", `min_gpus = 1`},
+}
+
+var roleFields = []field{
+	{"chief", `chief = 1`},
+	{"worker", `worker = 2 (or worker = "auto")`},
+	{"ps", `ps = 1`},
+	{"evaluator", `evaluator = 0`},
+}
+
+var sshFields = []field{
+	{"user", `user = "ubuntu"`},
+	{"port", `port = 22`},
+	{"identity_file", `identity_file = "~/.ssh/id_ed25519"`},
+	{"known_hosts", `known_hosts = "~/.ssh/known_hosts"`},
+	{"proxy_jump", `proxy_jump = "bastion"`},
+}
+
+var hostFields = append([]field{
+	{"name", `name = "gpu-a"`},
+	{"address", `address = "10.0.0.11"`},
+	{"transport", `transport = "ssh"`},
+	{"gpus", `gpus = "auto"`},
+	{"min_gpus", `min_gpus = 1`},
+	{"spare", `spare = true`},
+	{"workdir", `workdir = "drover/mnist-a"`},
+}, sshFields...)
+
+// tableSchema describes one TOML table for unknown-key checks.
+type tableSchema struct {
+	title  string // as the user writes it: "[job]", "[[host]]", "the top level"
+	fields []field
+}
+
+var (
+	topSchema       = tableSchema{"the top level", topFields}
+	inventorySchema = tableSchema{"the top level of an inventory file", inventoryTopFields}
+	jobSchema       = tableSchema{"[job]", jobFields}
+	rolesSchema     = tableSchema{"[job.roles]", roleFields}
+	sshSchema       = tableSchema{"[ssh]", sshFields}
+	hostSchema      = tableSchema{"[[host]]", hostFields}
+)
+
+// homes lists, for keys users put in the wrong table, where they belong.
+var homes = []tableSchema{jobSchema, sshSchema, hostSchema, rolesSchema, topSchema}
+
+func (ts tableSchema) example(name string) string {
+	for _, f := range ts.fields {
+		if f.name == name {
+			return f.example
+		}
+	}
+	return ""
+}
+
+func (ts tableSchema) has(name string) bool {
+	for _, f := range ts.fields {
+		if f.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (ts tableSchema) names() []string {
+	ns := make([]string, len(ts.fields))
+	for i, f := range ts.fields {
+		ns[i] = f.name
+	}
+	return ns
+}
+
+// tbl is a decoded TOML table and its path in error keys.
+type tbl struct {
+	m      map[string]any
+	path   string
+	schema tableSchema
+}
+
+func (t tbl) key(name string) string { return keyPath(t.path, name) }
+
+// walker turns the decoded map of one file into typed values, collecting
+// every problem instead of stopping at the first.
+type walker struct {
+	file  string // as shown in errors
+	lines keyLines
+	errs  *ConfigErrors
+	// top is the file's top-level table, to tell a missing key from one
+	// written above its table header.
+	top map[string]any
+}
+
+func (w *walker) add(key, msg, fix string) {
+	w.addLine(w.lines.lineOf(key), key, msg, fix)
+}
+
+func (w *walker) addLine(line int, key, msg, fix string) {
+	*w.errs = append(*w.errs, &ConfigError{File: w.file, Line: line, Key: key, Msg: msg, Fix: fix})
+}
+
+// unknown reports keys the schema does not know, in file order, each with
+// a "did you mean" or a hint where the key belongs.
+func (w *walker) unknown(t tbl) {
+	var bad []string
+	for k := range t.m {
+		if !t.schema.has(k) {
+			bad = append(bad, k)
+		}
+	}
+	sort.Slice(bad, func(i, j int) bool {
+		li, lj := w.lines.lineOf(t.key(bad[i])), w.lines.lineOf(t.key(bad[j]))
+		if li != lj {
+			return li < lj
+		}
+		return bad[i] < bad[j]
+	})
+	for _, k := range bad {
+		w.add(t.key(k), fmt.Sprintf("unknown key %q in %s", k, t.schema.title), unknownFix(k, t.schema))
+	}
+}
+
+func unknownFix(k string, ts tableSchema) string {
+	if ts.title == inventorySchema.title && topSchema.has(k) {
+		return fmt.Sprintf("an inventory file holds only [ssh] and [[host]]; move %s to the job file", k)
+	}
+	if s := suggest(k, ts.names()); s != "" {
+		return fmt.Sprintf("did you mean %q? write %s", s, ts.example(s))
+	}
+	for _, h := range homes {
+		if h.title != ts.title && h.has(k) {
+			return fmt.Sprintf("%s belongs in %s, not in %s; move it there", k, h.title, ts.title)
+		}
+	}
+	return fmt.Sprintf("remove it; %s accepts %s", ts.title, strings.Join(ts.names(), ", "))
+}
+
+// suggest returns the known name closest to k when it is close enough to
+// be a typo, else "".
+func suggest(k string, known []string) string {
+	best, bestD := "", math.MaxInt
+	lk := strings.ToLower(strings.ReplaceAll(k, "-", "_"))
+	for _, n := range known {
+		d := editDistance(lk, n)
+		if d < bestD {
+			best, bestD = n, d
+		}
+	}
+	limit := 2
+	if len(k) <= 4 {
+		limit = 1
+	}
+	if bestD <= limit {
+		return best
+	}
+	return ""
+}
+
+// editDistance is the optimal-string-alignment distance between a and b:
+// insertions, deletions, substitutions and swaps of neighbours ("nmae")
+// each count 1, which is what typing mistakes look like.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return math.MaxInt // not a typo of a short key name
+	}
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// tomlType names a decoded value's TOML type for messages.
+func tomlType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case time.Time:
+		return "a date/time"
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// show renders a scalar value for a message, shortened.
+func show(v any) string {
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = fmt.Sprintf("%q", x)
+	case map[string]any:
+		return "a table"
+	case []any, []map[string]any:
+		return "an array"
+	default:
+		s = fmt.Sprint(x)
+	}
+	if len(s) > 40 {
+		s = s[:37] + "..."
+	}
+	return s
+}
+
+func (w *walker) typeErr(t tbl, name, want string, v any) {
+	fix := "write " + t.schema.example(name)
+	w.add(t.key(name), fmt.Sprintf("must be %s, not %s (%s)", want, tomlType(v), show(v)), fix)
+}
+
+// table returns the sub-table name of t; present is false when absent or
+// not a table (which is reported).
+func (w *walker) table(t tbl, name string, schema tableSchema) (sub tbl, present bool) {
+	v, ok := t.m[name]
+	if !ok {
+		return tbl{m: map[string]any{}, path: t.key(name), schema: schema}, false
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		w.add(t.key(name), fmt.Sprintf("must be a table, not %s (%s)", tomlType(v), show(v)),
+			"write it as a table: "+t.schema.example(name))
+		return tbl{m: map[string]any{}, path: t.key(name), schema: schema}, false
+	}
+	return tbl{m: m, path: t.key(name), schema: schema}, true
+}
+
+func (w *walker) str(t tbl, name string) (string, bool) {
+	v, ok := t.m[name]
+	if !ok {
+		return "", false
+	}
+	s, ok := v.(string)
+	if !ok {
+		w.typeErr(t, name, "a string", v)
+		return "", false
+	}
+	return s, true
+}
+
+func (w *walker) boolean(t tbl, name string) (bool, bool) {
+	v, ok := t.m[name]
+	if !ok {
+		return false, false
+	}
+	b, ok := v.(bool)
+	if !ok {
+		w.typeErr(t, name, "true or false", v)
+		return false, false
+	}
+	return b, true
+}
+
+// integer reads an integer in [lo, hi]; out-of-range values are reported
+// with why (e.g. "a port").
+func (w *walker) integer(t tbl, name string, lo, hi int64, what string) (int, bool) {
+	v, ok := t.m[name]
+	if !ok {
+		return 0, false
+	}
+	n, ok := v.(int64)
+	if !ok {
+		w.typeErr(t, name, "an integer", v)
+		return 0, false
+	}
+	if n < lo || n > hi {
+		var msg string
+		switch {
+		case n < 0 && lo >= 0:
+			msg = fmt.Sprintf("%d is negative; it must be %s", n, what)
+		default:
+			msg = fmt.Sprintf("%d is out of range; it must be %s", n, what)
+		}
+		w.add(t.key(name), msg, "write "+t.schema.example(name))
+		return 0, false
+	}
+	return int(n), true
+}
+
+// port reads a TCP port number.
+func (w *walker) port(t tbl, name string) (int, bool) {
+	return w.integer(t, name, 1, 65535, "a port between 1 and 65535")
+}
+
+// count reads a non-negative count.
+func (w *walker) count(t tbl, name string) (int, bool) {
+	return w.integer(t, name, 0, math.MaxInt32, "0 or more")
+}
+
+// duration reads a Go duration string such as "1s" or "5m".
+func (w *walker) duration(t tbl, name string) (time.Duration, bool) {
+	v, ok := t.m[name]
+	if !ok {
+		return 0, false
+	}
+	s, ok := v.(string)
+	if !ok {
+		w.add(t.key(name), fmt.Sprintf("must be a duration string, not %s (%s)", tomlType(v), show(v)),
+			"write a number with a unit in quotes: "+t.schema.example(name))
+		return 0, false
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		w.add(t.key(name), fmt.Sprintf("%q is not a duration", s),
+			`use a number with a unit (ms, s, m, h): `+t.schema.example(name))
+		return 0, false
+	}
+	if d < 0 {
+		w.add(t.key(name), fmt.Sprintf("%q is negative", s), "write a positive duration: "+t.schema.example(name))
+		return 0, false
+	}
+	return d, true
+}
+
+// enum reads a string that must be one of choices.
+func (w *walker) enum(t tbl, name string, choices ...string) (string, bool) {
+	s, ok := w.str(t, name)
+	if !ok {
+		return "", false
+	}
+	for _, c := range choices {
+		if s == c {
+			return s, true
+		}
+	}
+	quoted := make([]string, len(choices))
+	for i, c := range choices {
+		quoted[i] = fmt.Sprintf("%s = %q", name, c)
+	}
+	fix := "write one of: " + strings.Join(quoted, ", ")
+	if sg := suggest(s, choices); sg != "" {
+		fix = fmt.Sprintf("did you mean %s = %q?", name, sg)
+	}
+	w.add(t.key(name), fmt.Sprintf("unknown %s %q", strings.ReplaceAll(name, "_", " "), s), fix)
+	return "", false
+}
+
+// strList reads an array of strings; non-strings are reported by index.
+func (w *walker) strList(t tbl, name string) ([]string, bool) {
+	v, ok := t.m[name]
+	if !ok {
+		return nil, false
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		w.typeErr(t, name, "an array of strings", v)
+		return nil, false
+	}
+	out := make([]string, 0, len(arr))
+	good := true
+	for i, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			w.add(t.key(name), fmt.Sprintf("element %d must be a string, not %s (%s)", i+1, tomlType(e), show(e)),
+				"quote every element: "+t.schema.example(name))
+			good = false
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, good
+}

@@ -1,0 +1,576 @@
+package cluster
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// tl joins lines so that a case's line numbers can be counted: line n of
+// the file is argument n.
+func tl(lines ...string) string { return strings.Join(lines, "\n") + "\n" }
+
+// absTestdata returns the absolute path of a testdata/config entry.
+func absTestdata(t *testing.T, parts ...string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join(append([]string{"testdata", "config"}, parts...)...))
+	require.NoError(t, err)
+	return p
+}
+
+// configErrors asserts that err is ConfigErrors and returns it.
+func configErrors(t *testing.T, err error) ConfigErrors {
+	t.Helper()
+	require.Error(t, err)
+	assert.True(t, IsConfigError(err), "IsConfigError(%v)", err)
+	var ces ConfigErrors
+	require.True(t, errors.As(err, &ces), "want ConfigErrors, got %T: %v", err, err)
+	return ces
+}
+
+func TestLoadFullExample(t *testing.T) {
+	t.Setenv("HOME", "/home/tester")
+	dir := absTestdata(t, "full")
+	cfg, err := Load("testdata/config/full/job.toml", LoadOptions{})
+	require.NoError(t, err)
+
+	ssh := func(h Host) Host {
+		if h.User == "" {
+			h.User = "ubuntu"
+		}
+		if h.Port == 0 {
+			h.Port = 22
+		}
+		if h.IdentityFile == "" {
+			h.IdentityFile = "/home/tester/.ssh/id_ed25519"
+		}
+		h.KnownHosts = filepath.Join(dir, "keys", "known_hosts")
+		return h
+	}
+	want := &Config{
+		Path:          filepath.Join(dir, "job.toml"),
+		InventoryPath: filepath.Join(dir, "job.toml"),
+		Job: Job{
+			Name:              "mnist",
+			Framework:         PyTorch,
+			Command:           []string{"python3", "train.py", "--epochs", "3"},
+			Code:              dir,
+			Workdir:           "drover/mnist",
+			CheckpointDir:     "ckpt",
+			CheckpointMarker:  "DONE",
+			MaxRestarts:       3,
+			ProcsPerHost:      2,
+			MasterPort:        29500,
+			BasePort:          2222,
+			Env:               map[string]string{"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "4"},
+			Exclude:           []string{"data/", "*.pt"},
+			SuccessPolicy:     "chief",
+			RestartPolicy:     "exit-code",
+			RestartBackoff:    2 * time.Second,
+			RestartBackoffMax: time.Minute,
+			StopGrace:         15 * time.Second,
+			HostWait:          90 * time.Second,
+			GPUMaxUsedMiB:     500,
+			MinGPUs:           1,
+		},
+		Hosts: []Host{
+			ssh(Host{Name: "gpu-a", Address: "10.0.0.11", Transport: TransportSSH, GPUs: GPUSpec{Auto: true}, Line: 31}),
+			ssh(Host{Name: "gpu-b", Address: "gpu-b.example.com", Transport: TransportSSH, User: "admin", Port: 2200,
+				ProxyJump: "bastion", GPUs: GPUSpec{List: []int{0, 1}}, MinGPUs: 2, Line: 35}),
+			ssh(Host{Name: "cpu-c", Address: "fe80::1", Transport: TransportSSH, GPUs: GPUSpec{List: []int{}},
+				Workdir: "work/mnist", Line: 43}),
+			ssh(Host{Name: "spare-d", Address: "10.0.0.14", Transport: TransportSSH, GPUs: GPUSpec{Auto: true},
+				Spare: true, IdentityFile: "/etc/drover/key", Line: 48}),
+			ssh(Host{Name: "here", Address: "local", Transport: TransportLocal, GPUs: GPUSpec{Auto: true},
+				Workdir: "/tmp/drover-here", Line: 53}),
+		},
+	}
+	assert.Equal(t, want, cfg)
+}
+
+func TestLoadDefaults(t *testing.T) {
+	dir := absTestdata(t, "minimal")
+	cfg, err := Load(filepath.Join(dir, "job.toml"), LoadOptions{})
+	require.NoError(t, err)
+	want := &Config{
+		Path:          filepath.Join(dir, "job.toml"),
+		InventoryPath: filepath.Join(dir, "job.toml"),
+		Job: Job{
+			Name:              "tiny",
+			Framework:         Torchrun,
+			Command:           []string{"python3", "-c", "print(1)"},
+			Code:              dir,
+			Workdir:           "drover/tiny",
+			CheckpointDir:     "checkpoints",
+			MaxRestarts:       3,
+			ProcsPerHost:      1,
+			MasterPort:        29500,
+			BasePort:          2222,
+			Env:               map[string]string{},
+			SuccessPolicy:     "all-workers",
+			RestartPolicy:     "on-failure",
+			RestartBackoff:    time.Second,
+			RestartBackoffMax: 30 * time.Second,
+			StopGrace:         10 * time.Second,
+			HostWait:          5 * time.Minute,
+			GPUMaxUsedMiB:     100,
+		},
+		// Port 0, user "" and no key files: the transport lets
+		// ~/.ssh/config, the agent and the current user decide.
+		Hosts: []Host{{Name: "a", Address: "10.0.0.1", Transport: TransportSSH, GPUs: GPUSpec{Auto: true}, Line: 6}},
+	}
+	assert.Equal(t, want, cfg)
+}
+
+func TestLoadTensorFlowRoles(t *testing.T) {
+	cfg, err := Load("testdata/config/tensorflow/job.toml", LoadOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, Roles{Chief: 1, WorkerAuto: true, PS: 1, Evaluator: 1}, cfg.Job.Roles)
+	assert.Equal(t, TensorFlow, cfg.Job.Framework)
+}
+
+func TestLoadInventoryFile(t *testing.T) {
+	dir := absTestdata(t, "inventory")
+	cfg, err := Load("testdata/config/inventory/job.toml", LoadOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(dir, "job.toml"), cfg.Path)
+	assert.Equal(t, filepath.Join(dir, "fleet.toml"), cfg.InventoryPath)
+	assert.Equal(t, "inv", cfg.Job.Name)
+	// [ssh] of the inventory applies; its relative identity_file is
+	// relative to the inventory file.
+	key := filepath.Join(dir, "id_fleet")
+	assert.Equal(t, []Host{
+		{Name: "f1", Address: "10.1.0.1", Transport: TransportSSH, User: "trainer", IdentityFile: key, GPUs: GPUSpec{Auto: true}, Line: 6},
+		{Name: "f2", Address: "10.1.0.2", Transport: TransportSSH, User: "trainer", IdentityFile: key, GPUs: GPUSpec{List: []int{3}}, Line: 10},
+	}, cfg.Hosts)
+}
+
+func TestLoadInventoryOverride(t *testing.T) {
+	dir := absTestdata(t, "inventory")
+	local := []Host{
+		{Name: "l1", Address: "local", Transport: TransportLocal, GPUs: GPUSpec{List: []int{}}, Workdir: "/tmp/drover-l1", Line: 2},
+		{Name: "l2", Address: "local", Transport: TransportLocal, GPUs: GPUSpec{List: []int{}}, Workdir: "/tmp/drover-l2", Line: 8},
+	}
+	for _, job := range []string{"testdata/config/full/job.toml", "testdata/config/inventory/job.toml", "testdata/config/minimal/job.toml"} {
+		t.Run(job, func(t *testing.T) {
+			cfg, err := Load(job, LoadOptions{InventoryPath: "testdata/config/inventory/local.toml"})
+			require.NoError(t, err)
+			assert.Equal(t, local, cfg.Hosts, "the job's own hosts, [ssh] and inventory key are all replaced")
+			assert.Equal(t, filepath.Join(dir, "local.toml"), cfg.InventoryPath)
+			want, err := Load(job, LoadOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, want.Job, cfg.Job, "the job itself is unchanged")
+		})
+	}
+}
+
+func TestLoadInventoryOverrideErrorsPointAtInventory(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "other.toml")
+	require.NoError(t, os.WriteFile(inv, []byte(tl(`[[host]]`, `name = "x"`, `adress = "10.0.0.1"`)), 0o644))
+	_, err := Load("testdata/config/minimal/job.toml", LoadOptions{InventoryPath: inv})
+	ces := configErrors(t, err)
+	require.Len(t, ces, 1, "%v", err)
+	assert.Equal(t, inv, ces[0].File)
+	assert.Equal(t, 3, ces[0].Line)
+	assert.Equal(t, "host[1].adress", ces[0].Key)
+
+	_, err = Load("testdata/config/minimal/job.toml", LoadOptions{InventoryPath: filepath.Join(dir, "missing.toml")})
+	ces = configErrors(t, err)
+	require.Len(t, ces, 1)
+	assert.Contains(t, ces[0].Msg, "no such file")
+	assert.Contains(t, ces[0].Fix, "--inventory")
+}
+
+func TestLoadExpandsTilde(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	require.NoError(t, os.MkdirAll(filepath.Join(home, "proj"), 0o755))
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.toml")
+	require.NoError(t, os.WriteFile(job, []byte(tl(
+		`[job]`,
+		`name = "t"`,
+		`framework = "pytorch"`,
+		`command = ["true"]`,
+		`code = "~/proj"`,
+		`workdir = "~/remote/t"`,
+		`[ssh]`,
+		`identity_file = "~/.ssh/id_test"`,
+		`known_hosts = "~root/kh"`,
+		`[[host]]`,
+		`name = "a"`,
+		`address = "10.0.0.1"`,
+		`identity_file = "rel/key"`,
+		`[[host]]`,
+		`name = "b"`,
+		`address = "10.0.0.2"`,
+	)), 0o644))
+	cfg, err := Load(job, LoadOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(home, "proj"), cfg.Job.Code)
+	assert.Equal(t, "remote/t", cfg.Job.Workdir, "remote ~/ means the login user's home, which relative paths already are")
+	assert.Equal(t, filepath.Join(dir, "rel", "key"), cfg.Hosts[0].IdentityFile, "relative to the file it was written in")
+	assert.Equal(t, filepath.Join(home, ".ssh", "id_test"), cfg.Hosts[1].IdentityFile)
+	assert.Equal(t, "/root/kh", cfg.Hosts[0].KnownHosts, "~user is that user's home")
+}
+
+func TestLoadUnreadableJob(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.toml"), LoadOptions{})
+	ces := configErrors(t, err)
+	require.Len(t, ces, 1)
+	assert.Contains(t, ces[0].Msg, "no such file")
+}
+
+// TestLoadReportsEveryError checks that one load reports all problems of a
+// file, in line order, and that the messages read well (golden file).
+func TestLoadReportsEveryError(t *testing.T) {
+	_, err := Load("testdata/config/bad/job.toml", LoadOptions{})
+	ces := configErrors(t, err)
+	for i := 1; i < len(ces); i++ {
+		assert.LessOrEqual(t, ces[i-1].Line, ces[i].Line, "errors in line order")
+	}
+	for _, e := range ces {
+		assert.Equal(t, "testdata/config/bad/job.toml", e.File)
+		assert.NotZero(t, e.Line, "%v", e)
+		assert.NotEmpty(t, e.Fix, "%v", e)
+	}
+	golden := filepath.Join("testdata", "config", "bad", "errors.golden")
+	got := err.Error() + "\n"
+	if *update {
+		require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
+	}
+	want, rerr := os.ReadFile(golden)
+	require.NoError(t, rerr, "run go test -run TestLoadReportsEveryError -update ./cluster/ to create it")
+	assert.Equal(t, string(want), got)
+}
+
+// Pieces of valid files; a case's line numbers count from 1 over them.
+var (
+	jobHead = []string{ // lines 1-4
+		`[job]`,
+		`name = "j"`,
+		`framework = "pytorch"`,
+		`command = ["python3", "t.py"]`,
+	}
+	hostA = []string{`[[host]]`, `name = "a"`, `address = "10.0.0.1"`}
+	hostB = []string{`[[host]]`, `name = "b"`, `address = "10.0.0.2"`}
+)
+
+func cat(parts ...[]string) string {
+	var all []string
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	return tl(all...)
+}
+
+func ls(s ...string) []string { return s }
+
+// errorCase is one invalid input and the single error it must produce.
+type errorCase struct {
+	name  string
+	job   string
+	files map[string]string // more files next to job.toml
+	opts  LoadOptions
+	file  string // base name of the file the error is in; "" = job.toml
+	line  int
+	key   string
+	msg   string // substring of Msg
+	fix   string // substring of Fix
+}
+
+var errorCases = []errorCase{
+	{name: "syntax", job: tl(`[job]`, `name = "j`, `framework = "pytorch"`),
+		line: 2, msg: "invalid TOML", fix: "line 2"},
+	{name: "duplicate key", job: cat(jobHead, ls(`name = "k"`), hostA),
+		line: 5, msg: "already been defined", fix: "only once"},
+	{name: "unknown job key", job: cat(jobHead, ls(`max_restart = 3`), hostA),
+		line: 5, key: "job.max_restart", msg: "unknown key", fix: `did you mean "max_restarts"?`},
+	{name: "typo of required key reported once", job: cat(ls(`[job]`, `name = "j"`, `framwork = "pytorch"`, `command = ["x"]`), hostA),
+		line: 3, key: "job.framwork", fix: `did you mean "framework"?`},
+	{name: "unknown host key", job: cat(jobHead, hostA, ls(`gpu = "auto"`)),
+		line: 8, key: "host[1].gpu", fix: `did you mean "gpus"?`},
+	{name: "key in wrong table", job: cat(jobHead, ls(`user = "ubuntu"`), hostA),
+		line: 5, key: "job.user", fix: "belongs in [ssh]"},
+	{name: "top-level key outside job", job: cat(ls(`framework = "pytorch"`), jobHead[:2], jobHead[3:], hostA),
+		line: 1, key: "framework", fix: "belongs in [job]"},
+	{name: "unknown key without suggestion", job: cat(jobHead, ls(`colour = "red"`), hostA),
+		line: 5, key: "job.colour", fix: "[job] accepts name, framework"},
+	{name: "typo table", job: cat(ls(`[jobs]`), jobHead[1:], hostA),
+		line: 1, key: "jobs", fix: `did you mean "job"?`},
+	{name: "missing job", job: cat(hostA),
+		key: "job", msg: "missing [job]", fix: `name = "mnist"`},
+	{name: "missing name", job: cat(jobHead[:1], jobHead[2:], hostA),
+		line: 1, key: "job.name", fix: `name = "mnist"`},
+	{name: "bad job name", job: cat(jobHead[:1], ls(`name = "my job"`), jobHead[2:], hostA),
+		line: 2, key: "job.name", fix: `name = "my-job"`},
+	{name: "missing framework", job: cat(jobHead[:2], jobHead[3:], hostA),
+		line: 1, key: "job.framework", fix: `framework = "pytorch"`},
+	{name: "unknown framework", job: cat(jobHead[:2], ls(`framework = "pytorh"`), jobHead[3:], hostA),
+		line: 3, key: "job.framework", msg: `"pytorh"`, fix: `did you mean framework = "pytorch"?`},
+	{name: "framework wrong type", job: cat(jobHead[:2], ls(`framework = 1`), jobHead[3:], hostA),
+		line: 3, key: "job.framework", msg: "not an integer", fix: `framework = "pytorch"`},
+	{name: "missing command", job: cat(jobHead[:3], hostA),
+		line: 1, key: "job.command", fix: `command = ["python3", "train.py"]`},
+	{name: "empty command", job: cat(jobHead[:3], ls(`command = []`), hostA),
+		line: 4, key: "job.command", msg: "empty", fix: `command = [`},
+	{name: "command as string", job: cat(jobHead[:3], ls(`command = "python3 t.py -n 3"`), hostA),
+		line: 4, key: "job.command", msg: "not a string", fix: `command = ["python3", "t.py", "-n", "3"]`},
+	{name: "command element not string", job: cat(jobHead[:3], ls(`command = ["python3", 3]`), hostA),
+		line: 4, key: "job.command", msg: "element 2", fix: "quote every element"},
+	{name: "negative max_restarts", job: cat(jobHead, ls(`max_restarts = -1`), hostA),
+		line: 5, key: "job.max_restarts", msg: "negative", fix: "max_restarts = 3"},
+	{name: "zero procs_per_host", job: cat(jobHead, ls(`procs_per_host = 0`), hostA),
+		line: 5, key: "job.procs_per_host", msg: "between 1", fix: "procs_per_host = 2"},
+	{name: "master_port out of range", job: cat(jobHead, ls(`master_port = 70000`), hostA),
+		line: 5, key: "job.master_port", msg: "1 and 65535", fix: "master_port = 29500"},
+	{name: "base_port zero", job: cat(jobHead, ls(`base_port = 0`), hostA),
+		line: 5, key: "job.base_port", msg: "1 and 65535", fix: "base_port = 2222"},
+	{name: "ssh port wrong type", job: cat(jobHead, ls(`[ssh]`, `port = "x"`), hostA),
+		line: 6, key: "ssh.port", msg: "not a string", fix: "port = 22"},
+	{name: "host port out of range", job: cat(jobHead, hostA, ls(`port = 65536`)),
+		line: 8, key: "host[1].port", msg: "1 and 65535", fix: "port = 22"},
+	{name: "unknown restart policy", job: cat(jobHead, ls(`restart_policy = "always"`), hostA),
+		line: 5, key: "job.restart_policy", fix: `restart_policy = "on-failure", restart_policy = "never"`},
+	{name: "unknown success policy", job: cat(jobHead, ls(`success_policy = "cheif"`), hostA),
+		line: 5, key: "job.success_policy", fix: `did you mean success_policy = "chief"?`},
+	{name: "bad duration", job: cat(jobHead, ls(`stop_grace = "10"`), hostA),
+		line: 5, key: "job.stop_grace", msg: "not a duration", fix: `stop_grace = "10s"`},
+	{name: "duration as number", job: cat(jobHead, ls(`host_wait = 300`), hostA),
+		line: 5, key: "job.host_wait", msg: "duration string", fix: `host_wait = "5m"`},
+	{name: "negative duration", job: cat(jobHead, ls(`restart_backoff = "-1s"`), hostA),
+		line: 5, key: "job.restart_backoff", msg: "negative", fix: `restart_backoff = "1s"`},
+	{name: "backoff max below backoff", job: cat(jobHead, ls(`restart_backoff = "1m"`, `restart_backoff_max = "10s"`), hostA),
+		line: 6, key: "job.restart_backoff_max", msg: "shorter", fix: `restart_backoff_max = "1m0s"`},
+	{name: "negative gpu_max_used_mib", job: cat(jobHead, ls(`gpu_max_used_mib = -5`), hostA),
+		line: 5, key: "job.gpu_max_used_mib", msg: "negative", fix: "gpu_max_used_mib = 100"},
+	{name: "negative job min_gpus", job: cat(jobHead, ls(`min_gpus = -1`), hostA),
+		line: 5, key: "job.min_gpus", msg: "negative", fix: "min_gpus = 1"},
+	{name: "remote ~user workdir", job: cat(jobHead, ls(`workdir = "~bob/x"`), hostA),
+		line: 5, key: "job.workdir", msg: "~user", fix: `workdir = "drover/mnist"`},
+	{name: "empty checkpoint_dir", job: cat(jobHead, ls(`checkpoint_dir = ""`), hostA),
+		line: 5, key: "job.checkpoint_dir", msg: "empty", fix: `checkpoint_dir = "checkpoints"`},
+	{name: "checkpoint_marker with slash", job: cat(jobHead, ls(`checkpoint_marker = "a/DONE"`), hostA),
+		line: 5, key: "job.checkpoint_marker", msg: "not a file name", fix: `checkpoint_marker = "DONE"`},
+	{name: "exclude not a list", job: cat(jobHead, ls(`exclude = "data/"`), hostA),
+		line: 5, key: "job.exclude", msg: "array of strings", fix: `exclude = ["data/", "*.pt"]`},
+	{name: "exclude empty pattern", job: cat(jobHead, ls(`exclude = ["data/", ""]`), hostA),
+		line: 5, key: "job.exclude", msg: "empty pattern", fix: `remove the ""`},
+	{name: "code missing", job: cat(jobHead, ls(`code = "nosuchdir"`), hostA),
+		line: 5, key: "job.code", msg: "no such file", fix: `code = "."`},
+	{name: "code is a file", job: cat(jobHead, ls(`code = "job.toml"`), hostA),
+		line: 5, key: "job.code", msg: "not a directory", fix: `code = "."`},
+	{name: "env bad name", job: cat(jobHead, ls(`[job.env]`, `"1X" = "a"`), hostA),
+		line: 6, key: "job.env.1X", msg: "not a valid environment variable name", fix: "_1X"},
+	{name: "env value array", job: cat(jobHead, ls(`[job.env]`, `A = ["x"]`), hostA),
+		line: 6, key: "job.env.A", msg: "not an array", fix: `A = "value"`},
+	{name: "env not a table", job: cat(jobHead, ls(`env = "A=1"`), hostA),
+		line: 5, key: "job.env", msg: "must be a table", fix: "[job.env]"},
+	{name: "roles on pytorch", job: cat(jobHead, ls(`[job.roles]`, `worker = 2`), hostA),
+		line: 5, key: "job.roles", msg: `framework is "pytorch"`, fix: `roles are for tensorflow; remove [job.roles] or set framework = "tensorflow"`},
+	{name: "tensorflow without roles", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], hostA),
+		line: 1, key: "job.roles", msg: "chief or at least one worker", fix: `[job.roles]`},
+	{name: "tensorflow only ps", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `ps = 1`), hostA),
+		line: 5, key: "job.roles", msg: "chief or at least one worker", fix: `worker = "auto"`},
+	{name: "two chiefs", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 2`, `worker = 1`), hostA),
+		line: 6, key: "job.roles.chief", msg: "at most one chief", fix: "chief = 1"},
+	{name: "worker not auto", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 1`, `worker = "all"`), hostA),
+		line: 7, key: "job.roles.worker", fix: `worker = "auto"`},
+	{name: "negative ps", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 1`, `ps = -1`), hostA),
+		line: 7, key: "job.roles.ps", msg: "negative", fix: "ps = 1"},
+	{name: "unknown role", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 1`, `workers = 2`), hostA),
+		line: 7, key: "job.roles.workers", fix: `did you mean "worker"?`},
+	{name: "no hosts", job: cat(jobHead),
+		key: "host", msg: "no hosts", fix: "[[host]]"},
+	{name: "host as single table", job: cat(jobHead, ls(`[host]`, `name = "a"`, `address = "x"`)),
+		line: 5, key: "host", msg: "single table", fix: "[[host]]"},
+	{name: "all hosts spare", job: cat(jobHead, hostA, ls(`spare = true`)),
+		key: "host", msg: "every host is a spare", fix: "remove spare = true"},
+	{name: "spare wrong type", job: cat(jobHead, hostA, ls(`spare = "yes"`)),
+		line: 8, key: "host[1].spare", msg: "true or false", fix: "spare = true"},
+	{name: "missing host name", job: cat(jobHead, hostA, ls(`[[host]]`, `address = "10.0.0.2"`)),
+		line: 8, key: "host[2].name", fix: `name = "gpu-a"`},
+	{name: "bad host name", job: cat(jobHead, ls(`[[host]]`, `name = "gpu/a"`, `address = "10.0.0.2"`)),
+		line: 6, key: "host[1].name", msg: "only letters", fix: `name = "gpu-a"`},
+	{name: "missing address", job: cat(jobHead, ls(`[[host]]`, `name = "a"`)),
+		line: 5, key: "host[1].address", msg: `host "a"`, fix: `address = "10.0.0.11"`},
+	{name: "address with user", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "me@10.0.0.1"`)),
+		line: 7, key: "host[1].address", msg: "includes a user", fix: `user = "me" and address = "10.0.0.1"`},
+	{name: "address with port", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "10.0.0.1:2222"`)),
+		line: 7, key: "host[1].address", msg: "includes a port", fix: `address = "10.0.0.1" and port = 2222`},
+	{name: "address with space", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "gpu a"`)),
+		line: 7, key: "host[1].address", msg: "not an IP", fix: `address = "10.0.0.11"`},
+	{name: "unknown transport", job: cat(jobHead, hostA, ls(`transport = "sftp"`)),
+		line: 8, key: "host[1].transport", fix: `transport = "ssh"`},
+	{name: "ssh transport to local", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "local"`, `transport = "ssh"`)),
+		line: 8, key: "host[1].transport", fix: `transport = "local"`},
+	{name: "duplicate host name", job: cat(jobHead, hostA, ls(`[[host]]`, `name = "a"`, `address = "10.0.0.2"`)),
+		line: 9, key: "host[2].name", msg: "first at line 5", fix: `name = "a-2"`},
+	{name: "duplicate address", job: cat(jobHead, hostA, ls(`[[host]]`, `name = "b"`, `address = "10.0.0.1"`)),
+		line: 10, key: "host[2].address", msg: `same address and port as host "a" (line 5)`, fix: "list each machine once"},
+	{name: "gpus all", job: cat(jobHead, hostA, ls(`gpus = "all"`)),
+		line: 8, key: "host[1].gpus", msg: `"all"`, fix: `gpus = "auto"`},
+	{name: "gpus count", job: cat(jobHead, hostA, ls(`gpus = 3`)),
+		line: 8, key: "host[1].gpus", msg: "not a list", fix: `gpus = [0, 1, 2]`},
+	{name: "gpus negative index", job: cat(jobHead, hostA, ls(`gpus = [0, -1]`)),
+		line: 8, key: "host[1].gpus", msg: "out of range", fix: "start at 0"},
+	{name: "gpus repeated", job: cat(jobHead, hostA, ls(`gpus = [1, 1]`)),
+		line: 8, key: "host[1].gpus", msg: "listed twice", fix: "once"},
+	{name: "gpus string element", job: cat(jobHead, hostA, ls(`gpus = ["0"]`)),
+		line: 8, key: "host[1].gpus", msg: "element 1", fix: `gpus = [0, 1]`},
+	{name: "host min_gpus negative", job: cat(jobHead, hostA, ls(`min_gpus = -2`)),
+		line: 8, key: "host[1].min_gpus", msg: "negative", fix: "min_gpus = 1"},
+	{name: "user with host", job: cat(jobHead, hostA, ls(`user = "me@there"`)),
+		line: 8, key: "host[1].user", msg: "'@'", fix: `user = "ubuntu"`},
+	{name: "proxy jump to itself", job: cat(jobHead, hostA, ls(`proxy_jump = "a"`)),
+		line: 8, key: "host[1].proxy_jump", msg: "itself", fix: "bastion"},
+	{name: "inline host table", job: cat(ls(`host = [`, `  {name = "a", address = "10.0.0.1"},`, `  {name = "b", adress = "10.0.0.2"},`, `]`), jobHead),
+		line: 3, key: "host[2].adress", fix: `did you mean "address"?`},
+	{name: "inventory and hosts", job: cat(ls(`inventory = "fleet.toml"`), jobHead, hostA),
+		files: map[string]string{"fleet.toml": cat(hostB)},
+		line: 1, key: "inventory", msg: "both inventory and [[host]]", fix: "move the [[host]] tables into fleet.toml"},
+	{name: "inventory and ssh", job: cat(ls(`inventory = "fleet.toml"`), jobHead, ls(`[ssh]`, `user = "x"`)),
+		files: map[string]string{"fleet.toml": cat(hostB)},
+		line: 6, key: "ssh", fix: "move the [ssh] table into fleet.toml"},
+	{name: "inventory missing", job: cat(ls(`inventory = "nofleet.toml"`), jobHead),
+		line: 1, key: "inventory", msg: "no such file", fix: "relative to the job file"},
+	{name: "inventory holds a job", job: cat(ls(`inventory = "fleet.toml"`), jobHead),
+		files: map[string]string{"fleet.toml": cat(hostB, ls(`[job]`, `name = "x"`))},
+		file: "fleet.toml", line: 4, key: "job", fix: "only [ssh] and [[host]]"},
+	{name: "inventory error located in inventory", job: cat(ls(`inventory = "fleet.toml"`), jobHead),
+		files: map[string]string{"fleet.toml": cat(ls(`[ssh]`, `port = 0`), hostB)},
+		file: "fleet.toml", line: 2, key: "ssh.port", msg: "1 and 65535", fix: "port = 22"},
+	{name: "inventory syntax error", job: cat(ls(`inventory = "fleet.toml"`), jobHead),
+		files: map[string]string{"fleet.toml": cat(hostB, ls(`gpus = [0,`))},
+		file: "fleet.toml", line: 4, msg: "invalid TOML"},
+	{name: "--inventory replaces a broken inventory key", job: cat(ls(`inventory = "nofleet.toml"`), jobHead),
+		files: map[string]string{"other.toml": cat(hostB, ls(`port = -1`))},
+		opts: LoadOptions{InventoryPath: "other.toml"},
+		file: "other.toml", line: 4, key: "host[1].port", msg: "negative", fix: "port = 22"},
+}
+
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range errorCases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			job := filepath.Join(dir, "job.toml")
+			require.NoError(t, os.WriteFile(job, []byte(tc.job), 0o644))
+			for name, src := range tc.files {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644))
+			}
+			opts := tc.opts
+			if opts.InventoryPath != "" {
+				opts.InventoryPath = filepath.Join(dir, opts.InventoryPath)
+			}
+			cfg, err := Load(job, opts)
+			assert.Nil(t, cfg)
+			ces := configErrors(t, err)
+			require.Len(t, ces, 1, "want exactly one error, got:\n%v", err)
+			e := ces[0]
+			wantFile := "job.toml"
+			if tc.file != "" {
+				wantFile = tc.file
+			}
+			assert.Equal(t, filepath.Join(dir, wantFile), e.File, "file")
+			assert.Equal(t, tc.line, e.Line, "line of %v", e)
+			assert.Equal(t, tc.key, e.Key, "key of %v", e)
+			assert.Contains(t, e.Msg, tc.msg, "msg of %v", e)
+			assert.NotEmpty(t, e.Fix, "every error says how to fix it: %v", e)
+			assert.Contains(t, e.Fix, tc.fix, "fix of %v", e)
+		})
+	}
+}
+
+func TestLocateKeys(t *testing.T) {
+	src := tl(
+		`# comment [not] = a table`,      // 1
+		`top = 1`,                          // 2
+		`[job]`,                            // 3
+		`name = """`,                       // 4
+		`multi = "line" [[x]]`,             // 5
+		`"""`,                              // 6
+		`cmd = [`,                          // 7
+		`  "a", # comment`,                 // 8
+		`  'b]',`,                          // 9
+		`]`,                                // 10
+		`"quoted.key" = 1`,                 // 11
+		`dotted.inner = 2`,                 // 12
+		`[job.env]`,                        // 13
+		`A = '''`,                          // 14
+		`x = 1'''`,                         // 15
+		`[[host]]`,                         // 16
+		`name = "a"`,                       // 17
+		`[[host]]`,                         // 18
+		`ssh = { user = "u",`,              // 19
+		`        port = 22 }`,              // 20
+		`tags = [{ k = 1 }, { k = 2 }]`,    // 21
+		`  [ "sp aced" . x ]`,              // 22
+		`y = 1979-05-27 07:32:00Z # date`, // 23
+	)
+	kl := locateKeys([]byte(src))
+	for key, line := range map[string]int{
+		"top":               2,
+		"job":               3,
+		"job.name":          4,
+		"job.cmd":           7,
+		"job.quoted.key":    11,
+		"job.dotted":        12,
+		"job.dotted.inner":  12,
+		"job.env":           13,
+		"job.env.A":         14,
+		"host[1]":           16,
+		"host[1].name":      17,
+		"host[2]":           18,
+		"host[2].ssh":       19,
+		"host[2].ssh.user":  19,
+		"host[2].ssh.port":  20,
+		"host[2].tags[2]":   21,
+		"host[2].tags[2].k": 21,
+		"sp aced.x":         22,
+		"sp aced.x.y":       23,
+	} {
+		assert.Equal(t, line, kl[key], "line of %s", key)
+	}
+	for _, absent := range []string{"job.multi", "job.env.x", "x", "not"} {
+		assert.NotContains(t, kl, absent, "%s is inside a string or comment", absent)
+	}
+	assert.Equal(t, 17, kl.lineOf("host[1].name"))
+	assert.Equal(t, 18, kl.lineOf("host[2].address"), "missing key: its table's line")
+	assert.Equal(t, 0, kl.lineOf("nothing.here"))
+}
+
+func TestSuggest(t *testing.T) {
+	known := jobSchema.names()
+	for in, want := range map[string]string{
+		"nmae":           "name",
+		"Name":           "name",
+		"max-restarts":   "max_restarts",
+		"frameworks":     "framework",
+		"checkpointdir":  "checkpoint_dir",
+		"zzz":            "",
+		"completely_off": "",
+		"nam":            "name",
+	} {
+		assert.Equal(t, want, suggest(in, known), "suggest(%q)", in)
+	}
+}
+
+func TestConfigErrorMessage(t *testing.T) {
+	_, err := Load("testdata/config/bad/job.toml", LoadOptions{})
+	ces := configErrors(t, err)
+	// The rendered message carries file:line, key and fix.
+	assert.Contains(t, ces[0].Error(), "testdata/config/bad/job.toml:")
+	for _, e := range ces {
+		assert.Contains(t, err.Error(), e.Error())
+	}
+}

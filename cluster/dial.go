@@ -1,0 +1,123 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrConnectionLost is wrapped by the error Process.Wait returns when the
+// connection to the host died (keepalives unanswered, TCP reset, transport
+// closed) before the command's exit status arrived. The command may still be
+// running on the host; callers treat the host as unreachable rather than the
+// command as failed.
+var ErrConnectionLost = errors.New("connection lost")
+
+// IsConnectionLost reports whether err says that the connection to a host
+// was lost, as opposed to a command that ran and failed (*ExitError).
+func IsConnectionLost(err error) bool {
+	return errors.Is(err, ErrConnectionLost)
+}
+
+// Defaults for DialOptions' zero values.
+const (
+	DefaultConnectTimeout    = 10 * time.Second
+	DefaultKeepAliveInterval = 2 * time.Second
+	DefaultKeepAliveCountMax = 3
+	DefaultDialParallel      = 64
+)
+
+// DialOptions tune how hosts are reached. The zero value is usable: strict
+// host key checking, ~/.ssh/config, $SSH_AUTH_SOCK and the defaults above.
+type DialOptions struct {
+	// AcceptNewHosts records the key of a host missing from known_hosts
+	// and trusts it, like OpenSSH's StrictHostKeyChecking=accept-new. A
+	// changed key is refused regardless.
+	AcceptNewHosts bool
+	// ConnectTimeout bounds TCP connect plus SSH handshake and auth, per
+	// hop. Default 10s.
+	ConnectTimeout time.Duration
+	// KeepAliveInterval is how often keepalive@openssh.com requests are
+	// sent; KeepAliveCountMax unanswered ones in a row mark the connection
+	// lost, so a dead host is noticed within about Interval*(CountMax+1)
+	// (defaults 2s and 3: 6-8s) instead of waiting for TCP to give up.
+	// A negative interval disables keepalives.
+	KeepAliveInterval time.Duration
+	KeepAliveCountMax int
+	// SSHConfigPath is the OpenSSH client config consulted for HostName,
+	// User, Port, IdentityFile, UserKnownHostsFile and ProxyJump where the
+	// inventory leaves them unset. Default ~/.ssh/config; "none" disables.
+	SSHConfigPath string
+	// AgentSocket is the ssh-agent socket whose keys are offered before
+	// identity files. Default $SSH_AUTH_SOCK; "none" disables the agent.
+	AgentSocket string
+	// Inventory resolves a ProxyJump given as an inventory host name, so a
+	// bastion can be described once with its own user, key and port.
+	Inventory []Host
+	// Parallel bounds how many connections DialAll opens at once, so a
+	// fleet of hundreds does not hit sshd's MaxStartups or the local file
+	// limit. Default 64.
+	Parallel int
+}
+
+func (o DialOptions) withDefaults() DialOptions {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.KeepAliveInterval == 0 {
+		o.KeepAliveInterval = DefaultKeepAliveInterval
+	}
+	if o.KeepAliveCountMax <= 0 {
+		o.KeepAliveCountMax = DefaultKeepAliveCountMax
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = DefaultDialParallel
+	}
+	return o
+}
+
+// Dial opens the one connection through which every command and file
+// operation on h goes: SSH (with SFTP opened lazily on it) or, for
+// Transport "local", this machine. Errors name the host and address and say
+// why (timeout, refused, authentication, host key).
+func Dial(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
+	opts = opts.withDefaults()
+	switch h.Transport {
+	case TransportLocal:
+		return NewLocal(h)
+	case TransportSSH, "":
+		return dialSSH(ctx, h, opts)
+	default:
+		return nil, fmt.Errorf("connect to %s: unknown transport %q (want %q or %q)", h.Name, h.Transport, TransportSSH, TransportLocal)
+	}
+}
+
+// DialAll dials every host at once, at most opts.Parallel at a time, and
+// returns the transports and errors in the order of hosts: for each i
+// exactly one of ts[i] and errs[i] is non-nil. One unreachable host never
+// delays the others beyond its own connect timeout.
+func DialAll(ctx context.Context, hosts []Host, opts DialOptions) ([]Transport, []error) {
+	opts = opts.withDefaults()
+	ts := make([]Transport, len(hosts))
+	errs := make([]error, len(hosts))
+	sem := make(chan struct{}, opts.Parallel)
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = fmt.Errorf("connect to %s: %w", h.Name, ctx.Err())
+				return
+			}
+			defer func() { <-sem }()
+			ts[i], errs[i] = Dial(ctx, h, opts)
+		}()
+	}
+	wg.Wait()
+	return ts, errs
+}

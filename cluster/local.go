@@ -1,0 +1,116 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// localTransport runs commands on this machine with os/exec, for hosts with
+// transport = "local" (single-machine jobs, tests). It behaves like the SSH
+// transport: Dir relative to $HOME, Env added to the environment, the same
+// ExitError for exit codes and signals.
+type localTransport struct {
+	host Host
+	home string
+}
+
+// NewLocal returns the transport for a local host; its home directory is
+// the current user's $HOME.
+func NewLocal(h Host) (Transport, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s (local): %w", h.Name, err)
+	}
+	return newLocal(h, home), nil
+}
+
+// newLocal lets tests root a local host somewhere other than $HOME.
+func newLocal(h Host, home string) *localTransport {
+	return &localTransport{host: h, home: home}
+}
+
+func (t *localTransport) Host() Host { return t.host }
+
+// Start runs cmd in its own process group so that cancelling ctx kills the
+// whole tree it started, not just the direct child.
+func (t *localTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
+	if err := checkCmd(cmd); err != nil {
+		return nil, fmt.Errorf("start on %s: %w", t.host.Name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+	}
+	c := exec.Command(cmd.Args[0], cmd.Args[1:]...)
+	c.Dir = t.home
+	if cmd.Dir != "" {
+		dir := cmd.Dir
+		if rest, ok := strings.CutPrefix(dir, "~/"); ok {
+			dir = rest
+		}
+		if filepath.IsAbs(dir) {
+			c.Dir = dir
+		} else {
+			c.Dir = filepath.Join(t.home, dir)
+		}
+	}
+	c.Env = os.Environ()
+	names := make([]string, 0, len(cmd.Env))
+	for k := range cmd.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		c.Env = append(c.Env, k+"="+cmd.Env[k])
+	}
+	c.Stdin, c.Stdout, c.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+	}
+	pid := c.Process.Pid
+	p := &localProcess{host: t.host.Name, c: c, ctx: ctx}
+	p.stop = context.AfterFunc(ctx, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	return p, nil
+}
+
+type localProcess struct {
+	host string
+	c    *exec.Cmd
+	ctx  context.Context
+	stop func() bool
+}
+
+func (p *localProcess) Wait() error {
+	err := p.c.Wait()
+	if !p.stop() && p.ctx.Err() != nil {
+		return fmt.Errorf("%s: command cancelled: %w", p.host, p.ctx.Err())
+	}
+	if err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return fmt.Errorf("%s: %w", p.host, err)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return &ExitError{Host: p.host, Code: 128 + int(ws.Signal()), Signal: strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")}
+	}
+	return &ExitError{Host: p.host, Code: ee.ExitCode()}
+}
+
+// FS is the os package rooted at the local home.
+func (t *localTransport) FS(ctx context.Context) (FS, error) {
+	return NewOSFS(t.home), nil
+}
+
+// Close has nothing to release: commands keep running until they exit.
+func (t *localTransport) Close() error { return nil }

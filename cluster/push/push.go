@@ -1,0 +1,802 @@
+// Package push copies a job's code directory to the workdir of every host,
+// incrementally and atomically, before each attempt of a run.
+//
+// The local tree is scanned (and hashed) once; each host is then synced
+// through its cluster.FS. A manifest kept on the host
+// (<workdir>/.drover/manifest.json) records what was pushed, so a re-push
+// with nothing changed costs one manifest read per host and a change costs
+// exactly the changed files. Changed files are first uploaded under
+// <workdir>/.drover/push-tmp and moved into place only once every upload has
+// arrived, so an interrupted push leaves the previous tree as it was. Files
+// in the workdir that drover did not push (checkpoints, logs) are never
+// touched.
+package push
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// DefaultConcurrency is how many files are in flight per host when
+// Options.Concurrency is zero: enough to hide SFTP round trips for trees of
+// many small files without flooding one connection.
+const DefaultConcurrency = 16
+
+// IgnoreFile is the name of the gitignore-syntax file in the code directory
+// whose patterns push skips.
+const IgnoreFile = ".droverignore"
+
+// Options tune a push. The zero value pushes everything but .git with
+// DefaultConcurrency and no progress reports.
+type Options struct {
+	// Exclude are job.exclude patterns (gitignore syntax), applied after
+	// those of .droverignore so that the job file has the last word.
+	Exclude []string
+	// Progress, when set, is called as a host's push advances. Calls for
+	// one host are serialized; calls for different hosts (concurrent
+	// Syncs) are not, so a shared callback must lock.
+	Progress func(Progress)
+	// Concurrency is how many files are in flight per host.
+	Concurrency int
+}
+
+func (o Options) concurrency() int {
+	if o.Concurrency <= 0 {
+		return DefaultConcurrency
+	}
+	return o.Concurrency
+}
+
+// Result says what one Sync did, for the summary line and the run log.
+type Result struct {
+	Host string
+	// FilesSent had their content uploaded.
+	FilesSent int
+	// FilesDeleted were pushed before and no longer exist locally.
+	FilesDeleted int
+	// FilesUnchanged had identical content on the host (a changed mode or
+	// mtime alone is fixed without re-sending and counts here).
+	FilesUnchanged int
+	BytesSent      int64
+	Duration       time.Duration
+	// Warnings are things the user should know that did not stop the push,
+	// e.g. an unusable manifest that made push fall back to comparing by
+	// size and mtime.
+	Warnings []string
+}
+
+// Summary renders the result without the host name, e.g.
+// "3 sent (1.2 MB), 0 deleted, 120 unchanged in 0.4s".
+func (r Result) Summary() string {
+	return fmt.Sprintf("%d sent (%s), %d deleted, %d unchanged in %.1fs",
+		r.FilesSent, FormatBytes(r.BytesSent), r.FilesDeleted, r.FilesUnchanged, r.Duration.Seconds())
+}
+
+// Tree is a scanned code directory: what every host's workdir must hold.
+// It is read-only after ScanLocal and shared by concurrent Syncs.
+type Tree struct {
+	// Dir is the code directory, absolute with symlinks resolved.
+	Dir string
+	// Files are the regular files to push, sorted by Path.
+	Files []File
+	// Dirs are the directories to create, sorted by Path (parents first).
+	Dirs []Dir
+	// Bytes is the total size of Files.
+	Bytes int64
+}
+
+// File is one regular file of the tree. A symlink inside the code directory
+// appears as the file it points to, under the link's own path.
+type File struct {
+	// Path is slash-separated and relative to the code directory.
+	Path    string
+	Size    int64
+	Mode    fs.FileMode // permission bits only
+	ModTime time.Time
+	// SHA256 is the hex digest of the content; content, not mtime,
+	// decides whether a host has the file.
+	SHA256 string
+
+	src string // local path to read (a symlink's resolved target)
+}
+
+// Dir is one directory of the tree.
+type Dir struct {
+	Path string
+	Mode fs.FileMode // permission bits only
+}
+
+// ScanLocal walks dir once, skipping excluded paths, and hashes every file,
+// so that syncing many hosts reads the local disk once.
+//
+// Symlinks are followed only within dir: a link to a file is pushed as a
+// copy of that file, a link to a directory as a copy of the directory. A
+// link pointing outside dir (or dangling, or looping) is an error naming the
+// link and its target, unless it is excluded.
+func ScanLocal(dir string, opts Options) (*Tree, error) {
+	root, err := filepath.Abs(dir)
+	if err == nil {
+		root, err = filepath.EvalSymlinks(root)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
+	}
+	info, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("scan code directory %s: not a directory", dir)
+	}
+	m, err := loadMatcher(root, opts.Exclude)
+	if err != nil {
+		return nil, err
+	}
+	s := &scanner{root: root, m: m}
+	if err := s.walk(root, "", []string{root}); err != nil {
+		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
+	}
+	if err := hashFiles(s.files); err != nil {
+		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
+	}
+	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs}
+	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
+	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
+	for _, f := range t.Files {
+		t.Bytes += f.Size
+	}
+	return t, nil
+}
+
+// loadMatcher builds the exclusion rules: .droverignore, then job.exclude.
+// A bad pattern is a configuration error, so the CLI exits 2 and names the
+// file and line.
+func loadMatcher(root string, exclude []string) (*Matcher, error) {
+	m := NewMatcher()
+	ignorePath := filepath.Join(root, IgnoreFile)
+	data, err := os.ReadFile(ignorePath)
+	switch {
+	case err == nil:
+		if err := m.Add(IgnoreFile, strings.Split(string(data), "\n")); err != nil {
+			var bp *BadPatternError
+			errors.As(err, &bp)
+			return nil, &cluster.ConfigError{File: ignorePath, Line: bp.Line, Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
+				Fix: "close the '[' or escape it as '\\['"}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("read %s: %w", ignorePath, err)
+	}
+	if err := m.Add("job.exclude", exclude); err != nil {
+		var bp *BadPatternError
+		errors.As(err, &bp)
+		return nil, &cluster.ConfigError{Key: fmt.Sprintf("job.exclude[%d]", bp.Line-1), Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
+			Fix: "close the '[' or escape it as '\\['"}
+	}
+	return m, nil
+}
+
+type scanner struct {
+	root  string
+	m     *Matcher
+	files []File
+	dirs  []Dir
+}
+
+// walk lists real (a resolved directory) whose tree path is rel. stack holds
+// the resolved directories being walked, to refuse symlink loops.
+func (s *scanner) walk(real, rel string, stack []string) error {
+	entries, err := os.ReadDir(real)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		childRel := e.Name()
+		if rel != "" {
+			childRel = rel + "/" + e.Name()
+		}
+		childReal := filepath.Join(real, e.Name())
+		info, err := os.Lstat(childReal)
+		if err != nil {
+			return err
+		}
+		src := childReal
+		if info.Mode()&fs.ModeSymlink != 0 {
+			target, terr := filepath.EvalSymlinks(childReal)
+			var tinfo fs.FileInfo
+			if terr == nil {
+				tinfo, terr = os.Stat(target)
+			}
+			isDir := terr == nil && tinfo.IsDir()
+			if s.m.excludedSelf(strings.Split(childRel, "/"), isDir) {
+				continue
+			}
+			link, _ := os.Readlink(childReal)
+			if terr != nil {
+				return fmt.Errorf("symlink %s -> %s: target cannot be read: %w", childRel, link, terr)
+			}
+			if !within(s.root, target) {
+				return fmt.Errorf("symlink %s -> %s points outside the code directory %s: push copies only the code directory (exclude the link in %s or job.exclude, or copy its target to the hosts separately)",
+					childRel, link, s.root, IgnoreFile)
+			}
+			for _, d := range stack {
+				if d == target {
+					return fmt.Errorf("symlink %s -> %s loops back to a directory above it", childRel, link)
+				}
+			}
+			info, src = tinfo, target
+		} else if s.m.excludedSelf(strings.Split(childRel, "/"), info.IsDir()) {
+			continue
+		}
+		switch {
+		case info.IsDir():
+			s.dirs = append(s.dirs, Dir{Path: childRel, Mode: info.Mode().Perm()})
+			if err := s.walk(src, childRel, append(stack, src)); err != nil {
+				return err
+			}
+		case info.Mode().IsRegular():
+			s.files = append(s.files, File{Path: childRel, Size: info.Size(), Mode: info.Mode().Perm(), ModTime: info.ModTime(), src: src})
+		default:
+			// Sockets, fifos and devices have no content to push.
+		}
+	}
+	return nil
+}
+
+// within reports whether p is root or below it (both resolved).
+func within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// hashFiles fills in SHA256 (and the size actually read) using a few
+// workers, since hashing is CPU-bound and the tree is hashed once per push.
+func hashFiles(files []File) error {
+	workers := min(runtime.NumCPU(), 8)
+	return forEach(context.Background(), len(files), workers, func(_ context.Context, i int) error {
+		f := &files[i]
+		r, err := os.Open(f.src)
+		if err != nil {
+			return fmt.Errorf("hash %s: %w", f.Path, err)
+		}
+		defer r.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, bufio.NewReaderSize(r, 256<<10))
+		if err != nil {
+			return fmt.Errorf("hash %s: %w", f.Path, err)
+		}
+		f.Size = n
+		f.SHA256 = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+}
+
+// Sync makes remoteDir on one host hold tree, through fsys. hostLabel names
+// the host in errors and progress ("h3 (10.0.0.13)"). remoteDir is relative
+// to the login user's home unless absolute.
+//
+// On error the tree on the host is the previous one, unless the error came
+// after every upload had arrived (while moving files into place), when each
+// file is either its old or its new version; the next Sync repairs it either
+// way.
+func Sync(ctx context.Context, fsys cluster.FS, hostLabel string, tree *Tree, remoteDir string, opts Options) (res Result, err error) {
+	start := time.Now()
+	res.Host = hostLabel
+	defer func() {
+		res.Duration = time.Since(start)
+		if err != nil {
+			err = fmt.Errorf("push to %s: %w", hostLabel, err)
+		}
+	}()
+	s := &syncer{tree: tree, opts: opts, res: &res, progress: Progress{Host: hostLabel}}
+	defer func() {
+		if err != nil {
+			s.report(func(p *Progress) { p.Phase = PhaseFailed })
+		}
+	}()
+	workdir, err := cleanWorkdir(remoteDir)
+	if err != nil {
+		return res, err
+	}
+	s.fs, s.workdir = fsys, workdir
+	return res, s.run(ctx)
+}
+
+// cleanWorkdir turns a workdir as written in the job into an FS path.
+func cleanWorkdir(dir string) (string, error) {
+	if dir == "~" {
+		dir = "."
+	}
+	dir = strings.TrimPrefix(dir, "~/")
+	if strings.TrimSpace(dir) == "" {
+		return "", errors.New("no workdir to push to")
+	}
+	return path.Clean(dir), nil
+}
+
+type syncer struct {
+	fs      cluster.FS
+	workdir string
+	tree    *Tree
+	opts    Options
+
+	mu       sync.Mutex // guards res and progress
+	res      *Result
+	progress Progress
+}
+
+// plan is what a Sync has to do, decided before anything is written.
+type plan struct {
+	old      *manifest // nil when the host had no usable manifest
+	send     []*File   // content to upload
+	meta     []*File   // same content; mode or mtime to fix
+	deletes  []string  // files pushed before, gone locally
+	rmdirs   []string  // directories pushed before, gone locally; deepest first
+	mkdirs   []Dir     // directories to create, parents first
+	chdirs   []Dir     // existing directories whose mode changed
+	hadTmp   bool      // leftovers of an interrupted push to remove
+	unchange int
+}
+
+func (p *plan) empty() bool {
+	return len(p.send)+len(p.meta)+len(p.deletes)+len(p.rmdirs)+len(p.mkdirs)+len(p.chdirs) == 0
+}
+
+func (s *syncer) remote(rel string) string { return path.Join(s.workdir, rel) }
+
+func (s *syncer) run(ctx context.Context) error {
+	s.report(func(p *Progress) { p.Phase = PhaseCompare })
+	p, err := s.plan(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.res.FilesUnchanged = p.unchange + len(p.meta)
+	s.mu.Unlock()
+	var total int64
+	for _, f := range p.send {
+		total += f.Size
+	}
+	s.report(func(pr *Progress) { pr.FilesTotal, pr.BytesTotal = len(p.send), total })
+
+	if p.hadTmp {
+		if err := s.fs.RemoveAll(s.remote(tmpDir)); err != nil {
+			return fmt.Errorf("remove leftovers of an interrupted push in %s: %w", tmpDir, err)
+		}
+	}
+	if p.empty() {
+		s.report(func(pr *Progress) { pr.Phase = PhaseDone })
+		return nil
+	}
+	if err := s.fs.MkdirAll(s.remote(tmpDir), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", tmpDir, err)
+	}
+	s.report(func(pr *Progress) { pr.Phase = PhaseUpload })
+	if err := s.uploadAll(ctx, p); err != nil {
+		// Best effort: the connection may be what failed. The next push
+		// removes what is left either way.
+		_ = s.fs.RemoveAll(s.remote(tmpDir))
+		return err
+	}
+	s.report(func(pr *Progress) { pr.Phase = PhaseCommit })
+	if err := s.commit(ctx, p); err != nil {
+		return err
+	}
+	s.report(func(pr *Progress) { pr.Phase = PhaseDone })
+	return nil
+}
+
+// plan reads the manifest (and checks for leftovers) and compares it with
+// the tree. Without a usable manifest it stats the remote files instead.
+func (s *syncer) plan(ctx context.Context) (*plan, error) {
+	p := &plan{}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	// One round trip each, in parallel: a no-op push costs about one.
+	go func() {
+		defer wg.Done()
+		if _, err := s.fs.Lstat(s.remote(tmpDir)); err == nil {
+			p.hadTmp = true
+		}
+	}()
+	old, err := readManifest(s.fs, s.workdir)
+	wg.Wait()
+	switch {
+	case err == nil:
+		p.old = old
+		s.planFromManifest(p)
+		return p, nil
+	case errors.Is(err, errNoManifest):
+		if !strings.Contains(err.Error(), "does not exist") {
+			s.res.Warnings = append(s.res.Warnings, err.Error())
+		}
+		return p, s.planFromStat(ctx, p)
+	default:
+		return nil, err
+	}
+}
+
+func (s *syncer) planFromManifest(p *plan) {
+	local := make(map[string]bool, len(s.tree.Files))
+	for i := range s.tree.Files {
+		f := &s.tree.Files[i]
+		local[f.Path] = true
+		e, ok := p.old.Files[f.Path]
+		switch {
+		case !ok || e.Pending || e.SHA256 != f.SHA256 || e.Size != f.Size:
+			p.send = append(p.send, f)
+		case e.Mode != f.Mode || e.MTime != f.ModTime.UnixNano():
+			p.meta = append(p.meta, f)
+		default:
+			p.unchange++
+		}
+	}
+	for name := range p.old.Files {
+		if !local[name] {
+			p.deletes = append(p.deletes, name)
+		}
+	}
+	sort.Strings(p.deletes)
+	localDirs := make(map[string]bool, len(s.tree.Dirs))
+	for _, d := range s.tree.Dirs {
+		localDirs[d.Path] = true
+		e, ok := p.old.Dirs[d.Path]
+		switch {
+		case !ok:
+			p.mkdirs = append(p.mkdirs, d)
+		case e.Pending || e.Mode != d.Mode:
+			p.chdirs = append(p.chdirs, d)
+		}
+	}
+	for name := range p.old.Dirs {
+		if !localDirs[name] {
+			p.rmdirs = append(p.rmdirs, name)
+		}
+	}
+	// Deepest first, so a directory is empty (of pushed files) when its
+	// turn comes.
+	sort.Slice(p.rmdirs, func(i, j int) bool { return p.rmdirs[i] > p.rmdirs[j] })
+}
+
+// planFromStat compares by size, mtime (to the second, as SFTP keeps it)
+// and mode, re-sending whenever unsure. Nothing is deleted: without a
+// manifest push cannot tell its own files from the job's.
+func (s *syncer) planFromStat(ctx context.Context, p *plan) error {
+	files := s.tree.Files
+	verdict := make([]int, len(files)) // 0 send, 1 meta, 2 unchanged
+	err := forEach(ctx, len(files), s.opts.concurrency(), func(_ context.Context, i int) error {
+		f := &files[i]
+		info, err := s.fs.Lstat(s.remote(f.Path))
+		if err != nil || !info.Mode().IsRegular() || info.Size() != f.Size ||
+			info.ModTime().Unix() != f.ModTime.Unix() {
+			return nil // send
+		}
+		if info.Mode().Perm() != f.Mode {
+			verdict[i] = 1
+		} else {
+			verdict[i] = 2
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range files {
+		switch verdict[i] {
+		case 0:
+			p.send = append(p.send, &files[i])
+		case 1:
+			p.meta = append(p.meta, &files[i])
+		default:
+			p.unchange++
+		}
+	}
+	// MkdirAll is a no-op on existing directories; the mode is set anyway.
+	p.mkdirs = append(p.mkdirs, s.tree.Dirs...)
+	return nil
+}
+
+func tmpName(i int) string { return path.Join(tmpDir, fmt.Sprintf("f%06d", i)) }
+
+// uploadAll sends every changed file to its temporary name, with its mode
+// and mtime already set so that the rename is all that is left.
+func (s *syncer) uploadAll(ctx context.Context, p *plan) error {
+	return forEach(ctx, len(p.send), s.opts.concurrency(), func(ctx context.Context, i int) error {
+		return s.upload(ctx, p.send[i], s.remote(tmpName(i)))
+	})
+}
+
+func (s *syncer) upload(ctx context.Context, f *File, tmp string) error {
+	src, err := os.Open(f.src)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", f.Path, err)
+	}
+	defer src.Close()
+	w, err := s.fs.Create(tmp)
+	if err != nil {
+		return fileErr("upload", f.Path, err)
+	}
+	r := &sendReader{ctx: ctx, r: src, size: f.Size, h: sha256.New(), s: s}
+	_, err = io.Copy(w, r)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fileErr("upload", f.Path, err)
+	}
+	if got := hex.EncodeToString(r.h.Sum(nil)); got != f.SHA256 || r.n != f.Size {
+		return fmt.Errorf("upload %s: the file changed while it was being pushed; push again", f.Path)
+	}
+	if err := s.fs.Chmod(tmp, f.Mode); err != nil {
+		return fileErr("set mode of", f.Path, err)
+	}
+	if err := s.fs.Chtimes(tmp, f.ModTime, f.ModTime); err != nil {
+		return fileErr("set mtime of", f.Path, err)
+	}
+	s.report(func(pr *Progress) { pr.FilesDone++ })
+	s.mu.Lock()
+	s.res.FilesSent++
+	s.mu.Unlock()
+	return nil
+}
+
+// sendReader hashes what is sent (so a file edited since the scan is
+// caught), counts bytes for progress and stops on cancellation. Size lets
+// the SFTP client pipeline writes as it does for an *os.File.
+type sendReader struct {
+	ctx  context.Context
+	r    io.Reader
+	size int64
+	n    int64
+	h    hash.Hash
+	s    *syncer
+}
+
+func (r *sendReader) Size() int64 { return r.size }
+
+func (r *sendReader) Read(b []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := r.r.Read(b)
+	if n > 0 {
+		r.h.Write(b[:n])
+		r.n += int64(n)
+		r.s.mu.Lock()
+		r.s.res.BytesSent += int64(n)
+		r.s.mu.Unlock()
+		r.s.report(func(pr *Progress) { pr.BytesDone += int64(n) })
+	}
+	return n, err
+}
+
+// commit moves the uploads into place. Before it touches the tree it
+// records a manifest in which every entry about to change is pending, so
+// that if it is interrupted the next push re-sends those entries rather
+// than trusting the old manifest.
+func (s *syncer) commit(ctx context.Context, p *plan) error {
+	if len(p.send)+len(p.meta)+len(p.chdirs) > 0 || p.old == nil {
+		if err := writeManifest(s.fs, s.workdir, s.pendingManifest(p)); err != nil {
+			return err
+		}
+	}
+	conc := s.opts.concurrency()
+	deleted := 0
+	var dmu sync.Mutex
+	err := forEach(ctx, len(p.deletes), conc, func(_ context.Context, i int) error {
+		err := s.fs.Remove(s.remote(p.deletes[i]))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fileErr("remove", p.deletes[i], err)
+		}
+		if err == nil {
+			dmu.Lock()
+			deleted++
+			dmu.Unlock()
+		}
+		return nil
+	})
+	s.mu.Lock()
+	s.res.FilesDeleted = deleted
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, d := range p.rmdirs {
+		// Fails when the job put files there: then the directory stays.
+		_ = s.fs.Remove(s.remote(d))
+	}
+	for _, d := range p.mkdirs {
+		if err := s.fs.MkdirAll(s.remote(d.Path), 0o755); err != nil {
+			return fileErr("create directory", d.Path, err)
+		}
+	}
+	err = forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
+		return s.rename(tmpName(i), p.send[i].Path)
+	})
+	if err != nil {
+		return err
+	}
+	err = forEach(ctx, len(p.meta), conc, func(_ context.Context, i int) error {
+		f := p.meta[i]
+		if err := s.fs.Chmod(s.remote(f.Path), f.Mode); err != nil {
+			return fileErr("set mode of", f.Path, err)
+		}
+		if err := s.fs.Chtimes(s.remote(f.Path), f.ModTime, f.ModTime); err != nil {
+			return fileErr("set mtime of", f.Path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Directory modes last: a read-only directory must still have
+	// received its files.
+	chdirs := append(append([]Dir(nil), p.mkdirs...), p.chdirs...)
+	err = forEach(ctx, len(chdirs), conc, func(_ context.Context, i int) error {
+		if err := s.fs.Chmod(s.remote(chdirs[i].Path), chdirs[i].Mode); err != nil {
+			return fileErr("set mode of directory", chdirs[i].Path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeManifest(s.fs, s.workdir, s.finalManifest()); err != nil {
+		return err
+	}
+	if err := s.fs.Remove(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", tmpDir, err)
+	}
+	return nil
+}
+
+// rename moves one upload into place, recreating its parent directory if
+// someone removed it on the host since the last push.
+func (s *syncer) rename(tmp, rel string) error {
+	err := s.fs.Rename(s.remote(tmp), s.remote(rel))
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = s.fs.MkdirAll(path.Dir(s.remote(rel)), 0o755); err == nil {
+			err = s.fs.Rename(s.remote(tmp), s.remote(rel))
+		}
+	}
+	if err != nil {
+		return fileErr("move into place", rel, err)
+	}
+	return nil
+}
+
+func (s *syncer) pendingManifest(p *plan) *manifest {
+	m := newManifest()
+	if p.old != nil {
+		for k, v := range p.old.Files {
+			m.Files[k] = v
+		}
+		for k, v := range p.old.Dirs {
+			m.Dirs[k] = v
+		}
+	}
+	for i := range s.tree.Files {
+		f := &s.tree.Files[i]
+		if _, ok := m.Files[f.Path]; !ok {
+			m.Files[f.Path] = fileEntry(f)
+		}
+	}
+	for _, f := range append(append([]*File(nil), p.send...), p.meta...) {
+		e := fileEntry(f)
+		e.Pending = true
+		e.SHA256 = ""
+		m.Files[f.Path] = e
+	}
+	for _, d := range append(append([]Dir(nil), p.mkdirs...), p.chdirs...) {
+		m.Dirs[d.Path] = manifestDir{Mode: d.Mode, Pending: true}
+	}
+	return m
+}
+
+func (s *syncer) finalManifest() *manifest {
+	m := newManifest()
+	for i := range s.tree.Files {
+		m.Files[s.tree.Files[i].Path] = fileEntry(&s.tree.Files[i])
+	}
+	for _, d := range s.tree.Dirs {
+		m.Dirs[d.Path] = manifestDir{Mode: d.Mode}
+	}
+	return m
+}
+
+func fileEntry(f *File) manifestFile {
+	return manifestFile{SHA256: f.SHA256, Size: f.Size, Mode: f.Mode, MTime: f.ModTime.UnixNano()}
+}
+
+// report updates this host's progress under the lock and passes a copy to
+// Options.Progress, so calls for one host never overlap.
+func (s *syncer) report(update func(*Progress)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	update(&s.progress)
+	if s.opts.Progress != nil {
+		s.opts.Progress(s.progress)
+	}
+}
+
+// forEach runs fn for 0..n-1 on up to workers goroutines and returns the
+// first error, cancelling the others' context when one fails.
+func forEach(ctx context.Context, n, workers int, fn func(context.Context, int) error) error {
+	if n == 0 {
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workers = max(1, min(workers, n))
+	next := make(chan int)
+	var (
+		wg       sync.WaitGroup
+		once     sync.Once
+		firstErr error
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { firstErr = err; cancel() })
+				}
+			}
+		}()
+	}
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// fileErr describes a failed operation on a pushed file by its path in the
+// tree ("upload train.py: permission denied") rather than by the temporary
+// or absolute name the FS saw, while still wrapping the FS's error so that
+// errors.Is(err, fs.ErrPermission) and the like hold.
+func fileErr(op, rel string, err error) error {
+	return &opError{op: op, rel: rel, err: err}
+}
+
+type opError struct {
+	op, rel string
+	err     error
+}
+
+func (e *opError) Error() string {
+	msg := e.err.Error()
+	var pe *fs.PathError
+	if errors.As(e.err, &pe) && e.err == error(pe) {
+		msg = pe.Err.Error()
+	}
+	return e.op + " " + e.rel + ": " + msg
+}
+
+func (e *opError) Unwrap() error { return e.err }

@@ -1,0 +1,609 @@
+package push
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// env is one push scenario: a local code directory and a remote workdir
+// reached through fs (an OSFS into a temp dir, or SFTP to a fleet host).
+type env struct {
+	t     *testing.T
+	local string
+	fs    cluster.FS
+	dir   string // remote workdir, as given to Sync
+}
+
+// coreTests run against every kind of FS: os here, SFTP in fleet_test.go.
+var coreTests = []struct {
+	name string
+	fn   func(e *env)
+}{
+	{"FirstPushThenNoop", testFirstPushThenNoop},
+	{"OneChangedFile", testOneChangedFile},
+	{"DeleteRemovesOnlyPushedFiles", testDeleteRemovesOnlyPushedFiles},
+	{"Excludes", testExcludes},
+	{"TamperedManifest", testTamperedManifest},
+	{"ModeAndMtimeOnlyChange", testModeOnlyChange},
+	{"InterruptedUpload", testInterruptedUpload},
+	{"InterruptedCommitThenRevert", testInterruptedCommitThenRevert},
+	{"MissingOrCorruptManifest", testMissingOrCorruptManifest},
+	{"LeftoverTempCleaned", testLeftoverTempCleaned},
+	{"TypeChanges", testTypeChanges},
+}
+
+func TestCoreOSFS(t *testing.T) {
+	for _, tc := range coreTests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			home := t.TempDir()
+			tc.fn(&env{t: t, local: t.TempDir(), fs: cluster.NewOSFS(home), dir: "jobs/work"})
+		})
+	}
+}
+
+var v1 = map[string]string{
+	"train.py":          "print('v1')\n",
+	"lib/model.py":      "class Model: pass\n",
+	"lib/util/io.py":    "def load(): pass\n",
+	"conf/base.yaml":    "lr: 0.1\n",
+	"scripts/run.sh":    "#!/bin/sh\nexec python train.py\n",
+	"empty.txt":         "",
+	"data/labels.csv":   "a,b\n1,2\n",
+	"lib/__init__.py":   "",
+	"deep/a/b/c/d/e.py": "x = 1\n",
+}
+
+func (e *env) scan(opts Options) *Tree {
+	e.t.Helper()
+	tree, err := ScanLocal(e.local, opts)
+	require.NoError(e.t, err)
+	return tree
+}
+
+// push scans and syncs through fsys (e.fs when nil) and requires success.
+func (e *env) push(fsys cluster.FS, opts Options) Result {
+	e.t.Helper()
+	if fsys == nil {
+		fsys = e.fs
+	}
+	res, err := Sync(context.Background(), fsys, "h0", e.scan(opts), e.dir, opts)
+	require.NoError(e.t, err)
+	return res
+}
+
+func (e *env) remote() map[string]entry { return snapshot(e.t, e.fs, e.dir, true) }
+
+// pushed is the snapshot the remote workdir must equal after pushing the
+// local tree (no excludes), i.e. the local snapshot.
+func (e *env) pushed() map[string]entry { return localSnapshot(e.t, e.local) }
+
+func (e *env) writeRemote(p, content string) {
+	e.t.Helper()
+	full := path.Join(e.dir, p)
+	require.NoError(e.t, e.fs.MkdirAll(path.Dir(full), 0o755))
+	w, err := e.fs.Create(full)
+	require.NoError(e.t, err)
+	_, err = io.WriteString(w, content)
+	require.NoError(e.t, err)
+	require.NoError(e.t, w.Close())
+}
+
+func (e *env) readRemote(p string) (string, error) {
+	r, err := e.fs.Open(path.Join(e.dir, p))
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	return string(b), err
+}
+
+func testFirstPushThenNoop(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	require.NoError(t, os.Chmod(filepath.Join(e.local, "scripts/run.sh"), 0o755))
+	require.NoError(t, os.Chmod(filepath.Join(e.local, "conf/base.yaml"), 0o600))
+	require.NoError(t, os.Chmod(filepath.Join(e.local, "deep/a"), 0o700))
+
+	res := e.push(nil, Options{})
+	assert.Equal(t, len(v1), res.FilesSent)
+	assert.Equal(t, 0, res.FilesUnchanged)
+	assert.Equal(t, 0, res.FilesDeleted)
+	var total int64
+	for _, c := range v1 {
+		total += int64(len(c))
+	}
+	assert.Equal(t, total, res.BytesSent)
+	assert.Equal(t, e.pushed(), e.remote(), "remote tree (content, modes, mtimes) after the first push")
+	_, err := e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "temp dir left after a successful push: %v", err)
+
+	// Nothing changed: only the manifest is read, nothing is written.
+	c := newCountingFS(e.fs)
+	res = e.push(c, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+	assert.Equal(t, int64(0), res.BytesSent)
+	assert.Equal(t, len(v1), res.FilesUnchanged)
+	for _, o := range []op{opCreate, opRename, opRemove, opRemoveAll, opChmod, opChtimes, opMkdirAll, opReadDir, opStat} {
+		assert.Zero(t, c.n(o), "%s calls in a no-op push", o)
+	}
+	assert.Equal(t, 1, c.n(opOpen), "Open calls (the manifest)")
+	assert.LessOrEqual(t, c.n(opLstat), 1, "Lstat calls (the temp dir)")
+}
+
+func testOneChangedFile(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+
+	// Same size, same mtime, different content: the checksum decides.
+	p := filepath.Join(e.local, "train.py")
+	before, err := os.Stat(p)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, []byte("print('v2')\n"), 0o644))
+	require.NoError(t, os.Chtimes(p, before.ModTime(), before.ModTime()))
+
+	c := newCountingFS(e.fs)
+	res := e.push(c, Options{})
+	assert.Equal(t, 1, res.FilesSent)
+	assert.Equal(t, int64(len("print('v2')\n")), res.BytesSent)
+	assert.Equal(t, len(v1)-1, res.FilesUnchanged)
+	assert.Equal(t, 1, c.uploads(), "files uploaded")
+	got, err := e.readRemote("train.py")
+	require.NoError(t, err)
+	assert.Equal(t, "print('v2')\n", got)
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+func testDeleteRemovesOnlyPushedFiles(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	// The job writes its own files into the workdir, some of them inside
+	// directories that push created.
+	theirs := map[string]string{
+		"checkpoints/step-100/model.pt": "weights",
+		"logs/rank0.log":                "log",
+		"lib/util/cache.bin":            "cache",
+		"runs.txt":                      "r",
+	}
+	for p, c := range theirs {
+		e.writeRemote(p, c)
+	}
+	require.NoError(t, os.Remove(filepath.Join(e.local, "train.py")))
+	require.NoError(t, os.RemoveAll(filepath.Join(e.local, "lib")))  // holds cache.bin on the host
+	require.NoError(t, os.RemoveAll(filepath.Join(e.local, "deep"))) // only pushed files
+
+	res := e.push(nil, Options{})
+	assert.Equal(t, 1+3+1, res.FilesDeleted) // train.py, lib/{model,__init__,util/io}.py, deep/a/b/c/d/e.py
+	assert.Equal(t, 0, res.FilesSent)
+	remote := e.remote()
+	for p, c := range theirs {
+		assert.Equal(t, c, remote[p].Content, "job file %s", p)
+	}
+	for _, gone := range []string{"train.py", "lib/model.py", "lib/util/io.py", "deep", "deep/a"} {
+		assert.NotContains(t, remote, gone)
+	}
+	assert.Contains(t, remote, "lib/util", "a directory still holding the job's files stays")
+	// Apart from the job's files the remote is exactly the local tree.
+	for p := range remote {
+		if _, ok := theirs[p]; ok || strings.HasPrefix(p, "checkpoints") || strings.HasPrefix(p, "logs") || p == "lib" || p == "lib/util" {
+			delete(remote, p)
+		}
+	}
+	assert.Equal(t, e.pushed(), remote)
+}
+
+func testExcludes(e *env) {
+	t := e.t
+	writeFiles(t, e.local, map[string]string{
+		"train.py":             "x",
+		"cache/a.pyc":          "pyc",
+		"lib/b.pyc":            "pyc",
+		"lib/keep.pyc":         "keep",
+		"data/big.bin":         "big",
+		"sub/data/small.txt":   "anchored pattern leaves this",
+		"secret.txt":           "s",
+		"lib/secret.txt":       "not anchored: pushed",
+		".git/HEAD":            "ref",
+		"vendor/.git":          "gitdir: ../.git/modules/vendor",
+		"vendor/lib.py":        "v",
+		"outputs/run1/log.txt": "o",
+		".drover/whatever":     "reserved on the host",
+		".droverignore":        "# build products\n*.pyc\n!keep.pyc\n/data/\n\noutputs/**\n",
+	})
+	res := e.push(nil, Options{Exclude: []string{"/secret.txt"}})
+	remote := e.remote()
+	var got []string
+	for p, en := range remote {
+		if !en.Dir {
+			got = append(got, p)
+		}
+	}
+	assert.ElementsMatch(t, []string{"train.py", "lib/keep.pyc", "sub/data/small.txt", "lib/secret.txt", "vendor/lib.py", ".droverignore"}, got)
+	assert.Equal(t, 6, res.FilesSent)
+	assert.True(t, remote["outputs"].Dir, "outputs/** excludes the contents, not the directory itself")
+	_, err := e.readRemote(".drover/whatever")
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "local .drover must not be pushed: %v", err)
+}
+
+func testTamperedManifest(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	// A file outside the workdir that a tampered manifest points at.
+	outside := path.Join(path.Dir(e.dir), "outside.txt")
+	require.NoError(t, e.fs.MkdirAll(path.Dir(outside), 0o755))
+	w, err := e.fs.Create(outside)
+	require.NoError(t, err)
+	_, err = io.WriteString(w, "precious")
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+
+	for _, bad := range []string{"../outside.txt", "lib/../../outside.txt", "/etc/passwd", ".drover/manifest.json", "./train.py"} {
+		t.Run(bad, func(t *testing.T) {
+			m := newManifest()
+			m.Files[bad] = manifestFile{SHA256: strings.Repeat("0", 64), Size: 8, Mode: 0o644}
+			data, err := json.Marshal(m)
+			require.NoError(t, err)
+			e.writeRemote(manifestName, string(data))
+
+			res, err := Sync(context.Background(), e.fs, "h0", e.scan(Options{}), e.dir, Options{})
+			require.NoError(t, err)
+			assert.Equal(t, 0, res.FilesDeleted)
+			require.Len(t, res.Warnings, 1)
+			assert.Contains(t, res.Warnings[0], "refusing path")
+			r, err := e.fs.Open(outside)
+			require.NoError(t, err, "file outside the workdir")
+			got, _ := io.ReadAll(r)
+			r.Close()
+			assert.Equal(t, "precious", string(got))
+			// The manifest was rewritten and is trusted again.
+			res = e.push(nil, Options{})
+			assert.Empty(t, res.Warnings)
+			assert.Equal(t, len(v1), res.FilesUnchanged)
+		})
+	}
+}
+
+func testModeOnlyChange(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	require.NoError(t, os.Chmod(filepath.Join(e.local, "train.py"), 0o700))
+	mt := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC)
+	require.NoError(t, os.Chtimes(filepath.Join(e.local, "lib/model.py"), mt, mt))
+	require.NoError(t, os.Chmod(filepath.Join(e.local, "lib"), 0o750))
+
+	c := newCountingFS(e.fs)
+	res := e.push(c, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+	assert.Equal(t, int64(0), res.BytesSent)
+	assert.Equal(t, 0, c.uploads())
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// testInterruptedUpload cuts the "connection" after K bytes of uploads, at
+// several points, and checks that the old tree is intact byte for byte
+// (including files the job wrote) and that the next push completes.
+func testInterruptedUpload(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	e.writeRemote("checkpoints/ck.pt", "ck")
+	old := snapshot(t, e.fs, e.dir, true)
+
+	v2 := map[string]string{
+		"train.py":      "print('v2')\n",
+		"lib/model.py":  strings.Repeat("m", 300_000),
+		"new/module.py": "new\n",
+		"big.bin":       strings.Repeat("0123456789", 100_000),
+	}
+	writeFiles(t, e.local, v2)
+	require.NoError(t, os.Remove(filepath.Join(e.local, "empty.txt")))
+
+	for _, k := range []int64{0, 1, 40_000, 700_000, 1_000_000} {
+		c := newCutFS(e.fs, k, 1<<30)
+		_, err := Sync(context.Background(), c, "h0", e.scan(Options{}), e.dir, Options{Concurrency: 3})
+		require.Error(t, err, "cut after %d bytes", k)
+		assert.ErrorIs(t, err, errCut)
+		assert.Contains(t, err.Error(), "push to h0: ")
+		assert.Equal(t, old, snapshot(t, e.fs, e.dir, true), "tree after a push cut after %d bytes", k)
+	}
+	res := e.push(nil, Options{})
+	assert.Equal(t, len(v2), res.FilesSent)
+	assert.Equal(t, 1, res.FilesDeleted)
+	want := e.pushed()
+	want["checkpoints"] = old["checkpoints"]
+	want["checkpoints/ck.pt"] = old["checkpoints/ck.pt"]
+	assert.Equal(t, want, e.remote())
+	_, err := e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "temp dir after a completed push: %v", err)
+}
+
+// testInterruptedCommitThenRevert cuts the connection after some renames
+// (a mixed tree) and then pushes the old version again: the pending
+// manifest must make push re-send what may have changed, so the host ends
+// up with the old version rather than trusting a stale manifest.
+func testInterruptedCommitThenRevert(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	want := e.remote()
+
+	writeFiles(t, e.local, map[string]string{"train.py": "v2", "lib/model.py": "v2", "conf/base.yaml": "v2"})
+	c := newCutFS(e.fs, 1<<40, 2) // the pending manifest's rename and one file's
+	_, err := Sync(context.Background(), c, "h0", e.scan(Options{}), e.dir, Options{Concurrency: 1})
+	require.ErrorIs(t, err, errCut)
+
+	writeFiles(t, e.local, v1) // back to v1, same mtimes as before
+	res := e.push(nil, Options{})
+	assert.GreaterOrEqual(t, res.FilesSent, 1)
+	assert.Equal(t, want, e.remote())
+}
+
+func testMissingOrCorruptManifest(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	e.writeRemote("checkpoints/ck.pt", "ck")
+	require.NoError(t, os.Remove(filepath.Join(e.local, "train.py")))
+
+	for _, tc := range []struct {
+		name     string
+		manifest *string // nil: remove it
+		warn     bool
+	}{
+		{"missing", nil, false},
+		{"garbage", ptr("{not json"), true},
+		{"wrong version", ptr(`{"version": 99, "files": {}}`), true},
+		{"bad hash", ptr(`{"version": 1, "files": {"x": {"sha256": "zz", "size": 1, "mode": 420}}}`), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.manifest == nil {
+				require.NoError(t, e.fs.Remove(path.Join(e.dir, manifestName)))
+			} else {
+				e.writeRemote(manifestName, *tc.manifest)
+			}
+			res, err := Sync(context.Background(), e.fs, "h0", e.scan(Options{}), e.dir, Options{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.warn, len(res.Warnings) > 0, "warnings: %q", res.Warnings)
+			// Size and mtime match on the host, so nothing is re-sent;
+			// without a manifest nothing can be deleted.
+			assert.Equal(t, 0, res.FilesSent)
+			assert.Equal(t, 0, res.FilesDeleted)
+			_, err = e.readRemote("train.py")
+			assert.NoError(t, err, "train.py must survive a push without a manifest")
+			got, err := e.readRemote("checkpoints/ck.pt")
+			require.NoError(t, err)
+			assert.Equal(t, "ck", got)
+		})
+	}
+	// A file changed on the host behind push's back (different size) is
+	// re-sent when there is no manifest to trust.
+	require.NoError(t, e.fs.Remove(path.Join(e.dir, manifestName)))
+	e.writeRemote("lib/model.py", "tampered on the host")
+	res := e.push(nil, Options{})
+	assert.Equal(t, 1, res.FilesSent)
+	got, err := e.readRemote("lib/model.py")
+	require.NoError(t, err)
+	assert.Equal(t, v1["lib/model.py"], got)
+}
+
+func ptr(s string) *string { return &s }
+
+func testLeftoverTempCleaned(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	e.writeRemote(tmpDir+"/f000001", "half an upload")
+	e.writeRemote(tmpDir+"/manifest.json", "{")
+	res := e.push(nil, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+	_, err := e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "leftover temp dir: %v", err)
+}
+
+// testTypeChanges turns a file into a directory and a directory into a file.
+func testTypeChanges(e *env) {
+	t := e.t
+	writeFiles(t, e.local, map[string]string{"a": "file", "b/x": "in dir"})
+	e.push(nil, Options{})
+	require.NoError(t, os.Remove(filepath.Join(e.local, "a")))
+	require.NoError(t, os.RemoveAll(filepath.Join(e.local, "b")))
+	writeFiles(t, e.local, map[string]string{"a/y": "now a dir", "b": "now a file"})
+	res := e.push(nil, Options{})
+	assert.Equal(t, 2, res.FilesSent)
+	assert.Equal(t, 2, res.FilesDeleted)
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+func TestSymlinks(t *testing.T) {
+	outside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600))
+
+	tests := []struct {
+		name    string
+		links   map[string]string // link path -> target
+		exclude []string
+		wantErr []string          // substrings; nil = success
+		want    map[string]string // pushed file -> content
+	}{
+		{
+			name:  "inside file and directory are copied",
+			links: map[string]string{"alias.py": "train.py", "libcopy": "lib", "lib/up.py": "../train.py"},
+			want: map[string]string{"train.py": "t", "lib/m.py": "m", "alias.py": "t",
+				"libcopy/m.py": "m", "libcopy/up.py": "t", "lib/up.py": "t"},
+		},
+		{
+			name:    "absolute link outside is refused",
+			links:   map[string]string{"data": outside},
+			wantErr: []string{"symlink data -> " + outside, "points outside the code directory"},
+		},
+		{
+			name:    "relative link escaping is refused",
+			links:   map[string]string{"lib/s": "../../../../../../../../" + filepath.Join(outside, "secret")},
+			wantErr: []string{"symlink lib/s -> ../../", "points outside the code directory"},
+		},
+		{
+			name:    "excluded outside link is skipped",
+			links:   map[string]string{"data": outside},
+			exclude: []string{"data"},
+			want:    map[string]string{"train.py": "t", "lib/m.py": "m"},
+		},
+		{
+			name:    "dangling link is refused",
+			links:   map[string]string{"gone": "nowhere"},
+			wantErr: []string{"symlink gone -> nowhere"},
+		},
+		{
+			name:    "loop is refused",
+			links:   map[string]string{"lib/again": ".."},
+			wantErr: []string{"symlink lib/again -> ..", "loops"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{"train.py": "t", "lib/m.py": "m"})
+			for l, target := range tc.links {
+				require.NoError(t, os.Symlink(target, filepath.Join(dir, l)))
+			}
+			tree, err := ScanLocal(dir, Options{Exclude: tc.exclude})
+			if tc.wantErr != nil {
+				require.Error(t, err)
+				for _, s := range tc.wantErr {
+					assert.Contains(t, err.Error(), s)
+				}
+				return
+			}
+			require.NoError(t, err)
+			home := t.TempDir()
+			_, err = Sync(context.Background(), cluster.NewOSFS(home), "h0", tree, "w", Options{})
+			require.NoError(t, err)
+			got := map[string]string{}
+			for p, en := range snapshot(t, cluster.NewOSFS(home), "w", true) {
+				if !en.Dir {
+					got[p] = en.Content
+				}
+			}
+			assert.Equal(t, tc.want, got)
+			// Links arrive as regular files.
+			info, err := os.Lstat(filepath.Join(home, "w", "alias.py"))
+			if err == nil {
+				assert.True(t, info.Mode().IsRegular())
+			}
+		})
+	}
+}
+
+func TestScanLocalErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, err := ScanLocal(filepath.Join(dir, "nope"), Options{})
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".droverignore"), []byte("ok\n[bad\n"), 0o644))
+	_, err = ScanLocal(dir, Options{})
+	require.Error(t, err)
+	assert.True(t, cluster.IsConfigError(err), "bad .droverignore pattern is a config error: %v", err)
+	assert.Contains(t, err.Error(), ".droverignore:2:")
+
+	require.NoError(t, os.Remove(filepath.Join(dir, ".droverignore")))
+	_, err = ScanLocal(dir, Options{Exclude: []string{"a", "b[", "c"}})
+	require.Error(t, err)
+	assert.True(t, cluster.IsConfigError(err))
+	assert.Contains(t, err.Error(), "job.exclude[1]")
+}
+
+func TestSyncRefusesEmptyWorkdir(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a": "a"})
+	tree, err := ScanLocal(dir, Options{})
+	require.NoError(t, err)
+	for _, wd := range []string{"", "  "} {
+		_, err = Sync(context.Background(), cluster.NewOSFS(t.TempDir()), "h0", tree, wd, Options{})
+		assert.ErrorContains(t, err, "no workdir")
+	}
+}
+
+// denyFS refuses to create files, as a host whose workdir is not writable.
+type denyFS struct{ cluster.FS }
+
+func (d denyFS) Create(p string) (io.WriteCloser, error) {
+	return nil, &fs.PathError{Op: "open", Path: "/home/u/" + p, Err: fs.ErrPermission}
+}
+
+func TestSyncErrorNamesHostAndFile(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"train.py": "x"})
+	tree, err := ScanLocal(dir, Options{})
+	require.NoError(t, err)
+	var last Progress
+	opts := Options{Progress: func(p Progress) { last = p }}
+	_, err = Sync(context.Background(), denyFS{cluster.NewOSFS(t.TempDir())}, "h3 (10.0.0.13)", tree, "w", opts)
+	require.Error(t, err)
+	assert.Equal(t, "push to h3 (10.0.0.13): upload train.py: permission denied", err.Error())
+	assert.Equal(t, PhaseFailed, last.Phase, "a failed push reports it")
+	assert.ErrorIs(t, err, fs.ErrPermission)
+}
+
+func TestSyncCancelled(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, v1)
+	tree, err := ScanLocal(dir, Options{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	home := t.TempDir()
+	_, err = Sync(ctx, cluster.NewOSFS(home), "h0", tree, "w", Options{})
+	assert.ErrorIs(t, err, context.Canceled)
+	entries, _ := os.ReadDir(filepath.Join(home, "w"))
+	for _, en := range entries {
+		assert.Equal(t, stateDir, en.Name(), "nothing but drover's state after a cancelled first push")
+	}
+}
+
+func TestProgressReports(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, v1)
+	tree, err := ScanLocal(dir, Options{})
+	require.NoError(t, err)
+	var last Progress
+	phases := map[Phase]bool{}
+	opts := Options{Progress: func(p Progress) { last = p; phases[p.Phase] = true }}
+	res, err := Sync(context.Background(), cluster.NewOSFS(t.TempDir()), "h0", tree, "w", opts)
+	require.NoError(t, err)
+	assert.Equal(t, Progress{Host: "h0", Phase: PhaseDone, FilesDone: len(v1), FilesTotal: len(v1),
+		BytesDone: res.BytesSent, BytesTotal: tree.Bytes}, last)
+	assert.Equal(t, map[Phase]bool{PhaseCompare: true, PhaseUpload: true, PhaseCommit: true, PhaseDone: true}, phases)
+}
+
+func TestValidRel(t *testing.T) {
+	for _, tc := range []struct {
+		p  string
+		ok bool
+	}{
+		{"a", true}, {"a/b.py", true}, {"..a/b", true}, {"a/.drover", true}, {"a..b", true},
+		{"", false}, {".", false}, {"..", false}, {"../a", false}, {"a/../../b", false}, {"a/..", false},
+		{"/etc/passwd", false}, {"a//b", false}, {"a/./b", false}, {"a/", false},
+		{".drover", false}, {".drover/manifest.json", false}, {"a\x00b", false},
+	} {
+		err := validRel(tc.p)
+		assert.Equal(t, tc.ok, err == nil, "validRel(%q) = %v", tc.p, err)
+	}
+}

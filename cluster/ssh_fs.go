@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"time"
+
+	"github.com/pkg/sftp"
+)
+
+// sftpFS is FS over the transport's SFTP client. Relative paths are joined
+// to the login home (what sftp-server's working directory is), and errors
+// are *fs.PathError wrapping fs.ErrNotExist / fs.ErrPermission like the os
+// package's, so callers test them with errors.Is either way.
+type sftpFS struct {
+	c    *sftp.Client
+	home string
+}
+
+func (f *sftpFS) abs(p string) string {
+	if path.IsAbs(p) {
+		return path.Clean(p)
+	}
+	return path.Join(f.home, p)
+}
+
+func pathErr(op, p string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	var se *sftp.StatusError
+	if errors.As(err, &se) {
+		switch se.FxCode() {
+		case sftp.ErrSSHFxNoSuchFile:
+			err = fs.ErrNotExist
+		case sftp.ErrSSHFxPermissionDenied:
+			err = fs.ErrPermission
+		}
+	}
+	return &fs.PathError{Op: op, Path: p, Err: err}
+}
+
+func (f *sftpFS) Stat(p string) (fs.FileInfo, error) {
+	fi, err := f.c.Stat(f.abs(p))
+	return fi, pathErr("stat", p, err)
+}
+
+func (f *sftpFS) Lstat(p string) (fs.FileInfo, error) {
+	fi, err := f.c.Lstat(f.abs(p))
+	return fi, pathErr("lstat", p, err)
+}
+
+// ReadDir lists p sorted by name, as os.ReadDir does.
+func (f *sftpFS) ReadDir(p string) ([]fs.FileInfo, error) {
+	fis, err := f.c.ReadDir(f.abs(p))
+	if err != nil {
+		return nil, pathErr("readdir", p, err)
+	}
+	sort.Slice(fis, func(i, j int) bool { return fis[i].Name() < fis[j].Name() })
+	return fis, nil
+}
+
+// MkdirAll creates p and its parents; perm applies to the directories it
+// creates (before the host's umask), as with os.MkdirAll.
+func (f *sftpFS) MkdirAll(p string, perm fs.FileMode) error {
+	ap := f.abs(p)
+	if fi, err := f.c.Stat(ap); err == nil {
+		if fi.IsDir() {
+			return nil
+		}
+		return &fs.PathError{Op: "mkdir", Path: p, Err: errors.New("not a directory")}
+	}
+	if parent := path.Dir(ap); parent != ap {
+		if err := f.MkdirAll(parent, perm); err != nil {
+			return err
+		}
+	}
+	if err := f.c.Mkdir(ap); err != nil {
+		// Lost a race with another creator: fine if it is a directory now.
+		if fi, serr := f.c.Stat(ap); serr == nil && fi.IsDir() {
+			return nil
+		}
+		return pathErr("mkdir", p, err)
+	}
+	if perm != 0 && perm.Perm() != 0o755 {
+		return pathErr("chmod", p, f.c.Chmod(ap, perm.Perm()))
+	}
+	return nil
+}
+
+// Create returns the *sftp.File, whose ReadFrom pipelines writes (io.Copy
+// uses it), so large files stream at link speed.
+func (f *sftpFS) Create(p string) (io.WriteCloser, error) {
+	fl, err := f.c.OpenFile(f.abs(p), os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		return nil, pathErr("create", p, err)
+	}
+	return fl, nil
+}
+
+// Open returns the *sftp.File, whose WriteTo pipelines reads.
+func (f *sftpFS) Open(p string) (io.ReadCloser, error) {
+	fl, err := f.c.Open(f.abs(p))
+	if err != nil {
+		return nil, pathErr("open", p, err)
+	}
+	return fl, nil
+}
+
+// Rename uses posix-rename@openssh.com, which replaces newpath atomically;
+// plain SFTP rename refuses an existing target.
+func (f *sftpFS) Rename(oldpath, newpath string) error {
+	if _, ok := f.c.HasExtension("posix-rename@openssh.com"); ok {
+		return pathErr("rename", oldpath, f.c.PosixRename(f.abs(oldpath), f.abs(newpath)))
+	}
+	err := f.c.Rename(f.abs(oldpath), f.abs(newpath))
+	if err != nil {
+		if _, serr := f.c.Lstat(f.abs(newpath)); serr == nil {
+			if rerr := f.c.Remove(f.abs(newpath)); rerr == nil {
+				err = f.c.Rename(f.abs(oldpath), f.abs(newpath))
+			}
+		}
+	}
+	return pathErr("rename", oldpath, err)
+}
+
+func (f *sftpFS) Remove(p string) error {
+	return pathErr("remove", p, f.c.Remove(f.abs(p)))
+}
+
+// RemoveAll removes p and everything below it; a missing p is not an error,
+// as with os.RemoveAll.
+func (f *sftpFS) RemoveAll(p string) error {
+	ap := f.abs(p)
+	fi, err := f.c.Lstat(ap)
+	if err != nil {
+		if errors.Is(pathErr("lstat", p, err), fs.ErrNotExist) {
+			return nil
+		}
+		return pathErr("removeall", p, err)
+	}
+	if fi.IsDir() {
+		entries, err := f.c.ReadDir(ap)
+		if err != nil {
+			return pathErr("removeall", p, err)
+		}
+		for _, e := range entries {
+			if err := f.RemoveAll(path.Join(ap, e.Name())); err != nil {
+				return err
+			}
+		}
+		return pathErr("removeall", p, f.c.RemoveDirectory(ap))
+	}
+	err = f.c.Remove(ap)
+	if errors.Is(pathErr("remove", p, err), fs.ErrNotExist) {
+		return nil
+	}
+	return pathErr("removeall", p, err)
+}
+
+func (f *sftpFS) Chmod(p string, mode fs.FileMode) error {
+	return pathErr("chmod", p, f.c.Chmod(f.abs(p), mode))
+}
+
+func (f *sftpFS) Chtimes(p string, atime, mtime time.Time) error {
+	return pathErr("chtimes", p, f.c.Chtimes(f.abs(p), atime, mtime))
+}
+
+func (f *sftpFS) Home() (string, error) { return f.home, nil }

@@ -1,0 +1,431 @@
+package cluster_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/cluster/transporttest"
+)
+
+var fleet *testfleet.Fleet
+
+func TestMain(m *testing.M) {
+	os.Exit(testfleet.Main(m, testfleet.Options{Name: "cl", N: 8, Subnet: 11}, &fleet))
+}
+
+// hermetic are dial options that ignore the invoking user's ~/.ssh/config
+// and ssh-agent, so tests see only what they set up.
+func hermetic() cluster.DialOptions {
+	return cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"}
+}
+
+func dialHost(t *testing.T, h cluster.Host, opts cluster.DialOptions) cluster.Transport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := cluster.Dial(ctx, h, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+// output runs args on tr and returns its stdout, failing t on any error.
+func output(t *testing.T, tr cluster.Transport, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	p, err := tr.Start(ctx, cluster.Cmd{Args: args, Stdout: &stdout, Stderr: &stderr})
+	require.NoError(t, err)
+	require.NoError(t, p.Wait(), "%q on %s: stderr %s", args, tr.Host().Name, stderr.String())
+	return stdout.String()
+}
+
+// hostKey reads host i's key from the fleet's known_hosts.
+func hostKey(t *testing.T, i int) ssh.PublicKey {
+	t.Helper()
+	addr := fleet.ClusterHosts()[i].Address
+	data, err := os.ReadFile(fleet.KnownHosts)
+	require.NoError(t, err)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 3 && fields[0] == addr {
+			key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(fields[1] + " " + fields[2]))
+			require.NoError(t, err)
+			return key
+		}
+	}
+	t.Fatalf("no key for %s in %s", addr, fleet.KnownHosts)
+	return nil
+}
+
+func TestSSHConformance(t *testing.T) {
+	testfleet.Need(t, fleet)
+	h := fleet.ClusterHosts()[0]
+	transporttest.Run(t, func(t *testing.T) cluster.Transport { return dialHost(t, h, hermetic()) })
+}
+
+func TestSSHDialAll(t *testing.T) {
+	testfleet.Need(t, fleet)
+	hosts := fleet.ClusterHosts()
+	// One host that refuses connections: the others must not suffer.
+	bad := hosts[0]
+	bad.Name, bad.Port = "refuser", 2222
+	hosts = append(hosts, bad)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ts, errs := cluster.DialAll(ctx, hosts, hermetic())
+	require.Len(t, ts, len(hosts))
+	require.Len(t, errs, len(hosts))
+	for i, h := range hosts[:len(hosts)-1] {
+		require.NoError(t, errs[i], h.Name)
+		defer ts[i].Close()
+		assert.Equal(t, h.Name, ts[i].Host().Name)
+		// hostname inside the host's namespaces is its fleet name.
+		assert.Equal(t, h.Name+"\n", output(t, ts[i], "hostname"))
+	}
+	last := len(hosts) - 1
+	assert.Nil(t, ts[last])
+	require.Error(t, errs[last])
+	assert.Contains(t, errs[last].Error(), fmt.Sprintf("connect to refuser (%s:2222): connection refused", bad.Address))
+}
+
+func TestSSHConnectTimeout(t *testing.T) {
+	testfleet.Need(t, fleet)
+	require.NoError(t, fleet.Cut(7))
+	t.Cleanup(func() { _ = fleet.Heal(7) })
+	opts := hermetic()
+	opts.ConnectTimeout = time.Second
+	start := time.Now()
+	_, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[7], opts)
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 10*time.Second, "a 1s connect timeout took %v", time.Since(start))
+	assert.Contains(t, err.Error(), "connect to cl-h7 (10.231.11.17:22): timed out after 1s")
+}
+
+func TestSSHUnknownHostRefused(t *testing.T) {
+	testfleet.Need(t, fleet)
+	h := fleet.ClusterHosts()[1]
+	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts") // missing: nothing known
+	_, err := cluster.Dial(context.Background(), h, hermetic())
+	require.Error(t, err)
+	var hke *cluster.HostKeyError
+	require.ErrorAs(t, err, &hke)
+	assert.Empty(t, hke.Known)
+	msg := err.Error()
+	t.Log(msg)
+	for _, want := range []string{"connect to cl-h1 (10.231.11.11:22)", "host key unknown", ssh.FingerprintSHA256(hostKey(t, 1)), "--accept-new-hosts", "ssh-keyscan 10.231.11.11"} {
+		assert.Contains(t, msg, want)
+	}
+	_, statErr := os.Stat(h.KnownHosts)
+	assert.ErrorIs(t, statErr, os.ErrNotExist, "a refused host must not be recorded")
+}
+
+func TestSSHAcceptNewHosts(t *testing.T) {
+	testfleet.Need(t, fleet)
+	h := fleet.ClusterHosts()[2]
+	h.KnownHosts = filepath.Join(t.TempDir(), "sub", "known_hosts")
+	opts := hermetic()
+	opts.AcceptNewHosts = true
+	tr := dialHost(t, h, opts)
+	assert.Equal(t, "ok\n", output(t, tr, "echo", "ok"))
+
+	data, err := os.ReadFile(h.KnownHosts)
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("%s %s", h.Address, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hostKey(t, 2))))), strings.TrimSpace(string(data)))
+
+	// Recorded: a strict dial now succeeds, and nothing is appended twice.
+	tr2 := dialHost(t, h, hermetic())
+	assert.Equal(t, "ok\n", output(t, tr2, "echo", "ok"))
+	again, err := os.ReadFile(h.KnownHosts)
+	require.NoError(t, err)
+	assert.Equal(t, string(data), string(again))
+}
+
+func TestSSHChangedHostKeyRefused(t *testing.T) {
+	testfleet.Need(t, fleet)
+	h := fleet.ClusterHosts()[3]
+	// Host 4's key stands in for a wrong key at host 3's address.
+	wrong := hostKey(t, 4)
+	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
+	content := "# a comment\n" + h.Address + " " + string(ssh.MarshalAuthorizedKey(wrong))
+	require.NoError(t, os.WriteFile(h.KnownHosts, []byte(content), 0o600))
+	for _, accept := range []bool{false, true} {
+		opts := hermetic()
+		opts.AcceptNewHosts = accept // never overrides a changed key
+		_, err := cluster.Dial(context.Background(), h, opts)
+		require.Error(t, err)
+		msg := err.Error()
+		t.Log(msg)
+		for _, want := range []string{
+			"connect to cl-h3 (10.231.11.13:22)",
+			"HOST KEY CHANGED",
+			ssh.FingerprintSHA256(hostKey(t, 3)),
+			ssh.FingerprintSHA256(wrong),
+			h.KnownHosts + ":2",
+		} {
+			assert.Contains(t, msg, want, "accept-new=%v", accept)
+		}
+		after, err := os.ReadFile(h.KnownHosts)
+		require.NoError(t, err)
+		assert.Equal(t, content, string(after), "known_hosts must not change")
+	}
+}
+
+func TestSSHHashedKnownHosts(t *testing.T) {
+	testfleet.Need(t, fleet)
+	h := fleet.ClusterHosts()[4]
+	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
+	line := fmt.Sprintf("%s %s", hashHostname(h.Address), ssh.MarshalAuthorizedKey(hostKey(t, 4)))
+	require.NoError(t, os.WriteFile(h.KnownHosts, []byte(line), 0o600))
+	tr := dialHost(t, h, hermetic())
+	assert.Equal(t, "ok\n", output(t, tr, "echo", "ok"))
+}
+
+func hashHostname(host string) string {
+	out, err := exec.Command("sh", "-c", `f=$(mktemp) && echo "$1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl" >"$f" && ssh-keygen -H -f "$f" >/dev/null 2>&1 && cut -d' ' -f1 "$f"; rm -f "$f" "$f.old"`, "sh", host).Output()
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// noHome points HOME at an empty directory so that no default identity
+// file (~/.ssh/id_*) or known_hosts can make a test pass by accident.
+func noHome(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+}
+
+func TestSSHAgentAuth(t *testing.T) {
+	testfleet.Need(t, fleet)
+	noHome(t)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	agent := exec.Command("ssh-agent", "-D", "-a", sock)
+	require.NoError(t, agent.Start())
+	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
+	require.Eventually(t, func() bool { _, err := os.Stat(sock); return err == nil }, 10*time.Second, 20*time.Millisecond)
+	add := exec.Command("ssh-add", fleet.KeyFile)
+	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	out, err := add.CombinedOutput()
+	require.NoError(t, err, "ssh-add: %s", out)
+
+	h := fleet.ClusterHosts()[5]
+	h.IdentityFile = ""
+	opts := hermetic()
+	opts.AgentSocket = sock
+	tr := dialHost(t, h, opts)
+	assert.Equal(t, "drovertest\n", output(t, tr, "whoami"))
+
+	// $SSH_AUTH_SOCK is the default.
+	t.Setenv("SSH_AUTH_SOCK", sock)
+	opts.AgentSocket = ""
+	tr = dialHost(t, h, opts)
+	assert.Equal(t, "drovertest\n", output(t, tr, "whoami"))
+}
+
+func TestSSHAuthFailureNamesKeys(t *testing.T) {
+	testfleet.Need(t, fleet)
+	noHome(t)
+	wrongKey := filepath.Join(t.TempDir(), "id_wrong")
+	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", wrongKey).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	h := fleet.ClusterHosts()[5]
+
+	h.IdentityFile = wrongKey
+	_, err = cluster.Dial(context.Background(), h, hermetic())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `connect to cl-h5 (10.231.11.15:22): auth failed for user "drovertest": tried `+wrongKey)
+
+	t.Log(err)
+	h.IdentityFile = ""
+	_, err = cluster.Dial(context.Background(), h, hermetic())
+	require.Error(t, err)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "auth failed")
+	assert.Contains(t, err.Error(), "no usable key")
+}
+
+func TestSSHProxyJump(t *testing.T) {
+	testfleet.Need(t, fleet)
+	hosts := fleet.ClusterHosts()
+	for _, tc := range []struct{ name, jump string }{
+		{"inventory name", "cl-h0"},
+		{"user@host:port", "drovertest@" + hosts[0].Address + ":22"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := hosts[1]
+			h.ProxyJump = tc.jump
+			opts := hermetic()
+			opts.Inventory = hosts
+			tr := dialHost(t, h, opts)
+			// The TCP connection to host 1 comes from host 0.
+			sshClient := output(t, tr, "sh", "-c", `echo "$SSH_CLIENT"`)
+			assert.Equal(t, hosts[0].Address, strings.Fields(sshClient)[0])
+			assert.Equal(t, "cl-h1\n", output(t, tr, "hostname"))
+			fsys, err := tr.FS(context.Background())
+			require.NoError(t, err)
+			_, err = fsys.Stat(".")
+			require.NoError(t, err)
+		})
+	}
+
+	t.Run("jump host key verified", func(t *testing.T) {
+		h := hosts[1]
+		h.ProxyJump = "cl-h0"
+		jump := hosts[0]
+		jump.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
+		opts := hermetic()
+		opts.Inventory = []cluster.Host{jump}
+		_, err := cluster.Dial(context.Background(), h, opts)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "connect to cl-h1 (10.231.11.11:22): via proxy jump cl-h0: connect to cl-h0 (10.231.11.10:22): host key unknown")
+	})
+}
+
+func TestSSHConfigFile(t *testing.T) {
+	testfleet.Need(t, fleet)
+	noHome(t)
+	hosts := fleet.ClusterHosts()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config")
+	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
+Host other
+    User nobody
+
+Host fleetalias
+    HostName %s
+    User %s
+    Port 22
+    IdentityFile %s
+    UserKnownHostsFile %s
+
+Host *
+    User wronguser
+`, hosts[6].Address, fleet.User, fleet.KeyFile, fleet.KnownHosts)), 0o600))
+	opts := hermetic()
+	opts.SSHConfigPath = config
+	// Only the alias: everything else comes from the config.
+	h := cluster.Host{Name: "aliased", Address: "fleetalias", Transport: cluster.TransportSSH}
+	tr := dialHost(t, h, opts)
+	assert.Equal(t, "cl-h6\n", output(t, tr, "hostname"))
+	assert.Equal(t, "drovertest\n", output(t, tr, "whoami"))
+
+	// The inventory wins over the config.
+	h.User = "nosuchuser"
+	_, err := cluster.Dial(context.Background(), h, opts)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `auth failed for user "nosuchuser"`)
+}
+
+func TestSSHConnectionLost(t *testing.T) {
+	testfleet.Need(t, fleet)
+	hosts := fleet.ClusterHosts()
+	victim := dialHost(t, hosts[2], hermetic())
+	healthy := dialHost(t, hosts[3], hermetic())
+
+	ctx := context.Background()
+	var vOut, hOut bytes.Buffer
+	var mu sync.Mutex
+	pv, err := victim.Start(ctx, cluster.Cmd{Args: []string{"sh", "-c", "echo started; sleep 60"}, Stdout: lockedWriter{&mu, &vOut}})
+	require.NoError(t, err)
+	ph, err := healthy.Start(ctx, cluster.Cmd{Args: []string{"sh", "-c", "sleep 4; echo done"}, Stdout: &hOut})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return vOut.Len() > 0 }, 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, fleet.Cut(2))
+	t.Cleanup(func() { _ = fleet.Heal(2) })
+	cut := time.Now()
+
+	done := make(chan error, 1)
+	go func() { done <- pv.Wait() }()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.ErrorIs(t, err, cluster.ErrConnectionLost)
+		assert.True(t, cluster.IsConnectionLost(err))
+		var ee *cluster.ExitError
+		assert.False(t, errors.As(err, &ee), "a lost connection is not an exit status")
+		assert.Contains(t, err.Error(), "cl-h2")
+		t.Logf("noticed after %v: %v", time.Since(cut), err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("a cut host was not reported within 15s")
+	}
+	require.NoError(t, ph.Wait(), "the healthy host's command must finish normally")
+	assert.Equal(t, "done\n", hOut.String())
+
+	// The dead transport refuses new commands with the same error.
+	_, err = victim.Start(ctx, cluster.Cmd{Args: []string{"true"}})
+	assert.ErrorIs(t, err, cluster.ErrConnectionLost)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestSSHCloseEndsCommands(t *testing.T) {
+	testfleet.Need(t, fleet)
+	tr, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[4], hermetic())
+	require.NoError(t, err)
+	p, err := tr.Start(context.Background(), cluster.Cmd{Args: []string{"sleep", "60"}})
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, tr.Close())
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, cluster.ErrConnectionLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after Close")
+	}
+}
+
+// TestSSHMoreCommandsThanMaxSessions starts more commands at once than the
+// fleet's sshd allows sessions per connection (MaxSessions 100): the extra
+// ones wait for a free slot instead of failing.
+func TestSSHMoreCommandsThanMaxSessions(t *testing.T) {
+	testfleet.Need(t, fleet)
+	tr := dialHost(t, fleet.ClusterHosts()[6], hermetic())
+	const n = 130
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	procs := make([]cluster.Process, n)
+	var wg sync.WaitGroup
+	startErrs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			procs[i], startErrs[i] = tr.Start(ctx, cluster.Cmd{Args: []string{"sleep", "2"}})
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, startErrs[i], "start %d", i)
+		assert.NoError(t, procs[i].Wait(), "command %d", i)
+	}
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/gpu"
+)
+
+// The agent's probe is what drover parses on every host: it must print a
+// well-formed report and exit 0 even without a driver.
+func TestAgentProbeJSON(t *testing.T) {
+	var out, errOut bytes.Buffer
+	app := &cli.App{Name: "drover", Writer: &out, ErrWriter: &errOut,
+		Commands: []*cli.Command{agentProbeCommand()}}
+	require.NoError(t, app.Run([]string{"drover", "probe", "--json"}))
+	var rep gpu.HostReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), "stdout: %s", out.String())
+	host, _ := os.Hostname()
+	assert.Equal(t, host, rep.Host)
+	assert.NotNil(t, rep.Devices)
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		assert.Equal(t, gpu.SourceNVML, rep.Source, rep.Reason)
+		return
+	}
+	assert.Equal(t, gpu.SourceNone, rep.Source)
+	assert.Empty(t, rep.Devices)
+	assert.Equal(t, "nvml: libnvidia-ml.so.1 not found: no NVIDIA driver", rep.Reason)
+	assert.Empty(t, errOut.String())
+}
+
+func TestAgentProbeTable(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("GPU host: the table depends on the GPUs")
+	}
+	var out bytes.Buffer
+	app := &cli.App{Name: "drover", Writer: &out, Commands: []*cli.Command{agentProbeCommand()}}
+	require.NoError(t, app.Run([]string{"drover", "probe"}))
+	host, _ := os.Hostname()
+	assert.Equal(t, host+": 0 GPUs (nvml: libnvidia-ml.so.1 not found: no NVIDIA driver)\n", out.String())
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func runPlan(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(append([]string{"drover", "plan"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestPlanTensorFlowPSExample is the issue's acceptance check: the 2-host
+// chief + 2 workers + ps example shows TF_CONFIG as the Kubeflow docs do.
+func TestPlanTensorFlowPSExample(t *testing.T) {
+	code, out, errOut := runPlan(t, "../../examples/tensorflow-ps/job.toml", "--format", "env")
+	require.Equal(t, 0, code, errOut)
+	cluster := `"cluster":{"chief":["10.0.0.11:2222"],"ps":["10.0.0.12:2223"],"worker":["10.0.0.11:2223","10.0.0.12:2222"]}`
+	for _, task := range []string{
+		`"task":{"type":"chief","index":0}`, `"task":{"type":"worker","index":0}`,
+		`"task":{"type":"worker","index":1}`, `"task":{"type":"ps","index":0}`,
+	} {
+		assert.Contains(t, out, "export TF_CONFIG='{"+cluster+","+task+`,"environment":"cloud"}'`+"\n")
+	}
+	assert.Equal(t, 4, strings.Count(out, "export TF_CONFIG="))
+	assert.Contains(t, out, "# ps-0 on gpu-b (10.0.0.12)\nexport CUDA_VISIBLE_DEVICES=''\n")
+}
+
+func TestPlanTensorFlowMultiworkerExample(t *testing.T) {
+	code, out, errOut := runPlan(t, "--format=json", "../../examples/tensorflow-multiworker/job.toml")
+	require.Equal(t, 0, code, errOut)
+	var doc struct {
+		Processes []struct {
+			Name string            `json:"name"`
+			Env  map[string]string `json:"env"`
+		} `json:"processes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	var names []string
+	for _, p := range doc.Processes {
+		names = append(names, p.Name)
+		assert.NotContains(t, p.Env["TF_CONFIG"], `"ps"`)
+	}
+	assert.Equal(t, []string{"chief-0", "worker-0", "worker-1", "worker-2"}, names)
+}
+
+func TestPlanFlagsAndErrors(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.toml")
+	require.NoError(t, os.WriteFile(job, []byte(`
+[job]
+name = "j"
+framework = "pytorch"
+command = ["python3", "train.py"]
+code = "."
+
+[job.env]
+API_TOKEN = "s3cret"
+
+[[host]]
+name = "a"
+address = "10.0.0.1"
+gpus = [0]
+`), 0o644))
+
+	code, out, errOut := runPlan(t, job)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "worker-0  a     10.0.0.1")
+	assert.NotContains(t, out, "s3cret")
+
+	code, out, errOut = runPlan(t, job, "--format", "env", "--show-secrets")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "export API_TOKEN='s3cret'\n")
+
+	code, _, errOut = runPlan(t, job, "--format", "yaml")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "table, env or json")
+
+	code, _, errOut = runPlan(t, "--probe", job)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "not available yet")
+
+	code, _, errOut = runPlan(t)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "usage")
+
+	code, _, errOut = runPlan(t, job, "--bogus")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "unknown flag --bogus")
+
+	// A plan that cannot be laid out is a configuration error: exit 2.
+	bad := filepath.Join(dir, "bad.toml")
+	require.NoError(t, os.WriteFile(bad, []byte(`
+[job]
+name = "j"
+framework = "tensorflow"
+command = ["python3", "train.py"]
+code = "."
+
+[job.roles]
+chief = 1
+worker = 5
+
+[[host]]
+name = "a"
+address = "10.0.0.1"
+gpus = [0, 1]
+`), 0o644))
+	code, _, errOut = runPlan(t, bad)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "need 6 slots")
+}
+
+func TestPlanInventory(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "fleet.toml")
+	require.NoError(t, os.WriteFile(inv, []byte(`
+[[host]]
+name = "x"
+address = "192.0.2.7"
+gpus = [3]
+`), 0o644))
+	code, out, errOut := runPlan(t, "../../examples/tensorflow-multiworker/job.toml", "--inventory", inv)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "chief-0  x     192.0.2.7")
+	assert.NotContains(t, out, "gpu-a")
+}

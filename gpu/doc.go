@@ -1,0 +1,49 @@
+// Package gpu finds out which GPUs each host has and which of them a job
+// may use. It probes a host (NVML through drover's agent, else nvidia-smi),
+// selects GPUs according to the host's gpus setting, turns a selection into
+// the environment CUDA needs, and renders the result for `drover probe`.
+//
+// # Where NVML is read
+//
+// NVML is a C library on the host that has the GPUs, so drover reads it
+// there: ProbeHost installs drover's own binary on the host and runs
+// `drover agent probe --json`, which calls ProbeLocal and prints the
+// HostReport. When the agent cannot run (another OS or architecture, no
+// space, a noexec home), ProbeHost falls back to parsing nvidia-smi's CSV.
+// A host without an NVIDIA driver is not an error: its report has zero
+// devices, Source "none" and a Reason saying why, so that CPU hosts and
+// misconfigured GPU hosts are told apart in `drover probe` rather than
+// failing the whole command.
+//
+// # Missing fields
+//
+// NVML answers ERROR_NOT_SUPPORTED for utilisation, running processes and
+// MIG mode on some boards and drivers, and nvidia-smi prints "[N/A]" or
+// "[Not Supported]". Such a field is left at its zero value and named in
+// Device.Unknown; selection and rendering consult Known rather than trusting
+// a zero. A GPU whose memory use and processes are both unknown cannot be
+// shown to be free, so "auto" skips it.
+//
+// # MIG
+//
+// drover schedules whole GPUs. A GPU with MIG enabled cannot be used whole
+// by CUDA (CUDA sees its MIG instances instead), so gpus = "auto" skips it
+// with the reason "MIG enabled: pin MIG UUIDs explicitly"; users who want MIG
+// instances set CUDA_VISIBLE_DEVICES to MIG UUIDs in the job's env. Pinning
+// a MIG-enabled GPU by index is allowed but warned about.
+//
+// # CUDA_VISIBLE_DEVICES
+//
+// GPU numbers in job files (gpus = [0, 2]) and in drover's output are
+// NVML indices, which are the indices nvidia-smi prints; NVML enumerates
+// GPUs in PCI bus order. CUDA's default order is FASTEST_FIRST, which
+// differs from PCI order on hosts with mixed GPU models, so the same index
+// could name another GPU. VisibleDevices therefore sets
+// CUDA_DEVICE_ORDER=PCI_BUS_ID together with CUDA_VISIBLE_DEVICES=indices,
+// which makes CUDA's numbering equal NVML's. Indices were chosen over
+// UUIDs because they match what users wrote and what nvidia-smi shows, and
+// because training scripts and tools commonly parse CUDA_VISIBLE_DEVICES as
+// integers; UUIDs would only add protection against the enumeration
+// changing between the probe and the launch (a GPU falling off the bus),
+// which the probe at every (re)start already covers.
+package gpu

@@ -1,0 +1,172 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// stepTimeout bounds each command of a probe. NVML and nvidia-smi hang on a
+// wedged GPU; a probe that hangs would hang every command that plans. It
+// does not bound installing the agent, whose time depends on the link.
+const stepTimeout = time.Minute
+
+// ProbeHost reports the GPUs of the host behind t. It installs drover's
+// agent (agentBinary, the local drover executable; "" skips it) and runs
+// `agent probe --json`, which reads NVML on the host; when the agent cannot
+// run it parses nvidia-smi; when neither works the report has zero devices
+// and a Reason naming what failed. It never returns an error because a host
+// without GPUs is a normal fleet member: callers decide, in Select, whether
+// zero GPUs is a problem.
+func ProbeHost(ctx context.Context, t cluster.Transport, agentBinary string) HostReport {
+	name := t.Host().Name
+	var why []string
+	var agentRep *HostReport
+	if agentBinary != "" {
+		rep, err := probeAgent(ctx, t, agentBinary)
+		if err == nil && rep.Source == SourceNVML {
+			return rep
+		}
+		if err != nil {
+			why = append(why, "agent: "+err.Error())
+		} else {
+			// The agent ran but NVML gave nothing; nvidia-smi uses
+			// the same library, but a broken install may differ.
+			agentRep = &rep
+			why = append(why, "agent: "+rep.Reason)
+		}
+	}
+	rep, err := probeSMI(ctx, t)
+	if err == nil {
+		if rep.Reason != "" {
+			why = append(why, rep.Reason)
+		}
+		rep.Reason = strings.Join(why, "; ")
+		return rep
+	}
+	if agentRep != nil {
+		// NVML's own reason ("libnvidia-ml.so.1 not found") says more
+		// than nvidia-smi's absence.
+		agentRep.Host = name
+		return *agentRep
+	}
+	why = append(why, "nvidia-smi: "+err.Error())
+	return HostReport{Host: name, Source: SourceNone, Devices: []Device{}, Reason: strings.Join(why, "; ")}
+}
+
+// ProbeAll probes every transport in parallel; reports are in the order of
+// ts.
+func ProbeAll(ctx context.Context, ts []cluster.Transport, agentBinary string) []HostReport {
+	reps := make([]HostReport, len(ts))
+	var wg sync.WaitGroup
+	for i, t := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i] = ProbeHost(ctx, t, agentBinary)
+		}()
+	}
+	wg.Wait()
+	return reps
+}
+
+// probeAgent installs the agent and runs its NVML probe.
+func probeAgent(ctx context.Context, t cluster.Transport, agentBinary string) (HostReport, error) {
+	remote, err := cluster.InstallAgent(ctx, t, agentBinary)
+	if err != nil {
+		return HostReport{}, err // says "install drover agent on <host>"
+	}
+	out, err := output(ctx, t, remote, "agent", "probe", "--json")
+	if err != nil {
+		return HostReport{}, err
+	}
+	var rep HostReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return HostReport{}, fmt.Errorf("parse %s agent probe --json: %w", remote, err)
+	}
+	if rep.Devices == nil {
+		rep.Devices = []Device{}
+	}
+	// The agent knows its hostname, not the inventory's name for it.
+	rep.Host = t.Host().Name
+	return rep, nil
+}
+
+// probeSMI runs the nvidia-smi queries; only the GPU query must succeed.
+func probeSMI(ctx context.Context, t cluster.Transport) (HostReport, error) {
+	var o SMIOutputs
+	var err error
+	if o.GPUs, err = output(ctx, t, smiQueryGPUs...); err != nil {
+		return HostReport{}, err
+	}
+	o.Apps, _ = output(ctx, t, smiQueryApps...)
+	o.MIG, _ = output(ctx, t, smiQueryMIG...)
+	o.Banner, _ = output(ctx, t, smiBanner...)
+	return ReportFromSMI(t.Host().Name, o)
+}
+
+// output runs args on the host and returns stdout. Its error says what the
+// command printed, briefly: nvidia-smi writes its failures to stdout.
+func output(ctx context.Context, t cluster.Transport, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	p, err := t.Start(ctx, cluster.Cmd{Args: args, Stdout: &stdout, Stderr: &stderr})
+	if errors.Is(err, exec.ErrNotFound) {
+		return nil, errors.New("not found")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", args[0], err)
+	}
+	// Over SSH, cancelling closes the channel but Wait can still block
+	// until the remote command exits, and a hung nvidia-smi may never
+	// exit: give up on it at the deadline. The buffers are not read again
+	// after that, so the late writer races with nobody.
+	waited := make(chan error, 1)
+	go func() { waited <- p.Wait() }()
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: %w", args[0], ctx.Err())
+	}
+	if err == nil {
+		return stdout.Bytes(), nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%s: %w", args[0], ctx.Err())
+	}
+	var ee *cluster.ExitError
+	if errors.As(err, &ee) && ee.Code == 127 {
+		return nil, errors.New("not found")
+	}
+	msg := firstLine(stderr.Bytes())
+	if msg == "" {
+		msg = firstLine(stdout.Bytes())
+	}
+	if msg != "" {
+		return nil, fmt.Errorf("%w: %s", err, msg)
+	}
+	return nil, err
+}
+
+// firstLine is the first non-empty line of out, trimmed and capped so that
+// a chatty failure does not flood a table.
+func firstLine(out []byte) string {
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > 200 {
+				l = l[:200] + "..."
+			}
+			return l
+		}
+	}
+	return ""
+}

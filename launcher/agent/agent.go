@@ -1,0 +1,532 @@
+// Package agent is drover's on-host supervisor, the piece that guarantees
+// "no orphans, ever". drover never starts a training process on a host
+// directly: it starts `drover agent run -- CMD...` over the transport, and
+// the agent starts CMD in a process group of its own, copies its output,
+// and stops the whole group whenever the controller goes away.
+//
+// The protocol between drover and an agent is the agent's stdin (the SSH
+// channel), one line per request:
+//
+//	stop   graceful stop: SIGTERM to the group, SIGKILL what is left after the grace
+//	kill   SIGKILL to the group at once (also escalates a graceful stop)
+//	ping   (or any other line) proves the controller is alive (see RunOptions.Heartbeat)
+//
+// End of input or a read error (the channel closed because drover exited,
+// was SIGKILLed or lost its connection) is a graceful stop, and so is
+// SIGTERM, SIGHUP or SIGINT to the agent itself (ctx in Run). When CMD exits
+// on its own, whatever it left in its group (grandchildren) is stopped the
+// same way, and the agent exits with CMD's status: its exit code, or
+// 128+signal when a signal killed it (137 for SIGKILL), as a shell reports.
+//
+// Run with Subreaper (Linux; the CLI sets it), the agent also adopts
+// descendants that left the group (setsid, double fork) and stops them too.
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when none is given;
+// it matches the job file's default stop_grace.
+const DefaultGrace = 10 * time.Second
+
+// Exit statuses the agent uses for its own failures, as a shell would.
+const (
+	// ExitNotFound: CMD does not exist or is not on PATH.
+	ExitNotFound = 127
+	// ExitCannotRun: CMD exists but could not be executed (permissions,
+	// bad format) or the agent failed before starting it.
+	ExitCannotRun = 126
+)
+
+// pollEvery is how often the agent looks at its process group while it
+// waits for it to empty; short enough that a stop is not visibly delayed.
+const pollEvery = 50 * time.Millisecond
+
+// outputDrainLimit bounds how long the agent waits, once the group is gone,
+// for the output pipes to reach end of file: a process that escaped the
+// group (setsid, without Subreaper) may hold them open forever.
+const outputDrainLimit = 2 * time.Second
+
+// RunOptions says what `drover agent run` runs and how it stops it. The
+// first group of fields travels on the command line (see Command); the
+// second is for the process that calls Run.
+type RunOptions struct {
+	// Args is the command and its arguments; Args[0] is looked up on PATH
+	// when it has no slash.
+	Args []string
+	// Grace is how long the group gets between SIGTERM and SIGKILL
+	// (DefaultGrace when zero).
+	Grace time.Duration
+	// PIDFile, when set, receives a JSON Pidfile while the command runs, so
+	// that a later drover can find and stop a group an earlier one left
+	// (StopLeftover); it is removed when the agent exits.
+	PIDFile string
+	// LogFile, when set, receives every byte of the command's stdout and
+	// stderr (appended), so that output survives the controller's death.
+	LogFile string
+	// Job is the job's name, recorded in the pidfile for messages.
+	Job string
+	// Heartbeat, when positive, makes the agent stop the group gracefully
+	// when no line at all arrived on stdin for that long. It is the only
+	// way an agent can notice a controller behind a dead network link: sshd
+	// keeps such a channel open until TCP gives up, which takes hours
+	// unless the server sets ClientAliveInterval.
+	Heartbeat time.Duration
+
+	// Stdin carries the control lines; nil means no controller (only
+	// signals, ctx and the command's own exit end the run).
+	Stdin io.Reader
+	// Stdout and Stderr receive the command's output unchanged; nil
+	// discards it (the log file still gets it).
+	Stdout, Stderr io.Writer
+	// Subreaper makes the calling process adopt orphaned descendants
+	// (Linux PR_SET_CHILD_SUBREAPER) and reap any child, so that processes
+	// which left the group are found and stopped too. Only for a process
+	// that has no children besides the command: the CLI.
+	Subreaper bool
+	// WatchParent makes the run stop gracefully when the calling process's
+	// parent (the sshd session) goes away, even if stdin stays open.
+	WatchParent bool
+}
+
+// Command returns the argv that runs `drover agent run` with o's command-line
+// fields, binary being the drover binary on the host. It is the single place
+// that knows the agent's flags, so the launcher never writes them by hand.
+func Command(binary string, o RunOptions) []string {
+	args := []string{binary, "agent", "run"}
+	if o.Grace > 0 {
+		args = append(args, "--grace", o.Grace.String())
+	}
+	if o.Heartbeat > 0 {
+		args = append(args, "--heartbeat", o.Heartbeat.String())
+	}
+	if o.PIDFile != "" {
+		args = append(args, "--pidfile", o.PIDFile)
+	}
+	if o.LogFile != "" {
+		args = append(args, "--log", o.LogFile)
+	}
+	if o.Job != "" {
+		args = append(args, "--job", o.Job)
+	}
+	args = append(args, "--")
+	return append(args, o.Args...)
+}
+
+// StopCommand returns the argv of `drover agent stop` for pidfile, which
+// stops a leftover group (see StopLeftover) and prints what it stopped.
+func StopCommand(binary, pidfile string, grace time.Duration) []string {
+	args := []string{binary, "agent", "stop", "--pidfile", pidfile}
+	if grace > 0 {
+		args = append(args, "--grace", grace.String())
+	}
+	return args
+}
+
+// stopKind orders the ways a run can be asked to end: a later, stronger
+// request escalates an earlier one, never the reverse.
+type stopKind int
+
+const (
+	noStop stopKind = iota
+	gracefulStop
+	killStop
+)
+
+// request is one reason to stop, from stdin, a signal, the heartbeat or
+// the parent watch.
+type request struct {
+	kind stopKind
+	why  string
+}
+
+// Run runs opts.Args under supervision until it exits or is stopped, and
+// returns the status the agent should exit with (see the package doc).
+// Cancelling ctx is a graceful stop. err is non-nil only when the command
+// could not be started or supervised; exitCode is then ExitNotFound or
+// ExitCannotRun.
+func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
+	if len(opts.Args) == 0 || opts.Args[0] == "" {
+		return ExitCannotRun, errors.New("agent run: no command given")
+	}
+	grace := opts.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	stdout, stderr := orDiscard(opts.Stdout), orDiscard(opts.Stderr)
+
+	// A write to a closed SSH channel must not kill the agent (Go turns
+	// EPIPE on fds 1 and 2 into death by SIGPIPE unless SIGPIPE is
+	// notified): the group would be orphaned. Handled, not ignored, so
+	// that the command still gets the default disposition across exec.
+	pipeSig := make(chan os.Signal, 1)
+	signal.Notify(pipeSig, syscall.SIGPIPE)
+	defer signal.Stop(pipeSig)
+
+	var logw *lockedWriter
+	if opts.LogFile != "" {
+		if err := os.MkdirAll(filepath.Dir(opts.LogFile), 0o755); err != nil {
+			return ExitCannotRun, fmt.Errorf("agent run: create log directory: %w", err)
+		}
+		f, err := os.OpenFile(opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return ExitCannotRun, fmt.Errorf("agent run: open log: %w", err)
+		}
+		defer f.Close()
+		logw = &lockedWriter{w: f}
+	}
+
+	if opts.Subreaper {
+		if err := becomeSubreaper(); err != nil {
+			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
+		}
+	}
+	parent := os.Getppid()
+
+	child, outR, errR, err := start(opts.Args)
+	if err != nil {
+		code := ExitCannotRun
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return code, fmt.Errorf("agent run: start %s: %w", opts.Args[0], err)
+	}
+	g := group{pgid: child, root: 0}
+	if opts.Subreaper {
+		g.root = os.Getpid()
+	}
+	started := time.Now()
+
+	// Output: the log first (it must get every byte even when the channel
+	// is gone or stalled), then the channel, whose errors are ignored.
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	go func() { defer copiers.Done(); copyOut(outR, stdout, logw) }()
+	go func() { defer copiers.Done(); copyOut(errR, stderr, logw) }()
+	notice := func(format string, args ...any) {
+		msg := fmt.Sprintf("drover agent: "+format+"\n", args...)
+		_, _ = io.WriteString(stderr, msg)
+		if logw != nil {
+			_, _ = io.WriteString(logw, msg)
+		}
+	}
+
+	if opts.PIDFile != "" {
+		pf := Pidfile{
+			AgentPid: os.Getpid(), AgentStart: startTicks(os.Getpid()),
+			ChildPid: child, ChildStart: startTicks(child), Pgid: child,
+			Job: opts.Job, Argv: opts.Args, Started: started.UTC().Truncate(time.Second),
+		}
+		if err := writePidfile(opts.PIDFile, pf); err != nil {
+			// Without a pidfile a later drover cannot find this group
+			// should the agent die; refuse rather than run unaccounted.
+			_ = syscall.Kill(-child, syscall.SIGKILL)
+			waitChild(child, opts.Subreaper)
+			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
+		}
+		defer removePidfile(opts.PIDFile, os.Getpid())
+	}
+
+	exited := make(chan int, 1)
+	go func() { exited <- waitChild(child, opts.Subreaper) }()
+
+	// done releases the request goroutines once Run has returned.
+	done := make(chan struct{})
+	defer close(done)
+	reqs := make(chan request)
+	if opts.Stdin != nil {
+		go readControl(opts.Stdin, reqs, opts.Heartbeat, done)
+	}
+	if opts.WatchParent {
+		go watchParent(parent, reqs, done)
+	}
+
+	status := -1
+	state := noStop
+	var killAt <-chan time.Time
+	escalate := func(r request) {
+		if r.kind <= state {
+			return
+		}
+		state = r.kind
+		switch r.kind {
+		case gracefulStop:
+			if logw != nil {
+				_, _ = fmt.Fprintf(logw, "drover agent: %s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, child, grace)
+			}
+			g.signal(syscall.SIGTERM)
+			killAt = time.After(grace)
+		case killStop:
+			if logw != nil {
+				_, _ = fmt.Fprintf(logw, "drover agent: %s: killing process group %d\n", r.why, child)
+			}
+			g.signal(syscall.SIGKILL)
+			killAt = nil
+		}
+	}
+	ctxDone := ctx.Done()
+
+	// Phase 1: until the command itself exits.
+	for status < 0 {
+		select {
+		case status = <-exited:
+		case r := <-reqs:
+			escalate(r)
+		case <-ctxDone:
+			ctxDone = nil
+			escalate(request{gracefulStop, "signalled"})
+		case <-killAt:
+			notice("process group %d still running %s after SIGTERM: sending SIGKILL", child, grace)
+			escalate(request{killStop, "grace expired"})
+		}
+	}
+
+	// Phase 2: what the command left behind (grandchildren, adopted
+	// orphans) gets the same treatment, on the same clock if a stop was
+	// already under way.
+	if g.alive() {
+		if state == noStop {
+			notice("command exited; stopping processes it left in group %d", child)
+			escalate(request{gracefulStop, "command exited"})
+		}
+		tick := time.NewTicker(pollEvery)
+		for g.alive() {
+			select {
+			case <-tick.C:
+				g.reap()
+			case r := <-reqs:
+				escalate(r)
+			case <-ctxDone:
+				ctxDone = nil
+				escalate(request{gracefulStop, "signalled"})
+			case <-killAt:
+				notice("processes of group %d still running %s after SIGTERM: sending SIGKILL", child, grace)
+				escalate(request{killStop, "grace expired"})
+			}
+			if state == killStop {
+				// SIGKILL cannot be ignored; keep signalling in case
+				// something forked between the scan and the kill.
+				g.signal(syscall.SIGKILL)
+			}
+		}
+		tick.Stop()
+		g.reap()
+	}
+
+	// Flush: every byte the group wrote is in the pipes once it is gone.
+	drained := make(chan struct{})
+	go func() { copiers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputDrainLimit):
+		outR.Close()
+		errR.Close()
+	}
+	return status, nil
+}
+
+// start starts args in a new process group whose output goes to two pipes.
+// The child's stdin is /dev/null: the agent's stdin is the control channel.
+func start(args []string) (pid int, outR, errR *os.File, err error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("create stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return 0, nil, nil, fmt.Errorf("create stderr pipe: %w", err)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return 0, nil, nil, err
+	}
+	pid = cmd.Process.Pid
+	// The agent waits with wait4 itself (it may reap adopted orphans too),
+	// so os.Process must not hold on to the child.
+	_ = cmd.Process.Release()
+	return pid, outR, errR, nil
+}
+
+// waitChild waits for pid and returns its status the way a shell reports
+// it. As a subreaper it reaps any child, so adopted orphans do not pile up
+// as zombies, until pid is among them.
+func waitChild(pid int, anyChild bool) int {
+	target := pid
+	if anyChild {
+		target = -1
+	}
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(target, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			// ECHILD: someone else reaped it; nothing to report.
+			return ExitCannotRun
+		}
+		if got != pid {
+			continue
+		}
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+	}
+}
+
+// readControl turns stdin lines into stop requests. End of input is a
+// graceful stop: the controller is gone. With a heartbeat, silence is too.
+func readControl(r io.Reader, reqs chan<- request, heartbeat time.Duration, done <-chan struct{}) {
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-done:
+				return
+			}
+		}
+	}()
+	send := func(r request) bool {
+		select {
+		case reqs <- r:
+			return true
+		case <-done:
+			return false
+		}
+	}
+	var silent *time.Timer
+	var silence <-chan time.Time
+	if heartbeat > 0 {
+		silent = time.NewTimer(heartbeat)
+		defer silent.Stop()
+		silence = silent.C
+	}
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				send(request{gracefulStop, "control channel closed"})
+				return
+			}
+			if silent != nil {
+				silent.Reset(heartbeat)
+			}
+			switch strings.TrimSpace(line) {
+			case "stop":
+				ok = send(request{gracefulStop, "stop requested"})
+			case "kill":
+				ok = send(request{killStop, "kill requested"})
+			}
+			if !ok {
+				return
+			}
+		case <-silence:
+			if !send(request{gracefulStop, "no heartbeat for " + heartbeat.String()}) {
+				return
+			}
+			// Keep reading: a later "kill" must still escalate.
+			silence = nil
+		}
+	}
+}
+
+// watchParent reports a graceful stop when the agent's parent changes
+// (it died and the agent was reparented), polling once a second.
+func watchParent(parent int, reqs chan<- request, done <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			if os.Getppid() != parent {
+				select {
+				case reqs <- request{gracefulStop, "parent process " + strconv.Itoa(parent) + " exited"}:
+				case <-done:
+				}
+				return
+			}
+		}
+	}
+}
+
+// copyOut copies the command's output to the log (first) and to out until
+// the pipe closes. A failing out (closed channel) stops only that copy.
+func copyOut(r io.Reader, out io.Writer, logw *lockedWriter) {
+	buf := make([]byte, 32<<10)
+	outOK := true
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if logw != nil {
+				_, _ = logw.Write(buf[:n])
+			}
+			if outOK {
+				if _, werr := out.Write(buf[:n]); werr != nil {
+					outOK = false
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// lockedWriter serialises the two output copies onto one log file so that
+// each read chunk lands whole.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// group is what the agent answers for: the process group it created and,
+// as a subreaper (root > 0), every descendant of root.
+type group struct {
+	pgid int
+	root int
+}

@@ -1,0 +1,274 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests in this file drive the real `drover agent` CLI: what drover
+// runs on hosts, with the subreaper and parent watch only the CLI enables.
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// droverBinary builds ./cmd/drover once per test run. DROVER_TEST_BINARY
+// names a prebuilt one instead.
+func droverBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("DROVER_TEST_BINARY"); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "drover-agent-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		// World-readable: fleet tests upload it, local ones run it as is.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "drover")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/drover")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New("go build ./cmd/drover: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// startAgent starts `drover agent run` for opts with a stdin the test holds.
+func startAgent(t *testing.T, opts RunOptions) (*exec.Cmd, io.WriteCloser, *capture) {
+	t.Helper()
+	argv := Command(droverBinary(t), opts)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var out capture
+	cmd.Stdout, cmd.Stderr = &out, &out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+		}
+	})
+	return cmd, stdin, &out
+}
+
+func waitExit(t *testing.T, cmd *exec.Cmd, within time.Duration) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		t.Fatalf("agent still running after %s", within)
+		return -1
+	}
+}
+
+func TestCLIExitStatusAndOutput(t *testing.T) {
+	cmd, stdin, out := startAgent(t, RunOptions{Args: []string{"sh", "-c", "echo hello; echo oops >&2; exit 7"}})
+	defer stdin.Close()
+	if code := waitExit(t, cmd, 10*time.Second); code != 7 {
+		t.Errorf("exit %d, want 7", code)
+	}
+	if got := out.String(); !strings.Contains(got, "hello\n") || !strings.Contains(got, "oops\n") {
+		t.Errorf("output %q", got)
+	}
+}
+
+// An agent killed outright (OOM killer, kill -9) leaves its group running:
+// the log still holds what was written, and `drover agent stop` finds the
+// group through the pidfile and stops it.
+func TestCLIAgentKilledLogKeptAndLeftoverStopped(t *testing.T) {
+	dir := t.TempDir()
+	pidfile, logfile := filepath.Join(dir, "pids", "w0.pid"), filepath.Join(dir, "logs", "w0.log")
+	script := `i=0; while [ $i -lt 50 ]; do echo "line $i"; i=$((i+1)); done; sleep 1000 & echo "pid $!"; echo "pid $$"; echo ready; wait`
+	cmd, stdin, _ := startAgent(t, RunOptions{Args: []string{"sh", "-c", script}, PIDFile: pidfile, LogFile: logfile, Job: "mnist", Grace: 2 * time.Second})
+	defer stdin.Close()
+	var log string
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(log, "ready\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never got ready: %q", log)
+		}
+		time.Sleep(20 * time.Millisecond)
+		data, _ := os.ReadFile(logfile)
+		log = string(data)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, 5*time.Second); code != 137 {
+		t.Fatalf("agent exit %d, want 137", code)
+	}
+	for i := range 50 {
+		if !strings.Contains(log, "line "+strconv.Itoa(i)+"\n") {
+			t.Errorf("log lacks line %d", i)
+		}
+	}
+	pids := pidsIn(log)
+	if len(pids) != 2 {
+		t.Fatalf("want 2 pids in log, got %v", pids)
+	}
+	for _, p := range pids {
+		if gone(p) {
+			t.Fatalf("group member %d died with the agent; the test needs a leftover", p)
+		}
+	}
+
+	stop := exec.Command(droverBinary(t), StopCommand("", pidfile, 2*time.Second)[1:]...)
+	got, err := stop.CombinedOutput()
+	if err != nil {
+		t.Fatalf("agent stop: %v\n%s", err, got)
+	}
+	want := regexp.MustCompile(`^stopped leftover group \d+ \(sh -c i=0; .*\) from job mnist started \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n$`)
+	if !want.Match(got) {
+		t.Errorf("agent stop printed %q", got)
+	}
+	assertGone(t, pids, 0)
+	if _, err := os.Stat(pidfile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pidfile not removed: %v", err)
+	}
+	again, err := exec.Command(droverBinary(t), StopCommand("", pidfile, time.Second)[1:]...).CombinedOutput()
+	if err != nil || len(again) != 0 {
+		t.Errorf("second stop: %v, printed %q; want silence", err, again)
+	}
+}
+
+func TestStopLeftoverLiveAgent(t *testing.T) {
+	pidfile := filepath.Join(t.TempDir(), "w0.pid")
+	script := `sleep 1000 & echo "pid $!"; echo "pid $$"; echo ready; wait`
+	cmd, stdin, out := startAgent(t, RunOptions{Args: []string{"sh", "-c", script}, PIDFile: pidfile, Job: "mnist", Grace: time.Minute})
+	defer stdin.Close()
+	pids := pidsIn(out.waitFor(t, "ready", 10*time.Second))
+	msg, err := StopLeftover(context.Background(), pidfile, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(msg, "stopped leftover group "+strconv.Itoa(pids[1])+" (sh -c sleep 1000") || !strings.Contains(msg, " from job mnist started ") {
+		t.Errorf("message %q", msg)
+	}
+	if code := waitExit(t, cmd, 5*time.Second); code != 143 {
+		t.Errorf("agent exit %d, want 143 (the command's SIGTERM)", code)
+	}
+	assertGone(t, pids, 0)
+}
+
+// Processes that leave the group (setsid) are still descendants: the
+// subreaper agent adopts and stops them, also after the command exited.
+func TestCLISubreaperStopsEscapees(t *testing.T) {
+	script := `setsid sleep 1000 & echo "pid $!"; sh -c 'setsid sleep 1000 & echo "pid $!"' ; echo ready; exit 0`
+	cmd, stdin, out := startAgent(t, RunOptions{Args: []string{"sh", "-c", script}, Grace: time.Second})
+	defer stdin.Close()
+	if code := waitExit(t, cmd, 10*time.Second); code != 0 {
+		t.Errorf("exit %d, want the command's 0", code)
+	}
+	pids := pidsIn(out.String())
+	if len(pids) != 2 {
+		t.Fatalf("want 2 pids, got %q", out.String())
+	}
+	assertGone(t, pids, 0)
+}
+
+// When the process that started the agent dies while the agent's stdin
+// stays open elsewhere, the agent notices the new parent and stops.
+func TestCLIParentDeathStops(t *testing.T) {
+	logfile := filepath.Join(t.TempDir(), "agent.log")
+	argv := Command(droverBinary(t), RunOptions{Args: []string{"sh", "-c", `echo "pid $$"; exec sleep 1000`}, Grace: time.Second, LogFile: logfile})
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	// The shell hands its stdin (held open by the test) to the agent, says
+	// the agent's pid and exits: the agent is orphaned, its stdin open.
+	// (sh gives background jobs /dev/null as stdin: keep it in fd 3 first.)
+	parent := exec.Command("sh", "-c", "exec 3<&0; "+strings.Join(quoted, " ")+` <&3 3<&- & echo "agent $!"; sleep 0.5`)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	parent.Stdin = r
+	// A file, not a pipe: Run must not wait for the agent to close it.
+	outFile, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outFile.Close()
+	parent.Stdout, parent.Stderr = outFile, outFile
+	if err := parent.Run(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	var text string
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(text, "pid ") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		data, _ := os.ReadFile(outFile.Name())
+		text = string(data)
+	}
+	m := regexp.MustCompile(`agent (\d+)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no agent pid in %q", text)
+	}
+	agentPid := mustAtoi(t, m[1])
+	pids := append(pidsIn(text), agentPid)
+	assertGone(t, pids, 5*time.Second)
+	if log, _ := os.ReadFile(logfile); !strings.Contains(string(log), "parent process") {
+		t.Errorf("the agent did not stop because its parent died; log:\n%s", log)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

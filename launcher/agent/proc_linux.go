@@ -1,0 +1,174 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>.
+const prSetChildSubreaper = 36
+
+// becomeSubreaper makes orphaned descendants of this process be reparented
+// to it rather than to init, so that they stay findable.
+func becomeSubreaper() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return fmt.Errorf("become child subreaper: %w", errno)
+	}
+	return nil
+}
+
+// procInfo is what the agent needs from /proc/<pid>/stat.
+type procInfo struct {
+	pid, ppid, pgrp int
+	state           byte
+	start           uint64 // clock ticks after boot
+}
+
+// dead reports a zombie (or dying) process: it runs no code and holds no
+// resources but its pid, and init may never reap it in a container.
+func (p procInfo) dead() bool { return p.state == 'Z' || p.state == 'X' || p.state == 'x' }
+
+// readStat parses /proc/<pid>/stat.
+func readStat(pid int) (procInfo, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	// comm may contain spaces and parentheses: fields start after the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 > len(data) {
+		return procInfo{}, false
+	}
+	f := bytes.Fields(data[i+2:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procInfo{}, false
+	}
+	p := procInfo{pid: pid, state: f[0][0]}
+	p.ppid, _ = strconv.Atoi(string(f[1]))
+	p.pgrp, _ = strconv.Atoi(string(f[2]))
+	p.start, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	return p, true
+}
+
+// allProcs lists every process in /proc.
+func allProcs() []procInfo {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	out := make([]procInfo, 0, len(names))
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		if p, ok := readStat(pid); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// members returns the live processes of g: the group's members and, for a
+// subreaper, every live descendant of root.
+func (g group) members() []int {
+	procs := allProcs()
+	var out []int
+	seen := map[int]bool{}
+	for _, p := range procs {
+		if p.pgrp == g.pgid && !p.dead() && p.pid != g.root {
+			out = append(out, p.pid)
+			seen[p.pid] = true
+		}
+	}
+	if g.root <= 0 {
+		return out
+	}
+	children := map[int][]procInfo{}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p)
+	}
+	queue := []int{g.root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			queue = append(queue, c.pid)
+			if !c.dead() && !seen[c.pid] {
+				out = append(out, c.pid)
+				seen[c.pid] = true
+			}
+		}
+	}
+	return out
+}
+
+// alive reports whether any process of g still runs.
+func (g group) alive() bool { return len(g.members()) > 0 }
+
+// signal sends sig to the group and to every descendant that left it.
+func (g group) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-g.pgid, sig)
+	if g.root > 0 {
+		for _, pid := range g.members() {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
+
+// reap collects exited children of a subreaper, so that adopted orphans do
+// not stay zombies.
+func (g group) reap() {
+	if g.root <= 0 {
+		return
+	}
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+// startTicks is pid's start time in clock ticks after boot (0 if unknown):
+// together with the pid it names a process for good, across pid reuse.
+func startTicks(pid int) uint64 {
+	p, ok := readStat(pid)
+	if !ok {
+		return 0
+	}
+	return p.start
+}
+
+// liveProcess reports whether pid runs (zombies do not count) and, when
+// start is non-zero, is the process that started at that tick.
+func liveProcess(pid int, start uint64) bool {
+	p, ok := readStat(pid)
+	if !ok || p.dead() {
+		return false
+	}
+	return start == 0 || p.start == start
+}
+
+// cmdline is pid's argv, or nil when it cannot be read.
+func cmdline(pid int) []string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	parts := bytes.Split(bytes.TrimRight(data, "\x00"), []byte{0})
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = string(p)
+	}
+	return out
+}

@@ -1,0 +1,22 @@
+//go:build !linux
+
+package agent
+
+import "syscall"
+
+// Without /proc the agent falls back to what POSIX offers: the process
+// group alone, no adoption of orphans, no start-time identity.
+
+func becomeSubreaper() error { return nil }
+
+func (g group) alive() bool { return syscall.Kill(-g.pgid, 0) == nil }
+
+func (g group) signal(sig syscall.Signal) { _ = syscall.Kill(-g.pgid, sig) }
+
+func (g group) reap() {}
+
+func startTicks(int) uint64 { return 0 }
+
+func liveProcess(pid int, _ uint64) bool { return syscall.Kill(pid, 0) == nil }
+
+func cmdline(int) []string { return nil }

@@ -1,0 +1,140 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/testfleet"
+)
+
+var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_*.txt")
+
+func execLocalHost(name string) cluster.Host {
+	return cluster.Host{Name: name, Address: "local", Transport: cluster.TransportLocal}
+}
+
+// sortedLines makes output from concurrent hosts comparable.
+func sortedLines(s string) []string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	sort.Strings(lines)
+	return lines
+}
+
+func TestExecLocal(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	hosts := []cluster.Host{execLocalHost("a"), execLocalHost("b"), execLocalHost("c")}
+	var stdout, stderr bytes.Buffer
+	results := Exec(context.Background(), hosts, ExecOptions{
+		Args:   []string{"sh", "-c", `echo "one $V"; echo warn >&2; printf 'no newline'; exit "$1"`, "sh", "3"},
+		Env:    map[string]string{"V": "it's $(x)"},
+		Stdout: &stdout,
+		Stderr: &stderr,
+	})
+	require.Len(t, results, 3)
+	for i, r := range results {
+		assert.Equal(t, hosts[i].Name, r.Host)
+		assert.Equal(t, 3, r.Code)
+	}
+	assert.Equal(t, []string{
+		"[a] no newline", "[a] one it's $(x)",
+		"[b] no newline", "[b] one it's $(x)",
+		"[c] no newline", "[c] one it's $(x)",
+	}, sortedLines(stdout.String()))
+	assert.Equal(t, []string{"[a] warn", "[b] warn", "[c] warn"}, sortedLines(stderr.String()))
+	assert.Equal(t, 3, WorstExitCode(results))
+}
+
+func TestExecWorstCodeAndSummary(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	hosts := []cluster.Host{
+		execLocalHost("ok"),
+		// Nothing listens on port 1: a connection failure counts as 255.
+		{Name: "down", Address: "127.0.0.1", Port: 1, Transport: cluster.TransportSSH, User: "nobody"},
+	}
+	var stdout bytes.Buffer
+	results := Exec(context.Background(), hosts, ExecOptions{
+		Args:   []string{"echo", "hi"},
+		Dial:   cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none", ConnectTimeout: 5 * time.Second},
+		Stdout: &stdout,
+	})
+	assert.Equal(t, "[ok] hi\n", stdout.String())
+	assert.Equal(t, 0, results[0].Code)
+	assert.NoError(t, results[0].Err)
+	assert.Equal(t, ExitConnectFailed, results[1].Code)
+	assert.Contains(t, results[1].Err.Error(), "connect to down (127.0.0.1:1): connection refused")
+	assert.Equal(t, 255, WorstExitCode(results))
+}
+
+func TestWriteExecSummary(t *testing.T) {
+	results := []ExecResult{
+		{Host: "h0", Code: 0},
+		{Host: "h1", Code: 1, Err: &cluster.ExitError{Host: "h1", Code: 1}},
+		{Host: "h2", Code: 137, Err: &cluster.ExitError{Host: "h2", Code: 137, Signal: "KILL"}},
+		{Host: "h3", Code: 255, Err: fmt.Errorf("connect to h3 (10.0.0.13:22): timed out after 10s")},
+	}
+	var b bytes.Buffer
+	require.NoError(t, WriteExecSummary(&b, results))
+	golden := filepath.Join("testdata", "golden", "exec_summary.txt")
+	if *updateExec {
+		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), b.String())
+
+	b.Reset()
+	require.NoError(t, WriteExecSummary(&b, results[:1]))
+	assert.Empty(t, b.String(), "no summary when every host succeeded")
+}
+
+// TestExecFleet fans out to 8 real SSH hosts. It brings up its own fleet
+// (outside TestMain, on addresses .100-.107 of the launcher subnet) so it
+// does not depend on how the rest of this package's tests use the fleet.
+func TestExecFleet(t *testing.T) {
+	if err := testfleet.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v (CI=true: not skipping)", err)
+		}
+		t.Skip(err)
+	}
+	fleet, err := testfleet.Up(testfleet.Options{Name: "ex", N: 8, Subnet: 14, First: 100})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, fleet.Close()) })
+
+	var stdout, stderr bytes.Buffer
+	results := Exec(context.Background(), fleet.ClusterHosts(), ExecOptions{
+		Args:   []string{"sh", "-c", `echo "$(hostname) says $1"; case $(hostname) in *-h3) echo bad >&2; exit 7;; esac`, "sh", "hi there"},
+		Dial:   cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"},
+		Stdout: &stdout, Stderr: &stderr,
+	})
+	require.Len(t, results, 8)
+	var want []string
+	for i, r := range results {
+		name := fmt.Sprintf("ex-h%d", i)
+		want = append(want, fmt.Sprintf("[%s] %s says hi there", name, name))
+		assert.Equal(t, name, r.Host)
+		if i == 3 {
+			assert.Equal(t, 7, r.Code)
+		} else {
+			assert.Equal(t, 0, r.Code, "%s: %v", name, r.Err)
+		}
+	}
+	assert.Equal(t, want, sortedLines(stdout.String()))
+	assert.Equal(t, "[ex-h3] bad\n", stderr.String())
+	assert.Equal(t, 7, WorstExitCode(results))
+	var sum bytes.Buffer
+	require.NoError(t, WriteExecSummary(&sum, results))
+	assert.Equal(t, "drover exec: 1 of 8 hosts failed:\n  ex-h3: exited 7\n", sum.String())
+}

@@ -1,0 +1,778 @@
+package launcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// Process roles. PyTorch processes are all "worker"s (their index is the
+// global rank); a torchrun job has one "node" per host; TensorFlow roles are
+// the lower-case replica types TF_CONFIG uses.
+const (
+	RoleWorker    = "worker"
+	RoleNode      = "node"
+	RoleChief     = "chief"
+	RolePS        = "ps"
+	RoleEvaluator = "evaluator"
+)
+
+// Defaults used when a Config arrives without them (cluster.Load applies
+// its own defaults; these keep Build total for hand-built configs).
+const (
+	defaultMasterPort = 29500
+	defaultBasePort   = 2222
+	// localAddress is what processes on a local host use to reach each
+	// other: a local host's Address is "local", which no resolver knows.
+	localAddress = "127.0.0.1"
+)
+
+// HostGPUs is what the planner knows of one host's GPUs: the indices
+// selected for the job (after probing and dropping busy ones). Probed=false
+// with no Indices on a gpus = "auto" host means nobody has looked yet.
+type HostGPUs struct {
+	Indices []int
+	Probed  bool
+}
+
+// Process is one command drover starts on one host, with everything needed
+// to start it again identically: the run supervisor starts exactly this,
+// and `drover plan` shows exactly this.
+type Process struct {
+	Host cluster.Host
+	// Address is how other processes reach this one's host (MASTER_ADDR,
+	// TF_CONFIG entries): Host.Address, or 127.0.0.1 for local hosts.
+	Address string
+	Role    string
+	// Index is the process's index within its role: the global rank for
+	// pytorch, the node rank for torchrun, the task index for tensorflow.
+	Index int
+	// Rank, LocalRank and NodeRank are the torch.distributed ranks; -1
+	// where they do not apply (LocalRank/Rank for torchrun, which assigns
+	// them itself; all three for tensorflow).
+	Rank      int
+	LocalRank int
+	NodeRank  int
+	// GPUs are the GPU indices the process may use (CUDA_VISIBLE_DEVICES);
+	// empty means none.
+	GPUs []int
+	// Port is the TensorFlow task's port; 0 for pytorch and torchrun,
+	// whose rank 0 listens on MASTER_PORT.
+	Port int
+	// Workdir is the working directory on the host as written
+	// (Host.Workdir or Job.Workdir); relative paths are under the login
+	// user's home.
+	Workdir string
+	// Env is the full environment drover sets, [job.env] included.
+	Env map[string]string
+	// Command is the argv to run.
+	Command []string
+}
+
+// Name identifies the process in log prefixes ([worker-3@gpu-b]) and log
+// file names: role and index, stable across restarts.
+func (p Process) Name() string { return p.Role + "-" + strconv.Itoa(p.Index) }
+
+// Plan is every process of one attempt of a job. It is pure data, computed
+// without touching the network, so `drover plan` can show what `drover run`
+// will start.
+type Plan struct {
+	Job       string
+	Framework cluster.Framework
+	Processes []Process
+	// Hosts are the participating hosts (spares excluded), in file order.
+	Hosts []cluster.Host
+	// Notes are things the user should know about the plan (unprobed
+	// hosts, unused spares), one sentence each.
+	Notes []string
+	// Unprobed names the gpus = "auto" hosts that were planned as CPU
+	// hosts because no probe result was given.
+	Unprobed []string
+	// JobEnv is [job.env] as given, so renderings can show it once.
+	JobEnv map[string]string
+}
+
+// PlanInput is everything Build needs; nothing else is read.
+type PlanInput struct {
+	Config *cluster.Config
+	// GPUs are the selected GPUs per host name. An entry with Probed set
+	// (or with Indices) is authoritative; otherwise a host's gpus list is
+	// used, and a gpus = "auto" host counts as unprobed.
+	GPUs map[string]HostGPUs
+	// RestartCount is the attempt number, 0 for the first
+	// (DROVER_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT).
+	RestartCount int
+	// ResumeFrom is the checkpoint to resume from, "" for none
+	// (DROVER_RESUME_FROM).
+	ResumeFrom string
+	// HostHome is the absolute home directory per host name when known,
+	// to make DROVER_CHECKPOINT_DIR absolute; otherwise it is given in
+	// "~/..." form.
+	HostHome map[string]string
+}
+
+// hostSlots is one participating host as the placer sees it.
+type hostSlots struct {
+	host     cluster.Host
+	index    int // among participating hosts
+	addr     string
+	gpus     []int
+	cpuSlots int // > 0 only when gpus is empty
+	unprobed bool
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedEnv lists the variables drover sets itself for each framework;
+// [job.env] may not set them, because a silently ignored or silently
+// winning override would break the rendezvous in ways that are hard to see.
+// Every DROVER_* name is reserved too.
+var reservedEnv = map[cluster.Framework][]string{
+	cluster.PyTorch: {"CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+		"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RESTART_COUNT"},
+	cluster.Torchrun: {"CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+		"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RESTART_COUNT"},
+	cluster.TensorFlow: {"CUDA_VISIBLE_DEVICES", "TF_CONFIG"},
+}
+
+// ReservedEnv reports whether drover sets name itself for framework f, so
+// that [job.env] may not set it.
+func ReservedEnv(f cluster.Framework, name string) bool {
+	if strings.HasPrefix(name, "DROVER_") {
+		return true
+	}
+	for _, r := range reservedEnv[f] {
+		if r == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Build lays out the processes of one attempt. It is pure: same input, same
+// plan. Problems the user fixes in the job or inventory file are returned
+// as *cluster.ConfigError (or cluster.ConfigErrors).
+func Build(in PlanInput) (*Plan, error) {
+	cfg := in.Config
+	if cfg == nil {
+		return nil, errors.New("build plan: no config")
+	}
+	job := cfg.Job
+	jobFile := cfg.Path
+	invFile := cfg.InventoryPath
+	if invFile == "" {
+		invFile = jobFile
+	}
+
+	var errs cluster.ConfigErrors
+	if _, ok := reservedEnv[job.Framework]; !ok {
+		errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.framework",
+			Msg: fmt.Sprintf("unknown framework %q", job.Framework),
+			Fix: `use "pytorch", "torchrun" or "tensorflow"`})
+		return nil, errs
+	}
+	if len(job.Command) == 0 {
+		errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.command",
+			Msg: "no command", Fix: `set command = ["python3", "train.py"] or similar`})
+	}
+	envNames := sortedKeys(job.Env)
+	for _, name := range envNames {
+		switch {
+		case !envNameRE.MatchString(name):
+			errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.env." + name,
+				Msg: fmt.Sprintf("%q is not a valid environment variable name", name),
+				Fix: "use letters, digits and underscores, not starting with a digit"})
+		case ReservedEnv(job.Framework, name):
+			fix := "remove it from [job.env]"
+			if name == "CUDA_VISIBLE_DEVICES" {
+				fix += "; choose GPUs with gpus = [...] on each [[host]]"
+			}
+			errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.env." + name,
+				Msg: fmt.Sprintf("drover sets %s itself for %s jobs", name, job.Framework),
+				Fix: fix})
+		}
+	}
+
+	p := &Plan{Job: job.Name, Framework: job.Framework, JobEnv: copyEnv(job.Env)}
+	var slots []*hostSlots
+	for _, h := range cfg.Hosts {
+		if h.Spare {
+			p.Notes = append(p.Notes, fmt.Sprintf("%s: spare, not used unless a host stays unreachable", h.Name))
+			continue
+		}
+		hs := &hostSlots{host: h, index: len(slots), addr: hostAddress(h)}
+		sel, have := in.GPUs[h.Name]
+		switch {
+		case have && (sel.Probed || len(sel.Indices) > 0):
+			hs.gpus = append([]int(nil), sel.Indices...)
+			if len(hs.gpus) == 0 && (h.GPUs.Auto || len(h.GPUs.List) > 0) {
+				p.Notes = append(p.Notes, fmt.Sprintf("%s: no free GPUs selected; planned as a host without GPUs", h.Name))
+			}
+		case h.GPUs.Auto:
+			hs.unprobed = true
+			p.Unprobed = append(p.Unprobed, h.Name)
+			p.Notes = append(p.Notes, fmt.Sprintf(`%s: gpus = "auto" not probed; planned as a host without GPUs (run drover plan --probe)`, h.Name))
+		default:
+			hs.gpus = append([]int(nil), h.GPUs.List...)
+		}
+		if len(hs.gpus) == 0 {
+			hs.cpuSlots = max(job.ProcsPerHost, 1)
+		}
+		p.Hosts = append(p.Hosts, h)
+		slots = append(slots, hs)
+	}
+	if len(slots) == 0 {
+		errs = append(errs, &cluster.ConfigError{File: invFile, Key: "host",
+			Msg: "no hosts to run on (every host is a spare, or there are none)",
+			Fix: "add a [[host]] without spare = true"})
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+
+	var err error
+	switch job.Framework {
+	case cluster.PyTorch:
+		p.Processes = planPyTorch(job, slots)
+	case cluster.Torchrun:
+		p.Processes, err = planTorchrun(cfg, slots)
+	case cluster.TensorFlow:
+		p.Processes, err = planTensorFlow(cfg, slots)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLocalMix(cfg, p, slots); err != nil {
+		return nil, err
+	}
+
+	for i := range p.Processes {
+		pr := &p.Processes[i]
+		pr.Workdir = hostWorkdir(pr.Host, job)
+		env := pr.Env
+		env["DROVER_JOB"] = job.Name
+		env["DROVER_HOST"] = pr.Host.Name
+		env["DROVER_ROLE"] = pr.Role
+		env["DROVER_INDEX"] = strconv.Itoa(pr.Index)
+		env["DROVER_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
+		env["DROVER_RESUME_FROM"] = in.ResumeFrom
+		env["DROVER_CHECKPOINT_DIR"] = checkpointDir(pr.Workdir, job.CheckpointDir, in.HostHome[pr.Host.Name])
+		env["CUDA_VISIBLE_DEVICES"] = joinInts(pr.GPUs)
+		if job.Framework != cluster.TensorFlow {
+			env["TORCHELASTIC_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
+		}
+		for k, v := range job.Env {
+			env[k] = v
+		}
+	}
+	return p, nil
+}
+
+// planPyTorch starts one process per selected GPU, or ProcsPerHost on a
+// host without GPUs; ranks are contiguous per host, hosts in file order.
+func planPyTorch(job cluster.Job, slots []*hostSlots) []Process {
+	world := 0
+	for _, hs := range slots {
+		world += hs.procs()
+	}
+	masterAddr := slots[0].addr
+	var procs []Process
+	rank := 0
+	for _, hs := range slots {
+		n := hs.procs()
+		for l := 0; l < n; l++ {
+			var gpus []int
+			if len(hs.gpus) > 0 {
+				gpus = []int{hs.gpus[l]}
+			}
+			procs = append(procs, Process{
+				Host: hs.host, Address: hs.addr, Role: RoleWorker, Index: rank,
+				Rank: rank, LocalRank: l, NodeRank: hs.index, GPUs: gpus,
+				Command: append([]string(nil), job.Command...),
+				Env: map[string]string{
+					"MASTER_ADDR":      masterAddr,
+					"MASTER_PORT":      strconv.Itoa(masterPort(job)),
+					"WORLD_SIZE":       strconv.Itoa(world),
+					"RANK":             strconv.Itoa(rank),
+					"LOCAL_RANK":       strconv.Itoa(l),
+					"LOCAL_WORLD_SIZE": strconv.Itoa(n),
+					"GROUP_RANK":       strconv.Itoa(hs.index),
+					"NODE_RANK":        strconv.Itoa(hs.index),
+				},
+			})
+			rank++
+		}
+	}
+	return procs
+}
+
+// planTorchrun starts one torchrun per host. A command that starts with a
+// Python interpreter becomes `<that python> -m torch.distributed.run ...
+// script args`, which is exactly what the torchrun script runs, but with
+// the interpreter the job names (a virtualenv's torchrun is rarely on the
+// PATH of a non-interactive SSH session). Any other command runs under
+// `torchrun --no_python`. The flags use the underscore spelling, which
+// every torch release since 1.10 accepts.
+func planTorchrun(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
+	job := cfg.Job
+	prefix, rest, err := torchrunSplit(job.Command)
+	if err != nil {
+		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.command", Msg: err.Error(),
+			Fix: "torchrun starts the script with its own interpreter flags; set interpreter options through [job.env] (e.g. PYTHONUNBUFFERED = \"1\" for -u)"}
+	}
+	var procs []Process
+	for _, hs := range slots {
+		argv := append([]string(nil), prefix...)
+		argv = append(argv,
+			"--nnodes", strconv.Itoa(len(slots)),
+			"--node_rank", strconv.Itoa(hs.index),
+			"--nproc_per_node", strconv.Itoa(hs.procs()),
+			"--master_addr", slots[0].addr,
+			"--master_port", strconv.Itoa(masterPort(job)),
+		)
+		argv = append(argv, rest...)
+		procs = append(procs, Process{
+			Host: hs.host, Address: hs.addr, Role: RoleNode, Index: hs.index,
+			Rank: -1, LocalRank: -1, NodeRank: hs.index,
+			GPUs:    append([]int(nil), hs.gpus...),
+			Command: argv,
+			Env: map[string]string{
+				"MASTER_ADDR": slots[0].addr,
+				"MASTER_PORT": strconv.Itoa(masterPort(job)),
+				"NODE_RANK":   strconv.Itoa(hs.index),
+				"GROUP_RANK":  strconv.Itoa(hs.index),
+			},
+		})
+	}
+	return procs, nil
+}
+
+// torchrunSplit turns the job command into the launcher prefix (up to and
+// including the torchrun program) and what follows torchrun's own flags.
+func torchrunSplit(cmd []string) (prefix, rest []string, err error) {
+	if !isPython(cmd[0]) {
+		return []string{"torchrun"}, append([]string{"--no_python"}, cmd...), nil
+	}
+	prefix = []string{cmd[0]}
+	i := 1
+	for ; i < len(cmd); i++ {
+		a := cmd[i]
+		switch {
+		case a == "-m":
+			if i+1 >= len(cmd) {
+				return nil, nil, errors.New("python -m without a module name")
+			}
+			prefix = append(prefix, "-m", "torch.distributed.run")
+			return prefix, append([]string{"-m"}, cmd[i+1:]...), nil
+		case a == "-c":
+			return nil, nil, errors.New("python -c cannot run under torchrun; put the code in a script")
+		case a == "-X" || a == "-W":
+			if i+1 >= len(cmd) {
+				return nil, nil, fmt.Errorf("python %s without a value", a)
+			}
+			prefix = append(prefix, a, cmd[i+1])
+			i++
+		case strings.HasPrefix(a, "-") && a != "-":
+			prefix = append(prefix, a)
+		default:
+			prefix = append(prefix, "-m", "torch.distributed.run")
+			return prefix, append([]string(nil), cmd[i:]...), nil
+		}
+	}
+	return nil, nil, errors.New("python command without a script")
+}
+
+// isPython reports whether argv[0] names a Python interpreter (python,
+// python3, python3.11, /venv/bin/python, ...).
+func isPython(arg0 string) bool {
+	base := path.Base(arg0)
+	if !strings.HasPrefix(base, "python") {
+		return false
+	}
+	for _, r := range strings.TrimPrefix(base, "python") {
+		if (r < '0' || r > '9') && r != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// tfSlot is a place for one TensorFlow task: a GPU, or a CPU slot (gpu -1).
+type tfSlot struct {
+	hs  *hostSlots
+	gpu int
+}
+
+// tfTask is one placed TensorFlow task.
+type tfTask struct {
+	role  string
+	index int
+	hs    *hostSlots
+	gpu   int // -1: none
+}
+
+// planTensorFlow places chief, workers, ps and evaluator tasks.
+//
+// Every participating host offers slots: one per selected GPU, or
+// procs_per_host on a host without GPUs. Chief and workers take one slot
+// each, GPU slots first in host order, then CPU slots. ps and evaluator
+// tasks need no GPU: they take CPU slots that chief and workers can spare
+// (spread over hosts without GPUs), and any beyond that run beside the
+// other tasks, without a GPU, on the host with the fewest tasks (hosts
+// without GPUs first). worker = "auto" is one worker per slot left after
+// the chief and the ps/evaluator CPU slots.
+func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
+	job := cfg.Job
+	r := job.Roles
+	if r.Chief < 0 || r.Worker < 0 || r.PS < 0 || r.Evaluator < 0 {
+		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles", Msg: "role counts cannot be negative"}
+	}
+	if r.Chief > 1 {
+		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles.chief",
+			Msg: fmt.Sprintf("%d chiefs; TensorFlow allows one", r.Chief), Fix: "set chief = 1 (or 0 to let worker 0 lead)"}
+	}
+	var gpuSlots, cpuSlots []tfSlot
+	for _, hs := range slots {
+		for _, g := range hs.gpus {
+			gpuSlots = append(gpuSlots, tfSlot{hs, g})
+		}
+	}
+	// CPU slots in host order; ps/evaluator take them round-robin over
+	// hosts so that parameter servers spread out.
+	var cpuHosts []*hostSlots
+	for _, hs := range slots {
+		for k := 0; k < hs.cpuSlots; k++ {
+			cpuSlots = append(cpuSlots, tfSlot{hs, -1})
+		}
+		if hs.cpuSlots > 0 {
+			cpuHosts = append(cpuHosts, hs)
+		}
+	}
+	total := len(gpuSlots) + len(cpuSlots)
+	light := r.PS + r.Evaluator
+	slotsMsg := fmt.Sprintf("the fleet has %d slots: %d GPUs and %d CPU slots (procs_per_host = %d on %d hosts without GPUs)",
+		total, len(gpuSlots), len(cpuSlots), max(job.ProcsPerHost, 1), len(cpuHosts))
+
+	var nWorker, lightOnCPU int
+	if r.WorkerAuto {
+		// Leave at least one worker slot (or the chief's) for the
+		// heavy tasks before ps/evaluator take CPU slots.
+		lightOnCPU = min(light, len(cpuSlots), max(total-r.Chief-1, 0))
+		nWorker = total - lightOnCPU - r.Chief
+	} else {
+		nWorker = r.Worker
+		need := r.Chief + nWorker
+		if need > total {
+			return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles",
+				Msg: fmt.Sprintf("chief = %d and worker = %d need %d slots but %s", r.Chief, nWorker, need, slotsMsg),
+				Fix: fmt.Sprintf(`lower worker to %d or use worker = "auto", or add GPUs/hosts or raise procs_per_host`, max(total-r.Chief, 0))}
+		}
+		lightOnCPU = min(light, len(cpuSlots), total-need)
+	}
+	if r.Chief+nWorker == 0 {
+		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles",
+			Msg: "no chief and no worker to place; " + slotsMsg,
+			Fix: "set chief = 1 or worker >= 1, and make sure hosts have GPUs or procs_per_host >= 1"}
+	}
+
+	// ps/evaluator CPU slots: round-robin over CPU hosts, from each host's
+	// last slot, so heavy tasks keep taking CPU slots in host order.
+	lightSlots := make([]tfSlot, 0, lightOnCPU)
+	taken := map[*hostSlots]int{}
+	for len(lightSlots) < lightOnCPU {
+		for _, hs := range cpuHosts {
+			if len(lightSlots) == lightOnCPU {
+				break
+			}
+			if taken[hs] < hs.cpuSlots {
+				taken[hs]++
+				lightSlots = append(lightSlots, tfSlot{hs, -1})
+			}
+		}
+	}
+	heavySlots := append([]tfSlot(nil), gpuSlots...)
+	used := map[*hostSlots]int{}
+	for _, s := range cpuSlots {
+		if used[s.hs] < s.hs.cpuSlots-taken[s.hs] {
+			used[s.hs]++
+			heavySlots = append(heavySlots, s)
+		}
+	}
+
+	load := map[*hostSlots]int{}
+	var tasks []tfTask
+	next := 0
+	place := func(role string, n int) {
+		for i := 0; i < n; i++ {
+			s := heavySlots[next]
+			next++
+			load[s.hs]++
+			tasks = append(tasks, tfTask{role, i, s.hs, s.gpu})
+		}
+	}
+	place(RoleChief, r.Chief)
+	place(RoleWorker, nWorker)
+	lightNext := 0
+	placeLight := func(role string, n int) {
+		for i := 0; i < n; i++ {
+			var hs *hostSlots
+			if lightNext < len(lightSlots) {
+				hs = lightSlots[lightNext].hs
+				lightNext++
+			} else {
+				hs = leastLoaded(slots, load)
+			}
+			load[hs]++
+			tasks = append(tasks, tfTask{role, i, hs, -1})
+		}
+	}
+	placeLight(RolePS, r.PS)
+	placeLight(RoleEvaluator, r.Evaluator)
+
+	// Ports: base_port on each address, +1 per task there, in task order.
+	// Keyed by address, not host, so local hosts sharing 127.0.0.1 get
+	// distinct ports.
+	nextPort := map[string]int{}
+	bp := job.BasePort
+	if bp <= 0 {
+		bp = defaultBasePort
+	}
+	ports := make([]int, len(tasks))
+	clusterSpec := map[string][]string{}
+	for i, t := range tasks {
+		port, ok := nextPort[t.hs.addr]
+		if !ok {
+			port = bp
+		}
+		nextPort[t.hs.addr] = port + 1
+		ports[i] = port
+		clusterSpec[t.role] = append(clusterSpec[t.role], joinHostPort(t.hs.addr, port))
+	}
+
+	procs := make([]Process, 0, len(tasks))
+	for i, t := range tasks {
+		env := map[string]string{}
+		if len(tasks) > 1 {
+			tc, err := TFConfigJSON(clusterSpec, t.role, t.index)
+			if err != nil {
+				return nil, fmt.Errorf("build TF_CONFIG for %s-%d: %w", t.role, t.index, err)
+			}
+			env["TF_CONFIG"] = tc
+		}
+		var gpus []int
+		if t.gpu >= 0 {
+			gpus = []int{t.gpu}
+		}
+		procs = append(procs, Process{
+			Host: t.hs.host, Address: t.hs.addr, Role: t.role, Index: t.index,
+			Rank: -1, LocalRank: -1, NodeRank: -1, GPUs: gpus, Port: ports[i],
+			Command: append([]string(nil), job.Command...), Env: env,
+		})
+	}
+	return procs, nil
+}
+
+// leastLoaded picks the host for a ps/evaluator task that has no CPU slot:
+// hosts without GPUs first, then the fewest tasks, then file order.
+func leastLoaded(slots []*hostSlots, load map[*hostSlots]int) *hostSlots {
+	var best *hostSlots
+	for _, hs := range slots {
+		if best == nil {
+			best = hs
+			continue
+		}
+		bCPU, hCPU := len(best.gpus) == 0, len(hs.gpus) == 0
+		if hCPU != bCPU {
+			if hCPU {
+				best = hs
+			}
+			continue
+		}
+		if load[hs] < load[best] {
+			best = hs
+		}
+	}
+	return best
+}
+
+// TFConfig is the TF_CONFIG document, field for field as Kubeflow's TFJob
+// operator writes it: lower-case replica types mapping to "address:port"
+// lists, the task's type and index, and environment "cloud" (which TF <=
+// 1.3 needs and later versions ignore).
+type TFConfig struct {
+	Cluster     map[string][]string `json:"cluster"`
+	Task        TFTask              `json:"task"`
+	Environment string              `json:"environment"`
+}
+
+// TFTask is the "task" member of TF_CONFIG.
+type TFTask struct {
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+}
+
+// TFConfigJSON renders TF_CONFIG for one task. Roles with no tasks are
+// absent from the cluster; keys come out sorted, as Go's encoding/json (and
+// so the TFJob operator) writes them.
+func TFConfigJSON(clusterSpec map[string][]string, role string, index int) (string, error) {
+	b, err := json.Marshal(TFConfig{
+		Cluster:     clusterSpec,
+		Task:        TFTask{Type: role, Index: index},
+		Environment: "cloud",
+	})
+	return string(b), err
+}
+
+// checkLocalMix refuses plans where a process on a remote host would have
+// to reach a local host: 127.0.0.1 there is the remote host itself.
+func checkLocalMix(cfg *cluster.Config, p *Plan, slots []*hostSlots) error {
+	var local, remote []string
+	for _, hs := range slots {
+		if isLocal(hs.host) {
+			local = append(local, hs.host.Name)
+		} else {
+			remote = append(remote, hs.host.Name)
+		}
+	}
+	if len(local) == 0 || len(remote) == 0 {
+		return nil
+	}
+	var endpoint string
+	switch p.Framework {
+	case cluster.PyTorch, cluster.Torchrun:
+		if isLocal(slots[0].host) {
+			endpoint = "rank 0 (MASTER_ADDR)"
+		}
+	case cluster.TensorFlow:
+		if len(p.Processes) > 1 {
+			for _, pr := range p.Processes {
+				if isLocal(pr.Host) {
+					endpoint = pr.Name() + " (in TF_CONFIG)"
+					break
+				}
+			}
+		}
+	}
+	if endpoint == "" {
+		return nil
+	}
+	file := cfg.InventoryPath
+	if file == "" {
+		file = cfg.Path
+	}
+	return &cluster.ConfigError{File: file, Key: "host",
+		Msg: fmt.Sprintf("%s runs on local host %s, which remote hosts %s cannot reach at %s",
+			endpoint, local[0], strings.Join(remote, ", "), localAddress),
+		Fix: "use only local hosts, or give this machine an SSH [[host]] entry with a reachable address"}
+}
+
+func isLocal(h cluster.Host) bool {
+	return h.Transport == cluster.TransportLocal || h.Address == "local"
+}
+
+// hostAddress is how other processes reach h.
+func hostAddress(h cluster.Host) string {
+	if isLocal(h) || h.Address == "" {
+		return localAddress
+	}
+	return h.Address
+}
+
+// joinHostPort writes address:port, bracketing IPv6 literals.
+func joinHostPort(addr string, port int) string {
+	if strings.Contains(addr, ":") {
+		return "[" + addr + "]:" + strconv.Itoa(port)
+	}
+	return addr + ":" + strconv.Itoa(port)
+}
+
+func (hs *hostSlots) procs() int {
+	if len(hs.gpus) > 0 {
+		return len(hs.gpus)
+	}
+	return hs.cpuSlots
+}
+
+func masterPort(job cluster.Job) int {
+	if job.MasterPort > 0 {
+		return job.MasterPort
+	}
+	return defaultMasterPort
+}
+
+// hostWorkdir is the host's workdir as written.
+func hostWorkdir(h cluster.Host, job cluster.Job) string {
+	if h.Workdir != "" {
+		return h.Workdir
+	}
+	return job.Workdir
+}
+
+// homeRelative strips a leading "~/" (or a lone "~"), which means the same
+// as a relative path: relative to the login user's home.
+func homeRelative(p string) string {
+	if p == "~" {
+		return ""
+	}
+	return strings.TrimPrefix(p, "~/")
+}
+
+// checkpointDir is DROVER_CHECKPOINT_DIR: checkpoint_dir under the
+// workdir unless absolute, under the home directory unless absolute, in
+// "~/..." form when the home directory is not known.
+func checkpointDir(workdir, ckpt, home string) string {
+	var p string
+	switch {
+	case path.IsAbs(ckpt):
+		return path.Clean(ckpt)
+	case ckpt == "~" || strings.HasPrefix(ckpt, "~/"):
+		p = homeRelative(ckpt)
+	default:
+		if path.IsAbs(workdir) {
+			return path.Join(workdir, ckpt)
+		}
+		p = path.Join(homeRelative(workdir), ckpt)
+	}
+	if home != "" {
+		return path.Join(home, p)
+	}
+	if p == "." || p == "" {
+		return "~"
+	}
+	return "~/" + p
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func copyEnv(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

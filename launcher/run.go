@@ -1,0 +1,309 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// RunOptions configures a supervised run of a job.
+type RunOptions struct {
+	JobPath       string
+	InventoryPath string
+	// LogDir is where runs/<job>-<start>/ goes; default: "runs" next to
+	// the job file.
+	LogDir string
+	// AgentBinary is the local drover binary installed on hosts as the
+	// per-process supervisor (usually os.Executable()).
+	AgentBinary string
+	Dial        cluster.DialOptions
+	// Out receives every process's output, one prefixed line at a time.
+	Out io.Writer
+	// Events receives drover's own one-line, timestamped events.
+	Events io.Writer
+	// Quiet hides process output on Out (log files still get all of it).
+	Quiet bool
+	// Hard is closed when the user insists (second Ctrl-C): processes are
+	// killed at once instead of being given their grace period.
+	Hard <-chan struct{}
+	// Now and Sleep are the clock; tests leave them nil.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Env is extra environment for every process, after the plan's; tests
+	// use it, users use [job.env].
+	Env map[string]string
+}
+
+// Outcome is how a run ended.
+type Outcome int
+
+// The ways a run ends; the CLI maps them to exit statuses 0, 1 and 130.
+const (
+	Succeeded Outcome = iota
+	Failed
+	Interrupted
+)
+
+// Result summarises a finished run.
+type Result struct {
+	Outcome  Outcome
+	Attempts int
+	// LogDir is runs/<job>-<start> with one attempt-<n>/ per attempt.
+	LogDir    string
+	Processes []ProcSummary
+	// Err says why a failed run failed for good.
+	Err error
+}
+
+// ProcSummary is one row of the end-of-run table.
+type ProcSummary struct {
+	Name     string
+	Host     string
+	Attempts int
+	Exit     string
+	Duration time.Duration
+}
+
+// Run supervises the job until it succeeds, fails for good or ctx is
+// cancelled. Each attempt re-reads the job and inventory files and
+// re-resolves every host, so an edited address takes effect at the next
+// restart. A returned error means the job could not be started at all
+// (configuration, connection); failures of the training itself are in
+// Result.
+func Run(ctx context.Context, opts RunOptions) (*Result, error) {
+	r := newRunner(opts)
+	return r.run(ctx)
+}
+
+type runner struct {
+	opts   RunOptions
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+	events *eventLog
+
+	mu       sync.Mutex
+	procs    map[string]*ProcSummary // by process name
+	order    []string
+	replaced map[string]string // unreachable host name -> spare name
+}
+
+func newRunner(opts RunOptions) *runner {
+	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	r.now = opts.Now
+	if r.now == nil {
+		r.now = time.Now
+	}
+	r.sleep = opts.Sleep
+	if r.sleep == nil {
+		r.sleep = sleepCtx
+	}
+	ev := opts.Events
+	if ev == nil {
+		ev = io.Discard
+	}
+	r.events = &eventLog{w: ev, now: r.now}
+	if r.opts.Out == nil {
+		r.opts.Out = io.Discard
+	}
+	return r
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *runner) run(ctx context.Context) (*Result, error) {
+	cfg, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	if err != nil {
+		return nil, err
+	}
+	start := r.now()
+	logDir := r.opts.LogDir
+	if logDir == "" {
+		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
+	}
+	res := &Result{LogDir: filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))}
+	if err := os.MkdirAll(res.LogDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create log directory: %w", err)
+	}
+	r.events.file, _ = os.Create(filepath.Join(res.LogDir, "events.log"))
+	defer func() {
+		if r.events.file != nil {
+			r.events.file.Close()
+		}
+	}()
+
+	restarts := 0
+	total := cfg.Job.MaxRestarts + 1
+	for attempt := 1; ; attempt++ {
+		res.Attempts = attempt
+		if attempt > 1 {
+			next, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+			if err != nil {
+				r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
+			} else {
+				cfg = next
+			}
+		}
+		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: restarts,
+			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
+		out := a.run(ctx)
+		switch {
+		case out.err != nil && attempt == 1 && cluster.IsConfigError(out.err):
+			return nil, out.err
+		case out.interrupted:
+			res.Outcome = Interrupted
+			res.Err = context.Cause(ctx)
+			r.events.printf("interrupted: every process stopped")
+			res.Processes = r.summaries()
+			return res, nil
+		case out.err == nil && out.success:
+			res.Outcome = Succeeded
+			r.events.printf("attempt %d/%d: job %s succeeded", attempt, total, cfg.Job.Name)
+			res.Processes = r.summaries()
+			return res, nil
+		}
+		// A failure: decide whether to try again.
+		why := out.err
+		if why == nil {
+			why = errors.New(out.reason)
+		}
+		retry, permanent := r.retryable(cfg.Job, out)
+		if !retry || restarts >= cfg.Job.MaxRestarts {
+			res.Outcome = Failed
+			switch {
+			case !retry:
+				res.Err = fmt.Errorf("%v; not restarting: %s", why, permanent)
+			default:
+				res.Err = fmt.Errorf("%v; no restarts left (max_restarts = %d)", why, cfg.Job.MaxRestarts)
+			}
+			r.events.printf("job %s failed: %v", cfg.Job.Name, res.Err)
+			res.Processes = r.summaries()
+			return res, nil
+		}
+		restarts++
+		delay := backoff(cfg.Job, restarts)
+		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, total, delay.Round(time.Millisecond))
+		if err := r.sleep(ctx, delay); err != nil {
+			res.Outcome = Interrupted
+			res.Err = context.Cause(ctx)
+			res.Processes = r.summaries()
+			return res, nil
+		}
+	}
+}
+
+// backoff is restart_backoff doubled per restart, capped.
+func backoff(job cluster.Job, restarts int) time.Duration {
+	d := job.RestartBackoff
+	for i := 1; i < restarts && d < job.RestartBackoffMax; i++ {
+		d *= 2
+	}
+	if job.RestartBackoffMax > 0 && d > job.RestartBackoffMax {
+		d = job.RestartBackoffMax
+	}
+	return d
+}
+
+// retryable applies restart_policy to how an attempt ended.
+func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
+	switch job.RestartPolicy {
+	case "never":
+		return false, `restart_policy = "never"`
+	case "exit-code":
+		if out.hostLost || out.exitCode >= 128 || out.exitCode < 0 {
+			return true, ""
+		}
+		if out.exitCode >= 1 && out.exitCode <= 127 {
+			return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
+		}
+		return true, ""
+	default:
+		if out.setupFailed && !out.hostLost {
+			return false, "the group could not be set up (see the error above)"
+		}
+		return true, ""
+	}
+}
+
+func (r *runner) record(p Process, exit string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := p.Name()
+	s, ok := r.procs[key]
+	if !ok {
+		s = &ProcSummary{Name: key}
+		r.procs[key] = s
+		r.order = append(r.order, key)
+	}
+	s.Host = p.Host.Name
+	s.Attempts++
+	s.Exit = exit
+	s.Duration += d
+}
+
+func (r *runner) summaries() []ProcSummary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ProcSummary, 0, len(r.order))
+	for _, k := range r.order {
+		out = append(out, *r.procs[k])
+	}
+	return out
+}
+
+// RenderSummary writes the end-of-run table.
+func RenderSummary(w io.Writer, res *Result) {
+	nameW, hostW := len("PROCESS"), len("HOST")
+	for _, p := range res.Processes {
+		nameW = max(nameW, len(p.Name))
+		hostW = max(hostW, len(p.Host))
+	}
+	fmt.Fprintf(w, "%-*s  %-*s  %8s  %-14s  %s\n", nameW, "PROCESS", hostW, "HOST", "ATTEMPTS", "EXIT", "DURATION")
+	for _, p := range res.Processes {
+		fmt.Fprintf(w, "%-*s  %-*s  %8d  %-14s  %s\n", nameW, p.Name, hostW, p.Host, p.Attempts, p.Exit, p.Duration.Round(time.Millisecond))
+	}
+	switch res.Outcome {
+	case Succeeded:
+		fmt.Fprintf(w, "succeeded after %d attempt(s); logs in %s\n", res.Attempts, res.LogDir)
+	case Interrupted:
+		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
+	default:
+		fmt.Fprintf(w, "failed after %d attempt(s): %v; logs in %s\n", res.Attempts, res.Err, res.LogDir)
+	}
+}
+
+// eventLog prints drover's own events, timestamped, to the terminal and to
+// events.log in the run's log directory.
+type eventLog struct {
+	mu   sync.Mutex
+	w    io.Writer
+	file *os.File
+	now  func() time.Time
+}
+
+func (e *eventLog) printf(format string, args ...any) {
+	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
+	line := e.now().Format("15:04:05.000") + " " + msg + "\n"
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	io.WriteString(e.w, line)
+	if e.file != nil {
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" "+msg+"\n")
+	}
+}
