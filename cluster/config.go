@@ -103,8 +103,8 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 				fmt.Sprintf("keep the hosts in one place: move the [[host]] tables into %s, or remove the inventory line", inv))
 		}
 		if _, has := doc["ssh"]; has {
-			w.add("ssh", "[ssh] is ignored when the hosts come from an inventory file",
-				fmt.Sprintf("move the [ssh] table into %s, next to the hosts it applies to", inv))
+			w.add("ssh", "[ssh] must be in the inventory file, next to the hosts it applies to",
+				fmt.Sprintf("move the [ssh] table into %s", inv))
 		}
 		if strings.TrimSpace(inv) == "" {
 			w.add("inventory", "must name a file", `write inventory = "fleet.toml" (relative to the job file), or remove the line`)

@@ -269,7 +269,8 @@ func (s *lineScanner) literalString() string {
 	return v
 }
 
-// multiline skips a """ or ''' string whose opening delimiter is at pos.
+// multiline skips a multi-line string (three quote characters q open and
+// close it) whose opening delimiter is at pos.
 func (s *lineScanner) multiline(q byte) {
 	s.pos += 3
 	for !s.eof() {

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+var updateGolden = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 // tl joins lines so that a case's line numbers can be counted: line n of
 // the file is argument n.
@@ -246,7 +246,7 @@ func TestLoadReportsEveryError(t *testing.T) {
 	}
 	golden := filepath.Join("testdata", "config", "bad", "errors.golden")
 	got := err.Error() + "\n"
-	if *update {
+	if *updateGolden {
 		require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
 	}
 	want, rerr := os.ReadFile(golden)
@@ -266,7 +266,7 @@ var (
 	hostB = []string{`[[host]]`, `name = "b"`, `address = "10.0.0.2"`}
 )
 
-func cat(parts ...[]string) string {
+func joinParts(parts ...[]string) string {
 	var all []string
 	for _, p := range parts {
 		all = append(all, p...)
@@ -274,7 +274,7 @@ func cat(parts ...[]string) string {
 	return tl(all...)
 }
 
-func ls(s ...string) []string { return s }
+func lns(s ...string) []string { return s }
 
 // errorCase is one invalid input and the single error it must produce.
 type errorCase struct {
@@ -292,171 +292,171 @@ type errorCase struct {
 var errorCases = []errorCase{
 	{name: "syntax", job: tl(`[job]`, `name = "j`, `framework = "pytorch"`),
 		line: 2, msg: "invalid TOML", fix: "line 2"},
-	{name: "duplicate key", job: cat(jobHead, ls(`name = "k"`), hostA),
+	{name: "duplicate key", job: joinParts(jobHead, lns(`name = "k"`), hostA),
 		line: 5, msg: "already been defined", fix: "only once"},
-	{name: "unknown job key", job: cat(jobHead, ls(`max_restart = 3`), hostA),
+	{name: "unknown job key", job: joinParts(jobHead, lns(`max_restart = 3`), hostA),
 		line: 5, key: "job.max_restart", msg: "unknown key", fix: `did you mean "max_restarts"?`},
-	{name: "typo of required key reported once", job: cat(ls(`[job]`, `name = "j"`, `framwork = "pytorch"`, `command = ["x"]`), hostA),
+	{name: "typo of required key reported once", job: joinParts(lns(`[job]`, `name = "j"`, `framwork = "pytorch"`, `command = ["x"]`), hostA),
 		line: 3, key: "job.framwork", fix: `did you mean "framework"?`},
-	{name: "unknown host key", job: cat(jobHead, hostA, ls(`gpu = "auto"`)),
+	{name: "unknown host key", job: joinParts(jobHead, hostA, lns(`gpu = "auto"`)),
 		line: 8, key: "host[1].gpu", fix: `did you mean "gpus"?`},
-	{name: "key in wrong table", job: cat(jobHead, ls(`user = "ubuntu"`), hostA),
+	{name: "key in wrong table", job: joinParts(jobHead, lns(`user = "ubuntu"`), hostA),
 		line: 5, key: "job.user", fix: "belongs in [ssh]"},
-	{name: "top-level key outside job", job: cat(ls(`framework = "pytorch"`), jobHead[:2], jobHead[3:], hostA),
+	{name: "top-level key outside job", job: joinParts(lns(`framework = "pytorch"`), jobHead[:2], jobHead[3:], hostA),
 		line: 1, key: "framework", fix: "belongs in [job]"},
-	{name: "unknown key without suggestion", job: cat(jobHead, ls(`colour = "red"`), hostA),
+	{name: "unknown key without suggestion", job: joinParts(jobHead, lns(`colour = "red"`), hostA),
 		line: 5, key: "job.colour", fix: "[job] accepts name, framework"},
-	{name: "typo table", job: cat(ls(`[jobs]`), jobHead[1:], hostA),
+	{name: "typo table", job: joinParts(lns(`[jobs]`), jobHead[1:], hostA),
 		line: 1, key: "jobs", fix: `did you mean "job"?`},
-	{name: "missing job", job: cat(hostA),
+	{name: "missing job", job: joinParts(hostA),
 		key: "job", msg: "missing [job]", fix: `name = "mnist"`},
-	{name: "missing name", job: cat(jobHead[:1], jobHead[2:], hostA),
+	{name: "missing name", job: joinParts(jobHead[:1], jobHead[2:], hostA),
 		line: 1, key: "job.name", fix: `name = "mnist"`},
-	{name: "bad job name", job: cat(jobHead[:1], ls(`name = "my job"`), jobHead[2:], hostA),
+	{name: "bad job name", job: joinParts(jobHead[:1], lns(`name = "my job"`), jobHead[2:], hostA),
 		line: 2, key: "job.name", fix: `name = "my-job"`},
-	{name: "missing framework", job: cat(jobHead[:2], jobHead[3:], hostA),
+	{name: "missing framework", job: joinParts(jobHead[:2], jobHead[3:], hostA),
 		line: 1, key: "job.framework", fix: `framework = "pytorch"`},
-	{name: "unknown framework", job: cat(jobHead[:2], ls(`framework = "pytorh"`), jobHead[3:], hostA),
+	{name: "unknown framework", job: joinParts(jobHead[:2], lns(`framework = "pytorh"`), jobHead[3:], hostA),
 		line: 3, key: "job.framework", msg: `"pytorh"`, fix: `did you mean framework = "pytorch"?`},
-	{name: "framework wrong type", job: cat(jobHead[:2], ls(`framework = 1`), jobHead[3:], hostA),
+	{name: "framework wrong type", job: joinParts(jobHead[:2], lns(`framework = 1`), jobHead[3:], hostA),
 		line: 3, key: "job.framework", msg: "not an integer", fix: `framework = "pytorch"`},
-	{name: "missing command", job: cat(jobHead[:3], hostA),
+	{name: "missing command", job: joinParts(jobHead[:3], hostA),
 		line: 1, key: "job.command", fix: `command = ["python3", "train.py"]`},
-	{name: "empty command", job: cat(jobHead[:3], ls(`command = []`), hostA),
+	{name: "empty command", job: joinParts(jobHead[:3], lns(`command = []`), hostA),
 		line: 4, key: "job.command", msg: "empty", fix: `command = [`},
-	{name: "command as string", job: cat(jobHead[:3], ls(`command = "python3 t.py -n 3"`), hostA),
+	{name: "command as string", job: joinParts(jobHead[:3], lns(`command = "python3 t.py -n 3"`), hostA),
 		line: 4, key: "job.command", msg: "not a string", fix: `command = ["python3", "t.py", "-n", "3"]`},
-	{name: "command element not string", job: cat(jobHead[:3], ls(`command = ["python3", 3]`), hostA),
+	{name: "command element not string", job: joinParts(jobHead[:3], lns(`command = ["python3", 3]`), hostA),
 		line: 4, key: "job.command", msg: "element 2", fix: "quote every element"},
-	{name: "negative max_restarts", job: cat(jobHead, ls(`max_restarts = -1`), hostA),
+	{name: "negative max_restarts", job: joinParts(jobHead, lns(`max_restarts = -1`), hostA),
 		line: 5, key: "job.max_restarts", msg: "negative", fix: "max_restarts = 3"},
-	{name: "zero procs_per_host", job: cat(jobHead, ls(`procs_per_host = 0`), hostA),
+	{name: "zero procs_per_host", job: joinParts(jobHead, lns(`procs_per_host = 0`), hostA),
 		line: 5, key: "job.procs_per_host", msg: "between 1", fix: "procs_per_host = 2"},
-	{name: "master_port out of range", job: cat(jobHead, ls(`master_port = 70000`), hostA),
+	{name: "master_port out of range", job: joinParts(jobHead, lns(`master_port = 70000`), hostA),
 		line: 5, key: "job.master_port", msg: "1 and 65535", fix: "master_port = 29500"},
-	{name: "base_port zero", job: cat(jobHead, ls(`base_port = 0`), hostA),
+	{name: "base_port zero", job: joinParts(jobHead, lns(`base_port = 0`), hostA),
 		line: 5, key: "job.base_port", msg: "1 and 65535", fix: "base_port = 2222"},
-	{name: "ssh port wrong type", job: cat(jobHead, ls(`[ssh]`, `port = "x"`), hostA),
+	{name: "ssh port wrong type", job: joinParts(jobHead, lns(`[ssh]`, `port = "x"`), hostA),
 		line: 6, key: "ssh.port", msg: "not a string", fix: "port = 22"},
-	{name: "host port out of range", job: cat(jobHead, hostA, ls(`port = 65536`)),
+	{name: "host port out of range", job: joinParts(jobHead, hostA, lns(`port = 65536`)),
 		line: 8, key: "host[1].port", msg: "1 and 65535", fix: "port = 22"},
-	{name: "unknown restart policy", job: cat(jobHead, ls(`restart_policy = "always"`), hostA),
+	{name: "unknown restart policy", job: joinParts(jobHead, lns(`restart_policy = "always"`), hostA),
 		line: 5, key: "job.restart_policy", fix: `restart_policy = "on-failure", restart_policy = "never"`},
-	{name: "unknown success policy", job: cat(jobHead, ls(`success_policy = "cheif"`), hostA),
+	{name: "unknown success policy", job: joinParts(jobHead, lns(`success_policy = "cheif"`), hostA),
 		line: 5, key: "job.success_policy", fix: `did you mean success_policy = "chief"?`},
-	{name: "bad duration", job: cat(jobHead, ls(`stop_grace = "10"`), hostA),
+	{name: "bad duration", job: joinParts(jobHead, lns(`stop_grace = "10"`), hostA),
 		line: 5, key: "job.stop_grace", msg: "not a duration", fix: `stop_grace = "10s"`},
-	{name: "duration as number", job: cat(jobHead, ls(`host_wait = 300`), hostA),
+	{name: "duration as number", job: joinParts(jobHead, lns(`host_wait = 300`), hostA),
 		line: 5, key: "job.host_wait", msg: "duration string", fix: `host_wait = "5m"`},
-	{name: "negative duration", job: cat(jobHead, ls(`restart_backoff = "-1s"`), hostA),
+	{name: "negative duration", job: joinParts(jobHead, lns(`restart_backoff = "-1s"`), hostA),
 		line: 5, key: "job.restart_backoff", msg: "negative", fix: `restart_backoff = "1s"`},
-	{name: "backoff max below backoff", job: cat(jobHead, ls(`restart_backoff = "1m"`, `restart_backoff_max = "10s"`), hostA),
+	{name: "backoff max below backoff", job: joinParts(jobHead, lns(`restart_backoff = "1m"`, `restart_backoff_max = "10s"`), hostA),
 		line: 6, key: "job.restart_backoff_max", msg: "shorter", fix: `restart_backoff_max = "1m0s"`},
-	{name: "negative gpu_max_used_mib", job: cat(jobHead, ls(`gpu_max_used_mib = -5`), hostA),
+	{name: "negative gpu_max_used_mib", job: joinParts(jobHead, lns(`gpu_max_used_mib = -5`), hostA),
 		line: 5, key: "job.gpu_max_used_mib", msg: "negative", fix: "gpu_max_used_mib = 100"},
-	{name: "negative job min_gpus", job: cat(jobHead, ls(`min_gpus = -1`), hostA),
+	{name: "negative job min_gpus", job: joinParts(jobHead, lns(`min_gpus = -1`), hostA),
 		line: 5, key: "job.min_gpus", msg: "negative", fix: "min_gpus = 1"},
-	{name: "remote ~user workdir", job: cat(jobHead, ls(`workdir = "~bob/x"`), hostA),
+	{name: "remote ~user workdir", job: joinParts(jobHead, lns(`workdir = "~bob/x"`), hostA),
 		line: 5, key: "job.workdir", msg: "~user", fix: `workdir = "drover/mnist"`},
-	{name: "empty checkpoint_dir", job: cat(jobHead, ls(`checkpoint_dir = ""`), hostA),
+	{name: "empty checkpoint_dir", job: joinParts(jobHead, lns(`checkpoint_dir = ""`), hostA),
 		line: 5, key: "job.checkpoint_dir", msg: "empty", fix: `checkpoint_dir = "checkpoints"`},
-	{name: "checkpoint_marker with slash", job: cat(jobHead, ls(`checkpoint_marker = "a/DONE"`), hostA),
+	{name: "checkpoint_marker with slash", job: joinParts(jobHead, lns(`checkpoint_marker = "a/DONE"`), hostA),
 		line: 5, key: "job.checkpoint_marker", msg: "not a file name", fix: `checkpoint_marker = "DONE"`},
-	{name: "exclude not a list", job: cat(jobHead, ls(`exclude = "data/"`), hostA),
+	{name: "exclude not a list", job: joinParts(jobHead, lns(`exclude = "data/"`), hostA),
 		line: 5, key: "job.exclude", msg: "array of strings", fix: `exclude = ["data/", "*.pt"]`},
-	{name: "exclude empty pattern", job: cat(jobHead, ls(`exclude = ["data/", ""]`), hostA),
+	{name: "exclude empty pattern", job: joinParts(jobHead, lns(`exclude = ["data/", ""]`), hostA),
 		line: 5, key: "job.exclude", msg: "empty pattern", fix: `remove the ""`},
-	{name: "code missing", job: cat(jobHead, ls(`code = "nosuchdir"`), hostA),
+	{name: "code missing", job: joinParts(jobHead, lns(`code = "nosuchdir"`), hostA),
 		line: 5, key: "job.code", msg: "no such file", fix: `code = "."`},
-	{name: "code is a file", job: cat(jobHead, ls(`code = "job.toml"`), hostA),
+	{name: "code is a file", job: joinParts(jobHead, lns(`code = "job.toml"`), hostA),
 		line: 5, key: "job.code", msg: "not a directory", fix: `code = "."`},
-	{name: "env bad name", job: cat(jobHead, ls(`[job.env]`, `"1X" = "a"`), hostA),
+	{name: "env bad name", job: joinParts(jobHead, lns(`[job.env]`, `"1X" = "a"`), hostA),
 		line: 6, key: "job.env.1X", msg: "not a valid environment variable name", fix: "_1X"},
-	{name: "env value array", job: cat(jobHead, ls(`[job.env]`, `A = ["x"]`), hostA),
+	{name: "env value array", job: joinParts(jobHead, lns(`[job.env]`, `A = ["x"]`), hostA),
 		line: 6, key: "job.env.A", msg: "not an array", fix: `A = "value"`},
-	{name: "env not a table", job: cat(jobHead, ls(`env = "A=1"`), hostA),
+	{name: "env not a table", job: joinParts(jobHead, lns(`env = "A=1"`), hostA),
 		line: 5, key: "job.env", msg: "must be a table", fix: "[job.env]"},
-	{name: "roles on pytorch", job: cat(jobHead, ls(`[job.roles]`, `worker = 2`), hostA),
+	{name: "roles on pytorch", job: joinParts(jobHead, lns(`[job.roles]`, `worker = 2`), hostA),
 		line: 5, key: "job.roles", msg: `framework is "pytorch"`, fix: `roles are for tensorflow; remove [job.roles] or set framework = "tensorflow"`},
-	{name: "tensorflow without roles", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], hostA),
+	{name: "tensorflow without roles", job: joinParts(jobHead[:2], lns(`framework = "tensorflow"`), jobHead[3:], hostA),
 		line: 1, key: "job.roles", msg: "chief or at least one worker", fix: `[job.roles]`},
-	{name: "tensorflow only ps", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `ps = 1`), hostA),
+	{name: "tensorflow only ps", job: joinParts(jobHead[:2], lns(`framework = "tensorflow"`), jobHead[3:], lns(`[job.roles]`, `ps = 1`), hostA),
 		line: 5, key: "job.roles", msg: "chief or at least one worker", fix: `worker = "auto"`},
-	{name: "two chiefs", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 2`, `worker = 1`), hostA),
+	{name: "two chiefs", job: joinParts(jobHead[:2], lns(`framework = "tensorflow"`), jobHead[3:], lns(`[job.roles]`, `chief = 2`, `worker = 1`), hostA),
 		line: 6, key: "job.roles.chief", msg: "at most one chief", fix: "chief = 1"},
-	{name: "worker not auto", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 1`, `worker = "all"`), hostA),
+	{name: "worker not auto", job: joinParts(jobHead[:2], lns(`framework = "tensorflow"`), jobHead[3:], lns(`[job.roles]`, `chief = 1`, `worker = "all"`), hostA),
 		line: 7, key: "job.roles.worker", fix: `worker = "auto"`},
-	{name: "negative ps", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 1`, `ps = -1`), hostA),
+	{name: "negative ps", job: joinParts(jobHead[:2], lns(`framework = "tensorflow"`), jobHead[3:], lns(`[job.roles]`, `chief = 1`, `ps = -1`), hostA),
 		line: 7, key: "job.roles.ps", msg: "negative", fix: "ps = 1"},
-	{name: "unknown role", job: cat(jobHead[:2], ls(`framework = "tensorflow"`), jobHead[3:], ls(`[job.roles]`, `chief = 1`, `workers = 2`), hostA),
+	{name: "unknown role", job: joinParts(jobHead[:2], lns(`framework = "tensorflow"`), jobHead[3:], lns(`[job.roles]`, `chief = 1`, `workers = 2`), hostA),
 		line: 7, key: "job.roles.workers", fix: `did you mean "worker"?`},
-	{name: "no hosts", job: cat(jobHead),
+	{name: "no hosts", job: joinParts(jobHead),
 		key: "host", msg: "no hosts", fix: "[[host]]"},
-	{name: "host as single table", job: cat(jobHead, ls(`[host]`, `name = "a"`, `address = "x"`)),
+	{name: "host as single table", job: joinParts(jobHead, lns(`[host]`, `name = "a"`, `address = "x"`)),
 		line: 5, key: "host", msg: "single table", fix: "[[host]]"},
-	{name: "all hosts spare", job: cat(jobHead, hostA, ls(`spare = true`)),
+	{name: "all hosts spare", job: joinParts(jobHead, hostA, lns(`spare = true`)),
 		key: "host", msg: "every host is a spare", fix: "remove spare = true"},
-	{name: "spare wrong type", job: cat(jobHead, hostA, ls(`spare = "yes"`)),
+	{name: "spare wrong type", job: joinParts(jobHead, hostA, lns(`spare = "yes"`)),
 		line: 8, key: "host[1].spare", msg: "true or false", fix: "spare = true"},
-	{name: "missing host name", job: cat(jobHead, hostA, ls(`[[host]]`, `address = "10.0.0.2"`)),
+	{name: "missing host name", job: joinParts(jobHead, hostA, lns(`[[host]]`, `address = "10.0.0.2"`)),
 		line: 8, key: "host[2].name", fix: `name = "gpu-a"`},
-	{name: "bad host name", job: cat(jobHead, ls(`[[host]]`, `name = "gpu/a"`, `address = "10.0.0.2"`)),
+	{name: "bad host name", job: joinParts(jobHead, lns(`[[host]]`, `name = "gpu/a"`, `address = "10.0.0.2"`)),
 		line: 6, key: "host[1].name", msg: "only letters", fix: `name = "gpu-a"`},
-	{name: "missing address", job: cat(jobHead, ls(`[[host]]`, `name = "a"`)),
+	{name: "missing address", job: joinParts(jobHead, lns(`[[host]]`, `name = "a"`)),
 		line: 5, key: "host[1].address", msg: `host "a"`, fix: `address = "10.0.0.11"`},
-	{name: "address with user", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "me@10.0.0.1"`)),
+	{name: "address with user", job: joinParts(jobHead, lns(`[[host]]`, `name = "a"`, `address = "me@10.0.0.1"`)),
 		line: 7, key: "host[1].address", msg: "includes a user", fix: `user = "me" and address = "10.0.0.1"`},
-	{name: "address with port", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "10.0.0.1:2222"`)),
+	{name: "address with port", job: joinParts(jobHead, lns(`[[host]]`, `name = "a"`, `address = "10.0.0.1:2222"`)),
 		line: 7, key: "host[1].address", msg: "includes a port", fix: `address = "10.0.0.1" and port = 2222`},
-	{name: "address with space", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "gpu a"`)),
+	{name: "address with space", job: joinParts(jobHead, lns(`[[host]]`, `name = "a"`, `address = "gpu a"`)),
 		line: 7, key: "host[1].address", msg: "not an IP", fix: `address = "10.0.0.11"`},
-	{name: "unknown transport", job: cat(jobHead, hostA, ls(`transport = "sftp"`)),
+	{name: "unknown transport", job: joinParts(jobHead, hostA, lns(`transport = "sftp"`)),
 		line: 8, key: "host[1].transport", fix: `transport = "ssh"`},
-	{name: "ssh transport to local", job: cat(jobHead, ls(`[[host]]`, `name = "a"`, `address = "local"`, `transport = "ssh"`)),
+	{name: "ssh transport to local", job: joinParts(jobHead, lns(`[[host]]`, `name = "a"`, `address = "local"`, `transport = "ssh"`)),
 		line: 8, key: "host[1].transport", fix: `transport = "local"`},
-	{name: "duplicate host name", job: cat(jobHead, hostA, ls(`[[host]]`, `name = "a"`, `address = "10.0.0.2"`)),
+	{name: "duplicate host name", job: joinParts(jobHead, hostA, lns(`[[host]]`, `name = "a"`, `address = "10.0.0.2"`)),
 		line: 9, key: "host[2].name", msg: "first at line 5", fix: `name = "a-2"`},
-	{name: "duplicate address", job: cat(jobHead, hostA, ls(`[[host]]`, `name = "b"`, `address = "10.0.0.1"`)),
+	{name: "duplicate address", job: joinParts(jobHead, hostA, lns(`[[host]]`, `name = "b"`, `address = "10.0.0.1"`)),
 		line: 10, key: "host[2].address", msg: `same address and port as host "a" (line 5)`, fix: "list each machine once"},
-	{name: "gpus all", job: cat(jobHead, hostA, ls(`gpus = "all"`)),
+	{name: "gpus all", job: joinParts(jobHead, hostA, lns(`gpus = "all"`)),
 		line: 8, key: "host[1].gpus", msg: `"all"`, fix: `gpus = "auto"`},
-	{name: "gpus count", job: cat(jobHead, hostA, ls(`gpus = 3`)),
+	{name: "gpus count", job: joinParts(jobHead, hostA, lns(`gpus = 3`)),
 		line: 8, key: "host[1].gpus", msg: "not a list", fix: `gpus = [0, 1, 2]`},
-	{name: "gpus negative index", job: cat(jobHead, hostA, ls(`gpus = [0, -1]`)),
+	{name: "gpus negative index", job: joinParts(jobHead, hostA, lns(`gpus = [0, -1]`)),
 		line: 8, key: "host[1].gpus", msg: "out of range", fix: "start at 0"},
-	{name: "gpus repeated", job: cat(jobHead, hostA, ls(`gpus = [1, 1]`)),
+	{name: "gpus repeated", job: joinParts(jobHead, hostA, lns(`gpus = [1, 1]`)),
 		line: 8, key: "host[1].gpus", msg: "listed twice", fix: "once"},
-	{name: "gpus string element", job: cat(jobHead, hostA, ls(`gpus = ["0"]`)),
+	{name: "gpus string element", job: joinParts(jobHead, hostA, lns(`gpus = ["0"]`)),
 		line: 8, key: "host[1].gpus", msg: "element 1", fix: `gpus = [0, 1]`},
-	{name: "host min_gpus negative", job: cat(jobHead, hostA, ls(`min_gpus = -2`)),
+	{name: "host min_gpus negative", job: joinParts(jobHead, hostA, lns(`min_gpus = -2`)),
 		line: 8, key: "host[1].min_gpus", msg: "negative", fix: "min_gpus = 1"},
-	{name: "user with host", job: cat(jobHead, hostA, ls(`user = "me@there"`)),
+	{name: "user with host", job: joinParts(jobHead, hostA, lns(`user = "me@there"`)),
 		line: 8, key: "host[1].user", msg: "'@'", fix: `user = "ubuntu"`},
-	{name: "proxy jump to itself", job: cat(jobHead, hostA, ls(`proxy_jump = "a"`)),
+	{name: "proxy jump to itself", job: joinParts(jobHead, hostA, lns(`proxy_jump = "a"`)),
 		line: 8, key: "host[1].proxy_jump", msg: "itself", fix: "bastion"},
-	{name: "inline host table", job: cat(ls(`host = [`, `  {name = "a", address = "10.0.0.1"},`, `  {name = "b", adress = "10.0.0.2"},`, `]`), jobHead),
+	{name: "inline host table", job: joinParts(lns(`host = [`, `  {name = "a", address = "10.0.0.1"},`, `  {name = "b", adress = "10.0.0.2"},`, `]`), jobHead),
 		line: 3, key: "host[2].adress", fix: `did you mean "address"?`},
-	{name: "inventory and hosts", job: cat(ls(`inventory = "fleet.toml"`), jobHead, hostA),
-		files: map[string]string{"fleet.toml": cat(hostB)},
-		line: 1, key: "inventory", msg: "both inventory and [[host]]", fix: "move the [[host]] tables into fleet.toml"},
-	{name: "inventory and ssh", job: cat(ls(`inventory = "fleet.toml"`), jobHead, ls(`[ssh]`, `user = "x"`)),
-		files: map[string]string{"fleet.toml": cat(hostB)},
-		line: 6, key: "ssh", fix: "move the [ssh] table into fleet.toml"},
-	{name: "inventory missing", job: cat(ls(`inventory = "nofleet.toml"`), jobHead),
+	{name: "inventory and hosts", job: joinParts(lns(`inventory = "fleet.toml"`), jobHead, hostA),
+		files: map[string]string{"fleet.toml": joinParts(hostB)},
+		line:  1, key: "inventory", msg: "both inventory and [[host]]", fix: "move the [[host]] tables into fleet.toml"},
+	{name: "inventory and ssh", job: joinParts(lns(`inventory = "fleet.toml"`), jobHead, lns(`[ssh]`, `user = "x"`)),
+		files: map[string]string{"fleet.toml": joinParts(hostB)},
+		line:  6, key: "ssh", fix: "move the [ssh] table into fleet.toml"},
+	{name: "inventory missing", job: joinParts(lns(`inventory = "nofleet.toml"`), jobHead),
 		line: 1, key: "inventory", msg: "no such file", fix: "relative to the job file"},
-	{name: "inventory holds a job", job: cat(ls(`inventory = "fleet.toml"`), jobHead),
-		files: map[string]string{"fleet.toml": cat(hostB, ls(`[job]`, `name = "x"`))},
-		file: "fleet.toml", line: 4, key: "job", fix: "only [ssh] and [[host]]"},
-	{name: "inventory error located in inventory", job: cat(ls(`inventory = "fleet.toml"`), jobHead),
-		files: map[string]string{"fleet.toml": cat(ls(`[ssh]`, `port = 0`), hostB)},
-		file: "fleet.toml", line: 2, key: "ssh.port", msg: "1 and 65535", fix: "port = 22"},
-	{name: "inventory syntax error", job: cat(ls(`inventory = "fleet.toml"`), jobHead),
-		files: map[string]string{"fleet.toml": cat(hostB, ls(`gpus = [0,`))},
-		file: "fleet.toml", line: 4, msg: "invalid TOML"},
-	{name: "--inventory replaces a broken inventory key", job: cat(ls(`inventory = "nofleet.toml"`), jobHead),
-		files: map[string]string{"other.toml": cat(hostB, ls(`port = -1`))},
-		opts: LoadOptions{InventoryPath: "other.toml"},
-		file: "other.toml", line: 4, key: "host[1].port", msg: "negative", fix: "port = 22"},
+	{name: "inventory holds a job", job: joinParts(lns(`inventory = "fleet.toml"`), jobHead),
+		files: map[string]string{"fleet.toml": joinParts(hostB, lns(`[job]`, `name = "x"`))},
+		file:  "fleet.toml", line: 4, key: "job", fix: "only [ssh] and [[host]]"},
+	{name: "inventory error located in inventory", job: joinParts(lns(`inventory = "fleet.toml"`), jobHead),
+		files: map[string]string{"fleet.toml": joinParts(lns(`[ssh]`, `port = 0`), hostB)},
+		file:  "fleet.toml", line: 2, key: "ssh.port", msg: "1 and 65535", fix: "port = 22"},
+	{name: "inventory syntax error", job: joinParts(lns(`inventory = "fleet.toml"`), jobHead),
+		files: map[string]string{"fleet.toml": joinParts(hostB, lns(`gpus = [0,`))},
+		file:  "fleet.toml", line: 4, msg: "invalid TOML"},
+	{name: "--inventory replaces a broken inventory key", job: joinParts(lns(`inventory = "nofleet.toml"`), jobHead),
+		files: map[string]string{"other.toml": joinParts(hostB, lns(`port = -1`))},
+		opts:  LoadOptions{InventoryPath: "other.toml"},
+		file:  "other.toml", line: 4, key: "host[1].port", msg: "negative", fix: "port = 22"},
 }
 
 func TestLoadErrors(t *testing.T) {
@@ -493,28 +493,28 @@ func TestLoadErrors(t *testing.T) {
 
 func TestLocateKeys(t *testing.T) {
 	src := tl(
-		`# comment [not] = a table`,      // 1
-		`top = 1`,                          // 2
-		`[job]`,                            // 3
-		`name = """`,                       // 4
-		`multi = "line" [[x]]`,             // 5
-		`"""`,                              // 6
-		`cmd = [`,                          // 7
-		`  "a", # comment`,                 // 8
-		`  'b]',`,                          // 9
-		`]`,                                // 10
-		`"quoted.key" = 1`,                 // 11
-		`dotted.inner = 2`,                 // 12
-		`[job.env]`,                        // 13
-		`A = '''`,                          // 14
-		`x = 1'''`,                         // 15
-		`[[host]]`,                         // 16
-		`name = "a"`,                       // 17
-		`[[host]]`,                         // 18
-		`ssh = { user = "u",`,              // 19
-		`        port = 22 }`,              // 20
-		`tags = [{ k = 1 }, { k = 2 }]`,    // 21
-		`  [ "sp aced" . x ]`,              // 22
+		`# comment [not] = a table`,       // 1
+		`top = 1`,                         // 2
+		`[job]`,                           // 3
+		`name = """`,                      // 4
+		`multi = "line" [[x]]`,            // 5
+		`"""`,                             // 6
+		`cmd = [`,                         // 7
+		`  "a", # comment`,                // 8
+		`  'b]',`,                         // 9
+		`]`,                               // 10
+		`"quoted.key" = 1`,                // 11
+		`dotted.inner = 2`,                // 12
+		`[job.env]`,                       // 13
+		`A = '''`,                         // 14
+		`x = 1'''`,                        // 15
+		`[[host]]`,                        // 16
+		`name = "a"`,                      // 17
+		`[[host]]`,                        // 18
+		`ssh = { user = "u",`,             // 19
+		`        port = 22 }`,             // 20
+		`tags = [{ k = 1 }, { k = 2 }]`,   // 21
+		`  [ "sp aced" . x ]`,             // 22
 		`y = 1979-05-27 07:32:00Z # date`, // 23
 	)
 	kl := locateKeys([]byte(src))

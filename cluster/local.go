@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,10 +72,27 @@ func (t *localTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
 	for _, k := range names {
 		c.Env = append(c.Env, k+"="+cmd.Env[k])
 	}
-	c.Stdin, c.Stdout, c.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+	c.Stdout, c.Stderr = cmd.Stdout, cmd.Stderr
+	// Stdin goes through our own copier: os/exec's Wait would wait for its
+	// copier, which never ends while the reader (drover's control channel
+	// to the agent) stays open after the command exited. Like ssh's
+	// Session, Wait then returns at the command's exit.
+	var stdin io.WriteCloser
+	if cmd.Stdin != nil {
+		var err error
+		if stdin, err = c.StdinPipe(); err != nil {
+			return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+		}
+	}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
 		return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+	}
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(stdin, cmd.Stdin)
+			stdin.Close()
+		}()
 	}
 	pid := c.Process.Pid
 	p := &localProcess{host: t.host.Name, c: c, ctx: ctx}

@@ -389,6 +389,13 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 
 const pidDir = ".drover/pids"
 
+// Drover pings every agent this often; an agent that hears nothing for
+// heartbeatTimeout stops its group (drover died or the link is down).
+const (
+	heartbeatEvery   = time.Second
+	heartbeatTimeout = 6 * time.Second
+)
+
 // stopLeftovers stops process groups that an earlier drover left behind
 // on a host (drover SIGKILLed with the agent's channel somehow kept open,
 // or a host that was unreachable when its group should have stopped).
@@ -555,6 +562,9 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 			LogFile: path.Join(remoteAbs(c.home, wd), ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
 			Job:     a.cfg.Job.Name,
 			Args:    p.Command,
+			// The agent stops its group when drover falls silent: the
+			// only way it learns of a controller behind a dead link.
+			Heartbeat: heartbeatTimeout,
 		})
 		env := p.Env
 		if len(a.r.opts.Env) > 0 {
@@ -616,6 +626,8 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 	}
 	hard := a.r.opts.Hard
 	ctxDone := ctx.Done()
+	ping := time.NewTicker(heartbeatEvery)
+	defer ping.Stop()
 	for remaining > 0 {
 		select {
 		case m := <-exits:
@@ -662,6 +674,12 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 			a.r.events.printf("%s: grace period over; killing what is left", a.prefix())
 			stopAll("kill")
 			abandonTimer = time.After(5 * time.Second)
+		case <-ping.C:
+			for i, rp := range procs {
+				if rp != nil && i < started && !finished[i] {
+					rp.ctl.Ping()
+				}
+			}
 		case <-abandonTimer:
 			// Unreachable hosts never report back; closing the channels
 			// makes their agents stop on their own when they can.

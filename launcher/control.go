@@ -16,7 +16,7 @@ type control struct {
 }
 
 func newControl() *control {
-	return &control{ch: make(chan []byte, 8), closed: make(chan struct{})}
+	return &control{ch: make(chan []byte, 16), closed: make(chan struct{})}
 }
 
 // Send queues one control line; it is dropped if the queue is full (the
@@ -30,6 +30,14 @@ func (c *control) Send(line string) {
 	select {
 	case c.ch <- []byte(line + "\n"):
 	default:
+	}
+}
+
+// Ping queues a heartbeat unless lines are already waiting (they count as
+// a heartbeat too), so pings never crowd out a stop or kill request.
+func (c *control) Ping() {
+	if len(c.ch) == 0 {
+		c.Send("ping")
 	}
 }
 

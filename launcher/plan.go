@@ -265,6 +265,9 @@ func Build(in PlanInput) (*Plan, error) {
 		env["DROVER_RESUME_FROM"] = in.ResumeFrom
 		env["DROVER_CHECKPOINT_DIR"] = checkpointDir(pr.Workdir, job.CheckpointDir, in.HostHome[pr.Host.Name])
 		env["CUDA_VISIBLE_DEVICES"] = joinInts(pr.GPUs)
+		// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
+		// by default counts fastest first. Make CUDA count like NVML.
+		env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 		if job.Framework != cluster.TensorFlow {
 			env["TORCHELASTIC_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
 		}
@@ -336,6 +339,10 @@ func planTorchrun(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
 			"--nproc_per_node", strconv.Itoa(hs.procs()),
 			"--master_addr", slots[0].addr,
 			"--master_port", strconv.Itoa(masterPort(job)),
+			// torch 1.13 on Python 3.11 (Debian bookworm) crashes in
+			// torchrun's log setup unless worker stderr is redirected;
+			// --tee keeps it on the console, where drover reads it.
+			"--redirects", "2", "--tee", "2",
 		)
 		argv = append(argv, rest...)
 		procs = append(procs, Process{

@@ -316,10 +316,10 @@ func TestBuildTorchrun(t *testing.T) {
 	p := mustBuild(t, PlanInput{Config: c, RestartCount: 2})
 	require.Len(t, p.Processes, 2)
 	assert.Equal(t, []string{"python3", "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "0",
-		"--nproc_per_node", "4", "--master_addr", "10.0.0.1", "--master_port", "29500", "train.py", "--epochs", "3"},
+		"--nproc_per_node", "4", "--master_addr", "10.0.0.1", "--master_port", "29500", "--redirects", "2", "--tee", "2", "train.py", "--epochs", "3"},
 		p.Processes[0].Command)
 	assert.Equal(t, []string{"python3", "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "1",
-		"--nproc_per_node", "2", "--master_addr", "10.0.0.1", "--master_port", "29500", "train.py", "--epochs", "3"},
+		"--nproc_per_node", "2", "--master_addr", "10.0.0.1", "--master_port", "29500", "--redirects", "2", "--tee", "2", "train.py", "--epochs", "3"},
 		p.Processes[1].Command)
 	assert.Equal(t, "node-0", p.Processes[0].Name())
 	assert.Equal(t, "0,1,2,3", p.Processes[0].Env["CUDA_VISIBLE_DEVICES"])

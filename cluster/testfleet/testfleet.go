@@ -104,6 +104,11 @@ type Fleet struct {
 	skip   string // why the fleet is not available here (Need skips)
 	upErr  error  // why bringing it up failed (Need fails)
 
+	// Main starts the fleet lazily, at the first Need.
+	lazyOpts    Options
+	lazyOnce    sync.Once
+	lazyStarted bool
+
 	mu       sync.Mutex
 	closed   bool
 	reaper   *exec.Cmd
@@ -169,17 +174,18 @@ func checkCaps() error {
 // and a reaper process tears this one down should the test binary die
 // without reaching Close (panic, timeout, signal).
 func Main(m *testing.M, opts Options, fleet **Fleet) (code int) {
-	f := &Fleet{User: User}
+	f := &Fleet{User: User, lazyOpts: opts}
 	*fleet = f
 	if err := Available(); err != nil {
 		f.skip = err.Error()
 		return m.Run()
 	}
-	if err := f.up(opts); err != nil {
-		f.upErr = err
-		fmt.Fprintf(os.Stderr, "testfleet: %v\n", err)
-	}
+	// The fleet comes up at the first Need, not here: a run that selects
+	// no fleet test (-run, -short, a fuzz worker) starts no sshd at all.
 	defer func() {
+		if !f.lazyStarted {
+			return
+		}
 		if err := f.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "testfleet: %v\n", err)
 			if code == 0 {
@@ -188,6 +194,20 @@ func Main(m *testing.M, opts Options, fleet **Fleet) (code int) {
 		}
 	}()
 	return m.Run()
+}
+
+// ensureUp brings a Main fleet up once, at its first Need.
+func (f *Fleet) ensureUp() {
+	f.lazyOnce.Do(func() {
+		if f.lazyOpts.N == 0 {
+			return // made by Up, already running
+		}
+		f.lazyStarted = true
+		if err := f.up(f.lazyOpts); err != nil {
+			f.upErr = err
+			fmt.Fprintf(os.Stderr, "testfleet: %v\n", err)
+		}
+	})
 }
 
 // Need skips t when no fleet can run on this machine (not root, no sshd),
@@ -199,6 +219,12 @@ func Need(t testing.TB, f *Fleet) {
 	switch {
 	case f == nil:
 		t.Fatal("testfleet: no fleet; call testfleet.Main from TestMain")
+		return
+	}
+	if f.skip == "" {
+		f.ensureUp()
+	}
+	switch {
 	case f.upErr != nil:
 		t.Fatalf("testfleet: fleet did not come up: %v", f.upErr)
 	case f.skip != "":

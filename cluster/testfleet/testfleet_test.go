@@ -383,10 +383,18 @@ func TestPids(t *testing.T) {
 	}))
 }
 
-// netState lists namespaces and links, to prove that Close/down remove
-// what up created and nothing else.
+// netState lists this package's namespaces and links (those of its subnet),
+// to prove that Close/down remove what up created and nothing else. Other
+// packages' fleets come and go concurrently under `go test ./...`, so the
+// machine-wide lists cannot be compared.
 func netState(t *testing.T) (netns, links []string) {
 	t.Helper()
+	defer func() {
+		netns = slices.DeleteFunc(netns, func(n string) bool { return !strings.Contains(n, fmt.Sprintf("-%d-h", subnet)) })
+		links = slices.DeleteFunc(links, func(n string) bool {
+			return !strings.HasPrefix(n, fmt.Sprintf("dt%dx", subnet)) && n != fmt.Sprintf("dtbr%d", subnet)
+		})
+	}()
 	out, err := exec.Command("ip", "netns", "list").Output()
 	require.NoError(t, err)
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

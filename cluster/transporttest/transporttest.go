@@ -50,6 +50,7 @@ func Run(t *testing.T, dial func(t *testing.T) cluster.Transport) {
 	t.Run("Env", func(t *testing.T) { testEnv(t, open(t)) })
 	t.Run("Dir", func(t *testing.T) { testDir(t, open(t)) })
 	t.Run("Stdin", func(t *testing.T) { testStdin(t, open(t)) })
+	t.Run("StdinOpenAfterExit", func(t *testing.T) { testStdinOpenAfterExit(t, open(t)) })
 	t.Run("Streams", func(t *testing.T) { testStreams(t, open(t)) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, open(t)) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, open(t)) })
@@ -236,6 +237,19 @@ func testDir(t *testing.T, tr cluster.Transport) {
 			assert.Equal(t, tc.want+"\n", r.stdout)
 		})
 	}
+}
+
+// testStdinOpenAfterExit: Wait returns when the command exits even though
+// its Stdin never reaches EOF. The launcher keeps a control channel open to
+// every agent for the whole run; a Wait that waited for stdin to end would
+// never report the exit.
+func testStdinOpenAfterExit(t *testing.T, tr cluster.Transport) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	r := runCmd(t, tr, cluster.Cmd{Args: sh("exit 7"), Stdin: pr})
+	var ee *cluster.ExitError
+	require.ErrorAs(t, r.err, &ee)
+	assert.Equal(t, 7, ee.Code)
 }
 
 func testStdin(t *testing.T, tr cluster.Transport) {

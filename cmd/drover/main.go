@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -34,12 +35,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, flagsFirst(app, args))
 	return exitCode(err, stderr)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:                 "drover",
 		Usage:                "launch and supervise distributed training on a fleet of SSH hosts",
 		Writer:               stdout,
@@ -55,6 +56,24 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			runCommand(),
 			agentCommand(),
 		},
+	}
+	app.OnUsageError = usageError
+	setUsageError(app.Commands)
+	return app
+}
+
+// usageError makes a bad flag or argument a usage error: exit status 2,
+// like a configuration error, with urfave/cli's message.
+func usageError(_ *cli.Context, err error, _ bool) error {
+	return cli.Exit(err.Error(), exitConfig)
+}
+
+func setUsageError(cmds []*cli.Command) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = usageError
+		}
+		setUsageError(c.Subcommands)
 	}
 }
 
@@ -77,4 +96,65 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitConfig
 	}
 	return exitFailed
+}
+
+// flagsFirst moves a command's flags in front of its positional arguments,
+// so that `drover run job.toml --quiet` means what it says: urfave/cli v2
+// stops parsing flags at the first positional argument and would otherwise
+// silently treat --quiet as a second argument. Everything after "--" is left
+// alone (it is the remote command of drover exec or drover agent run).
+func flagsFirst(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	rest := args[1:]
+	// Global flags come first; then walk down the command tree.
+	cmds := app.Commands
+	var cmd *cli.Command
+	for len(rest) > 0 {
+		var next *cli.Command
+		for _, c := range cmds {
+			if c.HasName(rest[0]) {
+				next = c
+			}
+		}
+		if next == nil {
+			break
+		}
+		cmd = next
+		out = append(out, rest[0])
+		rest = rest[1:]
+		cmds = cmd.Subcommands
+	}
+	if cmd == nil {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	var flags, pos []string
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if a == "--" {
+			pos = append(pos, rest[i:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if takesValue[name] && !hasValue && i+1 < len(rest) {
+			i++
+			flags = append(flags, rest[i])
+		}
+	}
+	out = append(out, flags...)
+	return append(out, pos...)
 }

@@ -1,8 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"strings"
+	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -32,29 +33,32 @@ Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 			&cli.BoolFlag{Name: "show-secrets", Usage: "print secret-looking values instead of ****"},
 			&cli.StringFlag{Name: "inventory", Aliases: []string{"i"},
 				Usage: "read the hosts from this TOML file instead of the job file", TakesFile: true},
-			&cli.BoolFlag{Name: "probe", Usage: `probe gpus = "auto" hosts over SSH first (not available yet)`},
+			&cli.BoolFlag{Name: "probe", Usage: `probe gpus = "auto" hosts over SSH first and plan with the GPUs they select`},
 		},
 		Action: planAction,
 	}
 }
 
 func planAction(c *cli.Context) error {
-	job, err := planArgs(c)
-	if err != nil {
-		return cli.Exit("plan: "+err.Error(), exitConfig)
+	if c.NArg() != 1 {
+		return cli.Exit("usage: drover plan [--format table|env|json] [--probe] [--inventory FILE] JOB.toml", exitConfig)
 	}
+	job := c.Args().First()
 	format, err := launcher.ParseFormat(c.String("format"))
 	if err != nil {
 		return cli.Exit("plan: --format: "+err.Error(), exitConfig)
-	}
-	if c.Bool("probe") {
-		return cli.Exit("plan: --probe is not available yet; run drover probe to see the GPUs of gpus = \"auto\" hosts", exitConfig)
 	}
 	cfg, err := cluster.Load(job, cluster.LoadOptions{InventoryPath: c.String("inventory")})
 	if err != nil {
 		return err
 	}
-	p, err := launcher.Build(launcher.PlanInput{Config: cfg})
+	in := launcher.PlanInput{Config: cfg}
+	if c.Bool("probe") {
+		if in.GPUs, err = probeForPlan(c, cfg); err != nil {
+			return err
+		}
+	}
+	p, err := launcher.Build(in)
 	if err != nil {
 		return err
 	}
@@ -64,45 +68,32 @@ func planAction(c *cli.Context) error {
 	return nil
 }
 
-// planArgs returns the job file and applies flags written after it
-// (`drover plan job.toml --format env`), which urfave/cli v2 leaves
-// unparsed as arguments.
-func planArgs(c *cli.Context) (string, error) {
-	args := c.Args().Slice()
-	var pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
+// probeForPlan probes the gpus = "auto" hosts and returns their selected
+// GPUs; a host that cannot be probed or whose selection fails (min_gpus)
+// makes the plan fail, as it would make drover run fail.
+func probeForPlan(c *cli.Context, cfg *cluster.Config) (map[string]launcher.HostGPUs, error) {
+	var auto []cluster.Host
+	for _, h := range cfg.Hosts {
+		if h.GPUs.Auto && !h.Spare {
+			auto = append(auto, h)
 		}
-		if len(a) < 2 || a[0] != '-' {
-			pos = append(pos, a)
+	}
+	out := map[string]launcher.HostGPUs{}
+	if len(auto) == 0 {
+		return out, nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the drover binary to install on hosts: %w", err)
+	}
+	var errs []error
+	for _, r := range probeHosts(c, cfg.Job, cfg.Hosts, auto, bin) {
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("probe %s: %w", r.Report.Host, r.Err))
 			continue
 		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		switch name {
-		case "show-secrets", "probe":
-			if !hasValue {
-				value = "true"
-			}
-		case "format", "f", "inventory", "i":
-			if !hasValue {
-				if i+1 >= len(args) {
-					return "", fmt.Errorf("flag needs a value: %s", a)
-				}
-				i++
-				value = args[i]
-			}
-		default:
-			return "", fmt.Errorf("unknown flag %s", a)
-		}
-		if err := c.Set(name, value); err != nil {
-			return "", fmt.Errorf("flag %s: %w", a, err)
-		}
+		out[r.Report.Host] = launcher.HostGPUs{Indices: r.Selection.Indices, Probed: true}
 	}
-	if len(pos) != 1 {
-		return "", fmt.Errorf("want exactly one job file, got %d arguments (usage: drover plan JOB.toml [--format table|env|json] [--show-secrets] [--inventory FILE])", len(pos))
-	}
-	return pos[0], nil
+	return out, errors.Join(errs...)
 }
+
