@@ -96,4 +96,3 @@ func probeForPlan(c *cli.Context, cfg *cluster.Config) (map[string]launcher.Host
 	}
 	return out, errors.Join(errs...)
 }
-
