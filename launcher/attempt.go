@@ -11,7 +11,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/push"
@@ -371,6 +374,10 @@ func (a *attempt_) findResume(ctx context.Context, conns []*hostConn) string {
 // push syncs the code directory to every host's workdir (incremental).
 func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 	opts := push.Options{Exclude: a.cfg.Job.Exclude}
+	// Logs written next to the job file must not be pushed back out.
+	if rel, err := filepath.Rel(a.cfg.Job.Code, a.r.logRoot); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+		opts.Exclude = append(append([]string(nil), opts.Exclude...), "/"+filepath.ToSlash(rel)+"/")
+	}
 	tree, err := push.ScanLocal(a.cfg.Job.Code, opts)
 	if err != nil {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
@@ -502,8 +509,13 @@ func describeExit(err error) (text string, code int, lost bool) {
 	}
 	var ee *cluster.ExitError
 	if errors.As(err, &ee) {
-		if ee.Signal != "" {
-			return fmt.Sprintf("%d (SIG%s)", ee.Code, ee.Signal), ee.Code, false
+		sig := ee.Signal
+		if sig == "" && ee.Code > 128 && ee.Code < 128+65 {
+			// The agent reports a signal death as 128+n, as a shell does.
+			sig = strings.TrimPrefix(unix.SignalName(syscall.Signal(ee.Code-128)), "SIG")
+		}
+		if sig != "" {
+			return fmt.Sprintf("%d (SIG%s)", ee.Code, sig), ee.Code, false
 		}
 		return fmt.Sprint(ee.Code), ee.Code, false
 	}
@@ -528,6 +540,9 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 	sctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
+	for _, p := range plan.Processes {
+		a.r.register(p)
+	}
 	term := logstream.NewSink(a.r.opts.Out)
 	procs := make([]*running, len(plan.Processes))
 	exits := make(chan exitMsg, len(procs))

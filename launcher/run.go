@@ -93,6 +93,8 @@ type runner struct {
 	procs    map[string]*ProcSummary // by process name
 	order    []string
 	replaced map[string]string // unreachable host name -> spare name
+	// logRoot is the directory holding every run's logs (runs/).
+	logRoot string
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -137,6 +139,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if logDir == "" {
 		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
 	}
+	r.logRoot = logDir
 	res := &Result{LogDir: filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))}
 	if err := os.MkdirAll(res.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)
@@ -241,16 +244,28 @@ func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
 	}
 }
 
-func (r *runner) record(p Process, exit string, d time.Duration) {
+// register adds p to the summary in plan order.
+func (r *runner) register(p Process) *ProcSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.registerLocked(p)
+}
+
+func (r *runner) registerLocked(p Process) *ProcSummary {
 	key := p.Name()
 	s, ok := r.procs[key]
 	if !ok {
-		s = &ProcSummary{Name: key}
+		s = &ProcSummary{Name: key, Host: p.Host.Name, Exit: "not started"}
 		r.procs[key] = s
 		r.order = append(r.order, key)
 	}
+	return s
+}
+
+func (r *runner) record(p Process, exit string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.registerLocked(p)
 	s.Host = p.Host.Name
 	s.Attempts++
 	s.Exit = exit
