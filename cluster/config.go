@@ -39,6 +39,10 @@ type LoadOptions struct {
 	// job file's own (or of the file its inventory key names), so one job
 	// runs unchanged on another fleet. Relative to the working directory.
 	InventoryPath string
+	// HostsOnly accepts a file without a [job] table (an inventory on its
+	// own) for commands that only reach the hosts: drover exec and probe.
+	// A [job] table that is present is still checked.
+	HostsOnly bool
 }
 
 // Load reads the job file at jobPath, and the inventory holding its hosts,
@@ -77,7 +81,12 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 	top := tbl{m: doc, schema: topSchema}
 	w.unknown(top)
 	cfg := &Config{Path: jobAbs}
-	cfg.Job = w.job(top, filepath.Dir(jobAbs))
+	if _, hasJob := doc["job"]; opts.HostsOnly && !hasJob {
+		// An inventory file on its own: drover exec and probe need no job.
+		cfg.Job = Job{Framework: PyTorch, GPUMaxUsedMiB: DefaultGPUMaxUsedMiB, ProcsPerHost: DefaultProcsPerHost}
+	} else {
+		cfg.Job = w.job(top, filepath.Dir(jobAbs))
+	}
 
 	// Find the file that holds the hosts.
 	var hw *walker

@@ -574,3 +574,28 @@ func TestConfigErrorMessage(t *testing.T) {
 		assert.Contains(t, err.Error(), e.Error())
 	}
 }
+
+// An inventory file on its own is enough for commands that only reach the
+// hosts (exec, probe), but never for one that needs the job.
+func TestLoadHostsOnly(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "fleet.toml")
+	require.NoError(t, os.WriteFile(inv, []byte("[ssh]\nuser = \"u\"\n\n[[host]]\nname = \"a\"\naddress = \"10.0.0.1\"\ngpus = []\n"), 0o644))
+
+	cfg, err := Load(inv, LoadOptions{HostsOnly: true})
+	require.NoError(t, err)
+	require.Len(t, cfg.Hosts, 1)
+	assert.Equal(t, "u", cfg.Hosts[0].User)
+	assert.Equal(t, inv, cfg.InventoryPath)
+
+	_, err = Load(inv, LoadOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "missing [job] table")
+
+	// A [job] table that is there is still checked.
+	bad := filepath.Join(dir, "bad.toml")
+	require.NoError(t, os.WriteFile(bad, []byte("[job]\nname = \"j\"\nframwork = \"pytorch\"\n\n[[host]]\nname = \"a\"\naddress = \"10.0.0.1\"\n"), 0o644))
+	_, err = Load(bad, LoadOptions{HostsOnly: true})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "framwork")
+}

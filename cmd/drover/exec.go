@@ -33,7 +33,7 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(err.Error()+"\n"+execUsage, exitConfig)
 			}
-			cfg, err := cluster.Load(jobPath, cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			cfg, err := cluster.Load(jobPath, cluster.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
 			if err != nil {
 				return err
 			}

@@ -32,7 +32,7 @@ func probeCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover probe [--inventory FILE] [--hosts h1,h2] [--json] JOB.toml", exitConfig)
 			}
-			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
 			if err != nil {
 				return err
 			}
