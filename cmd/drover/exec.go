@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -37,7 +35,7 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			hosts, err := selectExecHosts(cfg.Hosts, c.String("hosts"))
+			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), false)
 			if err != nil {
 				return cli.Exit(err.Error(), exitConfig)
 			}
@@ -85,42 +83,3 @@ func splitExecArgs(args []string) (job string, cmd []string, err error) {
 	return job, cmd, nil
 }
 
-// selectExecHosts returns the hosts named in list (comma-separated), or all
-// non-spare hosts when list is empty, in inventory order. An unknown name
-// is an error listing the known ones.
-func selectExecHosts(all []cluster.Host, list string) ([]cluster.Host, error) {
-	if strings.TrimSpace(list) == "" {
-		var out []cluster.Host
-		for _, h := range all {
-			if !h.Spare {
-				out = append(out, h)
-			}
-		}
-		return out, nil
-	}
-	want := map[string]bool{}
-	for _, n := range strings.Split(list, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			want[n] = true
-		}
-	}
-	var out []cluster.Host
-	for _, h := range all {
-		if want[h.Name] {
-			out = append(out, h)
-			delete(want, h.Name)
-		}
-	}
-	if len(want) > 0 {
-		var missing, names []string
-		for n := range want {
-			missing = append(missing, n)
-		}
-		slices.Sort(missing)
-		for _, h := range all {
-			names = append(names, h.Name)
-		}
-		return nil, fmt.Errorf("--hosts: no host named %s in the inventory (hosts: %s)", strings.Join(missing, ", "), strings.Join(names, ", "))
-	}
-	return out, nil
-}

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -36,7 +34,7 @@ func probeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"))
+			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
 			if err != nil {
 				return cli.Exit(err.Error(), exitConfig)
 			}
@@ -105,36 +103,3 @@ func probeHosts(c *cli.Context, job cluster.Job, inventory, hosts []cluster.Host
 	return results
 }
 
-// pickHosts keeps the hosts named in list (comma-separated), in inventory
-// order; "" keeps all.
-func pickHosts(all []cluster.Host, list string) ([]cluster.Host, error) {
-	if strings.TrimSpace(list) == "" {
-		return all, nil
-	}
-	want := map[string]bool{}
-	for _, n := range strings.Split(list, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			want[n] = true
-		}
-	}
-	var out []cluster.Host
-	for _, h := range all {
-		if want[h.Name] {
-			out = append(out, h)
-			delete(want, h.Name)
-		}
-	}
-	if len(want) > 0 {
-		var missing, names []string
-		for n := range want {
-			missing = append(missing, n)
-		}
-		slices.Sort(missing)
-		for _, h := range all {
-			names = append(names, h.Name)
-		}
-		return nil, fmt.Errorf("--hosts: no host named %s in the inventory (hosts: %s)",
-			strings.Join(missing, ", "), strings.Join(names, ", "))
-	}
-	return out, nil
-}

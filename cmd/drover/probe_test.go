@@ -10,19 +10,22 @@ import (
 )
 
 func TestPickHosts(t *testing.T) {
-	all := []cluster.Host{{Name: "h0"}, {Name: "h1"}, {Name: "h2"}}
+	all := []cluster.Host{{Name: "h0"}, {Name: "h1"}, {Name: "h2"}, {Name: "s", Spare: true}}
 	tests := []struct {
-		list    string
-		want    []string
-		wantErr string
+		list       string
+		withSpares bool
+		want       []string
+		wantErr    string
 	}{
 		{list: "", want: []string{"h0", "h1", "h2"}},
+		{list: "", withSpares: true, want: []string{"h0", "h1", "h2", "s"}},
+		{list: "s,h1", want: []string{"h1", "s"}},
 		{list: "h2, h0", want: []string{"h0", "h2"}},
 		{list: "h1,", want: []string{"h1"}},
-		{list: "h1,zz,aa", wantErr: "--hosts: no host named aa, zz in the inventory (hosts: h0, h1, h2)"},
+		{list: "h1,zz,aa", wantErr: "--hosts: no host named aa, zz in the inventory (hosts: h0, h1, h2, s)"},
 	}
 	for _, tt := range tests {
-		got, err := pickHosts(all, tt.list)
+		got, err := pickHosts(all, tt.list, tt.withSpares)
 		if tt.wantErr != "" {
 			assert.EqualError(t, err, tt.wantErr)
 			continue

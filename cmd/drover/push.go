@@ -34,7 +34,7 @@ func pushCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"))
+			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), false)
 			if err != nil {
 				return cli.Exit(err.Error(), exitConfig)
 			}
