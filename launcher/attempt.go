@@ -56,9 +56,13 @@ type hostConn struct {
 
 func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
 
+// setupFailure ends an attempt that could not start the group. Only a
+// connection that died on the way counts as a lost host (worth a restart);
+// a missing program, a taken port or a failed push would fail the same way
+// again.
 func (a *attempt_) setupFailure(err error) attemptOutcome {
 	a.r.events.printf("%s: %v", a.prefix(), err)
-	return attemptOutcome{err: err, setupFailed: true, exitCode: -1, hostLost: isUnreachable(err)}
+	return attemptOutcome{err: err, setupFailed: true, exitCode: -1, hostLost: cluster.IsConnectionLost(err)}
 }
 
 func (a *attempt_) run(ctx context.Context) attemptOutcome {
@@ -76,7 +80,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		if ctx.Err() != nil {
 			return attemptOutcome{interrupted: true}
 		}
-		return a.setupFailure(err)
+		// connect already waited host_wait (restarts) or tried the
+		// spares: an unreachable host is final here.
+		out := a.setupFailure(err)
+		out.hostLost = false
+		return out
 	}
 	hosts = hosts[:0]
 	for _, c := range conns {
@@ -467,7 +475,9 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan)
 			err = proc.Wait()
 		}
 		if err != nil {
-			msg := strings.TrimSpace(out.String())
+			// The agent prints its failure as "drover: ..." (its CLI's
+			// prefix); drover's own message names the host instead.
+			msg := strings.TrimSpace(strings.ReplaceAll("\n"+out.String(), "\ndrover: ", "\n"))
 			if msg == "" {
 				msg = err.Error()
 			}
@@ -635,7 +645,7 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 		killTimer = time.After(a.cfg.Job.StopGrace + 2*time.Second)
 	}
 	if startErr != nil {
-		out.err, out.setupFailed, out.hostLost = startErr, true, isUnreachable(startErr)
+		out.err, out.setupFailed, out.hostLost = startErr, true, cluster.IsConnectionLost(startErr)
 		a.r.events.printf("%s: %v", a.prefix(), startErr)
 		beginStop("")
 	}

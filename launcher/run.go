@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,9 +141,25 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
 	}
 	r.logRoot = logDir
-	res := &Result{LogDir: filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))}
-	if err := os.MkdirAll(res.LogDir, 0o755); err != nil {
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)
+	}
+	res := &Result{}
+	// Two runs of a job started within the same second get distinct
+	// directories (-2, -3, ...) rather than overwriting each other's logs.
+	base := filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))
+	for n := 1; ; n++ {
+		res.LogDir = base
+		if n > 1 {
+			res.LogDir = fmt.Sprintf("%s-%d", base, n)
+		}
+		err := os.Mkdir(res.LogDir, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || n >= 1000 {
+			return nil, fmt.Errorf("create log directory: %w", err)
+		}
 	}
 	r.events.file, _ = os.Create(filepath.Join(res.LogDir, "events.log"))
 	defer func() {
@@ -166,6 +183,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: restarts,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		out := a.run(ctx)
+		if ctx.Err() != nil && !out.success {
+			// Ctrl-C during setup surfaces as a failed connect, push or
+			// preflight; it is an interruption all the same.
+			out.interrupted = true
+		}
 		switch {
 		case out.err != nil && attempt == 1 && cluster.IsConfigError(out.err):
 			return nil, out.err
@@ -229,6 +251,9 @@ func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
 	case "never":
 		return false, `restart_policy = "never"`
 	case "exit-code":
+		if out.setupFailed && !out.hostLost {
+			return false, "the group could not be set up (see the error above)"
+		}
 		if out.hostLost || out.exitCode >= 128 || out.exitCode < 0 {
 			return true, ""
 		}
@@ -289,7 +314,9 @@ func RenderSummary(w io.Writer, res *Result) {
 		nameW = max(nameW, len(p.Name))
 		hostW = max(hostW, len(p.Host))
 	}
-	fmt.Fprintf(w, "%-*s  %-*s  %8s  %-14s  %s\n", nameW, "PROCESS", hostW, "HOST", "ATTEMPTS", "EXIT", "DURATION")
+	if len(res.Processes) > 0 {
+		fmt.Fprintf(w, "%-*s  %-*s  %8s  %-14s  %s\n", nameW, "PROCESS", hostW, "HOST", "ATTEMPTS", "EXIT", "DURATION")
+	}
 	for _, p := range res.Processes {
 		fmt.Fprintf(w, "%-*s  %-*s  %8d  %-14s  %s\n", nameW, p.Name, hostW, p.Host, p.Attempts, p.Exit, p.Duration.Round(time.Millisecond))
 	}

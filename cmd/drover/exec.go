@@ -82,4 +82,3 @@ func splitExecArgs(args []string) (job string, cmd []string, err error) {
 	}
 	return job, cmd, nil
 }
-

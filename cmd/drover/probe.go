@@ -102,4 +102,3 @@ func probeHosts(c *cli.Context, job cluster.Job, inventory, hosts []cluster.Host
 	}
 	return results
 }
-

@@ -1,0 +1,393 @@
+// Command drover-bench measures drover against the OpenSSH tools it
+// replaces, side by side in one run on a real test fleet (one sshd per
+// network namespace, scripts/testfleet): fan-out of a trivial command
+// (drover exec vs pdsh and an ssh loop), code push (drover push vs one
+// rsync per host), failure handling of drover run (outside SIGKILL to
+// every other process stopped, and to the next attempt running) and
+// drover's own memory and CPU while supervising.
+//
+// Every drover figure comes from running the bin/drover binary as a
+// subprocess, so process start is included as it is for pdsh. A drover
+// command that is missing or fails makes its row "n/a (reason)"; nothing
+// the harness starts can hang it (every subprocess has a timeout and the
+// whole run a deadline). It is run by `make bench` (scripts/bench), needs
+// root for the fleet, prints a table and writes docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// bench holds one run's settings and what it has found so far.
+type bench struct {
+	drover    string
+	work      string
+	tree      string
+	treeFiles int
+	treeBytes int64
+	reps      int
+	pushReps  int
+	kills     int
+	steady    time.Duration
+	start     time.Time
+	stderr    io.Writer
+	notes     []string
+	pushRSS   []Row
+}
+
+func (b *bench) progress(format string, args ...any) {
+	fmt.Fprintf(b.stderr, "[%6.1fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// note records something the reader of the results must know; it is also
+// shown as progress.
+func (b *bench) note(format string, args ...any) {
+	n := fmt.Sprintf(format, args...)
+	b.notes = append(b.notes, n)
+	b.progress("note: %s", n)
+}
+
+// Section budgets: each section gets at most this long (and never past the
+// run's deadline); what it measured by then is kept.
+const (
+	fleetReserve = 45 * time.Second // bring a fleet up and tear it down
+	fanoutBudget = 100 * time.Second
+	pushBudget   = 150 * time.Second
+	failBudget   = 150 * time.Second
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("drover-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	droverBin := fs.String("drover", "bin/drover", "the drover binary to measure")
+	sizes := fs.String("sizes", "8,16,32", "fleet sizes for the fan-out benchmark (at most 3: subnets 20..22)")
+	pushSizes := fs.String("push-sizes", "8,16", "fleet sizes (among -sizes) for the push benchmark")
+	failN := fs.Int("failure-n", 16, "fleet size (among -sizes) for failure handling and memory; 0 skips it")
+	reps := fs.Int("reps", 5, "repetitions of the fast measurements")
+	pushReps := fs.Int("push-reps", 3, "repetitions of the first push")
+	kills := fs.Int("kills", 5, "outside SIGKILLs during the failure benchmark (one per attempt)")
+	steady := fs.Duration("steady", 10*time.Second, "window for drover run's steady CPU use")
+	deadline := fs.Duration("deadline", 9*time.Minute, "the whole run must end within this")
+	work := fs.String("work", filepath.Join(os.TempDir(), "drover-bench"), "scratch directory (job files, the pushed tree)")
+	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
+	cmdline := fs.String("command", "make bench", "the command to name in the results file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ns, err1 := parseSizes(*sizes)
+	ps, err2 := parseSizes(*pushSizes)
+	if err := errors.Join(err1, err2); err != nil || len(ns) > 3 || *reps < 1 || *pushReps < 1 || *kills < 1 {
+		fmt.Fprintf(stderr, "drover-bench: bad flags: %v (at most 3 sizes, repetitions >= 1)\n", err)
+		return 2
+	}
+	abs, err := filepath.Abs(*droverBin)
+	if err != nil {
+		fmt.Fprintf(stderr, "drover-bench: %v\n", err)
+		return 2
+	}
+	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
+		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *deadline)
+	defer cancel()
+
+	if err := os.MkdirAll(b.work, 0o755); err != nil {
+		fmt.Fprintf(stderr, "drover-bench: %v\n", err)
+		return 1
+	}
+	if _, err := os.Stat(b.drover); err != nil {
+		b.note("drover binary %s not found: every drover row is n/a (run `make build`)", *droverBin)
+	}
+	if len(intersect(ns, ps)) > 0 {
+		n, err := generateTree(b.tree, defaultTree)
+		if err != nil {
+			fmt.Fprintf(stderr, "drover-bench: %v\n", err)
+			return 1
+		}
+		b.treeFiles, b.treeBytes = defaultTree.Files(), n
+		b.progress("generated %s: %d files, %.1f MB (seed %d)", b.tree, b.treeFiles, float64(n)/1e6, defaultTree.Seed)
+	}
+
+	var rows []Row
+	fleetsUp := 0
+	for i, n := range ns {
+		doPush := slices.Contains(ps, n)
+		doFail := n == *failN
+		need := fleetReserve + fanoutBudget/2
+		if remaining(ctx) < need {
+			b.note("N=%d not run: out of time (%s left of the %s deadline)", n, remaining(ctx).Round(time.Second), *deadline)
+			rows = append(rows, skippedRows(n, doPush, doFail, "out of time")...)
+			continue
+		}
+		b.progress("bringing up fleet b%d (%d hosts, 10.231.%d.0/24)", n, n, 20+i)
+		f, err := upFleet(fleetOptions(i, n))
+		if err != nil {
+			b.note("fleet of %d hosts did not come up: %v", n, err)
+			rows = append(rows, skippedRows(n, doPush, doFail, "no fleet")...)
+			continue
+		}
+		fleetsUp++
+		rows = append(rows, b.onFleet(ctx, f, doPush, doFail)...)
+		b.progress("tearing down fleet b%d", n)
+		if err := f.Close(); err != nil {
+			b.note("tear down fleet b%d: %v", n, err)
+		}
+	}
+	for _, n := range ns {
+		if !slices.Contains(ps, n) {
+			b.notes = append(b.notes, fmt.Sprintf("push not run at N=%d: a first push of 70 MB to %d hosts sharing %d cores "+
+				"does not fit the 10-minute budget with repetitions; `go run ./cmd/drover-bench -push-sizes %s` measures it",
+				n, n, runtime.NumCPU(), joinInts(ns)))
+		}
+	}
+	rows = append(rows, b.pushRSS...)
+
+	fmt.Fprintln(stdout)
+	if err := WriteText(stdout, rows); err != nil {
+		return 1
+	}
+	for _, n := range b.notes {
+		fmt.Fprintln(stdout, "note:", n)
+	}
+	if fleetsUp == 0 {
+		fmt.Fprintln(stderr, "drover-bench: no fleet came up (the benchmark needs root and openssh-server); results not written")
+		return 1
+	}
+	if *doc != "" {
+		d := Doc{Command: *cmdline, Date: time.Now(), Machine: machine(), Revision: revision(),
+			Elapsed: time.Since(b.start), Rows: rows, Notes: b.notes, Method: method(b, ns)}
+		if err := writeDocFile(*doc, d); err != nil {
+			fmt.Fprintf(stderr, "drover-bench: %v\n", err)
+			return 1
+		}
+		b.progress("wrote %s", *doc)
+	}
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return 130
+	}
+	return 0
+}
+
+// onFleet runs every section that uses this fleet, each under its budget.
+func (b *bench) onFleet(ctx context.Context, f *benchFleet, doPush, doFail bool) []Row {
+	var rows []Row
+	section := func(budget time.Duration, fn func(context.Context) []Row) {
+		sctx, cancel := context.WithTimeout(ctx, budget)
+		defer cancel()
+		rows = append(rows, fn(sctx)...)
+	}
+	budget := fanoutBudget
+	if f.N > 16 {
+		budget += fanoutBudget / 2
+	}
+	section(budget, func(ctx context.Context) []Row { return b.fanout(ctx, f) })
+	if doPush {
+		section(pushBudget, func(ctx context.Context) []Row { return b.push(ctx, f) })
+	}
+	if doFail {
+		section(failBudget, func(ctx context.Context) []Row { return b.failure(ctx, f) })
+	}
+	return rows
+}
+
+// skippedRows stands in for the rows of a fleet size that was not run, so
+// the table still shows what is missing and why.
+func skippedRows(n int, push, fail bool, why string) []Row {
+	m := na("%s", why)
+	rows := []Row{
+		{Section: "fan-out", N: n, What: "`true` on every host", Drover: m, Baseline: "pdsh -R ssh", BaselineTime: m},
+		{Section: "fan-out", N: n, What: "`true` on every host", Drover: m, Baseline: "ssh loop", BaselineTime: m},
+	}
+	if n == 16 {
+		rows[0].Target = Target{MinSpeedup: 5}
+	}
+	if push {
+		for _, w := range []string{"first push (70 MB, 3,000 files)", "push, nothing changed", "push, one file changed"} {
+			rows = append(rows, Row{Section: "push", N: n, What: w, Drover: m, Baseline: "rsync x N", BaselineTime: m})
+		}
+	}
+	if fail {
+		rows = append(rows, Row{Section: "failure", N: n, What: "outside SIGKILL", Drover: m})
+	}
+	return rows
+}
+
+func remaining(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return time.Hour
+	}
+	return time.Until(d)
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 200 {
+			return nil, fmt.Errorf("bad fleet size %q (1..200)", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func intersect(a, b []int) []int {
+	var out []int
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// writeDocFile writes the results file through a temporary file, so an
+// interrupted run never leaves half a document.
+func writeDocFile(path string, d Doc) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := WriteDoc(f, d); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// machine describes this machine for the results file.
+func machine() string {
+	parts := []string{fmt.Sprintf("%d CPU cores (nproc)", runtime.NumCPU())}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+				if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
+					parts = append(parts, fmt.Sprintf("%.1f GiB memory", kb/(1<<20)))
+				}
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				parts = append(parts, strings.TrimSpace(v))
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		parts = append(parts, "Linux "+strings.TrimSpace(string(data)))
+	}
+	for _, tool := range [][]string{{"ssh", "-V"}, {"pdsh", "-V"}, {"rsync", "--version"}} {
+		if v := toolVersion(tool...); v != "" {
+			parts = append(parts, v)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func toolVersion(args ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	line = strings.TrimSpace(line)
+	if args[0] == "rsync" {
+		// "rsync  version 3.2.7  protocol version 31"
+		line = strings.Join(strings.Fields(line), " ")
+	}
+	return shorten(line, 60)
+}
+
+// revision is the drover commit measured, "-dirty" when the tree has
+// uncommitted changes.
+func revision() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && strings.TrimSpace(string(st)) != "" {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// method explains how the figures were taken, for the results file.
+func method(b *bench, sizes []int) []string {
+	return []string{
+		fmt.Sprintf("Hosts are real OpenSSH sshd processes, one per network namespace on this machine (scripts/testfleet), "+
+			"reached over a veth bridge. drover, the baselines and every host's sshd share this machine's %d cores, "+
+			"so the figures measure CPU spent on SSH and process start more than network; on a real fleet each host "+
+			"does its own share of the work.", runtime.NumCPU()),
+		fmt.Sprintf("Fleet sizes: %v. Each tool is a fresh process in every repetition (process start and SSH handshakes "+
+			"included, as for pdsh). Figures are medians over RUNS repetitions; within a repetition the tools run one "+
+			"after the other, starting with a different one each time. Fan-out has one untimed warm-up run per tool.", sizes),
+		"OpenSSH gets what drover's inventory gives drover: an ssh_config with the same user, key and strict " +
+			"known_hosts (StrictHostKeyChecking yes, BatchMode yes, no ControlMaster).",
+		"Fan-out: `drover exec fleet.toml -- true` vs `pdsh -S -R ssh -w ADDRS true` (PDSH_SSH_ARGS=\"-F ssh_config -x %h\"; " +
+			"pdsh's default fanout of 32 runs every host at once) vs `ssh -F ssh_config ADDR true` for one host after the other.",
+		fmt.Sprintf("Push: a tree generated with math/rand seed %d: %d source files of 0.5-11.5 KB and %d binaries of %d MiB "+
+			"(%d files, %.1f MB). `drover push job.toml` vs `rsync -a --delete -e 'ssh -F ssh_config' tree/ ADDR:bench-rsync/`, "+
+			"one rsync per host, all started at once, timed until the last one ends. Before every first-push repetition both "+
+			"remote directories are deleted on every host; afterwards the first and last host are checked to hold the whole tree. "+
+			"\"One file changed\" rewrites one source file (new size and content) before each repetition.",
+			defaultTree.Seed, defaultTree.Small, defaultTree.Binaries, defaultTree.BinarySize>>20, defaultTree.Files(), float64(b.treeBytes)/1e6),
+		fmt.Sprintf("Failure handling: `drover run --quiet job.toml` with `command = [\"sh\", \"-c\", \"sleep 600\"]`, "+
+			"procs_per_host = 2, restart_backoff = \"0s\", stop_grace = \"2s\", max_restarts = %d. The harness finds the "+
+			"workload processes by scanning /proc for their command line and network namespace (every %s), SIGKILLs one "+
+			"worker (the `sh` the agent started) on a different host in each attempt, and times from the kill to (a) every "+
+			"other workload process gone or a zombie, (b) a full set of new `sleep` processes running. \"drover reports it\" "+
+			"is the arrival of drover's `exited ...; stopping` event line on its stderr.", b.kills, pollEvery),
+		fmt.Sprintf("Resources: peak RSS (ru_maxrss) and user+sys CPU of the `drover run` process from wait4 after the "+
+			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
+			"of the first attempt, when drover only supervises.", b.steady),
+	}
+}

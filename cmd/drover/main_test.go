@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"testing"
+
+	"github.com/droverhq/drover/cluster/testfleet"
+)
+
+// fleet is the package's test fleet: four SSH hosts on 10.231.15.0/24,
+// brought up at the first testfleet.Need.
+var fleet *testfleet.Fleet
+
+// binDir holds the drover binary that fleet tests build once (see
+// droverBinary); TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "drover-cd-bin-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "create binary directory: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	return testfleet.Main(m, testfleet.Options{Name: "cd", N: 4, Subnet: 15}, &fleet)
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// droverBinary builds the real drover binary once per test run and returns
+// its path. It is both the controller the tests run and the agent drover
+// installs on every host, so fleet tests exercise real processes and real
+// signals end to end. A -race test run builds a -race binary, so that races
+// in the controller and the agent fail the tests too (see assertNoRace).
+func droverBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out := filepath.Join(binDir, "drover")
+		args := []string{"build", "-o", out}
+		if raceEnabled() {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command(gobin, append(args, "./cmd/drover")...)
+		cmd.Dir = filepath.Join("..", "..") // the module root
+		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go %v: %w\n%s", args, err, msg)
+			return
+		}
+		binPath = out
+	})
+	if binErr != nil {
+		t.Fatalf("build drover: %v", binErr)
+	}
+	return binPath
+}
+
+// raceEnabled reports whether this test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}

@@ -1,0 +1,474 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+func TestBackoff(t *testing.T) {
+	tests := []struct {
+		base, max time.Duration
+		restarts  int
+		want      time.Duration
+	}{
+		{time.Second, 30 * time.Second, 1, time.Second},
+		{time.Second, 30 * time.Second, 2, 2 * time.Second},
+		{time.Second, 30 * time.Second, 3, 4 * time.Second},
+		{time.Second, 30 * time.Second, 5, 16 * time.Second},
+		{time.Second, 30 * time.Second, 6, 30 * time.Second},
+		{time.Second, 30 * time.Second, 100, 30 * time.Second},
+		{200 * time.Millisecond, 200 * time.Millisecond, 4, 200 * time.Millisecond},
+		{0, 0, 3, 0},
+	}
+	for _, tt := range tests {
+		job := cluster.Job{RestartBackoff: tt.base, RestartBackoffMax: tt.max}
+		assert.Equal(t, tt.want, backoff(job, tt.restarts), "base %s max %s restart %d", tt.base, tt.max, tt.restarts)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	exited := func(code int) attemptOutcome { return attemptOutcome{exitCode: code} }
+	lost := attemptOutcome{exitCode: -1, hostLost: true}
+	setup := attemptOutcome{exitCode: -1, setupFailed: true, err: errors.New("preflight")}
+	setupLost := attemptOutcome{exitCode: -1, setupFailed: true, hostLost: true, err: cluster.ErrConnectionLost}
+	tests := []struct {
+		policy string
+		out    attemptOutcome
+		retry  bool
+		why    string
+	}{
+		{"on-failure", exited(1), true, ""},
+		{"on-failure", exited(137), true, ""},
+		{"on-failure", lost, true, ""},
+		{"on-failure", setup, false, "could not be set up"},
+		{"on-failure", setupLost, true, ""},
+		{"", exited(2), true, ""}, // the default is on-failure
+		{"never", exited(1), false, `restart_policy = "never"`},
+		{"never", lost, false, `restart_policy = "never"`},
+		{"exit-code", exited(1), false, `exit status 1 is permanent under restart_policy = "exit-code"`},
+		{"exit-code", exited(127), false, "exit status 127 is permanent"},
+		{"exit-code", exited(128), true, ""},
+		{"exit-code", exited(137), true, ""},
+		{"exit-code", exited(255), true, ""},
+		{"exit-code", lost, true, ""},
+		{"exit-code", setup, false, "could not be set up"},
+		{"exit-code", setupLost, true, ""},
+	}
+	r := newRunner(RunOptions{})
+	for _, tt := range tests {
+		retry, why := r.retryable(cluster.Job{RestartPolicy: tt.policy}, tt.out)
+		assert.Equal(t, tt.retry, retry, "%s %+v", tt.policy, tt.out)
+		if tt.why == "" {
+			assert.Empty(t, why)
+		} else {
+			assert.Contains(t, why, tt.why)
+		}
+	}
+}
+
+func TestSucceededPolicy(t *testing.T) {
+	proc := func(role string, index int) *running { return &running{p: Process{Role: role, Index: index}} }
+	tfChief := []*running{proc("chief", 0), proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("evaluator", 0)}
+	tfNoChief := []*running{proc("worker", 0), proc("worker", 1), proc("ps", 0)}
+	torch := []*running{proc("worker", 0), proc("worker", 1)}
+	tests := []struct {
+		name      string
+		framework cluster.Framework
+		policy    string
+		procs     []*running
+		finished  []bool
+		want      bool
+	}{
+		{"pytorch all done", cluster.PyTorch, "", torch, []bool{true, true}, true},
+		{"pytorch one left", cluster.PyTorch, "", torch, []bool{true, false}, false},
+		{"tf all-workers: ps and evaluator may run", cluster.TensorFlow, "all-workers", tfChief, []bool{true, true, true, false, false}, true},
+		{"tf all-workers: a worker left", cluster.TensorFlow, "all-workers", tfChief, []bool{true, true, false, false, false}, false},
+		{"tf all-workers: chief left", cluster.TensorFlow, "all-workers", tfChief, []bool{false, true, true, false, false}, false},
+		{"tf chief: chief done", cluster.TensorFlow, "chief", tfChief, []bool{true, false, false, false, false}, true},
+		{"tf chief: chief running", cluster.TensorFlow, "chief", tfChief, []bool{false, true, true, true, true}, false},
+		{"tf chief without chief: worker 0 is chief", cluster.TensorFlow, "chief", tfNoChief, []bool{true, false, false}, true},
+		{"tf chief without chief: worker 0 running", cluster.TensorFlow, "chief", tfNoChief, []bool{false, true, true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &attempt_{cfg: &cluster.Config{Job: cluster.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
+			assert.Equal(t, tt.want, a.succeeded(nil, tt.procs, tt.finished))
+		})
+	}
+}
+
+func TestDescribeExit(t *testing.T) {
+	tests := []struct {
+		err  error
+		text string
+		code int
+		lost bool
+	}{
+		{nil, "0", 0, false},
+		{&cluster.ExitError{Code: 3}, "3", 3, false},
+		{&cluster.ExitError{Code: 137, Signal: "KILL"}, "137 (SIGKILL)", 137, false},
+		{&cluster.ExitError{Code: 143}, "143 (SIGTERM)", 143, false}, // the agent reports signals as 128+n
+		{fmt.Errorf("h1 (10.0.0.1): %w: no reply", cluster.ErrConnectionLost), "host lost", -1, true},
+	}
+	for _, tt := range tests {
+		text, code, lost := describeExit(tt.err)
+		assert.Equal(t, tt.text, text)
+		assert.Equal(t, tt.code, code)
+		assert.Equal(t, tt.lost, lost)
+	}
+}
+
+func TestIsTempName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"step-100":           false,
+		"model.pt":           false,
+		"ckpt-0042":          false,
+		".step-100":          true,
+		"model.pt~":          true,
+		"model.pt.tmp":       true,
+		"model.PT.TMP":       true,
+		"step-5.temp":        true,
+		"model.pt.partial":   true,
+		"model.pt.part":      true,
+		"model.tmp.1234":     true,
+		"model.tmp-abcd":     true,
+		"tmpxyz":             true,
+		"checkpoint-tmpdone": false,
+	} {
+		assert.Equal(t, want, IsTempName(name), name)
+	}
+}
+
+func TestFindCheckpoint(t *testing.T) {
+	home := t.TempDir()
+	fsys := cluster.NewOSFS(home)
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	mk := func(rel string, dir bool, age time.Duration) {
+		full := filepath.Join(home, rel)
+		if dir {
+			require.NoError(t, os.MkdirAll(full, 0o755))
+		} else {
+			require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+			require.NoError(t, os.WriteFile(full, []byte("x"), 0o644))
+		}
+		require.NoError(t, os.Chtimes(full, base.Add(-age), base.Add(-age)))
+	}
+	// Files: the newest complete one wins; writes in progress never do.
+	mk("files/step-1.pt", false, 3*time.Hour)
+	mk("files/step-2.pt", false, 2*time.Hour)
+	mk("files/step-3.pt.tmp", false, 0)
+	mk("files/.step-3.pt", false, 0)
+	// Directories with a marker: only those holding DONE count.
+	mk("dirs/step-1/DONE", false, time.Hour)
+	mk("dirs/step-1", true, 3*time.Hour)
+	mk("dirs/step-2/DONE", false, time.Hour)
+	mk("dirs/step-2", true, 2*time.Hour)
+	mk("dirs/step-3/weights", false, time.Hour)
+	mk("dirs/step-3", true, time.Hour) // newest, but not finished
+	mk("dirs/flat-file", false, 0)
+	// Ties on modification time go to the greater name, so the choice is
+	// stable.
+	mk("ties/a", false, time.Hour)
+	mk("ties/b", false, time.Hour)
+
+	tests := []struct {
+		dir, marker string
+		want        string
+		ok          bool
+	}{
+		{"files", "", filepath.Join(home, "files/step-2.pt"), true},
+		{"dirs", "DONE", filepath.Join(home, "dirs/step-2"), true},
+		{"dirs", "", filepath.Join(home, "dirs/flat-file"), true},
+		{"ties", "", filepath.Join(home, "ties/b"), true},
+		{"missing", "", "", false},
+	}
+	for _, tt := range tests {
+		// drover passes absolute directories (workdir resolved on the host).
+		cp, ok, err := FindCheckpoint(context.Background(), fsys, "h0", filepath.Join(home, tt.dir), tt.marker)
+		require.NoError(t, err, tt.dir)
+		assert.Equal(t, tt.ok, ok, tt.dir)
+		if tt.ok {
+			assert.Equal(t, tt.want, cp.Path, "%s marker %q", tt.dir, tt.marker)
+			assert.Equal(t, "h0", cp.Host)
+		}
+	}
+	// A directory that cannot be read is an error, not "no checkpoint".
+	if os.Geteuid() != 0 {
+		require.NoError(t, os.Chmod(filepath.Join(home, "files"), 0))
+		t.Cleanup(func() { _ = os.Chmod(filepath.Join(home, "files"), 0o755) })
+		_, _, err := FindCheckpoint(context.Background(), fsys, "h0", filepath.Join(home, "files"), "")
+		assert.ErrorContains(t, err, "list checkpoints on h0 in "+filepath.Join(home, "files"))
+	}
+}
+
+func TestNewestCheckpoint(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	_, ok := NewestCheckpoint(nil)
+	assert.False(t, ok)
+	cp, ok := NewestCheckpoint([]Checkpoint{
+		{Host: "a", Path: "/a/1", ModTime: t0},
+		{Host: "b", Path: "/b/2", ModTime: t0.Add(time.Minute)},
+		{Host: "c", Path: "/c/0", ModTime: t0.Add(-time.Minute)},
+	})
+	require.True(t, ok)
+	assert.Equal(t, "b", cp.Host)
+	assert.Equal(t, "/b/2", cp.Path)
+}
+
+func TestRenderSummary(t *testing.T) {
+	procs := []ProcSummary{
+		{Name: "chief-0", Host: "gpu-a", Attempts: 3, Exit: "0", Duration: 83*time.Second + 456*time.Millisecond},
+		{Name: "worker-0", Host: "gpu-a", Attempts: 3, Exit: "1", Duration: 2 * time.Minute},
+		{Name: "worker-1", Host: "gpu-bb", Attempts: 2, Exit: "host lost", Duration: 1500 * time.Millisecond},
+		{Name: "ps-0", Host: "gpu-bb", Attempts: 3, Exit: "143 (SIGTERM)", Duration: 4*time.Minute + 1234567*time.Microsecond},
+		{Name: "evaluator-0", Host: "gpu-bb", Attempts: 0, Exit: "not started"},
+	}
+	var b bytes.Buffer
+	for _, res := range []*Result{
+		{Outcome: Succeeded, Attempts: 3, LogDir: "runs/mnist-20260102-030405", Processes: procs},
+		{Outcome: Failed, Attempts: 3, LogDir: "runs/mnist-20260102-030405", Processes: procs[:2],
+			Err: errors.New("worker-0@gpu-a exited 1; no restarts left (max_restarts = 2)")},
+		{Outcome: Interrupted, Attempts: 1, LogDir: "runs/mnist-20260102-030405", Processes: procs[4:]},
+		{Outcome: Failed, Attempts: 1, LogDir: "runs/mnist-20260102-030405",
+			Err: errors.New("preflight on gpu-a (10.0.0.11): program trainer: not found; not restarting")},
+	} {
+		RenderSummary(&b, res)
+		b.WriteString("--\n")
+	}
+	golden := filepath.Join("testdata", "golden", "run_summary.txt")
+	if *update {
+		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), b.String())
+}
+
+// buildDrover builds the drover binary, which local runs use as the agent
+// (InstallAgent uses it in place for local hosts).
+func buildDrover(t *testing.T) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out := filepath.Join(t.TempDir(), "drover")
+	args := []string{"build", "-o", out}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				args = append(args, "-race")
+			}
+		}
+	}
+	cmd := exec.Command(gobin, append(args, "./cmd/drover")...)
+	cmd.Dir = ".." // the module root
+	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	msg, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", msg)
+	return out
+}
+
+// localJob writes a job with two local hosts (workdirs wd-a/ and wd-b/
+// under a fresh HOME) running `sh w.sh` with script, and returns its path.
+func localJob(t *testing.T, script, jobLines string) string {
+	t.Helper()
+	t.Setenv("HOME", t.TempDir()) // the local hosts' home: fresh workdirs
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "code"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "code", "w.sh"), []byte(script), 0o644))
+	var b strings.Builder
+	fmt.Fprintf(&b, "[job]\nname = \"local\"\ncommand = [\"sh\", \"w.sh\"]\ncode = \"code\"\nstop_grace = \"2s\"\nrestart_backoff = \"100ms\"\n%s\n", jobLines)
+	if !strings.Contains(jobLines, "framework") {
+		b.WriteString("framework = \"pytorch\"\n")
+	}
+	for _, h := range []string{"a", "b"} {
+		fmt.Fprintf(&b, "\n[[host]]\nname = %q\ntransport = \"local\"\nworkdir = %q\ngpus = []\n", h, "wd-"+h)
+	}
+	job := filepath.Join(dir, "job.toml")
+	require.NoError(t, os.WriteFile(job, []byte(b.String()), 0o644))
+	return job
+}
+
+func readLog(t *testing.T, res *Result, attempt int, proc string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt), proc+".log"))
+	require.NoError(t, err)
+	return string(data)
+}
+
+// TestRunLocal runs whole jobs on local hosts (no root, no SSH): the
+// supervisor's policies with real agents and real processes.
+func TestRunLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds drover and runs processes")
+	}
+	bin := buildDrover(t)
+
+	run := func(t *testing.T, ctx context.Context, job string) (*Result, string, string) {
+		t.Helper()
+		var out, events bytes.Buffer
+		res, err := Run(ctx, RunOptions{JobPath: job, AgentBinary: bin, Out: &out, Events: &events})
+		require.NoError(t, err, "events:\n%s", events.String())
+		t.Logf("events:\n%s", events.String())
+		return res, out.String(), events.String()
+	}
+	port := 29611 // every case its own master_port, so none waits for another's
+	nextPort := func() string { port++; return fmt.Sprintf("master_port = %d\n", port) }
+
+	t.Run("success", func(t *testing.T) {
+		res, out, _ := run(t, context.Background(), localJob(t, `echo "rank $RANK of $WORLD_SIZE restart $DROVER_RESTART_COUNT"`, nextPort()))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.ElementsMatch(t, []string{"[worker-0@a] rank 0 of 2 restart 0", "[worker-1@b] rank 1 of 2 restart 0"},
+			strings.Split(strings.TrimSpace(out), "\n"))
+		assert.Equal(t, "rank 1 of 2 restart 0\n", readLog(t, res, 1, "worker-1"))
+		require.Len(t, res.Processes, 2)
+		assert.Equal(t, ProcSummary{Name: "worker-0", Host: "a", Attempts: 1, Exit: "0", Duration: res.Processes[0].Duration}, res.Processes[0])
+		assert.FileExists(t, filepath.Join(res.LogDir, "events.log"))
+	})
+
+	t.Run("failure restarts the group", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `
+echo "restart $DROVER_RESTART_COUNT"
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	if [ "$RANK" = 1 ]; then exit 3; fi
+	sleep 1000
+fi
+`, nextPort()+"max_restarts = 2\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 2, res.Attempts)
+		assert.Contains(t, events, "attempt 1/3: worker-1@b exited 3; stopping 1 process(es)")
+		assert.Contains(t, events, "attempt 2/3: restarting the whole group in 100ms")
+		assert.Equal(t, "restart 0\n", readLog(t, res, 1, "worker-0"))
+		assert.Equal(t, "restart 1\n", readLog(t, res, 2, "worker-0"))
+		assert.Equal(t, "restart 1\n", readLog(t, res, 2, "worker-1"))
+		for _, p := range res.Processes {
+			assert.Equal(t, 2, p.Attempts, p.Name)
+			assert.Equal(t, "0", p.Exit, p.Name)
+		}
+	})
+
+	t.Run("restart_policy never", func(t *testing.T) {
+		res, _, _ := run(t, context.Background(), localJob(t, `if [ "$RANK" = 1 ]; then exit 3; fi; sleep 1000`,
+			nextPort()+"restart_policy = \"never\"\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.EqualError(t, res.Err, `worker-1@b exited 3; not restarting: restart_policy = "never"`)
+		assert.Equal(t, "143 (SIGTERM)", res.Processes[0].Exit, "the other process was stopped")
+	})
+
+	t.Run("restart_policy exit-code: 1-127 permanent", func(t *testing.T) {
+		res, _, _ := run(t, context.Background(), localJob(t, `if [ "$RANK" = 1 ]; then exit 3; fi; sleep 1000`,
+			nextPort()+"restart_policy = \"exit-code\"\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.ErrorContains(t, res.Err, `worker-1@b exited 3; not restarting: exit status 3 is permanent under restart_policy = "exit-code"`)
+	})
+
+	t.Run("restart_policy exit-code: signals retried", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then kill -KILL $$; fi
+echo "restart $DROVER_RESTART_COUNT"
+`, nextPort()+"restart_policy = \"exit-code\"\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 2, res.Attempts)
+		assert.Contains(t, events, "worker-1@b exited 137 (SIGKILL)")
+		assert.Equal(t, "restart 1\n", readLog(t, res, 2, "worker-1"))
+	})
+
+	t.Run("max_restarts exhausted", func(t *testing.T) {
+		res, _, _ := run(t, context.Background(), localJob(t, `exit 5`, nextPort()+"max_restarts = 1\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 2, res.Attempts)
+		assert.ErrorContains(t, res.Err, "no restarts left (max_restarts = 1)")
+		for _, p := range res.Processes {
+			assert.Equal(t, 2, p.Attempts, p.Name)
+		}
+	})
+
+	t.Run("success_policy chief", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `
+case "$DROVER_ROLE" in
+chief) sleep 0.3; echo "chief done" ;;
+*) echo "$DROVER_ROLE $DROVER_INDEX waits"; sleep 1000 ;;
+esac
+`, fmt.Sprintf("framework = \"tensorflow\"\nprocs_per_host = 2\nsuccess_policy = \"chief\"\nbase_port = %d\n\n[job.roles]\nchief = 1\nworker = 2\nps = 1\n", port+100)))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.Contains(t, events, "success policy met (chief); stopping 3 process(es)")
+		exits := map[string]string{}
+		for _, p := range res.Processes {
+			exits[p.Name] = p.Exit
+		}
+		assert.Equal(t, map[string]string{"chief-0": "0", "worker-0": "143 (SIGTERM)", "worker-1": "143 (SIGTERM)", "ps-0": "143 (SIGTERM)"}, exits)
+	})
+
+	t.Run("interrupted", func(t *testing.T) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		job := localJob(t, `echo ready; sleep 1000`, nextPort())
+		go func() {
+			// Cancel once both processes are up.
+			for {
+				m, _ := filepath.Glob(filepath.Join(os.Getenv("HOME"), "wd-*", ".drover", "pids", "*.pid"))
+				if len(m) == 2 {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel(errors.New("interrupt"))
+		}()
+		start := time.Now()
+		res, _, events := run(t, ctx, job)
+		assert.Equal(t, Interrupted, res.Outcome)
+		assert.EqualError(t, res.Err, "interrupt")
+		assert.Contains(t, events, "interrupted; stopping 2 process(es)")
+		assert.Less(t, time.Since(start), 30*time.Second)
+		for _, p := range res.Processes {
+			assert.Equal(t, "143 (SIGTERM)", p.Exit, p.Name)
+		}
+	})
+
+	t.Run("interrupted before anything started", func(t *testing.T) {
+		// Ctrl-C while drover connects, pushes or runs preflight is an
+		// interruption (exit 130), not a failed setup (exit 1).
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errors.New("interrupt"))
+		res, out, _ := run(t, ctx, localJob(t, `echo should not run`, nextPort()))
+		assert.Equal(t, Interrupted, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.Empty(t, out)
+		for _, p := range res.Processes {
+			assert.Equal(t, 0, p.Attempts, p.Name)
+		}
+	})
+
+	t.Run("two runs in one second get their own logs", func(t *testing.T) {
+		job := localJob(t, `echo hi`, nextPort())
+		now := func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+		var dirs []string
+		for range 2 {
+			res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Now: now})
+			require.NoError(t, err)
+			require.Equal(t, Succeeded, res.Outcome)
+			dirs = append(dirs, res.LogDir)
+		}
+		base := filepath.Join(filepath.Dir(job), "runs", "local-20260102-030405")
+		assert.Equal(t, []string{base, base + "-2"}, dirs)
+	})
+}
