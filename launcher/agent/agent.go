@@ -198,7 +198,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	}
 	parent := os.Getppid()
 
-	child, outR, errR, err := start(opts.Args)
+	child, outR, errR, release, err := start(opts.Args)
 	if err != nil {
 		code := ExitCannotRun
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -235,12 +235,15 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		if err := writePidfile(opts.PIDFile, pf); err != nil {
 			// Without a pidfile a later drover cannot find this group
 			// should the agent die; refuse rather than run unaccounted.
+			release(false)
 			_ = syscall.Kill(-child, syscall.SIGKILL)
 			waitChild(child, opts.Subreaper)
 			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
 		}
 		defer removePidfile(opts.PIDFile, os.Getpid())
 	}
+	// Recorded (or nothing to record): the command may run now.
+	release(true)
 
 	exited := make(chan int, 1)
 	go func() { exited <- waitChild(child, opts.Subreaper) }()
@@ -340,35 +343,65 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	return status, nil
 }
 
-// start starts args in a new process group whose output goes to two pipes.
+// gateScript holds the child until the agent has recorded it: it waits for
+// a line on fd 3, closes it and execs the command (same pid, same start
+// time, so the pidfile stays true). If the agent dies first, the pipe ends
+// without a line and the command never runs.
+const gateScript = `IFS= read -r _ <&3 || exit 126; exec 3<&-; exec "$@"`
+
+// start starts args in a new process group whose output goes to two pipes,
+// held at the gate until release is called (or closed without it, which
+// ends the child before the command runs).
 // The child's stdin is /dev/null: the agent's stdin is the control channel.
-func start(args []string) (pid int, outR, errR *os.File, err error) {
+func start(args []string) (pid int, outR, errR *os.File, release func(bool), err error) {
+	// Resolve the program now: behind the gate a missing one would only
+	// show as sh's exit 127, not as an error the agent can name.
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		return 0, nil, nil, nil, fmt.Errorf("create gate pipe: %w", err)
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("create stdout pipe: %w", err)
+		gateR.Close()
+		gateW.Close()
+		return 0, nil, nil, nil, fmt.Errorf("create stdout pipe: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		gateR.Close()
+		gateW.Close()
 		outR.Close()
 		outW.Close()
-		return 0, nil, nil, fmt.Errorf("create stderr pipe: %w", err)
+		return 0, nil, nil, nil, fmt.Errorf("create stderr pipe: %w", err)
 	}
-	cmd := exec.Command(args[0], args[1:]...)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", gateScript, "sh"}, args...)...)
 	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.ExtraFiles = []*os.File{gateR}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
+	gateR.Close()
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		gateW.Close()
 		outR.Close()
 		errR.Close()
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	pid = cmd.Process.Pid
 	// The agent waits with wait4 itself (it may reap adopted orphans too),
 	// so os.Process must not hold on to the child.
 	_ = cmd.Process.Release()
-	return pid, outR, errR, nil
+	release = func(run bool) {
+		if run {
+			_, _ = gateW.Write([]byte("go\n"))
+		}
+		gateW.Close()
+	}
+	return pid, outR, errR, release, nil
 }
 
 // waitChild waits for pid and returns its status the way a shell reports
