@@ -173,7 +173,14 @@ func RenderEnv(w io.Writer, p *Plan, opt RenderOptions) error {
 	for _, pr := range p.Processes {
 		fmt.Fprintf(&b, "\n# %s on %s (%s)\n", pr.Name(), pr.Host.Name, pr.Address)
 		for _, k := range sortedKeys(pr.Env) {
-			fmt.Fprintf(&b, "export %s=%s\n", k, singleQuote(opt.value(k, pr.Env[k])))
+			v := singleQuote(opt.value(k, pr.Env[k]))
+			if k == "DROVER_CHECKPOINT_DIR" && strings.HasPrefix(pr.Env[k], "~") {
+				// Without a probe the home directory is unknown and the
+				// plan says "~/..."; quoted, ~ would reach the process
+				// literally.
+				v = cdTarget(pr.Env[k])
+			}
+			fmt.Fprintf(&b, "export %s=%s\n", k, v)
 		}
 		fmt.Fprintf(&b, "cd %s && %s\n", cdTarget(pr.Workdir), shellJoin(pr.Command))
 	}

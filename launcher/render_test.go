@@ -131,7 +131,8 @@ func TestRenderEnvRelativeWorkdir(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(home, "drover", "my job"), 0o755))
 	c := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0))
 	c.Job.Workdir = "drover/my job"
-	c.Job.Command = []string{"pwd"}
+	c.Job.CheckpointDir = "ck pt"
+	c.Job.Command = []string{"sh", "-c", `pwd; echo "$DROVER_CHECKPOINT_DIR"`}
 	p := mustBuild(t, PlanInput{Config: c})
 	var buf bytes.Buffer
 	require.NoError(t, RenderEnv(&buf, p, RenderOptions{}))
@@ -140,7 +141,9 @@ func TestRenderEnvRelativeWorkdir(t *testing.T) {
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
 	out, err := cmd.Output()
 	require.NoError(t, err, buf.String())
-	assert.Equal(t, filepath.Join(home, "drover", "my job")+"\n", string(out))
+	// Both the workdir and the checkpoint directory are absolute under the
+	// host's $HOME, never a literal "~".
+	assert.Equal(t, filepath.Join(home, "drover", "my job")+"\n"+filepath.Join(home, "drover", "my job", "ck pt")+"\n", string(out))
 }
 
 func TestRenderSecrets(t *testing.T) {
