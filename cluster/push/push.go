@@ -13,13 +13,11 @@
 package push
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -267,8 +265,12 @@ func within(root, p string) bool {
 
 // hashFiles fills in SHA256 (and the size actually read) using a few
 // workers, since hashing is CPU-bound and the tree is hashed once per push.
+// Each read goes through a pooled buffer: a fresh one per file made
+// allocating and zeroing buffers (750 MB for a 3,000-file tree) cost more
+// than the hashing.
 func hashFiles(files []File) error {
 	workers := min(runtime.NumCPU(), 8)
+	bufs := sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 	return forEach(context.Background(), len(files), workers, func(_ context.Context, i int) error {
 		f := &files[i]
 		r, err := os.Open(f.src)
@@ -276,8 +278,12 @@ func hashFiles(files []File) error {
 			return fmt.Errorf("hash %s: %w", f.Path, err)
 		}
 		defer r.Close()
+		buf := bufs.Get().(*[]byte)
+		defer bufs.Put(buf)
 		h := sha256.New()
-		n, err := io.Copy(h, bufio.NewReaderSize(r, 256<<10))
+		// struct{io.Reader} hides os.File's WriterTo, which would bring
+		// its own buffer instead of this one.
+		n, err := io.CopyBuffer(h, struct{ io.Reader }{r}, *buf)
 		if err != nil {
 			return fmt.Errorf("hash %s: %w", f.Path, err)
 		}
@@ -532,7 +538,7 @@ func (s *syncer) upload(ctx context.Context, f *File, tmp string) error {
 	if err != nil {
 		return fileErr("upload", f.Path, err)
 	}
-	r := &sendReader{ctx: ctx, r: src, size: f.Size, h: sha256.New(), s: s}
+	r := &sendReader{ctx: ctx, r: src, size: f.Size, s: s}
 	_, err = io.Copy(w, r)
 	if cerr := w.Close(); err == nil {
 		err = cerr
@@ -540,7 +546,14 @@ func (s *syncer) upload(ctx context.Context, f *File, tmp string) error {
 	if err != nil {
 		return fileErr("upload", f.Path, err)
 	}
-	if got := hex.EncodeToString(r.h.Sum(nil)); got != f.SHA256 || r.n != f.Size {
+	// The content was hashed once at the scan; hashing it again for every
+	// host cost more CPU than anything else drover does in a push. A file
+	// edited since the scan shows in its size or mtime, as rsync assumes.
+	st, err := src.Stat()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", f.Path, err)
+	}
+	if r.n != f.Size || st.Size() != f.Size || !st.ModTime().Equal(f.ModTime) {
 		return fmt.Errorf("upload %s: the file changed while it was being pushed; push again", f.Path)
 	}
 	if err := s.fs.Chmod(tmp, f.Mode); err != nil {
@@ -556,15 +569,13 @@ func (s *syncer) upload(ctx context.Context, f *File, tmp string) error {
 	return nil
 }
 
-// sendReader hashes what is sent (so a file edited since the scan is
-// caught), counts bytes for progress and stops on cancellation. Size lets
-// the SFTP client pipeline writes as it does for an *os.File.
+// sendReader counts bytes for progress and stops on cancellation. Size
+// lets the SFTP client pipeline writes as it does for an *os.File.
 type sendReader struct {
 	ctx  context.Context
 	r    io.Reader
 	size int64
 	n    int64
-	h    hash.Hash
 	s    *syncer
 }
 
@@ -576,7 +587,6 @@ func (r *sendReader) Read(b []byte) (int, error) {
 	}
 	n, err := r.r.Read(b)
 	if n > 0 {
-		r.h.Write(b[:n])
 		r.n += int64(n)
 		r.s.mu.Lock()
 		r.s.res.BytesSent += int64(n)

@@ -44,6 +44,7 @@ var coreTests = []struct {
 	{"MissingOrCorruptManifest", testMissingOrCorruptManifest},
 	{"LeftoverTempCleaned", testLeftoverTempCleaned},
 	{"TypeChanges", testTypeChanges},
+	{"EditedAfterScan", testEditedAfterScan},
 }
 
 func TestCoreOSFS(t *testing.T) {
@@ -606,4 +607,25 @@ func TestValidRel(t *testing.T) {
 		err := validRel(tc.p)
 		assert.Equal(t, tc.ok, err == nil, "validRel(%q) = %v", tc.p, err)
 	}
+}
+
+// A file edited between the scan and its upload is refused, and the host
+// keeps the previous tree whole.
+func testEditedAfterScan(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	old := e.remote()
+
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v2')\n", "lib/model.py": "class Model: v = 2\n"})
+	tree := e.scan(Options{})
+	p := filepath.Join(e.local, "lib", "model.py")
+	require.NoError(t, os.WriteFile(p, []byte("class Model: v = 3, edited\n"), 0o644))
+	require.NoError(t, os.Chtimes(p, time.Now().Add(time.Hour), time.Now().Add(time.Hour)))
+
+	_, err := Sync(context.Background(), e.fs, "h0", tree, e.dir, Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "lib/model.py")
+	assert.Contains(t, err.Error(), "changed while it was being pushed")
+	assert.Equal(t, old, e.remote(), "the host must keep the previous tree")
 }
