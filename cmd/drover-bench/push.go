@@ -94,6 +94,13 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 	b.progress("push, %d hosts: one file changed, %d runs each", f.N, b.reps)
 	one, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress,
 		Before: func(rep int) error { return changeOne(b.tree, defaultTree, rep) }})
+	// The tree now differs from the generated one by the changed file:
+	// the next fleet's first push is checked against what is there now.
+	if files, size, err := treeSize(b.tree, ""); err == nil {
+		b.treeFiles, b.treeBytes = files, size
+	} else {
+		b.note("measure %s after the one-file changes: %v", b.tree, err)
+	}
 	measures := func(o []outcome) []Measure { return []Measure{o[0].Measure(), o[1].Measure()} }
 	return rows(measures(first), measures(same), measures(one))
 }
