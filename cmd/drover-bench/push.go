@@ -96,7 +96,7 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 		Before: func(rep int) error { return changeOne(b.tree, defaultTree, rep) }})
 	// The tree now differs from the generated one by the changed file:
 	// the next fleet's first push is checked against what is there now.
-	if files, size, err := treeSize(b.tree, ""); err == nil {
+	if files, size, err := treeSize(b.tree); err == nil {
 		b.treeFiles, b.treeBytes = files, size
 	} else {
 		b.note("measure %s after the one-file changes: %v", b.tree, err)
