@@ -142,6 +142,7 @@ func (r *runner) participants(cfg *cluster.Config) ([]cluster.Host, error) {
 			if !ok {
 				return nil, fmt.Errorf("spare %s, which replaced %s, is no longer in %s", sp, h.Name, cfg.InventoryPath)
 			}
+			s.Spare = false // it stands in for h: the plan gives it h's ranks
 			out = append(out, s)
 			continue
 		}
@@ -237,6 +238,9 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 		}
 		a.r.events.printf("%s: %s (%s) unreachable: %v; replaced by spare %s (%s)", a.prefix(), h.Name, h.Address, err, spare.Name, spare.Address)
 		a.r.replaced[h.Name] = spare.Name
+		// It stands in for h now: the plan gives it h's ranks (a host
+		// still marked spare would get none and the world would shrink).
+		spare.Spare = false
 		conns[i] = &hostConn{host: spare, t: t}
 	}
 	return conns, nil

@@ -115,6 +115,9 @@ func writeInventory(t *testing.T, file string, hosts []cluster.Host) {
 	fmt.Fprintf(&b, "[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", fleet.User, fleet.KeyFile, fleet.KnownHosts)
 	for _, h := range hosts {
 		fmt.Fprintf(&b, "\n[[host]]\nname = %q\naddress = %q\ngpus = []\n", h.Name, h.Address)
+		if h.Spare {
+			b.WriteString("spare = true\n")
+		}
 	}
 	require.NoError(t, os.WriteFile(file, []byte(b.String()), 0o644))
 }
@@ -573,6 +576,38 @@ echo "done rank=$RANK"
 	for i := range 4 {
 		assert.Contains(t, j.logFile(t, 2, fmt.Sprintf("worker-%d", i)), fmt.Sprintf("start rank=%d restart=1\ndone rank=%d\n", i, i))
 	}
+	assert.Empty(t, jobProcs(t, j.Name))
+}
+
+// A host that stays unreachable past host_wait is replaced by the
+// inventory's spare, which takes over its ranks; the job then succeeds.
+func TestRunHostReplacedBySpare(t *testing.T) {
+	testfleet.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: `
+echo "start rank=$RANK world=$WORLD_SIZE restart=$DROVER_RESTART_COUNT host=$DROVER_HOST"
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
+echo "done rank=$RANK"
+`, Job: "max_restarts = 2\nhost_wait = \"3s\""})
+	hosts := fleet.ClusterHosts()
+	hosts[3].Spare = true
+	writeInventory(t, j.Inventory, hosts)
+
+	d := startDrover(t, j)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@cd-h[0-2]\] start rank=\d world=3 restart=0 `), 3, 60*time.Second)
+	require.NoError(t, fleet.Cut(2))
+	t.Cleanup(func() { assert.NoError(t, fleet.Heal(2)) })
+
+	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())
+	stderr := d.stderr.String()
+	assert.Regexp(t, `cd-h2 \(10\.231\.15\.12\) unreachable: .*; replaced by spare cd-h3 \(10\.231\.15\.13\)`, stderr)
+	assert.Contains(t, stderr, "attempt 2/3: job "+j.Name+" succeeded")
+	second := j.logFile(t, 2, "worker-2")
+	assert.Contains(t, second, "start rank=2 world=3 restart=1 host=cd-h3\ndone rank=2\n", "the spare runs the lost host's rank")
+	for i := range 2 {
+		assert.Contains(t, j.logFile(t, 2, fmt.Sprintf("worker-%d", i)), fmt.Sprintf("start rank=%d world=3 restart=1 host=cd-h%d\n", i, i))
+	}
+	// The cut host's agent hears no heartbeat and stops its group itself.
+	waitNoJobProcs(t, j.Name, 20*time.Second, 2)
 	assert.Empty(t, jobProcs(t, j.Name))
 }
 
