@@ -84,7 +84,7 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		bin, err := buildDrover(dir)
+		bin, err := testfleet.BuildDrover(dir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 			return 1
@@ -92,26 +92,6 @@ func testMain(m *testing.M) int {
 		droverBin = bin
 	}
 	return testfleet.Main(m, testfleet.Options{Name: "e2", N: 4, Subnet: 17}, &fleet)
-}
-
-// buildDrover builds the real binary from the module root (the parent of
-// this directory) into dir.
-func buildDrover(dir string) (string, error) {
-	bin := filepath.Join(dir, "drover")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "./cmd/drover")...)
-	cmd.Dir = ".."
-	cmd.Env = os.Environ()
-	if os.Getenv("CGO_CFLAGS") == "" {
-		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(cmd.Args[1:], " "), err, out)
-	}
-	return bin, nil
 }
 
 // trackSources makes go test's result cache depend on the sources these

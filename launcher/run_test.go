@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/testfleet"
 )
 
 func TestBackoff(t *testing.T) {
@@ -263,25 +261,9 @@ func TestRenderSummary(t *testing.T) {
 // (InstallAgent uses it in place for local hosts).
 func buildDrover(t *testing.T) string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out := filepath.Join(t.TempDir(), "drover")
-	args := []string{"build", "-o", out}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "-race" && s.Value == "true" {
-				args = append(args, "-race")
-			}
-		}
-	}
-	cmd := exec.Command(gobin, append(args, "./cmd/drover")...)
-	cmd.Dir = ".." // the module root
-	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	msg, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", msg)
-	return out
+	bin, err := testfleet.BuildDrover(t.TempDir())
+	require.NoError(t, err)
+	return bin
 }
 
 // localJob writes a job with two local hosts (workdirs wd-a/ and wd-b/

@@ -281,19 +281,23 @@ func testStreams(t *testing.T, tr cluster.Transport) {
 	require.NoError(t, p.Wait())
 }
 
-// syncBuffer lets the test read what a still-running command wrote.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a process's output copier and a test
+// may use at once, so a test can read what a still-running command wrote.
+// Any package's tests may use it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -303,7 +307,7 @@ func testConcurrent(t *testing.T, tr cluster.Transport) {
 	const n = 50
 	ctx, cancel := context.WithTimeout(context.Background(), liveness)
 	defer cancel()
-	outs := make([]syncBuffer, n)
+	outs := make([]SyncBuffer, n)
 	procs := make([]cluster.Process, n)
 	// All started before any is waited for: they run at once on one
 	// transport.
@@ -339,7 +343,7 @@ func testConcurrent(t *testing.T, tr cluster.Transport) {
 
 func testCancel(t *testing.T, tr cluster.Transport) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out SyncBuffer
 	p, err := tr.Start(ctx, cluster.Cmd{Args: sh(`echo started; exec sleep 60`), Stdout: &out})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return out.String() == "started\n" }, liveness, 10*time.Millisecond)

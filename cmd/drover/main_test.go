@@ -3,10 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"testing"
 
@@ -49,41 +45,9 @@ var (
 // in the controller and the agent fail the tests too (see assertNoRace).
 func droverBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		out := filepath.Join(binDir, "drover")
-		args := []string{"build", "-o", out}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command(gobin, append(args, "./cmd/drover")...)
-		cmd.Dir = filepath.Join("..", "..") // the module root
-		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go %v: %w\n%s", args, err, msg)
-			return
-		}
-		binPath = out
-	})
+	binOnce.Do(func() { binPath, binErr = testfleet.BuildDrover(binDir) })
 	if binErr != nil {
 		t.Fatalf("build drover: %v", binErr)
 	}
 	return binPath
-}
-
-// raceEnabled reports whether this test binary was built with -race.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }

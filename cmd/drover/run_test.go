@@ -20,7 +20,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/cluster/transporttest"
 )
 
 // hostHome is where Fleet.Exec sees the login user's home on every host.
@@ -139,28 +139,10 @@ func (j *fleetJob) logFile(t *testing.T, attempt int, proc string) string {
 	return string(data)
 }
 
-// syncBuffer is a bytes.Buffer safe for the copier and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // droverProc is a running `drover run` controller.
 type droverProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr transporttest.SyncBuffer
 	done           chan struct{}
 	code           int
 }
@@ -825,7 +807,7 @@ func TestRunStopsLeftoverGroup(t *testing.T) {
 	pidfile := path.Join(hostHome, j.Workdir, ".drover/pids/worker-0.pid")
 	stdin, stdinW := io.Pipe()
 	defer stdinW.Close()
-	var out syncBuffer
+	var out transporttest.SyncBuffer
 	p, err := tr.Start(ctx, cluster.Cmd{
 		Args: []string{bin, "agent", "run", "--grace", "2s", "--pidfile", pidfile, "--job", j.Name, "--",
 			"sh", "-c", `echo "old ready"; sleep 1000`},

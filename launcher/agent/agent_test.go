@@ -16,12 +16,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/cluster/transporttest"
 )
 
 var fleet *testfleet.Fleet
@@ -31,22 +31,7 @@ func TestMain(m *testing.M) {
 }
 
 // capture is a concurrency-safe writer whose contents tests can wait on.
-type capture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
+type capture struct{ transporttest.SyncBuffer }
 
 // waitFor waits until the output contains s and returns the output.
 func (c *capture) waitFor(t *testing.T, s string, within time.Duration) string {

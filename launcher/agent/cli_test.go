@@ -10,13 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/droverhq/drover/cluster/testfleet"
 )
 
 // The tests in this file drive the real `drover agent` CLI: what drover
@@ -28,16 +29,11 @@ var (
 	buildErr  error
 )
 
-// droverBinary builds ./cmd/drover once per test run. DROVER_TEST_BINARY
-// names a prebuilt one instead.
+// droverBinary builds ./cmd/drover once per test run (testfleet.BuildDrover:
+// DROVER_TEST_BINARY names a prebuilt one instead).
 func droverBinary(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("DROVER_TEST_BINARY"); p != "" {
-		return p
-	}
 	buildOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
 		dir, err := os.MkdirTemp("", "drover-agent-test-")
 		if err != nil {
 			buildErr = err
@@ -48,12 +44,7 @@ func droverBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		buildPath = filepath.Join(dir, "drover")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/drover")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New("go build ./cmd/drover: " + err.Error() + "\n" + string(out))
-		}
+		buildPath, buildErr = testfleet.BuildDrover(dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

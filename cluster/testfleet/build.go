@@ -1,0 +1,49 @@
+package testfleet
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// BuildDrover builds ./cmd/drover into dir and returns the binary's path.
+// Fleet tests upload it as the agent and run it as the controller, so it
+// must be the real program: built from this module, with the race detector
+// when the test binary has it (so races in the controller and the agent
+// fail tests too). DROVER_TEST_BINARY names a prebuilt binary instead.
+// The caller owns dir and its lifetime; a fleet test needs it readable by
+// the fleet's login user.
+func BuildDrover(dir string) (string, error) {
+	if p := os.Getenv("DROVER_TEST_BINARY"); p != "" {
+		return p, nil
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("build drover: cannot locate the module root")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(dir, "drover")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(gobin, append(args, "./cmd/drover")...)
+	cmd.Dir = root
+	cmd.Env = os.Environ()
+	if os.Getenv("CGO_CFLAGS") == "" {
+		// go-nvml's header marks many calls deprecated; the warnings
+		// would bury a real build error.
+		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin, nil
+}
