@@ -100,6 +100,7 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *ssh_config.C
 		if err != nil {
 			return nil, nil, addr, fail(describeDialError(err, opts.ConnectTimeout))
 		}
+		conn = quickAck(conn)
 	}
 	client, err := handshake(ctx, conn, tgt, opts)
 	if err != nil {
