@@ -41,6 +41,9 @@ type RunOptions struct {
 	// Env is extra environment for every process, after the plan's; tests
 	// use it, users use [job.env].
 	Env map[string]string
+	// PushCacheDir is push.Options.CacheDir for the push before each
+	// attempt: with it, a restart re-hashes only the files that changed.
+	PushCacheDir string
 }
 
 // Outcome is how a run ended.

@@ -3,7 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"sync"
+	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -51,7 +52,7 @@ type pushOutcome struct {
 }
 
 func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
-	opts := push.Options{Exclude: cfg.Job.Exclude}
+	opts := push.Options{Exclude: cfg.Job.Exclude, CacheDir: cacheDir()}
 	// Scan before dialling: a bad .droverignore or an escaping symlink is
 	// reported without touching the network.
 	tree, err := push.ScanLocal(cfg.Job.Code, opts)
@@ -61,35 +62,29 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 	display := push.NewDisplay(c.App.ErrWriter)
 	opts.Progress = display.Update
 
-	ts, dialErrs := cluster.DialAll(c.Context, hosts, cluster.DialOptions{
+	outcomes := make([]pushOutcome, len(hosts))
+	cluster.DialEach(c.Context, hosts, cluster.DialOptions{
 		AcceptNewHosts: c.Bool("accept-new-hosts"),
 		Inventory:      cfg.Hosts,
-	})
-	outcomes := make([]pushOutcome, len(hosts))
-	var wg sync.WaitGroup
-	for i, h := range hosts {
-		if dialErrs[i] != nil {
-			outcomes[i].err = dialErrs[i] // names the host and address already
-			continue
+	}, func(i int, t cluster.Transport, err error) {
+		if err != nil {
+			outcomes[i].err = err // names the host and address already
+			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer ts[i].Close()
-			label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
-			fsys, err := ts[i].FS(c.Context)
-			if err != nil {
-				outcomes[i].err = fmt.Errorf("push to %s: open file access: %w", label, err)
-				return
-			}
-			workdir := h.Workdir
-			if workdir == "" {
-				workdir = cfg.Job.Workdir
-			}
-			outcomes[i].res, outcomes[i].err = push.Sync(c.Context, fsys, label, tree, workdir, opts)
-		}()
-	}
-	wg.Wait()
+		defer t.Close()
+		h := hosts[i]
+		label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
+		fsys, err := t.FS(c.Context)
+		if err != nil {
+			outcomes[i].err = fmt.Errorf("push to %s: open file access: %w", label, err)
+			return
+		}
+		workdir := h.Workdir
+		if workdir == "" {
+			workdir = cfg.Job.Workdir
+		}
+		outcomes[i].res, outcomes[i].err = push.Sync(c.Context, fsys, label, tree, workdir, opts)
+	})
 	display.Close()
 	return reportPush(c.App.Writer, c.App.ErrWriter, hosts, outcomes, c.Context.Err() != nil)
 }
@@ -125,4 +120,15 @@ func plural(n int, word string) string {
 		return word
 	}
 	return word + "s"
+}
+
+// cacheDir is where drover keeps what it can compute again (the push's
+// digest cache): the user's cache directory ($XDG_CACHE_HOME or
+// ~/.cache on Linux), or none when there is no home to put it in.
+func cacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "drover")
 }

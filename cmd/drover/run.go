@@ -58,6 +58,7 @@ func runCommand() *cli.Command {
 				InventoryPath: c.String("inventory"),
 				LogDir:        c.String("log-dir"),
 				AgentBinary:   bin,
+				PushCacheDir:  cacheDir(),
 				Dial:          cluster.DialOptions{AcceptNewHosts: c.Bool("accept-new-hosts")},
 				Out:           c.App.Writer,
 				Events:        c.App.ErrWriter,
