@@ -86,12 +86,13 @@ const (
 )
 
 // countingFS counts calls per method and records the paths given to
-// Create, to prove what a push did and did not do.
+// Create and Open, to prove what a push did and did not do.
 type countingFS struct {
 	cluster.FS
 	mu      sync.Mutex
 	calls   map[op]int
 	created []string
+	opened  []string
 }
 
 func newCountingFS(fsys cluster.FS) *countingFS {
@@ -141,9 +142,15 @@ func (c *countingFS) Create(p string) (io.WriteCloser, error) {
 	c.mu.Unlock()
 	return c.FS.Create(p)
 }
-func (c *countingFS) Open(p string) (io.ReadCloser, error) { c.count(opOpen); return c.FS.Open(p) }
-func (c *countingFS) Rename(a, b string) error             { c.count(opRename); return c.FS.Rename(a, b) }
-func (c *countingFS) Remove(p string) error                { c.count(opRemove); return c.FS.Remove(p) }
+func (c *countingFS) Open(p string) (io.ReadCloser, error) {
+	c.count(opOpen)
+	c.mu.Lock()
+	c.opened = append(c.opened, p)
+	c.mu.Unlock()
+	return c.FS.Open(p)
+}
+func (c *countingFS) Rename(a, b string) error { c.count(opRename); return c.FS.Rename(a, b) }
+func (c *countingFS) Remove(p string) error    { c.count(opRemove); return c.FS.Remove(p) }
 func (c *countingFS) RemoveAll(p string) error {
 	c.count(opRemoveAll)
 	return c.FS.RemoveAll(p)

@@ -1,15 +1,18 @@
 package push
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +48,9 @@ var coreTests = []struct {
 	{"LeftoverTempCleaned", testLeftoverTempCleaned},
 	{"TypeChanges", testTypeChanges},
 	{"EditedAfterScan", testEditedAfterScan},
+	{"SumLostThenRepaired", testSumLostThenRepaired},
+	{"ManifestFromLocalCache", testManifestFromLocalCache},
+	{"ManyFilesMixedModes", testManyFilesMixedModes},
 }
 
 func TestCoreOSFS(t *testing.T) {
@@ -134,16 +140,18 @@ func testFirstPushThenNoop(e *env) {
 	_, err := e.fs.Lstat(path.Join(e.dir, tmpDir))
 	assert.True(t, errors.Is(err, fs.ErrNotExist), "temp dir left after a successful push: %v", err)
 
-	// Nothing changed: only the manifest is read, nothing is written.
+	// Nothing changed: only the manifest's sum is read (not the manifest),
+	// nothing is written.
 	c := newCountingFS(e.fs)
 	res = e.push(c, Options{})
 	assert.Equal(t, 0, res.FilesSent)
 	assert.Equal(t, int64(0), res.BytesSent)
 	assert.Equal(t, len(v1), res.FilesUnchanged)
-	for _, o := range []op{opCreate, opRename, opRemove, opRemoveAll, opChmod, opChtimes, opMkdirAll, opReadDir, opStat} {
+	for _, o := range []op{opCreate, opRename, opRemove, opRemoveAll, opChmod, opChtimes, opMkdirAll, opReadDir} {
 		assert.Zero(t, c.n(o), "%s calls in a no-op push", o)
 	}
-	assert.Equal(t, 1, c.n(opOpen), "Open calls (the manifest)")
+	assert.Equal(t, []string{path.Join(e.dir, sumName)}, c.opened, "files read by a no-op push")
+	assert.Equal(t, 1, c.n(opStat), "Stat calls (the manifest's size)")
 	assert.LessOrEqual(t, c.n(opLstat), 1, "Lstat calls (the temp dir)")
 }
 
@@ -165,6 +173,16 @@ func testOneChangedFile(e *env) {
 	assert.Equal(t, int64(len("print('v2')\n")), res.BytesSent)
 	assert.Equal(t, len(v1)-1, res.FilesUnchanged)
 	assert.Equal(t, 1, c.uploads(), "files uploaded")
+	// The manifest is written once (the final one); what is pending while
+	// files move into place goes in the small journal, not in a second
+	// copy of the manifest.
+	var state []string
+	for _, p := range c.created {
+		if !strings.Contains(p, tmpDir+"/f") {
+			state = append(state, path.Base(p))
+		}
+	}
+	assert.ElementsMatch(t, []string{"pending.json", "manifest.json", "manifest.sum"}, state, "state files written")
 	got, err := e.readRemote("train.py")
 	require.NoError(t, err)
 	assert.Equal(t, "print('v2')\n", got)
@@ -348,9 +366,15 @@ func testInterruptedCommitThenRevert(e *env) {
 	want := e.remote()
 
 	writeFiles(t, e.local, map[string]string{"train.py": "v2", "lib/model.py": "v2", "conf/base.yaml": "v2"})
-	c := newCutFS(e.fs, 1<<40, 2) // the pending manifest's rename and one file's
+	c := newCutFS(e.fs, 1<<40, 2) // the journal's rename and one file's
 	_, err := Sync(context.Background(), c, "h0", e.scan(Options{}), e.dir, Options{Concurrency: 1})
 	require.ErrorIs(t, err, errCut)
+	// Cut between renames: the journal says what is in doubt, and no sum
+	// vouches for the old manifest.
+	_, err = e.readRemote(journalName)
+	assert.NoError(t, err, "journal after a cut commit")
+	_, err = e.readRemote(sumName)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "sum after a cut commit")
 
 	writeFiles(t, e.local, v1) // back to v1, same mtimes as before
 	res := e.push(nil, Options{})
@@ -628,4 +652,161 @@ func testEditedAfterScan(e *env) {
 	assert.Contains(t, err.Error(), "lib/model.py")
 	assert.Contains(t, err.Error(), "changed while it was being pushed")
 	assert.Equal(t, old, e.remote(), "the host must keep the previous tree")
+}
+
+// testSumLostThenRepaired: without manifest.sum (a workdir pushed by an
+// older drover) a push reads the manifest, finds nothing to do and writes
+// the sum, so that the next push reads only the sum again.
+func testSumLostThenRepaired(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
+
+	c := newCountingFS(e.fs)
+	res := e.push(c, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+	assert.Contains(t, c.opened, path.Join(e.dir, manifestName), "without a sum the manifest is read")
+	sum, err := e.readRemote(sumName)
+	require.NoError(t, err)
+	assert.Equal(t, e.scan(Options{}).sum, sum)
+
+	c = newCountingFS(e.fs)
+	e.push(c, Options{})
+	assert.Equal(t, []string{path.Join(e.dir, sumName)}, c.opened)
+
+	// A sum that does not match the manifest.json beside it (another
+	// size) promises nothing: the manifest is read and trusted.
+	e.writeRemote(sumName, strings.Repeat("0", 64)+" 12\n")
+	c = newCountingFS(e.fs)
+	res = e.push(c, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+	assert.Contains(t, c.opened, path.Join(e.dir, manifestName))
+}
+
+// testManifestFromLocalCache: the push that wrote a manifest keeps a copy
+// in the local cache, so the next push takes the host's old manifest from
+// there (the host's sum names it) instead of reading it from the host; a
+// cached copy that does not match its name is not used.
+func testManifestFromLocalCache(e *env) {
+	t := e.t
+	cache := t.TempDir()
+	opts := Options{CacheDir: cache}
+	writeFiles(t, e.local, v1)
+	e.push(nil, opts)
+
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v2')\n"})
+	c := newCountingFS(e.fs)
+	res := e.push(c, opts)
+	assert.Equal(t, 1, res.FilesSent)
+	assert.NotContains(t, c.opened, path.Join(e.dir, manifestName), "the old manifest comes from the local cache")
+	assert.Equal(t, e.pushed(), e.remote())
+
+	// Corrupt every cached manifest: the host's is read instead.
+	files, err := filepath.Glob(filepath.Join(cache, "manifests", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		require.NoError(t, os.WriteFile(f, []byte("garbage"), 0o600))
+	}
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v3')\n"})
+	c = newCountingFS(e.fs)
+	res = e.push(c, opts)
+	assert.Equal(t, 1, res.FilesSent)
+	assert.Empty(t, res.Warnings)
+	assert.Contains(t, c.opened, path.Join(e.dir, manifestName))
+	assert.Equal(t, e.pushed(), e.remote())
+
+	// Only the newest few are kept.
+	for i := 0; i < cacheKeep+2; i++ {
+		writeFiles(t, e.local, map[string]string{"train.py": strings.Repeat("v", i+4)})
+		e.push(nil, opts)
+	}
+	files, err = filepath.Glob(filepath.Join(cache, "manifests", "*"))
+	require.NoError(t, err)
+	assert.Len(t, files, cacheKeep)
+}
+
+// TestManifestReadOnceForHosts: hosts holding the same manifest share one
+// read and decode of it within a push (one Tree).
+func TestManifestReadOnceForHosts(t *testing.T) {
+	local := t.TempDir()
+	writeFiles(t, local, v1)
+	home := cluster.NewOSFS(t.TempDir())
+	tree, err := ScanLocal(local, Options{})
+	require.NoError(t, err)
+	for _, dir := range []string{"a", "b", "c"} {
+		_, err := Sync(context.Background(), home, dir, tree, dir, Options{})
+		require.NoError(t, err)
+	}
+	writeFiles(t, local, map[string]string{"train.py": "print('v2')\n"})
+	tree, err = ScanLocal(local, Options{})
+	require.NoError(t, err)
+	c := newCountingFS(home)
+	var wg sync.WaitGroup
+	for _, dir := range []string{"a", "b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := Sync(context.Background(), c, dir, tree, dir, Options{})
+			assert.NoError(t, err)
+			assert.Equal(t, 1, res.FilesSent)
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for _, p := range c.opened {
+		if strings.HasSuffix(p, manifestName) {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "manifest reads for three hosts holding the same one: %q", c.opened)
+}
+
+// TestDecodePlainJSONManifest: manifests written before they were gzipped
+// (and hand-written ones) still read.
+func TestDecodePlainJSONManifest(t *testing.T) {
+	m, err := decodeManifest([]byte(`{"version": 1, "files": {"a.py": {"sha256": "` + strings.Repeat("ab", 32) + `", "size": 3, "mode": 420}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), m.Files["a.py"].Size)
+	data, err := encodeManifest(m)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(data, gzipMagic))
+	back, err := decodeManifest(data)
+	require.NoError(t, err)
+	assert.Equal(t, m.Files, back.Files)
+}
+
+// testManyFilesMixedModes pushes enough files for the push to learn the
+// host's mode for new files and skip chmod where it already matches: every
+// file must still end up with its own mode, matching or not.
+func testManyFilesMixedModes(e *env) {
+	t := e.t
+	files := map[string]string{}
+	for i := 0; i < probeMin+8; i++ {
+		files[fmt.Sprintf("pkg/m%02d.py", i)] = fmt.Sprintf("x = %d\n", i)
+	}
+	writeFiles(t, e.local, files)
+	// The mode the host gives a new file, and one file of that mode.
+	e.writeRemote("probe", "")
+	info, err := e.fs.Lstat(path.Join(e.dir, "probe"))
+	require.NoError(t, err)
+	require.NoError(t, e.fs.Remove(path.Join(e.dir, "probe")))
+	created := info.Mode().Perm()
+	modes := []fs.FileMode{created, 0o755, 0o600, 0o640, 0o444}
+	for i := 0; i < probeMin+8; i++ {
+		require.NoError(t, os.Chmod(filepath.Join(e.local, fmt.Sprintf("pkg/m%02d.py", i)), modes[i%len(modes)]))
+	}
+	c := newCountingFS(e.fs)
+	res := e.push(c, Options{})
+	assert.Equal(t, probeMin+8, res.FilesSent)
+	assert.Equal(t, e.pushed(), e.remote())
+	same := 0
+	for i := 0; i < probeMin+8; i++ {
+		if modes[i%len(modes)] == created {
+			same++
+		}
+	}
+	// One chmod per file of another mode, one for the directory pkg.
+	assert.Equal(t, probeMin+8-same+1, c.n(opChmod), "chmod calls (%d files already of mode %v)", same, created)
 }

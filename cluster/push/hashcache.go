@@ -1,0 +1,148 @@
+package push
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The scan's digest cache, like git's index: for every file it hashed,
+// ScanLocal records the digest with the file's size, mtime, ctime, device
+// and inode, and a later scan reuses the digest of a file whose five are
+// all unchanged. ctime cannot be set back by touch or by an unpacker the
+// way mtime can, so an edit that keeps size and mtime is still seen.
+//
+// A file that changed in the same clock tick as it was hashed would keep
+// its timestamps, so entries younger than racyWindow at the start of the
+// scan are not stored: those files are hashed again next time.
+const (
+	cacheHeader = "drover-scan-cache 1"
+	racyWindow  = 2 * time.Second
+)
+
+// statID is what a cached digest is keyed on. A zero statID (a platform
+// without ctime and inode in os.FileInfo) is never cached.
+type statID struct {
+	size, mtime, ctime int64
+	dev, ino           uint64
+}
+
+type cacheEntry struct {
+	id     statID
+	sha256 string
+}
+
+// cachePath names the cache file of one code directory (resolved root).
+func cachePath(cacheDir, root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return filepath.Join(cacheDir, "scan", hex.EncodeToString(sum[:12])+".txt")
+}
+
+// loadCache reads a cache file; any problem (none yet, unreadable,
+// another format, a line that does not parse) yields what could be read,
+// since a missing entry only means hashing the file.
+func loadCache(file string) map[string]cacheEntry {
+	entries := map[string]cacheEntry{}
+	f, err := os.Open(file)
+	if err != nil {
+		return entries
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	if !sc.Scan() || sc.Text() != cacheHeader {
+		return entries
+	}
+	for sc.Scan() {
+		// sha256 size mtime ctime dev ino path (the path last: it may
+		// hold spaces).
+		fields := strings.SplitN(sc.Text(), " ", 7)
+		if len(fields) != 7 || len(fields[0]) != 64 {
+			return entries
+		}
+		var n [3]int64
+		var u [2]uint64
+		for i := range n {
+			v, err := strconv.ParseInt(fields[i+1], 10, 64)
+			if err != nil {
+				return entries
+			}
+			n[i] = v
+		}
+		for i := range u {
+			v, err := strconv.ParseUint(fields[i+4], 10, 64)
+			if err != nil {
+				return entries
+			}
+			u[i] = v
+		}
+		entries[fields[6]] = cacheEntry{
+			id:     statID{size: n[0], mtime: n[1], ctime: n[2], dev: u[0], ino: u[1]},
+			sha256: fields[0],
+		}
+	}
+	return entries
+}
+
+// saveCache writes the cacheable digests of files atomically (write, then
+// rename), so a concurrent scan reads the old cache or the new one. A
+// cache that cannot be written is not an error: the next scan hashes.
+func saveCache(file string, files []File, scanStart time.Time) {
+	racy := scanStart.Add(-racyWindow).UnixNano()
+	var b strings.Builder
+	b.WriteString(cacheHeader + "\n")
+	for i := range files {
+		f := &files[i]
+		id := f.id
+		if id == (statID{}) || f.Size != id.size || id.mtime >= racy || id.ctime >= racy || strings.ContainsAny(f.Path, "\n\r") {
+			continue
+		}
+		fmt.Fprintf(&b, "%s %d %d %d %d %d %s\n", f.SHA256, id.size, id.mtime, id.ctime, id.dev, id.ino, f.Path)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".scan-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.WriteString(b.String())
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), file) != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+// useCache fills in the digest of every file whose stat identity matches
+// its cache entry and reports whether the cache needs rewriting (a file
+// to hash, or an entry for a file that is gone).
+func useCache(files []File, entries map[string]cacheEntry) (dirty bool) {
+	hits := 0
+	for i := range files {
+		f := &files[i]
+		e, ok := entries[f.Path]
+		if ok && f.id != (statID{}) && e.id == f.id {
+			f.SHA256 = e.sha256
+			hits++
+			continue
+		}
+		dirty = true
+	}
+	return dirty || hits != len(entries)
+}
+
+// fileStatID extracts the cache key from a stat result.
+func fileStatID(info fs.FileInfo) statID {
+	id := sysStatID(info)
+	if id != (statID{}) {
+		id.size = info.Size()
+		id.mtime = info.ModTime().UnixNano()
+	}
+	return id
+}

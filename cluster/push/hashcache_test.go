@@ -1,0 +1,107 @@
+package push
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// later is a scan start far enough ahead that no file is too recent to
+// cache (the racy window is tested on its own).
+var later = time.Now().Add(time.Hour)
+
+func digests(t *testing.T, tree *Tree) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, f := range tree.Files {
+		out[f.Path] = f.SHA256
+	}
+	return out
+}
+
+func TestScanCacheReusesDigests(t *testing.T) {
+	local, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, local, v1)
+	opts := Options{CacheDir: cache}
+	first, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	assert.Equal(t, digests(t, mustScan(t, local)), digests(t, first), "cached scan = uncached scan")
+
+	// Plant a wrong digest for train.py: a scan that believes the cache
+	// (stat identity unchanged) returns it, which proves it did not hash.
+	file := cachePath(cache, first.Dir)
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	real := digests(t, first)["train.py"]
+	fake := strings.Repeat("f", 64)
+	require.Contains(t, string(data), real+" ")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Replace(string(data), real+" ", fake+" ", 1)), 0o600))
+	second, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	assert.Equal(t, fake, digests(t, second)["train.py"])
+
+	// Replaced by a file of the same size and mtime (a new inode, as an
+	// editor or git checkout writes): hashed again.
+	p := filepath.Join(local, "train.py")
+	info, err := os.Stat(p)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p+".new", []byte(strings.ToUpper(v1["train.py"])), 0o644))
+	require.NoError(t, os.Rename(p+".new", p))
+	require.NoError(t, os.Chtimes(p, info.ModTime(), info.ModTime()))
+	third, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	assert.Equal(t, digests(t, mustScan(t, local))["train.py"], digests(t, third)["train.py"])
+	assert.NotEqual(t, real, digests(t, third)["train.py"])
+}
+
+// TestScanCacheSeesInPlaceEdit: same inode, size and mtime (set back
+// with touch), new content: the ctime moved, so the file is hashed.
+func TestScanCacheSeesInPlaceEdit(t *testing.T) {
+	local, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, local, v1)
+	opts := Options{CacheDir: cache}
+	first, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	p := filepath.Join(local, "train.py")
+	info, err := os.Stat(p)
+	require.NoError(t, err)
+	// Past the filesystem's timestamp granularity (a clock tick), so the
+	// ctime differs; this is what the racy window covers in real use.
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, os.WriteFile(p, []byte(strings.ToUpper(v1["train.py"])), 0o644))
+	require.NoError(t, os.Chtimes(p, info.ModTime(), info.ModTime()))
+	second, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	assert.NotEqual(t, digests(t, first)["train.py"], digests(t, second)["train.py"])
+	assert.Equal(t, digests(t, mustScan(t, local)), digests(t, second))
+}
+
+// TestScanCacheSkipsRacyFiles: files changed within racyWindow of the
+// scan are not cached, since a later change in the same clock tick would
+// not show in their timestamps.
+func TestScanCacheSkipsRacyFiles(t *testing.T) {
+	local, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, local, v1) // ctime: now
+	tree, err := ScanLocal(local, Options{CacheDir: cache})
+	require.NoError(t, err)
+	assert.Empty(t, loadCache(cachePath(cache, tree.Dir)))
+}
+
+func TestScanCacheCorruptIgnored(t *testing.T) {
+	local, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, local, v1)
+	tree, err := scanLocal(local, Options{CacheDir: cache}, later)
+	require.NoError(t, err)
+	want := digests(t, tree)
+	for _, junk := range []string{"", "garbage\n", cacheHeader + "\nnot a line\n", cacheHeader + "\n" + strings.Repeat("a", 64) + " x 1 2 3 4 train.py\n"} {
+		require.NoError(t, os.WriteFile(cachePath(cache, tree.Dir), []byte(junk), 0o600))
+		got, err := scanLocal(local, Options{CacheDir: cache}, later)
+		require.NoError(t, err)
+		assert.Equal(t, want, digests(t, got), "cache %q", junk)
+	}
+}
