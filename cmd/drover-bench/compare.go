@@ -35,6 +35,10 @@ type compareOptions struct {
 	// Before runs before every repetition (reset remote dirs, change a
 	// file); an error there ends the comparison.
 	Before func(rep int) error
+	// Settle, when set, runs before every timed run of every contender:
+	// it waits until the previous tool's sshd sessions have ended, so no
+	// tool is timed while the one before it is still being cleaned up.
+	Settle func(ctx context.Context)
 	// Progress receives one line per repetition.
 	Progress func(format string, args ...any)
 }
@@ -76,6 +80,9 @@ func compare(ctx context.Context, cs []contender, o compareOptions) ([]outcome, 
 			i := (rep + k) % len(cs)
 			if out[i].Err != nil || ctx.Err() != nil {
 				continue
+			}
+			if o.Settle != nil {
+				o.Settle(ctx)
 			}
 			st, err := cs[i].Run(ctx)
 			if err != nil {

@@ -39,7 +39,7 @@ func (b *bench) fanout(ctx context.Context, f *benchFleet) []Row {
 	}}
 	b.progress("fan-out, %d hosts: `true` on every host, %d runs each (drover exec, pdsh, ssh loop)", f.N, b.reps)
 	outs, _ := compare(ctx, []contender{droverExec, pdsh, loop}, compareOptions{
-		Reps: b.reps, Warmup: true, Progress: b.progress,
+		Reps: b.reps, Warmup: true, Progress: b.progress, Settle: f.settle,
 	})
 	target := Target{}
 	if f.N == 16 {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // procKey names a process for good: pid plus start time, so a recycled
@@ -175,3 +177,52 @@ func cpuTicks(proc string, pid int) (uint64, error) {
 // clockTicks is USER_HZ, which Linux fixes at 100 on every architecture
 // Go supports.
 const clockTicks = 100
+
+// settleLimit bounds the wait for a quiet fleet; a fleet that is never
+// quiet (a stuck session) is measured anyway rather than stalling the run.
+const settleLimit = 3 * time.Second
+
+// settle waits until every host runs nothing but its sshd listener: the
+// sessions of the tool timed before have exited. sshd's clean-up of a
+// closed connection takes CPU on the machine the next tool runs on, and
+// the tools take turns, so without this each figure depended on which
+// tool went before it.
+func (f *benchFleet) settle(ctx context.Context) {
+	s, err := newProcScanner(f, nil, nil)
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(settleLimit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if n, err := s.count(); err != nil || n <= f.N {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// count is how many processes run in the fleet's network namespaces.
+func (s *procScanner) count() (int, error) {
+	d, err := os.Open(s.proc)
+	if err != nil {
+		return 0, err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if ino, err := s.readNS(pid); err == nil {
+			if _, ok := s.netns[ino]; ok {
+				n++
+			}
+		}
+	}
+	return n, nil
+}

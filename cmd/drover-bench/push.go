@@ -83,16 +83,16 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 	}
 
 	b.progress("push, %d hosts: first push into empty workdirs, %d runs each (drover push, rsync x %d)", f.N, b.pushReps, f.N)
-	first, _ := compare(ctx, cs, compareOptions{Reps: b.pushReps, Before: reset, Progress: b.progress})
+	first, _ := compare(ctx, cs, compareOptions{Reps: b.pushReps, Before: reset, Progress: b.progress, Settle: f.settle})
 	b.checkPushed(f, first)
 	if first[0].MaxRSS > 0 {
 		b.pushRSS = append(b.pushRSS, Row{Section: "resources", N: f.N, What: "drover push peak RSS (first push)",
 			Drover: Measure{Value: float64(first[0].MaxRSS) / 1024, Unit: MiB, N: len(first[0].Times)}})
 	}
 	b.progress("push, %d hosts: nothing changed, %d runs each", f.N, b.reps)
-	same, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress})
+	same, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle})
 	b.progress("push, %d hosts: one file changed, %d runs each", f.N, b.reps)
-	one, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress,
+	one, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle,
 		Before: func(rep int) error { return changeOne(b.tree, defaultTree, rep) }})
 	// The tree now differs from the generated one by the changed file:
 	// the next fleet's first push is checked against what is there now.
