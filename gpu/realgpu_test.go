@@ -1,0 +1,82 @@
+package gpu
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestProbeAgreesWithNvidiaSMI runs only where there is a real NVIDIA
+// driver (CI has none; the developers run it on a GPU machine). It reads
+// the host over NVML, the way `drover agent probe` does, and over
+// nvidia-smi, the fallback's exact queries, and requires the two to
+// agree on everything that does not move between two reads: identity,
+// memory size, driver, CUDA version, MIG mode and the set of compute
+// processes. Memory in use and utilisation move, so they are compared
+// with a tolerance. Set DROVER_GPU_EXPECT_PROCS=1 while a CUDA program
+// runs to require that the probe sees it.
+func TestProbeAgreesWithNvidiaSMI(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err != nil {
+		t.Skip("no NVIDIA driver here (/dev/nvidiactl missing)")
+	}
+	if _, err := exec.LookPath("nvidia-smi"); err != nil {
+		t.Skip("nvidia-smi not on PATH")
+	}
+	run := func(args []string) []byte {
+		out, err := exec.Command(args[0], args[1:]...).Output()
+		if err != nil {
+			t.Logf("%v: %v", args, err)
+			return nil
+		}
+		return out
+	}
+	nv := ProbeLocal("here")
+	smi, err := ReportFromSMI("here", SMIOutputs{
+		GPUs: run(smiQueryGPUs), Apps: run(smiQueryApps), MIG: run(smiQueryMIG), Banner: run(smiBanner),
+	})
+	require.NoError(t, err)
+	for name, r := range map[string]HostReport{"nvml": nv, "nvidia-smi": smi} {
+		b, _ := json.MarshalIndent(r, "", "  ")
+		t.Logf("%s: %s\n%s", name, r.Summary(), b)
+	}
+	require.Equal(t, SourceNVML, nv.Source, nv.Reason)
+	assert.Equal(t, smi.Driver, nv.Driver, "driver version")
+	assert.Equal(t, smi.CUDA, nv.CUDA, "CUDA version")
+	require.Len(t, nv.Devices, len(smi.Devices), "GPU count")
+	for i, d := range nv.Devices {
+		s := smi.Devices[i]
+		assert.Empty(t, d.Unknown, "GPU %d: NVML fields unknown", i)
+		assert.Equal(t, s.Index, d.Index, "GPU %d index", i)
+		assert.Equal(t, s.UUID, d.UUID, "GPU %d uuid", i)
+		assert.Equal(t, s.Name, d.Name, "GPU %d name", i)
+		assert.Equal(t, s.PCIBusID, d.PCIBusID, "GPU %d PCI bus id", i)
+		assert.Equal(t, s.MemoryTotalMiB, d.MemoryTotalMiB, "GPU %d memory total", i)
+		assert.Equal(t, s.MIG, d.MIG, "GPU %d MIG mode", i)
+		// Used memory and utilisation change between the two reads while
+		// a program runs; a selection threshold is in the hundreds of MiB.
+		assert.InDelta(t, s.MemoryUsedMiB, d.MemoryUsedMiB, 64, "GPU %d memory used", i)
+		assert.InDelta(t, s.UtilizationPct, d.UtilizationPct, 50, "GPU %d utilisation", i)
+		assert.Equal(t, pids(s.Processes), pids(d.Processes), "GPU %d compute processes", i)
+		if os.Getenv("DROVER_GPU_EXPECT_PROCS") != "" {
+			assert.NotEmpty(t, d.Processes, "GPU %d: a CUDA program runs, the probe must see it", i)
+			for _, p := range d.Processes {
+				assert.NotEmpty(t, p.Name, "GPU %d pid %d: name from /proc", i, p.PID)
+				assert.Positive(t, p.UsedMiB, "GPU %d pid %d: memory", i, p.PID)
+			}
+		}
+	}
+}
+
+func pids(ps []Process) []int {
+	out := []int{}
+	for _, p := range ps {
+		out = append(out, p.PID)
+	}
+	sort.Ints(out)
+	return out
+}
