@@ -461,12 +461,7 @@ func (t *sshTransport) FS(ctx context.Context) (FS, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("open sftp on %s: %w", t.host.Name, r.err)
 	}
-	home, err := r.c.Getwd()
-	if err != nil {
-		r.c.Close()
-		return nil, fmt.Errorf("open sftp on %s: find home directory: %w", t.host.Name, err)
-	}
-	t.sftp = &sftpFS{c: r.c, home: home}
+	t.sftp = &sftpFS{c: r.c}
 	return t.sftp, nil
 }
 

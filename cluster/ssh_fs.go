@@ -2,30 +2,36 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/pkg/sftp"
 )
 
-// sftpFS is FS over the transport's SFTP client. Relative paths are joined
-// to the login home (what sftp-server's working directory is), and errors
-// are *fs.PathError wrapping fs.ErrNotExist / fs.ErrPermission like the os
-// package's, so callers test them with errors.Is either way.
+// sftpFS is FS over the transport's SFTP client. Relative paths are
+// relative to the login home, and errors are *fs.PathError wrapping
+// fs.ErrNotExist / fs.ErrPermission like the os package's, so callers test
+// them with errors.Is either way.
 type sftpFS struct {
-	c    *sftp.Client
-	home string
+	c *sftp.Client
+
+	homeOnce sync.Once
+	home     string
+	homeErr  error
 }
 
+// abs cleans p. A relative path is sent as it is: sftp-server resolves it
+// against its working directory, which is the login home (or the start
+// directory an admin gave it with -d, which is also what asking for the
+// home would answer), so asking first cost a round trip per connection.
 func (f *sftpFS) abs(p string) string {
-	if path.IsAbs(p) {
-		return path.Clean(p)
-	}
-	return path.Join(f.home, p)
+	return path.Clean(p)
 }
 
 func pathErr(op, p string, err error) error {
@@ -174,4 +180,13 @@ func (f *sftpFS) Chtimes(p string, atime, mtime time.Time) error {
 	return pathErr("chtimes", p, f.c.Chtimes(f.abs(p), atime, mtime))
 }
 
-func (f *sftpFS) Home() (string, error) { return f.home, nil }
+// Home asks the server for its working directory once, when first needed.
+func (f *sftpFS) Home() (string, error) {
+	f.homeOnce.Do(func() {
+		f.home, f.homeErr = f.c.Getwd()
+		if f.homeErr != nil {
+			f.homeErr = fmt.Errorf("find home directory: %w", f.homeErr)
+		}
+	})
+	return f.home, f.homeErr
+}
