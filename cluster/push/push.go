@@ -439,7 +439,22 @@ func (s *syncer) run(ctx context.Context) error {
 		s.createMode = s.probeCreateMode()
 	}
 	s.report(func(pr *Progress) { pr.Phase = PhaseUpload })
-	if err := s.uploadAll(ctx, p); err != nil {
+	// The new manifest is staged while the files upload, so its round
+	// trips are not added to theirs: each costs a network latency on a
+	// real link (one changed file, 8 hosts here: 163 ms -> 150 ms).
+	staged := make(chan error, 1)
+	go func() {
+		if err := createWith(s.fs, s.remote(finalStaged), s.tree.manifest); err != nil {
+			staged <- fmt.Errorf("write %s: %w", manifestName, err)
+			return
+		}
+		staged <- nil
+	}()
+	err = s.uploadAll(ctx, p)
+	if serr := <-staged; err == nil {
+		err = serr
+	}
+	if err != nil {
 		// Best effort: the connection may be what failed. The next push
 		// removes what is left either way.
 		_ = s.fs.RemoveAll(s.remote(tmpDir))
@@ -683,27 +698,42 @@ func (r *sendReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// commit moves the uploads into place. Before it touches the tree it
-// records a manifest in which every entry about to change is pending, so
-// that if it is interrupted the next push re-sends those entries rather
-// than trusting the old manifest.
-func (s *syncer) commit(ctx context.Context, p *plan) error {
-	// From here until the new manifest is in place the sum must not
-	// vouch for the host.
-	if err := removeState(s.fs, s.workdir, sumName); err != nil {
-		return err
-	}
+// finalStaged is where run stages the new manifest for commit.
+const finalStaged = tmpDir + "/manifest-final.json"
+
+// markHost readies the host's state before anything in the tree changes:
+// no sum may vouch for the old manifest any more, and every entry about to
+// change is recorded as pending (in the journal, or in a whole manifest
+// when there was none), so that if the push stops now the next one
+// re-sends those entries rather than trusting the old manifest. The two
+// go in parallel: a journal beside a still-valid sum is ignored, and the
+// tree has not changed yet.
+func (s *syncer) markHost(p *plan) error {
+	removed := make(chan error, 1)
+	go func() { removed <- removeState(s.fs, s.workdir, sumName) }()
+	var err error
 	switch {
 	case p.old == nil:
 		// No manifest to lay a journal over: write one that claims the
 		// whole tree, with what changes pending.
-		if err := writeManifest(s.fs, s.workdir, manifestName, s.pendingManifest(p)); err != nil {
-			return err
-		}
+		err = writeManifest(s.fs, s.workdir, manifestName, s.pendingManifest(p))
 	case len(p.send)+len(p.meta)+len(p.chdirs) > 0:
-		if err := writeManifest(s.fs, s.workdir, journalName, s.journal(p)); err != nil {
-			return err
-		}
+		err = writeManifest(s.fs, s.workdir, journalName, s.journal(p))
+	}
+	if rerr := <-removed; err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// commit moves the uploads into place. The order of the state files is
+// what keeps a host's state trustworthy: sum removed and journal written
+// (markHost), tree changed, manifest in place, then sum written. A sum on
+// the host therefore always vouches for a complete push, and an upload
+// that fails leaves the state files as they were.
+func (s *syncer) commit(ctx context.Context, p *plan) error {
+	if err := s.markHost(p); err != nil {
+		return err
 	}
 	conc := s.opts.concurrency()
 	deleted := 0
@@ -766,21 +796,36 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 	if err != nil {
 		return err
 	}
-	if err := writeState(s.fs, s.workdir, manifestName, s.tree.manifest); err != nil {
-		return err
+	if err := s.fs.Rename(s.remote(finalStaged), s.remote(manifestName)); err != nil {
+		return fmt.Errorf("write %s: %w", manifestName, err)
 	}
-	if p.old != nil && (len(p.send)+len(p.meta)+len(p.chdirs) > 0 || p.old.journal) {
-		if err := removeState(s.fs, s.workdir, journalName); err != nil {
-			return err
+	// The rest may go in parallel: a journal left beside a valid sum is
+	// ignored (the sum vouches for the manifest), and the sum is written
+	// in place (a torn write only fails to match).
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		// A journal this push wrote, or one left beside a manifest that
+		// was unusable (p.old nil), must not outlive the new manifest.
+		if p.old == nil || p.old.journal || len(p.send)+len(p.meta)+len(p.chdirs) > 0 {
+			errs[0] = removeState(s.fs, s.workdir, journalName)
 		}
-	}
-	if err := writeState(s.fs, s.workdir, sumName, []byte(s.tree.sum)); err != nil {
-		return err
-	}
-	if err := s.fs.Remove(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", tmpDir, err)
-	}
-	return nil
+	}()
+	go func() {
+		defer wg.Done()
+		errs[1] = writeSum(s.fs, s.workdir, s.tree.sum)
+	}()
+	go func() {
+		defer wg.Done()
+		// Empty by now: every upload and state file was renamed out.
+		if err := s.fs.Remove(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs[2] = fmt.Errorf("remove %s: %w", tmpDir, err)
+		}
+	}()
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // rename moves one upload into place, recreating its parent directory if

@@ -182,7 +182,7 @@ func testOneChangedFile(e *env) {
 			state = append(state, path.Base(p))
 		}
 	}
-	assert.ElementsMatch(t, []string{"pending.json", "manifest.json", "manifest.sum"}, state, "state files written")
+	assert.ElementsMatch(t, []string{"pending.json", "manifest-final.json", "manifest.sum"}, state, "state files written")
 	got, err := e.readRemote("train.py")
 	require.NoError(t, err)
 	assert.Equal(t, "print('v2')\n", got)
