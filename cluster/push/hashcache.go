@@ -106,17 +106,7 @@ func saveCache(file string, files []File, scanStart time.Time) {
 		}
 		fmt.Fprintf(&b, "%s %d %d %d %d %d %s\n", f.SHA256, id.size, id.mtime, id.ctime, id.dev, id.ino, f.Path)
 	}
-	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".scan-*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.WriteString(b.String())
-	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), file) != nil {
-		os.Remove(tmp.Name())
-	}
+	writeFileAtomic(file, []byte(b.String()))
 }
 
 // useCache fills in the digest of every file whose stat identity matches

@@ -105,3 +105,39 @@ func TestScanCacheCorruptIgnored(t *testing.T) {
 		assert.Equal(t, want, digests(t, got), "cache %q", junk)
 	}
 }
+
+// TestManifestEncodingCached: a tree scanned again takes its manifest's
+// encoding from the cache (same bytes, same sum); a cached encoding that
+// does not match its sum is encoded afresh, and a changed tree gets its
+// own.
+func TestManifestEncodingCached(t *testing.T) {
+	local, cache := t.TempDir(), t.TempDir()
+	writeFiles(t, local, v1)
+	opts := Options{CacheDir: cache}
+	first, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	uncached := mustScan(t, local)
+	require.Equal(t, uncached.sum, first.sum)
+
+	keys, err := filepath.Glob(filepath.Join(cache, "manifests", "by-tree", "*"))
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	second, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	assert.Equal(t, first.manifest, second.manifest)
+
+	// Corrupt the cached manifest: the scan encodes again, correctly.
+	require.NoError(t, os.WriteFile(filepath.Join(cache, "manifests", strings.Fields(first.sum)[0]), []byte("junk"), 0o600))
+	third, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	m, err := decodeManifest(third.manifest)
+	require.NoError(t, err)
+	assert.Equal(t, treeManifest(third).Files, m.Files)
+	assert.Equal(t, first.sum, third.sum)
+
+	writeFiles(t, local, map[string]string{"train.py": "print('v2')\n"})
+	fourth, err := scanLocal(local, opts, later)
+	require.NoError(t, err)
+	assert.NotEqual(t, first.sum, fourth.sum)
+	assert.Equal(t, mustScan(t, local).sum, fourth.sum)
+}

@@ -457,19 +457,72 @@ func (mm *manifestMemo) store(sum string, data []byte) {
 	if mm.cacheDir == "" || mm.cached(sum) != nil {
 		return
 	}
-	dir := filepath.Dir(mm.cachePath(sum))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return
+	if writeFileAtomic(mm.cachePath(sum), data) {
+		prune(filepath.Dir(mm.cachePath(sum)), cacheKeep)
 	}
-	tmp, err := os.CreateTemp(dir, ".manifest-*")
+}
+
+// treeKey names what a tree's manifest is encoded from (every entry and
+// the format), so that the encoding can be looked up instead of redone:
+// encoding and compressing 3,000 entries took 7 ms of every push.
+func treeKey(t *Tree) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "manifest v%d json+gzip\n", manifestVersion)
+	for _, f := range t.Files {
+		fmt.Fprintf(h, "f %q %s %d %o %d\n", f.Path, f.SHA256, f.Size, f.Mode, f.ModTime.UnixNano())
+	}
+	for _, d := range t.Dirs {
+		fmt.Fprintf(h, "d %q %o\n", d.Path, d.Mode)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (mm *manifestMemo) treePath(key string) string {
+	return filepath.Join(mm.cacheDir, "manifests", "by-tree", key)
+}
+
+// forTree returns the cached encoding of the tree with this key, or nil.
+func (mm *manifestMemo) forTree(key string) []byte {
+	if mm.cacheDir == "" {
+		return nil
+	}
+	sum, err := os.ReadFile(mm.treePath(key))
 	if err != nil {
-		return
+		return nil
+	}
+	return mm.cached(string(sum))
+}
+
+// rememberTree records which manifest (by sum) the tree with this key
+// encodes to.
+func (mm *manifestMemo) rememberTree(key, sum string) {
+	if mm.cacheDir != "" && writeFileAtomic(mm.treePath(key), []byte(sum)) {
+		prune(filepath.Dir(mm.treePath(key)), 4*cacheKeep)
+	}
+}
+
+// writeFileAtomic writes name through a temporary file and a rename, so a
+// concurrent drover reads the old file or the new one. It reports whether
+// it worked; the caches it serves are best effort.
+func writeFileAtomic(name string, data []byte) bool {
+	dir := filepath.Dir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return false
 	}
 	_, werr := tmp.Write(data)
-	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), mm.cachePath(sum)) != nil {
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), name) != nil {
 		os.Remove(tmp.Name())
-		return
+		return false
 	}
+	return true
+}
+
+// prune keeps the keep most recently modified regular files in dir.
+func prune(dir string, keep int) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -480,12 +533,12 @@ func (mm *manifestMemo) store(sum string, data []byte) {
 	}
 	var files []aged
 	for _, e := range entries {
-		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && !strings.HasPrefix(e.Name(), ".tmp-") {
 			files = append(files, aged{e.Name(), info.ModTime()})
 		}
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].t.After(files[j].t) })
-	for _, f := range files[min(len(files), cacheKeep):] {
+	for _, f := range files[min(len(files), keep):] {
 		os.Remove(filepath.Join(dir, f.name))
 	}
 }

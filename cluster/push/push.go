@@ -186,13 +186,20 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	for _, f := range t.Files {
 		t.Bytes += f.Size
 	}
-	// Encoded once here, not once per host: every host gets the same.
+	// Encoded once here, not once per host: every host gets the same. A
+	// tree pushed before has its encoding in the local cache.
+	t.known = newManifestMemo(opts.CacheDir)
+	key := treeKey(t)
+	if t.manifest = t.known.forTree(key); t.manifest != nil {
+		t.sum = manifestSum(t.manifest)
+		return t, nil
+	}
 	if t.manifest, err = encodeManifest(treeManifest(t)); err != nil {
 		return nil, fmt.Errorf("encode manifest: %w", err)
 	}
 	t.sum = manifestSum(t.manifest)
-	t.known = newManifestMemo(opts.CacheDir)
 	t.known.store(t.sum, t.manifest)
+	t.known.rememberTree(key, t.sum)
 	return t, nil
 }
 

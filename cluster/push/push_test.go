@@ -703,8 +703,7 @@ func testManifestFromLocalCache(e *env) {
 	assert.Equal(t, e.pushed(), e.remote())
 
 	// Corrupt every cached manifest: the host's is read instead.
-	files, err := filepath.Glob(filepath.Join(cache, "manifests", "*"))
-	require.NoError(t, err)
+	files := cachedManifests(t, cache)
 	require.NotEmpty(t, files)
 	for _, f := range files {
 		require.NoError(t, os.WriteFile(f, []byte("garbage"), 0o600))
@@ -722,9 +721,21 @@ func testManifestFromLocalCache(e *env) {
 		writeFiles(t, e.local, map[string]string{"train.py": strings.Repeat("v", i+4)})
 		e.push(nil, opts)
 	}
-	files, err = filepath.Glob(filepath.Join(cache, "manifests", "*"))
+	assert.Len(t, cachedManifests(t, cache), cacheKeep)
+}
+
+// cachedManifests lists the manifest files of a local cache.
+func cachedManifests(t *testing.T, cache string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(cache, "manifests"))
 	require.NoError(t, err)
-	assert.Len(t, files, cacheKeep)
+	var out []string
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			out = append(out, filepath.Join(cache, "manifests", e.Name()))
+		}
+	}
+	return out
 }
 
 // TestManifestReadOnceForHosts: hosts holding the same manifest share one
