@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -53,28 +54,44 @@ type pushOutcome struct {
 
 func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 	opts := push.Options{Exclude: cfg.Job.Exclude, CacheDir: cacheDir()}
-	// Scan before dialling: a bad .droverignore or an escaping symlink is
-	// reported without touching the network.
-	tree, err := push.ScanLocal(cfg.Job.Code, opts)
-	if err != nil {
-		return err
-	}
+	// The scan runs while the hosts are dialled (it is most of a push's
+	// local work, and the handshakes are waiting on the hosts anyway). A
+	// bad .droverignore or an escaping symlink stops the dials and is
+	// reported alone, before any host is touched beyond its handshake.
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	var tree *push.Tree
+	var scanErr error
+	scanned := make(chan struct{})
+	scanOpts := opts // opts gets the progress display below
+	go func() {
+		defer close(scanned)
+		if tree, scanErr = push.ScanLocal(cfg.Job.Code, scanOpts); scanErr != nil {
+			cancel()
+		}
+	}()
 	display := push.NewDisplay(c.App.ErrWriter)
 	opts.Progress = display.Update
 
 	outcomes := make([]pushOutcome, len(hosts))
-	cluster.DialEach(c.Context, hosts, cluster.DialOptions{
+	cluster.DialEach(ctx, hosts, cluster.DialOptions{
 		AcceptNewHosts: c.Bool("accept-new-hosts"),
 		Inventory:      cfg.Hosts,
 	}, func(i int, t cluster.Transport, err error) {
-		if err != nil {
+		<-scanned
+		if t != nil {
+			defer t.Close()
+		}
+		switch {
+		case scanErr != nil:
+			return
+		case err != nil:
 			outcomes[i].err = err // names the host and address already
 			return
 		}
-		defer t.Close()
 		h := hosts[i]
 		label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
-		fsys, err := t.FS(c.Context)
+		fsys, err := t.FS(ctx)
 		if err != nil {
 			outcomes[i].err = fmt.Errorf("push to %s: open file access: %w", label, err)
 			return
@@ -83,9 +100,13 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 		if workdir == "" {
 			workdir = cfg.Job.Workdir
 		}
-		outcomes[i].res, outcomes[i].err = push.Sync(c.Context, fsys, label, tree, workdir, opts)
+		outcomes[i].res, outcomes[i].err = push.Sync(ctx, fsys, label, tree, workdir, opts)
 	})
 	display.Close()
+	<-scanned
+	if scanErr != nil {
+		return scanErr
+	}
 	return reportPush(c.App.Writer, c.App.ErrWriter, hosts, outcomes, c.Context.Err() != nil)
 }
 
