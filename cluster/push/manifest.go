@@ -292,16 +292,6 @@ func validRel(p string) error {
 	return nil
 }
 
-// writeManifest replaces the manifest or the journal (name) atomically
-// (writeState).
-func writeManifest(fsys cluster.FS, workdir, name string, m *manifest) error {
-	data, err := encodeManifest(m)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", name, err)
-	}
-	return writeState(fsys, workdir, name, data)
-}
-
 // gzipMagic starts a gzip stream; a manifest without it is plain JSON (as
 // drover wrote them before, and as people write them by hand).
 var gzipMagic = []byte{0x1f, 0x8b}
@@ -326,20 +316,6 @@ func encodeManifest(m *manifest) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
-}
-
-// writeState replaces one of push's state files atomically: it is written
-// under tmpDir and renamed over the old one, so a host never holds half a
-// manifest.
-func writeState(fsys cluster.FS, workdir, name string, data []byte) error {
-	tmp := path.Join(workdir, tmpDir, path.Base(name))
-	if err := createWith(fsys, tmp, data); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := fsys.Rename(tmp, path.Join(workdir, name)); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
 }
 
 // writeSum writes manifest.sum in place, outside a commit (there is no

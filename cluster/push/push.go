@@ -446,17 +446,12 @@ func (s *syncer) run(ctx context.Context) error {
 		s.createMode = s.probeCreateMode()
 	}
 	s.report(func(pr *Progress) { pr.Phase = PhaseUpload })
-	// The new manifest is staged while the files upload, so its round
-	// trips are not added to theirs: each costs a network latency on a
-	// real link (one changed file, 8 hosts here: 163 ms -> 150 ms).
+	// The state files are staged while the files upload, so that their
+	// round trips are not added to the uploads': each costs a network
+	// latency on a real link (here, one changed file to 8 hosts went from
+	// 163 to about 145 ms). Commit then only renames them.
 	staged := make(chan error, 1)
-	go func() {
-		if err := createWith(s.fs, s.remote(finalStaged), s.tree.manifest); err != nil {
-			staged <- fmt.Errorf("write %s: %w", manifestName, err)
-			return
-		}
-		staged <- nil
-	}()
+	go func() { staged <- s.stage(p) }()
 	err = s.uploadAll(ctx, p)
 	if serr := <-staged; err == nil {
 		err = serr
@@ -663,13 +658,26 @@ func (s *syncer) upload(ctx context.Context, f *File, tmp string) error {
 	if r.n != f.Size || st.Size() != f.Size || !st.ModTime().Equal(f.ModTime) {
 		return fmt.Errorf("upload %s: the file changed while it was being pushed; push again", f.Path)
 	}
-	if f.Mode != s.createMode {
-		if err := s.fs.Chmod(tmp, f.Mode); err != nil {
-			return fileErr("set mode of", f.Path, err)
-		}
-	}
-	if err := s.fs.Chtimes(tmp, f.ModTime, f.ModTime); err != nil {
-		return fileErr("set mtime of", f.Path, err)
+	// Mode and mtime are independent requests: one round trip for both.
+	err = parallel(
+		func() error {
+			if f.Mode == s.createMode {
+				return nil
+			}
+			if err := s.fs.Chmod(tmp, f.Mode); err != nil {
+				return fileErr("set mode of", f.Path, err)
+			}
+			return nil
+		},
+		func() error {
+			if err := s.fs.Chtimes(tmp, f.ModTime, f.ModTime); err != nil {
+				return fileErr("set mtime of", f.Path, err)
+			}
+			return nil
+		},
+	)
+	if err != nil {
+		return err
 	}
 	s.report(func(pr *Progress) { pr.FilesDone++ })
 	s.mu.Lock()
@@ -705,32 +713,79 @@ func (r *sendReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// finalStaged is where run stages the new manifest for commit.
-const finalStaged = tmpDir + "/manifest-final.json"
+// Where run stages the state files for commit, under tmpDir.
+const (
+	finalStaged   = tmpDir + "/manifest-final.json"   // the new manifest
+	sumStaged     = tmpDir + "/manifest.sum"          // its sum
+	pendingStaged = tmpDir + "/pending.json"          // the journal ...
+	claimStaged   = tmpDir + "/manifest-pending.json" // ... or, without a manifest, a whole pending one
+)
 
-// markHost readies the host's state before anything in the tree changes:
-// no sum may vouch for the old manifest any more, and every entry about to
-// change is recorded as pending (in the journal, or in a whole manifest
-// when there was none), so that if the push stops now the next one
-// re-sends those entries rather than trusting the old manifest. The two
-// go in parallel: a journal beside a still-valid sum is ignored, and the
-// tree has not changed yet.
-func (s *syncer) markHost(p *plan) error {
-	removed := make(chan error, 1)
-	go func() { removed <- removeState(s.fs, s.workdir, sumName) }()
+// stage writes the state files commit will rename into place: the new
+// manifest and its sum, and what marks the changing entries pending.
+func (s *syncer) stage(p *plan) error {
+	files := map[string][]byte{finalStaged: s.tree.manifest, sumStaged: []byte(s.tree.sum)}
 	var err error
 	switch {
 	case p.old == nil:
-		// No manifest to lay a journal over: write one that claims the
-		// whole tree, with what changes pending.
-		err = writeManifest(s.fs, s.workdir, manifestName, s.pendingManifest(p))
+		files[claimStaged], err = encodeManifest(s.pendingManifest(p))
 	case len(p.send)+len(p.meta)+len(p.chdirs) > 0:
-		err = writeManifest(s.fs, s.workdir, journalName, s.journal(p))
+		files[pendingStaged], err = encodeManifest(s.journal(p))
 	}
-	if rerr := <-removed; err == nil {
-		err = rerr
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", journalName, err)
 	}
-	return err
+	var fns []func() error
+	for name, data := range files {
+		fns = append(fns, func() error {
+			if err := createWith(s.fs, s.remote(name), data); err != nil {
+				return fmt.Errorf("write %s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	return parallel(fns...)
+}
+
+// markHost readies the host's state before anything in the tree changes:
+// no sum may vouch for the old manifest any more, and every entry about to
+// change is recorded as pending (the staged journal, or a whole manifest
+// when there was none, moved into place), so that if the push stops now
+// the next one re-sends those entries rather than trusting the old
+// manifest. The two go in parallel: a journal beside a still-valid sum is
+// ignored, and the tree has not changed yet.
+func (s *syncer) markHost(p *plan) error {
+	fns := []func() error{func() error { return removeState(s.fs, s.workdir, sumName) }}
+	switch {
+	case p.old == nil:
+		fns = append(fns, func() error { return s.place(claimStaged, manifestName) })
+	case len(p.send)+len(p.meta)+len(p.chdirs) > 0:
+		fns = append(fns, func() error { return s.place(pendingStaged, journalName) })
+	}
+	return parallel(fns...)
+}
+
+// place renames a staged state file over its live name (atomically).
+func (s *syncer) place(staged, name string) error {
+	if err := s.fs.Rename(s.remote(staged), s.remote(name)); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// parallel runs fns at once and joins their errors.
+func parallel(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // commit moves the uploads into place. The order of the state files is
@@ -803,36 +858,32 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 	if err != nil {
 		return err
 	}
-	if err := s.fs.Rename(s.remote(finalStaged), s.remote(manifestName)); err != nil {
-		return fmt.Errorf("write %s: %w", manifestName, err)
+	if err := s.place(finalStaged, manifestName); err != nil {
+		return err
 	}
 	// The rest may go in parallel: a journal left beside a valid sum is
-	// ignored (the sum vouches for the manifest), and the sum is written
-	// in place (a torn write only fails to match).
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		// A journal this push wrote, or one left beside a manifest that
-		// was unusable (p.old nil), must not outlive the new manifest.
-		if p.old == nil || p.old.journal || len(p.send)+len(p.meta)+len(p.chdirs) > 0 {
-			errs[0] = removeState(s.fs, s.workdir, journalName)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		errs[1] = writeSum(s.fs, s.workdir, s.tree.sum)
-	}()
-	go func() {
-		defer wg.Done()
-		// Empty by now: every upload and state file was renamed out.
-		if err := s.fs.Remove(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs[2] = fmt.Errorf("remove %s: %w", tmpDir, err)
-		}
-	}()
-	wg.Wait()
-	return errors.Join(errs...)
+	// ignored (the sum vouches for the manifest).
+	return parallel(
+		func() error {
+			// A journal this push wrote, or one left beside a manifest
+			// that was unusable (p.old nil), must not outlive the new
+			// manifest.
+			if p.old == nil || p.old.journal || len(p.send)+len(p.meta)+len(p.chdirs) > 0 {
+				return removeState(s.fs, s.workdir, journalName)
+			}
+			return nil
+		},
+		func() error {
+			if err := s.place(sumStaged, sumName); err != nil {
+				return err
+			}
+			// Empty now: every upload and state file was renamed out.
+			if err := s.fs.Remove(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove %s: %w", tmpDir, err)
+			}
+			return nil
+		},
+	)
 }
 
 // rename moves one upload into place, recreating its parent directory if
