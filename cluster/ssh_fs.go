@@ -185,7 +185,7 @@ func (f *sftpFS) Home() (string, error) {
 	f.homeOnce.Do(func() {
 		f.home, f.homeErr = f.c.Getwd()
 		if f.homeErr != nil {
-			f.homeErr = fmt.Errorf("find home directory: %w", f.homeErr)
+			f.homeErr = fmt.Errorf("ask sftp-server for its working directory: %w", f.homeErr)
 		}
 	})
 	return f.home, f.homeErr

@@ -24,12 +24,18 @@ func digests(t *testing.T, tree *Tree) map[string]string {
 	return out
 }
 
+// cachedScan scans dir with the digest cache in cache, as of later.
+func cachedScan(t *testing.T, dir, cache string) *Tree {
+	t.Helper()
+	tree, err := scanLocal(dir, Options{CacheDir: cache}, later)
+	require.NoError(t, err)
+	return tree
+}
+
 func TestScanCacheReusesDigests(t *testing.T) {
 	local, cache := t.TempDir(), t.TempDir()
 	writeFiles(t, local, v1)
-	opts := Options{CacheDir: cache}
-	first, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	first := cachedScan(t, local, cache)
 	assert.Equal(t, digests(t, mustScan(t, local)), digests(t, first), "cached scan = uncached scan")
 
 	// Plant a wrong digest for train.py: a scan that believes the cache
@@ -41,8 +47,7 @@ func TestScanCacheReusesDigests(t *testing.T) {
 	fake := strings.Repeat("f", 64)
 	require.Contains(t, string(data), real+" ")
 	require.NoError(t, os.WriteFile(file, []byte(strings.Replace(string(data), real+" ", fake+" ", 1)), 0o600))
-	second, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	second := cachedScan(t, local, cache)
 	assert.Equal(t, fake, digests(t, second)["train.py"])
 
 	// Replaced by a file of the same size and mtime (a new inode, as an
@@ -53,8 +58,7 @@ func TestScanCacheReusesDigests(t *testing.T) {
 	require.NoError(t, os.WriteFile(p+".new", []byte(strings.ToUpper(v1["train.py"])), 0o644))
 	require.NoError(t, os.Rename(p+".new", p))
 	require.NoError(t, os.Chtimes(p, info.ModTime(), info.ModTime()))
-	third, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	third := cachedScan(t, local, cache)
 	assert.Equal(t, digests(t, mustScan(t, local))["train.py"], digests(t, third)["train.py"])
 	assert.NotEqual(t, real, digests(t, third)["train.py"])
 }
@@ -64,9 +68,7 @@ func TestScanCacheReusesDigests(t *testing.T) {
 func TestScanCacheSeesInPlaceEdit(t *testing.T) {
 	local, cache := t.TempDir(), t.TempDir()
 	writeFiles(t, local, v1)
-	opts := Options{CacheDir: cache}
-	first, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	first := cachedScan(t, local, cache)
 	p := filepath.Join(local, "train.py")
 	info, err := os.Stat(p)
 	require.NoError(t, err)
@@ -75,8 +77,7 @@ func TestScanCacheSeesInPlaceEdit(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	require.NoError(t, os.WriteFile(p, []byte(strings.ToUpper(v1["train.py"])), 0o644))
 	require.NoError(t, os.Chtimes(p, info.ModTime(), info.ModTime()))
-	second, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	second := cachedScan(t, local, cache)
 	assert.NotEqual(t, digests(t, first)["train.py"], digests(t, second)["train.py"])
 	assert.Equal(t, digests(t, mustScan(t, local)), digests(t, second))
 }
@@ -95,13 +96,11 @@ func TestScanCacheSkipsRacyFiles(t *testing.T) {
 func TestScanCacheCorruptIgnored(t *testing.T) {
 	local, cache := t.TempDir(), t.TempDir()
 	writeFiles(t, local, v1)
-	tree, err := scanLocal(local, Options{CacheDir: cache}, later)
-	require.NoError(t, err)
+	tree := cachedScan(t, local, cache)
 	want := digests(t, tree)
 	for _, junk := range []string{"", "garbage\n", cacheHeader + "\nnot a line\n", cacheHeader + "\n" + strings.Repeat("a", 64) + " x 1 2 3 4 train.py\n"} {
 		require.NoError(t, os.WriteFile(cachePath(cache, tree.Dir), []byte(junk), 0o600))
-		got, err := scanLocal(local, Options{CacheDir: cache}, later)
-		require.NoError(t, err)
+		got := cachedScan(t, local, cache)
 		assert.Equal(t, want, digests(t, got), "cache %q", junk)
 	}
 }
@@ -113,31 +112,26 @@ func TestScanCacheCorruptIgnored(t *testing.T) {
 func TestManifestEncodingCached(t *testing.T) {
 	local, cache := t.TempDir(), t.TempDir()
 	writeFiles(t, local, v1)
-	opts := Options{CacheDir: cache}
-	first, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	first := cachedScan(t, local, cache)
 	uncached := mustScan(t, local)
 	require.Equal(t, uncached.sum, first.sum)
 
 	keys, err := filepath.Glob(filepath.Join(cache, "manifests", "by-tree", "*"))
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
-	second, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	second := cachedScan(t, local, cache)
 	assert.Equal(t, first.manifest, second.manifest)
 
 	// Corrupt the cached manifest: the scan encodes again, correctly.
 	require.NoError(t, os.WriteFile(filepath.Join(cache, "manifests", strings.Fields(first.sum)[0]), []byte("junk"), 0o600))
-	third, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	third := cachedScan(t, local, cache)
 	m, err := decodeManifest(third.manifest)
 	require.NoError(t, err)
 	assert.Equal(t, treeManifest(third).Files, m.Files)
 	assert.Equal(t, first.sum, third.sum)
 
 	writeFiles(t, local, map[string]string{"train.py": "print('v2')\n"})
-	fourth, err := scanLocal(local, opts, later)
-	require.NoError(t, err)
+	fourth := cachedScan(t, local, cache)
 	assert.NotEqual(t, first.sum, fourth.sum)
 	assert.Equal(t, mustScan(t, local).sum, fourth.sum)
 }

@@ -115,14 +115,11 @@ func hostSum(fsys cluster.FS, workdir string) string {
 	<-done
 	sum := string(got)
 	fields := strings.Fields(sum)
-	if err != nil || len(fields) != 2 || sum != manifestSumOf(fields[0], fields[1]) || fields[1] != strconv.FormatInt(size, 10) {
+	if err != nil || len(fields) != 2 || sum != fields[0]+" "+fields[1]+"\n" || fields[1] != strconv.FormatInt(size, 10) {
 		return ""
 	}
 	return sum
 }
-
-// manifestSumOf assembles a sum from its digest and size fields.
-func manifestSumOf(digest, size string) string { return digest + " " + size + "\n" }
 
 // errNoManifest is returned by readManifest when the host has no usable
 // manifest; Sync then compares by stat and deletes nothing.

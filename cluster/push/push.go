@@ -733,7 +733,7 @@ func (s *syncer) stage(p *plan) error {
 		files[pendingStaged], err = encodeManifest(s.journal(p))
 	}
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", journalName, err)
+		return fmt.Errorf("encode the pending entries: %w", err)
 	}
 	var fns []func() error
 	for name, data := range files {
