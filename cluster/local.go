@@ -119,10 +119,16 @@ func (p *localProcess) Wait() error {
 	if !errors.As(err, &ee) {
 		return fmt.Errorf("%s: %w", p.host, err)
 	}
+	return exitError(p.host, ee)
+}
+
+// exitError reports a local command's exit status or signal as a remote
+// one is reported.
+func exitError(host string, ee *exec.ExitError) *ExitError {
 	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return &ExitError{Host: p.host, Code: 128 + int(ws.Signal()), Signal: strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")}
+		return &ExitError{Host: host, Code: 128 + int(ws.Signal()), Signal: strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")}
 	}
-	return &ExitError{Host: p.host, Code: ee.ExitCode()}
+	return &ExitError{Host: host, Code: ee.ExitCode()}
 }
 
 // FS is the os package rooted at the local home.

@@ -461,7 +461,7 @@ func (t *sshTransport) FS(ctx context.Context) (FS, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("open sftp on %s: %w", t.host.Name, r.err)
 	}
-	t.sftp = &sftpFS{c: r.c}
+	t.sftp = &sftpFS{c: r.c, t: t}
 	return t.sftp, nil
 }
 

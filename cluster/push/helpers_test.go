@@ -1,6 +1,7 @@
 package push
 
 import (
+	"context"
 	"errors"
 	"io"
 	"io/fs"
@@ -97,6 +98,23 @@ type countingFS struct {
 
 func newCountingFS(fsys cluster.FS) *countingFS {
 	return &countingFS{FS: fsys, calls: map[op]int{}}
+}
+
+// streamingCountingFS is a countingFS that keeps the wrapped FS's tar
+// stream, for tests of what a streamed push does over SFTP besides.
+type streamingCountingFS struct {
+	*countingFS
+	x extractor
+}
+
+func newStreamingCountingFS(t *testing.T, fsys cluster.FS) streamingCountingFS {
+	x, ok := fsys.(extractor)
+	require.True(t, ok, "%T cannot stream", fsys)
+	return streamingCountingFS{countingFS: newCountingFS(fsys), x: x}
+}
+
+func (c streamingCountingFS) ExtractTar(ctx context.Context, dir string, r io.Reader) error {
+	return c.x.ExtractTar(ctx, dir, r)
 }
 
 func (c *countingFS) count(o op) {

@@ -85,6 +85,8 @@ type Result struct {
 	// e.g. an unusable manifest that made push fall back to comparing by
 	// size and mtime.
 	Warnings []string
+
+	streamed bool // the files went as one tar stream (tests)
 }
 
 // Summary renders the result without the host name, e.g.
@@ -407,6 +409,28 @@ type plan struct {
 	chdirs   []Dir     // existing directories whose mode changed
 	hadTmp   bool      // leftovers of an interrupted push to remove
 	unchange int
+	// roots are new directories staged whole under tmpDir/t, moved into
+	// place with one rename each (stageTrees); tmp[i] is then where
+	// send[i] waits, tmpName(i) when tmp is nil.
+	roots []string
+	tmp   []string
+}
+
+func (p *plan) tmpOf(i int) string {
+	if p.tmp != nil {
+		return p.tmp[i]
+	}
+	return tmpName(i)
+}
+
+// rootOf is the staged root rel is in or under, or "".
+func (p *plan) rootOf(rel string) string {
+	for _, r := range p.roots {
+		if rel == r || strings.HasPrefix(rel, r+"/") {
+			return r
+		}
+	}
+	return ""
 }
 
 func (p *plan) empty() bool {
@@ -441,9 +465,6 @@ func (s *syncer) run(ctx context.Context) error {
 	}
 	if err := s.fs.MkdirAll(s.remote(tmpDir), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", tmpDir, err)
-	}
-	if len(p.send) >= probeMin {
-		s.createMode = s.probeCreateMode()
 	}
 	s.report(func(pr *Progress) { pr.Phase = PhaseUpload })
 	// The state files are staged while the files upload, so that their
@@ -623,8 +644,23 @@ func (s *syncer) probeCreateMode() fs.FileMode {
 func tmpName(i int) string { return path.Join(tmpDir, fmt.Sprintf("f%06d", i)) }
 
 // uploadAll sends every changed file to its temporary name, with its mode
-// and mtime already set so that the rename is all that is left.
+// and mtime already set so that the rename is all that is left: many files
+// as one tar stream where the host can take it, else one SFTP transfer
+// each.
 func (s *syncer) uploadAll(ctx context.Context, p *plan) error {
+	if x, ok := s.fs.(extractor); ok && len(p.send) >= streamMin {
+		fallback, err := s.streamAll(ctx, x, p)
+		if !fallback {
+			return err
+		}
+		s.report(func(pr *Progress) { pr.FilesDone, pr.BytesDone = 0, 0 })
+		s.mu.Lock()
+		s.res.FilesSent, s.res.BytesSent = 0, 0
+		s.mu.Unlock()
+	}
+	if len(p.send) >= probeMin {
+		s.createMode = s.probeCreateMode()
+	}
 	return forEach(ctx, len(p.send), s.opts.concurrency(), func(ctx context.Context, i int) error {
 		return s.upload(ctx, p.send[i], s.remote(tmpName(i)))
 	})
@@ -648,15 +684,8 @@ func (s *syncer) upload(ctx context.Context, f *File, tmp string) error {
 	if err != nil {
 		return fileErr("upload", f.Path, err)
 	}
-	// The content was hashed once at the scan; hashing it again for every
-	// host cost more CPU than anything else drover does in a push. A file
-	// edited since the scan shows in its size or mtime, as rsync assumes.
-	st, err := src.Stat()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", f.Path, err)
-	}
-	if r.n != f.Size || st.Size() != f.Size || !st.ModTime().Equal(f.ModTime) {
-		return fmt.Errorf("upload %s: the file changed while it was being pushed; push again", f.Path)
+	if err := checkUnchanged(src, f, r.n); err != nil {
+		return err
 	}
 	// Mode and mtime are independent requests: one round trip for both.
 	err = parallel(
@@ -679,10 +708,7 @@ func (s *syncer) upload(ctx context.Context, f *File, tmp string) error {
 	if err != nil {
 		return err
 	}
-	s.report(func(pr *Progress) { pr.FilesDone++ })
-	s.mu.Lock()
-	s.res.FilesSent++
-	s.mu.Unlock()
+	s.sent()
 	return nil
 }
 
@@ -822,13 +848,23 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 		// Fails when the job put files there: then the directory stays.
 		_ = s.fs.Remove(s.remote(d))
 	}
+	moved := s.moveTrees(ctx, p)
+	var mkdirs []Dir
 	for _, d := range p.mkdirs {
+		if !moved[p.rootOf(d.Path)] {
+			mkdirs = append(mkdirs, d)
+		}
+	}
+	for _, d := range mkdirs {
 		if err := s.fs.MkdirAll(s.remote(d.Path), 0o755); err != nil {
 			return fileErr("create directory", d.Path, err)
 		}
 	}
 	err = forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
-		return s.rename(tmpName(i), p.send[i].Path)
+		if moved[p.rootOf(p.send[i].Path)] {
+			return nil
+		}
+		return s.rename(p.tmpOf(i), p.send[i].Path)
 	})
 	if err != nil {
 		return err
@@ -847,8 +883,8 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 		return err
 	}
 	// Directory modes last: a read-only directory must still have
-	// received its files.
-	chdirs := append(append([]Dir(nil), p.mkdirs...), p.chdirs...)
+	// received its files. A moved tree's have theirs from tar.
+	chdirs := append(mkdirs, p.chdirs...)
 	err = forEach(ctx, len(chdirs), conc, func(_ context.Context, i int) error {
 		if err := s.fs.Chmod(s.remote(chdirs[i].Path), chdirs[i].Mode); err != nil {
 			return fileErr("set mode of directory", chdirs[i].Path, err)
@@ -877,13 +913,38 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 			if err := s.place(sumStaged, sumName); err != nil {
 				return err
 			}
-			// Empty now: every upload and state file was renamed out.
-			if err := s.fs.Remove(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// Empty now, every upload and state file renamed out, but
+			// for the directories of staged trees not moved whole.
+			rm := s.fs.Remove
+			if len(p.roots) > 0 {
+				rm = s.fs.RemoveAll
+			}
+			if err := rm(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("remove %s: %w", tmpDir, err)
 			}
 			return nil
 		},
 	)
+}
+
+// moveTrees moves each staged tree into place with one rename and
+// returns the roots it moved. A root that cannot be moved (the host has a
+// directory of that name with files in it, or the parent is gone) is left
+// for commit to move file by file.
+func (s *syncer) moveTrees(ctx context.Context, p *plan) map[string]bool {
+	ok := make([]bool, len(p.roots))
+	_ = forEach(ctx, len(p.roots), s.opts.concurrency(), func(_ context.Context, i int) error {
+		r := p.roots[i]
+		ok[i] = s.fs.Rename(s.remote(path.Join(tmpDir, treeStage, r)), s.remote(r)) == nil
+		return nil
+	})
+	moved := make(map[string]bool, len(p.roots))
+	for i, r := range p.roots {
+		if ok[i] {
+			moved[r] = true
+		}
+	}
+	return moved
 }
 
 // rename moves one upload into place, recreating its parent directory if

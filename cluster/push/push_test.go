@@ -51,6 +51,10 @@ var coreTests = []struct {
 	{"SumLostThenRepaired", testSumLostThenRepaired},
 	{"ManifestFromLocalCache", testManifestFromLocalCache},
 	{"ManyFilesMixedModes", testManyFilesMixedModes},
+	{"Streamed", testStreamed},
+	{"StreamRefusedFallsBack", testStreamRefusedFallsBack},
+	{"EditedDuringStream", testEditedDuringStream},
+	{"StreamTreeBlocked", testStreamTreeBlocked},
 }
 
 func TestCoreOSFS(t *testing.T) {
@@ -820,4 +824,138 @@ func testManyFilesMixedModes(e *env) {
 	}
 	// One chmod per file of another mode, one for the directory pkg.
 	assert.Equal(t, probeMin+8-same+1, c.n(opChmod), "chmod calls (%d files already of mode %v)", same, created)
+}
+
+// streamTree writes n source files with modes a umask would change (0666,
+// 0777) among others, enough for push to send them as one tar stream.
+func streamTree(t *testing.T, dir string, n int) map[string]string {
+	files := map[string]string{}
+	for i := range n {
+		files[fmt.Sprintf("src/p%d/m%03d.py", i%3, i)] = strings.Repeat(fmt.Sprintf("line %d\n", i), i*37)
+	}
+	writeFiles(t, dir, files)
+	modes := []fs.FileMode{0o644, 0o666, 0o777, 0o600, 0o444, 0o750}
+	i := 0
+	for p := range files {
+		require.NoError(t, os.Chmod(filepath.Join(dir, filepath.FromSlash(p)), modes[i%len(modes)]))
+		i++
+	}
+	require.NoError(t, os.Chmod(filepath.Join(dir, "src", "p1"), 0o700))
+	require.NoError(t, os.Chmod(filepath.Join(dir, "src", "p2"), 0o777))
+	return files
+}
+
+// testStreamed: a push of many files goes as one tar stream and leaves
+// exactly what file-by-file uploads leave: content, modes untouched by the
+// host's umask, mtimes; then a one-file change goes over SFTP alone.
+func testStreamed(e *env) {
+	t := e.t
+	files := streamTree(t, e.local, 3*streamMin)
+	c := newStreamingCountingFS(t, e.fs)
+	res := e.push(c, Options{})
+	assert.True(t, res.streamed, "%d files were not streamed", len(files))
+	assert.Empty(t, res.Warnings)
+	assert.Equal(t, len(files), res.FilesSent)
+	assert.Equal(t, e.scan(Options{}).Bytes, res.BytesSent)
+	assert.Equal(t, e.pushed(), e.remote())
+	// src is new and wholly sent: one rename moves it, plus the state
+	// files', rather than one per file.
+	assert.Less(t, c.n(opRename), 6, "renames for a first push of %d files in one new directory", len(files))
+	assert.Zero(t, c.uploads(), "no file content goes over SFTP")
+	_, err := e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "temp dir after a streamed push: %v", err)
+
+	// Changes in existing directories (staged flat) and a new directory
+	// (staged whole) in one stream.
+	more := map[string]string{}
+	for i := range streamMin {
+		more[fmt.Sprintf("src/p%d/m%03d.py", i%3, i)] = fmt.Sprintf("v2 %d\n", i)
+		more[fmt.Sprintf("extra/sub%d/n%02d.py", i%2, i)] = fmt.Sprintf("new %d\n", i)
+	}
+	writeFiles(t, e.local, more)
+	c = newStreamingCountingFS(t, e.fs)
+	res = e.push(c, Options{})
+	assert.True(t, res.streamed)
+	assert.Equal(t, len(more), res.FilesSent)
+	assert.Equal(t, e.pushed(), e.remote())
+	assert.Less(t, c.n(opRename), streamMin+6, "the new directory extra moves in one rename")
+	_, err = e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "temp dir after a mixed streamed push: %v", err)
+
+	writeFiles(t, e.local, map[string]string{"src/p0/m000.py": "changed\n"})
+	res = e.push(nil, Options{})
+	assert.False(t, res.streamed, "one file is cheaper over SFTP than a stream")
+	assert.Equal(t, 1, res.FilesSent)
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// garbledTar is an FS whose ExtractTar hands the host's real tar a stream
+// with its first header destroyed: a host whose tar cannot take drover's
+// stream, failing early while drover is still sending.
+type garbledTar struct {
+	cluster.FS
+	x extractor
+}
+
+func (g garbledTar) ExtractTar(ctx context.Context, dir string, r io.Reader) error {
+	return g.x.ExtractTar(ctx, dir, io.MultiReader(strings.NewReader(strings.Repeat("not a tar ", 300)), r))
+}
+
+// testStreamRefusedFallsBack: when the host's tar fails, push says so and
+// sends the same files over SFTP, counting each once.
+func testStreamRefusedFallsBack(e *env) {
+	t := e.t
+	files := streamTree(t, e.local, 2*streamMin)
+	x, ok := e.fs.(extractor)
+	require.True(t, ok, "%T cannot stream", e.fs)
+	res := e.push(garbledTar{FS: e.fs, x: x}, Options{})
+	assert.False(t, res.streamed)
+	require.Len(t, res.Warnings, 1)
+	assert.Contains(t, res.Warnings[0], "one by one over SFTP")
+	assert.Contains(t, res.Warnings[0], "exited", "the warning says how tar failed")
+	t.Log(res.Warnings[0])
+	assert.Equal(t, len(files), res.FilesSent)
+	assert.Equal(t, e.scan(Options{}).Bytes, res.BytesSent)
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// testEditedDuringStream: a file that changes between the scan and its
+// turn in the stream fails the push, which leaves the previous tree, and
+// nothing falls back to SFTP.
+func testEditedDuringStream(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	old := e.remote()
+	streamTree(t, e.local, 2*streamMin)
+	for _, edit := range []string{"shorter", strings.Repeat("longer ", 5000)} {
+		tree := e.scan(Options{})
+		p := filepath.Join(e.local, "src", "p1", "m010.py")
+		require.NoError(t, os.WriteFile(p, []byte(edit), 0o644))
+		res, err := Sync(context.Background(), e.fs, "h0", tree, e.dir, Options{})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "src/p1/m010.py: the file changed while it was being pushed")
+		assert.Empty(t, res.Warnings, "no fallback for a local failure")
+		assert.Equal(t, old, e.remote(), "the host must keep the previous tree")
+		_, err = e.fs.Lstat(path.Join(e.dir, tmpDir))
+		assert.True(t, errors.Is(err, fs.ErrNotExist), "temp dir after a failed stream: %v", err)
+	}
+}
+
+// testStreamTreeBlocked: a new directory that the host already has, with
+// the job's files in it, cannot be moved into place whole; its files are
+// moved one by one and the job's file stays.
+func testStreamTreeBlocked(e *env) {
+	t := e.t
+	streamTree(t, e.local, 2*streamMin)
+	e.writeRemote("src/p2/job-output.txt", "keep me")
+	res := e.push(nil, Options{})
+	assert.True(t, res.streamed)
+	want := e.pushed()
+	got := e.remote()
+	assert.Equal(t, entry{Content: "keep me", Mode: got["src/p2/job-output.txt"].Mode, MTime: got["src/p2/job-output.txt"].MTime}, got["src/p2/job-output.txt"])
+	delete(got, "src/p2/job-output.txt")
+	assert.Equal(t, want, got)
+	_, err := e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "temp dir after a push whose tree could not move whole: %v", err)
 }

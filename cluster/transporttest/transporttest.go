@@ -11,6 +11,7 @@
 package transporttest
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -55,6 +56,7 @@ func Run(t *testing.T, dial func(t *testing.T) cluster.Transport) {
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, open(t)) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, open(t)) })
 	t.Run("FS", func(t *testing.T) { testFS(t, open(t)) })
+	t.Run("ExtractTar", func(t *testing.T) { testExtractTar(t, open(t)) })
 }
 
 // result is one finished command.
@@ -504,6 +506,83 @@ func testFS(t *testing.T, tr cluster.Transport) {
 		for i, err := range errs {
 			require.NoError(t, err, "file %d", i)
 			assert.Equal(t, strings.Repeat(fmt.Sprint(i), 100000), readAll(t, fsys, fmt.Sprintf("%s/c%d", dir, i)))
+		}
+	})
+}
+
+// extractor is what push asks of a transport's FS to send many files as
+// one stream.
+type extractor interface {
+	ExtractTar(ctx context.Context, dir string, r io.Reader) error
+}
+
+func testExtractTar(t *testing.T, tr cluster.Transport) {
+	fsys, dir := scratch(t, tr)
+	x, ok := fsys.(extractor)
+	require.True(t, ok, "%T has no ExtractTar", fsys)
+	ctx, cancel := context.WithTimeout(context.Background(), liveness)
+	defer cancel()
+
+	t.Run("ModesAndMtimes", func(t *testing.T) {
+		mtime := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		entries := []struct {
+			name, body string
+			mode       int64
+		}{
+			{"d/", "", 0o700},
+			{"d/run.sh", "#!/bin/sh\n", 0o777}, // a umask would take bits off
+			{"d/ro.txt", "read only", 0o444},
+			{"top", strings.Repeat("x", 100_000), 0o666},
+		}
+		for _, e := range entries {
+			h := &tar.Header{Name: e.name, Mode: e.mode, ModTime: mtime, Typeflag: tar.TypeReg, Size: int64(len(e.body))}
+			if strings.HasSuffix(e.name, "/") {
+				h.Typeflag, h.Size = tar.TypeDir, 0
+			}
+			require.NoError(t, tw.WriteHeader(h))
+			_, err := io.WriteString(tw, e.body)
+			require.NoError(t, err)
+		}
+		require.NoError(t, tw.Close())
+		require.NoError(t, fsys.MkdirAll(dir+"/x", 0o755))
+		require.NoError(t, x.ExtractTar(ctx, dir+"/x", &b))
+		for _, e := range entries {
+			info, err := fsys.Lstat(dir + "/x/" + strings.TrimSuffix(e.name, "/"))
+			require.NoError(t, err)
+			assert.Equal(t, fs.FileMode(e.mode), info.Mode().Perm(), e.name)
+			if !info.IsDir() {
+				assert.Equal(t, e.body, readAll(t, fsys, dir+"/x/"+e.name))
+				assert.Equal(t, mtime.Unix(), info.ModTime().Unix(), e.name)
+			}
+		}
+		require.NoError(t, fsys.Chmod(dir+"/x/d", 0o755)) // so the scratch dir can go
+	})
+
+	t.Run("NotATarIsAnExitError", func(t *testing.T) {
+		err := x.ExtractTar(ctx, dir, strings.NewReader(strings.Repeat("not a tar archive ", 100)))
+		require.Error(t, err)
+		var ee *cluster.ExitError
+		require.ErrorAs(t, err, &ee, "a tar that refuses the stream must read as a command that failed: %v", err)
+		assert.NotZero(t, ee.Code)
+		assert.Contains(t, err.Error(), "tar:", "what tar said")
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctx)
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		done := make(chan error, 1)
+		go func() { done <- x.ExtractTar(ctx, dir, pr) }()
+		_, err := pw.Write(make([]byte, 512)) // tar is reading
+		require.NoError(t, err)
+		cancel()
+		select {
+		case err := <-done:
+			assert.ErrorIs(t, err, context.Canceled)
+		case <-time.After(liveness):
+			t.Fatal("ExtractTar did not return after its context was cancelled")
 		}
 	})
 }

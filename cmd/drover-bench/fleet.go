@@ -20,8 +20,8 @@ type benchFleet struct {
 
 // fleetOptions names the fleet of size n brought up as the i-th of the
 // run: "b<N>" on subnet 20+i (bench owns 20..22).
-func fleetOptions(i, n int) testfleet.Options {
-	return testfleet.Options{Name: fmt.Sprintf("b%d", n), N: n, Subnet: 20 + i}
+func fleetOptions(i, n int, tmpfsHomes bool) testfleet.Options {
+	return testfleet.Options{Name: fmt.Sprintf("b%d", n), N: n, Subnet: 20 + i, TmpfsHomes: tmpfsHomes}
 }
 
 // upFleet brings a fleet up and writes its ssh_config. The caller closes it.

@@ -51,6 +51,9 @@ type bench struct {
 	stderr    io.Writer
 	notes     []string
 	pushRSS   []Row
+	// diskHomes keeps the hosts' homes on this machine's filesystem
+	// rather than a tmpfs (testfleet.Options.TmpfsHomes).
+	diskHomes bool
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -89,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	work := fs.String("work", filepath.Join(os.TempDir(), "drover-bench"), "scratch directory (job files, the pushed tree)")
 	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
 	cmdline := fs.String("command", "make bench", "the command to name in the results file")
+	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -104,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
-		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr}
+		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -140,7 +144,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		b.progress("bringing up fleet b%d (%d hosts, 10.231.%d.0/24)", n, n, 20+i)
-		f, err := upFleet(fleetOptions(i, n))
+		f, err := upFleet(fleetOptions(i, n, !b.diskHomes))
 		if err != nil {
 			b.note("fleet of %d hosts did not come up: %v", n, err)
 			rows = append(rows, skippedRows(n, doPush, doFail, "no fleet")...)
@@ -360,6 +364,18 @@ func joinInts(ns []int) string {
 	return strings.Join(s, ",")
 }
 
+// homesMethod says where the hosts' files were written.
+func homesMethod(disk bool) string {
+	if disk {
+		return "The hosts' home directories are on this machine's own filesystem (-disk-homes)."
+	}
+	return "The hosts' home directories are on a tmpfs (pass -disk-homes for this machine's own filesystem). " +
+		"This machine's root filesystem can be an ext4 without a journal (some VM images), where every file created soon " +
+		"after as many were deleted, as each first-push repetition does, first scans the recently deleted inodes: " +
+		"perf put a third of the machine's CPU there, for drover and rsync alike. Real hosts' filesystems (ext4 with a " +
+		"journal, xfs) do not do this."
+}
+
 // method explains how the figures were taken, for the results file.
 func method(b *bench, sizes []int) []string {
 	return []string{
@@ -367,6 +383,7 @@ func method(b *bench, sizes []int) []string {
 			"reached over a veth bridge. drover, the baselines and every host's sshd share this machine's %d cores, "+
 			"so the figures measure CPU spent on SSH and process start more than network; on a real fleet each host "+
 			"does its own share of the work.", runtime.NumCPU()),
+		homesMethod(b.diskHomes),
 		fmt.Sprintf("Fleet sizes: %v. Each tool is a fresh process in every repetition (process start and SSH handshakes "+
 			"included, as for pdsh). Figures are medians over RUNS repetitions; within a repetition the tools run one "+
 			"after the other, starting with a different one each time. Fan-out has one untimed warm-up run per tool.", sizes),
