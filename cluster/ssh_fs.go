@@ -77,20 +77,31 @@ func (f *sftpFS) ReadDir(p string) ([]fs.FileInfo, error) {
 
 // MkdirAll creates p and its parents; perm applies to the directories it
 // creates (before the host's umask), as with os.MkdirAll.
+//
+// It tries the mkdir first: the usual case, a new directory in an
+// existing one, then costs one round trip, not three (stat, stat of the
+// parent, mkdir).
 func (f *sftpFS) MkdirAll(p string, perm fs.FileMode) error {
 	ap := f.abs(p)
-	if fi, err := f.c.Stat(ap); err == nil {
-		if fi.IsDir() {
-			return nil
+	err := f.c.Mkdir(ap)
+	if err != nil {
+		fi, serr := f.c.Stat(ap)
+		if serr == nil {
+			if fi.IsDir() {
+				return nil
+			}
+			return &fs.PathError{Op: "mkdir", Path: p, Err: errors.New("not a directory")}
 		}
-		return &fs.PathError{Op: "mkdir", Path: p, Err: errors.New("not a directory")}
-	}
-	if parent := path.Dir(ap); parent != ap {
+		parent := path.Dir(ap)
+		if parent == ap || parent == "." {
+			return pathErr("mkdir", p, err)
+		}
 		if err := f.MkdirAll(parent, perm); err != nil {
 			return err
 		}
+		err = f.c.Mkdir(ap)
 	}
-	if err := f.c.Mkdir(ap); err != nil {
+	if err != nil {
 		// Lost a race with another creator: fine if it is a directory now.
 		if fi, serr := f.c.Stat(ap); serr == nil && fi.IsDir() {
 			return nil
@@ -101,6 +112,17 @@ func (f *sftpFS) MkdirAll(p string, perm fs.FileMode) error {
 		return pathErr("chmod", p, f.c.Chmod(ap, perm.Perm()))
 	}
 	return nil
+}
+
+// Symlink creates newname as a link to target, stored as given.
+func (f *sftpFS) Symlink(target, newname string) error {
+	return pathErr("symlink", newname, f.c.Symlink(target, f.abs(newname)))
+}
+
+// Readlink returns the target of the link at p, as stored.
+func (f *sftpFS) Readlink(p string) (string, error) {
+	t, err := f.c.ReadLink(f.abs(p))
+	return t, pathErr("readlink", p, err)
 }
 
 // Create returns the *sftp.File, whose ReadFrom pipelines writes (io.Copy

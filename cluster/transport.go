@@ -89,6 +89,14 @@ type FS interface {
 	RemoveAll(path string) error
 	Chmod(path string, mode fs.FileMode) error
 	Chtimes(path string, atime, mtime time.Time) error
+	// Symlink creates newname as a symbolic link holding target, as given
+	// (not resolved); it fails if newname exists. Creating a link is
+	// atomic and reading one back (Readlink) is a single request, which
+	// makes a link the cheapest way to keep a short value on a host:
+	// push keeps its manifest's sum in one.
+	Symlink(target, newname string) error
+	// Readlink returns the target of the symbolic link at path.
+	Readlink(path string) (string, error)
 	// Home is the absolute path of the login user's home directory.
 	Home() (string, error)
 }

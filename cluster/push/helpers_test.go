@@ -47,6 +47,12 @@ func snapshot(t *testing.T, fsys cluster.FS, dir string, skipState bool) map[str
 				walk(p)
 				continue
 			}
+			if info.Mode()&fs.ModeSymlink != 0 { // push's sum
+				target, err := fsys.Readlink(path.Join(dir, p))
+				require.NoError(t, err)
+				out[p] = entry{Content: "-> " + target}
+				continue
+			}
 			r, err := fsys.Open(path.Join(dir, p))
 			require.NoError(t, err)
 			data, err := io.ReadAll(r)
@@ -84,10 +90,12 @@ const (
 	opStat, opLstat, opReadDir, opMkdirAll op = "Stat", "Lstat", "ReadDir", "MkdirAll"
 	opCreate, opOpen, opRename, opRemove   op = "Create", "Open", "Rename", "Remove"
 	opRemoveAll, opChmod, opChtimes        op = "RemoveAll", "Chmod", "Chtimes"
+	opSymlink, opReadlink                  op = "Symlink", "Readlink"
 )
 
 // countingFS counts calls per method and records the paths given to
-// Create and Open, to prove what a push did and did not do.
+// Create and read (Open, Readlink), to prove what a push did and did not
+// do.
 type countingFS struct {
 	cluster.FS
 	mu      sync.Mutex
@@ -167,7 +175,15 @@ func (c *countingFS) Open(p string) (io.ReadCloser, error) {
 	c.mu.Unlock()
 	return c.FS.Open(p)
 }
-func (c *countingFS) Rename(a, b string) error { c.count(opRename); return c.FS.Rename(a, b) }
+func (c *countingFS) Readlink(p string) (string, error) {
+	c.count(opReadlink)
+	c.mu.Lock()
+	c.opened = append(c.opened, p)
+	c.mu.Unlock()
+	return c.FS.Readlink(p)
+}
+func (c *countingFS) Symlink(t, p string) error { c.count(opSymlink); return c.FS.Symlink(t, p) }
+func (c *countingFS) Rename(a, b string) error  { c.count(opRename); return c.FS.Rename(a, b) }
 func (c *countingFS) Remove(p string) error    { c.count(opRemove); return c.FS.Remove(p) }
 func (c *countingFS) RemoveAll(p string) error {
 	c.count(opRemoveAll)
@@ -308,4 +324,16 @@ func (c *cutFS) Chtimes(p string, a, m time.Time) error {
 		return err
 	}
 	return c.FS.Chtimes(p, a, m)
+}
+func (c *cutFS) Symlink(t, p string) error {
+	if err := c.err(); err != nil {
+		return err
+	}
+	return c.FS.Symlink(t, p)
+}
+func (c *cutFS) Readlink(p string) (string, error) {
+	if err := c.err(); err != nil {
+		return "", err
+	}
+	return c.FS.Readlink(p)
 }

@@ -111,14 +111,26 @@ func hostSum(fsys cluster.FS, workdir string) string {
 			size = info.Size()
 		}
 	}()
-	got, err := readFile(fsys, path.Join(workdir, sumName), maxSmallFile)
+	sum, err := readSum(fsys, path.Join(workdir, sumName))
 	<-done
-	sum := string(got)
 	fields := strings.Fields(sum)
 	if err != nil || len(fields) != 2 || sum != fields[0]+" "+fields[1]+"\n" || fields[1] != strconv.FormatInt(size, 10) {
 		return ""
 	}
 	return sum
+}
+
+// readSum reads manifest.sum: a symbolic link whose target is the sum,
+// one round trip where a file takes three (open, read, close), which is
+// most of what a push with nothing to do costs. A regular file is read as
+// well: earlier drovers wrote one, and it is replaced at the next push.
+func readSum(fsys cluster.FS, name string) (string, error) {
+	sum, err := fsys.Readlink(name)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return sum, err
+	}
+	data, err := readFile(fsys, name, maxSmallFile)
+	return string(data), err
 }
 
 // errNoManifest is returned by readManifest when the host has no usable
@@ -315,11 +327,19 @@ func encodeManifest(m *manifest) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// writeSum writes manifest.sum in place, outside a commit (there is no
-// temporary directory to stage it in then). A torn write only fails to
-// match.
+// writeSum replaces manifest.sum outside a commit, to repair a host whose
+// sum is missing or does not match.
 func writeSum(fsys cluster.FS, workdir, sum string) error {
-	if err := createWith(fsys, path.Join(workdir, sumName), []byte(sum)); err != nil {
+	if err := removeState(fsys, workdir, sumName); err != nil {
+		return err
+	}
+	return placeSum(fsys, workdir, sum)
+}
+
+// placeSum creates manifest.sum, which must not exist, as a link to sum:
+// atomic, so a sum is never seen half written.
+func placeSum(fsys cluster.FS, workdir, sum string) error {
+	if err := fsys.Symlink(sum, path.Join(workdir, sumName)); err != nil {
 		return fmt.Errorf("write %s: %w", sumName, err)
 	}
 	return nil

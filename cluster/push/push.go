@@ -742,20 +742,20 @@ func (r *sendReader) Read(b []byte) (int, error) {
 // Where run stages the state files for commit, under tmpDir.
 const (
 	finalStaged   = tmpDir + "/manifest-final.json"   // the new manifest
-	sumStaged     = tmpDir + "/manifest.sum"          // its sum
 	pendingStaged = tmpDir + "/pending.json"          // the journal ...
 	claimStaged   = tmpDir + "/manifest-pending.json" // ... or, without a manifest, a whole pending one
 )
 
 // stage writes the state files commit will rename into place: the new
-// manifest and its sum, and what marks the changing entries pending.
+// manifest, and what marks the changing entries pending. (The sum is a
+// link, created in place at the end.)
 func (s *syncer) stage(p *plan) error {
-	files := map[string][]byte{finalStaged: s.tree.manifest, sumStaged: []byte(s.tree.sum)}
+	files := map[string][]byte{finalStaged: s.tree.manifest}
 	var err error
 	switch {
 	case p.old == nil:
 		files[claimStaged], err = encodeManifest(s.pendingManifest(p))
-	case len(p.send)+len(p.meta)+len(p.chdirs) > 0:
+	case p.journaled():
 		files[pendingStaged], err = encodeManifest(s.journal(p))
 	}
 	if err != nil {
@@ -785,10 +785,17 @@ func (s *syncer) markHost(p *plan) error {
 	switch {
 	case p.old == nil:
 		fns = append(fns, func() error { return s.place(claimStaged, manifestName) })
-	case len(p.send)+len(p.meta)+len(p.chdirs) > 0:
+	case p.journaled():
 		fns = append(fns, func() error { return s.place(pendingStaged, journalName) })
 	}
 	return parallel(fns...)
+}
+
+// journaled says whether commit puts a journal beside the old manifest:
+// when it changes files or directory modes. Every entry it then touches
+// is pending in the journal, whatever manifest the host holds.
+func (p *plan) journaled() bool {
+	return p.old != nil && len(p.send)+len(p.meta)+len(p.chdirs) > 0
 }
 
 // place renames a staged state file over its live name (atomically).
@@ -816,17 +823,16 @@ func parallel(fns ...func() error) error {
 
 // commit moves the uploads into place. The order of the state files is
 // what keeps a host's state trustworthy: sum removed and journal written
-// (markHost), tree changed, manifest in place, then sum written. A sum on
-// the host therefore always vouches for a complete push, and an upload
+// (markHost), tree changed and manifest in place, then sum written. A sum
+// on the host therefore always vouches for a complete push, and an upload
 // that fails leaves the state files as they were.
 func (s *syncer) commit(ctx context.Context, p *plan) error {
 	if err := s.markHost(p); err != nil {
 		return err
 	}
-	conc := s.opts.concurrency()
 	deleted := 0
 	var dmu sync.Mutex
-	err := forEach(ctx, len(p.deletes), conc, func(_ context.Context, i int) error {
+	err := forEach(ctx, len(p.deletes), s.opts.concurrency(), func(_ context.Context, i int) error {
 		err := s.fs.Remove(s.remote(p.deletes[i]))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fileErr("remove", p.deletes[i], err)
@@ -848,6 +854,55 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 		// Fails when the job put files there: then the directory stays.
 		_ = s.fs.Remove(s.remote(d))
 	}
+	placeManifest := func() error { return s.place(finalStaged, manifestName) }
+	if p.journaled() {
+		// The journal marks every entry the change touches as pending,
+		// over whichever manifest is beside it: the new one may land
+		// while the files move, one round trip sooner. (Deletions are
+		// done: a manifest without a file must not precede its removal,
+		// or the file would stay, unowned.)
+		err = parallel(func() error { return s.changeTree(ctx, p) }, placeManifest)
+	} else {
+		// Without a journal (a first push's manifest marks what is in
+		// flight), the manifest must follow the tree.
+		if err = s.changeTree(ctx, p); err == nil {
+			err = placeManifest()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	// The rest may go in parallel: a journal left beside a valid sum is
+	// ignored (the sum vouches for the manifest), and tmpDir is empty now,
+	// every upload and state file renamed out, but for the directories of
+	// staged trees not moved whole.
+	return parallel(
+		func() error {
+			// A journal this push wrote, or one left beside a manifest
+			// that was unusable (p.old nil), must not outlive the new
+			// manifest.
+			if p.old == nil || p.old.journal || p.journaled() {
+				return removeState(s.fs, s.workdir, journalName)
+			}
+			return nil
+		},
+		func() error { return placeSum(s.fs, s.workdir, s.tree.sum) },
+		func() error {
+			rm := s.fs.Remove
+			if len(p.roots) > 0 {
+				rm = s.fs.RemoveAll
+			}
+			if err := rm(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove %s: %w", tmpDir, err)
+			}
+			return nil
+		},
+	)
+}
+
+// changeTree puts the uploads, directories and modes in place.
+func (s *syncer) changeTree(ctx context.Context, p *plan) error {
+	conc := s.opts.concurrency()
 	moved := s.moveTrees(ctx, p)
 	var mkdirs []Dir
 	for _, d := range p.mkdirs {
@@ -860,7 +915,7 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 			return fileErr("create directory", d.Path, err)
 		}
 	}
-	err = forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
+	err := forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
 		if moved[p.rootOf(p.send[i].Path)] {
 			return nil
 		}
@@ -885,46 +940,12 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 	// Directory modes last: a read-only directory must still have
 	// received its files. A moved tree's have theirs from tar.
 	chdirs := append(mkdirs, p.chdirs...)
-	err = forEach(ctx, len(chdirs), conc, func(_ context.Context, i int) error {
+	return forEach(ctx, len(chdirs), conc, func(_ context.Context, i int) error {
 		if err := s.fs.Chmod(s.remote(chdirs[i].Path), chdirs[i].Mode); err != nil {
 			return fileErr("set mode of directory", chdirs[i].Path, err)
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if err := s.place(finalStaged, manifestName); err != nil {
-		return err
-	}
-	// The rest may go in parallel: a journal left beside a valid sum is
-	// ignored (the sum vouches for the manifest).
-	return parallel(
-		func() error {
-			// A journal this push wrote, or one left beside a manifest
-			// that was unusable (p.old nil), must not outlive the new
-			// manifest.
-			if p.old == nil || p.old.journal || len(p.send)+len(p.meta)+len(p.chdirs) > 0 {
-				return removeState(s.fs, s.workdir, journalName)
-			}
-			return nil
-		},
-		func() error {
-			if err := s.place(sumStaged, sumName); err != nil {
-				return err
-			}
-			// Empty now, every upload and state file renamed out, but
-			// for the directories of staged trees not moved whole.
-			rm := s.fs.Remove
-			if len(p.roots) > 0 {
-				rm = s.fs.RemoveAll
-			}
-			if err := rm(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("remove %s: %w", tmpDir, err)
-			}
-			return nil
-		},
-	)
 }
 
 // moveTrees moves each staged tree into place with one rename and

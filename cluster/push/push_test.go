@@ -186,7 +186,8 @@ func testOneChangedFile(e *env) {
 			state = append(state, path.Base(p))
 		}
 	}
-	assert.ElementsMatch(t, []string{"pending.json", "manifest-final.json", "manifest.sum"}, state, "state files written")
+	assert.ElementsMatch(t, []string{"pending.json", "manifest-final.json"}, state, "state files written")
+	assert.Equal(t, 1, c.n(opSymlink), "the sum, a link")
 	got, err := e.readRemote("train.py")
 	require.NoError(t, err)
 	assert.Equal(t, "print('v2')\n", got)
@@ -377,7 +378,7 @@ func testInterruptedCommitThenRevert(e *env) {
 	// vouches for the old manifest.
 	_, err = e.readRemote(journalName)
 	assert.NoError(t, err, "journal after a cut commit")
-	_, err = e.readRemote(sumName)
+	_, err = e.fs.Lstat(path.Join(e.dir, sumName))
 	assert.ErrorIs(t, err, fs.ErrNotExist, "sum after a cut commit")
 
 	writeFiles(t, e.local, v1) // back to v1, same mtimes as before
@@ -671,7 +672,7 @@ func testSumLostThenRepaired(e *env) {
 	res := e.push(c, Options{})
 	assert.Equal(t, 0, res.FilesSent)
 	assert.Contains(t, c.opened, path.Join(e.dir, manifestName), "without a sum the manifest is read")
-	sum, err := e.readRemote(sumName)
+	sum, err := e.fs.Readlink(path.Join(e.dir, sumName))
 	require.NoError(t, err)
 	assert.Equal(t, e.scan(Options{}).sum, sum)
 
@@ -680,12 +681,31 @@ func testSumLostThenRepaired(e *env) {
 	assert.Equal(t, []string{path.Join(e.dir, sumName)}, c.opened)
 
 	// A sum that does not match the manifest.json beside it (another
-	// size) promises nothing: the manifest is read and trusted.
-	e.writeRemote(sumName, strings.Repeat("0", 64)+" 12\n")
+	// size) promises nothing: the manifest is read and trusted, and the
+	// sum repaired.
+	require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
+	require.NoError(t, e.fs.Symlink(strings.Repeat("0", 64)+" 12\n", path.Join(e.dir, sumName)))
 	c = newCountingFS(e.fs)
 	res = e.push(c, Options{})
 	assert.Equal(t, 0, res.FilesSent)
 	assert.Contains(t, c.opened, path.Join(e.dir, manifestName))
+	sum, err = e.fs.Readlink(path.Join(e.dir, sumName))
+	require.NoError(t, err)
+	assert.Equal(t, e.scan(Options{}).sum, sum)
+
+	// A sum in a regular file (what earlier drovers wrote) is read too,
+	// and replaced by a link at the next push that changes anything.
+	require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
+	e.writeRemote(sumName, e.scan(Options{}).sum)
+	c = newCountingFS(e.fs)
+	res = e.push(c, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+	assert.NotContains(t, c.opened, path.Join(e.dir, manifestName), "the file sum vouches for the manifest")
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v3')\n"})
+	e.push(nil, Options{})
+	sum, err = e.fs.Readlink(path.Join(e.dir, sumName))
+	require.NoError(t, err)
+	assert.Equal(t, e.scan(Options{}).sum, sum)
 }
 
 // testManifestFromLocalCache: the push that wrote a manifest keeps a copy

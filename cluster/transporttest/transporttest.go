@@ -451,6 +451,35 @@ func testFS(t *testing.T, tr cluster.Transport) {
 		assert.True(t, fi.IsDir())
 		// MkdirAll over a file fails.
 		assert.Error(t, fsys.MkdirAll(dir+"/d/z/sub", 0o755))
+		assert.Error(t, fsys.MkdirAll(dir+"/d/z", 0o755))
+		// A mode other than the default is applied to what it creates.
+		require.NoError(t, fsys.MkdirAll(dir+"/d/private", 0o700))
+		fi, err = fsys.Stat(dir + "/d/private")
+		require.NoError(t, err)
+		assert.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
+	})
+
+	t.Run("Symlink", func(t *testing.T) {
+		const target = "0123abcd 4567" // stored as given, never resolved
+		require.NoError(t, fsys.Symlink(target, dir+"/link"))
+		got, err := fsys.Readlink(dir + "/link")
+		require.NoError(t, err)
+		assert.Equal(t, target, got)
+		fi, err := fsys.Lstat(dir + "/link")
+		require.NoError(t, err)
+		assert.Equal(t, fs.ModeSymlink, fi.Mode().Type())
+		assert.Error(t, fsys.Symlink("other", dir+"/link"), "a link over an existing name")
+		got, _ = fsys.Readlink(dir + "/link")
+		assert.Equal(t, target, got, "the failed Symlink left the link as it was")
+		_, err = fsys.Readlink(dir + "/missing")
+		assert.ErrorIs(t, err, fs.ErrNotExist)
+		writeFile(t, fsys, dir+"/plain", "x")
+		_, err = fsys.Readlink(dir + "/plain")
+		assert.Error(t, err, "Readlink of a regular file")
+		assert.NotErrorIs(t, err, fs.ErrNotExist)
+		require.NoError(t, fsys.Remove(dir+"/link"))
+		_, err = fsys.Lstat(dir + "/link")
+		assert.ErrorIs(t, err, fs.ErrNotExist)
 	})
 
 	t.Run("RemoveAndNotExist", func(t *testing.T) {
