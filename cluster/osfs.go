@@ -74,4 +74,4 @@ func (o osFS) Chtimes(path string, atime, mtime time.Time) error {
 func (o osFS) Home() (string, error) { return o.home, nil }
 
 func (o osFS) Symlink(target, newname string) error { return os.Symlink(target, o.abs(newname)) }
-func (o osFS) Readlink(path string) (string, error)  { return os.Readlink(o.abs(path)) }
+func (o osFS) Readlink(path string) (string, error) { return os.Readlink(o.abs(path)) }

@@ -184,7 +184,7 @@ func (c *countingFS) Readlink(p string) (string, error) {
 }
 func (c *countingFS) Symlink(t, p string) error { c.count(opSymlink); return c.FS.Symlink(t, p) }
 func (c *countingFS) Rename(a, b string) error  { c.count(opRename); return c.FS.Rename(a, b) }
-func (c *countingFS) Remove(p string) error    { c.count(opRemove); return c.FS.Remove(p) }
+func (c *countingFS) Remove(p string) error     { c.count(opRemove); return c.FS.Remove(p) }
 func (c *countingFS) RemoveAll(p string) error {
 	c.count(opRemoveAll)
 	return c.FS.RemoveAll(p)
