@@ -645,3 +645,36 @@ func TestNeed(t *testing.T) {
 		})
 	}
 }
+
+// TestTmpfsHomes: with TmpfsHomes the hosts' homes live on a tmpfs of the
+// fleet's own, which Close unmounts before removing the directory.
+func TestTmpfsHomes(t *testing.T) {
+	Need(t, fleet)
+	f, err := Up(Options{Name: "tft", N: 1, Subnet: subnet, First: 110, TmpfsHomes: true})
+	require.NoError(t, err)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = f.Close()
+		}
+	})
+	hosts := filepath.Join(f.Dir, "hosts")
+	out, err := f.Exec(0, "stat", "-f", "-c", "%T", "/home/"+User)
+	require.NoError(t, err)
+	assert.Equal(t, "tmpfs", strings.TrimSpace(string(out)), "the home's filesystem as the host sees it")
+	_, err = ssh(t, f, f.Hosts[0].Addr, "echo hi > on-tmpfs.txt")
+	require.NoError(t, err)
+	assert.FileExists(t, filepath.Join(hosts, f.Hosts[0].Name, "home", "on-tmpfs.txt"))
+
+	require.NoError(t, f.Close())
+	closed = true
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	require.NoError(t, err)
+	assert.NotContains(t, string(mounts), hosts, "tmpfs still mounted after Close")
+	assert.NoDirExists(t, f.Dir)
+
+	// The main fleet's homes are on this machine's filesystem.
+	out, err = fleet.Exec(0, "stat", "-f", "-c", "%T", "/home/"+User)
+	require.NoError(t, err)
+	assert.NotEqual(t, "tmpfs", strings.TrimSpace(string(out)))
+}
