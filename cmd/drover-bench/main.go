@@ -82,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	droverBin := fs.String("drover", "bin/drover", "the drover binary to measure")
 	sizes := fs.String("sizes", "8,16,32", "fleet sizes for the fan-out benchmark (at most 3: subnets 20..22)")
-	pushSizes := fs.String("push-sizes", "8,16", "fleet sizes (among -sizes) for the push benchmark")
+	pushSizes := fs.String("push-sizes", "8,16,32", "fleet sizes (among -sizes) for the push benchmark")
 	failN := fs.Int("failure-n", 16, "fleet size (among -sizes) for failure handling and memory; 0 skips it")
 	reps := fs.Int("reps", 5, "repetitions of the fast measurements")
 	pushReps := fs.Int("push-reps", 3, "repetitions of the first push")

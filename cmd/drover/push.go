@@ -57,7 +57,7 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 	// The scan runs while the hosts are dialled (it is most of a push's
 	// local work, and the handshakes are waiting on the hosts anyway). A
 	// bad .droverignore or an escaping symlink stops the dials and is
-	// reported alone, before any host is touched beyond its handshake.
+	// reported alone, before anything is read or written on any host.
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	var tree *push.Tree
@@ -78,22 +78,23 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 		AcceptNewHosts: c.Bool("accept-new-hosts"),
 		Inventory:      cfg.Hosts,
 	}, func(i int, t cluster.Transport, err error) {
-		<-scanned
+		h := hosts[i]
+		label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
+		var fsys cluster.FS
 		if t != nil {
 			defer t.Close()
+			// File access opens while the scan finishes (it reads
+			// nothing and writes nothing; a failed scan cancels ctx).
+			if fsys, err = t.FS(ctx); err != nil {
+				err = fmt.Errorf("push to %s: open file access: %w", label, err)
+			}
 		}
+		<-scanned
 		switch {
 		case scanErr != nil:
 			return
 		case err != nil:
 			outcomes[i].err = err // names the host and address already
-			return
-		}
-		h := hosts[i]
-		label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
-		fsys, err := t.FS(ctx)
-		if err != nil {
-			outcomes[i].err = fmt.Errorf("push to %s: open file access: %w", label, err)
 			return
 		}
 		workdir := h.Workdir
