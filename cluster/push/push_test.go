@@ -853,6 +853,9 @@ func streamTree(t *testing.T, dir string, n int) map[string]string {
 	for i := range n {
 		files[fmt.Sprintf("src/p%d/m%03d.py", i%3, i)] = strings.Repeat(fmt.Sprintf("line %d\n", i), i*37)
 	}
+	// Names a plain tar header cannot hold (over 100 bytes, not ASCII).
+	files["src/p0/"+strings.Repeat("long_directory_name/", 8)+"deep.py"] = "deep\n"
+	files["src/p1/données ü 数据.txt"] = "unicode\n"
 	writeFiles(t, dir, files)
 	modes := []fs.FileMode{0o644, 0o666, 0o777, 0o600, 0o444, 0o750}
 	i := 0
