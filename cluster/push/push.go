@@ -4,12 +4,13 @@
 // The local tree is scanned (and hashed) once; each host is then synced
 // through its cluster.FS. A manifest kept on the host
 // (<workdir>/.drover/manifest.json) records what was pushed, so a re-push
-// with nothing changed costs one manifest read per host and a change costs
-// exactly the changed files. Changed files are first uploaded under
-// <workdir>/.drover/push-tmp and moved into place only once every upload has
-// arrived, so an interrupted push leaves the previous tree as it was. Files
-// in the workdir that drover did not push (checkpoints, logs) are never
-// touched.
+// with nothing changed costs one read of its sum per host and a change
+// costs exactly the changed files: one SFTP upload each when they are few,
+// one tar stream into the host's tar when they are many. Changed files are
+// first uploaded under <workdir>/.drover/push-tmp and moved into place only
+// once every upload has arrived, so an interrupted push leaves the previous
+// tree as it was. Files in the workdir that drover did not push
+// (checkpoints, logs) are never touched.
 package push
 
 import (

@@ -25,8 +25,9 @@ type extractor interface {
 // streamMin is the upload size (in files) from which a push sends the
 // files as one tar stream instead of one SFTP transfer each. A stream
 // starts a tar on the host, which costs more than a few SFTP requests,
-// and saves about five requests per file: the first push of 3,000 files
-// to 8 hosts went from 6.0 s to ... (make bench).
+// and saves about five requests per file: with the moves of whole new
+// directories (stageTrees), the first push of 3,000 files to 8 hosts went
+// from half rsync's speed to 1.7 times it (make bench).
 const streamMin = 16
 
 // errStreamEnded stops the tar writer once the host's tar is gone.
