@@ -161,25 +161,24 @@ func (c *countingFS) MkdirAll(p string, m fs.FileMode) error {
 	c.count(opMkdirAll)
 	return c.FS.MkdirAll(p, m)
 }
-func (c *countingFS) Create(p string) (io.WriteCloser, error) {
-	c.count(opCreate)
+// record counts o and appends p to list under the lock.
+func (c *countingFS) record(o op, list *[]string, p string) {
+	c.count(o)
 	c.mu.Lock()
-	c.created = append(c.created, p)
+	*list = append(*list, p)
 	c.mu.Unlock()
+}
+
+func (c *countingFS) Create(p string) (io.WriteCloser, error) {
+	c.record(opCreate, &c.created, p)
 	return c.FS.Create(p)
 }
 func (c *countingFS) Open(p string) (io.ReadCloser, error) {
-	c.count(opOpen)
-	c.mu.Lock()
-	c.opened = append(c.opened, p)
-	c.mu.Unlock()
+	c.record(opOpen, &c.opened, p)
 	return c.FS.Open(p)
 }
 func (c *countingFS) Readlink(p string) (string, error) {
-	c.count(opReadlink)
-	c.mu.Lock()
-	c.opened = append(c.opened, p)
-	c.mu.Unlock()
+	c.record(opReadlink, &c.opened, p)
 	return c.FS.Readlink(p)
 }
 func (c *countingFS) Symlink(t, p string) error { c.count(opSymlink); return c.FS.Symlink(t, p) }
