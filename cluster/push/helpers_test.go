@@ -161,6 +161,7 @@ func (c *countingFS) MkdirAll(p string, m fs.FileMode) error {
 	c.count(opMkdirAll)
 	return c.FS.MkdirAll(p, m)
 }
+
 // record counts o and appends p to list under the lock.
 func (c *countingFS) record(o op, list *[]string, p string) {
 	c.count(o)
