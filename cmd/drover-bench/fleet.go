@@ -38,6 +38,13 @@ func upFleet(opts testfleet.Options) (*benchFleet, error) {
 	return bf, nil
 }
 
+// Close removes the ssh_config written beside the fleet, then tears the
+// fleet down, so that its directory goes too.
+func (f *benchFleet) Close() error {
+	_ = os.Remove(f.SSHConfig)
+	return f.Fleet.Close()
+}
+
 // sshConfig gives OpenSSH what drover's inventory gives drover. Host keys
 // are checked strictly, as drover does; no connection sharing, since drover
 // does not keep connections between commands either.
