@@ -30,7 +30,7 @@ func tarExtractArgs(dir string) []string {
 // which tells the caller to send the files another way; any other error
 // is the connection's.
 func (f *sftpFS) ExtractTar(ctx context.Context, dir string, r io.Reader) error {
-	stderr := &tailBuffer{max: 2 << 10}
+	stderr := NewTailBuffer(2 << 10)
 	p, err := f.t.Start(ctx, Cmd{Args: tarExtractArgs(dir), Stdin: r, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("extract into %s: %w", dir, err)
@@ -42,7 +42,7 @@ func (f *sftpFS) ExtractTar(ctx context.Context, dir string, r io.Reader) error 
 // as the SSH transport's FS does on a remote host, so that push behaves
 // the same on both.
 func (o osFS) ExtractTar(ctx context.Context, dir string, r io.Reader) error {
-	stderr := &tailBuffer{max: 2 << 10}
+	stderr := NewTailBuffer(2 << 10)
 	args := tarExtractArgs(o.abs(dir))
 	c := exec.CommandContext(ctx, args[0], args[1:]...)
 	c.Stderr = stderr
@@ -72,7 +72,7 @@ func (o osFS) ExtractTar(ctx context.Context, dir string, r io.Reader) error {
 }
 
 // tarErr adds what tar said on stderr to its failure.
-func tarErr(dir string, err error, stderr *tailBuffer) error {
+func tarErr(dir string, err error, stderr *TailBuffer) error {
 	if err == nil {
 		return nil
 	}
@@ -82,15 +82,19 @@ func tarErr(dir string, err error, stderr *tailBuffer) error {
 	return fmt.Errorf("extract into %s: %w", dir, err)
 }
 
-// tailBuffer keeps the last max bytes written to it: enough of a failed
-// command's stderr to say why, however much it printed.
-type tailBuffer struct {
+// TailBuffer keeps the last bytes written to it, up to a limit: enough of
+// a failed command's stderr to say why, however much it printed. It is
+// safe for concurrent use.
+type TailBuffer struct {
 	mu  sync.Mutex
 	max int
 	b   []byte
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// NewTailBuffer returns a TailBuffer that keeps the last max bytes.
+func NewTailBuffer(max int) *TailBuffer { return &TailBuffer{max: max} }
+
+func (t *TailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
@@ -100,7 +104,8 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
+// String returns what is kept.
+func (t *TailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/droverhq/drover/cluster"
 )
 
 // procStats is what one finished subprocess cost.
@@ -43,7 +44,7 @@ func (c command) run(ctx context.Context) (procStats, error) {
 	if len(c.Env) > 0 {
 		cmd.Env = append(cmd.Environ(), c.Env...)
 	}
-	stderr := &tailBuffer{max: 4096}
+	stderr := cluster.NewTailBuffer(4096)
 	// Stdout goes to /dev/null: no pipe to drain, for every tool alike.
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -96,20 +97,3 @@ func reason(err error) string {
 	}
 	return shorten(strings.ReplaceAll(err.Error(), "\n", " "), 160)
 }
-
-// tailBuffer keeps the last max bytes written to it: enough of a failing
-// command's stderr to say why, without holding a chatty one in memory.
-type tailBuffer struct {
-	max int
-	buf bytes.Buffer
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.buf.Write(p)
-	if over := t.buf.Len() - t.max; over > 0 {
-		t.buf.Next(over)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string { return t.buf.String() }
