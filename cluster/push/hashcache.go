@@ -1,10 +1,8 @@
 package push
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -50,21 +48,26 @@ func cachePath(cacheDir, root string) string {
 // since a missing entry only means hashing the file.
 func loadCache(file string) map[string]cacheEntry {
 	entries := map[string]cacheEntry{}
-	f, err := os.Open(file)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return entries
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	if !sc.Scan() || sc.Text() != cacheHeader {
+	// One string for the whole file: every field is cut from it.
+	header, rest, _ := strings.Cut(string(data), "\n")
+	if header != cacheHeader {
 		return entries
 	}
-	for sc.Scan() {
+	for rest != "" {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
 		// sha256 size mtime ctime dev ino path (the path last: it may
 		// hold spaces).
-		fields := strings.SplitN(sc.Text(), " ", 7)
-		if len(fields) != 7 || len(fields[0]) != 64 {
+		var fields [7]string
+		for i := range 6 {
+			fields[i], line, _ = strings.Cut(line, " ")
+		}
+		fields[6] = line
+		if len(fields[0]) != 64 || fields[6] == "" {
 			return entries
 		}
 		var n [3]int64
@@ -96,17 +99,23 @@ func loadCache(file string) map[string]cacheEntry {
 // cache that cannot be written is not an error: the next scan hashes.
 func saveCache(file string, files []File, scanStart time.Time) {
 	racy := scanStart.Add(-racyWindow).UnixNano()
-	var b strings.Builder
-	b.WriteString(cacheHeader + "\n")
+	b := make([]byte, 0, len(files)*150)
+	b = append(b, cacheHeader+"\n"...)
 	for i := range files {
 		f := &files[i]
 		id := f.id
 		if id == (statID{}) || f.Size != id.size || id.mtime >= racy || id.ctime >= racy || strings.ContainsAny(f.Path, "\n\r") {
 			continue
 		}
-		fmt.Fprintf(&b, "%s %d %d %d %d %d %s\n", f.SHA256, id.size, id.mtime, id.ctime, id.dev, id.ino, f.Path)
+		b = append(b, f.SHA256...)
+		for _, n := range []int64{id.size, id.mtime, id.ctime} {
+			b = strconv.AppendInt(append(b, ' '), n, 10)
+		}
+		b = strconv.AppendUint(append(b, ' '), id.dev, 10)
+		b = strconv.AppendUint(append(b, ' '), id.ino, 10)
+		b = append(append(append(b, ' '), f.Path...), '\n')
 	}
-	writeFileAtomic(file, []byte(b.String()))
+	writeFileAtomic(file, b)
 }
 
 // useCache fills in the digest of every file whose stat identity matches

@@ -105,33 +105,35 @@ func TestScanCacheCorruptIgnored(t *testing.T) {
 	}
 }
 
-// TestManifestEncodingCached: a tree scanned again takes its manifest's
-// encoding from the cache (same bytes, same sum); a cached encoding that
-// does not match its sum is encoded afresh, and a changed tree gets its
-// own.
-func TestManifestEncodingCached(t *testing.T) {
+// TestTreeManifestCached: the scan encodes the tree's manifest (what a
+// host holds once it has the tree) and keeps it in the local cache under
+// its key, where the next push finds it named by the hosts' sums; the
+// encoding is canonical, so scanning the same tree with or without a
+// cache gives the same key, and a changed tree another.
+func TestTreeManifestCached(t *testing.T) {
 	local, cache := t.TempDir(), t.TempDir()
 	writeFiles(t, local, v1)
 	first := cachedScan(t, local, cache)
-	uncached := mustScan(t, local)
-	require.Equal(t, uncached.sum, first.sum)
-
-	keys, err := filepath.Glob(filepath.Join(cache, "manifests", "by-tree", "*"))
+	require.Equal(t, mustScan(t, local).key, first.key)
+	require.Equal(t, stateKey(first.manifest), first.key)
+	m, err := decodeManifest(first.manifest)
 	require.NoError(t, err)
-	require.Len(t, keys, 1)
+	assert.Equal(t, treeManifest(first).Files, m.Files)
+	assert.Equal(t, treeManifest(first).Dirs, m.Dirs)
+	assert.Equal(t, first.manifest, encodeManifest(treeManifest(first)), "encodeTree and encodeManifest agree")
+
+	data, err := os.ReadFile(filepath.Join(cache, "manifests", first.key))
+	require.NoError(t, err)
+	assert.Equal(t, first.manifest, data)
+	assert.Equal(t, data, first.known.cached(first.key))
+	// A cached copy that does not match its name is not used.
+	require.NoError(t, os.WriteFile(filepath.Join(cache, "manifests", first.key), []byte("junk"), 0o600))
+	assert.Nil(t, first.known.cached(first.key))
 	second := cachedScan(t, local, cache)
-	assert.Equal(t, first.manifest, second.manifest)
-
-	// Corrupt the cached manifest: the scan encodes again, correctly.
-	require.NoError(t, os.WriteFile(filepath.Join(cache, "manifests", strings.Fields(first.sum)[0]), []byte("junk"), 0o600))
-	third := cachedScan(t, local, cache)
-	m, err := decodeManifest(third.manifest)
-	require.NoError(t, err)
-	assert.Equal(t, treeManifest(third).Files, m.Files)
-	assert.Equal(t, first.sum, third.sum)
+	assert.Equal(t, first.manifest, second.known.cached(first.key), "rewritten by the next scan")
 
 	writeFiles(t, local, map[string]string{"train.py": "print('v2')\n"})
-	fourth := cachedScan(t, local, cache)
-	assert.NotEqual(t, first.sum, fourth.sum)
-	assert.Equal(t, mustScan(t, local).sum, fourth.sum)
+	third := cachedScan(t, local, cache)
+	assert.NotEqual(t, first.key, third.key)
+	assert.Equal(t, mustScan(t, local).key, third.key)
 }

@@ -24,30 +24,41 @@ import (
 
 // Layout of push's state inside the remote workdir. Only these paths are
 // ever written besides the pushed files themselves.
+//
+// The state is a base manifest and, when the tree has changed little since
+// the base was written, a delta over it: a push that changes one file of
+// 3,000 writes a few hundred bytes, not the whole manifest (330 KB) to
+// every host. manifest.sum names both, so a push whose tree is the one
+// named has nothing to do, and learns it from a few bytes.
 const (
-	stateDir     = ".drover"
+	stateDir = ".drover"
+	// manifestName holds the base manifest (format 2 below; the name is
+	// from format 1, which was JSON, and still read).
 	manifestName = stateDir + "/manifest.json"
+	// deltaName holds the entries in which the tree differs from the base:
+	// it names the base it applies to, and is ignored beside another.
+	deltaName = stateDir + "/manifest.delta"
 	// tmpDir holds uploads until every one of them has arrived; nothing in
 	// it is part of the tree, so an interrupted push leaves the tree as it
 	// was. The next push removes whatever is left in it.
 	tmpDir = stateDir + "/push-tmp"
-	// sumName holds manifestSum of manifest.json, written last by a push
-	// that completed and removed first by one that changes anything. A
-	// push whose tree gives the same sum has nothing to do, and learns it
-	// from a few bytes instead of the whole manifest (466 KB for 3,000
-	// files, read and decoded once per host).
+	// sumName is a symbolic link whose target is "v2 <tree> <base>": the
+	// key of the tree on the host and the key of the base manifest
+	// (stateKey), equal when there is no delta. It is written last by a
+	// push that completed and removed first by one that changes anything,
+	// so it always vouches for a complete push.
 	sumName = stateDir + "/manifest.sum"
 	// journalName lists, while a push moves files into place, the entries
-	// it is changing (a manifest whose entries are all pending). It stands
-	// in for rewriting the whole manifest with those entries marked: a
-	// push that changes one file writes a few hundred bytes here, not the
-	// manifest twice.
+	// it is changing (a manifest whose entries are all pending). Read over
+	// the base and delta, it tells the next push what it cannot trust.
 	journalName = stateDir + "/pending.json"
 )
 
-// manifestVersion changes when the format does; another version is treated
-// like a missing manifest (re-check everything), never misread.
-const manifestVersion = 1
+// manifestHeader starts every manifest of format 2, the one written;
+// format 1 (JSON, maybe gzipped) is still read. Another format or
+// version is treated like a missing manifest (re-check everything),
+// never misread.
+const manifestHeader = "drover-manifest 2"
 
 // maxManifestSize bounds what is read back from a host, so a corrupt or
 // hostile file cannot exhaust memory.
@@ -56,14 +67,13 @@ const maxManifestSize = 256 << 20
 // manifest records what push last put in a workdir: it is how a re-push
 // knows what changed without reading any file on the host, and which files
 // drover owns (and may therefore delete) as opposed to checkpoints and logs
-// written there by the job.
+// written there by the job. The JSON tags are format 1's.
 type manifest struct {
 	Version int                     `json:"version"`
 	Files   map[string]manifestFile `json:"files"`
 	Dirs    map[string]manifestDir  `json:"dirs"`
 
-	journal bool   // a pending journal was applied; the commit removes it
-	raw     []byte // manifest.json as read, before the journal
+	journal bool // a pending journal was applied; the commit removes it
 }
 
 type manifestFile struct {
@@ -86,23 +96,448 @@ type manifestDir struct {
 }
 
 func newManifest() *manifest {
-	return &manifest{Version: manifestVersion, Files: map[string]manifestFile{}, Dirs: map[string]manifestDir{}}
+	return &manifest{Files: map[string]manifestFile{}, Dirs: map[string]manifestDir{}}
 }
 
-// manifestSum is what manifest.sum holds for a manifest's bytes: their
-// SHA-256 and length, so that the sum is checked against the size of the
-// manifest.json actually there.
-func manifestSum(data []byte) string {
-	return fmt.Sprintf("%x %d\n", sha256.Sum256(data), len(data))
+// clone copies m's entries, so that a shared (read-only) manifest can be
+// the start of another.
+func (m *manifest) clone() *manifest {
+	c := &manifest{Files: make(map[string]manifestFile, len(m.Files)), Dirs: make(map[string]manifestDir, len(m.Dirs))}
+	for p, f := range m.Files {
+		c.Files[p] = f
+	}
+	for p, d := range m.Dirs {
+		c.Dirs[p] = d
+	}
+	return c
 }
 
-// maxSmallFile bounds what is read of manifest.sum.
-const maxSmallFile = 4 << 10
+// stateKey names a manifest's encoding (format 2 is canonical: one tree,
+// one encoding). It is what manifest.sum holds and the local cache files
+// are called.
+func stateKey(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
 
-// hostSum returns the host's manifest.sum when it vouches for the
-// manifest.json actually there (same size), else "": a missing or
-// unreadable sum, or one left from another manifest, is no promise.
-func hostSum(fsys cluster.FS, workdir string) string {
+// delta is what a host's tree has in place of its base manifest's entries:
+// entries set (new or changed) and paths gone.
+type delta struct {
+	base      string // stateKey of the base it applies to
+	files     map[string]manifestFile
+	dirs      map[string]manifestDir
+	goneFiles []string
+	goneDirs  []string
+}
+
+func (d *delta) size() int { return len(d.files) + len(d.dirs) + len(d.goneFiles) + len(d.goneDirs) }
+
+// apply returns base with d's changes (base is not modified).
+func (d *delta) apply(base *manifest) *manifest {
+	m := base.clone()
+	for p, f := range d.files {
+		m.Files[p] = f
+	}
+	for p, e := range d.dirs {
+		m.Dirs[p] = e
+	}
+	for _, p := range d.goneFiles {
+		delete(m.Files, p)
+	}
+	for _, p := range d.goneDirs {
+		delete(m.Dirs, p)
+	}
+	return m
+}
+
+// diffTree is the delta that makes base (whose key is baseKey) into the
+// tree t.
+func diffTree(baseKey string, base *manifest, t *Tree) *delta {
+	d := &delta{base: baseKey, files: map[string]manifestFile{}, dirs: map[string]manifestDir{}}
+	for i := range t.Files {
+		f := fileEntry(&t.Files[i])
+		if base.Files[t.Files[i].Path] != f {
+			d.files[t.Files[i].Path] = f
+		}
+	}
+	for _, dir := range t.Dirs {
+		if e, ok := base.Dirs[dir.Path]; !ok || e != (manifestDir{Mode: dir.Mode}) {
+			d.dirs[dir.Path] = manifestDir{Mode: dir.Mode}
+		}
+	}
+	for p := range base.Files {
+		if !t.hasFile(p) {
+			d.goneFiles = append(d.goneFiles, p)
+		}
+	}
+	for p := range base.Dirs {
+		if !t.hasDir(p) {
+			d.goneDirs = append(d.goneDirs, p)
+		}
+	}
+	sort.Strings(d.goneFiles)
+	sort.Strings(d.goneDirs)
+	return d
+}
+
+// Format 2 is lines of text, one entry each, sorted by path, so that one
+// tree has one encoding and its key can name it:
+//
+//	drover-manifest 2                  (a base or journal; "... delta KEY" for a delta)
+//	f SHA256 SIZE MODE MTIME_NS PATH   (a file; SHA256 "-" when pending)
+//	d MODE PATH                        (a directory; "D" when pending)
+//	-f PATH, -d PATH                   (a delta's removals)
+//
+// MODE is octal permission bits, PATH is Go-quoted (it may hold spaces,
+// newlines or invalid UTF-8). It encodes and decodes about ten times
+// faster than format 1's JSON+gzip, which cost a push with one changed
+// file 20 ms of CPU.
+
+// encodeTree is the manifest of a host holding t, the same bytes as
+// encodeManifest(treeManifest(t)) without building the maps (t is sorted).
+func encodeTree(t *Tree) []byte {
+	b := make([]byte, 0, len(t.Files)*128+len(t.Dirs)*48+32)
+	b = append(b, manifestHeader+"\n"...)
+	for i := range t.Files {
+		b = appendFile(b, t.Files[i].Path, fileEntry(&t.Files[i]))
+	}
+	for _, d := range t.Dirs {
+		b = appendDir(b, d.Path, manifestDir{Mode: d.Mode})
+	}
+	return b
+}
+
+// encodeManifest encodes m in format 2.
+func encodeManifest(m *manifest) []byte {
+	b := make([]byte, 0, len(m.Files)*128+len(m.Dirs)*48+32)
+	b = append(b, manifestHeader+"\n"...)
+	for _, p := range sortedKeys(m.Files) {
+		b = appendFile(b, p, m.Files[p])
+	}
+	for _, p := range sortedKeys(m.Dirs) {
+		b = appendDir(b, p, m.Dirs[p])
+	}
+	return b
+}
+
+func encodeDelta(d *delta) []byte {
+	b := make([]byte, 0, d.size()*128+100)
+	b = append(b, manifestHeader+" delta "+d.base+"\n"...)
+	for _, p := range sortedKeys(d.files) {
+		b = appendFile(b, p, d.files[p])
+	}
+	for _, p := range sortedKeys(d.dirs) {
+		b = appendDir(b, p, d.dirs[p])
+	}
+	for _, p := range d.goneFiles {
+		b = strconv.AppendQuote(append(b, "-f "...), p)
+		b = append(b, '\n')
+	}
+	for _, p := range d.goneDirs {
+		b = strconv.AppendQuote(append(b, "-d "...), p)
+		b = append(b, '\n')
+	}
+	return b
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func appendFile(b []byte, p string, f manifestFile) []byte {
+	b = append(b, "f "...)
+	if f.Pending {
+		b = append(b, '-')
+	} else {
+		b = append(b, f.SHA256...)
+	}
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, f.Size, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, uint64(f.Mode), 8)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, f.MTime, 10)
+	b = append(b, ' ')
+	b = strconv.AppendQuote(b, p)
+	return append(b, '\n')
+}
+
+func appendDir(b []byte, p string, d manifestDir) []byte {
+	if d.Pending {
+		b = append(b, "D "...)
+	} else {
+		b = append(b, "d "...)
+	}
+	b = strconv.AppendUint(b, uint64(d.Mode), 8)
+	b = append(b, ' ')
+	b = strconv.AppendQuote(b, p)
+	return append(b, '\n')
+}
+
+// decodeManifest parses and validates a base manifest or journal, of
+// format 2 or 1. Every path in it is checked with validRel, because a
+// tampered manifest must never make push delete or chmod anything outside
+// the workdir.
+func decodeManifest(data []byte) (*manifest, error) {
+	if len(data) > maxManifestSize {
+		return nil, fmt.Errorf("larger than %d bytes", maxManifestSize)
+	}
+	if !bytes.HasPrefix(data, []byte("drover-manifest ")) {
+		return decodeV1(data)
+	}
+	d, err := decodeV2(data)
+	if err != nil {
+		return nil, err
+	}
+	if d.base != "" || len(d.goneFiles)+len(d.goneDirs) > 0 {
+		return nil, errors.New("a delta where a whole manifest belongs")
+	}
+	return &manifest{Files: d.files, Dirs: d.dirs}, nil
+}
+
+// decodeDelta parses and validates a delta.
+func decodeDelta(data []byte) (*delta, error) {
+	if len(data) > maxManifestSize {
+		return nil, fmt.Errorf("larger than %d bytes", maxManifestSize)
+	}
+	d, err := decodeV2(data)
+	if err == nil && d.base == "" {
+		err = errors.New("not a delta")
+	}
+	return d, err
+}
+
+// decodeV2 parses format 2 into a delta (a base manifest is one without a
+// base key or removals).
+func decodeV2(data []byte) (*delta, error) {
+	// One string for the whole: the paths are cut from it, not copied.
+	header, rest, ok := strings.Cut(string(data), "\n")
+	if !ok {
+		return nil, errors.New("no header line")
+	}
+	d := &delta{files: make(map[string]manifestFile, len(rest)/100), dirs: map[string]manifestDir{}}
+	switch h := header; {
+	case h == manifestHeader:
+	case strings.HasPrefix(h, manifestHeader+" delta "):
+		d.base = strings.TrimPrefix(h, manifestHeader+" delta ")
+		if !isKey(d.base) {
+			return nil, fmt.Errorf("bad header %q", h)
+		}
+	default:
+		return nil, fmt.Errorf("bad header %q", h)
+	}
+	for n := 2; len(rest) > 0; n++ {
+		var line string
+		line, rest, ok = strings.Cut(rest, "\n")
+		if !ok {
+			return nil, fmt.Errorf("line %d: not terminated", n)
+		}
+		if err := d.parseLine(line); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+	}
+	return d, nil
+}
+
+// parseLine adds one entry. It is written for speed (a manifest of 3,000
+// files is parsed at every push that changes anything): fields are cut
+// off the front one by one, and a path without escapes is not unquoted.
+func (d *delta) parseLine(line string) error {
+	kind, rest, _ := strings.Cut(line, " ")
+	var sha, size, mode, mtime string
+	switch kind {
+	case "f":
+		sha, rest, _ = strings.Cut(rest, " ")
+		size, rest, _ = strings.Cut(rest, " ")
+		mode, rest, _ = strings.Cut(rest, " ")
+		mtime, rest, _ = strings.Cut(rest, " ")
+	case "d", "D":
+		mode, rest, _ = strings.Cut(rest, " ")
+	case "-f", "-d":
+	default:
+		return fmt.Errorf("unknown entry %q", kind)
+	}
+	p, err := unquotePath(rest)
+	if err != nil {
+		return err
+	}
+	if err := validRel(p); err != nil {
+		return err
+	}
+	switch kind {
+	case "f":
+		f := manifestFile{SHA256: sha, Pending: sha == "-"}
+		if f.Pending {
+			f.SHA256 = ""
+		} else if !isKey(sha) {
+			return fmt.Errorf("entry %q: bad sha256 %q", p, sha)
+		}
+		var m uint64
+		f.Size, err = strconv.ParseInt(size, 10, 64)
+		if err == nil {
+			m, err = strconv.ParseUint(mode, 8, 32)
+		}
+		if err == nil {
+			f.MTime, err = strconv.ParseInt(mtime, 10, 64)
+		}
+		if err != nil || f.Size < 0 || fs.FileMode(m)&^fs.ModePerm != 0 {
+			return fmt.Errorf("entry %q: bad size, mode or mtime", p)
+		}
+		f.Mode = fs.FileMode(m)
+		if _, dup := d.files[p]; dup {
+			return fmt.Errorf("%q listed twice", p)
+		}
+		d.files[p] = f
+	case "d", "D":
+		m, err := strconv.ParseUint(mode, 8, 32)
+		if err != nil || fs.FileMode(m)&^fs.ModePerm != 0 {
+			return fmt.Errorf("directory entry %q: bad mode", p)
+		}
+		if _, dup := d.dirs[p]; dup {
+			return fmt.Errorf("%q listed twice", p)
+		}
+		d.dirs[p] = manifestDir{Mode: fs.FileMode(m), Pending: kind == "D"}
+	case "-f":
+		d.goneFiles = append(d.goneFiles, p)
+	case "-d":
+		d.goneDirs = append(d.goneDirs, p)
+	}
+	return nil
+}
+
+// unquotePath reads a Go-quoted path; one without escapes (most) is the
+// text between its quotes.
+func unquotePath(q string) (string, error) {
+	if len(q) >= 2 && q[0] == '"' && q[len(q)-1] == '"' && !strings.ContainsAny(q[1:len(q)-1], "\\\"") {
+		return q[1 : len(q)-1], nil
+	}
+	p, err := strconv.Unquote(q)
+	if err != nil {
+		return "", fmt.Errorf("bad path %s", q)
+	}
+	return p, nil
+}
+
+// isKey accepts a hex SHA-256, as drover writes them (lower case).
+func isKey(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// gzipMagic starts a gzip stream: format 1 manifests were JSON, gzipped
+// or (earlier, and by hand) plain.
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// decodeV1 reads format 1, what drovers before format 2 wrote.
+func decodeV1(data []byte) (*manifest, error) {
+	if bytes.HasPrefix(data, gzipMagic) {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, err
+		}
+		w := &limitedBuffer{limit: maxManifestSize}
+		if _, err := io.Copy(w, zr); err != nil {
+			return nil, err
+		}
+		data = w.buf.Bytes()
+	}
+	m := newManifest()
+	if err := json.Unmarshal(data, m); err != nil {
+		return nil, err
+	}
+	if m.Version != 1 {
+		return nil, fmt.Errorf("version %d, want 1 or %q", m.Version, manifestHeader)
+	}
+	if m.Files == nil {
+		m.Files = map[string]manifestFile{}
+	}
+	if m.Dirs == nil {
+		m.Dirs = map[string]manifestDir{}
+	}
+	for p, f := range m.Files {
+		if err := validRel(p); err != nil {
+			return nil, err
+		}
+		if f.Mode&^fs.ModePerm != 0 || f.Size < 0 {
+			return nil, fmt.Errorf("entry %q: bad mode or size", p)
+		}
+		if !f.Pending && !isKey(f.SHA256) {
+			return nil, fmt.Errorf("entry %q: bad sha256 %q", p, f.SHA256)
+		}
+	}
+	for p, d := range m.Dirs {
+		if err := validRel(p); err != nil {
+			return nil, err
+		}
+		if d.Mode&^fs.ModePerm != 0 {
+			return nil, fmt.Errorf("directory entry %q: bad mode", p)
+		}
+	}
+	return m, nil
+}
+
+// validRel accepts only clean, relative, slash-separated paths that stay
+// inside the workdir and outside push's own state directory.
+func validRel(p string) error {
+	bad := func(why string) error { return fmt.Errorf("refusing path %q: %s", p, why) }
+	switch {
+	case p == "" || p == ".":
+		return bad("empty")
+	case strings.HasPrefix(p, "/"):
+		return bad("absolute")
+	case strings.ContainsRune(p, 0):
+		return bad("contains NUL")
+	case strings.HasSuffix(p, "/"):
+		return bad("not a clean path")
+	}
+	for rest := p; rest != ""; {
+		var s string
+		s, rest, _ = strings.Cut(rest, "/")
+		switch s {
+		case "..":
+			return bad("'..' would leave the workdir")
+		case "", ".":
+			return bad("not a clean path")
+		}
+	}
+	if p == stateDir || strings.HasPrefix(p, stateDir+"/") {
+		return bad("inside drover's " + stateDir + " directory")
+	}
+	return nil
+}
+
+// stateSum is what manifest.sum says: the key of the tree on the host,
+// and the key and size of its base manifest (tree == base when there is
+// no delta). The size is checked against the manifest.json actually
+// there, so that removing that file (to make push re-check every file)
+// is not overruled by a sum left beside it.
+type stateSum struct {
+	tree, base string
+	baseSize   int64
+}
+
+// String is the link target manifest.sum is written with.
+func (s stateSum) String() string {
+	return "v2 " + s.tree + " " + s.base + " " + strconv.FormatInt(s.baseSize, 10)
+}
+
+// hostSum returns the host's sum when it vouches for the manifest.json
+// there (the same size), else the zero stateSum: a missing or unparsable
+// sum, one of format 1 (which promised another file), or one left from
+// another manifest, is no promise.
+func hostSum(fsys cluster.FS, workdir string) stateSum {
 	var size int64 = -1
 	done := make(chan struct{})
 	go func() {
@@ -111,64 +546,96 @@ func hostSum(fsys cluster.FS, workdir string) string {
 			size = info.Size()
 		}
 	}()
-	sum, err := readSum(fsys, path.Join(workdir, sumName))
+	target, err := fsys.Readlink(path.Join(workdir, sumName))
 	<-done
-	fields := strings.Fields(sum)
-	if err != nil || len(fields) != 2 || sum != fields[0]+" "+fields[1]+"\n" || fields[1] != strconv.FormatInt(size, 10) {
-		return ""
+	f := strings.Fields(target)
+	if err != nil || len(f) != 4 || f[0] != "v2" || !isKey(f[1]) || !isKey(f[2]) || target != strings.Join(f, " ") ||
+		f[3] != strconv.FormatInt(size, 10) {
+		return stateSum{}
 	}
-	return sum
+	return stateSum{tree: f[1], base: f[2], baseSize: size}
 }
 
-// readSum reads manifest.sum: a symbolic link whose target is the sum,
-// one round trip where a file takes three (open, read, close), which is
-// most of what a push with nothing to do costs. A regular file is read as
-// well: earlier drovers wrote one, and it is replaced at the next push.
-func readSum(fsys cluster.FS, name string) (string, error) {
-	sum, err := fsys.Readlink(name)
-	if err == nil || errors.Is(err, fs.ErrNotExist) {
-		return sum, err
+// writeSum replaces manifest.sum outside a commit, to repair a host whose
+// sum is missing or does not match.
+func writeSum(fsys cluster.FS, workdir string, sum stateSum) error {
+	if err := removeState(fsys, workdir, sumName); err != nil {
+		return err
 	}
-	data, err := readFile(fsys, name, maxSmallFile)
-	return string(data), err
+	return placeSum(fsys, workdir, sum)
 }
 
-// errNoManifest is returned by readManifest when the host has no usable
+// placeSum creates manifest.sum, which must not exist, as a link (one
+// readlink reads it, where a file takes open, read and close): atomic, so
+// a sum is never seen half written.
+func placeSum(fsys cluster.FS, workdir string, sum stateSum) error {
+	if err := fsys.Symlink(sum.String(), path.Join(workdir, sumName)); err != nil {
+		return fmt.Errorf("write %s: %w", sumName, err)
+	}
+	return nil
+}
+
+// errNoManifest is returned by readState when the host has no usable
 // manifest; Sync then compares by stat and deletes nothing.
 var errNoManifest = errors.New("no manifest")
 
-// readManifest loads and validates the manifest at workdir. A missing,
-// unparsable or invalid manifest yields an error wrapping errNoManifest
-// saying why; any other error (permission, lost connection) is returned
-// as is, because falling back would hide it.
-func readManifest(fsys cluster.FS, workdir string) (*manifest, error) {
-	var journal []byte
-	var jerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		journal, jerr = readFile(fsys, path.Join(workdir, journalName), maxManifestSize)
-	}()
-	data, err := readFile(fsys, path.Join(workdir, manifestName), maxManifestSize)
-	<-done
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s does not exist", errNoManifest, manifestName)
+// readState reads the host's manifest without the sum's word for it:
+// base, delta and journal. A missing, unparsable or invalid manifest yields
+// an error wrapping errNoManifest saying why; any other error (permission,
+// lost connection) is returned as is, because falling back would hide it.
+// base is the key and size of a format 2 base manifest (b, remembered in
+// mm); its key is "" for format 1, which no delta can apply to.
+func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (m *manifest, base stateSum, b *manifest, err error) {
+	var files [3][]byte
+	var errs [3]error
+	var wg sync.WaitGroup
+	for i, name := range []string{manifestName, deltaName, journalName} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			files[i], errs[i] = readFile(fsys, path.Join(workdir, name), maxManifestSize)
+		}()
 	}
+	wg.Wait()
+	unusable := func(name string, err error) error {
+		return fmt.Errorf("%w: %s is unusable (%v); comparing by size and mtime instead and deleting nothing", errNoManifest, name, err)
+	}
+	for i, name := range []string{manifestName, deltaName, journalName} {
+		switch {
+		case i == 0 && errors.Is(errs[i], fs.ErrNotExist):
+			return nil, base, nil, fmt.Errorf("%w: %s does not exist", errNoManifest, manifestName)
+		case errs[i] != nil && !errors.Is(errs[i], fs.ErrNotExist):
+			return nil, base, nil, fmt.Errorf("read %s: %w", name, errs[i])
+		}
+	}
+	m, err = decodeManifest(files[0])
 	if err != nil {
-		return nil, fmt.Errorf("read manifest: %w", err)
+		return nil, base, nil, unusable(manifestName, err)
 	}
-	m, err := decodeManifest(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s is unusable (%v); comparing by size and mtime instead and deleting nothing", errNoManifest, manifestName, err)
+	shared := false // m is the memo's, read-only
+	if bytes.HasPrefix(files[0], []byte(manifestHeader)) {
+		base = stateSum{base: stateKey(files[0]), baseSize: int64(len(files[0]))}
+		m, shared = mm.put(base.base, m, files[0]), true
+		b = m
 	}
-	switch {
-	case errors.Is(jerr, fs.ErrNotExist):
-	case jerr != nil:
-		return nil, fmt.Errorf("read %s: %w", journalName, jerr)
-	default:
-		j, err := decodeManifest(journal)
+	if files[1] != nil && base.base != "" {
+		d, err := decodeDelta(files[1])
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s is unusable (%v); comparing by size and mtime instead and deleting nothing", errNoManifest, journalName, err)
+			return nil, base, nil, unusable(deltaName, err)
+		}
+		// A delta over another base is stale (left by a push that
+		// stopped, or by a drover writing format 1): ignored.
+		if d.base == base.base {
+			m, shared = d.apply(m), false
+		}
+	}
+	if files[2] != nil {
+		j, err := decodeManifest(files[2])
+		if err != nil {
+			return nil, base, nil, unusable(journalName, err)
+		}
+		if shared {
+			m = m.clone()
 		}
 		// What an interrupted push was changing is unknown on the host.
 		for p, e := range j.Files {
@@ -181,8 +648,49 @@ func readManifest(fsys cluster.FS, workdir string) (*manifest, error) {
 		}
 		m.journal = true
 	}
-	m.raw = data
-	return m, nil
+	return m, base, b, nil
+}
+
+// readVouched returns the manifest of a host whose sum says it holds tree
+// over base, and the base's: each from mm when known (the local cache
+// usually has both), else read from the host (the base, and the delta
+// when they differ) and checked against its key.
+func readVouched(fsys cluster.FS, workdir string, sum stateSum, mm *manifestMemo) (m, b *manifest, err error) {
+	tree, base := sum.tree, sum.base
+	b, err = mm.get(base, func() (*manifest, []byte, error) {
+		data, err := readFile(fsys, path.Join(workdir, manifestName), maxManifestSize)
+		if err != nil {
+			return nil, nil, err
+		}
+		if stateKey(data) != base {
+			return nil, nil, errors.New("the base manifest changed since its sum was read")
+		}
+		m, err := decodeManifest(data)
+		return m, data, err
+	})
+	if err != nil || tree == base {
+		return b, b, err
+	}
+	m, err = mm.get(tree, func() (*manifest, []byte, error) {
+		data, err := readFile(fsys, path.Join(workdir, deltaName), maxManifestSize)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := decodeDelta(data)
+		if err != nil {
+			return nil, nil, err
+		}
+		if d.base != base {
+			return nil, nil, errors.New("the delta is over another base than its sum says")
+		}
+		m := d.apply(b)
+		data = encodeManifest(m)
+		if stateKey(data) != tree {
+			return nil, nil, errors.New("the manifest changed since its sum was read")
+		}
+		return m, data, nil
+	})
+	return m, b, err
 }
 
 // readFile reads a whole file, refusing one larger than limit bytes so a
@@ -220,131 +728,6 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-// decodeManifest parses and validates a manifest. Every path in it is
-// checked with validRel, because a tampered manifest must never make push
-// delete or chmod anything outside the workdir.
-func decodeManifest(data []byte) (*manifest, error) {
-	if len(data) > maxManifestSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxManifestSize)
-	}
-	if bytes.HasPrefix(data, gzipMagic) {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, err
-		}
-		w := &limitedBuffer{limit: maxManifestSize}
-		if _, err := io.Copy(w, zr); err != nil {
-			return nil, err
-		}
-		data = w.buf.Bytes()
-	}
-	m := newManifest()
-	if err := json.Unmarshal(data, m); err != nil {
-		return nil, err
-	}
-	if m.Version != manifestVersion {
-		return nil, fmt.Errorf("version %d, want %d", m.Version, manifestVersion)
-	}
-	if m.Files == nil {
-		m.Files = map[string]manifestFile{}
-	}
-	if m.Dirs == nil {
-		m.Dirs = map[string]manifestDir{}
-	}
-	for p, f := range m.Files {
-		if err := validRel(p); err != nil {
-			return nil, err
-		}
-		if f.Mode&^fs.ModePerm != 0 || f.Size < 0 {
-			return nil, fmt.Errorf("entry %q: bad mode or size", p)
-		}
-		if !f.Pending {
-			if b, err := hex.DecodeString(f.SHA256); err != nil || len(b) != 32 {
-				return nil, fmt.Errorf("entry %q: bad sha256 %q", p, f.SHA256)
-			}
-		}
-	}
-	for p, d := range m.Dirs {
-		if err := validRel(p); err != nil {
-			return nil, err
-		}
-		if d.Mode&^fs.ModePerm != 0 {
-			return nil, fmt.Errorf("directory entry %q: bad mode", p)
-		}
-	}
-	return m, nil
-}
-
-// validRel accepts only clean, relative, slash-separated paths that stay
-// inside the workdir and outside push's own state directory.
-func validRel(p string) error {
-	bad := func(why string) error { return fmt.Errorf("refusing path %q: %s", p, why) }
-	switch {
-	case p == "" || p == ".":
-		return bad("empty")
-	case strings.HasPrefix(p, "/"):
-		return bad("absolute")
-	case strings.ContainsRune(p, 0):
-		return bad("contains NUL")
-	}
-	for _, s := range strings.Split(p, "/") {
-		switch s {
-		case "..":
-			return bad("'..' would leave the workdir")
-		case "", ".":
-			return bad("not a clean path")
-		}
-	}
-	if p == stateDir || strings.HasPrefix(p, stateDir+"/") {
-		return bad("inside drover's " + stateDir + " directory")
-	}
-	return nil
-}
-
-// gzipMagic starts a gzip stream; a manifest without it is plain JSON (as
-// drover wrote them before, and as people write them by hand).
-var gzipMagic = []byte{0x1f, 0x8b}
-
-// encodeManifest is JSON, gzipped: the hex digests are most of a manifest
-// and a third of its size compressed (466 KB to about 170 KB for 3,000
-// files), and every push that changes anything writes it to every host.
-func encodeManifest(m *manifest) ([]byte, error) {
-	data, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&b, gzip.BestSpeed)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(data); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
-// writeSum replaces manifest.sum outside a commit, to repair a host whose
-// sum is missing or does not match.
-func writeSum(fsys cluster.FS, workdir, sum string) error {
-	if err := removeState(fsys, workdir, sumName); err != nil {
-		return err
-	}
-	return placeSum(fsys, workdir, sum)
-}
-
-// placeSum creates manifest.sum, which must not exist, as a link to sum:
-// atomic, so a sum is never seen half written.
-func placeSum(fsys cluster.FS, workdir, sum string) error {
-	if err := fsys.Symlink(sum, path.Join(workdir, sumName)); err != nil {
-		return fmt.Errorf("write %s: %w", sumName, err)
-	}
-	return nil
-}
-
 // createWith creates (or truncates) name holding data.
 func createWith(fsys cluster.FS, name string, data []byte) error {
 	w, err := fsys.Create(name)
@@ -366,15 +749,17 @@ func removeState(fsys cluster.FS, workdir, name string) error {
 	return nil
 }
 
-// manifestMemo shares manifests between the concurrent Syncs of one push.
-// Hosts usually hold the same manifest (every host got the same tree), so
-// it is read, checked and decoded once, not once per host, and not read
-// from any host when the local cache (CacheDir/manifests/) has it: the
-// push that wrote it put it there. Decoded manifests are read-only.
+// manifestMemo shares manifests between the concurrent Syncs of one push,
+// by key. Hosts usually hold the same manifest (every host got the same
+// tree), so it is read, checked and decoded once, not once per host, and
+// not read from any host when the local cache (CacheDir/manifests/) has
+// it: the push that wrote it put it there. Decoded manifests are
+// read-only; so are the deltas computed from them.
 type manifestMemo struct {
 	cacheDir string // "" for no local cache
 	mu       sync.Mutex
-	bySum    map[string]*memoEntry
+	byKey    map[string]*memoEntry
+	deltas   map[string]*deltaEntry // by base key, for this push's tree
 }
 
 type memoEntry struct {
@@ -383,114 +768,123 @@ type memoEntry struct {
 	err  error
 }
 
-func newManifestMemo(cacheDir string) *manifestMemo {
-	return &manifestMemo{cacheDir: cacheDir, bySum: map[string]*memoEntry{}}
+type deltaEntry struct {
+	once sync.Once
+	data []byte
 }
 
-// get returns the manifest whose sum is sum, from the memo, the local
-// cache or fetch (the first caller's; later callers share its result).
-// An error means the caller should read its own host's manifest.
-func (mm *manifestMemo) get(sum string, fetch func() ([]byte, error)) (*manifest, error) {
+func newManifestMemo(cacheDir string) *manifestMemo {
+	return &manifestMemo{cacheDir: cacheDir, byKey: map[string]*memoEntry{}, deltas: map[string]*deltaEntry{}}
+}
+
+func (mm *manifestMemo) entry(key string) *memoEntry {
 	mm.mu.Lock()
-	e := mm.bySum[sum]
+	defer mm.mu.Unlock()
+	e := mm.byKey[key]
 	if e == nil {
 		e = &memoEntry{}
-		mm.bySum[sum] = e
+		mm.byKey[key] = e
 	}
-	mm.mu.Unlock()
-	e.once.Do(func() { e.m, e.err = mm.load(sum, fetch) })
+	return e
+}
+
+// get returns the manifest whose key is key, from the memo, the local
+// cache or fetch (the first caller's; later callers share its result).
+// fetch returns the manifest and its encoding, which the local cache
+// keeps. An error means the caller should read its own host's state.
+func (mm *manifestMemo) get(key string, fetch func() (*manifest, []byte, error)) (*manifest, error) {
+	e := mm.entry(key)
+	e.once.Do(func() {
+		if data := mm.cached(key); data != nil {
+			if e.m, e.err = decodeManifest(data); e.err == nil {
+				return
+			}
+		}
+		var data []byte
+		if e.m, data, e.err = fetch(); e.err == nil {
+			mm.store(key, data)
+		}
+	})
 	return e.m, e.err
 }
 
-func (mm *manifestMemo) load(sum string, fetch func() ([]byte, error)) (*manifest, error) {
-	data := mm.cached(sum)
-	if data == nil {
-		var err error
-		if data, err = fetch(); err != nil {
-			return nil, err
-		}
-		if manifestSum(data) != sum {
-			return nil, errors.New("manifest changed since its sum was read")
-		}
+// put records a manifest read without its sum's word (its key computed
+// from its bytes) and returns the memo's manifest for key: m, unless
+// another host's was there first.
+func (mm *manifestMemo) put(key string, m *manifest, data []byte) *manifest {
+	e := mm.entry(key)
+	e.once.Do(func() {
+		e.m = m
+		mm.store(key, data)
+	})
+	if e.err != nil {
+		return m
 	}
-	m, err := decodeManifest(data)
-	if err != nil {
-		return nil, err
-	}
-	m.raw = data
-	return m, nil
+	return e.m
 }
 
-// cacheKeep is how many manifests the local cache keeps: the current tree
-// and a few before it, for hosts that missed a push.
-const cacheKeep = 4
-
-func (mm *manifestMemo) cachePath(sum string) string {
-	digest, _, _ := strings.Cut(sum, " ")
-	return filepath.Join(mm.cacheDir, "manifests", digest)
+// deltaFor is the encoded delta that makes the base (key base, decoded b)
+// into t, or nil when a whole manifest is the better write: when the delta
+// would list more than a quarter of the tree's entries, so that reading
+// base and delta never costs much more than reading one manifest.
+func (mm *manifestMemo) deltaFor(base string, b *manifest, t *Tree) []byte {
+	mm.mu.Lock()
+	e := mm.deltas[base]
+	if e == nil {
+		e = &deltaEntry{}
+		mm.deltas[base] = e
+	}
+	mm.mu.Unlock()
+	e.once.Do(func() {
+		d := diffTree(base, b, t)
+		if d.size() <= max(maxDeltaMin, (len(t.Files)+len(t.Dirs))/4) {
+			e.data = encodeDelta(d)
+		}
+	})
+	return e.data
 }
 
-// cached returns the cached manifest with this sum, or nil.
-func (mm *manifestMemo) cached(sum string) []byte {
+// maxDeltaMin is the most entries a delta always may hold, however small
+// the tree.
+const maxDeltaMin = 64
+
+// cacheKeep is how many manifests the local cache keeps: the current tree,
+// the bases hosts hold and a few before, for hosts that missed a push.
+const cacheKeep = 6
+
+func (mm *manifestMemo) cachePath(key string) string {
+	return filepath.Join(mm.cacheDir, "manifests", key)
+}
+
+// cached returns the cached manifest with this key, or nil.
+func (mm *manifestMemo) cached(key string) []byte {
 	if mm.cacheDir == "" {
 		return nil
 	}
-	data, err := os.ReadFile(mm.cachePath(sum))
-	if err != nil || manifestSum(data) != sum {
+	data, err := os.ReadFile(mm.cachePath(key))
+	if err != nil || stateKey(data) != key {
 		return nil
 	}
 	now := time.Now()
-	_ = os.Chtimes(mm.cachePath(sum), now, now) // recently used: kept
+	_ = os.Chtimes(mm.cachePath(key), now, now) // recently used: kept
 	return data
 }
 
 // store puts a manifest in the local cache (best effort, like the digest
-// cache) and trims the cache to the cacheKeep most recently used.
-func (mm *manifestMemo) store(sum string, data []byte) {
-	if mm.cacheDir == "" || mm.cached(sum) != nil {
+// cache) and trims the cache to the cacheKeep most recently used. One
+// already there (a file of the right size: the name is its digest) is
+// only marked used.
+func (mm *manifestMemo) store(key string, data []byte) {
+	if mm.cacheDir == "" {
 		return
 	}
-	if writeFileAtomic(mm.cachePath(sum), data) {
-		prune(filepath.Dir(mm.cachePath(sum)), cacheKeep)
+	if info, err := os.Stat(mm.cachePath(key)); err == nil && info.Size() == int64(len(data)) {
+		now := time.Now()
+		_ = os.Chtimes(mm.cachePath(key), now, now)
+		return
 	}
-}
-
-// treeKey names what a tree's manifest is encoded from (every entry and
-// the format), so that the encoding can be looked up instead of redone:
-// encoding and compressing 3,000 entries took 7 ms of every push.
-func treeKey(t *Tree) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "manifest v%d json+gzip\n", manifestVersion)
-	for _, f := range t.Files {
-		fmt.Fprintf(h, "f %q %s %d %o %d\n", f.Path, f.SHA256, f.Size, f.Mode, f.ModTime.UnixNano())
-	}
-	for _, d := range t.Dirs {
-		fmt.Fprintf(h, "d %q %o\n", d.Path, d.Mode)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-func (mm *manifestMemo) treePath(key string) string {
-	return filepath.Join(mm.cacheDir, "manifests", "by-tree", key)
-}
-
-// forTree returns the cached encoding of the tree with this key, or nil.
-func (mm *manifestMemo) forTree(key string) []byte {
-	if mm.cacheDir == "" {
-		return nil
-	}
-	sum, err := os.ReadFile(mm.treePath(key))
-	if err != nil {
-		return nil
-	}
-	return mm.cached(string(sum))
-}
-
-// rememberTree records which manifest (by sum) the tree with this key
-// encodes to.
-func (mm *manifestMemo) rememberTree(key, sum string) {
-	if mm.cacheDir != "" && writeFileAtomic(mm.treePath(key), []byte(sum)) {
-		prune(filepath.Dir(mm.treePath(key)), 4*cacheKeep)
+	if writeFileAtomic(mm.cachePath(key), data) {
+		prune(filepath.Dir(mm.cachePath(key)), cacheKeep)
 	}
 }
 

@@ -14,7 +14,6 @@
 package push
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -110,8 +109,20 @@ type Tree struct {
 	Bytes int64
 
 	manifest []byte // the manifest a host holds once it has this tree
-	sum      string // manifestSum(manifest)
+	key      string // stateKey(manifest)
 	known    *manifestMemo
+}
+
+// hasFile says whether the tree has a file at p (Files is sorted).
+func (t *Tree) hasFile(p string) bool {
+	i := sort.Search(len(t.Files), func(i int) bool { return t.Files[i].Path >= p })
+	return i < len(t.Files) && t.Files[i].Path == p
+}
+
+// hasDir says whether the tree has a directory at p (Dirs is sorted).
+func (t *Tree) hasDir(p string) bool {
+	i := sort.Search(len(t.Dirs), func(i int) bool { return t.Dirs[i].Path >= p })
+	return i < len(t.Dirs) && t.Dirs[i].Path == p
 }
 
 // File is one regular file of the tree. A symlink inside the code directory
@@ -189,20 +200,13 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	for _, f := range t.Files {
 		t.Bytes += f.Size
 	}
-	// Encoded once here, not once per host: every host gets the same. A
-	// tree pushed before has its encoding in the local cache.
+	// Encoded once here, not once per host: every host gets the same. The
+	// local cache keeps it for the next push, which will find it named by
+	// the hosts' sums.
+	t.manifest = encodeTree(t)
+	t.key = stateKey(t.manifest)
 	t.known = newManifestMemo(opts.CacheDir)
-	key := treeKey(t)
-	if t.manifest = t.known.forTree(key); t.manifest != nil {
-		t.sum = manifestSum(t.manifest)
-		return t, nil
-	}
-	if t.manifest, err = encodeManifest(treeManifest(t)); err != nil {
-		return nil, fmt.Errorf("encode manifest: %w", err)
-	}
-	t.sum = manifestSum(t.manifest)
-	t.known.store(t.sum, t.manifest)
-	t.known.rememberTree(key, t.sum)
+	t.known.store(t.key, t.manifest)
 	return t, nil
 }
 
@@ -410,6 +414,14 @@ type plan struct {
 	chdirs   []Dir     // existing directories whose mode changed
 	hadTmp   bool      // leftovers of an interrupted push to remove
 	unchange int
+	// base names the host's base manifest (format 2; base.base is ""
+	// when there is none a delta could go over); delta, when not nil, is
+	// what commit writes over it instead of a whole new manifest.
+	base  stateSum
+	delta []byte
+	// rewrite: the tree is up to date but its state files are not (a
+	// format 1 manifest without a sum): commit writes them anyway.
+	rewrite bool
 	// roots are new directories staged whole under tmpDir/t, moved into
 	// place with one rename each (stageTrees); tmp[i] is then where
 	// send[i] waits, tmpName(i) when tmp is nil.
@@ -460,7 +472,7 @@ func (s *syncer) run(ctx context.Context) error {
 			return fmt.Errorf("remove leftovers of an interrupted push in %s: %w", tmpDir, err)
 		}
 	}
-	if p.empty() {
+	if p.empty() && !p.rewrite {
 		s.report(func(pr *Progress) { pr.Phase = PhaseDone })
 		return nil
 	}
@@ -507,30 +519,36 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 	}()
 	sum := hostSum(s.fs, s.workdir)
 	wg.Wait()
-	if sum == s.tree.sum && !p.hadTmp {
+	if sum.tree == s.tree.key && !p.hadTmp {
 		p.unchange = len(s.tree.Files)
 		return p, nil
 	}
-	var old *manifest
+	mm := s.tree.known
+	var old, baseM *manifest
 	var err error
-	if sum != "" {
-		old, err = s.tree.known.get(sum, func() ([]byte, error) {
-			return readFile(s.fs, s.remote(manifestName), maxManifestSize)
-		})
+	if sum.tree != "" {
+		old, baseM, err = readVouched(s.fs, s.workdir, sum, mm)
 	}
-	if sum == "" || err != nil {
-		old, err = readManifest(s.fs, s.workdir)
+	if sum.tree == "" || err != nil {
+		old, sum, baseM, err = readState(s.fs, s.workdir, mm)
 	}
 	switch {
 	case err == nil:
 		p.old = old
 		s.planFromManifest(p)
-		if p.empty() && !p.hadTmp && !old.journal && bytes.Equal(old.raw, s.tree.manifest) {
-			// Up to date but without a sum (a push by an older drover, or
-			// the sum lost): write it so the next push is cheap again.
-			if err := writeSum(s.fs, s.workdir, s.tree.sum); err != nil {
+		if p.empty() && !p.hadTmp && !old.journal && stateKey(encodeManifest(old)) == s.tree.key {
+			// Up to date but without a sum (lost, or a push by an older
+			// drover): write it so that the next push is cheap again.
+			// A format 1 manifest is replaced first.
+			if sum.base == "" {
+				p.rewrite = true
+			} else if err := writeSum(s.fs, s.workdir, stateSum{s.tree.key, sum.base, sum.baseSize}); err != nil {
 				s.res.Warnings = append(s.res.Warnings, err.Error())
 			}
+		}
+		if baseM != nil {
+			p.base = sum
+			p.delta = mm.deltaFor(sum.base, baseM, s.tree)
 		}
 		return p, nil
 	case errors.Is(err, errNoManifest):
@@ -742,25 +760,27 @@ func (r *sendReader) Read(b []byte) (int, error) {
 
 // Where run stages the state files for commit, under tmpDir.
 const (
-	finalStaged   = tmpDir + "/manifest-final.json"   // the new manifest
+	finalStaged   = tmpDir + "/manifest-final.json"   // the new manifest ...
+	deltaStaged   = tmpDir + "/manifest.delta"        // ... or the delta over the host's
 	pendingStaged = tmpDir + "/pending.json"          // the journal ...
 	claimStaged   = tmpDir + "/manifest-pending.json" // ... or, without a manifest, a whole pending one
 )
 
 // stage writes the state files commit will rename into place: the new
-// manifest, and what marks the changing entries pending. (The sum is a
-// link, created in place at the end.)
+// manifest or delta, and what marks the changing entries pending. (The sum
+// is a link, created in place at the end.)
 func (s *syncer) stage(p *plan) error {
-	files := map[string][]byte{finalStaged: s.tree.manifest}
-	var err error
+	files := map[string][]byte{}
+	if p.delta != nil {
+		files[deltaStaged] = p.delta
+	} else {
+		files[finalStaged] = s.tree.manifest
+	}
 	switch {
 	case p.old == nil:
-		files[claimStaged], err = encodeManifest(s.pendingManifest(p))
+		files[claimStaged] = encodeManifest(s.pendingManifest(p))
 	case p.journaled():
-		files[pendingStaged], err = encodeManifest(s.journal(p))
-	}
-	if err != nil {
-		return fmt.Errorf("encode the pending entries: %w", err)
+		files[pendingStaged] = encodeManifest(s.journal(p))
 	}
 	var fns []func() error
 	for name, data := range files {
@@ -779,10 +799,15 @@ func (s *syncer) stage(p *plan) error {
 // change is recorded as pending (the staged journal, or a whole manifest
 // when there was none, moved into place), so that if the push stops now
 // the next one re-sends those entries rather than trusting the old
-// manifest. The two go in parallel: a journal beside a still-valid sum is
+// manifest. They go in parallel: a journal beside a still-valid sum is
 // ignored, and the tree has not changed yet.
 func (s *syncer) markHost(p *plan) error {
 	fns := []func() error{func() error { return removeState(s.fs, s.workdir, sumName) }}
+	if p.delta == nil {
+		// A delta left over a base with the key of the one written
+		// now (a tree pushed again) would apply to it.
+		fns = append(fns, func() error { return removeState(s.fs, s.workdir, deltaName) })
+	}
 	switch {
 	case p.old == nil:
 		fns = append(fns, func() error { return s.place(claimStaged, manifestName) })
@@ -856,6 +881,11 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 		_ = s.fs.Remove(s.remote(d))
 	}
 	placeManifest := func() error { return s.place(finalStaged, manifestName) }
+	sum := stateSum{tree: s.tree.key, base: s.tree.key, baseSize: int64(len(s.tree.manifest))}
+	if p.delta != nil {
+		placeManifest = func() error { return s.place(deltaStaged, deltaName) }
+		sum.base, sum.baseSize = p.base.base, p.base.baseSize
+	}
 	if p.journaled() {
 		// The journal marks every entry the change touches as pending,
 		// over whichever manifest is beside it: the new one may land
@@ -887,7 +917,7 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 			}
 			return nil
 		},
-		func() error { return placeSum(s.fs, s.workdir, s.tree.sum) },
+		func() error { return placeSum(s.fs, s.workdir, sum) },
 		func() error {
 			rm := s.fs.Remove
 			if len(p.roots) > 0 {

@@ -2,6 +2,7 @@ package push
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,8 @@ var coreTests = []struct {
 	{"TypeChanges", testTypeChanges},
 	{"EditedAfterScan", testEditedAfterScan},
 	{"SumLostThenRepaired", testSumLostThenRepaired},
+	{"Deltas", testDeltas},
+	{"Format1Upgraded", testFormat1Upgraded},
 	{"ManifestFromLocalCache", testManifestFromLocalCache},
 	{"ManyFilesMixedModes", testManyFilesMixedModes},
 	{"Streamed", testStreamed},
@@ -177,16 +180,16 @@ func testOneChangedFile(e *env) {
 	assert.Equal(t, int64(len("print('v2')\n")), res.BytesSent)
 	assert.Equal(t, len(v1)-1, res.FilesUnchanged)
 	assert.Equal(t, 1, c.uploads(), "files uploaded")
-	// The manifest is written once (the final one); what is pending while
-	// files move into place goes in the small journal, not in a second
-	// copy of the manifest.
+	// The manifest is not written again: a delta over it says what
+	// changed, and what is pending while files move into place goes in
+	// the small journal.
 	var state []string
 	for _, p := range c.created {
 		if !strings.Contains(p, tmpDir+"/f") {
 			state = append(state, path.Base(p))
 		}
 	}
-	assert.ElementsMatch(t, []string{"pending.json", "manifest-final.json"}, state, "state files written")
+	assert.ElementsMatch(t, []string{"pending.json", "manifest.delta"}, state, "state files written")
 	assert.Equal(t, 1, c.n(opSymlink), "the sum, a link")
 	got, err := e.readRemote("train.py")
 	require.NoError(t, err)
@@ -279,29 +282,36 @@ func testTamperedManifest(e *env) {
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
 
-	for _, bad := range []string{"../outside.txt", "lib/../../outside.txt", "/etc/passwd", ".drover/manifest.json", "./train.py"} {
-		t.Run(bad, func(t *testing.T) {
-			m := newManifest()
-			m.Files[bad] = manifestFile{SHA256: strings.Repeat("0", 64), Size: 8, Mode: 0o644}
-			data, err := json.Marshal(m)
-			require.NoError(t, err)
-			e.writeRemote(manifestName, string(data))
+	for _, bad := range []string{"../outside.txt", "lib/../../outside.txt", "/etc/passwd", ".drover/manifest.json", "./train.py", "lib/"} {
+		for _, format := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s format %d", bad, format), func(t *testing.T) {
+				m := newManifest()
+				m.Files[bad] = manifestFile{SHA256: strings.Repeat("0", 64), Size: 8, Mode: 0o644}
+				data := encodeManifest(m)
+				if format == 1 {
+					m.Version = 1
+					var err error
+					data, err = json.Marshal(m)
+					require.NoError(t, err)
+				}
+				e.writeRemote(manifestName, string(data))
 
-			res, err := Sync(context.Background(), e.fs, "h0", e.scan(Options{}), e.dir, Options{})
-			require.NoError(t, err)
-			assert.Equal(t, 0, res.FilesDeleted)
-			require.Len(t, res.Warnings, 1)
-			assert.Contains(t, res.Warnings[0], "refusing path")
-			r, err := e.fs.Open(outside)
-			require.NoError(t, err, "file outside the workdir")
-			got, _ := io.ReadAll(r)
-			r.Close()
-			assert.Equal(t, "precious", string(got))
-			// The manifest was rewritten and is trusted again.
-			res = e.push(nil, Options{})
-			assert.Empty(t, res.Warnings)
-			assert.Equal(t, len(v1), res.FilesUnchanged)
-		})
+				res, err := Sync(context.Background(), e.fs, "h0", e.scan(Options{}), e.dir, Options{})
+				require.NoError(t, err)
+				assert.Equal(t, 0, res.FilesDeleted)
+				require.Len(t, res.Warnings, 1)
+				assert.Contains(t, res.Warnings[0], "refusing path")
+				r, err := e.fs.Open(outside)
+				require.NoError(t, err, "file outside the workdir")
+				got, _ := io.ReadAll(r)
+				r.Close()
+				assert.Equal(t, "precious", string(got))
+				// The manifest was rewritten and is trusted again.
+				res = e.push(nil, Options{})
+				assert.Empty(t, res.Warnings)
+				assert.Equal(t, len(v1), res.FilesUnchanged)
+			})
+		}
 	}
 }
 
@@ -659,53 +669,56 @@ func testEditedAfterScan(e *env) {
 	assert.Equal(t, old, e.remote(), "the host must keep the previous tree")
 }
 
-// testSumLostThenRepaired: without manifest.sum (a workdir pushed by an
-// older drover) a push reads the manifest, finds nothing to do and writes
-// the sum, so that the next push reads only the sum again.
+// testSumLostThenRepaired: without manifest.sum (lost, or a sum of
+// format 1, which promised something else) a push reads the manifest
+// (base and delta), finds nothing to do and writes the sum, so that the
+// next push reads only the sum again.
 func testSumLostThenRepaired(e *env) {
 	t := e.t
 	writeFiles(t, e.local, v1)
 	e.push(nil, Options{})
-	require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
-
-	c := newCountingFS(e.fs)
-	res := e.push(c, Options{})
-	assert.Equal(t, 0, res.FilesSent)
-	assert.Contains(t, c.opened, path.Join(e.dir, manifestName), "without a sum the manifest is read")
-	sum, err := e.fs.Readlink(path.Join(e.dir, sumName))
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v2')\n"})
+	e.push(nil, Options{}) // a delta over the first push's manifest
+	tree := e.scan(Options{})
+	want, err := e.fs.Readlink(path.Join(e.dir, sumName))
 	require.NoError(t, err)
-	assert.Equal(t, e.scan(Options{}).sum, sum)
+	sum := hostSum(e.fs, e.dir)
+	require.Equal(t, tree.key, sum.tree)
+	require.NotEqual(t, tree.key, sum.base, "the second push wrote a delta")
+	require.Equal(t, sum.String(), want)
 
-	c = newCountingFS(e.fs)
-	e.push(c, Options{})
-	assert.Equal(t, []string{path.Join(e.dir, sumName)}, c.opened)
+	wrongSize := sum
+	wrongSize.baseSize++
+	for _, bad := range []string{"", strings.Repeat("0", 64) + " 12\n", "v2 " + tree.key, "v2 " + tree.key + " " + strings.Repeat("x", 64) + " 1",
+		wrongSize.String()} {
+		require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
+		if bad != "" {
+			require.NoError(t, e.fs.Symlink(bad, path.Join(e.dir, sumName)))
+		}
+		c := newCountingFS(e.fs)
+		res := e.push(c, Options{})
+		assert.Equal(t, 0, res.FilesSent, "sum %q", bad)
+		assert.Empty(t, res.Warnings)
+		assert.Contains(t, c.opened, path.Join(e.dir, manifestName), "without a sum the manifest is read")
+		assert.Contains(t, c.opened, path.Join(e.dir, deltaName), "... and the delta")
+		got, err := e.fs.Readlink(path.Join(e.dir, sumName))
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "sum repaired")
+		assert.Zero(t, c.n(opCreate), "nothing but the sum is written")
 
-	// A sum that does not match the manifest.json beside it (another
-	// size) promises nothing: the manifest is read and trusted, and the
-	// sum repaired.
+		c = newCountingFS(e.fs)
+		e.push(c, Options{})
+		assert.Equal(t, []string{path.Join(e.dir, sumName)}, c.opened)
+	}
+
+	// A sum in a regular file (format 1) is no promise either.
 	require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
-	require.NoError(t, e.fs.Symlink(strings.Repeat("0", 64)+" 12\n", path.Join(e.dir, sumName)))
-	c = newCountingFS(e.fs)
-	res = e.push(c, Options{})
+	e.writeRemote(sumName, want)
+	res := e.push(nil, Options{})
 	assert.Equal(t, 0, res.FilesSent)
-	assert.Contains(t, c.opened, path.Join(e.dir, manifestName))
-	sum, err = e.fs.Readlink(path.Join(e.dir, sumName))
+	got, err := e.fs.Readlink(path.Join(e.dir, sumName))
 	require.NoError(t, err)
-	assert.Equal(t, e.scan(Options{}).sum, sum)
-
-	// A sum in a regular file (what earlier drovers wrote) is read too,
-	// and replaced by a link at the next push that changes anything.
-	require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
-	e.writeRemote(sumName, e.scan(Options{}).sum)
-	c = newCountingFS(e.fs)
-	res = e.push(c, Options{})
-	assert.Equal(t, 0, res.FilesSent)
-	assert.NotContains(t, c.opened, path.Join(e.dir, manifestName), "the file sum vouches for the manifest")
-	writeFiles(t, e.local, map[string]string{"train.py": "print('v3')\n"})
-	e.push(nil, Options{})
-	sum, err = e.fs.Readlink(path.Join(e.dir, sumName))
-	require.NoError(t, err)
-	assert.Equal(t, e.scan(Options{}).sum, sum)
+	assert.Equal(t, want, got)
 }
 
 // testManifestFromLocalCache: the push that wrote a manifest keeps a copy
@@ -798,18 +811,29 @@ func TestManifestReadOnceForHosts(t *testing.T) {
 	assert.Equal(t, 1, n, "manifest reads for three hosts holding the same one: %q", c.opened)
 }
 
-// TestDecodePlainJSONManifest: manifests written before they were gzipped
-// (and hand-written ones) still read.
-func TestDecodePlainJSONManifest(t *testing.T) {
-	m, err := decodeManifest([]byte(`{"version": 1, "files": {"a.py": {"sha256": "` + strings.Repeat("ab", 32) + `", "size": 3, "mode": 420}}}`))
+// TestDecodeFormat1: manifests of format 1 (JSON, gzipped or plain, as
+// earlier drovers wrote them and people write them by hand) still read.
+func TestDecodeFormat1(t *testing.T) {
+	plain := `{"version": 1, "files": {"a.py": {"sha256": "` + strings.Repeat("ab", 32) + `", "size": 3, "mode": 420, "mtime_ns": 7},
+		"b.py": {"size": 1, "mode": 384, "pending": true}}, "dirs": {"lib": {"mode": 493}}}`
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err := zw.Write([]byte(plain))
 	require.NoError(t, err)
-	assert.Equal(t, int64(3), m.Files["a.py"].Size)
-	data, err := encodeManifest(m)
-	require.NoError(t, err)
-	assert.True(t, bytes.HasPrefix(data, gzipMagic))
-	back, err := decodeManifest(data)
-	require.NoError(t, err)
-	assert.Equal(t, m.Files, back.Files)
+	require.NoError(t, zw.Close())
+	for name, data := range map[string][]byte{"plain": []byte(plain), "gzip": gz.Bytes()} {
+		m, err := decodeManifest(data)
+		require.NoError(t, err, name)
+		assert.Equal(t, map[string]manifestFile{
+			"a.py": {SHA256: strings.Repeat("ab", 32), Size: 3, Mode: 0o644, MTime: 7},
+			"b.py": {Size: 1, Mode: 0o600, Pending: true},
+		}, m.Files, name)
+		assert.Equal(t, map[string]manifestDir{"lib": {Mode: 0o755}}, m.Dirs, name)
+		back, err := decodeManifest(encodeManifest(m))
+		require.NoError(t, err, name)
+		assert.Equal(t, m.Files, back.Files, "%s in format 2", name)
+		assert.Equal(t, m.Dirs, back.Dirs, "%s in format 2", name)
+	}
 }
 
 // testManyFilesMixedModes pushes enough files for the push to learn the
