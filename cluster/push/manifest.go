@@ -150,36 +150,6 @@ func (d *delta) apply(base *manifest) *manifest {
 	return m
 }
 
-// diffTree is the delta that makes base (whose key is baseKey) into the
-// tree t.
-func diffTree(baseKey string, base *manifest, t *Tree) *delta {
-	d := &delta{base: baseKey, files: map[string]manifestFile{}, dirs: map[string]manifestDir{}}
-	for i := range t.Files {
-		f := fileEntry(&t.Files[i])
-		if base.Files[t.Files[i].Path] != f {
-			d.files[t.Files[i].Path] = f
-		}
-	}
-	for _, dir := range t.Dirs {
-		if e, ok := base.Dirs[dir.Path]; !ok || e != (manifestDir{Mode: dir.Mode}) {
-			d.dirs[dir.Path] = manifestDir{Mode: dir.Mode}
-		}
-	}
-	for p := range base.Files {
-		if !t.hasFile(p) {
-			d.goneFiles = append(d.goneFiles, p)
-		}
-	}
-	for p := range base.Dirs {
-		if !t.hasDir(p) {
-			d.goneDirs = append(d.goneDirs, p)
-		}
-	}
-	sort.Strings(d.goneFiles)
-	sort.Strings(d.goneDirs)
-	return d
-}
-
 // Format 2 is lines of text, one entry each, sorted by path, so that one
 // tree has one encoding and its key can name it:
 //
@@ -344,10 +314,44 @@ func decodeV2(data []byte) (*delta, error) {
 	return d, nil
 }
 
-// parseLine adds one entry. It is written for speed (a manifest of 3,000
-// files is parsed at every push that changes anything): fields are cut
-// off the front one by one, and a path without escapes is not unquoted.
 func (d *delta) parseLine(line string) error {
+	e, err := parseEntry(line)
+	if err != nil {
+		return err
+	}
+	switch e.kind {
+	case "f":
+		if _, dup := d.files[e.path]; dup {
+			return fmt.Errorf("%q listed twice", e.path)
+		}
+		d.files[e.path] = e.file
+	case "d":
+		if _, dup := d.dirs[e.path]; dup {
+			return fmt.Errorf("%q listed twice", e.path)
+		}
+		d.dirs[e.path] = e.dir
+	case "-f":
+		d.goneFiles = append(d.goneFiles, e.path)
+	case "-d":
+		d.goneDirs = append(d.goneDirs, e.path)
+	}
+	return nil
+}
+
+// lineEntry is one line of format 2: a file ("f"), a directory ("d",
+// pending or not) or a removal ("-f", "-d").
+type lineEntry struct {
+	kind string
+	path string
+	file manifestFile
+	dir  manifestDir
+}
+
+// parseEntry parses and validates one line. It is written for speed (a
+// manifest of 3,000 files is read at every push that changes anything):
+// fields are cut off the front one by one, and a path without escapes is
+// not unquoted.
+func parseEntry(line string) (lineEntry, error) {
 	kind, rest, _ := strings.Cut(line, " ")
 	var sha, size, mode, mtime string
 	switch kind {
@@ -360,22 +364,23 @@ func (d *delta) parseLine(line string) error {
 		mode, rest, _ = strings.Cut(rest, " ")
 	case "-f", "-d":
 	default:
-		return fmt.Errorf("unknown entry %q", kind)
+		return lineEntry{}, fmt.Errorf("unknown entry %q", kind)
 	}
 	p, err := unquotePath(rest)
 	if err != nil {
-		return err
+		return lineEntry{}, err
 	}
 	if err := validRel(p); err != nil {
-		return err
+		return lineEntry{}, err
 	}
+	e := lineEntry{kind: kind, path: p}
 	switch kind {
 	case "f":
 		f := manifestFile{SHA256: sha, Pending: sha == "-"}
 		if f.Pending {
 			f.SHA256 = ""
 		} else if !isKey(sha) {
-			return fmt.Errorf("entry %q: bad sha256 %q", p, sha)
+			return e, fmt.Errorf("entry %q: bad sha256 %q", p, sha)
 		}
 		var m uint64
 		f.Size, err = strconv.ParseInt(size, 10, 64)
@@ -386,28 +391,18 @@ func (d *delta) parseLine(line string) error {
 			f.MTime, err = strconv.ParseInt(mtime, 10, 64)
 		}
 		if err != nil || f.Size < 0 || fs.FileMode(m)&^fs.ModePerm != 0 {
-			return fmt.Errorf("entry %q: bad size, mode or mtime", p)
+			return e, fmt.Errorf("entry %q: bad size, mode or mtime", p)
 		}
 		f.Mode = fs.FileMode(m)
-		if _, dup := d.files[p]; dup {
-			return fmt.Errorf("%q listed twice", p)
-		}
-		d.files[p] = f
+		e.file = f
 	case "d", "D":
 		m, err := strconv.ParseUint(mode, 8, 32)
 		if err != nil || fs.FileMode(m)&^fs.ModePerm != 0 {
-			return fmt.Errorf("directory entry %q: bad mode", p)
+			return e, fmt.Errorf("directory entry %q: bad mode", p)
 		}
-		if _, dup := d.dirs[p]; dup {
-			return fmt.Errorf("%q listed twice", p)
-		}
-		d.dirs[p] = manifestDir{Mode: fs.FileMode(m), Pending: kind == "D"}
-	case "-f":
-		d.goneFiles = append(d.goneFiles, p)
-	case "-d":
-		d.goneDirs = append(d.goneDirs, p)
+		e.kind, e.dir = "d", manifestDir{Mode: fs.FileMode(m), Pending: kind == "D"}
 	}
-	return nil
+	return e, nil
 }
 
 // unquotePath reads a Go-quoted path; one without escapes (most) is the
@@ -580,12 +575,14 @@ func placeSum(fsys cluster.FS, workdir string, sum stateSum) error {
 var errNoManifest = errors.New("no manifest")
 
 // readState reads the host's manifest without the sum's word for it:
-// base, delta and journal. A missing, unparsable or invalid manifest yields
-// an error wrapping errNoManifest saying why; any other error (permission,
-// lost connection) is returned as is, because falling back would hide it.
-// base is the key and size of a format 2 base manifest (b, remembered in
-// mm); its key is "" for format 1, which no delta can apply to.
-func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (m *manifest, base stateSum, b *manifest, err error) {
+// base, delta and journal, and returns it encoded (format 2, every entry
+// the journal lists pending). A missing, unparsable or invalid manifest
+// yields an error wrapping errNoManifest saying why; any other error
+// (permission, lost connection) is returned as is, because falling back
+// would hide it. base is the host's base manifest when a delta can go over
+// it (format 2, as drover writes it), remembered in mm under sum.base;
+// nil for format 1.
+func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (old []byte, journal bool, sum stateSum, base []byte, err error) {
 	var files [3][]byte
 	var errs [3]error
 	var wg sync.WaitGroup
@@ -603,39 +600,37 @@ func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (m *manifest, 
 	for i, name := range []string{manifestName, deltaName, journalName} {
 		switch {
 		case i == 0 && errors.Is(errs[i], fs.ErrNotExist):
-			return nil, base, nil, fmt.Errorf("%w: %s does not exist", errNoManifest, manifestName)
+			return nil, false, sum, nil, fmt.Errorf("%w: %s does not exist", errNoManifest, manifestName)
 		case errs[i] != nil && !errors.Is(errs[i], fs.ErrNotExist):
-			return nil, base, nil, fmt.Errorf("read %s: %w", name, errs[i])
+			return nil, false, sum, nil, fmt.Errorf("read %s: %w", name, errs[i])
 		}
 	}
-	m, err = decodeManifest(files[0])
+	m, err := decodeManifest(files[0])
 	if err != nil {
-		return nil, base, nil, unusable(manifestName, err)
+		return nil, false, sum, nil, unusable(manifestName, err)
 	}
-	shared := false // m is the memo's, read-only
-	if bytes.HasPrefix(files[0], []byte(manifestHeader)) {
-		base = stateSum{base: stateKey(files[0]), baseSize: int64(len(files[0]))}
-		m, shared = mm.put(base.base, m, files[0]), true
-		b = m
+	old = encodeManifest(m)
+	if bytes.Equal(old, files[0]) {
+		// Format 2 as drover writes it (sorted): a delta may go over it.
+		base = files[0]
+		sum = stateSum{base: stateKey(base), baseSize: int64(len(base))}
+		mm.put(sum.base, base)
 	}
-	if files[1] != nil && base.base != "" {
+	if files[1] != nil && base != nil {
 		d, err := decodeDelta(files[1])
 		if err != nil {
-			return nil, base, nil, unusable(deltaName, err)
+			return nil, false, sum, nil, unusable(deltaName, err)
 		}
 		// A delta over another base is stale (left by a push that
 		// stopped, or by a drover writing format 1): ignored.
-		if d.base == base.base {
-			m, shared = d.apply(m), false
+		if d.base == sum.base {
+			m = d.apply(m)
 		}
 	}
 	if files[2] != nil {
 		j, err := decodeManifest(files[2])
 		if err != nil {
-			return nil, base, nil, unusable(journalName, err)
-		}
-		if shared {
-			m = m.clone()
+			return nil, false, sum, nil, unusable(journalName, err)
 		}
 		// What an interrupted push was changing is unknown on the host.
 		for p, e := range j.Files {
@@ -646,51 +641,44 @@ func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (m *manifest, 
 			d.Pending = true
 			m.Dirs[p] = d
 		}
-		m.journal = true
+		journal = true
 	}
-	return m, base, b, nil
+	return encodeManifest(m), journal, sum, base, nil
 }
 
 // readVouched returns the manifest of a host whose sum says it holds tree
-// over base, and the base's: each from mm when known (the local cache
-// usually has both), else read from the host (the base, and the delta
-// when they differ) and checked against its key.
-func readVouched(fsys cluster.FS, workdir string, sum stateSum, mm *manifestMemo) (m, b *manifest, err error) {
-	tree, base := sum.tree, sum.base
-	b, err = mm.get(base, func() (*manifest, []byte, error) {
+// over base, and the base's, both encoded: each from mm when known (the
+// local cache usually has both), else read from the host (the base, and
+// the delta when they differ) and checked against its key.
+func readVouched(fsys cluster.FS, workdir string, sum stateSum, mm *manifestMemo) (old, base []byte, err error) {
+	base, err = mm.get(sum.base, func() ([]byte, error) {
 		data, err := readFile(fsys, path.Join(workdir, manifestName), maxManifestSize)
-		if err != nil {
-			return nil, nil, err
+		if err == nil && stateKey(data) != sum.base {
+			err = errors.New("the manifest changed since its sum was read")
 		}
-		if stateKey(data) != base {
-			return nil, nil, errors.New("the base manifest changed since its sum was read")
-		}
-		m, err := decodeManifest(data)
-		return m, data, err
+		return data, err
 	})
-	if err != nil || tree == base {
-		return b, b, err
+	if err != nil || sum.tree == sum.base {
+		return base, base, err
 	}
-	m, err = mm.get(tree, func() (*manifest, []byte, error) {
+	old, err = mm.get(sum.tree, func() ([]byte, error) {
 		data, err := readFile(fsys, path.Join(workdir, deltaName), maxManifestSize)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		d, err := decodeDelta(data)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		if d.base != base {
-			return nil, nil, errors.New("the delta is over another base than its sum says")
+		if d.base != sum.base {
+			return nil, errors.New("the delta is over another base than its sum says")
 		}
-		m := d.apply(b)
-		data = encodeManifest(m)
-		if stateKey(data) != tree {
-			return nil, nil, errors.New("the manifest changed since its sum was read")
+		if data, err = applyDelta(base, d); err == nil && stateKey(data) != sum.tree {
+			err = errors.New("the manifest changed since its sum was read")
 		}
-		return m, data, nil
+		return data, err
 	})
-	return m, b, err
+	return old, base, err
 }
 
 // readFile reads a whole file, refusing one larger than limit bytes so a
@@ -749,99 +737,103 @@ func removeState(fsys cluster.FS, workdir, name string) error {
 	return nil
 }
 
-// manifestMemo shares manifests between the concurrent Syncs of one push,
-// by key. Hosts usually hold the same manifest (every host got the same
-// tree), so it is read, checked and decoded once, not once per host, and
-// not read from any host when the local cache (CacheDir/manifests/) has
-// it: the push that wrote it put it there. Decoded manifests are
-// read-only; so are the deltas computed from them.
+// manifestMemo shares manifests (encoded, format 2) between the
+// concurrent Syncs of one push, by key. Hosts usually hold the same
+// manifest (every host got the same tree), so it is read and checked
+// once, not once per host, and not read from any host when the local
+// cache (CacheDir/manifests/) has it: the push that wrote it put it there.
+// Manifests and the deltas computed from them are read-only.
 type manifestMemo struct {
 	cacheDir string // "" for no local cache
 	mu       sync.Mutex
 	byKey    map[string]*memoEntry
-	deltas   map[string]*deltaEntry // by base key, for this push's tree
+	deltas   map[string]*memoEntry // by base key, for this push's tree
+	plans    map[string]*planEntry // by the key of the host's manifest
+}
+
+type planEntry struct {
+	once sync.Once
+	p    plan
+	err  error
 }
 
 type memoEntry struct {
 	once sync.Once
-	m    *manifest
+	data []byte
 	err  error
 }
 
-type deltaEntry struct {
-	once sync.Once
-	data []byte
-}
-
 func newManifestMemo(cacheDir string) *manifestMemo {
-	return &manifestMemo{cacheDir: cacheDir, byKey: map[string]*memoEntry{}, deltas: map[string]*deltaEntry{}}
+	return &manifestMemo{cacheDir: cacheDir, byKey: map[string]*memoEntry{}, deltas: map[string]*memoEntry{},
+		plans: map[string]*planEntry{}}
 }
 
-func (mm *manifestMemo) entry(key string) *memoEntry {
+func (mm *manifestMemo) entry(in map[string]*memoEntry, key string) *memoEntry {
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
-	e := mm.byKey[key]
+	e := in[key]
 	if e == nil {
 		e = &memoEntry{}
-		mm.byKey[key] = e
+		in[key] = e
 	}
 	return e
 }
 
 // get returns the manifest whose key is key, from the memo, the local
-// cache or fetch (the first caller's; later callers share its result).
-// fetch returns the manifest and its encoding, which the local cache
-// keeps. An error means the caller should read its own host's state.
-func (mm *manifestMemo) get(key string, fetch func() (*manifest, []byte, error)) (*manifest, error) {
-	e := mm.entry(key)
+// cache or fetch (the first caller's, which checks the key; later callers
+// share its result). An error means the caller should read its own
+// host's state.
+func (mm *manifestMemo) get(key string, fetch func() ([]byte, error)) ([]byte, error) {
+	e := mm.entry(mm.byKey, key)
 	e.once.Do(func() {
-		if data := mm.cached(key); data != nil {
-			if e.m, e.err = decodeManifest(data); e.err == nil {
-				return
-			}
+		if e.data = mm.cached(key); e.data != nil {
+			return
 		}
-		var data []byte
-		if e.m, data, e.err = fetch(); e.err == nil {
-			mm.store(key, data)
+		if e.data, e.err = fetch(); e.err == nil {
+			mm.store(key, e.data)
 		}
 	})
-	return e.m, e.err
+	return e.data, e.err
 }
 
 // put records a manifest read without its sum's word (its key computed
-// from its bytes) and returns the memo's manifest for key: m, unless
-// another host's was there first.
-func (mm *manifestMemo) put(key string, m *manifest, data []byte) *manifest {
-	e := mm.entry(key)
+// from its bytes).
+func (mm *manifestMemo) put(key string, data []byte) {
+	e := mm.entry(mm.byKey, key)
 	e.once.Do(func() {
-		e.m = m
+		e.data = data
 		mm.store(key, data)
 	})
-	if e.err != nil {
-		return m
-	}
-	return e.m
 }
 
-// deltaFor is the encoded delta that makes the base (key base, decoded b)
-// into t, or nil when a whole manifest is the better write: when the delta
-// would list more than a quarter of the tree's entries, so that reading
-// base and delta never costs much more than reading one manifest.
-func (mm *manifestMemo) deltaFor(base string, b *manifest, t *Tree) []byte {
-	mm.mu.Lock()
-	e := mm.deltas[base]
-	if e == nil {
-		e = &deltaEntry{}
-		mm.deltas[base] = e
-	}
-	mm.mu.Unlock()
+// deltaFor is the encoded delta that makes the base (its key and
+// manifest) into t, or nil when a whole manifest is the better write:
+// when the delta would list more than a quarter of the tree's entries, so
+// that reading base and delta never costs much more than reading one
+// manifest.
+func (mm *manifestMemo) deltaFor(key string, base []byte, t *Tree) []byte {
+	e := mm.entry(mm.deltas, key)
 	e.once.Do(func() {
-		d := diffTree(base, b, t)
-		if d.size() <= max(maxDeltaMin, (len(t.Files)+len(t.Dirs))/4) {
+		if d := diffTree(key, base, t, max(maxDeltaMin, (len(t.Files)+len(t.Dirs))/4)); d != nil {
 			e.data = encodeDelta(d)
 		}
 	})
 	return e.data
+}
+
+// compare returns what compare computes for the host manifest with this
+// key, once per push: hosts holding the same manifest have the same
+// changes to make. The plan's slices are shared, read-only.
+func (mm *manifestMemo) compare(key string, compare func(*plan) error) (plan, error) {
+	mm.mu.Lock()
+	e := mm.plans[key]
+	if e == nil {
+		e = &planEntry{}
+		mm.plans[key] = e
+	}
+	mm.mu.Unlock()
+	e.once.Do(func() { e.err = compare(&e.p) })
+	return e.p, e.err
 }
 
 // maxDeltaMin is the most entries a delta always may hold, however small

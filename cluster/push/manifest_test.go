@@ -95,35 +95,51 @@ func TestDecodeFormat2Rejects(t *testing.T) {
 func TestStaleDeltaIgnored(t *testing.T) {
 	home := cluster.NewOSFS(t.TempDir())
 	require.NoError(t, home.MkdirAll(stateDir, 0o755))
-	base := newManifest()
-	base.Files["a.py"] = manifestFile{SHA256: sha, Size: 1, Mode: 0o644}
-	baseData := encodeManifest(base)
+	m := newManifest()
+	m.Files["a.py"] = manifestFile{SHA256: sha, Size: 1, Mode: 0o644}
+	baseData := encodeManifest(m)
 	require.NoError(t, createWith(home, manifestName, baseData))
 	over := func(key string) []byte {
 		return encodeDelta(&delta{base: key, files: map[string]manifestFile{"b.py": {SHA256: sha, Size: 2, Mode: 0o644}}})
 	}
 
 	require.NoError(t, createWith(home, deltaName, over(stateKey(baseData))))
-	m, sum, _, err := readState(home, ".", newManifestMemo(""))
+	old, _, sum, base, err := readState(home, ".", newManifestMemo(""))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"a.py", "b.py"}, sortedKeys(m.Files), "a delta over this base")
+	assert.Equal(t, []string{"a.py", "b.py"}, filesOf(t, old), "a delta over this base")
 	assert.Equal(t, stateKey(baseData), sum.base)
 	assert.Equal(t, int64(len(baseData)), sum.baseSize)
+	assert.Equal(t, baseData, base)
 
 	require.NoError(t, createWith(home, deltaName, over(strings.Repeat("1", 64))))
-	m, _, _, err = readState(home, ".", newManifestMemo(""))
+	old, _, _, _, err = readState(home, ".", newManifestMemo(""))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"a.py"}, sortedKeys(m.Files), "a delta over another base")
+	assert.Equal(t, []string{"a.py"}, filesOf(t, old), "a delta over another base")
 
 	// Format 1 has no key: no delta applies to it, and none can be
-	// written over it.
-	require.NoError(t, createWith(home, manifestName, []byte(`{"version": 1, "files": {"a.py": {"sha256": "`+sha+`", "size": 1, "mode": 420}}}`)))
-	require.NoError(t, createWith(home, deltaName, over(stateKey(baseData))))
-	m, sum, b, err := readState(home, ".", newManifestMemo(""))
+	// written over it. Nor over a format 2 manifest that is not sorted
+	// as drover writes them.
+	unsorted := manifestHeader + "\n" + strings.SplitN(string(baseData), "\n", 2)[1] + "f " + sha + ` 1 644 0 "0.py"` + "\n"
+	for name, data := range map[string]string{
+		"format 1": `{"version": 1, "files": {"a.py": {"sha256": "` + sha + `", "size": 1, "mode": 420}}}`,
+		"unsorted": unsorted,
+	} {
+		require.NoError(t, createWith(home, manifestName, []byte(data)))
+		require.NoError(t, createWith(home, deltaName, over(stateKey([]byte(data)))))
+		old, _, sum, base, err = readState(home, ".", newManifestMemo(""))
+		require.NoError(t, err, name)
+		assert.NotContains(t, filesOf(t, old), "b.py", name)
+		assert.Equal(t, "", sum.base, name)
+		assert.Nil(t, base, name)
+	}
+}
+
+// filesOf lists the files of an encoded manifest.
+func filesOf(t *testing.T, data []byte) []string {
+	t.Helper()
+	m, err := decodeManifest(data)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"a.py"}, sortedKeys(m.Files))
-	assert.Equal(t, "", sum.base)
-	assert.Nil(t, b)
+	return sortedKeys(m.Files)
 }
 
 // testDeltas: small changes write a delta over the host's manifest instead
@@ -236,3 +252,31 @@ func jsonMarshal(m *manifest) ([]byte, error) { return json.Marshal(m) }
 
 // manifestSumV1 is the sum format 1 wrote: digest and size of the file.
 func manifestSumV1(data []byte) string { return fmt.Sprintf("%x %d\n", sha256.Sum256(data), len(data)) }
+
+// testVouchedButDisordered: a manifest out of order with a sum that
+// vouches for it (both written by hand) is not misread: push warns,
+// compares by size and mtime, deletes nothing, and writes a good one.
+func testVouchedButDisordered(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	good, err := e.readRemote(manifestName)
+	require.NoError(t, err)
+	lines := strings.SplitAfter(good, "\n")
+	lines[1], lines[2] = lines[2], lines[1]
+	bad := strings.Join(lines, "")
+	e.writeRemote(manifestName, bad)
+	require.NoError(t, e.fs.Remove(path.Join(e.dir, sumName)))
+	sum := stateSum{tree: stateKey([]byte(bad)), base: stateKey([]byte(bad)), baseSize: int64(len(bad))}
+	require.NoError(t, placeSum(e.fs, e.dir, sum))
+	require.NoError(t, os.Remove(filepath.Join(e.local, "train.py")))
+
+	res := e.push(nil, Options{})
+	require.Len(t, res.Warnings, 1)
+	assert.Contains(t, res.Warnings[0], "out of order")
+	assert.Equal(t, 0, res.FilesDeleted, "nothing deleted on a manifest that does not read")
+	_, err = e.readRemote("train.py")
+	assert.NoError(t, err)
+	res = e.push(nil, Options{})
+	assert.Empty(t, res.Warnings, "a good manifest was written")
+}

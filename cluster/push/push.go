@@ -183,20 +183,20 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	if err := s.walk(root, "", []string{root}); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
-	cacheFile, dirty := "", false
-	if opts.CacheDir != "" {
-		cacheFile = cachePath(opts.CacheDir, root)
-		dirty = useCache(s.files, loadCache(cacheFile))
-	}
-	if err := hashFiles(s.files); err != nil {
-		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
-	}
-	if dirty {
-		saveCache(cacheFile, s.files, start)
-	}
 	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs}
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
+	cacheFile, dirty := "", false
+	if opts.CacheDir != "" {
+		cacheFile = cachePath(opts.CacheDir, root)
+		dirty = useCache(t.Files, cacheFile)
+	}
+	if err := hashFiles(t.Files); err != nil {
+		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
+	}
+	if dirty {
+		saveCache(cacheFile, t.Files, start)
+	}
 	for _, f := range t.Files {
 		t.Bytes += f.Size
 	}
@@ -405,7 +405,8 @@ type syncer struct {
 
 // plan is what a Sync has to do, decided before anything is written.
 type plan struct {
-	old      *manifest // nil when the host had no usable manifest
+	known    bool // the host had a usable manifest
+	journal  bool // ... with a journal left by a push that stopped
 	send     []*File   // content to upload
 	meta     []*File   // same content; mode or mtime to fix
 	deletes  []string  // files pushed before, gone locally
@@ -524,31 +525,46 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 		return p, nil
 	}
 	mm := s.tree.known
-	var old, baseM *manifest
+	var old, base []byte
 	var err error
 	if sum.tree != "" {
-		old, baseM, err = readVouched(s.fs, s.workdir, sum, mm)
+		old, base, err = readVouched(s.fs, s.workdir, sum, mm)
 	}
-	if sum.tree == "" || err != nil {
-		old, sum, baseM, err = readState(s.fs, s.workdir, mm)
+	vouched := sum.tree != "" && err == nil
+	if !vouched {
+		old, p.journal, sum, base, err = readState(s.fs, s.workdir, mm)
+	}
+	if err == nil {
+		var perr error
+		if vouched {
+			// The same for every host holding this manifest.
+			var q plan
+			q, perr = mm.compare(sum.tree, func(q *plan) error { return s.planFromManifest(q, old) })
+			p.send, p.meta, p.deletes, p.rmdirs, p.mkdirs, p.chdirs, p.unchange = q.send, q.meta, q.deletes, q.rmdirs, q.mkdirs, q.chdirs, q.unchange
+		} else {
+			perr = s.planFromManifest(p, old)
+		}
+		if perr != nil {
+			*p = plan{hadTmp: p.hadTmp}
+			err = fmt.Errorf("%w: %s is unusable (%v); comparing by size and mtime instead and deleting nothing", errNoManifest, manifestName, perr)
+		}
 	}
 	switch {
 	case err == nil:
-		p.old = old
-		s.planFromManifest(p)
-		if p.empty() && !p.hadTmp && !old.journal && stateKey(encodeManifest(old)) == s.tree.key {
+		p.known = true
+		if p.empty() && !p.hadTmp && !p.journal && stateKey(old) == s.tree.key {
 			// Up to date but without a sum (lost, or a push by an older
 			// drover): write it so that the next push is cheap again.
 			// A format 1 manifest is replaced first.
-			if sum.base == "" {
+			if base == nil {
 				p.rewrite = true
 			} else if err := writeSum(s.fs, s.workdir, stateSum{s.tree.key, sum.base, sum.baseSize}); err != nil {
 				s.res.Warnings = append(s.res.Warnings, err.Error())
 			}
 		}
-		if baseM != nil {
+		if base != nil {
 			p.base = sum
-			p.delta = mm.deltaFor(sum.base, baseM, s.tree)
+			p.delta = mm.deltaFor(sum.base, base, s.tree)
 		}
 		return p, nil
 	case errors.Is(err, errNoManifest):
@@ -561,46 +577,55 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 	}
 }
 
-func (s *syncer) planFromManifest(p *plan) {
-	local := make(map[string]bool, len(s.tree.Files))
+// planFromManifest compares the tree with the host's manifest (format 2,
+// encoded) in one merge of the two sorted lists. An error means the
+// manifest does not read, and p is then incomplete.
+func (s *syncer) planFromManifest(p *plan, old []byte) error {
+	r := newManifestReader(old)
+	e, ok := r.file()
 	for i := range s.tree.Files {
 		f := &s.tree.Files[i]
-		local[f.Path] = true
-		e, ok := p.old.Files[f.Path]
-		switch {
-		case !ok || e.Pending || e.SHA256 != f.SHA256 || e.Size != f.Size:
+		for ; ok && e.path < f.Path; e, ok = r.file() {
+			p.deletes = append(p.deletes, e.path)
+		}
+		if !ok || e.path != f.Path {
 			p.send = append(p.send, f)
-		case e.Mode != f.Mode || e.MTime != f.ModTime.UnixNano():
+			continue
+		}
+		switch o := e.file; {
+		case o.Pending || o.SHA256 != f.SHA256 || o.Size != f.Size:
+			p.send = append(p.send, f)
+		case o.Mode != f.Mode || o.MTime != f.ModTime.UnixNano():
 			p.meta = append(p.meta, f)
 		default:
 			p.unchange++
 		}
+		e, ok = r.file()
 	}
-	for name := range p.old.Files {
-		if !local[name] {
-			p.deletes = append(p.deletes, name)
-		}
+	for ; ok; e, ok = r.file() {
+		p.deletes = append(p.deletes, e.path)
 	}
-	sort.Strings(p.deletes)
-	localDirs := make(map[string]bool, len(s.tree.Dirs))
+	e, ok = r.dir()
 	for _, d := range s.tree.Dirs {
-		localDirs[d.Path] = true
-		e, ok := p.old.Dirs[d.Path]
+		for ; ok && e.path < d.Path; e, ok = r.dir() {
+			p.rmdirs = append(p.rmdirs, e.path)
+		}
 		switch {
-		case !ok:
+		case !ok || e.path != d.Path:
 			p.mkdirs = append(p.mkdirs, d)
-		case e.Pending || e.Mode != d.Mode:
+			continue
+		case e.dir.Pending || e.dir.Mode != d.Mode:
 			p.chdirs = append(p.chdirs, d)
 		}
+		e, ok = r.dir()
 	}
-	for name := range p.old.Dirs {
-		if !localDirs[name] {
-			p.rmdirs = append(p.rmdirs, name)
-		}
+	for ; ok; e, ok = r.dir() {
+		p.rmdirs = append(p.rmdirs, e.path)
 	}
 	// Deepest first, so a directory is empty (of pushed files) when its
 	// turn comes.
 	sort.Slice(p.rmdirs, func(i, j int) bool { return p.rmdirs[i] > p.rmdirs[j] })
+	return r.err
 }
 
 // planFromStat compares by size, mtime (to the second, as SFTP keeps it)
@@ -777,7 +802,7 @@ func (s *syncer) stage(p *plan) error {
 		files[finalStaged] = s.tree.manifest
 	}
 	switch {
-	case p.old == nil:
+	case !p.known:
 		files[claimStaged] = encodeManifest(s.pendingManifest(p))
 	case p.journaled():
 		files[pendingStaged] = encodeManifest(s.journal(p))
@@ -809,7 +834,7 @@ func (s *syncer) markHost(p *plan) error {
 		fns = append(fns, func() error { return removeState(s.fs, s.workdir, deltaName) })
 	}
 	switch {
-	case p.old == nil:
+	case !p.known:
 		fns = append(fns, func() error { return s.place(claimStaged, manifestName) })
 	case p.journaled():
 		fns = append(fns, func() error { return s.place(pendingStaged, journalName) })
@@ -821,7 +846,7 @@ func (s *syncer) markHost(p *plan) error {
 // when it changes files or directory modes. Every entry it then touches
 // is pending in the journal, whatever manifest the host holds.
 func (p *plan) journaled() bool {
-	return p.old != nil && len(p.send)+len(p.meta)+len(p.chdirs) > 0
+	return p.known && len(p.send)+len(p.meta)+len(p.chdirs) > 0
 }
 
 // place renames a staged state file over its live name (atomically).
@@ -910,9 +935,9 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 	return parallel(
 		func() error {
 			// A journal this push wrote, or one left beside a manifest
-			// that was unusable (p.old nil), must not outlive the new
+			// that was unusable (!p.known), must not outlive the new
 			// manifest.
-			if p.old == nil || p.old.journal || p.journaled() {
+			if !p.known || p.journal || p.journaled() {
 				return removeState(s.fs, s.workdir, journalName)
 			}
 			return nil

@@ -52,6 +52,7 @@ var coreTests = []struct {
 	{"SumLostThenRepaired", testSumLostThenRepaired},
 	{"Deltas", testDeltas},
 	{"Format1Upgraded", testFormat1Upgraded},
+	{"VouchedButDisordered", testVouchedButDisordered},
 	{"ManifestFromLocalCache", testManifestFromLocalCache},
 	{"ManyFilesMixedModes", testManyFilesMixedModes},
 	{"Streamed", testStreamed},
