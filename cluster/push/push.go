@@ -405,15 +405,15 @@ type syncer struct {
 
 // plan is what a Sync has to do, decided before anything is written.
 type plan struct {
-	known    bool // the host had a usable manifest
-	journal  bool // ... with a journal left by a push that stopped
-	send     []*File   // content to upload
-	meta     []*File   // same content; mode or mtime to fix
-	deletes  []string  // files pushed before, gone locally
-	rmdirs   []string  // directories pushed before, gone locally; deepest first
-	mkdirs   []Dir     // directories to create, parents first
-	chdirs   []Dir     // existing directories whose mode changed
-	hadTmp   bool      // leftovers of an interrupted push to remove
+	known    bool     // the host had a usable manifest
+	journal  bool     // ... with a journal left by a push that stopped
+	send     []*File  // content to upload
+	meta     []*File  // same content; mode or mtime to fix
+	deletes  []string // files pushed before, gone locally
+	rmdirs   []string // directories pushed before, gone locally; deepest first
+	mkdirs   []Dir    // directories to create, parents first
+	chdirs   []Dir    // existing directories whose mode changed
+	hadTmp   bool     // leftovers of an interrupted push to remove
 	unchange int
 	// base names the host's base manifest (format 2; base.base is ""
 	// when there is none a delta could go over); delta, when not nil, is

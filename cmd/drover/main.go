@@ -27,6 +27,7 @@ const (
 )
 
 func main() {
+	startingHeap(startingHeapSize)
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
