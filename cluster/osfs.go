@@ -55,6 +55,8 @@ func (o osFS) MkdirAll(path string, perm fs.FileMode) error {
 	return os.MkdirAll(o.abs(path), perm)
 }
 
+func (o osFS) Mkdir(path string, perm fs.FileMode) error { return os.Mkdir(o.abs(path), perm) }
+
 func (o osFS) Create(path string) (io.WriteCloser, error) { return os.Create(o.abs(path)) }
 func (o osFS) Open(path string) (io.ReadCloser, error)    { return os.Open(o.abs(path)) }
 

@@ -81,6 +81,17 @@ func (f *sftpFS) ReadDir(p string) ([]fs.FileInfo, error) {
 // It tries the mkdir first: the usual case, a new directory in an
 // existing one, then costs one round trip, not three (stat, stat of the
 // parent, mkdir).
+func (f *sftpFS) Mkdir(p string, perm fs.FileMode) error {
+	ap := f.abs(p)
+	if err := f.c.Mkdir(ap); err != nil {
+		return pathErr("mkdir", p, err)
+	}
+	if perm != 0 && perm.Perm() != 0o755 {
+		return pathErr("chmod", p, f.c.Chmod(ap, perm.Perm()))
+	}
+	return nil
+}
+
 func (f *sftpFS) MkdirAll(p string, perm fs.FileMode) error {
 	ap := f.abs(p)
 	err := f.c.Mkdir(ap)

@@ -80,6 +80,11 @@ type FS interface {
 	Lstat(path string) (fs.FileInfo, error)
 	ReadDir(path string) ([]fs.FileInfo, error)
 	MkdirAll(path string, perm fs.FileMode) error
+	// Mkdir creates one directory, failing if path exists or its parent
+	// does not: an atomic "create unless there", for state directories.
+	// SFTP servers report both failures alike, so callers that must tell
+	// them apart stat afterwards.
+	Mkdir(path string, perm fs.FileMode) error
 	// Create creates or truncates path for writing.
 	Create(path string) (io.WriteCloser, error)
 	Open(path string) (io.ReadCloser, error)

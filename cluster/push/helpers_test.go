@@ -88,6 +88,7 @@ type op string
 
 const (
 	opStat, opLstat, opReadDir, opMkdirAll op = "Stat", "Lstat", "ReadDir", "MkdirAll"
+	opMkdir                                op = "Mkdir"
 	opCreate, opOpen, opRename, opRemove   op = "Create", "Open", "Rename", "Remove"
 	opRemoveAll, opChmod, opChtimes        op = "RemoveAll", "Chmod", "Chtimes"
 	opSymlink, opReadlink                  op = "Symlink", "Readlink"
@@ -160,6 +161,10 @@ func (c *countingFS) ReadDir(p string) ([]fs.FileInfo, error) {
 func (c *countingFS) MkdirAll(p string, m fs.FileMode) error {
 	c.count(opMkdirAll)
 	return c.FS.MkdirAll(p, m)
+}
+func (c *countingFS) Mkdir(p string, m fs.FileMode) error {
+	c.count(opMkdir)
+	return c.FS.Mkdir(p, m)
 }
 
 // record counts o and appends p to list under the lock.
@@ -288,6 +293,12 @@ func (c *cutFS) ReadDir(p string) ([]fs.FileInfo, error) {
 		return nil, err
 	}
 	return c.FS.ReadDir(p)
+}
+func (c *cutFS) Mkdir(p string, m fs.FileMode) error {
+	if err := c.err(); err != nil {
+		return err
+	}
+	return c.FS.Mkdir(p, m)
 }
 func (c *cutFS) MkdirAll(p string, m fs.FileMode) error {
 	if err := c.err(); err != nil {

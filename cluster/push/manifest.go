@@ -42,9 +42,9 @@ const (
 	// it is part of the tree, so an interrupted push leaves the tree as it
 	// was. The next push removes whatever is left in it.
 	tmpDir = stateDir + "/push-tmp"
-	// sumName is a symbolic link whose target is "v2 <tree> <base>": the
-	// key of the tree on the host and the key of the base manifest
-	// (stateKey), equal when there is no delta. It is written last by a
+	// sumName is a symbolic link whose target is "v2 TREE BASE SIZE": the
+	// key of the tree on the host, the key of the base manifest
+	// (stateKey; equal when there is no delta) and its size. It is written last by a
 	// push that completed and removed first by one that changes anything,
 	// so it always vouches for a complete push.
 	sumName = stateDir + "/manifest.sum"
@@ -72,8 +72,6 @@ type manifest struct {
 	Version int                     `json:"version"`
 	Files   map[string]manifestFile `json:"files"`
 	Dirs    map[string]manifestDir  `json:"dirs"`
-
-	journal bool // a pending journal was applied; the commit removes it
 }
 
 type manifestFile struct {
@@ -865,19 +863,20 @@ func (mm *manifestMemo) cached(key string) []byte {
 // store puts a manifest in the local cache (best effort, like the digest
 // cache) and trims the cache to the cacheKeep most recently used. One
 // already there (a file of the right size: the name is its digest) is
-// only marked used.
-func (mm *manifestMemo) store(key string, data []byte) {
+// only marked used. It reports whether the manifest was new to the cache.
+func (mm *manifestMemo) store(key string, data []byte) (added bool) {
 	if mm.cacheDir == "" {
-		return
+		return false
 	}
 	if info, err := os.Stat(mm.cachePath(key)); err == nil && info.Size() == int64(len(data)) {
 		now := time.Now()
 		_ = os.Chtimes(mm.cachePath(key), now, now)
-		return
+		return false
 	}
 	if writeFileAtomic(mm.cachePath(key), data) {
 		prune(filepath.Dir(mm.cachePath(key)), cacheKeep)
 	}
+	return true
 }
 
 // writeFileAtomic writes name through a temporary file and a rename, so a

@@ -280,3 +280,41 @@ func testVouchedButDisordered(e *env) {
 	res = e.push(nil, Options{})
 	assert.Empty(t, res.Warnings, "a good manifest was written")
 }
+
+// testUploadDirEarly: a tree new to the local cache creates the upload
+// directory in the push's first round trip (Mkdir, not MkdirAll after);
+// when that finds leftovers of an interrupted push they are removed, and
+// when the hosts turn out to hold the tree already the directory goes.
+func testUploadDirEarly(e *env) {
+	t := e.t
+	opts := Options{CacheDir: t.TempDir()}
+	writeFiles(t, e.local, v1)
+	e.push(nil, opts)
+
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v2')\n"})
+	c := newCountingFS(e.fs)
+	res := e.push(c, opts)
+	assert.Equal(t, 1, res.FilesSent)
+	assert.Equal(t, 1, c.n(opMkdir), "Mkdir calls")
+	assert.Zero(t, c.n(opMkdirAll), "MkdirAll calls")
+	assert.Zero(t, c.n(opLstat), "Lstat calls")
+	assert.Equal(t, e.pushed(), e.remote())
+
+	// Leftovers: the Mkdir fails, they are found and removed.
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v3')\n"})
+	e.writeRemote(tmpDir+"/f000000", "left over")
+	res = e.push(nil, opts)
+	assert.Equal(t, 1, res.FilesSent)
+	assert.Equal(t, e.pushed(), e.remote())
+	_, err := e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.ErrorIs(t, err, os.ErrNotExist, "upload directory after the push")
+
+	// Another machine (another cache) pushing the tree the hosts hold.
+	c = newCountingFS(e.fs)
+	res = e.push(c, Options{CacheDir: t.TempDir()})
+	assert.Zero(t, res.FilesSent)
+	assert.Equal(t, 1, c.n(opMkdir))
+	assert.Equal(t, 1, c.n(opRemove), "the early upload directory removed")
+	_, err = e.fs.Lstat(path.Join(e.dir, tmpDir))
+	assert.ErrorIs(t, err, os.ErrNotExist, "upload directory after a push with nothing to do")
+}

@@ -108,21 +108,23 @@ type Tree struct {
 	// Bytes is the total size of Files.
 	Bytes int64
 
-	manifest []byte // the manifest a host holds once it has this tree
-	key      string // stateKey(manifest)
+	manifest []byte   // the manifest a host holds once it has this tree
+	lines    []string // its entries' lines: Files, then Dirs
+	key      string   // stateKey(manifest)
 	known    *manifestMemo
+	// fresh: this tree is new to the local cache, so hosts are likely to
+	// need changes (and a push creates its upload directory early).
+	fresh bool
 }
 
-// hasFile says whether the tree has a file at p (Files is sorted).
-func (t *Tree) hasFile(p string) bool {
-	i := sort.Search(len(t.Files), func(i int) bool { return t.Files[i].Path >= p })
-	return i < len(t.Files) && t.Files[i].Path == p
-}
-
-// hasDir says whether the tree has a directory at p (Dirs is sorted).
-func (t *Tree) hasDir(p string) bool {
-	i := sort.Search(len(t.Dirs), func(i int) bool { return t.Dirs[i].Path >= p })
-	return i < len(t.Dirs) && t.Dirs[i].Path == p
+// encode sets the tree's manifest, its lines and key.
+func (t *Tree) encode() {
+	t.manifest = encodeTree(t)
+	t.key = stateKey(t.manifest)
+	t.lines = strings.Split(strings.TrimSuffix(string(t.manifest[len(manifestHeader)+1:]), "\n"), "\n")
+	if len(t.Files)+len(t.Dirs) == 0 {
+		t.lines = nil
+	}
 }
 
 // File is one regular file of the tree. A symlink inside the code directory
@@ -203,10 +205,9 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	// Encoded once here, not once per host: every host gets the same. The
 	// local cache keeps it for the next push, which will find it named by
 	// the hosts' sums.
-	t.manifest = encodeTree(t)
-	t.key = stateKey(t.manifest)
+	t.encode()
 	t.known = newManifestMemo(opts.CacheDir)
-	t.known.store(t.key, t.manifest)
+	t.fresh = t.known.store(t.key, t.manifest)
 	return t, nil
 }
 
@@ -414,6 +415,7 @@ type plan struct {
 	mkdirs   []Dir    // directories to create, parents first
 	chdirs   []Dir    // existing directories whose mode changed
 	hadTmp   bool     // leftovers of an interrupted push to remove
+	madeTmp  bool     // the upload directory was created (empty) by plan
 	unchange int
 	// base names the host's base manifest (format 2; base.base is ""
 	// when there is none a delta could go over); delta, when not nil, is
@@ -474,11 +476,18 @@ func (s *syncer) run(ctx context.Context) error {
 		}
 	}
 	if p.empty() && !p.rewrite {
+		if p.madeTmp {
+			if err := s.fs.Remove(s.remote(tmpDir)); err != nil {
+				return fmt.Errorf("remove %s: %w", tmpDir, err)
+			}
+		}
 		s.report(func(pr *Progress) { pr.Phase = PhaseDone })
 		return nil
 	}
-	if err := s.fs.MkdirAll(s.remote(tmpDir), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", tmpDir, err)
+	if !p.madeTmp {
+		if err := s.fs.MkdirAll(s.remote(tmpDir), 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", tmpDir, err)
+		}
 	}
 	s.report(func(pr *Progress) { pr.Phase = PhaseUpload })
 	// The state files are staged while the files upload, so that their
@@ -514,6 +523,14 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 	// A few round trips, in parallel: a no-op push costs about one.
 	go func() {
 		defer wg.Done()
+		// A tree not pushed from here before is likely a change: its
+		// upload directory is created in this round trip, not in one of
+		// its own after. That fails if one is left from an interrupted
+		// push (or there is no state directory yet).
+		if s.tree.fresh && s.fs.Mkdir(s.remote(tmpDir), 0o755) == nil {
+			p.madeTmp = true
+			return
+		}
 		if _, err := s.fs.Lstat(s.remote(tmpDir)); err == nil {
 			p.hadTmp = true
 		}
@@ -545,7 +562,7 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 			perr = s.planFromManifest(p, old)
 		}
 		if perr != nil {
-			*p = plan{hadTmp: p.hadTmp}
+			*p = plan{hadTmp: p.hadTmp, madeTmp: p.madeTmp}
 			err = fmt.Errorf("%w: %s is unusable (%v); comparing by size and mtime instead and deleting nothing", errNoManifest, manifestName, perr)
 		}
 	}
@@ -581,51 +598,35 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 // encoded) in one merge of the two sorted lists. An error means the
 // manifest does not read, and p is then incomplete.
 func (s *syncer) planFromManifest(p *plan, old []byte) error {
-	r := newManifestReader(old)
-	e, ok := r.file()
-	for i := range s.tree.Files {
-		f := &s.tree.Files[i]
-		for ; ok && e.path < f.Path; e, ok = r.file() {
-			p.deletes = append(p.deletes, e.path)
-		}
-		if !ok || e.path != f.Path {
-			p.send = append(p.send, f)
-			continue
-		}
-		switch o := e.file; {
-		case o.Pending || o.SHA256 != f.SHA256 || o.Size != f.Size:
-			p.send = append(p.send, f)
-		case o.Mode != f.Mode || o.MTime != f.ModTime.UnixNano():
-			p.meta = append(p.meta, f)
-		default:
-			p.unchange++
-		}
-		e, ok = r.file()
-	}
-	for ; ok; e, ok = r.file() {
-		p.deletes = append(p.deletes, e.path)
-	}
-	e, ok = r.dir()
-	for _, d := range s.tree.Dirs {
-		for ; ok && e.path < d.Path; e, ok = r.dir() {
-			p.rmdirs = append(p.rmdirs, e.path)
-		}
-		switch {
-		case !ok || e.path != d.Path:
-			p.mkdirs = append(p.mkdirs, d)
-			continue
-		case e.dir.Pending || e.dir.Mode != d.Mode:
-			p.chdirs = append(p.chdirs, d)
-		}
-		e, ok = r.dir()
-	}
-	for ; ok; e, ok = r.dir() {
-		p.rmdirs = append(p.rmdirs, e.path)
-	}
+	t := s.tree
+	err := mergeTree(old, t,
+		func(i int, o *lineEntry) {
+			f := &t.Files[i]
+			switch {
+			case o == sameEntry:
+				p.unchange++
+			case o == nil || o.file.Pending || o.file.SHA256 != f.SHA256 || o.file.Size != f.Size:
+				p.send = append(p.send, f)
+			case o.file.Mode != f.Mode || o.file.MTime != f.ModTime.UnixNano():
+				p.meta = append(p.meta, f)
+			default:
+				p.unchange++
+			}
+		},
+		func(path string) { p.deletes = append(p.deletes, path) },
+		func(i int, o *lineEntry) {
+			switch d := t.Dirs[i]; {
+			case o == nil:
+				p.mkdirs = append(p.mkdirs, d)
+			case o != sameEntry && (o.dir.Pending || o.dir.Mode != d.Mode):
+				p.chdirs = append(p.chdirs, d)
+			}
+		},
+		func(path string) { p.rmdirs = append(p.rmdirs, path) })
 	// Deepest first, so a directory is empty (of pushed files) when its
 	// turn comes.
 	sort.Slice(p.rmdirs, func(i, j int) bool { return p.rmdirs[i] > p.rmdirs[j] })
-	return r.err
+	return err
 }
 
 // planFromStat compares by size, mtime (to the second, as SFTP keeps it)

@@ -53,6 +53,7 @@ var coreTests = []struct {
 	{"Deltas", testDeltas},
 	{"Format1Upgraded", testFormat1Upgraded},
 	{"VouchedButDisordered", testVouchedButDisordered},
+	{"UploadDirEarly", testUploadDirEarly},
 	{"ManifestFromLocalCache", testManifestFromLocalCache},
 	{"ManyFilesMixedModes", testManyFilesMixedModes},
 	{"Streamed", testStreamed},

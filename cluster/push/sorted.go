@@ -151,53 +151,143 @@ func applyDelta(base []byte, d *delta) ([]byte, error) {
 	return out, nil
 }
 
+// peek returns the next line, not consumed; false at the end.
+func (r *manifestReader) peek() (string, bool) {
+	if r.err != nil || r.rest == "" {
+		return "", false
+	}
+	line, _, ok := strings.Cut(r.rest, "\n")
+	if !ok {
+		r.err = fmt.Errorf("line %d: not terminated", r.n+1)
+	}
+	return line, ok
+}
+
+// take consumes the line peek returned, known to be the entry for path
+// (identical to the tree's line for it).
+func (r *manifestReader) take(path string) bool {
+	_, r.rest, _ = strings.Cut(r.rest, "\n")
+	r.n++
+	return r.sorted(lineEntry{path: path})
+}
+
+// section is one half of a manifest, files or directories, and the tree's
+// side of it.
+type section struct {
+	n      int                   // the tree's entries
+	line   func(i int) string    // entry i encoded, as in a manifest
+	path   func(i int) string    // entry i's path
+	isMine func(line string) bool // a manifest line of this section
+}
+
+// sameEntry stands for the manifest's entry when its line is identical
+// to the tree's: equal, and not parsed.
+var sameEntry = &lineEntry{}
+
+// merge walks one section of the manifest beside the tree's, both sorted
+// by path. match is called for every tree entry with the manifest's entry
+// for its path: sameEntry when the lines are identical (most: a line is
+// compared, not parsed), nil when the manifest has none. gone is called
+// for every manifest entry the tree lacks.
+func (r *manifestReader) merge(sec section, match func(i int, old *lineEntry), gone func(path string)) {
+	var cur lineEntry
+	have := false // cur is parsed and not yet matched
+	for i := 0; i < sec.n && r.err == nil; {
+		if !have {
+			raw, ok := r.peek()
+			switch {
+			case ok && raw == sec.line(i):
+				if r.take(sec.path(i)) {
+					match(i, sameEntry)
+				}
+				i++
+				continue
+			case ok && sec.isMine(raw):
+				cur, have = r.next()
+				if !have || !r.sorted(cur) {
+					return
+				}
+			default: // the manifest's section is done
+				match(i, nil)
+				i++
+				continue
+			}
+		}
+		switch p := sec.path(i); {
+		case cur.path < p:
+			gone(cur.path)
+			have = false
+		case cur.path == p:
+			match(i, &cur)
+			have = false
+			i++
+		default:
+			match(i, nil)
+			i++
+		}
+	}
+	if have {
+		gone(cur.path)
+	}
+	for r.err == nil {
+		raw, ok := r.peek()
+		if !ok || !sec.isMine(raw) {
+			break
+		}
+		if e, ok := r.next(); ok && r.sorted(e) {
+			gone(e.path)
+		}
+	}
+	r.dirs, r.started = true, false
+}
+
+// mergeTree walks the manifest old beside the tree: files, then
+// directories (see merge). An error means the manifest does not read (or
+// is out of order), and what was reported so far is incomplete.
+func mergeTree(old []byte, t *Tree, file func(i int, old *lineEntry), goneFile func(string), dir func(i int, old *lineEntry), goneDir func(string)) error {
+	r := newManifestReader(old)
+	nf := len(t.Files)
+	r.merge(section{
+		n:      nf,
+		line:   func(i int) string { return t.lines[i] },
+		path:   func(i int) string { return t.Files[i].Path },
+		isMine: func(l string) bool { return strings.HasPrefix(l, "f ") },
+	}, file, goneFile)
+	r.merge(section{
+		n:      len(t.Dirs),
+		line:   func(i int) string { return t.lines[nf+i] },
+		path:   func(i int) string { return t.Dirs[i].Path },
+		isMine: func(l string) bool { return strings.HasPrefix(l, "d ") || strings.HasPrefix(l, "D ") },
+	}, dir, goneDir)
+	if r.err == nil && r.rest != "" {
+		if e, ok := r.next(); ok {
+			r.err = fmt.Errorf("line %d: %s entry among the directories", r.n, e.kind)
+		}
+	}
+	return r.err
+}
+
 // diffTree is the delta that makes base (format 2, its key baseKey) into
 // the tree t, or nil when it would hold more than limit entries (then a
 // whole manifest is the better write) or base does not read.
 func diffTree(baseKey string, base []byte, t *Tree, limit int) *delta {
 	d := &delta{base: baseKey, files: map[string]manifestFile{}, dirs: map[string]manifestDir{}}
-	r := newManifestReader(base)
-	e, ok := r.file()
-	for i := range t.Files {
-		f := &t.Files[i]
-		for ; ok && e.path < f.Path; e, ok = r.file() {
-			d.goneFiles = append(d.goneFiles, e.path)
-		}
-		want := fileEntry(f)
-		if ok && e.path == f.Path {
-			if e.file != want {
+	err := mergeTree(base, t,
+		func(i int, old *lineEntry) {
+			f := &t.Files[i]
+			if want := fileEntry(f); old != sameEntry && (old == nil || old.file != want) {
 				d.files[f.Path] = want
 			}
-			e, ok = r.file()
-		} else {
-			d.files[f.Path] = want
-		}
-		if d.size() > limit {
-			return nil
-		}
-	}
-	for ; ok; e, ok = r.file() {
-		d.goneFiles = append(d.goneFiles, e.path)
-	}
-	e, ok = r.dir()
-	for _, dir := range t.Dirs {
-		for ; ok && e.path < dir.Path; e, ok = r.dir() {
-			d.goneDirs = append(d.goneDirs, e.path)
-		}
-		want := manifestDir{Mode: dir.Mode}
-		if ok && e.path == dir.Path {
-			if e.dir != want {
+		},
+		func(p string) { d.goneFiles = append(d.goneFiles, p) },
+		func(i int, old *lineEntry) {
+			dir := t.Dirs[i]
+			if want := (manifestDir{Mode: dir.Mode}); old != sameEntry && (old == nil || old.dir != want) {
 				d.dirs[dir.Path] = want
 			}
-			e, ok = r.dir()
-		} else {
-			d.dirs[dir.Path] = want
-		}
-	}
-	for ; ok; e, ok = r.dir() {
-		d.goneDirs = append(d.goneDirs, e.path)
-	}
-	if r.err != nil || d.size() > limit {
+		},
+		func(p string) { d.goneDirs = append(d.goneDirs, p) })
+	if err != nil || d.size() > limit {
 		return nil
 	}
 	return d

@@ -50,6 +50,7 @@ func pathDir(p string) string {
 func sortTree(t *Tree) {
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
+	t.encode()
 }
 
 // mutate changes, removes and adds some files and directory modes.
@@ -95,13 +96,18 @@ func TestMergesAgreeWithMaps(t *testing.T) {
 		old := randomTree(r, 1+r.IntN(40))
 		tree := mutate(r, old)
 		oldData := encodeTree(old)
+		if i%4 == 0 {
+			// Not as drover writes them (octal modes with a leading 0):
+			// the lines differ from the tree's, the entries do not.
+			oldData = []byte(strings.ReplaceAll(string(oldData), " 644 ", " 0644 "))
+		}
 		key := stateKey(oldData)
 
 		d := diffTree(key, oldData, tree, 1<<20)
 		require.NotNil(t, d)
 		got, err := applyDelta(oldData, d)
 		require.NoError(t, err)
-		require.Equal(t, string(encodeTree(tree)), string(got), "case %d: base + delta is the tree", i)
+		require.Equal(t, string(encodeTree(tree)), strings.ReplaceAll(string(got), " 0644 ", " 644 "), "case %d: base + delta is the tree", i)
 		oldM, err := decodeManifest(oldData)
 		require.NoError(t, err)
 		require.Equal(t, string(encodeTree(tree)), string(encodeManifest(d.apply(oldM))), "case %d: the same over maps", i)
@@ -188,6 +194,7 @@ func TestMergeRefusesDisorder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tree := &Tree{Files: []File{{Path: "a"}}, Dirs: []Dir{{Path: "a"}}}
+			tree.encode()
 			err := (&syncer{tree: tree}).planFromManifest(&plan{}, []byte(tc.data))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)

@@ -434,6 +434,22 @@ func testFS(t *testing.T, tr cluster.Transport) {
 		assert.True(t, fi.IsDir())
 	})
 
+	t.Run("Mkdir", func(t *testing.T) {
+		require.NoError(t, fsys.MkdirAll(dir+"/mk", 0o755))
+		require.NoError(t, fsys.Mkdir(dir+"/mk/a", 0o755))
+		fi, err := fsys.Lstat(dir + "/mk/a")
+		require.NoError(t, err)
+		assert.True(t, fi.IsDir())
+		assert.Error(t, fsys.Mkdir(dir+"/mk/a", 0o755), "Mkdir of an existing directory")
+		writeFile(t, fsys, dir+"/mk/f", "")
+		assert.Error(t, fsys.Mkdir(dir+"/mk/f", 0o755), "Mkdir over a file")
+		assert.Error(t, fsys.Mkdir(dir+"/mk/none/b", 0o755), "Mkdir without its parent")
+		require.NoError(t, fsys.Mkdir(dir+"/mk/private", 0o700))
+		fi, err = fsys.Stat(dir + "/mk/private")
+		require.NoError(t, err)
+		assert.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
+	})
+
 	t.Run("MkdirAllReadDir", func(t *testing.T) {
 		require.NoError(t, fsys.MkdirAll(dir+"/d/e/f", 0o755))
 		require.NoError(t, fsys.MkdirAll(dir+"/d/e/f", 0o755), "MkdirAll of an existing directory")
