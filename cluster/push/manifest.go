@@ -863,20 +863,19 @@ func (mm *manifestMemo) cached(key string) []byte {
 // store puts a manifest in the local cache (best effort, like the digest
 // cache) and trims the cache to the cacheKeep most recently used. One
 // already there (a file of the right size: the name is its digest) is
-// only marked used. It reports whether the manifest was new to the cache.
-func (mm *manifestMemo) store(key string, data []byte) (added bool) {
+// only marked used.
+func (mm *manifestMemo) store(key string, data []byte) {
 	if mm.cacheDir == "" {
-		return false
+		return
 	}
 	if info, err := os.Stat(mm.cachePath(key)); err == nil && info.Size() == int64(len(data)) {
 		now := time.Now()
 		_ = os.Chtimes(mm.cachePath(key), now, now)
-		return false
+		return
 	}
 	if writeFileAtomic(mm.cachePath(key), data) {
 		prune(filepath.Dir(mm.cachePath(key)), cacheKeep)
 	}
-	return true
 }
 
 // writeFileAtomic writes name through a temporary file and a rename, so a

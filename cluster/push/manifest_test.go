@@ -1,14 +1,17 @@
 package push
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -281,7 +284,7 @@ func testVouchedButDisordered(e *env) {
 	assert.Empty(t, res.Warnings, "a good manifest was written")
 }
 
-// testUploadDirEarly: a tree new to the local cache creates the upload
+// testUploadDirEarly: a tree that changed since the last scan creates the upload
 // directory in the push's first round trip (Mkdir, not MkdirAll after);
 // when that finds leftovers of an interrupted push they are removed, and
 // when the hosts turn out to hold the tree already the directory goes.
@@ -317,4 +320,41 @@ func testUploadDirEarly(e *env) {
 	assert.Equal(t, 1, c.n(opRemove), "the early upload directory removed")
 	_, err = e.fs.Lstat(path.Join(e.dir, tmpDir))
 	assert.ErrorIs(t, err, os.ErrNotExist, "upload directory after a push with nothing to do")
+
+	// The same tree again from here: nothing to do is expected, no Mkdir.
+	c = newCountingFS(e.fs)
+	e.push(c, opts)
+	assert.Zero(t, c.n(opMkdir))
+	assert.Zero(t, c.n(opRemove))
+}
+
+// failChtimesFS fails every Chtimes, as a connection lost right after an
+// upload's content arrived would.
+type failChtimesFS struct{ cluster.FS }
+
+func (failChtimesFS) Chtimes(string, time.Time, time.Time) error { return errors.New("lost") }
+
+// testMarkedOnceContentArrived: the host is marked (sum removed, journal
+// written) as soon as the uploads' content has arrived, while their mtimes
+// are set; if that then fails, the tree is unchanged and the next push
+// trusts the journal and completes.
+func testMarkedOnceContentArrived(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	old := e.remote()
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v2')\n"})
+	_, err := Sync(context.Background(), failChtimesFS{e.fs}, "h0", e.scan(Options{}), e.dir, Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "set mtime of train.py")
+	assert.Equal(t, old, e.remote(), "the tree is unchanged")
+	_, err = e.fs.Lstat(path.Join(e.dir, sumName))
+	assert.ErrorIs(t, err, os.ErrNotExist, "no sum once marked")
+	journal, err := e.readRemote(journalName)
+	require.NoError(t, err)
+	assert.Contains(t, journal, `"train.py"`)
+
+	res := e.push(nil, Options{})
+	assert.Equal(t, 1, res.FilesSent)
+	assert.Equal(t, e.pushed(), e.remote())
 }

@@ -54,6 +54,7 @@ var coreTests = []struct {
 	{"Format1Upgraded", testFormat1Upgraded},
 	{"VouchedButDisordered", testVouchedButDisordered},
 	{"UploadDirEarly", testUploadDirEarly},
+	{"MarkedOnceContentArrived", testMarkedOnceContentArrived},
 	{"ManifestFromLocalCache", testManifestFromLocalCache},
 	{"ManyFilesMixedModes", testManyFilesMixedModes},
 	{"Streamed", testStreamed},

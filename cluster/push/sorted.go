@@ -174,9 +174,9 @@ func (r *manifestReader) take(path string) bool {
 // section is one half of a manifest, files or directories, and the tree's
 // side of it.
 type section struct {
-	n      int                   // the tree's entries
-	line   func(i int) string    // entry i encoded, as in a manifest
-	path   func(i int) string    // entry i's path
+	n      int                    // the tree's entries
+	line   func(i int) string     // entry i encoded, as in a manifest
+	path   func(i int) string     // entry i's path
 	isMine func(line string) bool // a manifest line of this section
 }
 
