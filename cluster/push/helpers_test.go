@@ -348,3 +348,15 @@ func (c *cutFS) Readlink(p string) (string, error) {
 	}
 	return c.FS.Readlink(p)
 }
+
+// treeManifest is what a host holds once it has t.
+func treeManifest(t *Tree) *manifest {
+	m := newManifest()
+	for i := range t.Files {
+		m.Files[t.Files[i].Path] = fileEntry(&t.Files[i])
+	}
+	for _, d := range t.Dirs {
+		m.Dirs[d.Path] = manifestDir{Mode: d.Mode}
+	}
+	return m
+}

@@ -3,9 +3,10 @@
 //
 // The local tree is scanned (and hashed) once; each host is then synced
 // through its cluster.FS. A manifest kept on the host
-// (<workdir>/.drover/manifest.json) records what was pushed, so a re-push
-// with nothing changed costs one read of its sum per host and a change
-// costs exactly the changed files: one SFTP upload each when they are few,
+// (<workdir>/.drover/manifest.json, and a small delta over it for the
+// changes since) records what was pushed, so a re-push with nothing
+// changed costs one read of its sum per host and a change costs exactly
+// the changed files and a delta: one SFTP upload each when they are few,
 // one tar stream into the host's tar when they are many. Changed files are
 // first uploaded under <workdir>/.drover/push-tmp and moved into place only
 // once every upload has arrived, so an interrupted push leaves the previous
@@ -1115,18 +1116,6 @@ func (s *syncer) markPending(m *manifest, p *plan) {
 	for _, d := range append(append([]Dir(nil), p.mkdirs...), p.chdirs...) {
 		m.Dirs[d.Path] = manifestDir{Mode: d.Mode, Pending: true}
 	}
-}
-
-// treeManifest is what a host holds once it has t.
-func treeManifest(t *Tree) *manifest {
-	m := newManifest()
-	for i := range t.Files {
-		m.Files[t.Files[i].Path] = fileEntry(&t.Files[i])
-	}
-	for _, d := range t.Dirs {
-		m.Dirs[d.Path] = manifestDir{Mode: d.Mode}
-	}
-	return m
 }
 
 func fileEntry(f *File) manifestFile {
