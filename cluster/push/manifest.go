@@ -97,19 +97,6 @@ func newManifest() *manifest {
 	return &manifest{Files: map[string]manifestFile{}, Dirs: map[string]manifestDir{}}
 }
 
-// clone copies m's entries, so that a shared (read-only) manifest can be
-// the start of another.
-func (m *manifest) clone() *manifest {
-	c := &manifest{Files: make(map[string]manifestFile, len(m.Files)), Dirs: make(map[string]manifestDir, len(m.Dirs))}
-	for p, f := range m.Files {
-		c.Files[p] = f
-	}
-	for p, d := range m.Dirs {
-		c.Dirs[p] = d
-	}
-	return c
-}
-
 // stateKey names a manifest's encoding (format 2 is canonical: one tree,
 // one encoding). It is what manifest.sum holds and the local cache files
 // are called.
@@ -129,24 +116,6 @@ type delta struct {
 }
 
 func (d *delta) size() int { return len(d.files) + len(d.dirs) + len(d.goneFiles) + len(d.goneDirs) }
-
-// apply returns base with d's changes (base is not modified).
-func (d *delta) apply(base *manifest) *manifest {
-	m := base.clone()
-	for p, f := range d.files {
-		m.Files[p] = f
-	}
-	for p, e := range d.dirs {
-		m.Dirs[p] = e
-	}
-	for _, p := range d.goneFiles {
-		delete(m.Files, p)
-	}
-	for _, p := range d.goneDirs {
-		delete(m.Dirs, p)
-	}
-	return m
-}
 
 // Format 2 is lines of text, one entry each, sorted by path, so that one
 // tree has one encoding and its key can name it:
@@ -622,7 +591,9 @@ func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (old []byte, j
 		// A delta over another base is stale (left by a push that
 		// stopped, or by a drover writing format 1): ignored.
 		if d.base == sum.base {
-			m = d.apply(m)
+			if old, err = applyDelta(old, d); err != nil {
+				return nil, false, sum, nil, unusable(deltaName, err)
+			}
 		}
 	}
 	if files[2] != nil {
@@ -630,18 +601,23 @@ func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (old []byte, j
 		if err != nil {
 			return nil, false, sum, nil, unusable(journalName, err)
 		}
-		// What an interrupted push was changing is unknown on the host.
+		// What an interrupted push was changing is unknown on the host:
+		// the journal's entries, all pending, go over the manifest.
+		pending := &delta{files: j.Files, dirs: j.Dirs}
 		for p, e := range j.Files {
 			e.Pending, e.SHA256 = true, ""
-			m.Files[p] = e
+			pending.files[p] = e
 		}
 		for p, d := range j.Dirs {
 			d.Pending = true
-			m.Dirs[p] = d
+			pending.dirs[p] = d
+		}
+		if old, err = applyDelta(old, pending); err != nil {
+			return nil, false, sum, nil, err
 		}
 		journal = true
 	}
-	return encodeManifest(m), journal, sum, base, nil
+	return old, journal, sum, base, nil
 }
 
 // readVouched returns the manifest of a host whose sum says it holds tree
