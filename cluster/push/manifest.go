@@ -117,8 +117,9 @@ type delta struct {
 
 func (d *delta) size() int { return len(d.files) + len(d.dirs) + len(d.goneFiles) + len(d.goneDirs) }
 
-// Format 2 is lines of text, one entry each, sorted by path, so that one
-// tree has one encoding and its key can name it:
+// Format 2 is lines of text, one entry each, the files and then the
+// directories, each sorted by path, so that one tree has one encoding and
+// its key can name it:
 //
 //	drover-manifest 2                  (a base or journal; "... delta KEY" for a delta)
 //	f SHA256 SIZE MODE MTIME_NS PATH   (a file; SHA256 "-" when pending)
@@ -130,8 +131,8 @@ func (d *delta) size() int { return len(d.files) + len(d.dirs) + len(d.goneFiles
 // faster than format 1's JSON+gzip, which cost a push with one changed
 // file 20 ms of CPU.
 
-// encodeTree is the manifest of a host holding t, the same bytes as
-// encodeManifest(treeManifest(t)) without building the maps (t is sorted).
+// encodeTree is the manifest of a host holding t: the bytes encodeManifest
+// gives for t's entries, without building maps of them (t is sorted).
 func encodeTree(t *Tree) []byte {
 	b := make([]byte, 0, len(t.Files)*128+len(t.Dirs)*48+32)
 	b = append(b, manifestHeader+"\n"...)
