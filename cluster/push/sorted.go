@@ -103,52 +103,40 @@ func applyDelta(base []byte, d *delta) ([]byte, error) {
 	r := newManifestReader(base)
 	out := make([]byte, 0, len(base)+d.size()*128)
 	out = append(out, manifestHeader+"\n"...)
-	goneF := make(map[string]bool, len(d.goneFiles))
-	for _, p := range d.goneFiles {
-		goneF[p] = true
-	}
-	set := sortedKeys(d.files)
-	i := 0
-	for e, ok := r.file(); ok; e, ok = r.file() {
-		for ; i < len(set) && set[i] < e.path; i++ {
-			out = appendFile(out, set[i], d.files[set[i]])
-		}
-		switch {
-		case i < len(set) && set[i] == e.path:
-			out = appendFile(out, set[i], d.files[set[i]])
-			i++
-		case !goneF[e.path]:
-			out = appendFile(out, e.path, e.file)
-		}
-	}
-	for ; i < len(set); i++ {
-		out = appendFile(out, set[i], d.files[set[i]])
-	}
-	goneD := make(map[string]bool, len(d.goneDirs))
-	for _, p := range d.goneDirs {
-		goneD[p] = true
-	}
-	setD := sortedKeys(d.dirs)
-	i = 0
-	for e, ok := r.dir(); ok; e, ok = r.dir() {
-		for ; i < len(setD) && setD[i] < e.path; i++ {
-			out = appendDir(out, setD[i], d.dirs[setD[i]])
-		}
-		switch {
-		case i < len(setD) && setD[i] == e.path:
-			out = appendDir(out, setD[i], d.dirs[setD[i]])
-			i++
-		case !goneD[e.path]:
-			out = appendDir(out, e.path, e.dir)
-		}
-	}
-	for ; i < len(setD); i++ {
-		out = appendDir(out, setD[i], d.dirs[setD[i]])
-	}
+	out = applySection(out, r.file, d.files, d.goneFiles, func(e lineEntry) manifestFile { return e.file }, appendFile)
+	out = applySection(out, r.dir, d.dirs, d.goneDirs, func(e lineEntry) manifestDir { return e.dir }, appendDir)
 	if r.err != nil {
 		return nil, r.err
 	}
 	return out, nil
+}
+
+// applySection appends one section of a manifest (its entries from next,
+// in order) with set's entries put in or over them and gone's left out.
+func applySection[E any](out []byte, next func() (lineEntry, bool), set map[string]E, gone []string,
+	entry func(lineEntry) E, appendEntry func([]byte, string, E) []byte) []byte {
+	skip := make(map[string]bool, len(gone))
+	for _, p := range gone {
+		skip[p] = true
+	}
+	keys := sortedKeys(set)
+	i := 0
+	for e, ok := next(); ok; e, ok = next() {
+		for ; i < len(keys) && keys[i] < e.path; i++ {
+			out = appendEntry(out, keys[i], set[keys[i]])
+		}
+		switch {
+		case i < len(keys) && keys[i] == e.path:
+			out = appendEntry(out, keys[i], set[keys[i]])
+			i++
+		case !skip[e.path]:
+			out = appendEntry(out, e.path, entry(e))
+		}
+	}
+	for ; i < len(keys); i++ {
+		out = appendEntry(out, keys[i], set[keys[i]])
+	}
+	return out
 }
 
 // peek returns the next line, not consumed; false at the end.
