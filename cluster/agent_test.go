@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"syscall"
 	"testing"
 )
 
@@ -55,6 +56,8 @@ func (u unameHost) FS(context.Context) (FS, error) { return nil, errors.New("no 
 type doneProcess struct{}
 
 func (doneProcess) Wait() error { return nil }
+
+func (doneProcess) Signal(syscall.Signal) error { return nil }
 
 func TestInstallAgentRefusesOtherPlatform(t *testing.T) {
 	other := "Linux aarch64\n"

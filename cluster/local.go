@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -48,9 +49,13 @@ func (t *localTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
 		return nil, fmt.Errorf("start on %s: %w", t.host.Name, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+		return nil, fmt.Errorf("start %s on %s: %w", cmd.name(), t.host.Name, err)
 	}
-	c := exec.Command(cmd.Args[0], cmd.Args[1:]...)
+	args := cmd.Args
+	if cmd.Shell != "" {
+		args = []string{"/bin/sh", "-c", cmd.Shell}
+	}
+	c := exec.Command(args[0], args[1:]...)
 	c.Dir = t.home
 	if cmd.Dir != "" {
 		dir := cmd.Dir
@@ -81,12 +86,12 @@ func (t *localTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
 	if cmd.Stdin != nil {
 		var err error
 		if stdin, err = c.StdinPipe(); err != nil {
-			return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+			return nil, fmt.Errorf("start %s on %s: %w", cmd.name(), t.host.Name, err)
 		}
 	}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
-		return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+		return nil, fmt.Errorf("start %s on %s: %w", cmd.name(), t.host.Name, err)
 	}
 	if stdin != nil {
 		go func() {
@@ -94,21 +99,38 @@ func (t *localTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
 			stdin.Close()
 		}()
 	}
-	pid := c.Process.Pid
-	p := &localProcess{host: t.host.Name, c: c, ctx: ctx}
-	p.stop = context.AfterFunc(ctx, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	p := &localProcess{host: t.host.Name, c: c, ctx: ctx, exited: make(chan struct{})}
+	p.stop = context.AfterFunc(ctx, func() { _ = p.Signal(syscall.SIGKILL) })
 	return p, nil
 }
 
 type localProcess struct {
-	host string
-	c    *exec.Cmd
-	ctx  context.Context
-	stop func() bool
+	host   string
+	c      *exec.Cmd
+	ctx    context.Context
+	stop   func() bool
+	exited chan struct{} // closed once Wait has reaped the group leader
+	reaped sync.Once
+}
+
+// Signal signals the process group that Start created. Once the leader is
+// reaped its pid, and so the group id, may be reused by an unrelated
+// process, so from then on Signal does nothing.
+func (p *localProcess) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-p.c.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %s on %s: %w", unix.SignalName(sig), p.host, err)
+	}
+	return nil
 }
 
 func (p *localProcess) Wait() error {
 	err := p.c.Wait()
+	p.reaped.Do(func() { close(p.exited) })
 	if !p.stop() && p.ctx.Err() != nil {
 		return fmt.Errorf("%s: command cancelled: %w", p.host, p.ctx.Err())
 	}

@@ -39,6 +39,11 @@ func needsQuote(r rune) bool {
 // c is ever interpreted as shell code. Env names that are not valid shell
 // identifiers are quoted too: the shell rejects them instead of running
 // anything. Env entries are sorted so the line is deterministic.
+//
+// A c.Shell line is the exception: it is the user's own shell code and goes
+// to the shell as it is, behind the same cd and export. It is not exec'd,
+// since it may be a pipeline or a list; Process.Signal reaches it anyway,
+// because sshd signals the session's whole process group.
 func ShellCommand(c Cmd) string {
 	var b strings.Builder
 	if c.Dir != "" {
@@ -64,6 +69,16 @@ func ShellCommand(c Cmd) string {
 			b.WriteString(ShellQuote(c.Env[k]))
 		}
 		b.WriteString(" && ")
+	}
+	if c.Shell != "" {
+		if b.Len() == 0 {
+			return c.Shell
+		}
+		// eval keeps the whole line behind the &&: a plain `cd X && a; b`
+		// would run b even when cd failed.
+		b.WriteString("eval ")
+		b.WriteString(ShellQuote(c.Shell))
+		return b.String()
 	}
 	b.WriteString("exec")
 	for _, a := range c.Args {

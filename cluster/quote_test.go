@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,11 +60,29 @@ func TestShellCommand(t *testing.T) {
 		{"all", Cmd{Args: []string{"python3", "-c", "print(1)"}, Dir: "/w", Env: map[string]string{"RANK": "0"}},
 			"cd -- /w && export RANK=0 && exec python3 -c 'print(1)'"},
 		{"bad env name quoted", Cmd{Args: []string{"true"}, Env: map[string]string{"A;B": "x"}}, "export 'A;B'=x && exec true"},
+		{"shell line as typed", Cmd{Shell: "nvidia-smi | grep MiB"}, "nvidia-smi | grep MiB"},
+		{"shell line behind cd and export", Cmd{Shell: "a; b 'c'", Dir: "/w", Env: map[string]string{"X": "1"}},
+			`cd -- /w && export X=1 && eval 'a; b '\''c'\'''`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, ShellCommand(tc.cmd))
 		})
 	}
+}
+
+// A Shell line behind a cd that fails runs none of its commands, not only
+// the first.
+func TestShellCommandLineNeedsDir(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	c := Cmd{Shell: "true; touch " + ShellQuote(marker), Dir: filepath.Join(dir, "missing")}
+	err := exec.Command("sh", "-c", ShellCommand(c)).Run()
+	assert.Error(t, err)
+	assert.NoFileExists(t, marker)
+
+	c.Dir = dir
+	require.NoError(t, exec.Command("sh", "-c", ShellCommand(c)).Run())
+	assert.FileExists(t, marker)
 }
 
 func TestShellCommandRunsInShell(t *testing.T) {

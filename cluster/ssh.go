@@ -276,16 +276,16 @@ func (t *sshTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
 		return nil, fmt.Errorf("start on %s: %w", t.host.Name, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+		return nil, fmt.Errorf("start %s on %s: %w", cmd.name(), t.host.Name, err)
 	}
 	s, err := t.newSession(ctx)
 	if err != nil {
 		select {
 		case <-t.done:
-			return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, t.lostError(err))
+			return nil, fmt.Errorf("start %s on %s: %w", cmd.name(), t.host.Name, t.lostError(err))
 		default:
 		}
-		return nil, fmt.Errorf("start %s on %s: open session: %w", cmd.Args[0], t.host.Name, err)
+		return nil, fmt.Errorf("start %s on %s: open session: %w", cmd.name(), t.host.Name, err)
 	}
 	p := &sshProcess{t: t, s: s, ctx: ctx, waited: make(chan error, 1)}
 	s.Stdin = cmd.Stdin
@@ -299,7 +299,7 @@ func (t *sshTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
 	}
 	if err := s.Start(ShellCommand(cmd)); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("start %s on %s: %w", cmd.Args[0], t.host.Name, err)
+		return nil, fmt.Errorf("start %s on %s: %w", cmd.name(), t.host.Name, err)
 	}
 	go func() { p.waited <- s.Wait() }()
 	p.stop = context.AfterFunc(ctx, func() { s.Close() })
@@ -336,7 +336,10 @@ func (t *sshTransport) newSession(ctx context.Context) (*ssh.Session, error) {
 
 // checkCmd rejects commands no transport can run faithfully.
 func checkCmd(cmd Cmd) error {
-	if len(cmd.Args) == 0 || cmd.Args[0] == "" {
+	switch {
+	case cmd.Shell != "" && len(cmd.Args) > 0:
+		return errors.New("command has both Args and a Shell line")
+	case cmd.Shell == "" && (len(cmd.Args) == 0 || cmd.Args[0] == ""):
 		return errors.New("empty command")
 	}
 	for k := range cmd.Env {
@@ -354,6 +357,20 @@ type sshProcess struct {
 	stop           func() bool
 	waited         chan error
 	stdout, stderr *gatedWriter
+}
+
+// Signal sends an RFC 4254 signal request on the command's channel; sshd
+// signals the session's process group with it. A channel already closed
+// (the command exited, or Wait returned) makes it do nothing.
+func (p *sshProcess) Signal(sig syscall.Signal) error {
+	name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
+	if name == "" {
+		return fmt.Errorf("signal %d on %s: no name for it in the SSH protocol", int(sig), p.t.host.Name)
+	}
+	if err := p.s.Signal(ssh.Signal(name)); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("signal SIG%s on %s: %w", name, p.t.host.Name, p.t.lostError(err))
+	}
+	return nil
 }
 
 // Wait returns when the command's exit status arrives, the connection is

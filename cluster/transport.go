@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"syscall"
 	"time"
 )
 
@@ -19,7 +20,8 @@ type Transport interface {
 	Host() Host
 	// Start starts cmd on the host and returns at once. Cancelling ctx
 	// closes the command's channel (SSH) or kills it (local); it does not
-	// wait for the process to exit.
+	// wait for the process to exit. A caller that must not leave the
+	// command running on the host signals it (Process.Signal) first.
 	Start(ctx context.Context, cmd Cmd) (Process, error)
 	// FS gives file access on the host (SFTP over SSH, the os package
 	// locally). The FS shares the transport's connection.
@@ -29,11 +31,18 @@ type Transport interface {
 	Close() error
 }
 
-// Cmd is a command to run on a host. Args are never interpreted by a shell
-// as code: the SSH transport quotes every argument and env value for a
-// POSIX shell, the local transport uses exec directly.
+// Cmd is a command to run on a host: either Args, a program and its
+// arguments, or Shell, a command line. Args are never interpreted by a
+// shell as code: the SSH transport quotes every argument and env value for
+// a POSIX shell, the local transport uses exec directly.
 type Cmd struct {
 	Args []string
+	// Shell, when set instead of Args, is a command line for the host's
+	// shell (`drover exec job.toml -- 'nvidia-smi | grep MiB'`): the login
+	// shell over SSH, as `ssh host LINE` runs it, and /bin/sh locally. It
+	// is the user's own code, run as they typed it; drover never builds a
+	// Shell line from data.
+	Shell string
 	// Env is added to the login environment of the host.
 	Env map[string]string
 	// Dir is the working directory; relative paths are under the login
@@ -44,8 +53,34 @@ type Cmd struct {
 	Stderr io.Writer
 }
 
+// name is how errors name the command: its program, or its shell line cut
+// short.
+func (c Cmd) name() string {
+	if c.Shell == "" {
+		if len(c.Args) == 0 {
+			return "(empty command)"
+		}
+		return c.Args[0]
+	}
+	line := c.Shell
+	if len(line) > 40 {
+		line = line[:37] + "..."
+	}
+	return fmt.Sprintf("%q", line)
+}
+
 // Process is a started command.
 type Process interface {
+	// Signal sends sig to the command's process group: the command and
+	// everything it started that did not move to a group of its own.
+	// Closing an SSH channel does not stop the command behind it (without
+	// a terminal sshd just lets it run), so this is how a caller that
+	// gives up on a command keeps the promise that nothing is left running
+	// on the host. Over SSH it is an RFC 4254 "signal" request, which
+	// OpenSSH delivers with killpg; a server that does not support it
+	// ignores it, and no error says so. Signal after the command exited
+	// does nothing.
+	Signal(sig syscall.Signal) error
 	// Wait waits for the command to finish and for its output to be
 	// copied. It returns nil on exit status 0, an *ExitError when the
 	// command exited non-zero or by a signal, and another error when the

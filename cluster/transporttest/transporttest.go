@@ -23,6 +23,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +56,8 @@ func Run(t *testing.T, dial func(t *testing.T) cluster.Transport) {
 	t.Run("Streams", func(t *testing.T) { testStreams(t, open(t)) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, open(t)) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, open(t)) })
+	t.Run("Shell", func(t *testing.T) { testShell(t, open(t)) })
+	t.Run("Signal", func(t *testing.T) { testSignal(t, open(t)) })
 	t.Run("FS", func(t *testing.T) { testFS(t, open(t)) })
 	t.Run("ExtractTar", func(t *testing.T) { testExtractTar(t, open(t)) })
 }
@@ -630,4 +633,106 @@ func testExtractTar(t *testing.T, tr cluster.Transport) {
 			t.Fatal("ExtractTar did not return after its context was cancelled")
 		}
 	})
+}
+
+// testShell: a Shell line is shell code, run as typed (pipes, lists,
+// expansions), behind the same Dir and Env as Args; its status is the
+// line's.
+func testShell(t *testing.T, tr cluster.Transport) {
+	fsys, dir := scratch(t, tr)
+	w, err := fsys.Create(dir + "/data")
+	require.NoError(t, err)
+	_, err = io.WriteString(w, "b\na\nb\n")
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	r := runCmd(t, tr, cluster.Cmd{
+		Shell: `sort data | uniq -c | sed 's/^ *//'; printf '%s|%s\n' "$V" "$(basename "$PWD")"; exit 3`,
+		Dir:   dir,
+		Env:   map[string]string{"V": "it's $HOME"},
+	})
+	var ee *cluster.ExitError
+	require.ErrorAs(t, r.err, &ee, "stderr: %s", r.stderr)
+	assert.Equal(t, 3, ee.Code)
+	assert.Equal(t, "1 a\n2 b\nit's $HOME|"+path.Base(dir)+"\n", r.stdout)
+
+	// A missing Dir runs nothing of the line (the local transport fails
+	// to start, SSH fails in cd).
+	var out SyncBuffer
+	p, err := tr.Start(context.Background(), cluster.Cmd{Shell: "echo ran; echo ran again", Dir: dir + "/missing", Stdout: &out})
+	if err == nil {
+		err = p.Wait()
+	}
+	assert.Error(t, err)
+	assert.Empty(t, out.String())
+
+	// Args and Shell together are refused.
+	_, err = tr.Start(context.Background(), cluster.Cmd{Args: []string{"true"}, Shell: "true"})
+	assert.Error(t, err)
+}
+
+// gone reports, by asking the host, whether pid has exited (or is a zombie
+// waiting for its parent, which is as good as gone).
+func gone(t *testing.T, tr cluster.Transport, pid string) bool {
+	t.Helper()
+	r := runCmd(t, tr, cluster.Cmd{Args: sh(`grep -q '^State:[[:space:]]*Z' /proc/$1/status 2>/dev/null || ! test -e /proc/$1`, pid)})
+	return r.err == nil
+}
+
+// testSignal: Process.Signal reaches the command's whole process group,
+// including what it started in the background, so a caller that gives up
+// on a command can leave nothing running; a group that ignores SIGTERM
+// still goes with SIGKILL.
+func testSignal(t *testing.T, tr cluster.Transport) {
+	for _, tc := range []struct {
+		name  string
+		cmd   cluster.Cmd
+		first syscall.Signal
+		dies  string // the signal that ends the group
+	}{
+		{"TERM, shell line", cluster.Cmd{Shell: `sleep 300 & echo $!; sleep 301; echo survived`}, syscall.SIGTERM, "TERM"},
+		// Not SIGINT: a shell without job control starts background
+		// commands with SIGINT ignored.
+		{"TERM, args", cluster.Cmd{Args: sh(`sleep 300 & echo $!; exec sleep 301`)}, syscall.SIGTERM, "TERM"},
+		{"TERM ignored, then KILL", cluster.Cmd{Shell: `trap '' TERM; sleep 300 & echo $!; sleep 301`}, syscall.SIGTERM, "KILL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), liveness)
+			defer cancel()
+			var out SyncBuffer
+			tc.cmd.Stdout = &out
+			p, err := tr.Start(ctx, tc.cmd)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return strings.HasSuffix(out.String(), "\n") }, liveness, 10*time.Millisecond)
+			child := strings.TrimSpace(out.String())
+			require.False(t, gone(t, tr, child), "background child %s not running", child)
+
+			done := make(chan error, 1)
+			go func() { done <- p.Wait() }()
+			require.NoError(t, p.Signal(tc.first))
+			if tc.dies == "KILL" {
+				select {
+				case err := <-done:
+					t.Fatalf("a group ignoring SIG%s exited: %v", tc.dies, err)
+				case <-time.After(300 * time.Millisecond):
+				}
+				assert.False(t, gone(t, tr, child), "background child ignoring SIGTERM")
+				require.NoError(t, p.Signal(syscall.SIGKILL))
+			}
+			var err2 error
+			select {
+			case err2 = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("command still running 10s after its signal")
+			}
+			var ee *cluster.ExitError
+			require.ErrorAs(t, err2, &ee)
+			assert.Equal(t, tc.dies, ee.Signal)
+			assert.NotContains(t, out.String(), "survived")
+			assert.Eventually(t, func() bool { return gone(t, tr, child) }, 10*time.Second, 50*time.Millisecond,
+				"background child %s outlived its group's signal", child)
+
+			// Signalling a command that exited does nothing.
+			assert.NoError(t, p.Signal(syscall.SIGTERM))
+		})
+	}
 }
