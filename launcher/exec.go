@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/logstream"
@@ -15,8 +17,23 @@ import (
 // not reach or lost mid-command, as ssh(1) does.
 const ExitConnectFailed = 255
 
+// DefaultExecGrace is how long an interrupted `drover exec` command has
+// between SIGTERM and SIGKILL: ad-hoc commands rarely need long to clean
+// up, and whoever pressed Ctrl-C is waiting.
+const DefaultExecGrace = 5 * time.Second
+
+// execKillWait bounds the wait for a host to report the exit of a command
+// that was sent SIGKILL; only a server that ignores signal requests, or a
+// dead link, takes that long.
+const execKillWait = 5 * time.Second
+
 // ExecOptions describe one ad-hoc command fanned out to hosts.
 type ExecOptions struct {
+	// Args is the command. A single element is a shell command line, run by
+	// each host's login shell as `ssh host LINE` and pdsh run it, so
+	// `nvidia-smi | grep MiB` works as typed. Several elements are a
+	// program and its arguments, each passed exactly as given (no word
+	// splitting, globbing or expansion), as with exec.
 	Args []string
 	Env  map[string]string
 	// Dir is the working directory on every host ("" = home).
@@ -25,6 +42,23 @@ type ExecOptions struct {
 	// Stdout and Stderr receive every host's output as whole lines
 	// prefixed "[host] "; lines from different hosts never mix.
 	Stdout, Stderr io.Writer
+	// Grace is how long commands get between SIGTERM and SIGKILL once ctx
+	// is cancelled; 0 means DefaultExecGrace.
+	Grace time.Duration
+	// Hard, once closed, ends the grace at once: SIGKILL (the second
+	// Ctrl-C).
+	Hard <-chan struct{}
+}
+
+// execCmd is opts' command for the transport: a shell line or argv.
+func (opts ExecOptions) execCmd() cluster.Cmd {
+	c := cluster.Cmd{Env: opts.Env, Dir: opts.Dir}
+	if len(opts.Args) == 1 {
+		c.Shell = opts.Args[0]
+	} else {
+		c.Args = opts.Args
+	}
+	return c
 }
 
 // ExecResult is how the command fared on one host.
@@ -42,6 +76,11 @@ type ExecResult struct {
 // (dialled at most opts.Dial.Parallel at a time), streams the output line by
 // line and returns one result per host, in the order of hosts. A slow or
 // dead host delays only its own result.
+//
+// Cancelling ctx stops the commands rather than abandoning them: closing an
+// SSH channel leaves its command running, so every host's process group is
+// sent SIGTERM, then SIGKILL after opts.Grace (or when opts.Hard closes),
+// and Exec returns once the hosts report the exits.
 func Exec(ctx context.Context, hosts []cluster.Host, opts ExecOptions) []ExecResult {
 	stdout := logstream.NewSink(discardIfNil(opts.Stdout))
 	stderr := logstream.NewSink(discardIfNil(opts.Stderr))
@@ -79,15 +118,62 @@ func execOne(ctx context.Context, h cluster.Host, opts ExecOptions, sem chan str
 	prefix := "[" + h.Name + "] "
 	out := logstream.NewPrefixWriter(stdout, prefix)
 	errw := logstream.NewPrefixWriter(stderr, prefix)
-	p, err := tr.Start(ctx, cluster.Cmd{Args: opts.Args, Env: opts.Env, Dir: opts.Dir, Stdout: out, Stderr: errw})
-	if err == nil {
-		err = p.Wait()
+	cmd := opts.execCmd()
+	cmd.Stdout, cmd.Stderr = out, errw
+	if err = ctx.Err(); err != nil {
+		err = fmt.Errorf("%s: not started: %w", h.Name, err)
+	} else {
+		// The command's own context is never cancelled: cancelling would
+		// only close its channel. waitOrStop stops it with signals.
+		var p cluster.Process
+		if p, err = tr.Start(context.WithoutCancel(ctx), cmd); err == nil {
+			err = waitOrStop(ctx, h.Name, p, opts)
+		}
 	}
 	// Flush partial last lines even when the command failed: they are
 	// often the error message.
 	out.Close()
 	errw.Close()
 	return err
+}
+
+// waitOrStop waits for p; when ctx is cancelled first it sends SIGTERM to
+// p's process group, SIGKILL after the grace or when opts.Hard closes, and
+// waits (at most execKillWait after SIGKILL) for the host to report the
+// exit, which it returns: an *cluster.ExitError naming the signal.
+func waitOrStop(ctx context.Context, host string, p cluster.Process, opts ExecOptions) error {
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	grace := opts.Grace
+	if grace <= 0 {
+		grace = DefaultExecGrace
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+	case <-opts.Hard:
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(execKillWait):
+		return fmt.Errorf("%s: no exit reported %s after SIGKILL; the command may still be running there: %w",
+			host, execKillWait, context.Cause(ctx))
+	}
 }
 
 func discardIfNil(w io.Writer) io.Writer {

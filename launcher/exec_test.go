@@ -17,6 +17,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/cluster/transporttest"
 )
 
 var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_*.txt")
@@ -137,4 +138,120 @@ func TestExecFleet(t *testing.T) {
 	var sum bytes.Buffer
 	require.NoError(t, WriteExecSummary(&sum, results))
 	assert.Equal(t, "drover exec: 1 of 8 hosts failed:\n  ex-h3: exited 7\n", sum.String())
+
+	// Closing an SSH channel leaves its command running: an interrupted
+	// Exec must stop it, with real signals through real sshd.
+	t.Run("Interrupt", func(t *testing.T) {
+		testExecInterrupt(t, fleet.ClusterHosts(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	})
+}
+
+// One argument is a shell line, as with ssh and pdsh; several are argv,
+// never word-split or expanded.
+func TestExecShellLineOrArgs(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	hosts := []cluster.Host{execLocalHost("a")}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"line", []string{`echo "$V" | tr a-z A-Z; echo *`}, "[a] IT'S\n[a] *\n"},
+		{"args", []string{"echo", "$V | tr a-z A-Z;", "*"}, "[a] $V | tr a-z A-Z; *\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			// An empty home: the line's * matches nothing and stays *.
+			results := Exec(context.Background(), hosts, ExecOptions{Args: tc.args, Env: map[string]string{"V": "it's"}, Stdout: &stdout})
+			require.NoError(t, results[0].Err)
+			assert.Equal(t, tc.want, stdout.String())
+		})
+	}
+}
+
+// lineWaiter is an io.Writer that counts lines, so a test can wait until
+// every host's command has started.
+type lineWaiter struct {
+	transporttest.SyncBuffer
+}
+
+func (w *lineWaiter) lines() int { return strings.Count(w.String(), "\n") }
+
+// alive reports whether pid runs (a zombie does not count). The test
+// fleet's hosts share this machine's pid namespace, so their pids can be
+// looked up here too.
+func alive(pid string) bool {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	k := bytes.LastIndexByte(stat, ')')
+	return k > 0 && k+2 < len(stat) && stat[k+2] != 'Z'
+}
+
+// testExecInterrupt cancels an Exec whose commands each started a
+// background child, and checks that every host's command and child are
+// stopped, by the signal the case expects, before Exec returns.
+func testExecInterrupt(t *testing.T, hosts []cluster.Host, dial cluster.DialOptions) {
+	for _, tc := range []struct {
+		name   string
+		script string
+		grace  time.Duration
+		hard   bool
+		want   string
+	}{
+		{"TERM", `sleep 300 & echo "child $!"; sleep 301`, time.Minute, false, "TERM"},
+		{"KILL after grace", `trap '' TERM; sleep 300 & echo "child $!"; sleep 301`, 300 * time.Millisecond, false, "KILL"},
+		{"KILL when hard", `trap '' TERM; sleep 300 & echo "child $!"; sleep 301`, time.Hour, true, "KILL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			hard := make(chan struct{})
+			var stdout lineWaiter
+			res := make(chan []ExecResult, 1)
+			start := time.Now()
+			go func() {
+				res <- Exec(ctx, hosts, ExecOptions{Args: []string{tc.script}, Dial: dial, Stdout: &stdout, Grace: tc.grace, Hard: hard})
+			}()
+			require.Eventually(t, func() bool { return stdout.lines() == len(hosts) }, 60*time.Second, 10*time.Millisecond)
+			var children []string
+			for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+				_, pid, ok := strings.Cut(line, " child ")
+				require.True(t, ok, "line %q", line)
+				require.True(t, alive(pid), "child %s", pid)
+				children = append(children, pid)
+			}
+			cancel()
+			if tc.hard {
+				time.Sleep(200 * time.Millisecond)
+				close(hard)
+			}
+			var results []ExecResult
+			select {
+			case results = <-res:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Exec did not return within 30s of the interrupt")
+			}
+			if tc.hard {
+				assert.Less(t, time.Since(start), 30*time.Second, "Hard did not cut the grace short")
+			}
+			for _, r := range results {
+				var ee *cluster.ExitError
+				if assert.ErrorAs(t, r.Err, &ee, r.Host) {
+					assert.Equal(t, tc.want, ee.Signal, r.Host)
+				}
+			}
+			// The background children are gone too: the whole group got
+			// the signal. They are reparented and reaped asynchronously.
+			for _, pid := range children {
+				assert.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond, "child %s outlived the interrupt", pid)
+			}
+		})
+	}
+}
+
+func TestExecInterruptLocal(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	testExecInterrupt(t, []cluster.Host{execLocalHost("a"), execLocalHost("b")}, cluster.DialOptions{})
 }

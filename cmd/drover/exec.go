@@ -9,13 +9,17 @@ import (
 	"github.com/droverhq/drover/launcher"
 )
 
-const execUsage = "usage: drover exec [--hosts h1,h2] [--inventory FILE] [--accept-new-hosts] JOB.toml -- CMD [ARGS...]"
+const execUsage = "usage: drover exec [--hosts h1,h2] [--inventory FILE] [--accept-new-hosts] [--stop-grace D] JOB.toml -- 'SHELL LINE' | CMD ARGS..."
 
 // execCommand is `drover exec JOB.toml -- CMD ARGS...`: run an ad-hoc
 // command on every host of the job at once (pdsh-like), e.g. to install
-// packages or look at nvidia-smi. Output is streamed line by line prefixed
-// "[host] "; the exit status is the worst of the hosts' (255 for a host that
-// could not be reached), followed by a summary of the failures on stderr.
+// packages or look at nvidia-smi. One argument is a shell line, as ssh and
+// pdsh take it; several are passed exactly (launcher.ExecOptions.Args).
+// Output is streamed line by line prefixed "[host] "; the exit status is
+// the worst of the hosts' (255 for a host that could not be reached),
+// followed by a summary of the failures on stderr. Ctrl-C stops the command
+// on every host (SIGTERM, SIGKILL after --stop-grace or a second Ctrl-C)
+// before drover exits, and exits 130.
 func execCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "exec",
@@ -25,6 +29,7 @@ func execCommand() *cli.Command {
 			&cli.StringFlag{Name: "hosts", Usage: "only these hosts (comma-separated names); spare hosts run only when named here"},
 			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
 			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+			&cli.DurationFlag{Name: "stop-grace", Value: launcher.DefaultExecGrace, Usage: "after Ctrl-C, time between SIGTERM and SIGKILL on the hosts"},
 		},
 		Action: func(c *cli.Context) error {
 			jobPath, args, err := splitExecArgs(c.Args().Slice())
@@ -39,8 +44,12 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(err.Error(), exitConfig)
 			}
-			results := launcher.Exec(c.Context, hosts, launcher.ExecOptions{
-				Args: args,
+			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping the command on every host")
+			defer stop()
+			results := launcher.Exec(ctx, hosts, launcher.ExecOptions{
+				Args:  args,
+				Grace: c.Duration("stop-grace"),
+				Hard:  hard,
 				Dial: cluster.DialOptions{
 					AcceptNewHosts: c.Bool("accept-new-hosts"),
 					Inventory:      cfg.Hosts,
@@ -48,11 +57,11 @@ func execCommand() *cli.Command {
 				Stdout: c.App.Writer,
 				Stderr: c.App.ErrWriter,
 			})
-			if c.Context.Err() != nil {
-				return cli.Exit("interrupted", exitInterrupted)
-			}
 			if err := launcher.WriteExecSummary(c.App.ErrWriter, results); err != nil {
 				return err
+			}
+			if ctx.Err() != nil {
+				return cli.Exit("", exitInterrupted)
 			}
 			if code := launcher.WorstExitCode(results); code != 0 {
 				return cli.Exit("", code)

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -34,25 +31,8 @@ func runCommand() *cli.Command {
 			}
 			// First SIGINT/SIGTERM: graceful stop of every process.
 			// Second: kill at once.
-			ctx, cancel := context.WithCancelCause(c.Context)
-			defer cancel(nil)
-			hard := make(chan struct{})
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			go func() {
-				n := 0
-				for s := range sigs {
-					n++
-					if n == 1 {
-						fmt.Fprintf(c.App.ErrWriter, "drover: %v: stopping every process (again to kill at once)\n", s)
-						cancel(fmt.Errorf("%v", s))
-					} else {
-						close(hard)
-						return
-					}
-				}
-			}()
+			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every process")
+			defer stop()
 			res, err := launcher.Run(ctx, launcher.RunOptions{
 				JobPath:       c.Args().First(),
 				InventoryPath: c.String("inventory"),

@@ -153,9 +153,15 @@ type droverProc struct {
 // the hosts, so that one failing test does not cascade.
 func startDrover(t *testing.T, j *fleetJob, args ...string) *droverProc {
 	t.Helper()
+	return startDroverArgs(t, j, append([]string{"run", j.Path, "--log-dir", j.LogRoot}, args...)...)
+}
+
+// startDroverArgs is startDrover for any drover command line.
+func startDroverArgs(t *testing.T, j *fleetJob, args ...string) *droverProc {
+	t.Helper()
 	bin := droverBinary(t)
 	d := &droverProc{done: make(chan struct{})}
-	d.cmd = exec.Command(bin, append([]string{"run", j.Path, "--log-dir", j.LogRoot}, args...)...)
+	d.cmd = exec.Command(bin, args...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {

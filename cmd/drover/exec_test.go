@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster/testfleet"
+)
+
+// Ctrl-C on `drover exec` stops the command on every host before drover
+// exits; closing the SSH channels alone would leave it running there. A
+// second Ctrl-C kills what ignores SIGTERM without waiting out the grace.
+func TestExecInterrupt(t *testing.T) {
+	testfleet.Need(t, fleet)
+	for _, tc := range []struct {
+		name, trap string
+		second     bool
+		want       string
+	}{
+		{"once", "", false, "exited 143 (SIGTERM)"},
+		{"twice", "trap '' TERM; ", true, "exited 137 (SIGKILL)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newFleetJob(t, jobSpec{Script: "true"})
+			// One argument: a shell line, with a background child that
+			// must not survive either.
+			line := fmt.Sprintf(`export DROVER_JOB=%s; %secho "ready $(hostname)"; sleep 1000 & sleep 1001`, j.Name, tc.trap)
+			d := startDroverArgs(t, j, "exec", "--stop-grace", "60s", j.Path, "--", line)
+			n := len(fleet.Hosts)
+			d.waitLines(t, regexp.MustCompile(`(?m)^\[cd-h\d\] ready cd-h\d$`), n, 60*time.Second)
+			require.GreaterOrEqual(t, len(jobProcs(t, j.Name)), 2*n, "both sleeps on every host")
+			d.signal(t, syscall.SIGINT)
+			if tc.second {
+				time.Sleep(500 * time.Millisecond)
+				require.GreaterOrEqual(t, len(jobProcs(t, j.Name)), 2*n, "the command ignores SIGTERM")
+				d.signal(t, syscall.SIGINT)
+			}
+			require.Equal(t, exitInterrupted, d.wait(t, 15*time.Second), "drover waits for the hosts, not for the 60s grace")
+			stderr := d.stderr.String()
+			assert.Contains(t, stderr, "drover: interrupt: stopping the command on every host (again to kill at once)\n")
+			assert.Contains(t, stderr, fmt.Sprintf("drover exec: %d of %d hosts failed:\n", n, n))
+			for i := range n {
+				assert.Contains(t, stderr, fmt.Sprintf("  cd-h%d: %s\n", i, tc.want))
+			}
+			waitNoJobProcs(t, j.Name, 3*time.Second)
+		})
+	}
+}
