@@ -178,7 +178,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *doc != "" {
-		d := Doc{Command: *cmdline, Date: time.Now(), Machine: machine(), Revision: revision(),
+		d := Doc{Command: *cmdline, Date: time.Now(), Machine: machine(), Revision: revision(*doc),
 			Elapsed: time.Since(b.start), Rows: rows, Notes: b.notes, Method: method(b, ns)}
 		if err := writeDocFile(*doc, d); err != nil {
 			fmt.Fprintf(stderr, "drover-bench: %v\n", err)
@@ -341,8 +341,9 @@ func toolVersion(args ...string) string {
 }
 
 // revision is the drover commit measured, "-dirty" when the tree has
-// uncommitted changes.
-func revision() string {
+// uncommitted changes other than to doc, the results file an earlier run
+// rewrote.
+func revision(doc string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
@@ -350,7 +351,7 @@ func revision() string {
 		return ""
 	}
 	rev := strings.TrimSpace(string(out))
-	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && strings.TrimSpace(string(st)) != "" {
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)"+doc).Output(); err == nil && strings.TrimSpace(string(st)) != "" {
 		rev += "-dirty"
 	}
 	return rev
