@@ -2,7 +2,10 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,11 +23,14 @@ func TestExecInterrupt(t *testing.T) {
 	testfleet.Need(t, fleet)
 	for _, tc := range []struct {
 		name, trap string
+		sig        syscall.Signal
 		second     bool
 		want       string
 	}{
-		{"once", "", false, "exited 143 (SIGTERM)"},
-		{"twice", "trap '' TERM; ", true, "exited 137 (SIGKILL)"},
+		{"once", "", syscall.SIGINT, false, "exited 143 (SIGTERM)"},
+		{"twice", "trap '' TERM; ", syscall.SIGINT, true, "exited 137 (SIGKILL)"},
+		// The terminal drover ran in went away.
+		{"hangup", "", syscall.SIGHUP, false, "exited 143 (SIGTERM)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := newFleetJob(t, jobSpec{Script: "true"})
@@ -35,7 +41,7 @@ func TestExecInterrupt(t *testing.T) {
 			n := len(fleet.Hosts)
 			d.waitLines(t, regexp.MustCompile(`(?m)^\[cd-h\d\] ready cd-h\d$`), n, 60*time.Second)
 			require.GreaterOrEqual(t, len(jobProcs(t, j.Name)), 2*n, "both sleeps on every host")
-			d.signal(t, syscall.SIGINT)
+			d.signal(t, tc.sig)
 			if tc.second {
 				time.Sleep(500 * time.Millisecond)
 				require.GreaterOrEqual(t, len(jobProcs(t, j.Name)), 2*n, "the command ignores SIGTERM")
@@ -43,12 +49,41 @@ func TestExecInterrupt(t *testing.T) {
 			}
 			require.Equal(t, exitInterrupted, d.wait(t, 15*time.Second), "drover waits for the hosts, not for the 60s grace")
 			stderr := d.stderr.String()
-			assert.Contains(t, stderr, "drover: interrupt: stopping the command on every host (again to kill at once)\n")
+			assert.Contains(t, stderr, fmt.Sprintf("drover: %v: stopping the command on every host (again to kill at once)\n", tc.sig))
 			assert.Contains(t, stderr, fmt.Sprintf("drover exec: %d of %d hosts failed:\n", n, n))
 			for i := range n {
 				assert.Contains(t, stderr, fmt.Sprintf("  cd-h%d: %s\n", i, tc.want))
 			}
 			waitNoJobProcs(t, j.Name, 3*time.Second)
+		})
+	}
+}
+
+// Under nohup, SIGHUP stays ignored: asking to be notified of it would
+// undo nohup.
+func TestInterruptSignalsKeepNohup(t *testing.T) {
+	if os.Getenv("DROVER_TEST_NOHUP_CHILD") == "1" {
+		fmt.Println(interruptSignals())
+		return
+	}
+	for _, tc := range []struct {
+		name   string
+		nohup  bool
+		hupped bool
+	}{{"plain", false, true}, {"nohup", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			self, err := os.Executable()
+			require.NoError(t, err)
+			args := []string{self, "-test.run=^TestInterruptSignalsKeepNohup$"}
+			if tc.nohup {
+				args = append([]string{"nohup"}, args...)
+			}
+			cmd := exec.Command(args[0], args[1:]...)
+			cmd.Env = append(os.Environ(), "DROVER_TEST_NOHUP_CHILD=1")
+			out, err := cmd.Output()
+			require.NoError(t, err)
+			assert.Equal(t, tc.hupped, strings.Contains(string(out), "hangup"), "signals: %s", out)
+			assert.Contains(t, string(out), "interrupt")
 		})
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,7 +32,7 @@ func main() {
 
 // run is main without os.Exit, so tests can drive the whole CLI in-process.
 func run(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), interruptSignals()...)
 	defer stop()
 	app := newApp(stdout, stderr)
 	err := app.RunContext(ctx, flagsFirst(app, args))
