@@ -391,7 +391,8 @@ func method(b *bench, sizes []int) []string {
 		"OpenSSH gets what drover's inventory gives drover: an ssh_config with the same user, key and strict " +
 			"known_hosts (StrictHostKeyChecking yes, BatchMode yes, no ControlMaster).",
 		"Fan-out: `drover exec fleet.toml -- true` vs `pdsh -S -R ssh -w ADDRS true` (PDSH_SSH_ARGS=\"-F ssh_config -x %h\"; " +
-			"pdsh's default fanout of 32 runs every host at once) vs `ssh -F ssh_config ADDR true` for one host after the other.",
+			"pdsh's default fanout of 32 runs every host at once) vs `ssh -F ssh_config ADDR true` for one host after the other. " +
+			"All three hand the line `true` to the host's login shell, which runs its builtin.",
 		fmt.Sprintf("Push: a tree generated with math/rand seed %d: %d source files of 0.5-11.5 KB and %d binaries of %d MiB "+
 			"(%d files, %.1f MB). `drover push job.toml` vs `rsync -a --delete -e 'ssh -F ssh_config' tree/ ADDR:bench-rsync/`, "+
 			"one rsync per host, all started at once, timed until the last one ends. Before every first-push repetition both "+
