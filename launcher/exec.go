@@ -121,7 +121,7 @@ func execOne(ctx context.Context, h cluster.Host, opts ExecOptions, sem chan str
 	cmd := opts.execCmd()
 	cmd.Stdout, cmd.Stderr = out, errw
 	if err = ctx.Err(); err != nil {
-		err = fmt.Errorf("%s: not started: %w", h.Name, err)
+		err = fmt.Errorf("%s: interrupted before the command started: %w", h.Name, err)
 	} else {
 		// The command's own context is never cancelled: cancelling would
 		// only close its channel. waitOrStop stops it with signals.
