@@ -201,6 +201,9 @@ func testExecInterrupt(t *testing.T, hosts []cluster.Host, dial cluster.DialOpti
 		want   string
 	}{
 		{"TERM", `sleep 300 & echo "child $!"; sleep 301`, time.Minute, false, "TERM"},
+		// A command that cleans up on SIGTERM gets to, and what it says
+		// doing so reaches the output.
+		{"TERM handled", `trap 'echo cleaned up; exit 3' TERM; sleep 300 & echo "child $!"; wait`, time.Minute, false, ""},
 		{"KILL after grace", `trap '' TERM; sleep 300 & echo "child $!"; sleep 301`, 300 * time.Millisecond, false, "KILL"},
 		{"KILL when hard", `trap '' TERM; sleep 300 & echo "child $!"; sleep 301`, time.Hour, true, "KILL"},
 	} {
@@ -216,7 +219,8 @@ func testExecInterrupt(t *testing.T, hosts []cluster.Host, dial cluster.DialOpti
 			}()
 			require.Eventually(t, func() bool { return stdout.lines() == len(hosts) }, 60*time.Second, 10*time.Millisecond)
 			var children []string
-			for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+			started := stdout.String()
+			for _, line := range strings.Split(strings.TrimSpace(started), "\n") {
 				_, pid, ok := strings.Cut(line, " child ")
 				require.True(t, ok, "line %q", line)
 				require.True(t, alive(pid), "child %s", pid)
@@ -240,6 +244,10 @@ func testExecInterrupt(t *testing.T, hosts []cluster.Host, dial cluster.DialOpti
 				var ee *cluster.ExitError
 				if assert.ErrorAs(t, r.Err, &ee, r.Host) {
 					assert.Equal(t, tc.want, ee.Signal, r.Host)
+					if tc.want == "" {
+						assert.Equal(t, 3, ee.Code, r.Host)
+						assert.Contains(t, stdout.String(), "["+r.Host+"] cleaned up\n")
+					}
 				}
 			}
 			// The background children are gone too: the whole group got
