@@ -17,6 +17,14 @@ import (
 // not reach or lost mid-command, as ssh(1) does.
 const ExitConnectFailed = 255
 
+// ExitTimedOut is the status `drover exec` reports for a host whose command
+// ran past ExecOptions.Timeout and was stopped, as timeout(1) does.
+const ExitTimedOut = 124
+
+// ErrExecTimeout marks a host whose command ran past ExecOptions.Timeout
+// and was stopped; its result's Code is ExitTimedOut.
+var ErrExecTimeout = errors.New("timed out")
+
 // DefaultExecGrace is how long an interrupted `drover exec` command has
 // between SIGTERM and SIGKILL: ad-hoc commands rarely need long to clean
 // up, and whoever pressed Ctrl-C is waiting.
@@ -42,8 +50,14 @@ type ExecOptions struct {
 	// Stdout and Stderr receive every host's output as whole lines
 	// prefixed "[host] "; lines from different hosts never mix.
 	Stdout, Stderr io.Writer
+	// Timeout, when positive, bounds each host's command, counted from its
+	// start: one past it is stopped as an interrupt would stop it, and its
+	// result is ErrExecTimeout. A fleet command that hangs on one broken
+	// host (nvidia-smi on a GPU that fell off the bus) then cannot hold up
+	// the answer from all the others.
+	Timeout time.Duration
 	// Grace is how long commands get between SIGTERM and SIGKILL once ctx
-	// is cancelled; 0 means DefaultExecGrace.
+	// is cancelled or Timeout passes; 0 means DefaultExecGrace.
 	Grace time.Duration
 	// Hard, once closed, ends the grace at once: SIGKILL (the second
 	// Ctrl-C).
@@ -65,7 +79,8 @@ func (opts ExecOptions) execCmd() cluster.Cmd {
 type ExecResult struct {
 	Host string
 	// Code is the exit status; ExitConnectFailed when the host could not
-	// be reached or was lost.
+	// be reached or was lost, ExitTimedOut when the command ran past
+	// ExecOptions.Timeout.
 	Code int
 	// Err is nil on success, an *cluster.ExitError when the command failed,
 	// or the connection error.
@@ -137,18 +152,44 @@ func execOne(ctx context.Context, h cluster.Host, opts ExecOptions, sem chan str
 	return err
 }
 
-// waitOrStop waits for p; when ctx is cancelled first it sends SIGTERM to
-// p's process group, SIGKILL after the grace or when opts.Hard closes, and
-// waits (at most execKillWait after SIGKILL) for the host to report the
-// exit, which it returns: an *cluster.ExitError naming the signal.
+// waitOrStop waits for p; when ctx is cancelled or opts.Timeout passes
+// first, it sends SIGTERM to p's process group, SIGKILL after the grace or
+// when opts.Hard closes, and waits (at most execKillWait after SIGKILL) for
+// the host to report the exit. It returns the exit: an *cluster.ExitError
+// naming the signal after an interrupt, ErrExecTimeout after a timeout.
 func waitOrStop(ctx context.Context, host string, p cluster.Process, opts ExecOptions) error {
 	done := make(chan error, 1)
 	go func() { done <- p.Wait() }()
+	var timeout <-chan time.Time
+	if opts.Timeout > 0 {
+		t := time.NewTimer(opts.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+		return stop(ctx, host, p, done, opts)
+	case <-timeout:
+		err := stop(ctx, host, p, done, opts)
+		how := "it exited"
+		var ee *cluster.ExitError
+		switch {
+		case errors.As(err, &ee) && ee.Signal != "":
+			how = "stopped with SIG" + ee.Signal
+		case errors.As(err, &ee):
+			how = fmt.Sprintf("it exited %d", ee.Code)
+		case err != nil:
+			how = err.Error()
+		}
+		return fmt.Errorf("%w after %s; %s", ErrExecTimeout, opts.Timeout, how)
 	}
+}
+
+// stop is waitOrStop's way of stopping p: SIGTERM, SIGKILL after the grace
+// or when opts.Hard closes, then the exit the host reports on done.
+func stop(ctx context.Context, host string, p cluster.Process, done <-chan error, opts ExecOptions) error {
 	grace := opts.Grace
 	if grace <= 0 {
 		grace = DefaultExecGrace
@@ -171,8 +212,12 @@ func waitOrStop(ctx context.Context, host string, p cluster.Process, opts ExecOp
 	case err := <-done:
 		return err
 	case <-time.After(execKillWait):
+		why := context.Cause(ctx)
+		if why == nil {
+			why = ErrExecTimeout
+		}
 		return fmt.Errorf("%s: no exit reported %s after SIGKILL; the command may still be running there: %w",
-			host, execKillWait, context.Cause(ctx))
+			host, execKillWait, why)
 	}
 }
 
@@ -186,6 +231,9 @@ func discardIfNil(w io.Writer) io.Writer {
 func exitCodeOf(err error) int {
 	if err == nil {
 		return 0
+	}
+	if errors.Is(err, ErrExecTimeout) {
+		return ExitTimedOut
 	}
 	var ee *cluster.ExitError
 	if errors.As(err, &ee) {

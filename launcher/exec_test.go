@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,6 +145,9 @@ func TestExecFleet(t *testing.T) {
 	t.Run("Interrupt", func(t *testing.T) {
 		testExecInterrupt(t, fleet.ClusterHosts(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	})
+	t.Run("Timeout", func(t *testing.T) {
+		testExecTimeout(t, fleet.ClusterHosts(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	})
 }
 
 // One argument is a shell line, as with ssh and pdsh; several are argv,
@@ -262,4 +266,60 @@ func testExecInterrupt(t *testing.T, hosts []cluster.Host, dial cluster.DialOpti
 func TestExecInterruptLocal(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	testExecInterrupt(t, []cluster.Host{execLocalHost("a"), execLocalHost("b")}, cluster.DialOptions{})
+}
+
+// testExecTimeout: the last host's command outlasts the timeout and is
+// stopped, with what it started; the others finish and report as usual.
+func testExecTimeout(t *testing.T, hosts []cluster.Host, dial cluster.DialOptions) {
+	last := hosts[len(hosts)-1].Name
+	for _, tc := range []struct {
+		name, trap, how string
+	}{
+		{"TERM", "", "stopped with SIGTERM"},
+		{"TERM ignored", "trap '' TERM; ", "stopped with SIGKILL"},
+		{"TERM handled", "trap 'echo cleaned up; exit 3' TERM; ", "it exited 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout lineWaiter
+			// $H, set per host (one Exec each), picks the slow host:
+			// local hosts share one machine and hostname.
+			line := fmt.Sprintf(`echo "started"; [ "$H" = %s ] || exit 0; %ssleep 300 & echo "child $!"; wait`, last, tc.trap)
+			results := make([]ExecResult, len(hosts))
+			var wg sync.WaitGroup
+			for i, h := range hosts {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i] = Exec(context.Background(), []cluster.Host{h}, ExecOptions{
+						Args: []string{line}, Env: map[string]string{"H": h.Name}, Dial: dial,
+						Stdout: &stdout, Timeout: time.Second, Grace: 300 * time.Millisecond,
+					})[0]
+				}()
+			}
+			wg.Wait()
+			var child string
+			for _, l := range strings.Split(stdout.String(), "\n") {
+				if _, pid, ok := strings.Cut(l, "] child "); ok {
+					child = pid
+				}
+			}
+			require.NotEmpty(t, child, "output:\n%s", stdout.String())
+			for _, r := range results {
+				if r.Host != last {
+					assert.Equal(t, 0, r.Code, "%s: %v", r.Host, r.Err)
+					continue
+				}
+				assert.Equal(t, ExitTimedOut, r.Code)
+				assert.ErrorIs(t, r.Err, ErrExecTimeout)
+				assert.EqualError(t, r.Err, "timed out after 1s; "+tc.how)
+			}
+			assert.Equal(t, ExitTimedOut, WorstExitCode(results))
+			assert.Eventually(t, func() bool { return !alive(child) }, 5*time.Second, 20*time.Millisecond, "child %s outlived the timeout", child)
+		})
+	}
+}
+
+func TestExecTimeoutLocal(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	testExecTimeout(t, []cluster.Host{execLocalHost("a"), execLocalHost("b")}, cluster.DialOptions{})
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/droverhq/drover/launcher"
 )
 
-const execUsage = "usage: drover exec [--hosts h1,h2] [--inventory FILE] [--accept-new-hosts] [--stop-grace D] JOB.toml -- 'SHELL LINE' | CMD ARGS..."
+const execUsage = "usage: drover exec [--hosts h1,h2] [--inventory FILE] [--accept-new-hosts] [--timeout D] [--stop-grace D] JOB.toml -- 'SHELL LINE' | CMD ARGS..."
 
 // execCommand is `drover exec JOB.toml -- CMD ARGS...`: run an ad-hoc
 // command on every host of the job at once (pdsh-like), e.g. to install
@@ -19,7 +19,8 @@ const execUsage = "usage: drover exec [--hosts h1,h2] [--inventory FILE] [--acce
 // the worst of the hosts' (255 for a host that could not be reached),
 // followed by a summary of the failures on stderr. Ctrl-C stops the command
 // on every host (SIGTERM, SIGKILL after --stop-grace or a second Ctrl-C)
-// before drover exits, and exits 130.
+// before drover exits, and exits 130; --timeout stops it the same way on a
+// host where it runs too long.
 func execCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "exec",
@@ -29,7 +30,8 @@ func execCommand() *cli.Command {
 			&cli.StringFlag{Name: "hosts", Usage: "only these hosts (comma-separated names); spare hosts run only when named here"},
 			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
 			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
-			&cli.DurationFlag{Name: "stop-grace", Value: launcher.DefaultExecGrace, Usage: "after Ctrl-C, time between SIGTERM and SIGKILL on the hosts"},
+			&cli.DurationFlag{Name: "timeout", Usage: "stop the command on a host where it runs longer than this (exit status 124 there); 0: no limit"},
+			&cli.DurationFlag{Name: "stop-grace", Value: launcher.DefaultExecGrace, Usage: "after Ctrl-C or --timeout, time between SIGTERM and SIGKILL on the hosts"},
 		},
 		Action: func(c *cli.Context) error {
 			jobPath, args, err := splitExecArgs(c.Args().Slice())
@@ -47,9 +49,10 @@ func execCommand() *cli.Command {
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping the command on every host")
 			defer stop()
 			results := launcher.Exec(ctx, hosts, launcher.ExecOptions{
-				Args:  args,
-				Grace: c.Duration("stop-grace"),
-				Hard:  hard,
+				Args:    args,
+				Timeout: c.Duration("timeout"),
+				Grace:   c.Duration("stop-grace"),
+				Hard:    hard,
 				Dial: cluster.DialOptions{
 					AcceptNewHosts: c.Bool("accept-new-hosts"),
 					Inventory:      cfg.Hosts,

@@ -87,3 +87,17 @@ func TestInterruptSignalsKeepNohup(t *testing.T) {
 		})
 	}
 }
+
+// --timeout stops the command where it hangs, lets the other hosts answer,
+// and exits 124 as timeout(1) does.
+func TestExecTimeout(t *testing.T) {
+	testfleet.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: "true"})
+	line := fmt.Sprintf(`export DROVER_JOB=%s; echo "up $(hostname)"; case $(hostname) in cd-h1) sleep 1000 & sleep 1001;; esac`, j.Name)
+	d := startDroverArgs(t, j, "exec", "--timeout", "1s", j.Path, "--", line)
+	require.Equal(t, 124, d.wait(t, 15*time.Second))
+	n := len(fleet.Hosts)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[cd-h\d\] up cd-h\d$`), n, time.Second)
+	assert.Equal(t, "drover exec: 1 of "+fmt.Sprint(n)+" hosts failed:\n  cd-h1: timed out after 1s; stopped with SIGTERM\n", d.stderr.String())
+	waitNoJobProcs(t, j.Name, 3*time.Second)
+}
