@@ -60,6 +60,10 @@ type DialOptions struct {
 	// fleet of hundreds does not hit sshd's MaxStartups or the local file
 	// limit. Default 64.
 	Parallel int
+	// KnownHosts, when set, lets every dial made with these options share
+	// one parse of the known_hosts files; nil: each dial parses them.
+	// DialEach and DialAll set one for their dials when it is nil.
+	KnownHosts *KnownHosts
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -115,6 +119,9 @@ func DialAll(ctx context.Context, hosts []Host, opts DialOptions) ([]Transport, 
 // The opts.Parallel limit covers the dials only, not fn.
 func DialEach(ctx context.Context, hosts []Host, opts DialOptions, fn func(i int, t Transport, err error)) {
 	opts = opts.withDefaults()
+	if opts.KnownHosts == nil {
+		opts.KnownHosts = &KnownHosts{}
+	}
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
 	for i, h := range hosts {

@@ -91,7 +91,11 @@ func TestSSHDialAll(t *testing.T) {
 	hosts = append(hosts, bad)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ts, errs := cluster.DialAll(ctx, hosts, hermetic())
+	opts := hermetic()
+	opts.KnownHosts = &cluster.KnownHosts{}
+	ts, errs := cluster.DialAll(ctx, hosts, opts)
+	// Every dial checked its host key against one parse of known_hosts.
+	assert.Equal(t, 1, opts.KnownHosts.Parses())
 	require.Len(t, ts, len(hosts))
 	require.Len(t, errs, len(hosts))
 	for i, h := range hosts[:len(hosts)-1] {

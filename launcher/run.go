@@ -103,6 +103,11 @@ type runner struct {
 
 func newRunner(opts RunOptions) *runner {
 	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	if r.opts.Dial.KnownHosts == nil {
+		// One parse of known_hosts for every dial of every attempt; a
+		// file that changes is parsed again.
+		r.opts.Dial.KnownHosts = &cluster.KnownHosts{}
+	}
 	r.now = opts.Now
 	if r.now == nil {
 		r.now = time.Now
