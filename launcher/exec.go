@@ -175,6 +175,11 @@ func waitOrStop(ctx context.Context, host string, p cluster.Process, opts ExecOp
 	case <-ctx.Done():
 		return stop(ctx, host, p, done, opts)
 	case <-timeout:
+		select {
+		case err := <-done: // finished just as time ran out
+			return err
+		default:
+		}
 		err := stop(ctx, host, p, done, opts)
 		how := "it exited"
 		var ee *cluster.ExitError
