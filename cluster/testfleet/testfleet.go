@@ -215,7 +215,7 @@ func (f *Fleet) ensureUp() {
 	})
 }
 
-// Need skips t when no fleet can run on this machine (not root, no sshd),
+// Need skips t under -short, and when no fleet can run on this machine (not root, no sshd),
 // except under CI=true where a missing fleet is a failure, so that CI never
 // passes by skipping. A fleet that should have come up but did not always
 // fails t.
@@ -225,6 +225,10 @@ func Need(t testing.TB, f *Fleet) {
 	case f == nil:
 		t.Fatal("testfleet: no fleet; call testfleet.Main from TestMain")
 		return
+	}
+	if testing.Short() {
+		// make test-short is the unit-only run: no sshd, even as root.
+		t.Skip("testfleet: fleet tests do not run under -short")
 	}
 	if f.skip == "" {
 		f.ensureUp()
@@ -254,6 +258,24 @@ func Up(opts Options) (*Fleet, error) {
 	return f, nil
 }
 
+// SlotEnv names the variable that lets several checkouts run their fleet
+// tests at once on one machine: slot k (1..6) appends k to every fleet's
+// name and moves its subnet up by 30*k, so no two slots share a namespace,
+// bridge or fleet directory (and none reaps the other's fleet as a
+// leftover of a crashed run).
+const SlotEnv = "DROVER_TESTFLEET_SLOT"
+
+// slotted applies slot (SlotEnv's value) to opts; "" or "0" leaves them.
+func slotted(opts Options, slot string) Options {
+	k, err := strconv.Atoi(slot)
+	if err != nil || k < 1 || k > 6 {
+		return opts
+	}
+	opts.Name += strconv.Itoa(k)
+	opts.Subnet += 30 * k
+	return opts
+}
+
 func (f *Fleet) up(opts Options) error {
 	if opts.N < 1 {
 		return fmt.Errorf("testfleet %q: N must be at least 1, got %d", opts.Name, opts.N)
@@ -261,6 +283,7 @@ func (f *Fleet) up(opts Options) error {
 	if opts.First == 0 {
 		opts.First = 10
 	}
+	opts = slotted(opts, os.Getenv(SlotEnv))
 	script, err := findScript()
 	if err != nil {
 		return err

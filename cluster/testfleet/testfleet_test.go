@@ -678,3 +678,24 @@ func TestTmpfsHomes(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, "tmpfs", strings.TrimSpace(string(out)))
 }
+
+func TestSlotted(t *testing.T) {
+	base := Options{Name: "cl", N: 2, Subnet: 11}
+	for _, tc := range []struct {
+		slot   string
+		name   string
+		subnet int
+	}{
+		{"", "cl", 11},
+		{"0", "cl", 11},
+		{"x", "cl", 11},
+		{"7", "cl", 11},
+		{"1", "cl1", 41},
+		{"6", "cl6", 191},
+	} {
+		got := slotted(base, tc.slot)
+		if got.Name != tc.name || got.Subnet != tc.subnet {
+			t.Errorf("slotted(%q) = %s/%d, want %s/%d", tc.slot, got.Name, got.Subnet, tc.name, tc.subnet)
+		}
+	}
+}
