@@ -293,10 +293,10 @@ func (w *walker) job(top tbl, dir string) Job {
 	} else if _, present := t.m["name"]; !present {
 		w.missing(t, "name", "missing job name", `add name = "mnist" under [job]; it names the workdir and the logs`)
 	}
-	if f, ok := w.enum(t, "framework", string(PyTorch), string(Torchrun), string(TensorFlow)); ok {
+	if f, ok := w.enum(t, "framework", string(PyTorch), string(Torchrun), string(TensorFlow), string(JAX)); ok {
 		j.Framework = Framework(f)
 	} else if _, present := t.m["framework"]; !present {
-		w.missing(t, "framework", "missing framework", `add framework = "pytorch" (or "torchrun", "tensorflow") under [job]`)
+		w.missing(t, "framework", "missing framework", `add framework = "pytorch" (or "torchrun", "tensorflow", "jax") under [job]`)
 	}
 	j.Command = w.command(t)
 

@@ -24,6 +24,9 @@ const (
 	Torchrun Framework = "torchrun"
 	// TensorFlow places chief/worker/ps/evaluator tasks and computes TF_CONFIG.
 	TensorFlow Framework = "tensorflow"
+	// JAX starts one process per host (procs_per_host per host, its GPUs
+	// dealt out among them), each with what jax.distributed.initialize reads.
+	JAX Framework = "jax"
 )
 
 // Config is a loaded, validated job together with its fleet. It is what every

@@ -22,6 +22,8 @@ const (
 	RoleChief     = "chief"
 	RolePS        = "ps"
 	RoleEvaluator = "evaluator"
+	// RoleProcess is a JAX process; its index is jax's process_id.
+	RoleProcess = "process"
 )
 
 // Defaults used when a Config arrives without them (cluster.Load applies
@@ -60,9 +62,17 @@ type Process struct {
 	Rank      int
 	LocalRank int
 	NodeRank  int
-	// GPUs are the GPU indices the process may use (CUDA_VISIBLE_DEVICES);
-	// empty means none.
+	// GPUs are the GPU indices the process itself uses: the one its
+	// LOCAL_RANK selects (pytorch), the host's (torchrun), its own
+	// (tensorflow) or its share of the host's (jax); empty means none.
 	GPUs []int
+	// Visible is what CUDA_VISIBLE_DEVICES lists. For pytorch, torchrun
+	// and jax it is every GPU selected on the host, the same list for
+	// every process there, so that LOCAL_RANK (or JAX_LOCAL_DEVICE_IDS)
+	// indexes it, as under torchrun: torch.cuda.set_device(LOCAL_RANK)
+	// then names the process's own GPU, and NCCL sees its peers' devices.
+	// For tensorflow it equals GPUs: each task uses every GPU it sees.
+	Visible []int
 	// Port is the TensorFlow task's port; 0 for pytorch and torchrun,
 	// whose rank 0 listens on MASTER_PORT.
 	Port int
@@ -130,21 +140,49 @@ type hostSlots struct {
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// torchWorkerEnv is what torchrun's elastic agent gives every worker
+// (torch/distributed/elastic/agent/server/local_elastic_agent.py,
+// _start_workers, and the error file from elastic/multiprocessing).
+var torchWorkerEnv = []string{"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+	"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_NAME", "ROLE_RANK",
+	"ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
+	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+	"TORCHELASTIC_ERROR_FILE"}
+
 // reservedEnv lists the variables drover sets itself for each framework;
 // [job.env] may not set them, because a silently ignored or silently
 // winning override would break the rendezvous in ways that are hard to see.
-// Every DROVER_* name is reserved too.
+// Every DROVER_* name is reserved too. The defaults in tunableEnv are not
+// reserved: [job.env] replaces them.
 var reservedEnv = map[cluster.Framework][]string{
-	cluster.PyTorch: {"CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
-		"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RESTART_COUNT"},
-	cluster.Torchrun: {"CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
-		"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RESTART_COUNT"},
-	cluster.TensorFlow: {"CUDA_VISIBLE_DEVICES", "TF_CONFIG"},
+	cluster.PyTorch:    append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
+	cluster.Torchrun:   append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
+	cluster.TensorFlow: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG"},
+	cluster.JAX: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "JAX_COORDINATOR_ADDRESS",
+		"JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_LOCAL_DEVICE_IDS"},
+}
+
+// tunableEnv are the variables drover sets only as defaults, because users
+// legitimately tune them: thread counts and the collective libraries' own
+// settings. A value in [job.env] wins.
+var tunableEnv = map[string]bool{
+	"OMP_NUM_THREADS":                 true,
+	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
+	"NCCL_ASYNC_ERROR_HANDLING":       true,
+}
+
+// TunableEnv reports whether name is one of drover's defaults that
+// [job.env] may replace (OMP_NUM_THREADS, NCCL_*, GLOO_*, ...).
+func TunableEnv(name string) bool {
+	return tunableEnv[name] || strings.HasPrefix(name, "NCCL_") || strings.HasPrefix(name, "GLOO_")
 }
 
 // ReservedEnv reports whether drover sets name itself for framework f, so
 // that [job.env] may not set it.
 func ReservedEnv(f cluster.Framework, name string) bool {
+	if TunableEnv(name) {
+		return false
+	}
 	if strings.HasPrefix(name, "DROVER_") {
 		return true
 	}
@@ -175,7 +213,7 @@ func Build(in PlanInput) (*Plan, error) {
 	if _, ok := reservedEnv[job.Framework]; !ok {
 		errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.framework",
 			Msg: fmt.Sprintf("unknown framework %q", job.Framework),
-			Fix: `use "pytorch", "torchrun" or "tensorflow"`})
+			Fix: `use "pytorch", "torchrun", "tensorflow" or "jax"`})
 		return nil, errs
 	}
 	if len(job.Command) == 0 {
@@ -245,6 +283,8 @@ func Build(in PlanInput) (*Plan, error) {
 		p.Processes, err = planTorchrun(cfg, slots)
 	case cluster.TensorFlow:
 		p.Processes, err = planTensorFlow(cfg, slots)
+	case cluster.JAX:
+		p.Processes, err = planJAX(cfg, slots)
 	}
 	if err != nil {
 		return nil, err
@@ -253,29 +293,80 @@ func Build(in PlanInput) (*Plan, error) {
 		return nil, err
 	}
 
+	perHost := map[string]int{}
+	for _, pr := range p.Processes {
+		perHost[pr.Host.Name]++
+	}
 	for i := range p.Processes {
 		pr := &p.Processes[i]
 		pr.Workdir = hostWorkdir(pr.Host, job)
-		env := pr.Env
-		env["DROVER_JOB"] = job.Name
-		env["DROVER_HOST"] = pr.Host.Name
-		env["DROVER_ROLE"] = pr.Role
-		env["DROVER_INDEX"] = strconv.Itoa(pr.Index)
-		env["DROVER_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
-		env["DROVER_RESUME_FROM"] = in.ResumeFrom
-		env["DROVER_CHECKPOINT_DIR"] = checkpointDir(pr.Workdir, job.CheckpointDir, in.HostHome[pr.Host.Name])
-		env["CUDA_VISIBLE_DEVICES"] = joinInts(pr.GPUs)
-		// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
-		// by default counts fastest first. Make CUDA count like NVML.
-		env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-		if job.Framework != cluster.TensorFlow {
-			env["TORCHELASTIC_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
+		commonEnv(pr, in)
+		if job.Framework == cluster.PyTorch {
+			torchElasticEnv(pr, in, len(slots), perHost[pr.Host.Name])
 		}
 		for k, v := range job.Env {
-			env[k] = v
+			pr.Env[k] = v
 		}
 	}
 	return p, nil
+}
+
+// commonEnv sets what every process gets, whatever the framework.
+func commonEnv(pr *Process, in PlanInput) {
+	job := in.Config.Job
+	env := pr.Env
+	env["DROVER_JOB"] = job.Name
+	env["DROVER_HOST"] = pr.Host.Name
+	env["DROVER_ROLE"] = pr.Role
+	env["DROVER_INDEX"] = strconv.Itoa(pr.Index)
+	env["DROVER_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
+	env["DROVER_RESUME_FROM"] = in.ResumeFrom
+	env["DROVER_CHECKPOINT_DIR"] = checkpointDir(pr.Workdir, job.CheckpointDir, in.HostHome[pr.Host.Name])
+	env["CUDA_VISIBLE_DEVICES"] = joinInts(pr.Visible)
+	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
+	// by default counts fastest first. Make CUDA count like NVML.
+	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+}
+
+// torchElasticEnv gives a pytorch-mode rank the rest of what torchrun's
+// elastic agent gives a worker, with torchrun's values for a static launch
+// of one role, so that scripts (and Lightning, which checks
+// torch.distributed.is_torchelastic_launched, i.e. TORCHELASTIC_RUN_ID)
+// take the same path as under torchrun. hosts is the number of hosts in
+// the group, local the number of ranks on this one.
+func torchElasticEnv(pr *Process, in PlanInput, hosts, local int) {
+	job := in.Config.Job
+	env := pr.Env
+	env["ROLE_NAME"] = "default" // torchrun's --role default
+	env["ROLE_RANK"] = env["RANK"]
+	env["ROLE_WORLD_SIZE"] = env["WORLD_SIZE"]
+	env["GROUP_WORLD_SIZE"] = strconv.Itoa(hosts)
+	env["TORCHELASTIC_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
+	env["TORCHELASTIC_MAX_RESTARTS"] = strconv.Itoa(job.MaxRestarts)
+	env["TORCHELASTIC_RUN_ID"] = job.Name
+	// "True" would make init_process_group connect to an agent's store
+	// at MASTER_ADDR:MASTER_PORT as a client; there is no agent, rank 0
+	// hosts the store itself.
+	env["TORCHELASTIC_USE_AGENT_STORE"] = "False"
+	env["TORCHELASTIC_ERROR_FILE"] = ErrorFile(pr.Workdir, in.HostHome[pr.Host.Name], in.RestartCount, pr.Name())
+	// NCCL's watchdog turns a collective that fails on one rank into an
+	// exception on every rank instead of a hang; torch < 2.2 reads the
+	// old name.
+	env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
+	env["NCCL_ASYNC_ERROR_HANDLING"] = "1"
+	if local > 1 {
+		// What torchrun does when it starts more than one worker: one
+		// OpenMP thread each, rather than every rank taking every core.
+		env["OMP_NUM_THREADS"] = "1"
+	}
+}
+
+// ErrorFile is TORCHELASTIC_ERROR_FILE for a process: where torch's
+// @record (torch.distributed.elastic.multiprocessing.errors.record) writes
+// the exception that ended it, under the workdir's .drover directory, one
+// per attempt. drover reads it back to name a failure's root cause.
+func ErrorFile(workdir, home string, attempt int, name string) string {
+	return checkpointDir(workdir, path.Join(".drover", "errors", "attempt-"+strconv.Itoa(attempt), name+".json"), home)
 }
 
 // planPyTorch starts one process per selected GPU, or ProcsPerHost on a
@@ -298,6 +389,7 @@ func planPyTorch(job cluster.Job, slots []*hostSlots) []Process {
 			procs = append(procs, Process{
 				Host: hs.host, Address: hs.addr, Role: RoleWorker, Index: rank,
 				Rank: rank, LocalRank: l, NodeRank: hs.index, GPUs: gpus,
+				Visible: append([]int(nil), hs.gpus...),
 				Command: append([]string(nil), job.Command...),
 				Env: map[string]string{
 					"MASTER_ADDR":      masterAddr,
@@ -339,6 +431,9 @@ func planTorchrun(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
 			"--nproc_per_node", strconv.Itoa(hs.procs()),
 			"--master_addr", slots[0].addr,
 			"--master_port", strconv.Itoa(masterPort(job)),
+			// TORCHELASTIC_RUN_ID in the workers: the job, as in
+			// pytorch mode (torchrun's own default is "none").
+			"--rdzv_id", job.Name,
 			// torch 1.13 on Python 3.11 (Debian bookworm) crashes in
 			// torchrun's log setup unless worker stderr is redirected;
 			// --tee keeps it on the console, where drover reads it.
@@ -349,6 +444,7 @@ func planTorchrun(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
 			Host: hs.host, Address: hs.addr, Role: RoleNode, Index: hs.index,
 			Rank: -1, LocalRank: -1, NodeRank: hs.index,
 			GPUs:    append([]int(nil), hs.gpus...),
+			Visible: append([]int(nil), hs.gpus...),
 			Command: argv,
 			Env: map[string]string{
 				"MASTER_ADDR": slots[0].addr,
@@ -579,7 +675,7 @@ func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) 
 		}
 		procs = append(procs, Process{
 			Host: t.hs.host, Address: t.hs.addr, Role: t.role, Index: t.index,
-			Rank: -1, LocalRank: -1, NodeRank: -1, GPUs: gpus, Port: ports[i],
+			Rank: -1, LocalRank: -1, NodeRank: -1, GPUs: gpus, Visible: gpus, Port: ports[i],
 			Command: append([]string(nil), job.Command...), Env: env,
 		})
 	}

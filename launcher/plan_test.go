@@ -137,7 +137,10 @@ func TestBuildPyTorchPlacement(t *testing.T) {
 				assert.Equal(t, strconv.Itoa(perHost[pr.Host.Name]), pr.Env["LOCAL_WORLD_SIZE"])
 				assert.Equal(t, strconv.Itoa(pr.NodeRank), pr.Env["NODE_RANK"])
 				assert.Equal(t, strconv.Itoa(pr.NodeRank), pr.Env["GROUP_RANK"])
-				assert.Equal(t, joinInts(pr.GPUs), pr.Env["CUDA_VISIBLE_DEVICES"])
+				// LOCAL_RANK indexes the host's GPUs, as under torchrun.
+				if len(pr.GPUs) > 0 {
+					assert.Equal(t, strconv.Itoa(pr.GPUs[0]), strings.Split(pr.Env["CUDA_VISIBLE_DEVICES"], ",")[pr.LocalRank])
+				}
 				assert.Contains(t, pr.Env, "CUDA_VISIBLE_DEVICES", "set, empty when no GPU")
 				assert.Equal(t, []string{"python3", "train.py", "--epochs", "3"}, pr.Command)
 				assert.Equal(t, 0, pr.Port)
@@ -316,16 +319,19 @@ func TestBuildTorchrun(t *testing.T) {
 	p := mustBuild(t, PlanInput{Config: c, RestartCount: 2})
 	require.Len(t, p.Processes, 2)
 	assert.Equal(t, []string{"python3", "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "0",
-		"--nproc_per_node", "4", "--master_addr", "10.0.0.1", "--master_port", "29500", "--redirects", "2", "--tee", "2", "train.py", "--epochs", "3"},
+		"--nproc_per_node", "4", "--master_addr", "10.0.0.1", "--master_port", "29500", "--rdzv_id", "demo", "--redirects", "2", "--tee", "2", "train.py", "--epochs", "3"},
 		p.Processes[0].Command)
 	assert.Equal(t, []string{"python3", "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "1",
-		"--nproc_per_node", "2", "--master_addr", "10.0.0.1", "--master_port", "29500", "--redirects", "2", "--tee", "2", "train.py", "--epochs", "3"},
+		"--nproc_per_node", "2", "--master_addr", "10.0.0.1", "--master_port", "29500", "--rdzv_id", "demo", "--redirects", "2", "--tee", "2", "train.py", "--epochs", "3"},
 		p.Processes[1].Command)
 	assert.Equal(t, "node-0", p.Processes[0].Name())
 	assert.Equal(t, "0,1,2,3", p.Processes[0].Env["CUDA_VISIBLE_DEVICES"])
 	assert.Equal(t, "", p.Processes[1].Env["CUDA_VISIBLE_DEVICES"])
 	assert.Equal(t, []int{-1, -1, 1}, []int{p.Processes[1].Rank, p.Processes[1].LocalRank, p.Processes[1].NodeRank})
-	assert.Equal(t, "2", p.Processes[1].Env["TORCHELASTIC_RESTART_COUNT"])
+	// torchrun sets TORCHELASTIC_RESTART_COUNT itself (its own count, 0
+	// for every fresh torchrun): drover's count is DROVER_RESTART_COUNT.
+	assert.NotContains(t, p.Processes[1].Env, "TORCHELASTIC_RESTART_COUNT")
+	assert.Equal(t, "2", p.Processes[1].Env["DROVER_RESTART_COUNT"])
 }
 
 func TestTorchrunSplit(t *testing.T) {
@@ -462,7 +468,7 @@ func TestBuildConfigErrors(t *testing.T) {
 			c.Job.Command = nil
 			return c
 		}(), "job.command"},
-		{"unknown framework", testConfig("jax", gpuHost("a", "10.0.0.1", 0)), "unknown framework"},
+		{"unknown framework", testConfig("mxnet", gpuHost("a", "10.0.0.1", 0)), "unknown framework"},
 		{"rank 0 on a local host with remote hosts", testConfig(cluster.PyTorch, localHost("l", "/tmp/l", 0), gpuHost("a", "10.0.0.1", 0)), "cannot reach at 127.0.0.1"},
 		{"tf task on a local host with remote hosts", tfConfig(cluster.Roles{Worker: 2}, gpuHost("a", "10.0.0.1", 0), localHost("l", "/tmp/l", 0)), "worker-1"},
 	}

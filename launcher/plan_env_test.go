@@ -1,0 +1,212 @@
+package launcher
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/gpu"
+)
+
+// dgxBusy is go-nvml's 8-GPU DGX A100 model with the given GPUs running a
+// training process that holds 20 GiB each; the others are idle.
+func dgxBusy(busyGPUs ...int) nvml.Interface {
+	s := dgxa100.New()
+	for i, nd := range s.Devices {
+		d := nd.(*dgxa100.Device)
+		d.UUID = fmt.Sprintf("GPU-0000000%d", i)
+		var procs []nvml.ProcessInfo
+		d.MemoryInfo.Used = 4 << 20
+		for _, b := range busyGPUs {
+			if b == i {
+				procs = []nvml.ProcessInfo{{Pid: uint32(1000 + i), UsedGpuMemory: 20 << 30}}
+				d.MemoryInfo.Used = 20 << 30
+			}
+		}
+		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
+		d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return procs, nvml.SUCCESS }
+	}
+	return s
+}
+
+// planOnDGX probes two mock 8-GPU hosts whose GPUs 2 and 5 are busy,
+// selects their free GPUs as drover run does, and plans fw on them.
+func planOnDGX(t *testing.T, fw cluster.Framework) (*Plan, map[string][]int) {
+	t.Helper()
+	cfg := testConfig(fw, autoHost("dgx-a", "10.0.0.1"), autoHost("dgx-b", "10.0.0.2"))
+	cfg.Job.GPUMaxUsedMiB = cluster.DefaultGPUMaxUsedMiB
+	in := PlanInput{Config: cfg, GPUs: map[string]HostGPUs{}}
+	selected := map[string][]int{}
+	for _, h := range cfg.Hosts {
+		rep := gpu.LocalProber{NVML: dgxBusy(2, 5), ProcName: func(int) string { return "python" }}.Probe(h.Name)
+		require.Len(t, rep.Devices, 8, "probe of %s: %s", h.Name, rep.Reason)
+		sel, err := gpu.Select(h, cfg.Job, rep)
+		require.NoError(t, err)
+		require.Equal(t, []int{0, 1, 3, 4, 6, 7}, sel.Indices, "skipped: %+v", sel.Skipped)
+		require.Equal(t, []int{0, 1, 3, 4, 6, 7}, sel.Indices, "busy GPUs 2 and 5 are not selected")
+		in.GPUs[h.Name] = HostGPUs{Indices: sel.Indices, Probed: true}
+		selected[h.Name] = sel.Indices
+	}
+	return mustBuild(t, in), selected
+}
+
+// TestLocalRankIndexesVisibleDevices is the bug that broke every multi-GPU
+// host: each rank saw only its own GPU, so torch.cuda.set_device(LOCAL_RANK)
+// asked rank 1 for a device that did not exist. As under torchrun, every
+// rank on a host sees the host's GPUs and LOCAL_RANK indexes that list.
+func TestLocalRankIndexesVisibleDevices(t *testing.T) {
+	p, selected := planOnDGX(t, cluster.PyTorch)
+	require.Len(t, p.Processes, 12)
+	for _, pr := range p.Processes {
+		visible := strings.Split(pr.Env["CUDA_VISIBLE_DEVICES"], ",")
+		lr, err := strconv.Atoi(pr.Env["LOCAL_RANK"])
+		require.NoError(t, err)
+		require.Less(t, lr, len(visible), "%s: LOCAL_RANK %d out of CUDA_VISIBLE_DEVICES %v", pr.Name(), lr, visible)
+		require.Len(t, pr.GPUs, 1)
+		assert.Equal(t, strconv.Itoa(pr.GPUs[0]), visible[lr],
+			"%s: CUDA_VISIBLE_DEVICES[LOCAL_RANK] is the GPU the plan shows", pr.Name())
+		assert.NotContains(t, visible, "2", "%s: busy GPU visible", pr.Name())
+		assert.NotContains(t, visible, "5", "%s: busy GPU visible", pr.Name())
+		assert.Equal(t, selected[pr.Host.Name], pr.Visible)
+		assert.Equal(t, "6", pr.Env["LOCAL_WORLD_SIZE"])
+	}
+	// Every rank uses a different GPU of its host.
+	used := map[string]bool{}
+	for _, pr := range p.Processes {
+		key := pr.Host.Name + "/" + strconv.Itoa(pr.GPUs[0])
+		assert.False(t, used[key], "two ranks on %s", key)
+		used[key] = true
+	}
+}
+
+// Under torchrun, torchrun gives LOCAL_RANK 0..nproc_per_node-1 to the
+// workers it spawns: that must index the host's CUDA_VISIBLE_DEVICES too.
+func TestLocalRankTorchrun(t *testing.T) {
+	p, selected := planOnDGX(t, cluster.Torchrun)
+	require.Len(t, p.Processes, 2)
+	for _, pr := range p.Processes {
+		visible := strings.Split(pr.Env["CUDA_VISIBLE_DEVICES"], ",")
+		nproc := flagValue(t, pr.Command, "--nproc_per_node")
+		require.Equal(t, strconv.Itoa(len(visible)), nproc, "one worker per visible GPU")
+		for lr := 0; lr < len(visible); lr++ {
+			assert.Equal(t, strconv.Itoa(selected[pr.Host.Name][lr]), visible[lr])
+			assert.NotEqual(t, "2", visible[lr])
+			assert.NotEqual(t, "5", visible[lr])
+		}
+	}
+}
+
+func flagValue(t *testing.T, argv []string, flag string) string {
+	t.Helper()
+	for i, a := range argv {
+		if a == flag && i+1 < len(argv) {
+			return argv[i+1]
+		}
+	}
+	t.Fatalf("%s not in %q", flag, argv)
+	return ""
+}
+
+// TestTorchElasticEnv checks each variable torchrun's elastic agent gives a
+// worker, with torchrun's values for a static launch of one role.
+func TestTorchElasticEnv(t *testing.T) {
+	cfg := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0, 1), gpuHost("b", "10.0.0.2", 3), cpuHost("c", "10.0.0.3"))
+	cfg.Job.MaxRestarts = 4
+	p := mustBuild(t, PlanInput{Config: cfg, RestartCount: 2, HostHome: map[string]string{"a": "/home/u"}})
+	require.Len(t, p.Processes, 4)
+	for _, pr := range p.Processes {
+		e := pr.Env
+		assert.Equal(t, "default", e["ROLE_NAME"])
+		assert.Equal(t, e["RANK"], e["ROLE_RANK"])
+		assert.Equal(t, "4", e["ROLE_WORLD_SIZE"])
+		assert.Equal(t, "4", e["WORLD_SIZE"])
+		assert.Equal(t, "3", e["GROUP_WORLD_SIZE"])
+		assert.Equal(t, "2", e["TORCHELASTIC_RESTART_COUNT"])
+		assert.Equal(t, "4", e["TORCHELASTIC_MAX_RESTARTS"])
+		assert.Equal(t, "demo", e["TORCHELASTIC_RUN_ID"])
+		assert.Equal(t, "False", e["TORCHELASTIC_USE_AGENT_STORE"])
+		assert.Equal(t, "1", e["TORCH_NCCL_ASYNC_ERROR_HANDLING"])
+		assert.Equal(t, "1", e["NCCL_ASYNC_ERROR_HANDLING"])
+	}
+	byName := map[string]Process{}
+	for _, pr := range p.Processes {
+		byName[pr.Name()] = pr
+	}
+	assert.Equal(t, "1", byName["worker-0"].Env["OMP_NUM_THREADS"], "two ranks on host a")
+	assert.NotContains(t, byName["worker-2"].Env, "OMP_NUM_THREADS", "one rank on host b")
+	assert.Equal(t, "/home/u/drover/demo/.drover/errors/attempt-2/worker-1.json", byName["worker-1"].Env["TORCHELASTIC_ERROR_FILE"])
+	assert.Equal(t, "~/drover/demo/.drover/errors/attempt-2/worker-2.json", byName["worker-2"].Env["TORCHELASTIC_ERROR_FILE"])
+	assert.Equal(t, "", byName["worker-3"].Env["CUDA_VISIBLE_DEVICES"], "CPU host sees no GPU")
+}
+
+// [job.env] replaces drover's tunable defaults but not what the
+// rendezvous depends on.
+func TestJobEnvTunables(t *testing.T) {
+	cfg := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0, 1))
+	cfg.Job.Env = map[string]string{"OMP_NUM_THREADS": "8", "NCCL_ASYNC_ERROR_HANDLING": "0",
+		"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "eth1"}
+	p := mustBuild(t, PlanInput{Config: cfg})
+	for k, v := range cfg.Job.Env {
+		assert.Equal(t, v, p.Processes[0].Env[k], k)
+	}
+	for _, name := range []string{"TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "ROLE_NAME", "GROUP_WORLD_SIZE",
+		"TORCHELASTIC_USE_AGENT_STORE", "CUDA_DEVICE_ORDER"} {
+		cfg.Job.Env = map[string]string{name: "x"}
+		_, err := Build(PlanInput{Config: cfg})
+		assert.True(t, cluster.IsConfigError(err), "%s: %v", name, err)
+	}
+}
+
+func TestBuildJAX(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		perHost int
+		hosts   []cluster.Host
+		want    []string // per process: host visible ids gpus
+		wantErr string
+	}{
+		{name: "one per host", perHost: 1,
+			hosts: []cluster.Host{gpuHost("a", "10.0.0.1", 0, 1, 3), gpuHost("b", "10.0.0.2", 0, 1, 2)},
+			want:  []string{"a 0,1,3 0,1,2 0", "b 0,1,2 0,1,2 1"}},
+		{name: "one per GPU", perHost: 2,
+			hosts: []cluster.Host{gpuHost("a", "10.0.0.1", 4, 6), gpuHost("b", "10.0.0.2", 0, 1)},
+			want:  []string{"a 4,6 0 0", "a 4,6 1 1", "b 0,1 0 2", "b 0,1 1 3"}},
+		{name: "cpu hosts", perHost: 2,
+			hosts: []cluster.Host{cpuHost("a", "10.0.0.1")},
+			want:  []string{"a  - 0", "a  - 1"}},
+		{name: "uneven", perHost: 2,
+			hosts:   []cluster.Host{gpuHost("a", "10.0.0.1", 0, 1, 2)},
+			wantErr: "a has 3 GPUs selected, which 2 processes cannot share evenly"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(cluster.JAX, tc.hosts...)
+			cfg.Job.ProcsPerHost = tc.perHost
+			p, err := Build(PlanInput{Config: cfg})
+			if tc.wantErr != "" {
+				require.True(t, cluster.IsConfigError(err), "%v", err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			var got []string
+			for _, pr := range p.Processes {
+				ids, ok := pr.Env["JAX_LOCAL_DEVICE_IDS"]
+				if !ok {
+					ids = "-"
+				}
+				got = append(got, strings.Join([]string{pr.Host.Name, pr.Env["CUDA_VISIBLE_DEVICES"], ids, pr.Env["JAX_PROCESS_ID"]}, " "))
+				assert.Equal(t, "10.0.0.1:29500", pr.Env["JAX_COORDINATOR_ADDRESS"])
+				assert.Equal(t, strconv.Itoa(len(tc.want)), pr.Env["JAX_NUM_PROCESSES"])
+				assert.Equal(t, pr.Env["JAX_PROCESS_ID"], strconv.Itoa(pr.Index))
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
