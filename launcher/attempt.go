@@ -508,6 +508,9 @@ type running struct {
 	started time.Time
 	outs    []io.Closer
 	logFile *os.File
+	// stderrTail is the end of its stderr, for a root cause when it
+	// fails without an error file.
+	stderrTail *cluster.TailBuffer
 }
 
 type exitMsg struct {
@@ -583,7 +586,8 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 			rp.outs = append(rp.outs, tw)
 			return io.MultiWriter(fw, tw)
 		}
-		stdout, stderr := mk(), mk()
+		rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
+		stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
 		wd := p.Workdir
 		args := agent.Command(c.agent, agent.RunOptions{
 			Grace:   a.cfg.Job.StopGrace,
@@ -677,6 +681,9 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 			if m.err != nil {
 				out.exitCode, out.hostLost = code, lost
 				out.reason = fmt.Sprintf("%s@%s exited %s", rp.p.Name(), rp.p.Host.Name, text)
+				if cause := a.rootCause(byHost[rp.p.Host.Name], rp, lost); cause != "" {
+					out.reason += ": " + cause
+				}
 				if lost {
 					out.reason = fmt.Sprintf("%s@%s: %s lost: %v", rp.p.Name(), rp.p.Host.Name, hostLabel(rp.p.Host), m.err)
 				}
@@ -729,6 +736,21 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 		out.reason = "the group ended without meeting the success policy"
 	}
 	return out
+}
+
+// rootCause finds and records why a failed process failed (see
+// rootCause), unless its host is gone and cannot say.
+func (a *attempt_) rootCause(c *hostConn, rp *running, lost bool) string {
+	if lost {
+		return ""
+	}
+	var fsys cluster.FS
+	if c != nil {
+		fsys = c.fs
+	}
+	cause := rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
+	a.r.recordCause(rp.p, cause)
+	return cause
 }
 
 // succeeded applies the success policy to the processes that have exited

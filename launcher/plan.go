@@ -301,8 +301,13 @@ func Build(in PlanInput) (*Plan, error) {
 		pr := &p.Processes[i]
 		pr.Workdir = hostWorkdir(pr.Host, job)
 		commonEnv(pr, in)
-		if job.Framework == cluster.PyTorch {
+		switch job.Framework {
+		case cluster.PyTorch:
 			torchElasticEnv(pr, in, len(slots), perHost[pr.Host.Name])
+		case cluster.Torchrun:
+			// torchrun's own @record forwards its failed worker's error
+			// file here (dump_error_file), where drover reads the cause.
+			pr.Env["TORCHELASTIC_ERROR_FILE"] = ErrorFile(pr.Workdir, in.HostHome[pr.Host.Name], in.RestartCount, pr.Name())
 		}
 		for k, v := range job.Env {
 			pr.Env[k] = v

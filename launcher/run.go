@@ -74,6 +74,9 @@ type ProcSummary struct {
 	Attempts int
 	Exit     string
 	Duration time.Duration
+	// Cause is why its last attempt failed, when it failed first: the
+	// exception from its error file, or the end of its stderr.
+	Cause string
 }
 
 // Run supervises the job until it succeeds, fails for good or ctx is
@@ -303,6 +306,14 @@ func (r *runner) record(p Process, exit string, d time.Duration) {
 	s.Attempts++
 	s.Exit = exit
 	s.Duration += d
+	s.Cause = ""
+}
+
+// recordCause notes the root cause of p's failure for the summary.
+func (r *runner) recordCause(p Process, cause string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.registerLocked(p).Cause = cause
 }
 
 func (r *runner) summaries() []ProcSummary {
@@ -327,6 +338,11 @@ func RenderSummary(w io.Writer, res *Result) {
 	}
 	for _, p := range res.Processes {
 		fmt.Fprintf(w, "%-*s  %-*s  %8d  %-14s  %s\n", nameW, p.Name, hostW, p.Host, p.Attempts, p.Exit, p.Duration.Round(time.Millisecond))
+	}
+	for _, p := range res.Processes {
+		if p.Cause != "" {
+			fmt.Fprintf(w, "root cause: %s on %s: %s\n", p.Name, p.Host, p.Cause)
+		}
 	}
 	switch res.Outcome {
 	case Succeeded:

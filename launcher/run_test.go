@@ -231,7 +231,8 @@ func TestNewestCheckpoint(t *testing.T) {
 func TestRenderSummary(t *testing.T) {
 	procs := []ProcSummary{
 		{Name: "chief-0", Host: "gpu-a", Attempts: 3, Exit: "0", Duration: 83*time.Second + 456*time.Millisecond},
-		{Name: "worker-0", Host: "gpu-a", Attempts: 3, Exit: "1", Duration: 2 * time.Minute},
+		{Name: "worker-0", Host: "gpu-a", Attempts: 3, Exit: "1", Duration: 2 * time.Minute,
+			Cause: "RuntimeError: CUDA out of memory (train.py:212)"},
 		{Name: "worker-1", Host: "gpu-bb", Attempts: 2, Exit: "host lost", Duration: 1500 * time.Millisecond},
 		{Name: "ps-0", Host: "gpu-bb", Attempts: 3, Exit: "143 (SIGTERM)", Duration: 4*time.Minute + 1234567*time.Microsecond},
 		{Name: "evaluator-0", Host: "gpu-bb", Attempts: 0, Exit: "not started"},

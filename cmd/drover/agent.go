@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -54,6 +55,7 @@ func agentRunCommand() *cli.Command {
 				Heartbeat:   c.Duration("heartbeat"),
 				PIDFile:     c.String("pidfile"),
 				LogFile:     c.String("log"),
+				ErrorFile:   os.Getenv("TORCHELASTIC_ERROR_FILE"),
 				Job:         c.String("job"),
 				Stdin:       c.App.Reader,
 				Stdout:      c.App.Writer,

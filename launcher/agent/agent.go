@@ -76,6 +76,12 @@ type RunOptions struct {
 	// that a later drover can find and stop a group an earlier one left
 	// (StopLeftover); it is removed when the agent exits.
 	PIDFile string
+	// ErrorFile, when set, is the command's TORCHELASTIC_ERROR_FILE: its
+	// directory is created and a stale file from an earlier run removed
+	// before the command starts, as torchrun's agent does, because torch's
+	// @record writes it only into an existing directory and a leftover
+	// would be read as this run's root cause.
+	ErrorFile string
 	// LogFile, when set, receives every byte of the command's stdout and
 	// stderr (appended), so that output survives the controller's death.
 	LogFile string
@@ -189,6 +195,10 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		}
 		defer f.Close()
 		logw = &lockedWriter{w: f}
+	}
+
+	if err := prepareErrorFile(opts.ErrorFile); err != nil {
+		return ExitCannotRun, fmt.Errorf("agent run: %w", err)
 	}
 
 	if opts.Subreaper {
@@ -562,4 +572,19 @@ func orDiscard(w io.Writer) io.Writer {
 type group struct {
 	pgid int
 	root int
+}
+
+// prepareErrorFile makes room for a fresh TORCHELASTIC_ERROR_FILE at path
+// (see RunOptions.ErrorFile). A relative path is the command's business.
+func prepareErrorFile(path string) error {
+	if path == "" || !filepath.IsAbs(path) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create directory for the error file: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale error file: %w", err)
+	}
+	return nil
 }

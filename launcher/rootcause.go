@@ -1,0 +1,130 @@
+package launcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// maxCause bounds a root cause line: the exception's first line and where
+// it was raised, not a whole traceback (that is in the process's log).
+const maxCause = 300
+
+// stderrTailBytes is how much of each process's stderr is kept for a root
+// cause when the process wrote no error file.
+const stderrTailBytes = 4 << 10
+
+// causeLines is how many of the last stderr lines a cause shows.
+const causeLines = 3
+
+// torchErrorFile is what torch.distributed.elastic's @record writes to
+// TORCHELASTIC_ERROR_FILE (errors/error_handler.py, record_exception):
+// {"message": {"message": "RuntimeError: ...", "extraInfo":
+// {"py_callstack": "Traceback ...", "timestamp": "..."}}}. An error file
+// forwarded by torchrun (dump_error_file) has the same shape; "message"
+// may also be a bare string.
+type torchErrorFile struct {
+	Message json.RawMessage `json:"message"`
+}
+
+type torchErrorMessage struct {
+	Message   string `json:"message"`
+	ExtraInfo struct {
+		PyCallstack string `json:"py_callstack"`
+	} `json:"extraInfo"`
+}
+
+// frameRE matches a traceback frame: `  File "/w/train.py", line 212, in main`.
+var frameRE = regexp.MustCompile(`File "([^"]+)", line (\d+)`)
+
+// parseErrorFile turns an error file into one line: the exception and the
+// innermost frame it was raised in ("RuntimeError: CUDA out of memory
+// (train.py:212)"). ok is false when b is not an error file.
+func parseErrorFile(b []byte) (cause string, ok bool) {
+	var f torchErrorFile
+	if err := json.Unmarshal(b, &f); err != nil || len(f.Message) == 0 {
+		return "", false
+	}
+	var m torchErrorMessage
+	if err := json.Unmarshal(f.Message, &m); err != nil {
+		if err := json.Unmarshal(f.Message, &m.Message); err != nil {
+			return "", false
+		}
+	}
+	msg := firstLine(m.Message)
+	if msg == "" {
+		return "", false
+	}
+	if frames := frameRE.FindAllStringSubmatch(m.ExtraInfo.PyCallstack, -1); len(frames) > 0 {
+		last := frames[len(frames)-1]
+		msg = clip(msg, maxCause-len(last[1])-len(last[2])-4)
+		return fmt.Sprintf("%s (%s:%s)", msg, path.Base(last[1]), last[2]), true
+	}
+	return clip(msg, maxCause), true
+}
+
+// stderrCause is the fallback when there is no error file: the last few
+// non-empty lines the process wrote to stderr, joined with " | ".
+func stderrCause(tail string) string {
+	var lines []string
+	for _, l := range strings.Split(tail, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	lines = lines[max(len(lines)-causeLines, 0):]
+	return "stderr: " + clip(strings.Join(lines, " | "), maxCause)
+}
+
+// rootCause says why a failed process failed: its error file when it wrote
+// one (a script under torch's @record, or torchrun forwarding its failed
+// worker's), else the end of its stderr. errorFile is the process's
+// TORCHELASTIC_ERROR_FILE ("" when it has none).
+func rootCause(fsys cluster.FS, errorFile string, stderrTail string) string {
+	if fsys != nil && path.IsAbs(errorFile) {
+		if b, err := readSmall(fsys, errorFile, 1<<20); err == nil {
+			if c, ok := parseErrorFile(b); ok {
+				return c
+			}
+		}
+	}
+	return stderrCause(stderrTail)
+}
+
+// readSmall reads at most limit bytes of a file on a host.
+func readSmall(fsys cluster.FS, name string, limit int64) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	_, err = io.Copy(&b, io.LimitReader(f, limit))
+	return b.Bytes(), err
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = strings.TrimSpace(s[:i])
+	}
+	return s
+}
+
+// clip shortens s to n bytes (at least 20), marking the cut.
+func clip(s string, n int) string {
+	n = max(n, 20)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
