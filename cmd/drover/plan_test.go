@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,4 +137,30 @@ gpus = [3]
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "chief-0  x     192.0.2.7")
 	assert.NotContains(t, out, "gpu-a")
+}
+
+var updatePlan = flag.Bool("update", false, "rewrite testdata/*.env")
+
+// TestPlanJAXExample: `drover plan examples/jax/job.toml --format env`
+// shows what jax.distributed.initialize reads, checked against a golden
+// file because JAX itself cannot be installed where the tests run.
+func TestPlanJAXExample(t *testing.T) {
+	code, out, errOut := runPlan(t, "../../examples/jax/job.toml", "--format", "env")
+	require.Equal(t, 0, code, errOut)
+	golden := filepath.Join("testdata", "jax.env")
+	if *updatePlan {
+		require.NoError(t, os.WriteFile(golden, []byte(out), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), out)
+	for _, line := range []string{
+		"export JAX_COORDINATOR_ADDRESS='10.0.0.11:1234'\n",
+		"export JAX_NUM_PROCESSES='2'\n",
+		"export JAX_PROCESS_ID='1'\n",
+		"export JAX_LOCAL_DEVICE_IDS='0,1,2,3'\n",
+		"export CUDA_VISIBLE_DEVICES='0,1,2,3'\n",
+	} {
+		assert.Contains(t, out, line)
+	}
 }
