@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,5 +210,31 @@ func TestBuildJAX(t *testing.T) {
 			}
 			assert.Equal(t, tc.want, got)
 		})
+	}
+}
+
+// TestReadmeListsEveryVariable keeps README.md's "What each process gets"
+// table complete: every variable any framework's plan sets appears in it.
+func TestReadmeListsEveryVariable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	readme := string(b)
+	start := strings.Index(readme, "## What each process gets")
+	require.GreaterOrEqual(t, start, 0)
+	end := strings.Index(readme[start+1:], "\n## ")
+	require.Greater(t, end, 0)
+	table := readme[start : start+1+end]
+	hosts := []cluster.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
+	cfgs := []*cluster.Config{
+		testConfig(cluster.PyTorch, hosts...), testConfig(cluster.Torchrun, hosts...),
+		tfConfig(cluster.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(cluster.JAX, hosts...),
+	}
+	for _, cfg := range cfgs {
+		p := mustBuild(t, PlanInput{Config: cfg})
+		for _, pr := range p.Processes {
+			for name := range pr.Env {
+				assert.Contains(t, table, "`"+name+"`", "%s sets %s; README's env table does not list it", cfg.Job.Framework, name)
+			}
+		}
 	}
 }
