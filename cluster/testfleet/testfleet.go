@@ -259,7 +259,7 @@ func Up(opts Options) (*Fleet, error) {
 }
 
 // SlotEnv names the variable that lets several checkouts run their fleet
-// tests at once on one machine: slot k (1..6) appends k to every fleet's
+// tests at once on one machine: slot k (1..7) appends k to every fleet's
 // name and moves its subnet up by 30*k, so no two slots share a namespace,
 // bridge or fleet directory (and none reaps the other's fleet as a
 // leftover of a crashed run).
@@ -268,7 +268,7 @@ const SlotEnv = "DROVER_TESTFLEET_SLOT"
 // slotted applies slot (SlotEnv's value) to opts; "" or "0" leaves them.
 func slotted(opts Options, slot string) Options {
 	k, err := strconv.Atoi(slot)
-	if err != nil || k < 1 || k > 6 {
+	if err != nil || k < 1 || k > 7 {
 		return opts
 	}
 	opts.Name += strconv.Itoa(k)
