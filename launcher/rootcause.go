@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // maxCause bounds a root cause line: the exception's first line and where
@@ -70,11 +71,12 @@ func parseErrorFile(b []byte) (cause string, ok bool) {
 }
 
 // stderrCause is the fallback when there is no error file: the last few
-// non-empty lines the process wrote to stderr, joined with " | ".
+// non-empty lines the process wrote to stderr, joined with " | ". The
+// agent's own notes (agent.MessagePrefix) are not the process's words.
 func stderrCause(tail string) string {
 	var lines []string
 	for _, l := range strings.Split(tail, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, agent.MessagePrefix) {
 			lines = append(lines, l)
 		}
 	}

@@ -45,6 +45,7 @@ func TestParseErrorFile(t *testing.T) {
 func TestStderrCause(t *testing.T) {
 	assert.Equal(t, "", stderrCause("\n \n"))
 	assert.Equal(t, "stderr: b | c | d", stderrCause("a\nb\n\nc\n  d  \n"))
+	assert.Equal(t, "stderr: a", stderrCause("a\ndrover agent: command exited; stopping processes it left in group 7\n"))
 }
 
 func TestRootCause(t *testing.T) {

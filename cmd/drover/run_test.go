@@ -437,7 +437,7 @@ sleep 1000
 	require.Equal(t, 1, d.wait(t, 60*time.Second))
 	stderr := d.stderr.String()
 	for n := 1; n <= 3; n++ {
-		assert.Contains(t, stderr, fmt.Sprintf("attempt %d/3: worker-1@cd-h1 exited 3; stopping 1 process(es)", n))
+		assert.Contains(t, stderr, fmt.Sprintf("attempt %d/3: worker-1@cd-h1 exited 3: stderr: broken; stopping 1 process(es)", n))
 		// stdout and stderr are two pipes: their relative order is lost.
 		log := j.logFile(t, n, "worker-1")
 		assert.ElementsMatch(t, []string{fmt.Sprintf("attempt restart=%d rank=1", n-1), "broken"}, strings.Split(strings.TrimSuffix(log, "\n"), "\n"))
@@ -446,7 +446,7 @@ sleep 1000
 	assert.Regexp(t, `(?m)^PROCESS\s+HOST\s+ATTEMPTS\s+EXIT\s+DURATION$`, stderr)
 	assert.Regexp(t, `(?m)^worker-0\s+cd-h0\s+3\s+143 \(SIGTERM\)\s+\S+$`, stderr)
 	assert.Regexp(t, `(?m)^worker-1\s+cd-h1\s+3\s+3\s+\S+$`, stderr)
-	assert.Contains(t, stderr, "failed after 3 attempt(s): worker-1@cd-h1 exited 3; no restarts left (max_restarts = 2); logs in "+j.runDir(t))
+	assert.Contains(t, stderr, "failed after 3 attempt(s): worker-1@cd-h1 exited 3: stderr: broken; no restarts left (max_restarts = 2); logs in "+j.runDir(t))
 	_, err := os.Stat(filepath.Join(j.runDir(t), "attempt-4"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	assert.Empty(t, jobProcs(t, j.Name))

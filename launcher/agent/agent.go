@@ -40,6 +40,11 @@ import (
 	"time"
 )
 
+// MessagePrefix starts every line the agent itself writes into the
+// command's stderr and log, so that readers of that stream (the root-cause
+// finder) can tell the agent's words from the command's.
+const MessagePrefix = "drover agent: "
+
 // DefaultGrace is the time between SIGTERM and SIGKILL when none is given;
 // it matches the job file's default stop_grace.
 const DefaultGrace = 10 * time.Second
@@ -229,7 +234,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	go func() { defer copiers.Done(); copyOut(outR, stdout, logw) }()
 	go func() { defer copiers.Done(); copyOut(errR, stderr, logw) }()
 	notice := func(format string, args ...any) {
-		msg := fmt.Sprintf("drover agent: "+format+"\n", args...)
+		msg := fmt.Sprintf(MessagePrefix+format+"\n", args...)
 		_, _ = io.WriteString(stderr, msg)
 		if logw != nil {
 			_, _ = io.WriteString(logw, msg)
@@ -280,13 +285,13 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		switch r.kind {
 		case gracefulStop:
 			if logw != nil {
-				_, _ = fmt.Fprintf(logw, "drover agent: %s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, child, grace)
+				_, _ = fmt.Fprintf(logw, MessagePrefix+"%s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, child, grace)
 			}
 			g.signal(syscall.SIGTERM)
 			killAt = time.After(grace)
 		case killStop:
 			if logw != nil {
-				_, _ = fmt.Fprintf(logw, "drover agent: %s: killing process group %d\n", r.why, child)
+				_, _ = fmt.Fprintf(logw, MessagePrefix+"%s: killing process group %d\n", r.why, child)
 			}
 			g.signal(syscall.SIGKILL)
 			killAt = nil
