@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
@@ -39,7 +40,7 @@ type attemptOutcome struct {
 // attempt_ is one start of the whole group.
 type attempt_ struct {
 	r        *runner
-	cfg      *cluster.Config
+	cfg      *config.Config
 	n, total int
 	restarts int
 	logDir   string
@@ -47,7 +48,7 @@ type attempt_ struct {
 
 // hostConn is a connected, prepared host of this attempt.
 type hostConn struct {
-	host  cluster.Host
+	host  config.Host
 	t     cluster.Transport
 	fs    cluster.FS
 	home  string
@@ -127,12 +128,12 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 
 // participants are the non-spare hosts in file order, with hosts that were
 // replaced earlier swapped for their spare.
-func (r *runner) participants(cfg *cluster.Config) ([]cluster.Host, error) {
-	byName := map[string]cluster.Host{}
+func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
+	byName := map[string]config.Host{}
 	for _, h := range cfg.Hosts {
 		byName[h.Name] = h
 	}
-	var out []cluster.Host
+	var out []config.Host
 	for _, h := range cfg.Hosts {
 		if h.Spare {
 			continue
@@ -175,7 +176,7 @@ func isUnreachable(err error) bool {
 // connect dials every host. On a restart, an unreachable host is retried
 // for host_wait and then replaced by a spare; on the first attempt it is
 // replaced at once (or the run fails) so a typo does not cost minutes.
-func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostConn, error) {
+func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
 	ts, errs := cluster.DialAll(ctx, hosts, opts)
@@ -210,7 +211,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 			}
 			// Re-read the inventory: the user may be fixing the address
 			// while drover waits.
-			if cfg, lerr := cluster.Load(a.r.opts.JobPath, cluster.LoadOptions{InventoryPath: a.r.opts.InventoryPath}); lerr == nil {
+			if cfg, lerr := config.Load(a.r.opts.JobPath, config.LoadOptions{InventoryPath: a.r.opts.InventoryPath}); lerr == nil {
 				for _, nh := range cfg.Hosts {
 					if nh.Name == h.Name {
 						h = nh
@@ -247,7 +248,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 }
 
 // takeSpare dials the first spare host not already in use.
-func (a *attempt_) takeSpare(ctx context.Context, inUse []cluster.Host, opts cluster.DialOptions) (cluster.Host, cluster.Transport, error) {
+func (a *attempt_) takeSpare(ctx context.Context, inUse []config.Host, opts cluster.DialOptions) (config.Host, cluster.Transport, error) {
 	used := map[string]bool{}
 	for _, h := range inUse {
 		used[h.Name] = true
@@ -268,9 +269,9 @@ func (a *attempt_) takeSpare(ctx context.Context, inUse []cluster.Host, opts clu
 		return h, t, nil
 	}
 	if lastErr != nil {
-		return cluster.Host{}, nil, fmt.Errorf("no spare host reachable either (last: %v)", lastErr)
+		return config.Host{}, nil, fmt.Errorf("no spare host reachable either (last: %v)", lastErr)
 	}
-	return cluster.Host{}, nil, errors.New(`no spare host left: add one with spare = true to the inventory, or bring the host back`)
+	return config.Host{}, nil, errors.New(`no spare host left: add one with spare = true to the inventory, or bring the host back`)
 }
 
 // forEach runs fn for every host at once and joins the errors.
@@ -288,8 +289,8 @@ func forEach(conns []*hostConn, fn func(c *hostConn) error) error {
 	return errors.Join(errs...)
 }
 
-func hostLabel(h cluster.Host) string {
-	if h.Transport == cluster.TransportLocal {
+func hostLabel(h config.Host) string {
+	if h.Transport == config.TransportLocal {
 		return h.Name + " (local)"
 	}
 	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
@@ -347,7 +348,7 @@ func remoteAbs(home, p string) string {
 	return path.Join(home, p)
 }
 
-func (a *attempt_) workdir(h cluster.Host) string {
+func (a *attempt_) workdir(h config.Host) string {
 	if h.Workdir != "" {
 		return h.Workdir
 	}
@@ -756,7 +757,7 @@ func (a *attempt_) rootCause(c *hostConn, rp *running, lost bool) string {
 // succeeded applies the success policy to the processes that have exited
 // (all with status 0, since any failure stops the group first).
 func (a *attempt_) succeeded(plan *Plan, procs []*running, finished []bool) bool {
-	if a.cfg.Job.Framework != cluster.TensorFlow {
+	if a.cfg.Job.Framework != config.TensorFlow {
 		for i := range procs {
 			if !finished[i] {
 				return false

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // RunOptions configures a supervised run of a job.
@@ -142,7 +143,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	cfg, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +185,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
-			next, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+			next, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
 			if err != nil {
 				r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 			} else {
@@ -200,7 +201,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			out.interrupted = true
 		}
 		switch {
-		case out.err != nil && attempt == 1 && cluster.IsConfigError(out.err):
+		case out.err != nil && attempt == 1 && config.IsConfigError(out.err):
 			return nil, out.err
 		case out.interrupted:
 			res.Outcome = Interrupted
@@ -245,7 +246,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 }
 
 // backoff is restart_backoff doubled per restart, capped.
-func backoff(job cluster.Job, restarts int) time.Duration {
+func backoff(job config.Job, restarts int) time.Duration {
 	d := job.RestartBackoff
 	for i := 1; i < restarts && d < job.RestartBackoffMax; i++ {
 		d *= 2
@@ -257,7 +258,7 @@ func backoff(job cluster.Job, restarts int) time.Duration {
 }
 
 // retryable applies restart_policy to how an attempt ended.
-func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
+func (r *runner) retryable(job config.Job, out attemptOutcome) (bool, string) {
 	switch job.RestartPolicy {
 	case "never":
 		return false, `restart_policy = "never"`

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -38,7 +39,7 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(err.Error()+"\n"+execUsage, exitConfig)
 			}
-			cfg, err := cluster.Load(jobPath, cluster.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
+			cfg, err := config.Load(jobPath, config.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
 			if err != nil {
 				return err
 			}

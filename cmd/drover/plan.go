@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -48,7 +48,7 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("plan: --format: "+err.Error(), exitConfig)
 	}
-	cfg, err := cluster.Load(job, cluster.LoadOptions{InventoryPath: c.String("inventory")})
+	cfg, err := config.Load(job, config.LoadOptions{InventoryPath: c.String("inventory")})
 	if err != nil {
 		return err
 	}
@@ -71,8 +71,8 @@ func planAction(c *cli.Context) error {
 // probeForPlan probes the gpus = "auto" hosts and returns their selected
 // GPUs; a host that cannot be probed or whose selection fails (min_gpus)
 // makes the plan fail, as it would make drover run fail.
-func probeForPlan(c *cli.Context, cfg *cluster.Config) (map[string]launcher.HostGPUs, error) {
-	var auto []cluster.Host
+func probeForPlan(c *cli.Context, cfg *config.Config) (map[string]launcher.HostGPUs, error) {
+	var auto []config.Host
 	for _, h := range cfg.Hosts {
 		if h.GPUs.Auto && !h.Spare {
 			auto = append(auto, h)

@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 )
 
@@ -30,7 +31,7 @@ func probeCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover probe [--inventory FILE] [--hosts h1,h2] [--json] JOB.toml", exitConfig)
 			}
-			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
+			cfg, err := config.Load(c.Args().First(), config.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
 			if err != nil {
 				return err
 			}
@@ -68,7 +69,7 @@ func probeCommand() *cli.Command {
 // probeHosts dials hosts, probes the reachable ones in parallel and selects
 // GPUs on each. An unreachable host is a result with an error, not a
 // reason to stop: the point of probe is to show the whole fleet.
-func probeHosts(c *cli.Context, job cluster.Job, inventory, hosts []cluster.Host, bin string) []gpu.HostResult {
+func probeHosts(c *cli.Context, job config.Job, inventory, hosts []config.Host, bin string) []gpu.HostResult {
 	ts, errs := cluster.DialAll(c.Context, hosts, cluster.DialOptions{
 		AcceptNewHosts: c.Bool("accept-new-hosts"),
 		Inventory:      inventory,

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 )
 
@@ -32,7 +33,7 @@ func pushCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--accept-new-hosts] JOB.toml", exitConfig)
 			}
-			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			cfg, err := config.Load(c.Args().First(), config.LoadOptions{InventoryPath: c.String("inventory")})
 			if err != nil {
 				return err
 			}
@@ -52,7 +53,7 @@ type pushOutcome struct {
 	err error
 }
 
-func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
+func pushAll(c *cli.Context, cfg *config.Config, hosts []config.Host) error {
 	opts := push.Options{Exclude: cfg.Job.Exclude, CacheDir: cacheDir()}
 	// The scan runs while the hosts are dialled (it is most of a push's
 	// local work, and the handshakes are waiting on the hosts anyway). A
@@ -114,7 +115,7 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 // reportPush prints a summary line per pushed host (stdout) and every
 // host's error and warnings (stderr), and turns failures into exit 1 (130
 // when interrupted).
-func reportPush(stdout, stderr io.Writer, hosts []cluster.Host, outcomes []pushOutcome, interrupted bool) error {
+func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []pushOutcome, interrupted bool) error {
 	failed := 0
 	for i, h := range hosts {
 		o := outcomes[i]

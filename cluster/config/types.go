@@ -1,11 +1,4 @@
-// Package cluster describes the fleet and reaches it: it loads and validates
-// the job and inventory files (TOML) into a Config, and provides the
-// transports (SSH/SFTP and local) through which drover runs commands and
-// copies files on each host.
-//
-// Data flows one way: cluster knows nothing about GPUs or plans; gpu and
-// launcher build on what cluster returns.
-package cluster
+package config
 
 import (
 	"strconv"
