@@ -22,6 +22,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/logstream"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // attemptOutcome is how one attempt of the whole group ended.
@@ -107,23 +108,23 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	}
 
 	resume := a.findResume(ctx, conns)
-	plan, err := Build(PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes})
+	pl, err := plan.Build(plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes})
 	if err != nil {
 		return a.setupFailure(err)
 	}
 	if err := a.push(ctx, conns); err != nil {
 		return a.setupFailure(err)
 	}
-	if err := a.stopLeftovers(ctx, conns, plan); err != nil {
+	if err := a.stopLeftovers(ctx, conns, pl); err != nil {
 		return a.setupFailure(err)
 	}
-	if err := a.preflight(ctx, conns, plan); err != nil {
+	if err := a.preflight(ctx, conns, pl); err != nil {
 		return a.setupFailure(err)
 	}
 	if ctx.Err() != nil {
 		return attemptOutcome{interrupted: true}
 	}
-	return a.supervise(ctx, conns, plan)
+	return a.supervise(ctx, conns, pl)
 }
 
 // participants are the non-spare hosts in file order, with hosts that were
@@ -317,11 +318,11 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 
 // selectGPUs probes hosts with gpus = "auto" and applies the selection
 // rules; pinned and GPU-less hosts need no probe.
-func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]HostGPUs, error) {
+func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]plan.HostGPUs, error) {
 	var mu sync.Mutex
-	out := map[string]HostGPUs{}
+	out := map[string]plan.HostGPUs{}
 	err := forEach(conns, func(c *hostConn) error {
-		hg := HostGPUs{Indices: c.host.GPUs.List, Probed: true}
+		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		if c.host.GPUs.Auto {
 			rep := gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary)
 			sel, err := gpu.Select(c.host, a.cfg.Job, rep)
@@ -419,7 +420,7 @@ const (
 // stopLeftovers stops process groups that an earlier drover left behind
 // on a host (drover SIGKILLed with the agent's channel somehow kept open,
 // or a host that was unreachable when its group should have stopped).
-func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, plan *Plan) error {
+func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
 	return forEach(conns, func(c *hostConn) error {
 		wd := a.workdir(c.host)
 		dir := path.Join(remoteAbs(c.home, wd), pidDir)
@@ -450,9 +451,9 @@ func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, plan *P
 
 // preflight checks, per host and before anything starts, that each
 // program can be found and each planned port is free.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan) error {
-	byHost := map[string][]Process{}
-	for _, p := range plan.Processes {
+func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
+	byHost := map[string][]plan.Process{}
+	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
 	return forEach(conns, func(c *hostConn) error {
@@ -467,7 +468,7 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan)
 			}
 		}
 		// The rendezvous port is opened on the host of rank 0 only.
-		if mp := procs[0].Env["MASTER_PORT"]; mp != "" && c.host.Name == plan.Processes[0].Host.Name {
+		if mp := procs[0].Env["MASTER_PORT"]; mp != "" && c.host.Name == pl.Processes[0].Host.Name {
 			ports = append(ports, mp)
 		}
 		sort.Strings(ports)
@@ -504,7 +505,7 @@ func compactStrings(s []string) []string {
 
 // running is one started process of the attempt.
 type running struct {
-	p       Process
+	p       plan.Process
 	ctl     *control
 	started time.Time
 	outs    []io.Closer
@@ -545,7 +546,7 @@ func describeExit(err error) (text string, code int, lost bool) {
 
 // supervise starts every process and watches the group until it succeeds,
 // one process fails, or the user interrupts.
-func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan) attemptOutcome {
+func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
 	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
 		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
 	}
@@ -558,15 +559,15 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 	sctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	for _, p := range plan.Processes {
+	for _, p := range pl.Processes {
 		a.r.register(p)
 	}
 	term := logstream.NewSink(a.r.opts.Out)
-	procs := make([]*running, len(plan.Processes))
+	procs := make([]*running, len(pl.Processes))
 	exits := make(chan exitMsg, len(procs))
 	started := 0
 	var startErr error
-	for i, p := range plan.Processes {
+	for i, p := range pl.Processes {
 		c := byHost[p.Host.Name]
 		rp := &running{p: p, ctl: newControl(), started: a.r.now()}
 		procs[i] = rp
@@ -691,7 +692,7 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 				beginStop(out.reason)
 				continue
 			}
-			if a.succeeded(plan, procs, finished) {
+			if a.succeeded(pl, procs, finished) {
 				out.success = true
 				beginStop(a.successNote(procs, finished, started))
 			}
@@ -756,7 +757,7 @@ func (a *attempt_) rootCause(c *hostConn, rp *running, lost bool) string {
 
 // succeeded applies the success policy to the processes that have exited
 // (all with status 0, since any failure stops the group first).
-func (a *attempt_) succeeded(plan *Plan, procs []*running, finished []bool) bool {
+func (a *attempt_) succeeded(pl *plan.Plan, procs []*running, finished []bool) bool {
 	if a.cfg.Job.Framework != config.TensorFlow {
 		for i := range procs {
 			if !finished[i] {

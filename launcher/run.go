@@ -14,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // RunOptions configures a supervised run of a job.
@@ -282,13 +283,13 @@ func (r *runner) retryable(job config.Job, out attemptOutcome) (bool, string) {
 }
 
 // register adds p to the summary in plan order.
-func (r *runner) register(p Process) *ProcSummary {
+func (r *runner) register(p plan.Process) *ProcSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.registerLocked(p)
 }
 
-func (r *runner) registerLocked(p Process) *ProcSummary {
+func (r *runner) registerLocked(p plan.Process) *ProcSummary {
 	key := p.Name()
 	s, ok := r.procs[key]
 	if !ok {
@@ -299,7 +300,7 @@ func (r *runner) registerLocked(p Process) *ProcSummary {
 	return s
 }
 
-func (r *runner) record(p Process, exit string, d time.Duration) {
+func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.registerLocked(p)
@@ -311,7 +312,7 @@ func (r *runner) record(p Process, exit string, d time.Duration) {
 }
 
 // recordCause notes the root cause of p's failure for the summary.
-func (r *runner) recordCause(p Process, cause string) {
+func (r *runner) recordCause(p plan.Process, cause string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.registerLocked(p).Cause = cause

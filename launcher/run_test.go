@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 func TestBackoff(t *testing.T) {
@@ -81,7 +82,7 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestSucceededPolicy(t *testing.T) {
-	proc := func(role string, index int) *running { return &running{p: Process{Role: role, Index: index}} }
+	proc := func(role string, index int) *running { return &running{p: plan.Process{Role: role, Index: index}} }
 	tfChief := []*running{proc("chief", 0), proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("evaluator", 0)}
 	tfNoChief := []*running{proc("worker", 0), proc("worker", 1), proc("ps", 0)}
 	torch := []*running{proc("worker", 0), proc("worker", 1)}
@@ -251,7 +252,7 @@ func TestRenderSummary(t *testing.T) {
 		b.WriteString("--\n")
 	}
 	golden := filepath.Join("testdata", "golden", "run_summary.txt")
-	if *update {
+	if *updateExec {
 		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))
 	}
 	want, err := os.ReadFile(golden)

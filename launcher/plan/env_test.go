@@ -1,4 +1,4 @@
-package launcher
+package plan
 
 import (
 	"fmt"
@@ -216,7 +216,7 @@ func TestBuildJAX(t *testing.T) {
 // TestReadmeListsEveryVariable keeps README.md's "What each process gets"
 // table complete: every variable any framework's plan sets appears in it.
 func TestReadmeListsEveryVariable(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
 	readme := string(b)
 	start := strings.Index(readme, "## What each process gets")
