@@ -344,7 +344,7 @@ func checkCmd(cmd Cmd) error {
 		return errors.New("empty command")
 	}
 	for k := range cmd.Env {
-		if !validEnvName(k) {
+		if !config.ValidEnvName(k) {
 			return fmt.Errorf("environment variable name %q is not a valid identifier", k)
 		}
 	}

@@ -349,19 +349,12 @@ func remoteAbs(home, p string) string {
 	return path.Join(home, p)
 }
 
-func (a *attempt_) workdir(h config.Host) string {
-	if h.Workdir != "" {
-		return h.Workdir
-	}
-	return a.cfg.Job.Workdir
-}
-
 // findResume looks for the newest complete checkpoint on every host.
 func (a *attempt_) findResume(ctx context.Context, conns []*hostConn) string {
 	var mu sync.Mutex
 	var found []Checkpoint
 	forEach(conns, func(c *hostConn) error {
-		dir := remoteAbs(remoteAbs(c.home, a.workdir(c.host)), a.cfg.Job.CheckpointDir)
+		dir := remoteAbs(remoteAbs(c.home, c.host.Workdir), a.cfg.Job.CheckpointDir)
 		cp, ok, err := FindCheckpoint(ctx, c.fs, c.host.Name, dir, a.cfg.Job.CheckpointMarker)
 		if err != nil {
 			a.r.events.printf("%s: %v (ignored)", a.prefix(), err)
@@ -397,7 +390,7 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
 	}
 	return forEach(conns, func(c *hostConn) error {
-		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, a.workdir(c.host), opts)
+		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)
 		if err != nil {
 			return err
 		}
@@ -422,7 +415,7 @@ const (
 // or a host that was unreachable when its group should have stopped).
 func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
 	return forEach(conns, func(c *hostConn) error {
-		wd := a.workdir(c.host)
+		wd := c.host.Workdir
 		dir := path.Join(remoteAbs(c.home, wd), pidDir)
 		entries, err := c.fs.ReadDir(dir)
 		if err != nil {

@@ -123,8 +123,10 @@ type Host struct {
 	// Spare hosts take no part in the first plan; they replace a host that
 	// stays unreachable for HostWait.
 	Spare bool
-	// Workdir overrides Job.Workdir for this host (several local hosts on
-	// one machine need distinct workdirs).
+	// Workdir is where the code lands on this host: the host's own
+	// workdir (several local hosts on one machine need distinct ones),
+	// else Job.Workdir. Load fills it in, so no other package applies
+	// that default.
 	Workdir string
 
 	// Line is the line of the [[host]] header in InventoryPath, for errors.

@@ -27,14 +27,12 @@ Formats: table (default), env (export lines and the command for each
 process, ready to paste into a shell on that host), json (for scripts).
 Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 *_KEY) are shown as **** in every format unless --show-secrets is given.`,
-		Flags: []cli.Flag{
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: string(plan.FormatTable),
 				Usage: "output format: table, env or json"},
 			&cli.BoolFlag{Name: "show-secrets", Usage: "print secret-looking values instead of ****"},
-			&cli.StringFlag{Name: "inventory", Aliases: []string{"i"},
-				Usage: "read the hosts from this TOML file instead of the job file", TakesFile: true},
 			&cli.BoolFlag{Name: "probe", Usage: `probe gpus = "auto" hosts over SSH first and plan with the GPUs they select`},
-		},
+		),
 		Action: planAction,
 	}
 }
@@ -48,7 +46,7 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("plan: --format: "+err.Error(), exitConfig)
 	}
-	cfg, err := config.Load(job, config.LoadOptions{InventoryPath: c.String("inventory")})
+	cfg, err := loadJob(c, false)
 	if err != nil {
 		return err
 	}

@@ -21,17 +21,15 @@ func probeCommand() *cli.Command {
 		Name:      "probe",
 		Usage:     "show each host's GPUs and which ones the job would use",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "probe only these hosts (comma-separated names)"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON array (one object per host) for scripts"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover probe [--inventory FILE] [--hosts h1,h2] [--json] JOB.toml", exitConfig)
 			}
-			cfg, err := config.Load(c.Args().First(), config.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
+			cfg, err := loadJob(c, true)
 			if err != nil {
 				return err
 			}
@@ -70,10 +68,7 @@ func probeCommand() *cli.Command {
 // GPUs on each. An unreachable host is a result with an error, not a
 // reason to stop: the point of probe is to show the whole fleet.
 func probeHosts(c *cli.Context, job config.Job, inventory, hosts []config.Host, bin string) []gpu.HostResult {
-	ts, errs := cluster.DialAll(c.Context, hosts, cluster.DialOptions{
-		AcceptNewHosts: c.Bool("accept-new-hosts"),
-		Inventory:      inventory,
-	})
+	ts, errs := cluster.DialAll(c.Context, hosts, dialOptions(c, inventory))
 	var up []cluster.Transport
 	for i := range hosts {
 		if errs[i] == nil {

@@ -24,16 +24,14 @@ func pushCommand() *cli.Command {
 		Name:      "push",
 		Usage:     "sync the job's code directory to every host's workdir",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "push only to these hosts (comma-separated names)"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--accept-new-hosts] JOB.toml", exitConfig)
 			}
-			cfg, err := config.Load(c.Args().First(), config.LoadOptions{InventoryPath: c.String("inventory")})
+			cfg, err := loadJob(c, false)
 			if err != nil {
 				return err
 			}
@@ -75,10 +73,7 @@ func pushAll(c *cli.Context, cfg *config.Config, hosts []config.Host) error {
 	opts.Progress = display.Update
 
 	outcomes := make([]pushOutcome, len(hosts))
-	cluster.DialEach(ctx, hosts, cluster.DialOptions{
-		AcceptNewHosts: c.Bool("accept-new-hosts"),
-		Inventory:      cfg.Hosts,
-	}, func(i int, t cluster.Transport, err error) {
+	cluster.DialEach(ctx, hosts, dialOptions(c, cfg.Hosts), func(i int, t cluster.Transport, err error) {
 		h := hosts[i]
 		label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
 		var fsys cluster.FS
@@ -98,11 +93,7 @@ func pushAll(c *cli.Context, cfg *config.Config, hosts []config.Host) error {
 			outcomes[i].err = err // names the host and address already
 			return
 		}
-		workdir := h.Workdir
-		if workdir == "" {
-			workdir = cfg.Job.Workdir
-		}
-		outcomes[i].res, outcomes[i].err = push.Sync(ctx, fsys, label, tree, workdir, opts)
+		outcomes[i].res, outcomes[i].err = push.Sync(ctx, fsys, label, tree, h.Workdir, opts)
 	})
 	display.Close()
 	<-scanned

@@ -39,8 +39,8 @@
 // DROVER_JOB, DROVER_HOST, DROVER_ROLE, DROVER_INDEX, DROVER_RESTART_COUNT,
 // DROVER_RESUME_FROM and DROVER_CHECKPOINT_DIR. [job.env] is added last;
 // it may not set a variable drover sets for the rendezvous or identity
-// (ReservedEnv: a configuration error, not a silent override either way),
-// but replaces drover's tunable defaults (TunableEnv: OMP_NUM_THREADS,
+// (config.ReservedEnv: a configuration error, not a silent override either way),
+// but replaces drover's tunable defaults (config.TunableEnv: OMP_NUM_THREADS,
 // NCCL_*, GLOO_*). README.md's table lists every variable; a test keeps
 // it complete.
 package plan

@@ -238,3 +238,25 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestEverySetVariableIsReservedOrTunable keeps config's reserved-env table
+// (what [job.env] may not set) in step with what Build sets: a variable
+// the plan sets that is neither reserved nor tunable would be silently
+// overridden, or silently ignored, by [job.env].
+func TestEverySetVariableIsReservedOrTunable(t *testing.T) {
+	hosts := []config.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
+	cfgs := []*config.Config{
+		testConfig(config.PyTorch, hosts...), testConfig(config.Torchrun, hosts...),
+		tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(config.JAX, hosts...),
+	}
+	for _, cfg := range cfgs {
+		p := mustBuild(t, PlanInput{Config: cfg})
+		for _, pr := range p.Processes {
+			for name := range pr.Env {
+				fw := cfg.Job.Framework
+				assert.True(t, config.ReservedEnv(fw, name) || config.TunableEnv(name),
+					"%s sets %s, which config.ReservedEnv does not list for %s and is not tunable", fw, name, fw)
+			}
+		}
+	}
+}

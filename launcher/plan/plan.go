@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,62 +137,6 @@ type hostSlots struct {
 	unprobed bool
 }
 
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// torchWorkerEnv is what torchrun's elastic agent gives every worker
-// (torch/distributed/elastic/agent/server/local_elastic_agent.py,
-// _start_workers, and the error file from elastic/multiprocessing).
-var torchWorkerEnv = []string{"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
-	"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_NAME", "ROLE_RANK",
-	"ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
-	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-	"TORCHELASTIC_ERROR_FILE"}
-
-// reservedEnv lists the variables drover sets itself for each framework;
-// [job.env] may not set them, because a silently ignored or silently
-// winning override would break the rendezvous in ways that are hard to see.
-// Every DROVER_* name is reserved too. The defaults in tunableEnv are not
-// reserved: [job.env] replaces them.
-var reservedEnv = map[config.Framework][]string{
-	config.PyTorch:    append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
-	config.Torchrun:   append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
-	config.TensorFlow: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG"},
-	config.JAX: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "JAX_COORDINATOR_ADDRESS",
-		"JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_LOCAL_DEVICE_IDS"},
-}
-
-// tunableEnv are the variables drover sets only as defaults, because users
-// legitimately tune them: thread counts and the collective libraries' own
-// settings. A value in [job.env] wins.
-var tunableEnv = map[string]bool{
-	"OMP_NUM_THREADS":                 true,
-	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
-	"NCCL_ASYNC_ERROR_HANDLING":       true,
-}
-
-// TunableEnv reports whether name is one of drover's defaults that
-// [job.env] may replace (OMP_NUM_THREADS, NCCL_*, GLOO_*, ...).
-func TunableEnv(name string) bool {
-	return tunableEnv[name] || strings.HasPrefix(name, "NCCL_") || strings.HasPrefix(name, "GLOO_")
-}
-
-// ReservedEnv reports whether drover sets name itself for framework f, so
-// that [job.env] may not set it.
-func ReservedEnv(f config.Framework, name string) bool {
-	if TunableEnv(name) {
-		return false
-	}
-	if strings.HasPrefix(name, "DROVER_") {
-		return true
-	}
-	for _, r := range reservedEnv[f] {
-		if r == name {
-			return true
-		}
-	}
-	return false
-}
-
 // Build lays out the processes of one attempt. It is pure: same input, same
 // plan. Problems the user fixes in the job or inventory file are returned
 // as *config.ConfigError (or config.ConfigErrors).
@@ -210,7 +153,7 @@ func Build(in PlanInput) (*Plan, error) {
 	}
 
 	var errs config.ConfigErrors
-	if _, ok := reservedEnv[job.Framework]; !ok {
+	if !config.KnownFramework(job.Framework) {
 		errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.framework",
 			Msg: fmt.Sprintf("unknown framework %q", job.Framework),
 			Fix: `use "pytorch", "torchrun", "tensorflow" or "jax"`})
@@ -223,11 +166,11 @@ func Build(in PlanInput) (*Plan, error) {
 	envNames := sortedKeys(job.Env)
 	for _, name := range envNames {
 		switch {
-		case !envNameRE.MatchString(name):
+		case !config.ValidEnvName(name):
 			errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.env." + name,
 				Msg: fmt.Sprintf("%q is not a valid environment variable name", name),
 				Fix: "use letters, digits and underscores, not starting with a digit"})
-		case ReservedEnv(job.Framework, name):
+		case config.ReservedEnv(job.Framework, name):
 			fix := "remove it from [job.env]"
 			if name == "CUDA_VISIBLE_DEVICES" {
 				fix += "; choose GPUs with gpus = [...] on each [[host]]"
@@ -299,7 +242,7 @@ func Build(in PlanInput) (*Plan, error) {
 	}
 	for i := range p.Processes {
 		pr := &p.Processes[i]
-		pr.Workdir = hostWorkdir(pr.Host, job)
+		pr.Workdir = pr.Host.Workdir
 		commonEnv(pr, in)
 		switch job.Framework {
 		case config.PyTorch:
@@ -813,14 +756,6 @@ func masterPort(job config.Job) int {
 		return job.MasterPort
 	}
 	return defaultMasterPort
-}
-
-// hostWorkdir is the host's workdir as written.
-func hostWorkdir(h config.Host, job config.Job) string {
-	if h.Workdir != "" {
-		return h.Workdir
-	}
-	return job.Workdir
 }
 
 // homeRelative strips a leading "~/" (or a lone "~"), which means the same

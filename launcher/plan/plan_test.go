@@ -43,8 +43,21 @@ func testConfig(fw config.Framework, hosts ...config.Host) *config.Config {
 			Code: "/jobs/code", Workdir: "drover/demo", CheckpointDir: "checkpoints",
 			ProcsPerHost: 1, MasterPort: 29500, BasePort: 2222,
 		},
-		Hosts: hosts,
+		Hosts: withWorkdir(hosts, "drover/demo"),
 	}
+}
+
+// withWorkdir gives every host without a workdir of its own the job's, as
+// config.Load does.
+func withWorkdir(hosts []config.Host, workdir string) []config.Host {
+	out := make([]config.Host, len(hosts))
+	for i, h := range hosts {
+		if h.Workdir == "" {
+			h.Workdir = workdir
+		}
+		out[i] = h
+	}
+	return out
 }
 
 func tfConfig(r config.Roles, hosts ...config.Host) *config.Config {

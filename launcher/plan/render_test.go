@@ -128,8 +128,9 @@ func TestRenderEnvRoundTrip(t *testing.T) {
 func TestRenderEnvRelativeWorkdir(t *testing.T) {
 	home := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(home, "drover", "my job"), 0o755))
-	c := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0))
-	c.Job.Workdir = "drover/my job"
+	h := gpuHost("a", "10.0.0.1", 0)
+	h.Workdir = "drover/my job"
+	c := testConfig(config.PyTorch, h)
 	c.Job.CheckpointDir = "ck pt"
 	c.Job.Command = []string{"sh", "-c", `pwd; echo "$DROVER_CHECKPOINT_DIR"`}
 	p := mustBuild(t, PlanInput{Config: c})
