@@ -381,9 +381,9 @@ func homesMethod(disk bool) string {
 func method(b *bench, sizes []int) []string {
 	return []string{
 		fmt.Sprintf("Hosts are real OpenSSH sshd processes, one per network namespace on this machine (scripts/testfleet), "+
-			"reached over a veth bridge. drover, the baselines and every host's sshd share this machine's %d cores, "+
+			"reached over a veth bridge; the login user's shell there is %s with /etc/skel's dotfiles, as on Ubuntu hosts. drover, the baselines and every host's sshd share this machine's %d cores, "+
 			"so the figures measure CPU spent on SSH and process start more than network; on a real fleet each host "+
-			"does its own share of the work.", runtime.NumCPU()),
+			"does its own share of the work.", benchShell, runtime.NumCPU()),
 		homesMethod(b.diskHomes),
 		fmt.Sprintf("Fleet sizes: %v. Each tool is a fresh process in every repetition (process start and SSH handshakes "+
 			"included, as for pdsh). Figures are medians over RUNS repetitions; within a repetition the tools run one "+
