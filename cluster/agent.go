@@ -90,7 +90,11 @@ func InstallAgent(ctx context.Context, t Transport, localBinary string) (remoteP
 	if err != nil {
 		return fail("create "+tmp, err)
 	}
-	_, cerr := io.Copy(w, ctxReader{ctx, f})
+	// The reader says how much is coming (a LimitedReader): sftp's
+	// ReadFrom pipelines writes only for a known size, and without it
+	// the upload waited one round trip per 32 KiB packet (about 450
+	// round trips for a 15 MB binary).
+	_, cerr := io.Copy(w, &io.LimitedReader{R: ctxReader{ctx, f}, N: size})
 	if err := errors.Join(cerr, w.Close()); err != nil {
 		_ = rfs.Remove(tmp)
 		return fail("upload to "+tmp, err)

@@ -22,10 +22,10 @@ type benchFleet struct {
 // real hosts, which costs sshd's sessions more than dash (/bin/sh) does.
 const benchShell = "/bin/bash"
 
-// fleetOptions names the fleet of size n brought up as the i-th of the
-// run: "b<N>" on subnet 20+i (bench owns 20..22).
-func fleetOptions(i, n int, tmpfsHomes bool) testfleet.Options {
-	return testfleet.Options{Name: fmt.Sprintf("b%d", n), N: n, Subnet: 20 + i, TmpfsHomes: tmpfsHomes, Shell: benchShell}
+// fleetOptions names the fleet of size n: "<prefix><N>" on the given
+// subnet (a default run owns 20..22).
+func fleetOptions(prefix string, subnet, n int, tmpfsHomes bool) testfleet.Options {
+	return testfleet.Options{Name: fmt.Sprintf("%s%d", prefix, n), N: n, Subnet: subnet, TmpfsHomes: tmpfsHomes, Shell: benchShell}
 }
 
 // upFleet brings a fleet up and writes its ssh_config. The caller closes it.

@@ -51,6 +51,12 @@ type bench struct {
 	stderr    io.Writer
 	notes     []string
 	pushRSS   []Row
+	// rtt is the latency section's round-trip time; latencyN its fleet.
+	rtt      time.Duration
+	latencyN int
+	sections    map[string]bool
+	fleetPrefix string
+	subnet      int
 	// diskHomes keeps the hosts' homes on this machine's filesystem
 	// rather than a tmpfs (testfleet.Options.TmpfsHomes).
 	diskHomes bool
@@ -75,6 +81,7 @@ const (
 	fanoutBudget = 100 * time.Second
 	pushBudget   = 150 * time.Second
 	failBudget   = 150 * time.Second
+	latBudget    = 120 * time.Second
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -92,6 +99,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	work := fs.String("work", filepath.Join(os.TempDir(), "drover-bench"), "scratch directory (job files, the pushed tree)")
 	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
 	cmdline := fs.String("command", "make bench", "the command to name in the results file")
+	rtt := fs.Duration("rtt", 50*time.Millisecond, "round-trip time the latency section puts between drover and the hosts")
+	latencyN := fs.Int("latency-n", 8, "fleet size (among -sizes) for the latency section; 0 skips it")
+	sections := fs.String("sections", "fanout,push,failure,latency", "sections to run (fanout, push, failure, latency)")
+	prefix := fs.String("fleet-prefix", "b", "fleets are named PREFIX<N> (another prefix lets a second run share the machine)")
+	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -108,7 +120,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
-		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes}
+		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
+		rtt: *rtt, latencyN: *latencyN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet}
+	for _, s := range strings.Split(*sections, ",") {
+		b.sections[strings.TrimSpace(s)] = true
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -135,16 +151,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var rows []Row
 	fleetsUp := 0
 	for i, n := range ns {
-		doPush := slices.Contains(ps, n)
-		doFail := n == *failN
+		doPush := slices.Contains(ps, n) && b.sections["push"]
+		doFail := n == *failN && b.sections["failure"]
 		need := fleetReserve + fanoutBudget/2
 		if remaining(ctx) < need {
 			b.note("N=%d not run: out of time (%s left of the %s deadline)", n, remaining(ctx).Round(time.Second), *deadline)
 			rows = append(rows, skippedRows(n, doPush, doFail, "out of time")...)
 			continue
 		}
-		b.progress("bringing up fleet b%d (%d hosts, 10.231.%d.0/24)", n, n, 20+i)
-		f, err := upFleet(fleetOptions(i, n, !b.diskHomes))
+		opts := fleetOptions(b.fleetPrefix, b.subnet+i, n, !b.diskHomes)
+		b.progress("bringing up fleet %s (%d hosts, 10.231.%d.0/24)", opts.Name, n, opts.Subnet)
+		f, err := upFleet(opts)
 		if err != nil {
 			b.note("fleet of %d hosts did not come up: %v", n, err)
 			rows = append(rows, skippedRows(n, doPush, doFail, "no fleet")...)
@@ -152,9 +169,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fleetsUp++
 		rows = append(rows, b.onFleet(ctx, f, doPush, doFail)...)
-		b.progress("tearing down fleet b%d", n)
+		b.progress("tearing down fleet %s", opts.Name)
 		if err := f.Close(); err != nil {
-			b.note("tear down fleet b%d: %v", n, err)
+			b.note("tear down fleet %s: %v", opts.Name, err)
 		}
 	}
 	for _, n := range ns {
@@ -204,12 +221,17 @@ func (b *bench) onFleet(ctx context.Context, f *benchFleet, doPush, doFail bool)
 	if f.N > 16 {
 		budget += fanoutBudget / 2
 	}
-	section(budget, func(ctx context.Context) []Row { return b.fanout(ctx, f) })
+	if b.sections["fanout"] {
+		section(budget, func(ctx context.Context) []Row { return b.fanout(ctx, f) })
+	}
 	if doPush {
 		section(pushBudget, func(ctx context.Context) []Row { return b.push(ctx, f) })
 	}
 	if doFail {
 		section(failBudget, func(ctx context.Context) []Row { return b.failure(ctx, f) })
+	}
+	if f.N == b.latencyN && b.rtt > 0 && b.sections["latency"] {
+		section(latBudget, func(ctx context.Context) []Row { return b.latency(ctx, f) })
 	}
 	return rows
 }

@@ -18,6 +18,9 @@ const (
 	Seconds Unit = iota // Value in seconds
 	MiB                 // Value in mebibytes
 	Percent             // Value in percent of one CPU core
+	RTT                 // Value in round trips (a time divided by the round-trip time)
+	Count               // Value is a plain number (of round trips counted, hosts...)
+	Millis              // Value in milliseconds (CPU per host, per connection)
 )
 
 // Measure is one figure of the table: a median over N runs, or the reason
@@ -54,6 +57,12 @@ func (m Measure) String() string {
 		return fmt.Sprintf("%.1f MiB", m.Value)
 	case Percent:
 		return fmt.Sprintf("%.1f %%", m.Value)
+	case RTT:
+		return fmt.Sprintf("%.1f RTT", m.Value)
+	case Count:
+		return fmt.Sprintf("%.1f", m.Value)
+	case Millis:
+		return fmt.Sprintf("%.1f ms", m.Value)
 	default:
 		if m.Value < 1 {
 			return fmt.Sprintf("%.0f ms", m.Value*1000)
@@ -84,8 +93,9 @@ func medianOf(ds []time.Duration) Measure {
 type Target struct {
 	// MinSpeedup: drover must be at least this many times faster.
 	MinSpeedup float64
-	// Max: drover's figure must stay below this many seconds.
-	Max float64
+	// Max: drover's figure must stay below this (in seconds, or in Unit).
+	Max  float64
+	Unit Unit
 }
 
 // String prints the target as it appears in the table.
@@ -93,10 +103,12 @@ func (t Target) String() string {
 	switch {
 	case t.MinSpeedup == 1:
 		return "no slower"
+	case t.MinSpeedup > 0 && t.MinSpeedup < 1:
+		return fmt.Sprintf("< %gx baseline", 1/t.MinSpeedup)
 	case t.MinSpeedup > 0:
 		return fmt.Sprintf(">= %gx faster", t.MinSpeedup)
 	case t.Max > 0:
-		return fmt.Sprintf("< %g s", t.Max)
+		return "< " + Measure{Value: t.Max, Unit: t.Unit, N: 1}.String()
 	}
 	return "-"
 }
@@ -131,6 +143,9 @@ func (r Row) Met() string {
 		ratio := r.Ratio()
 		if math.IsNaN(ratio) {
 			return "n/a"
+		}
+		if t.MinSpeedup < 1 {
+			return yesNo(ratio > t.MinSpeedup) // strictly under 1/MinSpeedup times the baseline
 		}
 		return yesNo(ratio >= t.MinSpeedup)
 	case t.Max > 0:
