@@ -98,12 +98,12 @@ type failureResult struct {
 	// FirstRunning is from drover run's start to every process of the
 	// first attempt running.
 	FirstRunning time.Duration
-	SteadyCPU             Measure // percent of one core while nothing happens
-	RSS                   Measure // peak, MiB
-	CPU                   Measure // user+sys of the whole run, seconds
-	Wall                  time.Duration
-	Err                   error // why the figures stop where they do
-	Leftover              int   // workload processes still alive after drover exited
+	SteadyCPU    Measure // percent of one core while nothing happens
+	RSS          Measure // peak, MiB
+	CPU          Measure // user+sys of the whole run, seconds
+	Wall         time.Duration
+	Err          error // why the figures stop where they do
+	Leftover     int   // workload processes still alive after drover exited
 }
 
 // failure runs a job of 2 processes per host under `drover run`, SIGKILLs

@@ -52,8 +52,8 @@ type bench struct {
 	notes     []string
 	pushRSS   []Row
 	// rtt is the latency section's round-trip time; latencyN its fleet.
-	rtt      time.Duration
-	latencyN int
+	rtt         time.Duration
+	latencyN    int
 	sections    map[string]bool
 	fleetPrefix string
 	subnet      int
