@@ -34,6 +34,11 @@ const agentDir = ".drover/bin"
 // temporary name first and is renamed into place, so a concurrent drover or
 // an interrupted copy never leaves a half binary under the final name. For a
 // local host the binary is used where it is.
+//
+// Every attempt of a run calls it, so it waits for as few replies as it
+// can: the platform check (which also creates the binaries' directory) runs
+// beside the file access, and on a host that has the binary the install is
+// the SFTP open, one stat and that check, whichever ends last.
 func InstallAgent(ctx context.Context, t Transport, localBinary string) (remotePath string, err error) {
 	h := t.Host()
 	if h.Transport == config.TransportLocal {
@@ -46,83 +51,102 @@ func InstallAgent(ctx context.Context, t Transport, localBinary string) (remoteP
 	fail := func(what string, err error) (string, error) {
 		return "", fmt.Errorf("install drover agent on %s (%s): %s: %w", h.Name, h.Address, what, err)
 	}
-
-	if err := checkPlatform(ctx, t); err != nil {
-		return fail("check platform", err)
+	platform := make(chan error, 1)
+	go func() { platform <- checkPlatform(ctx, t) }()
+	// A platform that does not match says more than anything that failed
+	// beside it.
+	failAfterPlatform := func(what string, err error) (string, error) {
+		if perr := <-platform; perr != nil {
+			return fail("check platform", perr)
+		}
+		return fail(what, err)
 	}
 
 	f, err := os.Open(localBinary)
 	if err != nil {
-		return fail("read local binary", err)
+		return failAfterPlatform("read local binary", err)
 	}
 	defer f.Close()
 	sum := sha256.New()
 	size, err := io.Copy(sum, f)
 	if err != nil {
-		return fail("hash "+localBinary, err)
+		return failAfterPlatform("hash "+localBinary, err)
 	}
 	name := "drover-" + hex.EncodeToString(sum.Sum(nil))[:12]
 
 	rfs, err := t.FS(ctx)
 	if err != nil {
-		return fail("open file access", err)
+		return failAfterPlatform("open file access", err)
 	}
 	home, err := rfs.Home()
 	if err != nil {
-		return fail("find home directory", err)
+		return failAfterPlatform("find home directory", err)
 	}
 	dir := path.Join(home, agentDir)
 	dst := path.Join(dir, name)
-	if fi, err := rfs.Stat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
-		return dst, nil
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fail("stat "+dst, err)
+	fi, serr := rfs.Stat(dst)
+	if perr := <-platform; perr != nil {
+		return fail("check platform", perr)
 	}
-
-	if err := rfs.MkdirAll(dir, 0o755); err != nil {
-		return fail("create "+dir, err)
+	if serr == nil && fi.Mode().IsRegular() && fi.Size() == size {
+		return dst, nil
+	} else if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
+		return fail("stat "+dst, serr)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return fail("read local binary", err)
 	}
+	if err := upload(ctx, rfs, f, size, dir, name); err != nil {
+		return fail("upload", err)
+	}
+	return dst, nil
+}
+
+// upload copies size bytes of f to dir/name through a temporary name. The
+// mode is set while the content streams (SFTP requests are independent),
+// so only the open, the close and the rename wait for a reply of their own.
+func upload(ctx context.Context, rfs FS, f io.Reader, size int64, dir, name string) error {
 	tmp := path.Join(dir, "."+name+".tmp-"+randomSuffix())
 	w, err := rfs.Create(tmp)
 	if err != nil {
-		return fail("create "+tmp, err)
+		return fmt.Errorf("create %s: %w", tmp, err)
 	}
+	chmod := make(chan error, 1)
+	go func() { chmod <- rfs.Chmod(tmp, 0o755) }()
 	// The reader says how much is coming (a LimitedReader): sftp's
 	// ReadFrom pipelines writes only for a known size, and without it
 	// the upload waited one round trip per 32 KiB packet (about 450
 	// round trips for a 15 MB binary).
 	_, cerr := io.Copy(w, &io.LimitedReader{R: ctxReader{ctx, f}, N: size})
-	if err := errors.Join(cerr, w.Close()); err != nil {
+	if err := errors.Join(cerr, w.Close(), <-chmod); err != nil {
 		_ = rfs.Remove(tmp)
-		return fail("upload to "+tmp, err)
+		return fmt.Errorf("%s: %w", tmp, err)
 	}
-	if err := rfs.Chmod(tmp, 0o755); err != nil {
+	if err := rfs.Rename(tmp, path.Join(dir, name)); err != nil {
 		_ = rfs.Remove(tmp)
-		return fail("chmod "+tmp, err)
+		return fmt.Errorf("rename %s into place: %w", tmp, err)
 	}
-	if err := rfs.Rename(tmp, dst); err != nil {
-		_ = rfs.Remove(tmp)
-		return fail("rename into "+dst, err)
-	}
-	return dst, nil
+	return nil
 }
+
+// platformCheck prints the host's platform and creates the directory
+// binaries go to (relative to the login home, where commands start): one
+// command, so that a fresh host needs no separate round trips to make it.
+var platformCheck = "uname -sm && mkdir -p " + agentDir
 
 // checkPlatform compares `uname -sm` on the host with this binary's
 // GOOS/GOARCH.
 func checkPlatform(ctx context.Context, t Transport) error {
 	var out, errOut bytes.Buffer
-	p, err := t.Start(ctx, Cmd{Args: []string{"uname", "-sm"}, Stdout: &out, Stderr: &errOut})
+	p, err := t.Start(ctx, Cmd{Shell: platformCheck, Stdout: &out, Stderr: &errOut})
 	if err == nil {
 		err = p.Wait()
 	}
 	if err != nil {
 		if msg := strings.TrimSpace(errOut.String()); msg != "" {
-			return fmt.Errorf("uname -sm: %w: %s", err, msg)
+			return fmt.Errorf("%s: %w: %s", platformCheck, err, msg)
 		}
-		return fmt.Errorf("uname -sm: %w", err)
+		return fmt.Errorf("%s: %w", platformCheck, err)
 	}
 	goos, goarch, ok := unamePlatform(out.String())
 	if !ok {

@@ -48,7 +48,7 @@ func (u unameHost) Host() config.Host {
 }
 
 func (u unameHost) Start(_ context.Context, c Cmd) (Process, error) {
-	if len(c.Args) != 2 || c.Args[0] != "uname" {
+	if c.Shell != platformCheck {
 		return nil, errors.New("unexpected command")
 	}
 	_, _ = io.WriteString(c.Stdout, u.uname)
