@@ -98,6 +98,10 @@ type failureResult struct {
 	// FirstRunning is from drover run's start to every process of the
 	// first attempt running.
 	FirstRunning time.Duration
+	// FirstWaits and RestartWaits are runSetup.Waits' counts over the
+	// same spans as FirstRunning and Restart.
+	FirstWaits   int64
+	RestartWaits []int64
 	SteadyCPU    Measure // percent of one core while nothing happens
 	RSS          Measure // peak, MiB
 	CPU          Measure // user+sys of the whole run, seconds
@@ -149,6 +153,10 @@ type runSetup struct {
 	Kills     int
 	Steady    time.Duration
 	Tag       string // names the job file
+	// Waits, when set, counts round trips waited for so far (the delay
+	// proxies'): the result then has them for the first start and
+	// each restart.
+	Waits func() int64
 }
 
 func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) (res failureResult) {
@@ -177,6 +185,11 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) 
 	cmd.Stderr = events
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 3 * time.Second
+	waits := rs.Waits
+	if waits == nil {
+		waits = func() int64 { return 0 }
+	}
+	w0 := waits()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		res.Err = fmt.Errorf("start drover run: %w", err)
@@ -267,6 +280,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) 
 		return fail("%w", err)
 	}
 	res.FirstRunning = time.Since(start)
+	res.FirstWaits = waits() - w0
 	if rs.Steady > 0 {
 		res.SteadyCPU = b.steadyCPU(ctx, cmd.Process.Pid, rs.Steady)
 	}
@@ -292,7 +306,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) 
 				others[p.Key] = true
 			}
 		}
-		t0 := time.Now()
+		t0, wk := time.Now(), waits()
 		if err := syscall.Kill(victim.Key.Pid, syscall.SIGKILL); err != nil {
 			return fail("kill %d: SIGKILL %d: %w", k+1, victim.Key.Pid, err)
 		}
@@ -331,6 +345,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) 
 			return fail("kill %d: %w", k+1, err)
 		}
 		res.Restart = append(res.Restart, runAt.Sub(t0))
+		res.RestartWaits = append(res.RestartWaits, waits()-wk)
 		b.progress("  kill %d/%d (%s): stopped after %s, next attempt running after %s", k+1, rs.Kills,
 			f.Hosts[host].Name, stopAt.Sub(t0).Round(time.Millisecond), res.Restart[k].Round(time.Millisecond))
 	}

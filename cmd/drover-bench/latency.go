@@ -107,11 +107,12 @@ func (d *delayedFleet) Close() {
 	}
 }
 
-// turns is the proxies' turn count so far, over every host.
-func (d *delayedFleet) turns() int64 {
+// waits is the proxies' count of round trips waited for so far, over
+// every host (netdelay.Stats.Waits).
+func (d *delayedFleet) waits() int64 {
 	var n int64
 	for _, p := range d.Proxies {
-		n += p.Stats().Turns
+		n += p.Stats().Waits
 	}
 	return n
 }
@@ -119,9 +120,9 @@ func (d *delayedFleet) turns() int64 {
 // rtRun is one operation of the latency section, measured in round trips.
 type rtRun struct {
 	Times []time.Duration
-	// Exchanges is the proxies' turns per run, halved and divided by the
-	// hosts the operation reached: the round trips each host's
-	// connection waited for, counted rather than timed.
+	// Exchanges is the round trips the proxies saw the client wait for
+	// in a run, divided by the hosts the operation reached: counted
+	// rather than timed, so a busy machine changes it little.
 	Exchanges []float64
 	Err       error
 }
@@ -138,14 +139,14 @@ func (d *delayedFleet) measureRT(ctx context.Context, reps, hosts int, before fu
 			}
 		}
 		d.settle(ctx)
-		t0 := d.turns()
+		w0 := d.waits()
 		st, err := fn(ctx)
 		if err != nil {
 			r.Err = err
 			return r
 		}
 		r.Times = append(r.Times, st.Wall)
-		r.Exchanges = append(r.Exchanges, float64(d.turns()-t0)/2/float64(hosts))
+		r.Exchanges = append(r.Exchanges, float64(d.waits()-w0)/float64(hosts))
 	}
 	if len(r.Times) == 0 && r.Err == nil {
 		r.Err = fmt.Errorf("out of time")
@@ -248,7 +249,7 @@ func (b *bench) latency(ctx context.Context, f *benchFleet) []Row {
 	if err := errors.Join(f.removeEverywhere(".drover"), f.removeEverywhere(runWorkdir)); err != nil {
 		res.Err = err
 	} else {
-		res = b.measureFailure(ctx, f, runSetup{Inventory: d.Inventory, Kills: latencyKills, Tag: "latency-run"})
+		res = b.measureFailure(ctx, f, runSetup{Inventory: d.Inventory, Kills: latencyKills, Tag: "latency-run", Waits: d.waits})
 	}
 	if res.Err != nil {
 		b.note("latency %s: drover run: %s", b.rtt, reason(res.Err))
@@ -262,21 +263,35 @@ func (b *bench) latency(ctx context.Context, f *benchFleet) []Row {
 		restart.Value /= b.rtt.Seconds()
 		restart.Unit = RTT
 	}
+	firstWaits, restartWaits := na("%s", reason(res.Err)), na("%s", reason(res.Err))
+	if res.FirstRunning > 0 {
+		firstWaits = Measure{Value: float64(res.FirstWaits) / float64(n), Unit: Count, N: 1}
+	}
+	if len(res.RestartWaits) > 0 {
+		ds := make([]time.Duration, len(res.RestartWaits))
+		for i, w := range res.RestartWaits {
+			ds[i] = time.Duration(float64(w) / float64(n) * float64(time.Second))
+		}
+		restartWaits = medianOf(ds)
+		restartWaits.Unit = Count
+	}
 	base := "ssh HOST true"
 	rt := func(r rtRun) Measure { return r.inRTT(b.rtt) }
 	return []Row{
 		row("`true` on every host (drover exec)", rt(exec), base, rt(sshTrue), Target{MinSpeedup: 1}),
-		row("exchanges per host: drover exec", exec.exchanges(), base, sshTrue.exchanges(), Target{}),
+		row("round trips counted per host: drover exec", exec.exchanges(), base, sshTrue.exchanges(), Target{}),
 		row("push, nothing changed", rt(pushSame), base, rt(sshTrue), Target{MinSpeedup: 0.5}),
 		row("push, nothing changed", rt(pushSame), "rsync x N", rt(rsyncSame), Target{}),
-		row("exchanges per host: push, nothing changed", pushSame.exchanges(), "rsync x N", rsyncSame.exchanges(), Target{}),
+		row("round trips counted per host: push, nothing changed", pushSame.exchanges(), "rsync x N", rsyncSame.exchanges(), Target{}),
 		row("push, one file changed", rt(pushOne), "rsync x N", rt(rsyncOne), Target{}),
-		row("exchanges per host: push, one file changed", pushOne.exchanges(), "rsync x N", rsyncOne.exchanges(), Target{}),
+		row("round trips counted per host: push, one file changed", pushOne.exchanges(), "rsync x N", rsyncOne.exchanges(), Target{}),
 		row("agent install on a fresh host (probe fresh - probe again)", install, "", Measure{}, Target{}),
 		row("drover probe, fresh hosts", rt(fresh), "", Measure{}, Target{}),
-		row("exchanges per host: drover probe, fresh hosts", fresh.exchanges(), "", Measure{}, Target{}),
+		row("round trips counted per host: drover probe, fresh hosts", fresh.exchanges(), "", Measure{}, Target{}),
 		row("drover run, fresh hosts: start -> all processes running", firstRun, "", Measure{}, runTarget),
+		row("round trips counted per host: drover run, fresh hosts", firstWaits, "", Measure{}, Target{}),
 		row("SIGKILL one worker -> next attempt all running", restart, "", Measure{}, restartTarget),
+		row("round trips counted per host: restart", restartWaits, "", Measure{}, Target{}),
 	}
 }
 

@@ -58,6 +58,15 @@ type Stats struct {
 	// turns, so an operation that waits for k replies in sequence makes
 	// about 2k turns, however long the delay. Summed over connections.
 	Turns int64
+	// Waits is how often the client spoke again after having waited for
+	// the target: a chunk going up that follows one that came down and
+	// comes at least the one-way delay after the client's previous one
+	// (the first chunk of a connection, which waited for the connect,
+	// counts too). Requests sent back to back, or a stream of writes
+	// with replies flowing back, are not waits. Summed over
+	// connections; per connection it is the round trips the client sat
+	// through, counted rather than timed.
+	Waits int64
 }
 
 // clock is time as the proxy sees it; tests replace it to check the delay
@@ -95,7 +104,7 @@ type Proxy struct {
 	clock  clock
 	dial   func(addr string) (net.Conn, error)
 
-	conns, up, down, turns atomic.Int64
+	conns, up, down, turns, waits atomic.Int64
 
 	mu     sync.Mutex
 	open   map[*pair]bool
@@ -130,7 +139,7 @@ func (p *Proxy) Addr() *net.TCPAddr { return p.ln.Addr().(*net.TCPAddr) }
 
 // Stats returns the counts so far.
 func (p *Proxy) Stats() Stats {
-	return Stats{Conns: p.conns.Load(), Bytes: [2]int64{p.up.Load(), p.down.Load()}, Turns: p.turns.Load()}
+	return Stats{Conns: p.conns.Load(), Bytes: [2]int64{p.up.Load(), p.down.Load()}, Turns: p.turns.Load(), Waits: p.waits.Load()}
 }
 
 // Close stops accepting, cuts every open connection and waits for the
@@ -168,10 +177,12 @@ type pair struct {
 	client, target net.Conn
 	cancel         chan struct{}
 	once           sync.Once
-	// last is the direction of the chunk read last (-1: none yet).
-	mu   sync.Mutex
-	last Direction
-	any  bool
+	// last is the direction of the chunk read last (any: there was one);
+	// lastUp when the client's last chunk came.
+	mu     sync.Mutex
+	last   Direction
+	any    bool
+	lastUp time.Time
 }
 
 func (c *pair) close() {
@@ -227,7 +238,7 @@ func (p *Proxy) pipe(c *pair, d Direction, src, dst net.Conn, count *atomic.Int6
 			n, err := src.Read(buf)
 			now := p.clock.Now()
 			if n > 0 {
-				p.turn(c, d)
+				p.turn(c, d, now)
 				select {
 				case q <- chunk{data: buf[:n], due: now.Add(p.delay)}:
 				case <-c.cancel:
@@ -265,12 +276,18 @@ func (p *Proxy) pipe(c *pair, d Direction, src, dst net.Conn, count *atomic.Int6
 	}
 }
 
-// turn counts a change of direction on c.
-func (p *Proxy) turn(c *pair, d Direction) {
+// turn counts a change of direction on c, and a wait (see Stats).
+func (p *Proxy) turn(c *pair, d Direction, now time.Time) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.any && c.last != d {
 		p.turns.Add(1)
 	}
+	if d == Up {
+		if !c.any && c.lastUp.IsZero() || c.any && c.last == Down && now.Sub(c.lastUp) >= p.delay {
+			p.waits.Add(1)
+		}
+		c.lastUp = now
+	}
 	c.last, c.any = d, true
-	c.mu.Unlock()
 }

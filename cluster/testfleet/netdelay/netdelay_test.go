@@ -100,8 +100,11 @@ func TestBytesIntactAndDelayedEachWay(t *testing.T) {
 }
 
 // TestTurnsCountRoundTrips: k requests each waiting for its answer are
-// 2k-1 changes of direction, whatever the delay; data in one direction
-// only is none.
+// 2k-1 changes of direction and k waits, whatever the delay; data in one
+// direction only is no turn and one wait (the connect). The client's next
+// request follows the answer, which the proxy held for the delay in each
+// direction, so its gap to the previous request is at least twice the delay
+// by construction: the counts do not depend on how fast the machine is.
 func TestTurnsCountRoundTrips(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -110,6 +113,7 @@ func TestTurnsCountRoundTrips(t *testing.T) {
 	}{
 		{"one exchange", 1, 1},
 		{"five exchanges", 5, 9},
+		{"twenty exchanges", 20, 39},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := server(t, func(c net.Conn) {
@@ -139,10 +143,15 @@ func TestTurnsCountRoundTrips(t *testing.T) {
 			c.Close()
 			require.NoError(t, p.Close())
 			assert.Equal(t, tc.wantTurns, p.Stats().Turns)
+			assert.EqualValues(t, tc.k, p.Stats().Waits)
 		})
 	}
 	t.Run("one way only", func(t *testing.T) {
-		addr := server(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+		got := make(chan int64, 1)
+		addr := server(t, func(c net.Conn) {
+			n, _ := io.Copy(io.Discard, c)
+			got <- n
+		})
 		p, err := Listen("127.0.0.1:0", addr, 0)
 		require.NoError(t, err)
 		defer p.Close()
@@ -153,8 +162,10 @@ func TestTurnsCountRoundTrips(t *testing.T) {
 			require.NoError(t, err)
 		}
 		c.Close()
+		assert.EqualValues(t, 10000, <-got, "bytes through")
 		require.NoError(t, p.Close())
 		assert.Zero(t, p.Stats().Turns)
+		assert.EqualValues(t, 1, p.Stats().Waits)
 	})
 }
 
@@ -180,4 +191,32 @@ func TestCloseCutsOpenConnections(t *testing.T) {
 func TestNegativeDelay(t *testing.T) {
 	_, err := Listen("127.0.0.1:0", "127.0.0.1:1", -time.Second)
 	assert.ErrorContains(t, err, "negative delay")
+}
+
+// TestPipelinedRequestsAreOneWait: requests sent back to back, answered
+// together, are one wait, however many turns their answers make.
+func TestPipelinedRequestsAreOneWait(t *testing.T) {
+	const k = 8
+	addr := server(t, func(c net.Conn) {
+		buf := make([]byte, 4*k)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return
+		}
+		_, _ = c.Write(buf)
+		_, _ = io.Copy(io.Discard, c)
+	})
+	p, err := Listen("127.0.0.1:0", addr, 5*time.Millisecond)
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr().String())
+	require.NoError(t, err)
+	for i := 0; i < k; i++ {
+		_, err := c.Write([]byte("ping"))
+		require.NoError(t, err)
+	}
+	_, err = io.ReadFull(c, make([]byte, 4*k))
+	require.NoError(t, err)
+	c.Close()
+	require.NoError(t, p.Close())
+	assert.EqualValues(t, 1, p.Stats().Waits)
 }
