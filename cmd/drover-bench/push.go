@@ -83,16 +83,16 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 	}
 
 	b.progress("push, %d hosts: first push into empty workdirs, %d runs each (drover push, rsync x %d)", f.N, b.pushReps, f.N)
-	first, _ := compare(ctx, cs, compareOptions{Reps: b.pushReps, Before: reset, Progress: b.progress, Settle: f.settle})
+	first, _ := compare(ctx, cs, compareOptions{Reps: b.pushReps, Before: reset, Progress: b.progress, Settle: f.settle, ServerCPU: f.sshdCPU})
 	b.checkPushed(f, first)
 	if first[0].MaxRSS > 0 {
 		b.pushRSS = append(b.pushRSS, Row{Section: "resources", N: f.N, What: "drover push peak RSS (first push)",
 			Drover: Measure{Value: float64(first[0].MaxRSS) / 1024, Unit: MiB, N: len(first[0].Times)}})
 	}
 	b.progress("push, %d hosts: nothing changed, %d runs each", f.N, b.reps)
-	same, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle})
+	same, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle, ServerCPU: f.sshdCPU})
 	b.progress("push, %d hosts: one file changed, %d runs each", f.N, b.reps)
-	one, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle,
+	one, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle, ServerCPU: f.sshdCPU,
 		Before: func(rep int) error { return changeOne(b.tree, defaultTree, rep) }})
 	// The tree now differs from the generated one by the changed file:
 	// the next fleet's first push is checked against what is there now.
@@ -102,7 +102,10 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 		b.note("measure %s after the one-file changes: %v", b.tree, err)
 	}
 	measures := func(o []outcome) []Measure { return []Measure{o[0].Measure(), o[1].Measure()} }
-	return rows(measures(first), measures(same), measures(one))
+	out := rows(measures(first), measures(same), measures(one))
+	out = append(out, cpuRows("cpu", f.N, "first push", first, 1, "rsync x N")...)
+	out = append(out, cpuRows("cpu", f.N, "push, nothing changed", same, 1, "rsync x N")...)
+	return append(out, cpuRows("cpu", f.N, "push, one file changed", one, 1, "rsync x N")...)
 }
 
 // checkPushed makes sure both tools really delivered the whole tree to the
@@ -131,18 +134,24 @@ func (b *bench) checkPushed(f *benchFleet, outs []outcome) {
 func (f *benchFleet) rsyncAll(ctx context.Context, src, dest string) (procStats, error) {
 	addrs := f.Addrs()
 	errs := make([]error, len(addrs))
+	cpus := make([]time.Duration, len(addrs))
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, a := range addrs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = command{Args: []string{"rsync", "-a", "--delete", "-e", "ssh -F " + f.SSHConfig,
+			var st procStats
+			st, errs[i] = command{Args: []string{"rsync", "-a", "--delete", "-e", "ssh -F " + f.SSHConfig,
 				src + "/", a + ":" + dest + "/"}, Timeout: pushTimeout}.run(ctx)
+			cpus[i] = st.CPU
 		}()
 	}
 	wg.Wait()
 	st := procStats{Wall: time.Since(start)}
+	for _, c := range cpus {
+		st.CPU += c
+	}
 	for i, err := range errs {
 		if err != nil {
 			return st, fmt.Errorf("rsync to %s: %w", addrs[i], err)

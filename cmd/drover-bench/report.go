@@ -21,6 +21,7 @@ const (
 	RTT                 // Value in round trips (a time divided by the round-trip time)
 	Count               // Value is a plain number (of round trips counted, hosts...)
 	Millis              // Value in milliseconds (CPU per host, per connection)
+	Ratio               // Value is a ratio of two figures (wall time / CPU floor)
 )
 
 // Measure is one figure of the table: a median over N runs, or the reason
@@ -63,6 +64,8 @@ func (m Measure) String() string {
 		return fmt.Sprintf("%.1f", m.Value)
 	case Millis:
 		return fmt.Sprintf("%.1f ms", m.Value)
+	case Ratio:
+		return fmt.Sprintf("%.2fx", m.Value)
 	default:
 		if m.Value < 1 {
 			return fmt.Sprintf("%.0f ms", m.Value*1000)
@@ -130,6 +133,9 @@ type Row struct {
 func (r Row) Ratio() float64 {
 	if r.Baseline == "" || !r.Drover.OK() || !r.BaselineTime.OK() || r.Drover.Value <= 0 {
 		return math.NaN()
+	}
+	if u := r.Drover.Unit; u == Ratio || u == Percent || u == MiB {
+		return math.NaN() // not "how many times faster"
 	}
 	return r.BaselineTime.Value / r.Drover.Value
 }
