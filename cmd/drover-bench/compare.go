@@ -22,7 +22,7 @@ type outcome struct {
 	CPU       []time.Duration
 	ServerCPU []time.Duration
 	MaxRSS    int64 // KiB, the largest of its runs
-	Err    error // the first failure; later repetitions skip it
+	Err       error // the first failure; later repetitions skip it
 }
 
 // Measure is the median of the outcome, or why there is none.
