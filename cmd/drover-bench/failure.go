@@ -195,6 +195,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) 
 		res.Err = fmt.Errorf("start drover run: %w", err)
 		return res
 	}
+	hwm := watchHWM(cmd.Process.Pid)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var waitErr error
@@ -217,9 +218,9 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) 
 		res.Wall = time.Since(start)
 		if ps := cmd.ProcessState; ps != nil {
 			res.CPU = Measure{Value: (ps.UserTime() + ps.SystemTime()).Seconds(), Unit: Seconds, N: 1}
-			if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > 0 {
-				res.RSS = Measure{Value: float64(ru.Maxrss) / 1024, Unit: MiB, N: 1}
-			}
+		}
+		if kb := hwm(); kb > 0 {
+			res.RSS = Measure{Value: float64(kb) / 1024, Unit: MiB, N: 1}
 		}
 		if waitErr != nil && !isInterruptExit(waitErr) && res.Err == nil {
 			res.Err = fmt.Errorf("drover run: %w: %s", waitErr, events.tail(2))

@@ -51,6 +51,8 @@ type bench struct {
 	stderr    io.Writer
 	notes     []string
 	pushRSS   []Row
+	// scaleN is the scale section's number of light hosts.
+	scaleN int
 	// rtt is the latency section's round-trip time; latencyN its fleet.
 	rtt         time.Duration
 	latencyN    int
@@ -82,6 +84,7 @@ const (
 	pushBudget   = 150 * time.Second
 	failBudget   = 150 * time.Second
 	latBudget    = 120 * time.Second
+	scaleBudget  = 120 * time.Second
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -99,9 +102,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	work := fs.String("work", filepath.Join(os.TempDir(), "drover-bench"), "scratch directory (job files, the pushed tree)")
 	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
 	cmdline := fs.String("command", "make bench", "the command to name in the results file")
+	scaleN := fs.Int("scale-n", 256, "light hosts (one SSH server in this process) for the scale section; 0 skips it")
+	quick := fs.Bool("quick", false, "skip the scale section (N=256)")
 	rtt := fs.Duration("rtt", 50*time.Millisecond, "round-trip time the latency section puts between drover and the hosts")
 	latencyN := fs.Int("latency-n", 8, "fleet size (among -sizes) for the latency section; 0 skips it")
-	sections := fs.String("sections", "fanout,push,failure,latency", "sections to run (fanout, push, failure, latency)")
+	sections := fs.String("sections", "fanout,push,failure,latency,scale", "sections to run (fanout, push, failure, latency, scale)")
 	prefix := fs.String("fleet-prefix", "b", "fleets are named PREFIX<N> (another prefix lets a second run share the machine)")
 	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
@@ -121,9 +126,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
-		rtt: *rtt, latencyN: *latencyN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet}
+		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
+	}
+	if *quick || b.scaleN <= 0 {
+		delete(b.sections, "scale")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -173,6 +181,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err := f.Close(); err != nil {
 			b.note("tear down fleet %s: %v", opts.Name, err)
 		}
+	}
+	if b.sections["scale"] {
+		sctx, cancel := context.WithTimeout(ctx, scaleBudget)
+		rows = append(rows, b.scale(sctx)...)
+		cancel()
+		fleetsUp++
 	}
 	for _, n := range ns {
 		if !slices.Contains(ps, n) {
@@ -427,7 +441,8 @@ func method(b *bench, sizes []int) []string {
 			"worker (the `sh` the agent started) on a different host in each attempt, and times from the kill to (a) every "+
 			"other workload process gone or a zombie, (b) a full set of new `sleep` processes running. \"drover reports it\" "+
 			"is the arrival of drover's `exited ...; stopping` event line on its stderr.", b.kills, pollEvery),
-		fmt.Sprintf("Resources: peak RSS (ru_maxrss) and user+sys CPU of the `drover run` process from wait4 after the "+
+		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
+			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
 			"of the first attempt, when drover only supervises.", b.steady),
 	}
