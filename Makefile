@@ -7,7 +7,7 @@ GO      ?= go
 BIN     := bin/drover
 PKGS    := ./...
 
-.PHONY: all build test test-short lint demo bench fuzz clean
+.PHONY: all build test test-short lint demo bench bench-quick fuzz clean
 
 all: build
 
@@ -34,6 +34,10 @@ demo: build
 
 bench: build
 	./scripts/bench
+
+# The same without the 256-host scale section.
+bench-quick: build
+	./scripts/bench --quick
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzLoad -fuzztime=60s ./cluster/config/

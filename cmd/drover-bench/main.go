@@ -445,5 +445,28 @@ func method(b *bench, sizes []int) []string {
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
 			"of the first attempt, when drover only supervises.", b.steady),
+		"CPU (section cpu): for every compared operation, the tool's user+sys CPU per host from wait4 (its waited-for " +
+			"children included: pdsh's and rsync's ssh clients), the fleet's sshd CPU per connection (each host's sshd " +
+			"listener's own and reaped children's time, /proc/PID/stat fields 14-17, read with the fleet settled before and " +
+			"after the run) and the wall time against the CPU floor, (tool + sshd CPU) / cores. CPU time is what a busy " +
+			"or different machine distorts least and what carries over to a real fleet, where each host has its own CPU.",
+		fmt.Sprintf("Latency (section latency %s, N=%d): a userspace proxy per host (cluster/testfleet/netdelay) holds every "+
+			"chunk %s in each direction, so a round trip takes %s longer; drover's inventory, OpenSSH's ssh_config and "+
+			"known_hosts point at the proxies. Figures are wall time / RTT (medians of %d runs; drover run once, with %d "+
+			"kills), and \"round trips counted\" are the waits the proxies saw per host: a client chunk after an answer, at least "+
+			"the one-way delay after its previous one (pipelined requests are one wait), which a busy machine changes little. "+
+			"A 200-file tree is pushed (untimed first pushes, then nothing changed, then one file changed); agent install "+
+			"is `drover probe` on hosts whose ~/.drover was deleted minus `drover probe` with the agent there; `drover run` "+
+			"starts on hosts without ~/.drover or workdir and is timed to every process running (the failure section's "+
+			"process scan), then to the next attempt running after each outside SIGKILL. Goals from issue 20: exec no "+
+			"slower than one `ssh HOST true`, a push with nothing changed under 2x that, a fresh host running in under 30 "+
+			"round trips, a restart in under 15.", b.rtt, b.latencyN, b.rtt/2, b.rtt, latencyRuns, latencyKills),
+		fmt.Sprintf("Scale (section scale, N=%d): light hosts, one SSH server in the harness process serving one address "+
+			"each (cluster/testfleet/lighthost: x/crypto/ssh's server side, pkg/sftp's server; it passes the transport "+
+			"conformance suite). Commands run as this machine's user under %s; the hosts' CPU is the harness's own and "+
+			"its children's less drover's. drover's CPU is wait4's user+sys divided by N, its peak RSS VmHWM; the run's "+
+			"figures cover the whole run, its stop included, with the agent binary already on every host (hard links). "+
+			"Goals from issue 20 for exec: under 10 ms of drover CPU per host and under 100 MiB RSS. `make bench-quick` "+
+			"(drover-bench -quick) skips this section.", b.scaleN, benchShell),
 	}
 }
