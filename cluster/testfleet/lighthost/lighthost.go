@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,9 @@ type Server struct {
 	wg    sync.WaitGroup
 	// Counts, for benchmarks that want to know what a client asked for.
 	conns, channels, execs, sftps atomic.Int64
+	// sessions are the session ids (the shells' pids) of commands
+	// started and not yet exited, for Close.
+	sessions map[int]bool
 }
 
 // Host is one light host: an address, a host key and a home.
@@ -87,7 +91,7 @@ func New(opts Options) (*Server, error) {
 	if opts.AuthorizedKey == nil {
 		return nil, errors.New("lighthost: no authorized key")
 	}
-	return &Server{opts: opts}, nil
+	return &Server{opts: opts, sessions: map[int]bool{}}, nil
 }
 
 // Counts returns what clients asked for so far.
@@ -144,9 +148,12 @@ func (s *Server) Hosts() []*Host {
 	return append([]*Host(nil), s.hosts...)
 }
 
-// Close stops listening and drops every connection. Commands still running
-// are left alone, as sshd leaves a command whose client went away; their
-// output then goes nowhere.
+// Close stops listening, drops every connection and kills the commands
+// still running, with every process in their sessions, as powering the
+// hosts off would: the light hosts live in the caller's process, which
+// must not leave their processes behind. (A command that already exited
+// is not tracked: its session id may be another process's by now.) A
+// client that merely goes away leaves its commands running, as with sshd.
 func (s *Server) Close() error {
 	for _, h := range s.Hosts() {
 		h.ln.Close()
@@ -156,8 +163,34 @@ func (s *Server) Close() error {
 		}
 		h.mu.Unlock()
 	}
+	s.mu.Lock()
+	sids := make(map[int]bool, len(s.sessions))
+	for sid := range s.sessions {
+		sids[sid] = true
+	}
+	s.mu.Unlock()
+	killSessions(sids)
 	s.wg.Wait()
 	return nil
+}
+
+// killSessions SIGKILLs every process whose session id is in sids: a
+// command's process group, and the groups it made of its own (drover's
+// agent puts the workload in one), are all in its session.
+func killSessions(sids map[int]bool) {
+	if len(sids) == 0 {
+		return
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if sid, err := unix.Getsid(pid); err == nil && sids[sid] {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // KnownHostsLine is h's line for a known_hosts file.
@@ -299,6 +332,7 @@ func (h *Host) sftp(ch ssh.Channel) {
 
 // command is a started exec: the process and its pipes.
 type command struct {
+	s      *Server
 	ch     ssh.Channel
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -342,7 +376,10 @@ func (h *Host) start(ch ssh.Channel, line string, env []string) (*command, error
 		errR.Close()
 		return nil, err
 	}
-	c := &command{ch: ch, cmd: cmd, stdin: inW}
+	c := &command{ch: ch, cmd: cmd, stdin: inW, s: h.s}
+	h.s.mu.Lock()
+	h.s.sessions[cmd.Process.Pid] = true
+	h.s.mu.Unlock()
 	c.copied.Add(2)
 	go func() { defer c.copied.Done(); _, _ = io.Copy(ch, outR); outR.Close() }()
 	go func() { defer c.copied.Done(); _, _ = io.Copy(ch.Stderr(), errR); errR.Close() }()
@@ -357,6 +394,12 @@ func (h *Host) start(ch ssh.Channel, line string, env []string) (*command, error
 // closes the channel once its output is drained.
 func (c *command) finish() {
 	err := c.cmd.Wait()
+	// The session outlives its leader when it started something in the
+	// background; Close still finds those by the id, so it stays listed
+	// only while the leader runs (a dead leader's id can be reused).
+	c.s.mu.Lock()
+	delete(c.s.sessions, c.cmd.Process.Pid)
+	c.s.mu.Unlock()
 	ws, _ := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if err != nil && c.cmd.ProcessState == nil {
 		ws = syscall.WaitStatus(255 << 8)

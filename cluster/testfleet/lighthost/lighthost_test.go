@@ -2,6 +2,10 @@ package lighthost_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +76,25 @@ func TestHostsAreApart(t *testing.T) {
 	assert.ErrorAs(t, err, &hke, "unknown host key refused")
 	c := f.Counts()
 	assert.EqualValues(t, 3, c.SFTPs, "one sftp session per host")
+}
+
+// TestCloseKillsRunningCommands: a command (and what it started in the
+// background) still running when the server closes does not outlive it.
+func TestCloseKillsRunningCommands(t *testing.T) {
+	f, err := lighthost.NewFleet(t.TempDir(), "lh", 1, "")
+	require.NoError(t, err)
+	tr := dial(t, host(f, 0))
+	defer tr.Close()
+	var out transporttest.SyncBuffer
+	p, err := tr.Start(context.Background(), cluster.Cmd{Shell: "sleep 300 & echo $!; sleep 301", Stdout: &out})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.HasSuffix(out.String(), "\n") }, 10*time.Second, 10*time.Millisecond)
+	child, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.Eventually(t, func() bool {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		return err != nil || strings.Contains(string(data), ") Z ")
+	}, 10*time.Second, 20*time.Millisecond, "background child %d outlived Close", child)
+	_ = p.Wait()
 }
