@@ -158,6 +158,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var rows []Row
 	fleetsUp := 0
+	// Scale first: it is short, and needs no OpenSSH fleet, so a slow
+	// machine that runs out of time loses a fleet size rather than it.
+	if b.sections["scale"] {
+		sctx, cancel := context.WithTimeout(ctx, scaleBudget)
+		rows = append(rows, b.scale(sctx)...)
+		cancel()
+		fleetsUp++
+	}
 	for i, n := range ns {
 		doPush := slices.Contains(ps, n) && b.sections["push"]
 		doFail := n == *failN && b.sections["failure"]
@@ -181,12 +189,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err := f.Close(); err != nil {
 			b.note("tear down fleet %s: %v", opts.Name, err)
 		}
-	}
-	if b.sections["scale"] {
-		sctx, cancel := context.WithTimeout(ctx, scaleBudget)
-		rows = append(rows, b.scale(sctx)...)
-		cancel()
-		fleetsUp++
 	}
 	for _, n := range ns {
 		if !slices.Contains(ps, n) {
