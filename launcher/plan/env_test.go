@@ -224,12 +224,7 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 	end := strings.Index(readme[start+1:], "\n## ")
 	require.Greater(t, end, 0)
 	table := readme[start : start+1+end]
-	hosts := []config.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
-	cfgs := []*config.Config{
-		testConfig(config.PyTorch, hosts...), testConfig(config.Torchrun, hosts...),
-		tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(config.JAX, hosts...),
-	}
-	for _, cfg := range cfgs {
+	for _, cfg := range everyFramework() {
 		p := mustBuild(t, PlanInput{Config: cfg})
 		for _, pr := range p.Processes {
 			for name := range pr.Env {
@@ -244,12 +239,7 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 // the plan sets that is neither reserved nor tunable would be silently
 // overridden, or silently ignored, by [job.env].
 func TestEverySetVariableIsReservedOrTunable(t *testing.T) {
-	hosts := []config.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
-	cfgs := []*config.Config{
-		testConfig(config.PyTorch, hosts...), testConfig(config.Torchrun, hosts...),
-		tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(config.JAX, hosts...),
-	}
-	for _, cfg := range cfgs {
+	for _, cfg := range everyFramework() {
 		p := mustBuild(t, PlanInput{Config: cfg})
 		for _, pr := range p.Processes {
 			for name := range pr.Env {
@@ -258,5 +248,15 @@ func TestEverySetVariableIsReservedOrTunable(t *testing.T) {
 					"%s sets %s, which config.ReservedEnv does not list for %s and is not tunable", fw, name, fw)
 			}
 		}
+	}
+}
+
+// everyFramework is one small job of each framework, on a GPU host and a
+// CPU host: together their plans set every variable drover sets.
+func everyFramework() []*config.Config {
+	hosts := []config.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
+	return []*config.Config{
+		testConfig(config.PyTorch, hosts...), testConfig(config.Torchrun, hosts...),
+		tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(config.JAX, hosts...),
 	}
 }
