@@ -294,9 +294,11 @@ func (h *Host) session(ch ssh.Channel, reqs <-chan *ssh.Request, user string) {
 			go h.sftp(ch)
 		case "signal":
 			var sig struct{ Name string }
-			if err := ssh.Unmarshal(req.Payload, &sig); err == nil && started != nil && started.cmd != nil {
+			if err := ssh.Unmarshal(req.Payload, &sig); err == nil && started != nil && started.cmd != nil && !started.reaped.Load() {
 				if n := unix.SignalNum("SIG" + sig.Name); n != 0 {
-					// As sshd: to the session's process group.
+					// As sshd: to the session's process group, while
+					// its leader lives (after that the id may be
+					// another process's).
 					_ = syscall.Kill(-started.cmd.Process.Pid, n)
 				}
 			}
@@ -332,6 +334,7 @@ func (h *Host) sftp(ch ssh.Channel) {
 
 // command is a started exec: the process and its pipes.
 type command struct {
+	reaped atomic.Bool // the leader was waited for: its pid is free
 	s      *Server
 	ch     ssh.Channel
 	cmd    *exec.Cmd
@@ -394,6 +397,7 @@ func (h *Host) start(ch ssh.Channel, line string, env []string) (*command, error
 // closes the channel once its output is drained.
 func (c *command) finish() {
 	err := c.cmd.Wait()
+	c.reaped.Store(true)
 	// The session outlives its leader when it started something in the
 	// background; Close still finds those by the id, so it stays listed
 	// only while the leader runs (a dead leader's id can be reused).
