@@ -255,14 +255,21 @@ func (b *bench) latency(ctx context.Context, f *benchFleet) []Row {
 		b.note("latency %s: drover run: %s", b.rtt, reason(res.Err))
 	}
 	firstRun, restart := na("%s", reason(res.Err)), na("%s", reason(res.Err))
+	var detect, stopped Measure
 	if res.FirstRunning > 0 {
 		firstRun = Measure{Value: res.FirstRunning.Seconds() / b.rtt.Seconds(), Unit: RTT, N: 1}
 	}
-	if len(res.Restart) > 0 {
-		restart = medianOf(res.Restart)
-		restart.Value /= b.rtt.Seconds()
-		restart.Unit = RTT
+	inRTT := func(ds []time.Duration) Measure {
+		if len(ds) == 0 {
+			return na("%s", reasonOr(res.Err, "no runs"))
+		}
+		m := medianOf(ds)
+		m.Value /= b.rtt.Seconds()
+		m.Unit = RTT
+		return m
 	}
+	restart = inRTT(res.Restart)
+	detect, stopped = inRTT(res.Detect), inRTT(res.Stop)
 	firstWaits, restartWaits := na("%s", reason(res.Err)), na("%s", reason(res.Err))
 	if res.FirstRunning > 0 {
 		firstWaits = Measure{Value: float64(res.FirstWaits) / float64(n), Unit: Count, N: 1}
@@ -290,6 +297,8 @@ func (b *bench) latency(ctx context.Context, f *benchFleet) []Row {
 		row("round trips counted per host: drover probe, fresh hosts", fresh.exchanges(), "", Measure{}, Target{}),
 		row("drover run, fresh hosts: start -> all processes running", firstRun, "", Measure{}, runTarget),
 		row("round trips counted per host: drover run, fresh hosts", firstWaits, "", Measure{}, Target{}),
+		row("SIGKILL one worker -> drover reports it", detect, "", Measure{}, Target{}),
+		row("SIGKILL one worker -> every other process stopped", stopped, "", Measure{}, Target{}),
 		row("SIGKILL one worker -> next attempt all running", restart, "", Measure{}, restartTarget),
 		row("round trips counted per host: restart", restartWaits, "", Measure{}, Target{}),
 	}
