@@ -171,7 +171,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) 
 		return res
 	}
 	job := filepath.Join(b.work, fmt.Sprintf("%s-%d.toml", rs.Tag, f.N))
-	if err := writeJob(job, rs.Inventory, code, runWorkdir, workloadTop, rs.Kills); err != nil {
+	if err := writeJob(job, rs.Inventory, code, runWorkdir, workloadTop, rs.Kills, 2); err != nil {
 		res.Err = err
 		return res
 	}

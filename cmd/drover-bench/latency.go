@@ -204,7 +204,7 @@ func (b *bench) latency(ctx context.Context, f *benchFleet) []Row {
 	if _, err := generateTree(tree, smallTree); err != nil {
 		return []Row{row("every operation", na("%s", reason(err)), "", Measure{}, Target{})}
 	}
-	if err := writeJob(job, d.Inventory, tree, latencyPushDir, []string{"true"}, 0); err != nil {
+	if err := writeJob(job, d.Inventory, tree, latencyPushDir, []string{"true"}, 0, 2); err != nil {
 		return []Row{row("every operation", na("%s", reason(err)), "", Measure{}, Target{})}
 	}
 	n, reps := f.N, latencyRuns

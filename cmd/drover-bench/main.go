@@ -466,8 +466,9 @@ func method(b *bench, sizes []int) []string {
 		fmt.Sprintf("Scale (section scale, N=%d): light hosts, one SSH server in the harness process serving one address "+
 			"each (cluster/testfleet/lighthost: x/crypto/ssh's server side, pkg/sftp's server; it passes the transport "+
 			"conformance suite). Commands run as this machine's user under %s; the hosts' CPU is the harness's own and "+
-			"its children's less drover's. drover's CPU is wait4's user+sys divided by N, its peak RSS VmHWM; the run's "+
-			"figures cover the whole run, its stop included, with the agent binary already on every host (hard links). "+
+			"its children's less drover's. drover's CPU is wait4's user+sys divided by N, its peak RSS VmHWM; the run "+
+			"(one process per host, so that 256 agents, not 512, share this machine) covers the whole run, its stop "+
+			"included, with the agent binary already on every host (hard links). "+
 			"Goals from issue 20 for exec: under 10 ms of drover CPU per host and under 100 MiB RSS. `make bench-quick` "+
 			"(drover-bench -quick) skips this section.", b.scaleN, benchShell),
 	}

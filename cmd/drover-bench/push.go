@@ -20,8 +20,9 @@ const (
 // on two cores takes well under a minute).
 const pushTimeout = 4 * time.Minute
 
-// writeJob writes a drover job file for the fleet.
-func writeJob(path, inventory, code, workdir string, command []string, maxRestarts int) error {
+// writeJob writes a drover job file for the fleet, with procs processes
+// per host.
+func writeJob(path, inventory, code, workdir string, command []string, maxRestarts, procs int) error {
 	cmd := ""
 	for i, a := range command {
 		if i > 0 {
@@ -38,11 +39,11 @@ framework = "pytorch"
 command = [%s]
 code = %q
 workdir = %q
-procs_per_host = 2
+procs_per_host = %d
 max_restarts = %d
 restart_backoff = "0s"
 stop_grace = "2s"
-`, inventory, cmd, code, workdir, maxRestarts)
+`, inventory, cmd, code, workdir, procs, maxRestarts)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return fmt.Errorf("write job file: %w", err)
 	}
@@ -64,7 +65,7 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 		}
 	}
 	job := filepath.Join(b.work, fmt.Sprintf("push-%d.toml", f.N))
-	if err := writeJob(job, f.Inventory, b.tree, droverPushDir, []string{"true"}, 0); err != nil {
+	if err := writeJob(job, f.Inventory, b.tree, droverPushDir, []string{"true"}, 0, 2); err != nil {
 		m := na("%s", reason(err))
 		return rows([]Measure{m, m}, []Measure{m, m}, []Measure{m, m})
 	}

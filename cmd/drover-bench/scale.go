@@ -61,7 +61,7 @@ func (b *bench) scale(ctx context.Context) []Row {
 	tree := filepath.Join(b.work, "small-tree")
 	job := filepath.Join(b.work, "scale.toml")
 	_, err1 := generateTree(tree, smallTree)
-	err2 := writeJob(job, f.Inventory, tree, "bench-scale", workloadTop, 0)
+	err2 := writeJob(job, f.Inventory, tree, "bench-scale", workloadTop, 0, 1)
 	if err := errors.Join(err1, err2); err != nil {
 		return []Row{row("every operation", na("%s", reason(err)), Target{})}
 	}
