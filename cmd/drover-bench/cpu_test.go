@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,4 +31,38 @@ func TestVmHWM(t *testing.T) {
 	assert.Positive(t, kb)
 	_, err = vmHWM(-1)
 	assert.Error(t, err)
+}
+
+// TestCPUGroupCountsWhatItsMembersStart: a process moved into the group
+// is counted with everything it starts, including a child that outlives
+// it and that nobody in the group waits for (what the listeners' cutime
+// misses).
+func TestCPUGroupCountsWhatItsMembersStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for cgroups")
+	}
+	// The parent waits for a signal on stdin before it starts its busy,
+	// orphaned child, so it is in the group first.
+	cmd := exec.Command("sh", "-c", `read go; (i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done > "$0") & exit 0`, t.TempDir()+"/done")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	g, err := newCPUGroup("drover-bench-test", []int{cmd.Process.Pid})
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Skipf("no cgroup cpu accounting here: %v", err)
+	}
+	defer g.remove()
+	before, err := g.usage()
+	require.NoError(t, err)
+	_, _ = stdin.Write([]byte("go\n"))
+	require.NoError(t, cmd.Wait())
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(cmd.Args[len(cmd.Args)-1])
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the orphaned child finishes")
+	after, err := g.usage()
+	require.NoError(t, err)
+	assert.Greater(t, after-before, 20*time.Millisecond, "the orphan's loop is counted")
 }

@@ -16,6 +16,9 @@ type benchFleet struct {
 	N int
 	// SSHConfig is an ssh_config file for ssh, pdsh and rsync.
 	SSHConfig string
+	// cpu holds the hosts' sshd, for their CPU time (nil: no cgroup
+	// accounting here; sshdCPU falls back to the listeners' cutime).
+	cpu *cpuGroup
 }
 
 // benchShell is the bench fleet's login shell: bash, as on Ubuntu and most
@@ -39,6 +42,9 @@ func upFleet(opts testfleet.Options) (*benchFleet, error) {
 		f.Close()
 		return nil, fmt.Errorf("write ssh config for fleet %s: %w", opts.Name, err)
 	}
+	if pids, err := bf.listenerPids(); err == nil {
+		bf.cpu, _ = newCPUGroup("drover-bench-"+opts.Name, pids)
+	}
 	return bf, nil
 }
 
@@ -46,7 +52,11 @@ func upFleet(opts testfleet.Options) (*benchFleet, error) {
 // fleet down, so that its directory goes too.
 func (f *benchFleet) Close() error {
 	_ = os.Remove(f.SSHConfig)
-	return f.Fleet.Close()
+	err := f.Fleet.Close()
+	if f.cpu != nil {
+		f.cpu.remove()
+	}
+	return err
 }
 
 // sshConfig gives OpenSSH what drover's inventory gives drover. Host keys

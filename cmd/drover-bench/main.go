@@ -448,9 +448,9 @@ func method(b *bench, sizes []int) []string {
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
 			"of the first attempt, when drover only supervises.", b.steady),
 		"CPU (section cpu): for every compared operation, the tool's user+sys CPU per host from wait4 (its waited-for " +
-			"children included: pdsh's and rsync's ssh clients), the fleet's sshd CPU per connection (each host's sshd " +
-			"listener's own and reaped children's time, /proc/PID/stat fields 14-17, read with the fleet settled before and " +
-			"after the run) and the wall time against the CPU floor, (tool + sshd CPU) / cores. CPU time is what a busy " +
+			"children included: pdsh's and rsync's ssh clients), the fleet's sshd CPU per connection (a cpu accounting cgroup " +
+			"holding every host's sshd listener and so everything its connections start, read with the fleet settled before " +
+			"and after the run; without cgroups, the listeners' own and reaped children's time from /proc/PID/stat) and the wall time against the CPU floor, (tool + sshd CPU) / cores. CPU time is what a busy " +
 			"or different machine distorts least and what carries over to a real fleet, where each host has its own CPU.",
 		fmt.Sprintf("Latency (section latency %s, N=%d): a userspace proxy per host (cluster/testfleet/netdelay) holds every "+
 			"chunk %s in each direction, so a round trip takes %s longer; drover's inventory, OpenSSH's ssh_config and "+
