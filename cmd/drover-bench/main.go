@@ -124,6 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "drover-bench: %v\n", err)
 		return 2
 	}
+	loadStart := loadAvg()
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
 		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet}
@@ -212,7 +213,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *doc != "" {
 		d := Doc{Command: *cmdline, Date: time.Now(), Machine: machine(), Revision: revision(*doc),
-			Elapsed: time.Since(b.start), Rows: rows, Notes: b.notes, Method: method(b, ns)}
+			Elapsed: time.Since(b.start), Load: [2]string{loadStart, loadAvg()}, Rows: rows, Notes: b.notes, Method: method(b, ns)}
 		if err := writeDocFile(*doc, d); err != nil {
 			fmt.Fprintf(stderr, "drover-bench: %v\n", err)
 			return 1
@@ -472,4 +473,17 @@ func method(b *bench, sizes []int) []string {
 			"Goals from issue 20 for exec: under 10 ms of drover CPU per host and under 100 MiB RSS. `make bench-quick` "+
 			"(drover-bench -quick) skips this section.", b.scaleN, benchShell),
 	}
+}
+
+// loadAvg is the first three fields of /proc/loadavg, "" when unreadable.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], ", ")
 }

@@ -236,7 +236,11 @@ type Doc struct {
 	Machine  string
 	Revision string
 	Elapsed  time.Duration
-	Rows     []Row
+	// Load is the machine's load average at the start and the end of
+	// the run (/proc/loadavg): other work on the machine shows in wall
+	// times far more than in CPU times and counted round trips.
+	Load [2]string
+	Rows []Row
 	// Notes are what this run found worth saying (skipped sections,
 	// reduced repetitions, events seen); Method explains the set-up.
 	Notes  []string
@@ -257,7 +261,11 @@ func WriteDoc(w io.Writer, d Doc) error {
 	if d.Revision != "" {
 		fmt.Fprintf(&b, "- drover revision: %s\n", d.Revision)
 	}
-	fmt.Fprintf(&b, "- Wall time of the whole run: %s\n\n", d.Elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "- Wall time of the whole run: %s\n", d.Elapsed.Round(time.Second))
+	if d.Load[0] != "" {
+		fmt.Fprintf(&b, "- Load average (1, 5, 15 min) at the start: %s; at the end: %s\n", d.Load[0], d.Load[1])
+	}
+	b.WriteString("\n")
 	b.WriteString("## Results\n\n")
 	b.WriteString("RATIO is baseline / drover (above 1: drover is faster), both medians taken in the same run.\n\n")
 	if err := WriteMarkdown(&b, d.Rows); err != nil {
