@@ -78,13 +78,24 @@ func InstallAgent(ctx context.Context, t Transport, localBinary string) (remoteP
 	if err != nil {
 		return failAfterPlatform("open file access", err)
 	}
-	home, err := rfs.Home()
-	if err != nil {
-		return failAfterPlatform("find home directory", err)
+	// The stat goes by the path relative to the home (where SFTP paths
+	// start), beside asking for the home itself: one round trip, not two.
+	type homeResult struct {
+		home string
+		err  error
 	}
-	dir := path.Join(home, agentDir)
+	homeCh := make(chan homeResult, 1)
+	go func() {
+		h, err := rfs.Home()
+		homeCh <- homeResult{h, err}
+	}()
+	fi, serr := rfs.Stat(path.Join(agentDir, name))
+	hr := <-homeCh
+	if hr.err != nil {
+		return failAfterPlatform("find home directory", hr.err)
+	}
+	dir := path.Join(hr.home, agentDir)
 	dst := path.Join(dir, name)
-	fi, serr := rfs.Stat(dst)
 	if perr := <-platform; perr != nil {
 		return fail("check platform", perr)
 	}
