@@ -1,15 +1,11 @@
-// Package gpu finds out which GPUs each host has and which of them a job
-// may use. It probes a host (NVML through drover's agent, else nvidia-smi),
-// selects GPUs according to the host's gpus setting, turns a selection into
-// the environment CUDA needs, and renders the result for `drover probe`.
+// Package gpu knows GPUs, not hosts: it reads this machine's GPUs over
+// NVML (ProbeLocal), parses nvidia-smi's output into the same HostReport,
+// selects the GPUs a job may use according to a host's gpus setting, and
+// renders the result for `drover probe`. It has no transport knowledge:
+// the agent (package launcher/agent) calls ProbeLocal on each host, and
+// launcher/agent/remote runs the agent or nvidia-smi there and hands the
+// output to this package.
 //
-// # Where NVML is read
-//
-// NVML is a C library on the host that has the GPUs, so drover reads it
-// there: ProbeHost installs drover's own binary on the host and runs
-// `drover agent probe --json`, which calls ProbeLocal and prints the
-// HostReport. When the agent cannot run (another OS or architecture, no
-// space, a noexec home), ProbeHost falls back to parsing nvidia-smi's CSV.
 // A host without an NVIDIA driver is not an error: its report has zero
 // devices, Source "none" and a Reason saying why, so that CPU hosts and
 // misconfigured GPU hosts are told apart in `drover probe` rather than

@@ -37,7 +37,7 @@ func TestProbeAgreesWithNvidiaSMI(t *testing.T) {
 	}
 	nv := ProbeLocal("here")
 	smi, err := ReportFromSMI("here", SMIOutputs{
-		GPUs: run(smiQueryGPUs), Apps: run(smiQueryApps), MIG: run(smiQueryMIG), Banner: run(smiBanner),
+		GPUs: run(SMIQueries.GPUs), Apps: run(SMIQueries.Apps), MIG: run(SMIQueries.MIG), Banner: run(SMIQueries.Banner),
 	})
 	require.NoError(t, err)
 	for name, r := range map[string]HostReport{"nvml": nv, "nvidia-smi": smi} {

@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/logstream"
 )
 
@@ -307,7 +308,7 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 		if c.home, err = fsys.Home(); err != nil {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
-		if c.agent, err = cluster.InstallAgent(ctx, c.t, a.r.opts.AgentBinary); err != nil {
+		if c.agent, err = remote.Install(ctx, c.t, a.r.agents); err != nil {
 			return fmt.Errorf("install drover agent on %s: %w", hostLabel(c.host), err)
 		}
 		return nil
@@ -322,7 +323,7 @@ func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[strin
 	err := forEach(conns, func(c *hostConn) error {
 		hg := HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		if c.host.GPUs.Auto {
-			rep := gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary)
+			rep := remote.Probe(ctx, c.t, a.r.agents)
 			sel, err := gpu.Select(c.host, a.cfg.Job, rep)
 			if err != nil {
 				return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // RunOptions configures a supervised run of a job.
@@ -22,8 +23,9 @@ type RunOptions struct {
 	// LogDir is where runs/<job>-<start>/ goes; default: "runs" next to
 	// the job file.
 	LogDir string
-	// AgentBinary is the local drover binary installed on hosts as the
-	// per-process supervisor (usually os.Executable()).
+	// AgentBinary is the running drover binary (usually os.Executable());
+	// hosts get it, or the agent for their platform found beside it
+	// (remote.FindAgents), as the per-process supervisor.
 	AgentBinary string
 	Dial        cluster.DialOptions
 	// Out receives every process's output, one prefixed line at a time.
@@ -95,6 +97,9 @@ type runner struct {
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
 	events *eventLog
+	// agents are the binaries hosts get as their agent (found once, next
+	// to opts.AgentBinary).
+	agents remote.Agents
 
 	mu       sync.Mutex
 	procs    map[string]*ProcSummary // by process name
@@ -106,6 +111,7 @@ type runner struct {
 
 func newRunner(opts RunOptions) *runner {
 	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	r.agents = remote.FindAgents(opts.AgentBinary)
 	if r.opts.Dial.KnownHosts == nil {
 		// One parse of known_hosts for every dial of every attempt; a
 		// file that changes is parsed again.

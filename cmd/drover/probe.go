@@ -8,6 +8,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // probeCommand is `drover probe JOB.toml`: it shows every host's GPUs and
@@ -84,7 +85,7 @@ func probeHosts(c *cli.Context, job cluster.Job, inventory, hosts []cluster.Host
 			t.Close()
 		}
 	}()
-	reps := gpu.ProbeAll(c.Context, up, bin)
+	reps := remote.ProbeAll(c.Context, up, remote.FindAgents(bin))
 	results := make([]gpu.HostResult, len(hosts))
 	next := 0
 	for i, h := range hosts {
