@@ -5,10 +5,10 @@ import (
 	"context"
 	"debug/buildinfo"
 	"debug/elf"
-	"runtime/debug"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 
