@@ -5,17 +5,19 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
 )
 
-func nvmlNotFound() nvml.Interface {
-	return &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
-}
+func nvmlNotFound() NVML { return noLibrary{} }
+
+// noLibrary is NVML where libnvidia-ml.so.1 is missing: Init says so and
+// nothing else may be called.
+type noLibrary struct{ NVML }
+
+func (noLibrary) Init() Return { return ErrorLibraryNotFound }
 
 // loadSMI assembles a report from outputs recorded under testdata/smi/name.
 func loadSMI(t *testing.T, name string) HostReport {

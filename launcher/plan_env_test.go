@@ -1,3 +1,5 @@
+//go:build cgo
+
 package launcher
 
 import (
@@ -47,7 +49,7 @@ func planOnDGX(t *testing.T, fw cluster.Framework) (*Plan, map[string][]int) {
 	in := PlanInput{Config: cfg, GPUs: map[string]HostGPUs{}}
 	selected := map[string][]int{}
 	for _, h := range cfg.Hosts {
-		rep := gpu.LocalProber{NVML: dgxBusy(2, 5), ProcName: func(int) string { return "python" }}.Probe(h.Name)
+		rep := gpu.LocalProber{NVML: gpu.GoNVML(dgxBusy(2, 5)), ProcName: func(int) string { return "python" }}.Probe(h.Name)
 		require.Len(t, rep.Devices, 8, "probe of %s: %s", h.Name, rep.Reason)
 		sel, err := gpu.Select(h, cfg.Job, rep)
 		require.NoError(t, err)
