@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-
 )
 
 // NVMLLibrary is the library NVML is loaded from, at run time: a binary
@@ -169,7 +168,6 @@ func procComm(pid int) string {
 	}
 	return strings.TrimSpace(string(b))
 }
-
 
 // safe0, safe1 and safeHas call an NVML query and turn a panic into
 // ErrorUnknown. go-nvml's mocks panic on queries a test did not set up,

@@ -3,7 +3,6 @@
 package gpu
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"

@@ -13,12 +13,6 @@ import (
 	"github.com/droverhq/drover/cluster"
 )
 
-func auto() cluster.GPUSpec        { return cluster.GPUSpec{Auto: true} }
-func pin(i ...int) cluster.GPUSpec { return cluster.GPUSpec{List: i} }
-func job(maxUsed, minGPUs int) cluster.Job {
-	return cluster.Job{GPUMaxUsedMiB: maxUsed, MinGPUs: minGPUs}
-}
-
 // busyDGX: GPU 1 runs python (pid 4242), GPU 5 has 2 GiB used by a process
 // NVML cannot see (another container), GPU 3 has MIG enabled, GPU 6
 // reports neither utilisation nor processes.

@@ -11,6 +11,12 @@ import (
 	"github.com/droverhq/drover/cluster"
 )
 
+func auto() cluster.GPUSpec        { return cluster.GPUSpec{Auto: true} }
+func pin(i ...int) cluster.GPUSpec { return cluster.GPUSpec{List: i} }
+func job(maxUsed, minGPUs int) cluster.Job {
+	return cluster.Job{GPUMaxUsedMiB: maxUsed, MinGPUs: minGPUs}
+}
+
 func nvmlNotFound() NVML { return noLibrary{} }
 
 // noLibrary is NVML where libnvidia-ml.so.1 is missing: Init says so and
