@@ -43,7 +43,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(testfleet.Main(m, testfleet.Options{Name: "gp", N: 2, Subnet: 13}, &fleet))
+	code := testfleet.Main(m, testfleet.Options{Name: "gp", N: 2, Subnet: 13}, &fleet)
+	removeBuiltAgents()
+	os.Exit(code)
 }
 
 func dialFleet(t *testing.T) []cluster.Transport {
