@@ -235,3 +235,44 @@ func TestFleetAarch64HostGetsArm64Agent(t *testing.T) {
 	assert.Contains(t, rep.Reason, "Exec format error")
 	assert.Contains(t, rep.Reason, "nvidia-smi: not found")
 }
+
+// The static agent reads NVML where a driver is: it runs the NVML reader
+// it carries, from memory, and that loads libnvidia-ml.so.1 (here the fake
+// one gpu/dlnvml's tests use, found through LD_LIBRARY_PATH).
+func TestStaticAgentReadsNVMLThroughReader(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("runs a linux agent")
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip("no C compiler to build the fake libnvidia-ml.so.1")
+	}
+	bin := builtAgent(t, runtime.GOARCH)
+	mod, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
+	require.NoError(t, err)
+	lib := t.TempDir()
+	msg, err := exec.Command(cc, "-shared", "-fPIC", "-Wno-deprecated-declarations",
+		"-I", filepath.Join(string(bytes.TrimSpace(mod)), "pkg", "nvml"),
+		"-o", filepath.Join(lib, gpu.NVMLLibrary),
+		filepath.Join("..", "..", "..", "gpu", "dlnvml", "testdata", "fakenvml.c")).CombinedOutput()
+	require.NoError(t, err, "%s", msg)
+
+	cmd := exec.Command(bin, "agent", "probe", "--json")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", stderr.String())
+	var rep gpu.HostReport
+	require.NoError(t, json.Unmarshal(out, &rep), "%s", out)
+	host, _ := os.Hostname()
+	assert.Equal(t, host, rep.Host)
+	require.Equal(t, gpu.SourceNVML, rep.Source, rep.Reason)
+	assert.Equal(t, "550.54.15", rep.Driver)
+	require.Len(t, rep.Devices, 2)
+	assert.Equal(t, "00000000:19:00.0", rep.Devices[1].PCIBusID)
+	assert.Len(t, rep.Devices[1].Processes, 2)
+}
