@@ -6,6 +6,20 @@
 // launcher/agent/remote runs the agent or nvidia-smi there and hands the
 // output to this package.
 //
+// # How NVML is loaded
+//
+// LocalProber reads NVML through the small NVML interface, not a binding:
+// package gpu/dlnvml implements it by loading libnvidia-ml.so.1 at run time
+// with github.com/ebitengine/purego, which needs no cgo, so drover builds
+// with CGO_ENABLED=0 for every platform (go-nvml, used before, needs cgo
+// and made the binary need the build machine's glibc). purego was chosen
+// over keeping go-nvml behind a build tag because the portable build is
+// the one that goes to hosts: it must read NVML itself, not fall back to
+// nvidia-smi. go-nvml's mocks still test the probe and the selection rules
+// through GoNVML (cgo builds only). Loading a library needs a dynamic
+// loader, which a static agent does not have: see package launcher/agent
+// for how the static agents still read NVML.
+//
 // A host without an NVIDIA driver is not an error: its report has zero
 // devices, Source "none" and a Reason saying why, so that CPU hosts and
 // misconfigured GPU hosts are told apart in `drover probe` rather than
