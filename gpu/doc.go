@@ -15,10 +15,10 @@
 // and made the binary need the build machine's glibc). purego was chosen
 // over keeping go-nvml behind a build tag because the portable build is
 // the one that goes to hosts: it must read NVML itself, not fall back to
-// nvidia-smi. go-nvml's mocks still test the probe and the selection rules
-// through GoNVML (cgo builds only). Loading a library needs a dynamic
-// loader, which a static agent does not have: see package launcher/agent
-// for how the static agents still read NVML.
+// nvidia-smi. go-nvml's mocks still test the probe and the selection
+// rules: the tests adapt them to NVML (those tests need cgo). Loading a
+// library needs a dynamic loader, which a static agent does not have: see
+// package launcher/agent for how the static agents still read NVML.
 //
 // A host without an NVIDIA driver is not an error: its report has zero
 // devices, Source "none" and a Reason saying why, so that CPU hosts and

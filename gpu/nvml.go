@@ -18,8 +18,7 @@ const valueNotAvailable = ^uint64(0)
 const mib = 1 << 20
 
 // LocalProber reads this machine's GPUs over NVML. It is what the agent runs
-// on a GPU host; tests give it go-nvml's mocks (GoNVML) in place of the
-// library.
+// on a GPU host; tests give it go-nvml's mocks in place of the library.
 type LocalProber struct {
 	// NVML is the library (package gpu/dlnvml loads the real one).
 	NVML NVML

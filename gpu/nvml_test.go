@@ -77,7 +77,7 @@ func notSupported(d *dgxa100.Device) {
 var procNames = map[int]string{4242: "python", 4343: "pt_main_thread", 5151: "jupyter-lab"}
 
 func probeMock(lib nvml.Interface) HostReport {
-	return LocalProber{NVML: GoNVML(lib), ProcName: func(pid int) string { return procNames[pid] }}.Probe("dgx1")
+	return LocalProber{NVML: goNVMLLib(lib), ProcName: func(pid int) string { return procNames[pid] }}.Probe("dgx1")
 }
 
 func TestProbeDGXIdle(t *testing.T) {

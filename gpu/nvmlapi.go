@@ -4,8 +4,8 @@ import "strconv"
 
 // NVML is the part of NVIDIA's management library the probe reads, as an
 // interface so that the probe's logic is tested without a GPU: package
-// gpu/dlnvml implements it over the real library, GoNVML over go-nvml's
-// mocks. Methods mirror the C functions of the same names.
+// gpu/dlnvml implements it over the real library, and the tests adapt
+// go-nvml's mocks to it. Methods mirror the C functions of the same names.
 type NVML interface {
 	Init() Return
 	Shutdown() Return

@@ -19,6 +19,6 @@
 // host has a loader, that is whenever it can have an NVIDIA driver at all.
 // A drover built with cgo is dynamic already and reads NVML in process.
 //
-// go-nvml stays a test dependency: gpu.GoNVML adapts its mocks, which keep
-// testing the probe's logic without a GPU.
+// go-nvml stays a test dependency: package gpu's tests adapt its mocks,
+// which keep testing the probe's logic without a GPU.
 package dlnvml

@@ -4,12 +4,12 @@ package gpu
 
 import "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-// GoNVML adapts go-nvml's Interface to NVML. drover itself loads the
-// library with package gpu/dlnvml, which needs no cgo; this adapter exists
-// so that go-nvml's mocks (a DGX A100 model and function-field mocks) keep
-// testing the probe and the selection rules. go-nvml needs cgo, hence the
-// build tag: a CGO_ENABLED=0 build has neither it nor these tests.
-func GoNVML(lib nvml.Interface) NVML { return goNVML{lib} }
+// goNVMLLib adapts go-nvml's Interface to NVML. drover loads the library
+// with package gpu/dlnvml, which needs no cgo; this adapter lets go-nvml's
+// mocks (a DGX A100 model and function-field mocks) keep testing the probe
+// and the selection rules. go-nvml needs cgo, hence the build tag: with
+// cgo off these tests are left out.
+func goNVMLLib(lib nvml.Interface) NVML { return goNVML{lib} }
 
 type goNVML struct{ lib nvml.Interface }
 
