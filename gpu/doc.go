@@ -1,8 +1,8 @@
 // Package gpu knows GPUs, not hosts: it reads this machine's GPUs over
-// NVML (ProbeLocal), parses nvidia-smi's output into the same HostReport,
+// NVML (LocalProber), parses nvidia-smi's output into the same HostReport,
 // selects the GPUs a job may use according to a host's gpus setting, and
 // renders the result for `drover probe`. It has no transport knowledge:
-// the agent (package launcher/agent) calls ProbeLocal on each host, and
+// the agent (package launcher/agent) runs LocalProber on each host, and
 // launcher/agent/remote runs the agent or nvidia-smi there and hands the
 // output to this package.
 //

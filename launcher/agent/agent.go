@@ -1,5 +1,5 @@
-// Package agent is drover's on-host supervisor, the piece that guarantees
-// "no orphans, ever". drover never starts a training process on a host
+// Package agent is what drover runs on a host (`drover agent ...`): first
+// the supervisor that guarantees "no orphans, ever". drover never starts a training process on a host
 // directly: it starts `drover agent run -- CMD...` over the transport, and
 // the agent starts CMD in a process group of its own, copies its output,
 // and stops the whole group whenever the controller goes away.

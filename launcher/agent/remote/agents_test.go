@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 func TestUnamePlatform(t *testing.T) {
@@ -49,8 +50,8 @@ type unameHost struct {
 	uname string
 }
 
-func (u unameHost) Host() cluster.Host {
-	return cluster.Host{Name: "h", Address: "10.0.0.1", Transport: cluster.TransportSSH}
+func (u unameHost) Host() config.Host {
+	return config.Host{Name: "h", Address: "10.0.0.1", Transport: config.TransportSSH}
 }
 
 func (u unameHost) Start(_ context.Context, c cluster.Cmd) (cluster.Process, error) {

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
@@ -51,7 +52,7 @@ func (e *CannotRunError) Unwrap() error { return e.Err }
 // where it is. See the package doc for the steps and their guarantees.
 func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePath string, err error) {
 	h := t.Host()
-	if h.Transport == cluster.TransportLocal {
+	if h.Transport == config.TransportLocal {
 		abs, err := filepath.Abs(agents.Self)
 		if err != nil {
 			return "", fmt.Errorf("install drover agent on %s: %w", h.Name, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
@@ -82,7 +83,7 @@ func TestFleetInstallReplacesOtherVersion(t *testing.T) {
 }
 
 func TestInstallLocal(t *testing.T) {
-	tr, err := cluster.Dial(context.Background(), cluster.Host{Name: "me", Address: "local", Transport: cluster.TransportLocal}, cluster.DialOptions{})
+	tr, err := cluster.Dial(context.Background(), config.Host{Name: "me", Address: "local", Transport: config.TransportLocal}, cluster.DialOptions{})
 	require.NoError(t, err)
 	defer tr.Close()
 	agents := selfAgents(t)

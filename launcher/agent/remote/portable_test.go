@@ -35,6 +35,9 @@ var built struct {
 // builtAgent returns the static linux/goarch agent, building it at first use.
 func builtAgent(t *testing.T, goarch string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("cross-builds an agent")
+	}
 	built.mu.Lock()
 	defer built.mu.Unlock()
 	if p, ok := built.paths[goarch]; ok {
