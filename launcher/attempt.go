@@ -311,7 +311,7 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
 		if c.agent, err = remote.Install(ctx, c.t, a.r.agents); err != nil {
-			return fmt.Errorf("install drover agent on %s: %w", hostLabel(c.host), err)
+			return err // "install drover agent on <host> (<address>): ..."
 		}
 		return nil
 	})
