@@ -38,8 +38,8 @@ func BuildDrover(dir string) (string, error) {
 	cmd.Dir = root
 	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" {
-		// go-nvml's header marks many calls deprecated; the warnings
-		// would bury a real build error.
+		// As the Makefile: deprecation warnings from C headers would
+		// bury a real build error.
 		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
