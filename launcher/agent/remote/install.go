@@ -27,15 +27,16 @@ const agentDir = ".drover/bin"
 // "exec format error" or a missing GLIBC version), or the version it
 // answered when that is not the expected one.
 type CannotRunError struct {
-	Host   string
-	Agent  string // the local binary that was uploaded
-	Remote string // where it is on the host
-	Output string
-	Err    error
+	Host     string
+	Platform Platform // the host's, by its uname
+	Agent    string   // the local binary that was uploaded
+	Remote   string   // where it is on the host
+	Output   string
+	Err      error
 }
 
 func (e *CannotRunError) Error() string {
-	msg := fmt.Sprintf("the drover agent %s does not run on %s as %s", e.Agent, e.Host, e.Remote)
+	msg := fmt.Sprintf("the drover agent for %s (%s) does not run on %s", e.Platform, e.Agent, e.Host)
 	if e.Output != "" {
 		msg += ": " + e.Output
 	}
@@ -89,7 +90,7 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 	dir := path.Join(home, agentDir)
 	dst := path.Join(dir, "drover-"+sum[:12])
 	if fi, err := rfs.Stat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == bin.Size {
-		if checkVersion(ctx, t, h.Name, bin.Path, dst, want) == nil {
+		if checkVersion(ctx, t, h.Name, plat, bin.Path, dst, want) == nil {
 			return dst, nil
 		}
 		// Another build under this name (or a damaged file): replace it.
@@ -104,7 +105,7 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 		_ = rfs.Remove(tmp)
 		return fail("upload to "+tmp, err)
 	}
-	if err := checkVersion(ctx, t, h.Name, bin.Path, tmp, want); err != nil {
+	if err := checkVersion(ctx, t, h.Name, plat, bin.Path, tmp, want); err != nil {
 		_ = rfs.Remove(tmp)
 		return "", fmt.Errorf("install drover agent on %s (%s): %w", h.Name, h.Address, err)
 	}
@@ -117,14 +118,14 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 
 // checkVersion runs `remote agent version` on the host and compares its
 // answer with want.
-func checkVersion(ctx context.Context, t cluster.Transport, host, local, remote, want string) error {
+func checkVersion(ctx context.Context, t cluster.Transport, host string, plat Platform, local, remote, want string) error {
 	out, err := output(ctx, t, agent.VersionCommand(remote)...)
 	got := strings.TrimSpace(string(out))
 	if err != nil {
-		return &CannotRunError{Host: host, Agent: local, Remote: remote, Err: err}
+		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote, Err: err}
 	}
 	if got != want {
-		return &CannotRunError{Host: host, Agent: local, Remote: remote,
+		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote,
 			Output: fmt.Sprintf("it answers %q, want %q", got, want)}
 	}
 	return nil
