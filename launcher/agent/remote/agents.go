@@ -34,7 +34,8 @@ type Binary struct {
 	Static bool // no ELF interpreter: runs without any libc
 }
 
-// Agents are the local drover binaries a host can get, by platform.
+// Agents are the local drover binaries a host can get, by platform. Make
+// them with FindAgents: in a literal, Self only serves local hosts.
 type Agents struct {
 	// Self is the running drover. Local hosts use it where it is; remote
 	// hosts of its platform get it when no agent for it is carried.
