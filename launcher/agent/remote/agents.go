@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // Platform is a Go platform name, "linux/arm64".
@@ -27,11 +28,17 @@ func AgentName(p Platform) string {
 	return "drover-agent-" + strings.ReplaceAll(string(p), "/", "-")
 }
 
-// Binary is one local drover binary that can serve as an agent.
+// Binary is one local drover binary that can serve as an agent, described
+// once per run (hashing it for every host of every attempt would cost a
+// second of CPU per attempt on a large fleet).
 type Binary struct {
 	Path   string
 	Size   int64
 	Static bool // no ELF interpreter: runs without any libc
+	// Sum is the hex SHA-256 of the file, which names it on hosts.
+	Sum string
+	// Version is what `drover agent version` prints when it runs.
+	Version string
 }
 
 // Agents are the local drover binaries a host can get, by platform. Make
@@ -75,7 +82,15 @@ func inspect(path string, p Platform) (Binary, bool) {
 	if err != nil || Platform(buildSetting(bi.Settings, "GOOS")+"/"+buildSetting(bi.Settings, "GOARCH")) != p {
 		return Binary{}, false
 	}
-	return Binary{Path: path, Size: fi.Size(), Static: isStatic(path)}, true
+	version, err := agent.FileVersion(path)
+	if err != nil {
+		return Binary{}, false
+	}
+	sum, err := fileSum(path)
+	if err != nil {
+		return Binary{}, false
+	}
+	return Binary{Path: path, Size: fi.Size(), Static: isStatic(path), Sum: sum, Version: version}, true
 }
 
 // isStatic reports whether the ELF file at path has no interpreter.

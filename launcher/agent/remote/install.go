@@ -71,14 +71,7 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 	if err != nil {
 		return fail("choose an agent", err)
 	}
-	want, err := agent.FileVersion(bin.Path)
-	if err != nil {
-		return fail("read agent version", err)
-	}
-	sum, err := fileSum(bin.Path)
-	if err != nil {
-		return fail("hash agent", err)
-	}
+	want, sum := bin.Version, bin.Sum
 	rfs, err := t.FS(ctx)
 	if err != nil {
 		return fail("open file access", err)
