@@ -101,6 +101,10 @@ func exitCode(err error, stderr io.Writer) int {
 		}
 		return ce.ExitCode()
 	}
+	if cluster.IsConfigError(err) {
+		// Errors the plan found know their key, not its line.
+		err = cluster.LocateLines(err)
+	}
 	fmt.Fprintln(stderr, "drover:", err)
 	if cluster.IsConfigError(err) {
 		return exitConfig
