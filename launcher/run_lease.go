@@ -36,7 +36,9 @@ func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 	}
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
-	dial := func(ctx context.Context, h cluster.Host) (cluster.Transport, error) { return cluster.Dial(ctx, h, opts) }
+	dial := func(ctx context.Context, h cluster.Host) (cluster.Transport, error) {
+		return cluster.Dial(ctx, h, opts)
+	}
 	return a.r.leases.Acquire(ctx, dial, targets)
 }
 
