@@ -578,7 +578,7 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 			break
 		}
 		rp.logFile = f
-		fileSink := logstream.NewSink(f)
+		fileSink := logstream.NewSink(a.r.logFile(f))
 		mk := func() io.Writer {
 			fw := logstream.NewPrefixWriter(fileSink, "")
 			rp.outs = append(rp.outs, fw)

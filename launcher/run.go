@@ -108,6 +108,8 @@ type runner struct {
 	logRoot string
 	// leases are this run's hold on the hosts' workdirs.
 	leases *lease.Holder
+	// logFailOnce: a failing local log disk is reported once per run.
+	logFailOnce sync.Once
 }
 
 func newRunner(opts RunOptions) *runner {
