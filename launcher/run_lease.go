@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/lease"
 )
 
@@ -32,11 +33,11 @@ func (r *runner) startLeases(ctx context.Context, job string) (_ context.Context
 func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 	targets := make([]lease.Target, len(conns))
 	for i, c := range conns {
-		targets[i] = lease.Target{Host: c.host, Workdir: a.workdir(c.host)}
+		targets[i] = lease.Target{Host: c.host, Workdir: c.host.Workdir}
 	}
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
-	dial := func(ctx context.Context, h cluster.Host) (cluster.Transport, error) {
+	dial := func(ctx context.Context, h config.Host) (cluster.Transport, error) {
 		return cluster.Dial(ctx, h, opts)
 	}
 	return a.r.leases.Acquire(ctx, dial, targets)

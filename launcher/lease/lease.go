@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // File is where the lease lives, relative to the workdir.
@@ -144,11 +145,11 @@ func (o Options) withDefaults() Options {
 }
 
 // Dialer opens the holder's own connection to a host.
-type Dialer func(ctx context.Context, h cluster.Host) (cluster.Transport, error)
+type Dialer func(ctx context.Context, h config.Host) (cluster.Transport, error)
 
 // Target is a workdir to hold on a host; Workdir relative to the home.
 type Target struct {
-	Host    cluster.Host
+	Host    config.Host
 	Workdir string
 }
 

@@ -14,12 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // Short periods keep the tests quick; the protocol does not depend on them.
 var fast = Options{RenewEvery: 40 * time.Millisecond, StaleAfter: 400 * time.Millisecond}
 
-func dialLocal(ctx context.Context, h cluster.Host) (cluster.Transport, error) {
+func dialLocal(ctx context.Context, h config.Host) (cluster.Transport, error) {
 	return cluster.NewLocal(h)
 }
 
@@ -53,7 +54,7 @@ func holder(t *testing.T, job string, opts Options) (*Holder, *logs) {
 func target(t *testing.T) (Target, string) {
 	t.Helper()
 	wd := filepath.Join(t.TempDir(), "wd")
-	return Target{Host: cluster.Host{Name: "h0", Address: "local", Transport: cluster.TransportLocal}, Workdir: wd}, filepath.Join(wd, File)
+	return Target{Host: config.Host{Name: "h0", Address: "local", Transport: config.TransportLocal}, Workdir: wd}, filepath.Join(wd, File)
 }
 
 func TestSecondRunRefusedWhileFirstLives(t *testing.T) {

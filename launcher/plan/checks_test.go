@@ -1,4 +1,4 @@
-package launcher
+package plan
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // TestBuildCheckpointDirAtHome: an absolute checkpoint_dir that turns out
@@ -18,7 +18,7 @@ func TestBuildCheckpointDirAtHome(t *testing.T) {
 		{"/home/u/drover/demo", `on a: checkpoint_dir "/home/u/drover/demo" is the workdir itself`},
 		{"/home/u/ckpt", ""},
 	} {
-		cfg := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0))
+		cfg := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0))
 		cfg.Job.CheckpointDir = tc.ckpt
 		_, err := Build(PlanInput{Config: cfg, HostHome: map[string]string{"a": "/home/u"}})
 		if tc.want == "" {
@@ -26,7 +26,7 @@ func TestBuildCheckpointDirAtHome(t *testing.T) {
 			continue
 		}
 		require.Error(t, err, tc.ckpt)
-		assert.True(t, cluster.IsConfigError(err))
+		assert.True(t, config.IsConfigError(err))
 		assert.Contains(t, err.Error(), "/jobs/job.toml: job.checkpoint_dir: "+tc.want)
 		// Without the home (drover plan without --probe) it cannot tell.
 		_, err = Build(PlanInput{Config: cfg})
