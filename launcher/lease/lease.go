@@ -161,19 +161,25 @@ type Holder struct {
 	mu       sync.Mutex
 	held     map[string]*held // by host name + workdir
 	lostOnce sync.Once
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// ctx ends at Release: renewals stop, blocked dials give up.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // New returns a Holder for the run self.
 func New(self Owner, opts Options) *Holder {
-	return &Holder{self: self, opts: opts.withDefaults(), held: map[string]*held{}, stop: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Holder{self: self, opts: opts.withDefaults(), held: map[string]*held{}, ctx: ctx, cancel: cancel}
 }
 
-// held is one lease of ours and the connection that renews it.
+// held is one lease of ours and the connection that renews it. Only its
+// renewal goroutine uses it once acquired, except that Release may close
+// the connection under mu to cut short an operation stuck on a dead link.
 type held struct {
 	target Target
 	dial   Dialer
+	mu     sync.Mutex
 	t      cluster.Transport // nil while the host is unreachable
 	fs     cluster.FS
 	file   string // absolute lease path
@@ -222,11 +228,9 @@ func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	select {
-	case <-h.stop:
+	if h.ctx.Err() != nil {
 		l.close()
 		return errors.New("lease: acquire after release")
-	default:
 	}
 	h.held[key(tg)] = l
 	h.wg.Add(1)
@@ -250,7 +254,9 @@ func (l *held) connect(ctx context.Context) error {
 		t.Close()
 		return err
 	}
+	l.mu.Lock()
 	l.t, l.fs = t, fsys
+	l.mu.Unlock()
 	l.dir = l.target.Workdir
 	if !path.IsAbs(l.dir) {
 		l.dir = path.Join(home, l.dir)
@@ -260,10 +266,20 @@ func (l *held) connect(ctx context.Context) error {
 }
 
 func (l *held) close() {
-	if l.t != nil {
-		l.t.Close()
-		l.t, l.fs = nil, nil
+	l.mu.Lock()
+	t := l.t
+	l.t, l.fs = nil, nil
+	l.mu.Unlock()
+	if t != nil {
+		t.Close()
 	}
+}
+
+// files is l's file access, or nil while it has no connection.
+func (l *held) files() cluster.FS {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fs
 }
 
 // take makes l's lease ours: created when there is none, kept when it is
@@ -301,7 +317,7 @@ func (h *Holder) take(ctx context.Context, l *held) error {
 		} else {
 			h.opts.Logf("%s: taking over workdir %s from %s (--force)", name, l.dir, other)
 		}
-		ok, err := h.replace(l, cur)
+		ok, err := h.replace(l.fs, l, cur)
 		if err != nil {
 			return fmt.Errorf("take over the workdir lease %s on %s: %w", l.file, name, err)
 		}
@@ -362,23 +378,23 @@ func (h *Holder) mine(l *held) string {
 
 // replace swaps the lease for ours if it still reads old: a new link
 // beside it, renamed over it. ok is false when it changed meanwhile.
-func (h *Holder) replace(l *held, old string) (ok bool, err error) {
+func (h *Holder) replace(fsys cluster.FS, l *held, old string) (ok bool, err error) {
 	tmp := fmt.Sprintf("%s.%s.%d", l.file, h.self.ID, l.beat)
-	_ = l.fs.Remove(tmp)
-	if err := l.fs.Symlink(h.mine(l), tmp); err != nil {
+	_ = fsys.Remove(tmp)
+	if err := fsys.Symlink(h.mine(l), tmp); err != nil {
 		return false, err
 	}
-	cur, err := l.fs.Readlink(l.file)
+	cur, err := fsys.Readlink(l.file)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		_ = l.fs.Remove(tmp)
+		_ = fsys.Remove(tmp)
 		return false, err
 	}
 	if err == nil && cur != old {
-		_ = l.fs.Remove(tmp)
+		_ = fsys.Remove(tmp)
 		return false, nil
 	}
-	if err := l.fs.Rename(tmp, l.file); err != nil {
-		_ = l.fs.Remove(tmp)
+	if err := fsys.Rename(tmp, l.file); err != nil {
+		_ = fsys.Remove(tmp)
 		return false, err
 	}
 	return true, nil

@@ -7,17 +7,25 @@ import (
 	"time"
 )
 
+// releaseWait bounds how long Release waits for a host to give its lease
+// back before it closes the connection: a host that stopped answering
+// must not keep drover from exiting (its lease then goes stale instead).
+const releaseWait = 3 * time.Second
+
 // renewLoop renews l every RenewEvery until Release, or until another run
 // took it over. A host that stops answering is dialled again at the next
 // tick; its lease goes stale meanwhile, which is right: a controller that
-// cannot reach a host does not control it.
+// cannot reach a host does not control it. At Release it removes the
+// lease if it is still ours.
 func (h *Holder) renewLoop(l *held) {
 	defer h.wg.Done()
+	defer l.close()
 	tick := time.NewTicker(h.opts.RenewEvery)
 	defer tick.Stop()
 	for {
 		select {
-		case <-h.stop:
+		case <-h.ctx.Done():
+			h.giveBack(l)
 			return
 		case <-tick.C:
 		}
@@ -31,61 +39,74 @@ func (h *Holder) renewLoop(l *held) {
 // renew moves l's beat, or returns a *LostError when l is no longer ours.
 // Connection trouble is not an error here: the next tick tries again.
 func (h *Holder) renew(l *held) error {
-	if l.fs == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*h.opts.StaleAfter)
+	fsys := l.files()
+	if fsys == nil {
+		ctx, cancel := context.WithTimeout(h.ctx, 2*h.opts.StaleAfter)
 		err := l.connect(ctx)
 		cancel()
 		if err != nil {
 			return nil
 		}
+		fsys = l.files()
 	}
-	cur, err := l.fs.Readlink(l.file)
+	cur, err := fsys.Readlink(l.file)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		h.markLost(l)
+		l.lost = true
 		return &LostError{Host: l.target.Host.Name, Dir: l.dir}
 	case err != nil:
 		l.close()
 		return nil
 	}
 	if o := decode(cur); o.ID != h.self.ID {
-		h.markLost(l)
+		l.lost = true
 		return &LostError{Host: l.target.Host.Name, Dir: l.dir, By: o}
 	}
 	l.beat++
-	if _, err := h.replace(l, cur); err != nil {
+	if _, err := h.replace(fsys, l, cur); err != nil {
 		l.close()
 	}
 	return nil
 }
 
-func (h *Holder) markLost(l *held) {
-	h.mu.Lock()
-	l.lost = true
-	h.mu.Unlock()
+// giveBack removes l's lease if it is still ours.
+func (h *Holder) giveBack(l *held) {
+	fsys := l.files()
+	if l.lost || fsys == nil {
+		return
+	}
+	if cur, err := fsys.Readlink(l.file); err == nil && decode(cur).ID == h.self.ID {
+		_ = fsys.Remove(l.file)
+	}
 }
 
 // Release stops renewing, removes every lease that is still ours and
 // closes the holder's connections. The run calls it once its processes
 // are stopped; a run that never gets here (SIGKILL) leaves leases that go
-// stale. Release is idempotent.
+// stale. A host that does not answer within releaseWait keeps a lease
+// that goes stale. Release is idempotent.
 func (h *Holder) Release() {
 	h.mu.Lock()
-	select {
-	case <-h.stop:
-		h.mu.Unlock()
-		return
-	default:
-	}
-	close(h.stop)
+	h.cancel()
 	h.mu.Unlock()
-	h.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		h.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(releaseWait):
+	}
+	// Cut short whatever is stuck on a dead link.
+	h.mu.Lock()
 	for _, l := range h.held {
-		if !l.lost && l.fs != nil {
-			if cur, err := l.fs.Readlink(l.file); err == nil && decode(cur).ID == h.self.ID {
-				_ = l.fs.Remove(l.file)
-			}
-		}
 		l.close()
+	}
+	h.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(releaseWait):
 	}
 }
