@@ -82,8 +82,8 @@ func TestRunRefusesWhileAnotherRunLives(t *testing.T) {
 		d := startDrover(t, second)
 		require.Equal(t, exitConfig, d.wait(t, 60*time.Second), "second run of %s; stderr:\n%s", second.Name, d.stderr.String())
 		stderr := d.stderr.String()
-		assert.Contains(t, stderr, fmt.Sprintf("%s: workdir %s/%s is in use by the drover run of job %q (controller %s, pid %d, since ",
-			fleet.Hosts[0].Name, hostHome, j.Workdir, j.Name, ctl, first.cmd.Process.Pid), second.Name)
+		assert.Contains(t, stderr, fmt.Sprintf("drover: workdir %s/%s on %s, %s is in use by the drover run of job %q (controller %s, pid %d, since ",
+			hostHome, j.Workdir, fleet.Hosts[0].Name, fleet.Hosts[1].Name, j.Name, ctl, first.cmd.Process.Pid), second.Name)
 		assert.Contains(t, stderr, "pass --force to take over", second.Name)
 		assert.NotContains(t, stderr, "leftover", second.Name)
 		assert.NotContains(t, stderr, "pushed", second.Name)

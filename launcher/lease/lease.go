@@ -35,6 +35,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -88,16 +89,39 @@ func decode(s string) Owner {
 	return o
 }
 
-// HeldError is a workdir held by another live run.
+// HeldError is a workdir held by another live run, on one or more hosts.
 type HeldError struct {
-	Host string // inventory name
-	Dir  string // absolute workdir on the host
-	By   Owner
+	Hosts []string // inventory names
+	Dir   string   // absolute workdir on those hosts
+	By    Owner
 }
 
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("%s: workdir %s is in use by %s, which is alive (it renewed its lease on the host meanwhile): "+
-		"not starting a second run over it; stop that run first, or pass --force to take over (that run then stops)", e.Host, e.Dir, e.By)
+	return fmt.Sprintf("workdir %s on %s is in use by %s, which is alive (it renewed its lease meanwhile): "+
+		"not starting a second run over it; stop that run first, or pass --force to take over (that run then stops)",
+		e.Dir, strings.Join(e.Hosts, ", "), e.By)
+}
+
+// joinHeld folds the HeldErrors of one owner and workdir into one, so a
+// run refused on every host says so once.
+func joinHeld(errs []error) error {
+	var out []error
+	byOwner := map[string]*HeldError{}
+	for _, err := range errs {
+		var he *HeldError
+		if !errors.As(err, &he) {
+			out = append(out, err)
+			continue
+		}
+		k := he.By.ID + "\x00" + he.Dir
+		if first, ok := byOwner[k]; ok {
+			first.Hosts = append(first.Hosts, he.Hosts...)
+			continue
+		}
+		byOwner[k] = he
+		out = append(out, he)
+	}
+	return errors.Join(out...)
 }
 
 // LostError is a lease another run took over (with --force) while we
@@ -210,7 +234,7 @@ func (h *Holder) Acquire(ctx context.Context, dial Dialer, targets []Target) err
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return joinHeld(errs)
 }
 
 func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
@@ -312,7 +336,7 @@ func (h *Holder) take(ctx context.Context, l *held) error {
 				continue
 			}
 			if live {
-				return &HeldError{Host: name, Dir: l.dir, By: other}
+				return &HeldError{Hosts: []string{name}, Dir: l.dir, By: other}
 			}
 		} else {
 			h.opts.Logf("%s: taking over workdir %s from %s (--force)", name, l.dir, other)
