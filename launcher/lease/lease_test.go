@@ -187,3 +187,20 @@ func TestRaceOneWins(t *testing.T) {
 	}
 	assert.Equal(t, 1, won)
 }
+
+// A run refused on several hosts by the same run says so once.
+func TestRefusalFoldedAcrossHosts(t *testing.T) {
+	wd := filepath.Join(t.TempDir(), "wd")
+	hosts := []Target{
+		{Host: config.Host{Name: "h0", Address: "local", Transport: config.TransportLocal}, Workdir: wd},
+		{Host: config.Host{Name: "h1", Address: "local", Transport: config.TransportLocal}, Workdir: wd},
+	}
+	first, _ := holder(t, "job-a", fast)
+	require.NoError(t, first.Acquire(context.Background(), dialLocal, hosts), "one run may hold a workdir through two hosts")
+	second, _ := holder(t, "job-b", fast)
+	err := second.Acquire(context.Background(), dialLocal, hosts)
+	var he *HeldError
+	require.ErrorAs(t, err, &he)
+	assert.Equal(t, []string{"h0", "h1"}, he.Hosts)
+	assert.Equal(t, 1, strings.Count(err.Error(), "is in use by"), err.Error())
+}
