@@ -201,7 +201,8 @@ func New(self Owner, opts Options) *Holder {
 // renewal goroutine uses it once acquired, except that Release may close
 // the connection under mu to cut short an operation stuck on a dead link.
 type held struct {
-	target Target
+	name   string // the host's inventory name, for messages
+	target Target // guarded by mu once held
 	dial   Dialer
 	mu     sync.Mutex
 	t      cluster.Transport // nil while the host is unreachable
@@ -222,9 +223,10 @@ func (h *Holder) Acquire(ctx context.Context, dial Dialer, targets []Target) err
 	var wg sync.WaitGroup
 	for i, tg := range targets {
 		h.mu.Lock()
-		_, ok := h.held[key(tg)]
+		l, ok := h.held[key(tg)]
 		h.mu.Unlock()
 		if ok {
+			l.update(tg.Host, dial)
 			continue
 		}
 		wg.Add(1)
@@ -238,7 +240,7 @@ func (h *Holder) Acquire(ctx context.Context, dial Dialer, targets []Target) err
 }
 
 func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
-	l := &held{target: tg, dial: dial, beat: 0}
+	l := &held{name: tg.Host.Name, target: tg, dial: dial}
 	if err := l.connect(ctx); err != nil {
 		return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
 	}
@@ -262,9 +264,25 @@ func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
 	return nil
 }
 
+// update takes a held host's address as this attempt resolved it (the
+// inventory may have moved it); a changed one is dialled afresh at the
+// next renewal.
+func (l *held) update(h config.Host, dial Dialer) {
+	l.mu.Lock()
+	moved := l.target.Host.Address != h.Address || l.target.Host.Port != h.Port || l.target.Host.Transport != h.Transport
+	l.target.Host, l.dial = h, dial
+	l.mu.Unlock()
+	if moved {
+		l.close()
+	}
+}
+
 // connect opens l's own connection and works out its paths.
 func (l *held) connect(ctx context.Context) error {
-	t, err := l.dial(ctx, l.target.Host)
+	l.mu.Lock()
+	host, dial := l.target.Host, l.dial
+	l.mu.Unlock()
+	t, err := dial(ctx, host)
 	if err != nil {
 		return err
 	}
@@ -309,7 +327,7 @@ func (l *held) files() cluster.FS {
 // take makes l's lease ours: created when there is none, kept when it is
 // ours already, taken over when its holder is gone (or with Force).
 func (h *Holder) take(ctx context.Context, l *held) error {
-	name := l.target.Host.Name
+	name := l.name
 	for try := 0; try < 5; try++ {
 		err := l.fs.Symlink(h.mine(l), l.file)
 		if err == nil {
@@ -361,7 +379,7 @@ func (h *Holder) watch(ctx context.Context, l *held, cur string, other Owner) (l
 		// missed renewals instead of the full wait.
 		wait = min(wait, 2*h.opts.RenewEvery+h.opts.RenewEvery/2)
 	}
-	h.opts.Logf("%s: workdir %s is held by %s; watching its lease for %s to tell whether it is alive", l.target.Host.Name, l.dir, other, wait)
+	h.opts.Logf("%s: workdir %s is held by %s; watching its lease for %s to tell whether it is alive", l.name, l.dir, other, wait)
 	poll := time.NewTicker(min(h.opts.RenewEvery/4+time.Millisecond, 500*time.Millisecond))
 	defer poll.Stop()
 	deadline := time.NewTimer(wait)
@@ -371,7 +389,7 @@ func (h *Holder) watch(ctx context.Context, l *held, cur string, other Owner) (l
 		case <-ctx.Done():
 			return false, false, ctx.Err()
 		case <-deadline.C:
-			h.opts.Logf("%s: the lease of %s on workdir %s was not renewed for %s: that controller is gone; taking over its workdir and stopping what it left running", l.target.Host.Name, other, l.dir, wait)
+			h.opts.Logf("%s: the lease of %s on workdir %s was not renewed for %s: that controller is gone; taking over its workdir and stopping what it left running", l.name, other, l.dir, wait)
 			return false, false, nil
 		case <-poll.C:
 			now, err := l.fs.Readlink(l.file)
@@ -379,7 +397,7 @@ func (h *Holder) watch(ctx context.Context, l *held, cur string, other Owner) (l
 				return false, true, nil
 			}
 			if err != nil {
-				return false, false, fmt.Errorf("watch the workdir lease %s on %s: %w", l.file, l.target.Host.Name, err)
+				return false, false, fmt.Errorf("watch the workdir lease %s on %s: %w", l.file, l.name, err)
 			}
 			if now != cur {
 				return true, false, nil

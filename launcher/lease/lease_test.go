@@ -204,3 +204,30 @@ func TestRefusalFoldedAcrossHosts(t *testing.T) {
 	assert.Equal(t, []string{"h0", "h1"}, he.Hosts)
 	assert.Equal(t, 1, strings.Count(err.Error(), "is in use by"), err.Error())
 }
+
+// A host that moved between attempts (the inventory changed its address)
+// is renewed at its new address.
+func TestMovedHostRenewedAtNewAddress(t *testing.T) {
+	tg, file := target(t)
+	var mu sync.Mutex
+	dialled := map[string]int{}
+	dial := func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+		mu.Lock()
+		dialled[h.Address]++
+		mu.Unlock()
+		return dialLocal(ctx, h)
+	}
+	h, _ := holder(t, "job-a", fast)
+	require.NoError(t, h.Acquire(context.Background(), dial, []Target{tg}))
+	moved := tg
+	moved.Host.Address = "local2"
+	require.NoError(t, h.Acquire(context.Background(), dial, []Target{moved}))
+	before, err := os.Readlink(file)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		now, _ := os.Readlink(file)
+		return dialled["local2"] > 0 && now != before
+	}, 10*time.Second, 10*time.Millisecond, "renewed over a connection to the new address")
+}

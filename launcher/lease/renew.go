@@ -53,14 +53,14 @@ func (h *Holder) renew(l *held) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		l.lost = true
-		return &LostError{Host: l.target.Host.Name, Dir: l.dir}
+		return &LostError{Host: l.name, Dir: l.dir}
 	case err != nil:
 		l.close()
 		return nil
 	}
 	if o := decode(cur); o.ID != h.self.ID {
 		l.lost = true
-		return &LostError{Host: l.target.Host.Name, Dir: l.dir, By: o}
+		return &LostError{Host: l.name, Dir: l.dir, By: o}
 	}
 	l.beat++
 	if _, err := h.replace(fsys, l, cur); err != nil {
