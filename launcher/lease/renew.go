@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"time"
 )
@@ -62,8 +63,16 @@ func (h *Holder) renew(l *held) error {
 		l.lost = true
 		return &LostError{Host: l.name, Dir: l.dir, By: o}
 	}
+	// Ours: a new link beside it, renamed over it (two requests; the
+	// tmp name is new at every beat, so nothing needs removing first).
 	l.beat++
-	if _, err := h.replace(fsys, l, cur); err != nil {
+	tmp := fmt.Sprintf("%s.%s.%d", l.file, h.self.ID, l.beat)
+	err = fsys.Symlink(h.mine(l), tmp)
+	if err == nil {
+		err = fsys.Rename(tmp, l.file)
+	}
+	if err != nil {
+		_ = fsys.Remove(tmp)
 		l.close()
 	}
 	return nil
