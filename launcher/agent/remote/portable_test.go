@@ -279,3 +279,30 @@ func TestStaticAgentReadsNVMLThroughReader(t *testing.T) {
 	assert.Equal(t, "00000000:19:00.0", rep.Devices[1].PCIBusID)
 	assert.Len(t, rep.Devices[1].Processes, 2)
 }
+
+// A static drover with no agents beside it (a plain CGO_ENABLED=0 go
+// build) is its own agent for hosts of its platform, and names the fix for
+// the others.
+func TestStaticDroverIsItsOwnAgent(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a linux drover")
+	}
+	b, err := os.ReadFile(builtAgent(t, runtime.GOARCH))
+	require.NoError(t, err)
+	self := filepath.Join(t.TempDir(), "drover")
+	require.NoError(t, os.WriteFile(self, b, 0o755))
+	agents := FindAgents(self)
+	assert.Empty(t, agents.Carried)
+	got, err := agents.For("h", Platform("linux/"+runtime.GOARCH))
+	require.NoError(t, err)
+	assert.Equal(t, self, got.Path)
+	assert.True(t, got.Static)
+	other := Platform("linux/arm64")
+	if runtime.GOARCH == "arm64" {
+		other = "linux/amd64"
+	}
+	_, err = agents.For("h", other)
+	var na *NoAgentError
+	require.ErrorAs(t, err, &na)
+	assert.Equal(t, []Platform{Platform("linux/" + runtime.GOARCH)}, na.Have)
+}
