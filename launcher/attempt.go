@@ -327,7 +327,7 @@ func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[strin
 	err := forEach(conns, func(c *hostConn) error {
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		if c.host.GPUs.Auto {
-			rep := remote.Probe(ctx, c.t, a.r.agents)
+			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
 			sel, err := gpu.Select(c.host, a.cfg.Job, rep)
 			if err != nil {
 				return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)

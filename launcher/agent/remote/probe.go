@@ -29,21 +29,41 @@ const stepTimeout = time.Minute
 // normal fleet member: callers decide, in gpu.Select, whether zero GPUs is
 // a problem.
 func Probe(ctx context.Context, t cluster.Transport, agents Agents) gpu.HostReport {
+	if agents.Self == "" {
+		return probe(ctx, t, "", nil)
+	}
+	remote, err := Install(ctx, t, agents)
+	return probe(ctx, t, remote, err)
+}
+
+// ProbeInstalled is Probe on a host where Install already put the agent,
+// at remotePath: a run installs agents before it probes.
+func ProbeInstalled(ctx context.Context, t cluster.Transport, remotePath string) gpu.HostReport {
+	return probe(ctx, t, remotePath, nil)
+}
+
+// probe asks the agent at remote (none when remote is "" and installErr
+// nil), then nvidia-smi.
+func probe(ctx context.Context, t cluster.Transport, remote string, installErr error) gpu.HostReport {
 	name := t.Host().Name
 	var why []string
 	var agentRep *gpu.HostReport
-	if agents.Self != "" {
-		rep, err := probeAgent(ctx, t, agents)
-		if err == nil && rep.Source == gpu.SourceNVML {
-			return rep
+	if remote != "" || installErr != nil {
+		var r gpu.HostReport
+		err := installErr // says "install drover agent on <host>"
+		if err == nil {
+			r, err = probeAgent(ctx, t, remote)
+		}
+		if err == nil && r.Source == gpu.SourceNVML {
+			return r
 		}
 		if err != nil {
 			why = append(why, "agent: "+err.Error())
 		} else {
 			// The agent ran but NVML gave nothing; nvidia-smi uses
 			// the same library, but a broken install may differ.
-			agentRep = &rep
-			why = append(why, "agent: "+rep.Reason)
+			agentRep = &r
+			why = append(why, "agent: "+r.Reason)
 		}
 	}
 	rep, err := probeSMI(ctx, t)
@@ -80,12 +100,8 @@ func ProbeAll(ctx context.Context, ts []cluster.Transport, agents Agents) []gpu.
 	return reps
 }
 
-// probeAgent installs the agent and runs its NVML probe.
-func probeAgent(ctx context.Context, t cluster.Transport, agents Agents) (gpu.HostReport, error) {
-	remote, err := Install(ctx, t, agents)
-	if err != nil {
-		return gpu.HostReport{}, err // says "install drover agent on <host>"
-	}
+// probeAgent runs the NVML probe of the agent at remote.
+func probeAgent(ctx context.Context, t cluster.Transport, remote string) (gpu.HostReport, error) {
 	out, err := output(ctx, t, agent.ProbeCommand(remote)...)
 	if err != nil {
 		return gpu.HostReport{}, err
