@@ -102,6 +102,7 @@ type runner struct {
 	replaced map[string]string // unreachable host name -> spare name
 	// logRoot is the directory holding every run's logs (runs/).
 	logRoot string
+	ckptState
 }
 
 func newRunner(opts RunOptions) *runner {

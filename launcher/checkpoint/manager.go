@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -185,7 +186,7 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 		return nil, nil
 	}
 	if len(lacking) == 0 {
-		m.events("resuming from checkpoint %s (#%d, seen %s), held by every host", e.Name, e.Seq, e.Seen.Format(time.RFC3339))
+		m.events("resuming from checkpoint %s (#%d, seen %s): %s", e.Name, e.Seq, e.Seen.Format(time.RFC3339), where(hosts, paths))
 		return paths, nil
 	}
 	start := m.now()
@@ -213,9 +214,25 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 		names = append(names, d.label)
 		m.prune(d.fs, d.label, Copy, d.label, d.own, set.Keep)
 	}
-	m.events("resuming from checkpoint %s (#%d, seen %s): staged %s from %s onto %v in %s", e.Name, e.Seq,
-		e.Seen.Format(time.RFC3339), human(size), src, names, m.now().Sub(start).Round(time.Millisecond))
+	m.events("resuming from checkpoint %s (#%d, seen %s): %s; staged %s from %s onto %s in %s", e.Name, e.Seq,
+		e.Seen.Format(time.RFC3339), where(hosts, paths), human(size), src, strings.Join(names, ", "), m.now().Sub(start).Round(time.Millisecond))
 	return paths, nil
+}
+
+// where says which path each host resumes from: "P on h0, Q on h1, h2".
+func where(hosts []Host, paths map[string]string) string {
+	var parts []string
+	last := ""
+	for _, h := range hosts {
+		p := paths[h.Name]
+		if p == last && len(parts) > 0 {
+			parts[len(parts)-1] += ", " + h.Name
+			continue
+		}
+		parts = append(parts, p+" on "+h.Name)
+		last = p
+	}
+	return strings.Join(parts, ", ")
 }
 
 // held is e's location on host: the user's own entry, else drover's copy.
