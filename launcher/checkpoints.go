@@ -2,10 +2,21 @@ package launcher
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/checkpoint"
 )
+
+// LogRoot is the directory of a job's runs (RunOptions.LogDir, default
+// runs/ next to the job file); the checkpoint record lives there too.
+func LogRoot(cfg *cluster.Config, logDir string) string {
+	if logDir != "" {
+		return logDir
+	}
+	return filepath.Join(filepath.Dir(cfg.Path), "runs")
+}
 
 // The supervisor's seam into checkpoint replication (package checkpoint):
 // stage before an attempt, watch while it runs.

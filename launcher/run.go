@@ -148,10 +148,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	start := r.now()
-	logDir := r.opts.LogDir
-	if logDir == "" {
-		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
-	}
+	logDir := LogRoot(cfg, r.opts.LogDir)
 	r.logRoot = logDir
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)
