@@ -271,10 +271,12 @@ func readDigest(fsys cluster.FS, dir string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// prune removes drover's copies in own beyond the newest keep, and
-// temporary directories of copies that did not finish (only one copy runs
-// at a time per job, so none is in progress). It returns the seqs removed.
-func prune(fsys cluster.FS, own string, keep int) ([]int, error) {
+// prune removes drover's copies in own beyond the newest keep, except
+// protect (the copy just made, which may be older than others there when
+// staging fell back to an older checkpoint), and temporary directories of
+// copies that did not finish (only one copy runs at a time per job, so
+// none is in progress). It returns the seqs removed.
+func prune(fsys cluster.FS, own string, keep, protect int) ([]int, error) {
 	entries, err := fsys.ReadDir(own)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -294,8 +296,9 @@ func prune(fsys cluster.FS, own string, keep int) ([]int, error) {
 		}
 	}
 	slices.Sort(seqs)
+	seqs = slices.DeleteFunc(seqs, func(n int) bool { return n == protect })
 	var removed []int
-	for len(seqs) > max(keep, 1) {
+	for len(seqs) > max(keep, 1)-1 {
 		if err := fsys.RemoveAll(path.Join(own, seqDir(seqs[0]))); err != nil {
 			errs = append(errs, err)
 		} else {

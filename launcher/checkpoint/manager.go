@@ -212,7 +212,7 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 		}
 		paths[d.label] = d.loc.Path
 		names = append(names, d.label)
-		m.prune(d.fs, d.label, Copy, d.label, d.own, set.Keep)
+		m.prune(d.fs, d.label, Copy, d.label, d.own, set.Keep, e.Seq)
 	}
 	m.events("resuming from checkpoint %s (#%d, seen %s): %s; staged %s from %s onto %s in %s", e.Name, e.Seq,
 		e.Seen.Format(time.RFC3339), where(hosts, paths), human(size), src, strings.Join(names, ", "), m.now().Sub(start).Round(time.Millisecond))
@@ -255,10 +255,10 @@ func (m *Manager) fsOf(l Location, hosts []Host) cluster.FS {
 	return nil
 }
 
-// prune applies checkpoint_keep to drover's copies in own and drops what
-// it removed from the record.
-func (m *Manager) prune(fsys cluster.FS, label, kind, host, own string, keep int) {
-	removed, err := prune(fsys, own, keep)
+// prune applies checkpoint_keep to drover's copies in own, keeping
+// protect, and drops what it removed from the record.
+func (m *Manager) prune(fsys cluster.FS, label, kind, host, own string, keep, protect int) {
+	removed, err := prune(fsys, own, keep, protect)
 	if err != nil {
 		m.events("remove old checkpoint copies on %s in %s: %v (ignored)", label, own, err)
 	}
@@ -354,7 +354,7 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 			return err
 		}
 		to = append(to, d.label)
-		m.prune(d.fs, d.label, d.loc.Kind, d.loc.Host, d.own, set.Keep)
+		m.prune(d.fs, d.label, d.loc.Kind, d.loc.Host, d.own, set.Keep, seq)
 	}
 	m.events("checkpoint %s (#%d, %s) copied from %s to %v in %s", e.Name, seq, human(size), src.Host, to,
 		m.now().Sub(start).Round(time.Millisecond))

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
 )
 
 // watchOnce records what the hosts hold now, as a Watcher's poll does.
@@ -172,4 +174,24 @@ func TestStageDirectoryCheckpoint(t *testing.T) {
 	fileEq(t, []byte("zero"), filepath.Join(paths["h1"], "shards", "0.bin"))
 	fileEq(t, []byte("{}"), filepath.Join(paths["h1"], "meta.json"))
 	assert.FileExists(t, filepath.Join(paths["h1"], "DONE"))
+}
+
+// TestPruneKeepsTheCopyJustMade: keep counts the copy just made (even an
+// older one, staged when the newest could not be) and removes the oldest
+// others, and leftovers of copies cut short; nothing else in the area.
+func TestPruneKeepsTheCopyJustMade(t *testing.T) {
+	own := t.TempDir()
+	for _, d := range []string{"000001", "000002", "000003", "000004.tmp", "notes"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(own, d), 0o755))
+	}
+	removed, err := prune(cluster.NewOSFS(own), own, 2, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []int{2}, removed)
+	left, err := os.ReadDir(own)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{"000001", "000003", "notes"}, names)
 }
