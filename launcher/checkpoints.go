@@ -5,13 +5,13 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
 // LogRoot is the directory of a job's runs (RunOptions.LogDir, default
 // runs/ next to the job file); the checkpoint record lives there too.
-func LogRoot(cfg *cluster.Config, logDir string) string {
+func LogRoot(cfg *config.Config, logDir string) string {
 	if logDir != "" {
 		return logDir
 	}
@@ -50,7 +50,7 @@ func (a *attempt_) checkpointSettings() checkpoint.Settings {
 func (a *attempt_) checkpointHosts(conns []*hostConn) []checkpoint.Host {
 	hosts := make([]checkpoint.Host, len(conns))
 	for i, c := range conns {
-		wd := remoteAbs(c.home, a.workdir(c.host))
+		wd := remoteAbs(c.home, c.host.Workdir)
 		hosts[i] = checkpoint.Host{Name: c.host.Name, FS: c.fs, Dir: remoteAbs(wd, a.cfg.Job.CheckpointDir), Own: checkpoint.OwnDir(wd)}
 	}
 	return hosts

@@ -3,8 +3,10 @@
 // network namespace, scripts/testfleet): fan-out of a trivial command
 // (drover exec vs pdsh and an ssh loop), code push (drover push vs one
 // rsync per host), failure handling of drover run (outside SIGKILL to
-// every other process stopped, and to the next attempt running) and
-// drover's own memory and CPU while supervising.
+// every other process stopped, and to the next attempt running),
+// drover's own memory and CPU while supervising, and checkpoints (training
+// step time with and without drover's checkpoint copies, and a lost host to
+// every process running again on the spare).
 //
 // Every drover figure comes from running the bin/drover binary as a
 // subprocess, so process start is included as it is for pdsh. A drover

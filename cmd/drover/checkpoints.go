@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/checkpoint"
 )
@@ -23,7 +23,7 @@ func checkpointsCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover checkpoints JOB.toml", exitConfig)
 			}
-			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			cfg, err := config.Load(c.Args().First(), config.LoadOptions{InventoryPath: c.String("inventory")})
 			if err != nil {
 				return err
 			}
