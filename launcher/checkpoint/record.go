@@ -72,6 +72,8 @@ func (e *Entry) holder(kind, host string) (Location, bool) {
 // concurrent use.
 type Record struct {
 	path string
+	// max is maxEntries; tests lower it.
+	max  int
 	mu   sync.Mutex
 	data recordFile
 }
@@ -90,7 +92,7 @@ func RecordPath(logRoot, job string) string {
 
 // LoadRecord reads the record at path; a missing file is an empty record.
 func LoadRecord(path, job string) (*Record, error) {
-	r := &Record{path: path, data: recordFile{Job: job, Next: 1}}
+	r := &Record{path: path, max: maxEntries, data: recordFile{Job: job, Next: 1}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, nil
@@ -130,7 +132,18 @@ func (r *Record) update(fn func(d *recordFile) bool) error {
 	return r.saveLocked()
 }
 
+// maxEntries bounds the record of a long job that checkpoints often: past
+// it, the oldest checkpoints that no place holds any more are forgotten.
+const maxEntries = 1000
+
 func (r *Record) saveLocked() error {
+	for i := 0; len(r.data.Entries) > r.max && i < len(r.data.Entries); {
+		if len(r.data.Entries[i].Held) == 0 {
+			r.data.Entries = slices.Delete(r.data.Entries, i, i+1)
+			continue
+		}
+		i++
+	}
 	b, err := json.MarshalIndent(&r.data, "", "  ")
 	if err != nil {
 		return fmt.Errorf("save checkpoint record: %w", err)

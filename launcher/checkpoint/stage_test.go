@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -194,4 +195,28 @@ func TestPruneKeepsTheCopyJustMade(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	assert.Equal(t, []string{"000001", "000003", "notes"}, names)
+}
+
+// TestRecordForgetsOldCheckpointsHeldNowhere: the record of a long job
+// stays bounded; checkpoints still held somewhere are never forgotten.
+func TestRecordForgetsOldCheckpointsHeldNowhere(t *testing.T) {
+	path := RecordPath(t.TempDir(), "job")
+	rec, err := LoadRecord(path, "job")
+	require.NoError(t, err)
+	rec.max = 10
+	for i := range 15 {
+		loc := Location{Kind: Written, Host: "h", Path: fmt.Sprintf("/c-%d", i), Stamp: "s"}
+		_, err := rec.Saw([]Found{{Host: loc.Host, Name: fmt.Sprintf("c-%d", i), Path: loc.Path, Stamp: loc.Stamp}}, time.Now())
+		require.NoError(t, err)
+		if i != 1 { // c-1 stays on its host; the training deletes the others
+			require.NoError(t, rec.Drop(i+1, loc))
+		}
+	}
+	again, err := LoadRecord(path, "job")
+	require.NoError(t, err)
+	es := again.Entries()
+	require.Len(t, es, 10)
+	assert.Equal(t, "c-1", es[0].Name, "held: kept")
+	assert.Equal(t, "c-6", es[1].Name, "the oldest held nowhere are forgotten")
+	assert.Equal(t, 15, es[len(es)-1].Seq)
 }
