@@ -20,7 +20,7 @@ import (
 var fleet *testfleet.Fleet
 
 func TestMain(m *testing.M) {
-	os.Exit(testfleet.Main(m, testfleet.Options{Name: "ck", N: 3, Subnet: 19}, &fleet))
+	os.Exit(testfleet.Main(m, testfleet.Options{Name: "ck", N: 3, Subnet: 18}, &fleet))
 }
 
 // fleetHosts connects to every fleet host over SSH and gives each a fresh
