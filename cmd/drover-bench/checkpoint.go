@@ -109,6 +109,10 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 		}
 	}
 	steps.Drover, steps.BaselineTime = medianOr(on), medianOr(off)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		b.note("checkpoints: load average %s after the step-time runs; the copy competes for the same cores as training here",
+			strings.Join(strings.Fields(string(la))[:3], " "))
+	}
 	d, err := b.lostHost(ctx, f, code)
 	if err != nil {
 		b.note("lost host: %s", reason(err))
