@@ -51,6 +51,7 @@ func TestScan(t *testing.T) {
 	mk("files/step-2.pt", false)
 	mk("files/step-3.pt.tmp", false)
 	mk("files/.step-3.pt", false)
+	require.NoError(t, os.Symlink("step-2.pt", filepath.Join(home, "files", "latest")))
 	// With a marker, only directories holding it count.
 	mk("dirs/step-1/DONE", false)
 	mk("dirs/step-2/weights", false)

@@ -79,6 +79,8 @@ func TestFleetCopyStageSkew(t *testing.T) {
 	defer stop()
 
 	writeOn(t, 0, hosts[0], "step-10.pt", 8, time.Hour)
+	out, err := fleet.Exec(0, "ln", "-s", "step-10.pt", path.Join(hosts[0].Dir, "latest"))
+	require.NoError(t, err, "%s", out)
 	eventually(t, "step-10 copied", func() bool { return len(holders(m, 1)) == 3 })
 	writeOn(t, 1, hosts[1], "step-20.pt", 8, 0)
 	eventually(t, "step-20 copied", func() bool { return len(holders(m, 2)) == 3 })
@@ -89,6 +91,7 @@ func TestFleetCopyStageSkew(t *testing.T) {
 	newer, err := Scan(context.Background(), hosts[1].FS, hosts[1].Name, hosts[1].Dir, "")
 	require.NoError(t, err)
 	require.True(t, old[0].ModTime.After(newer[0].ModTime), "h0's clock is ahead: its older checkpoint has the later mtime")
+	require.Len(t, m.Record().Entries(), 2, "a link to a checkpoint is not one")
 	assert.ElementsMatch(t, []string{"written:" + hosts[0].Name, "copy:" + hosts[1].Name, "mirror:"}, holders(m, 1))
 	assert.ElementsMatch(t, []string{"written:" + hosts[1].Name, "copy:" + hosts[2].Name, "mirror:"}, holders(m, 2))
 

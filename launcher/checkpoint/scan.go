@@ -44,7 +44,7 @@ func IsTempName(name string) bool {
 }
 
 // Scan lists the complete entries directly under dir on one host, in name
-// order; none when dir does not exist. With a marker, only directories
+// order; none when dir does not exist. Symbolic links are not entries. With a marker, only directories
 // containing that file count: frameworks that save a checkpoint as several
 // files write the marker last.
 //
@@ -63,7 +63,9 @@ func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Fou
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if IsTempName(e.Name()) {
+		// A link ("latest" -> step-20.pt) points at an entry listed in
+		// its own right; counting it would copy that checkpoint twice.
+		if IsTempName(e.Name()) || e.Mode()&fs.ModeSymlink != 0 {
 			continue
 		}
 		f := Found{Host: host, Name: e.Name(), Path: path.Join(dir, e.Name()), Size: e.Size(), ModTime: e.ModTime(), IsDir: e.IsDir()}
