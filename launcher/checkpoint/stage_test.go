@@ -220,3 +220,36 @@ func TestRecordForgetsOldCheckpointsHeldNowhere(t *testing.T) {
 	assert.Equal(t, "c-6", es[1].Name, "the oldest held nowhere are forgotten")
 	assert.Equal(t, 15, es[len(es)-1].Seq)
 }
+
+// TestRecordSameNameRules: one checkpoint saved by every host (same name
+// and size) is one entry with several holders, and needs no copy; a file
+// saved again under the same name (last.pt every epoch) is a new, newer
+// checkpoint.
+func TestRecordSameNameRules(t *testing.T) {
+	hs := newHosts(t, "h0", "h1")
+	m, ev, _ := newManager(t)
+	set := Settings{Copies: 2, Keep: 2}
+	hosts := hostsOf(hs...)
+	now := time.Now()
+	hs[0].write(t, "step-5.pt", 500, now)
+	hs[1].write(t, "step-5.pt", 500, now.Add(time.Second))
+	watchOnce(t, m, hosts, set)
+	require.Len(t, m.Record().Entries(), 1)
+	assert.ElementsMatch(t, []string{"written:h0", "written:h1"}, holders(m, 1))
+	require.NoError(t, m.replicate(context.Background(), 1, hosts, set))
+	assert.NoDirExists(t, hs[0].Own, "two hosts hold it already")
+	assert.NoDirExists(t, hs[1].Own)
+
+	hs[0].write(t, "last.pt", 100, now)
+	watchOnce(t, m, hosts, set)
+	last := hs[0].write(t, "last.pt", 100, now.Add(time.Minute)) // saved again, same size
+	watchOnce(t, m, hosts, set)
+	es := m.Record().Entries()
+	require.Len(t, es, 3)
+	assert.Equal(t, []string{"step-5.pt", "last.pt", "last.pt"}, []string{es[0].Name, es[1].Name, es[2].Name})
+	paths, err := m.Stage(context.Background(), hosts, set)
+	require.NoError(t, err)
+	fileEq(t, last, paths["h1"])
+	assert.Empty(t, holders(m, 2), "the first last.pt is gone: overwritten")
+	t.Log(ev)
+}
