@@ -291,9 +291,6 @@ func human(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// Human renders a byte count the way drover's events do.
-func Human(n int64) string { return human(n) }
-
 // replicate copies checkpoint seq from a host that wrote it to as many
 // other hosts as Copies asks (the hosts after the writer, in the group's
 // order, that do not hold it yet) and to the mirror, in one read.
