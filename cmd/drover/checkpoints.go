@@ -5,7 +5,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/checkpoint"
 )
@@ -15,15 +14,14 @@ func checkpointsCommand() *cli.Command {
 		Name:      "checkpoints",
 		Usage:     "list the job's checkpoints: size, when drover saw each complete, which hosts (and the mirror) hold it",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "log-dir", Usage: "the --log-dir that drover run was given (default: runs/ next to the job file)"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover checkpoints JOB.toml", exitConfig)
 			}
-			cfg, err := config.Load(c.Args().First(), config.LoadOptions{InventoryPath: c.String("inventory")})
+			cfg, err := loadJob(c, false)
 			if err != nil {
 				return err
 			}
