@@ -43,6 +43,14 @@ type LoadOptions struct {
 	// own) for commands that only reach the hosts: drover exec and probe.
 	// A [job] table that is present is still checked.
 	HostsOnly bool
+	// Allocation, when drover runs inside a Slurm allocation, holds its
+	// hosts (slurm.AllocationHosts): they are the job's hosts when the job
+	// file says inventory = "slurm" or names no hosts at all.
+	Allocation []Host
+	// Submit loads a job for drover submit (or plan --format sbatch): its
+	// hosts come from an allocation not made yet, so a job file with
+	// inventory = "slurm" or without hosts is complete without them.
+	Submit bool
 }
 
 // Load reads the job file at jobPath, and the inventory holding its hosts,
@@ -87,6 +95,7 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 	} else {
 		cfg.Job = w.job(top, filepath.Dir(jobAbs))
 	}
+	cfg.Slurm = w.slurm(top)
 
 	// Find the file that holds the hosts.
 	var hw *walker
@@ -102,6 +111,12 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		hw, htop = loadInventory(opts.InventoryPath, hostsAbs, read, &errs, func(msg string) *ConfigError {
 			return &ConfigError{File: opts.InventoryPath, Msg: msg, Fix: "check the path given to --inventory"}
 		})
+	case doc["inventory"] == InventorySlurm:
+		cfg.FromAllocation, cfg.InventoryPath = true, jobAbs
+		cfg.Hosts = w.slurmInventory(doc, opts)
+	case doc["inventory"] == nil && doc["host"] == nil && (opts.Allocation != nil || opts.Submit):
+		cfg.FromAllocation, cfg.InventoryPath = true, jobAbs
+		cfg.Hosts = opts.Allocation
 	case doc["inventory"] != nil:
 		inv, ok := w.str(top, "inventory")
 		if !ok {

@@ -42,6 +42,11 @@ type Config struct {
 	Job           Job
 	// Hosts in file order; rank order follows this order.
 	Hosts []Host
+	// FromAllocation says that Hosts are the Slurm allocation's
+	// (LoadOptions.Allocation), in SLURM_JOB_NODELIST order.
+	FromAllocation bool
+	// Slurm is the [slurm] table: how drover submit asks for an allocation.
+	Slurm Slurm
 }
 
 // Job is the [job] table with defaults applied and paths made absolute

@@ -48,7 +48,7 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("plan: --format: "+err.Error(), exitConfig)
 	}
-	cfg, err := cluster.Load(job, cluster.LoadOptions{InventoryPath: c.String("inventory")})
+	cfg, err := loadJob(job, cluster.LoadOptions{InventoryPath: c.String("inventory")})
 	if err != nil {
 		return err
 	}
