@@ -38,6 +38,8 @@ type LoadOptions struct {
 	// the job file: its [ssh] and [[host]] tables are used instead of the
 	// job file's own (or of the file its inventory key names), so one job
 	// runs unchanged on another fleet. Relative to the working directory.
+	// InventorySlurm ("slurm") means the Slurm allocation's nodes (see
+	// Allocation); a file of that name is "./slurm".
 	InventoryPath string
 	// HostsOnly accepts a file without a [job] table (an inventory on its
 	// own) for commands that only reach the hosts: drover exec and probe.
@@ -102,6 +104,10 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 	var htop tbl
 	var hostsAbs string
 	switch {
+	case opts.InventoryPath == InventorySlurm:
+		// --inventory slurm: the same job file, on the allocation's nodes.
+		cfg.FromAllocation, cfg.InventoryPath = true, jobAbs
+		cfg.Hosts = w.allocationHosts(opts, "", "--inventory slurm takes the hosts from the allocation")
 	case opts.InventoryPath != "":
 		hostsAbs, err = filepath.Abs(opts.InventoryPath)
 		if err != nil {

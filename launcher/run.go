@@ -44,6 +44,11 @@ type RunOptions struct {
 	// PushCacheDir is push.Options.CacheDir for the push before each
 	// attempt: with it, a restart re-hashes only the files that changed.
 	PushCacheDir string
+
+	// Inside a Slurm allocation (see slurm.go): its hosts, and where the
+	// restart count starts.
+	Allocation    []cluster.Host
+	RestartOffset int
 }
 
 // Outcome is how a run ended.
@@ -142,7 +147,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	cfg, err := cluster.Load(r.opts.JobPath, r.opts.loadOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -184,14 +189,14 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
-			next, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+			next, err := cluster.Load(r.opts.JobPath, r.opts.loadOptions())
 			if err != nil {
 				r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 			} else {
 				cfg = next
 			}
 		}
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: restarts,
+		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: r.opts.RestartOffset + restarts,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		out := a.run(ctx)
 		if ctx.Err() != nil && !out.success {

@@ -54,7 +54,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			pushCommand(),
 			probeCommand(),
 			runCommand(),
+			submitCommand(),
 			agentCommand(),
+			slurmStep(),
 		},
 	}
 	app.OnUsageError = usageError

@@ -29,6 +29,16 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
 			}
+			load, alloc, err := allocation(cluster.LoadOptions{})
+			if err != nil {
+				return err
+			}
+			dial := cluster.DialOptions{AcceptNewHosts: c.Bool("accept-new-hosts")}
+			restartOffset := 0
+			if alloc != nil {
+				dial.Dialers = slurmDialers(alloc, bin)
+				restartOffset = alloc.RestartCount
+			}
 			// First SIGINT/SIGTERM: graceful stop of every process.
 			// Second: kill at once.
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every process")
@@ -39,7 +49,9 @@ func runCommand() *cli.Command {
 				LogDir:        c.String("log-dir"),
 				AgentBinary:   bin,
 				PushCacheDir:  cacheDir(),
-				Dial:          cluster.DialOptions{AcceptNewHosts: c.Bool("accept-new-hosts")},
+				Dial:          dial,
+				Allocation:    load.Allocation,
+				RestartOffset: restartOffset,
 				Out:           c.App.Writer,
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"os"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/slurm"
@@ -27,4 +30,33 @@ func loadJob(path string, opts cluster.LoadOptions) (*cluster.Config, error) {
 		return nil, err
 	}
 	return cluster.Load(path, opts)
+}
+
+// slurmDialers reach the allocation's nodes with srun steps, the step
+// helper being this drover binary (which must be on the shared filesystem,
+// at the same path on every node).
+func slurmDialers(a *slurm.Allocation, bin string) map[string]func(context.Context, cluster.Host) (cluster.Transport, error) {
+	return map[string]func(context.Context, cluster.Host) (cluster.Transport, error){
+		cluster.TransportSlurm: func(_ context.Context, h cluster.Host) (cluster.Transport, error) {
+			return slurm.New(h, slurm.Options{JobID: a.JobID, Helper: []string{bin, slurmStepCommand}})
+		},
+	}
+}
+
+const slurmStepCommand = "slurm-step"
+
+// slurmStepCommand is the step helper srun runs on a node around every
+// command drover starts there (see slurm.StepMain). Not for users.
+func slurmStep() *cli.Command {
+	return &cli.Command{
+		Name:            slurmStepCommand,
+		Hidden:          true,
+		SkipFlagParsing: true,
+		Action: func(c *cli.Context) error {
+			if code := slurm.StepMain(c.Args().Slice(), c.App.ErrWriter); code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
+		},
+	}
 }

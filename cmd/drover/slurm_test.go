@@ -94,3 +94,28 @@ func TestSlurmInventoryErrors(t *testing.T) {
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, errOut, `expand Slurm node list "n[3-1]": entry "n[3-1]": invalid range "3-1" (upper bound below lower)`)
 }
+
+// TestPlanSbatchGolden: drover plan --format sbatch prints the script
+// drover submit submits, [slurm] options and flags merged (flags win).
+func TestPlanSbatchGolden(t *testing.T) {
+	job, err := filepath.Abs("../../examples/pytorch-ddp/job.toml")
+	require.NoError(t, err)
+	code, out, errOut := runPlan(t, "--format", "sbatch", "--partition", "gpu", "--gpus-per-node", "2", job)
+	require.Equal(t, 0, code, errOut)
+	bin, err := os.Executable()
+	require.NoError(t, err)
+	out = strings.ReplaceAll(out, filepath.Dir(job), "JOBDIR")
+	out = strings.ReplaceAll(out, bin, "DROVER")
+	golden := filepath.Join("testdata", "pytorch-ddp.sbatch")
+	if *updatePlan {
+		require.NoError(t, os.WriteFile(golden, []byte(out), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), out)
+
+	// A value sbatch would read differently is refused, not quoted.
+	code, _, errOut = runPlan(t, "--format", "sbatch", "--partition", "gpu; rm -rf ~", job)
+	assert.Equal(t, exitConfig, code)
+	assert.Contains(t, errOut, `--partition "gpu; rm -rf ~" cannot stand in an #SBATCH line`)
+}
