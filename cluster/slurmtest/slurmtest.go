@@ -378,7 +378,7 @@ func (c *Cluster) WaitState(ctx context.Context, id, state string) error {
 		if err == nil && got == state {
 			return nil
 		}
-		if state == "" && (got == "" || strings.Contains(fmt.Sprint(err), "Invalid job id")) {
+		if state == "" && ((err == nil && got == "") || strings.Contains(fmt.Sprint(err), "Invalid job id")) {
 			return nil
 		}
 		select {

@@ -121,6 +121,7 @@ OMP_NUM_THREADS = "1"
 [slurm]
 nodes = %d
 time = "10:00"
+requeue = true
 
 [[host]]
 name = "gpu-a"
@@ -336,6 +337,53 @@ func TestSubmitTraining(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, string(events), "attempt 1/3: worker-3@"+sl.Nodes[1]+" exited 137 (SIGKILL)")
 		assertNoTrainers(t)
+	})
+	t.Run("requeued", func(t *testing.T) {
+		if ref == "" {
+			t.Skip("needs the undisturbed run's parameters")
+		}
+		// Slurm requeues the job (here by hand, as after a node failure or
+		// a preemption): the new allocation's drover resumes from the
+		// newest checkpoint and counts on from SLURM_RESTART_COUNT.
+		j := newJob(t)
+		j.submit(t)
+		j.waitCheckpoint(t)
+		findRank(t, 2, 5)
+		_, err := sl.Output(context.Background(), "scontrol", "requeue", j.id)
+		require.NoError(t, err)
+		// Slurm holds a requeued job back for a while (its begin time);
+		// the test does not wait for that.
+		ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
+		defer cancel()
+		require.NoError(t, sl.WaitState(ctx, j.id, "PENDING"))
+		_, err = sl.Output(ctx, "scontrol", "update", "JobId="+j.id, "StartTime=now")
+		require.NoError(t, err)
+		require.NoError(t, sl.WaitState(ctx, j.id, "RUNNING"))
+		j.wait(t)
+		runs, err := filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*"))
+		require.NoError(t, err)
+		require.Len(t, runs, 2, "one drover run per allocation; batch output:\n%s", j.batchOutput())
+		slices.Sort(runs)
+		b, err := os.ReadFile(filepath.Join(runs[1], "attempt-1", "worker-0.log"))
+		require.NoError(t, err)
+		second := string(b)
+		assert.Regexp(t, resumedRE, second)
+		assert.Regexp(t, `(?m)^rank 0/6 local_rank 0 on `+sl.Nodes[0]+` restart=1$`, second, "DROVER_RESTART_COUNT continues across the requeue")
+		assert.Equal(t, ref, finalHash(t, second))
+		assertNoTrainers(t)
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		// Ctrl-C to drover run inside the allocation: SIGINT to the batch
+		// script, which is drover itself.
+		j := newJob(t)
+		j.submit(t)
+		j.waitCheckpoint(t)
+		findRank(t, 2, 5)
+		_, err := sl.Output(context.Background(), "scancel", "--batch", "--signal=INT", j.id)
+		require.NoError(t, err)
+		j.wait(t)
+		assertNoTrainers(t)
+		assert.Contains(t, j.batchOutput(), "interrupted")
 	})
 	t.Run("scancel", func(t *testing.T) {
 		j := newJob(t)
