@@ -396,3 +396,35 @@ func TestSubmitTraining(t *testing.T) {
 		assertNoTrainers(t)
 	})
 }
+
+// TestPlanInAllocation: inside a real allocation (a batch script, where
+// drover submit runs drover run), drover plans the allocation's nodes
+// exactly as it plans the same nodes given as an inventory.
+func TestPlanInAllocation(t *testing.T) {
+	need(t)
+	j := newJob(t)
+	inv := filepath.Join(j.dir, "nodes.toml")
+	var b strings.Builder
+	for _, n := range sl.Nodes {
+		fmt.Fprintf(&b, "[[host]]\nname = %q\naddress = %q\ngpus = []\n", n, n)
+	}
+	require.NoError(t, os.WriteFile(inv, []byte(b.String()), 0o644))
+	run := func(args ...string) string {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = j.dir
+		cmd.Env = append(os.Environ(), sl.Env()...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		require.NoError(t, cmd.Run(), "%q: %s", args, errb.String())
+		return out.String()
+	}
+	want := run(droverBin, "plan", "--format", "json", "--inventory", inv, j.path())
+	planned := filepath.Join(j.dir, "plan.json")
+	run("sbatch", "--wait", "--nodes="+strconv.Itoa(nodes), "--output="+planned,
+		"--wrap="+droverBin+" plan --format json --inventory slurm "+j.path())
+	got, err := os.ReadFile(planned)
+	require.NoError(t, err)
+	assert.Equal(t, want, string(got))
+	assert.Contains(t, string(got), `"MASTER_ADDR": "`+sl.Nodes[0]+`"`)
+	assert.Contains(t, string(got), `"WORLD_SIZE": "6"`)
+}
