@@ -3,7 +3,7 @@ package launcher
 import (
 	"path/filepath"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // This file is what running inside a Slurm allocation changes in the
@@ -12,8 +12,8 @@ import (
 // code.
 
 // loadOptions are the options every (re)load of the job file uses.
-func (o RunOptions) loadOptions() cluster.LoadOptions {
-	return cluster.LoadOptions{InventoryPath: o.InventoryPath, Allocation: o.Allocation}
+func (o RunOptions) loadOptions() config.LoadOptions {
+	return config.LoadOptions{InventoryPath: o.InventoryPath, Allocation: o.Allocation}
 }
 
 // pushTargets are the hosts whose workdir gets the code. Hosts reached over
@@ -25,11 +25,11 @@ func (a *attempt_) pushTargets(conns []*hostConn) []*hostConn {
 	var out []*hostConn
 	seen := map[string]bool{}
 	for _, c := range conns {
-		if c.host.Transport != cluster.TransportSlurm {
+		if c.host.Transport != config.TransportSlurm {
 			out = append(out, c)
 			continue
 		}
-		wd := filepath.Clean(remoteAbs(c.home, a.workdir(c.host)))
+		wd := filepath.Clean(remoteAbs(c.home, c.host.Workdir))
 		if seen[wd] || sameDir(wd, a.cfg.Job.Code) {
 			continue
 		}

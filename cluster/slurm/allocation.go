@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // Allocation is the Slurm allocation drover runs in, as its environment
@@ -101,10 +101,10 @@ func cut(v string) (typ, count string, typed bool) {
 // GPUs. Inside a step Slurm numbers a node's allocated GPUs from 0 (with
 // ConstrainDevices, the usual GPU cluster setup), so a node with G GPUs
 // has GPUs 0..G-1, and G of them are required.
-func (a *Allocation) Hosts() []cluster.Host {
-	hosts := make([]cluster.Host, len(a.Nodes))
+func (a *Allocation) Hosts() []config.Host {
+	hosts := make([]config.Host, len(a.Nodes))
 	for i, n := range a.Nodes {
-		h := cluster.Host{Name: n, Address: n, Transport: cluster.TransportSlurm, GPUs: cluster.GPUSpec{List: []int{}}}
+		h := config.Host{Name: n, Address: n, Transport: config.TransportSlurm, GPUs: config.GPUSpec{List: []int{}}}
 		for g := range a.GPUsPerNode {
 			h.GPUs.List = append(h.GPUs.List, g)
 		}

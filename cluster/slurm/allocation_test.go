@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -61,10 +61,10 @@ func TestFromEnvErrors(t *testing.T) {
 
 func TestAllocationHosts(t *testing.T) {
 	a := &Allocation{JobID: "9", Nodes: []string{"g1", "c1"}, GPUsPerNode: 2}
-	assert.Equal(t, []cluster.Host{
-		{Name: "g1", Address: "g1", Transport: cluster.TransportSlurm, GPUs: cluster.GPUSpec{List: []int{0, 1}}, MinGPUs: 2},
-		{Name: "c1", Address: "c1", Transport: cluster.TransportSlurm, GPUs: cluster.GPUSpec{List: []int{0, 1}}, MinGPUs: 2},
+	assert.Equal(t, []config.Host{
+		{Name: "g1", Address: "g1", Transport: config.TransportSlurm, GPUs: config.GPUSpec{List: []int{0, 1}}, MinGPUs: 2},
+		{Name: "c1", Address: "c1", Transport: config.TransportSlurm, GPUs: config.GPUSpec{List: []int{0, 1}}, MinGPUs: 2},
 	}, a.Hosts())
 	a.GPUsPerNode = 0
-	assert.Equal(t, cluster.GPUSpec{List: []int{}}, a.Hosts()[0].GPUs)
+	assert.Equal(t, config.GPUSpec{List: []int{}}, a.Hosts()[0].GPUs)
 }

@@ -4,7 +4,7 @@
 // processes as job steps with srun instead of over SSH, and writes the
 // sbatch script with which `drover submit` asks Slurm for an allocation.
 //
-// It builds on package cluster (hosts, transports, the job's [slurm]
-// table) and knows nothing of plans: the launcher plans a Slurm allocation
-// exactly as it plans the same hosts given as an inventory.
+// It builds on packages cluster (the Transport seam) and cluster/config
+// (hosts, the job's [slurm] table) and knows nothing of plans: the plan of
+// an allocation is the plan of the same hosts given as an inventory.
 package slurm

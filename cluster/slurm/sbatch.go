@@ -8,17 +8,18 @@ import (
 	"unicode"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // ScriptInput is what the sbatch script of a job is made of.
 type ScriptInput struct {
-	Config *cluster.Config
+	Config *config.Config
 	// Drover is the absolute path of the drover binary the allocation
 	// runs; it must be reachable at that path on the nodes.
 	Drover string
 	// Flags are drover submit's --partition, --time, --nodes and
 	// --gpus-per-node; set fields win over the job file's [slurm] table.
-	Flags cluster.Slurm
+	Flags config.Slurm
 }
 
 // ScriptError says why a job cannot be written as an sbatch script.
@@ -32,7 +33,7 @@ func (e *ScriptError) Error() string {
 
 // SbatchOptions merges the job file's [slurm] table with the flags: a flag that is
 // set wins. Nodes default to the job's own hosts (not spares), else 1.
-func SbatchOptions(cfg *cluster.Config, flags cluster.Slurm) cluster.Slurm {
+func SbatchOptions(cfg *config.Config, flags config.Slurm) config.Slurm {
 	s := cfg.Slurm
 	if flags.Partition != "" {
 		s.Partition = flags.Partition

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // Options say how the slurm transport reaches a node of an allocation.
@@ -35,7 +36,7 @@ type Options struct {
 }
 
 type transport struct {
-	host cluster.Host
+	host config.Host
 	opts Options
 }
 
@@ -43,7 +44,7 @@ type transport struct {
 // allocation, by name) as job steps: one `srun --overlap` step per command,
 // pinned to the node, so steps share the allocation's resources with each
 // other and with the batch script that runs drover.
-func New(h cluster.Host, o Options) (cluster.Transport, error) {
+func New(h config.Host, o Options) (cluster.Transport, error) {
 	if o.JobID == "" {
 		return nil, fmt.Errorf("connect to %s (slurm): no job id: drover must run inside the allocation (SLURM_JOB_ID)", h.Name)
 	}
@@ -66,7 +67,7 @@ func New(h cluster.Host, o Options) (cluster.Transport, error) {
 	return &transport{host: h, opts: o}, nil
 }
 
-func (t *transport) Host() cluster.Host { return t.host }
+func (t *transport) Host() config.Host { return t.host }
 
 // FS is this machine's filesystem rooted at the shared home.
 func (t *transport) FS(context.Context) (cluster.FS, error) { return cluster.NewOSFS(t.opts.Home), nil }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/slurmtest"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
@@ -34,7 +35,7 @@ func dial(t *testing.T, job string, i int) cluster.Transport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := cluster.Host{Name: sl.Nodes[i], Address: sl.Nodes[i], Transport: cluster.TransportSlurm}
+	h := config.Host{Name: sl.Nodes[i], Address: sl.Nodes[i], Transport: config.TransportSlurm}
 	tr, err := New(h, Options{JobID: job, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}})
 	if err != nil {
 		t.Fatal(err)

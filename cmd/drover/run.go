@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -15,12 +15,10 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "push the code, start every process, stream logs, restart the group on failure",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover run JOB.toml", exitConfig)
@@ -29,14 +27,12 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
 			}
-			load, alloc, err := allocation(cluster.LoadOptions{})
+			load, alloc, err := allocation(config.LoadOptions{})
 			if err != nil {
 				return err
 			}
-			dial := cluster.DialOptions{AcceptNewHosts: c.Bool("accept-new-hosts")}
 			restartOffset := 0
 			if alloc != nil {
-				dial.Dialers = slurmDialers(alloc, bin)
 				restartOffset = alloc.RestartCount
 			}
 			// First SIGINT/SIGTERM: graceful stop of every process.
@@ -45,11 +41,11 @@ func runCommand() *cli.Command {
 			defer stop()
 			res, err := launcher.Run(ctx, launcher.RunOptions{
 				JobPath:       c.Args().First(),
-				InventoryPath: c.String("inventory"),
+				InventoryPath: c.String(flagInventory),
 				LogDir:        c.String("log-dir"),
 				AgentBinary:   bin,
 				PushCacheDir:  cacheDir(),
-				Dial:          dial,
+				Dial:          dialOptions(c, nil),
 				Allocation:    load.Allocation,
 				RestartOffset: restartOffset,
 				Out:           c.App.Writer,

@@ -7,13 +7,14 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/slurm"
 )
 
 // allocation reads the Slurm allocation drover runs in (nil outside one)
 // and adds its hosts to opts, so that a job with inventory = "slurm", or
 // without hosts, runs on the allocation's nodes.
-func allocation(opts cluster.LoadOptions) (cluster.LoadOptions, *slurm.Allocation, error) {
+func allocation(opts config.LoadOptions) (config.LoadOptions, *slurm.Allocation, error) {
 	a, ok, err := slurm.FromEnv(os.Getenv)
 	if err != nil || !ok {
 		return opts, nil, err
@@ -22,22 +23,20 @@ func allocation(opts cluster.LoadOptions) (cluster.LoadOptions, *slurm.Allocatio
 	return opts, a, nil
 }
 
-// loadJob loads the job file as drover run and plan see it: inside a Slurm
-// allocation, with the allocation's hosts available.
-func loadJob(path string, opts cluster.LoadOptions) (*cluster.Config, error) {
-	opts, _, err := allocation(opts)
-	if err != nil {
-		return nil, err
-	}
-	return cluster.Load(path, opts)
-}
-
 // slurmDialers reach the allocation's nodes with srun steps, the step
 // helper being this drover binary (which must be on the shared filesystem,
-// at the same path on every node).
-func slurmDialers(a *slurm.Allocation, bin string) map[string]func(context.Context, cluster.Host) (cluster.Transport, error) {
-	return map[string]func(context.Context, cluster.Host) (cluster.Transport, error){
-		cluster.TransportSlurm: func(_ context.Context, h cluster.Host) (cluster.Transport, error) {
+// at the same path on every node). Outside an allocation there are none.
+func slurmDialers() map[string]func(context.Context, config.Host) (cluster.Transport, error) {
+	a, ok, err := slurm.FromEnv(os.Getenv)
+	if err != nil || !ok {
+		return nil // loadJob reports a broken allocation environment
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return nil // the dial then names the transport it cannot reach
+	}
+	return map[string]func(context.Context, config.Host) (cluster.Transport, error){
+		config.TransportSlurm: func(_ context.Context, h config.Host) (cluster.Transport, error) {
 			return slurm.New(h, slurm.Options{JobID: a.JobID, Helper: []string{bin, slurmStepCommand}})
 		},
 	}
@@ -45,8 +44,8 @@ func slurmDialers(a *slurm.Allocation, bin string) map[string]func(context.Conte
 
 const slurmStepCommand = "slurm-step"
 
-// slurmStepCommand is the step helper srun runs on a node around every
-// command drover starts there (see slurm.StepMain). Not for users.
+// slurmStep is the step helper srun runs on a node around every command
+// drover starts there (see slurm.StepMain). Not for users.
 func slurmStep() *cli.Command {
 	return &cli.Command{
 		Name:            slurmStepCommand,

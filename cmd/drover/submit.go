@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/slurm"
 )
 
@@ -52,18 +52,17 @@ script without submitting.`,
 }
 
 func submitFlags() []cli.Flag {
-	return []cli.Flag{
+	return withFleetFlags(
 		&cli.StringFlag{Name: "partition", Usage: "Slurm partition (default: [slurm] partition, else the cluster's)"},
 		&cli.StringFlag{Name: "time", Usage: `time limit, e.g. "4:00:00" (default: [slurm] time)`},
 		&cli.IntFlag{Name: "nodes", Usage: "nodes to allocate (default: [slurm] nodes, else the job's hosts)"},
 		&cli.IntFlag{Name: "gpus-per-node", Usage: "GPUs per node (default: [slurm] gpus_per_node)"},
-		&cli.StringFlag{Name: "inventory", Usage: "read the hosts from this TOML file instead of the job file's (they only count nodes)"},
-	}
+	)
 }
 
 // sbatchScript loads the job for submission and writes its sbatch script.
-func sbatchScript(c *cli.Context, job string) (*cluster.Config, string, error) {
-	cfg, err := cluster.Load(job, cluster.LoadOptions{InventoryPath: c.String("inventory"), Submit: true})
+func sbatchScript(c *cli.Context, job string) (*config.Config, string, error) {
+	cfg, err := config.Load(job, config.LoadOptions{InventoryPath: c.String(flagInventory), Submit: true})
 	if err != nil {
 		return nil, "", err
 	}
@@ -71,7 +70,7 @@ func sbatchScript(c *cli.Context, job string) (*cluster.Config, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("find the drover binary the allocation runs: %w", err)
 	}
-	flags := cluster.Slurm{Partition: c.String("partition"), Time: c.String("time"),
+	flags := config.Slurm{Partition: c.String("partition"), Time: c.String("time"),
 		Nodes: c.Int("nodes"), GPUsPerNode: c.Int("gpus-per-node")}
 	script, err := slurm.Script(slurm.ScriptInput{Config: cfg, Drover: bin, Flags: flags})
 	if err != nil {

@@ -1,4 +1,4 @@
-package cluster
+package config
 
 import (
 	"os"
@@ -41,11 +41,12 @@ func TestLoadSlurmTable(t *testing.T) {
 	))
 	alloc := []Host{{Name: "n1", Address: "n1", Transport: TransportSlurm}}
 	cfg, err := Load(p, LoadOptions{Allocation: alloc})
+	assert.Empty(t, alloc[0].Workdir, "Load does not write into the caller's hosts")
 	require.NoError(t, err)
 	assert.Equal(t, Slurm{Partition: "gpu", Time: "1-00:00:00", Nodes: 4, GPUsPerNode: 8, CPUsPerTask: 16,
 		Account: "ml", QOS: "high", Constraint: "a100&ib", Requeue: true, ExtraArgs: []string{"--exclusive", "--mem=0"}}, cfg.Slurm)
 	assert.True(t, cfg.FromAllocation)
-	assert.Equal(t, alloc, cfg.Hosts)
+	assert.Equal(t, withWorkdir(alloc, "drover/j"), cfg.Hosts)
 
 	// Submitting needs no allocation yet.
 	cfg, err = Load(p, LoadOptions{Submit: true})
@@ -62,7 +63,7 @@ func TestLoadSlurmSameJobFile(t *testing.T) {
 	fleet := writeJob(t, slurmJobTable+"[[host]]\nname = \"a\"\naddress = \"10.0.0.1\"\n")
 	cfg, err := Load(fleet, LoadOptions{InventoryPath: InventorySlurm, Allocation: alloc})
 	require.NoError(t, err)
-	assert.Equal(t, alloc, cfg.Hosts)
+	assert.Equal(t, withWorkdir(alloc, "drover/j"), cfg.Hosts)
 	cfg, err = Load(fleet, LoadOptions{Allocation: alloc})
 	require.NoError(t, err)
 	assert.Equal(t, "a", cfg.Hosts[0].Name, "a job's own hosts win over the allocation's unless asked")
@@ -70,7 +71,7 @@ func TestLoadSlurmSameJobFile(t *testing.T) {
 	noHosts := writeJob(t, slurmJobTable)
 	cfg, err = Load(noHosts, LoadOptions{Allocation: alloc})
 	require.NoError(t, err)
-	assert.Equal(t, alloc, cfg.Hosts)
+	assert.Equal(t, withWorkdir(alloc, "drover/j"), cfg.Hosts)
 	_, err = Load(noHosts, LoadOptions{})
 	assert.Contains(t, configErrors(t, err).Error(), "no hosts")
 }
@@ -102,4 +103,14 @@ func TestLoadSlurmErrors(t *testing.T) {
 		"slurm.partiton":      12,
 		"":                    0, // --inventory slurm outside an allocation
 	}, got)
+}
+
+// withWorkdir is hosts as Load returns them: the job's workdir filled in.
+func withWorkdir(hosts []Host, wd string) []Host {
+	out := make([]Host, len(hosts))
+	for i, h := range hosts {
+		h.Workdir = wd
+		out[i] = h
+	}
+	return out
 }

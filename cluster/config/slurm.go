@@ -1,7 +1,8 @@
-package cluster
+package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -120,7 +121,8 @@ func (w *walker) sbatchValue(t tbl, name, v string) bool {
 func (w *walker) allocationHosts(opts LoadOptions, key, why string) []Host {
 	switch {
 	case opts.Allocation != nil:
-		return opts.Allocation
+		return slices.Clone(opts.Allocation) // Load fills in defaults
+
 	case opts.Submit:
 		return nil
 	}
