@@ -20,8 +20,9 @@
 //	}
 //
 // Everything the cluster writes lives in one directory per fleet name and
-// testfleet slot (DROVER_TESTFLEET_SLOT), and its ports depend on the slot,
-// so checkouts running at once never share a cluster.
+// testfleet slot (DROVER_TESTFLEET_SLOT), and its ports follow the fleet's
+// subnet (unique per package and slot), so packages and checkouts running
+// at once never share a cluster.
 package slurmtest
 
 import (
@@ -186,7 +187,11 @@ func (c *Cluster) up() error {
 	c.Partition = "main"
 	c.Conf = filepath.Join(c.Dir, "slurm.conf")
 	ctldAddr := fleet.Hosts[0].Addr[:strings.LastIndexByte(fleet.Hosts[0].Addr, '.')] + ".1"
-	if err := c.writeConfig(name, ctldAddr, 7100+20*k, opts.CPUs); err != nil {
+	// Ports follow the fleet's subnet, unique per package and slot, so
+	// that packages (and checkouts) running at once never share a
+	// slurmctld port.
+	subnet, _ := strconv.Atoi(strings.Split(fleet.Hosts[0].Addr, ".")[2])
+	if err := c.writeConfig(name, ctldAddr, 6000+2*subnet, opts.CPUs); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
