@@ -428,3 +428,42 @@ func TestPlanInAllocation(t *testing.T) {
 	assert.Contains(t, string(got), `"MASTER_ADDR": "`+sl.Nodes[0]+`"`)
 	assert.Contains(t, string(got), `"WORLD_SIZE": "6"`)
 }
+
+// TestRunInAllocationInterrupted: drover run typed into an salloc shell
+// (the allocation's variables set, drover on the login node) trains on
+// the allocation's nodes; Ctrl-C stops it with nothing left on any node.
+func TestRunInAllocationInterrupted(t *testing.T) {
+	need(t)
+	j := newJob(t)
+	id := sl.Allocate(t, nodes)
+	list, err := sl.Output(context.Background(), "squeue", "--noheader", "--jobs="+id, "--format=%N")
+	require.NoError(t, err)
+	cmd := exec.Command(droverBin, "run", "--quiet", "--inventory", "slurm", j.path())
+	cmd.Dir = j.dir
+	cmd.Env = append(os.Environ(), sl.Env()...)
+	cmd.Env = append(cmd.Env, "PATH=/usr/bin:"+os.Getenv("PATH"), "SLURM_JOB_ID="+id, "SLURM_JOB_NODELIST="+strings.TrimSpace(list))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	j.waitCheckpoint(t)
+	findRank(t, 2, 5)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "output:\n%s", out.String())
+		assert.Equal(t, 130, ee.ExitCode(), "output:\n%s", out.String())
+	case <-time.After(jobTimeout):
+		t.Fatalf("drover did not stop within %s of Ctrl-C; output:\n%s", jobTimeout, out.String())
+	}
+	assertNoTrainers(t)
+	// The allocation is still there: drover stopped its steps, not the job.
+	require.NoError(t, sl.WaitState(context.Background(), id, "RUNNING"))
+	require.Eventually(t, func() bool {
+		steps, err := sl.Output(context.Background(), "squeue", "--steps", "--noheader", "--jobs="+id, "--format=%i")
+		return err == nil && strings.TrimSpace(strings.ReplaceAll(steps, id+".batch", "")) == ""
+	}, leftoverTimeout, 250*time.Millisecond, "steps of drover's left in job %s", id)
+}
