@@ -248,10 +248,18 @@ JobRequeue=1
 	if err := os.WriteFile(c.Conf, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	// This machine mixes cgroup v1 and v2; Slurm's autodetection fails on
-	// it, and task/none with proctrack/linuxproc needs no cgroup at all.
-	cg := "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nCgroupAutomount=no\n"
-	return os.WriteFile(filepath.Join(d, "cgroup.conf"), []byte(cg), 0o644)
+	return os.WriteFile(filepath.Join(d, "cgroup.conf"), []byte(cgroupConf()), 0o644)
+}
+
+// cgroupConf names the cgroup plugin slurmd must load even though
+// proctrack/linuxproc and task/none use no cgroup: Slurm's autodetection
+// fails on a hybrid v1/v2 hierarchy (systemd's tmpfs at /sys/fs/cgroup),
+// and v2 without systemd needs IgnoreSystemd.
+func cgroupConf() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return "CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n"
+	}
+	return "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nCgroupAutomount=no\n"
 }
 
 func (c *Cluster) startDaemons(ctx context.Context) error {
