@@ -47,8 +47,8 @@ type LoadOptions struct {
 	// A [job] table that is present is still checked.
 	HostsOnly bool
 	// Allocation, when drover runs inside a Slurm allocation, holds its
-	// hosts (slurm.AllocationHosts): they are the job's hosts when the job
-	// file says inventory = "slurm" or names no hosts at all.
+	// hosts (slurm.Allocation.Hosts): they are the job's hosts when the
+	// job file says inventory = "slurm" or names no hosts at all.
 	Allocation []Host
 	// Submit loads a job for drover submit (or plan --format sbatch): its
 	// hosts come from an allocation not made yet, so a job file with
