@@ -282,3 +282,52 @@ func (p *process) Wait() error {
 	}
 	return fmt.Errorf("%s: step of job %s ended without the command's status (%v): %w", host, p.t.opts.JobID, err, cluster.ErrConnectionLost)
 }
+
+// SharedFSError says that a node does not see this machine's filesystem,
+// which the slurm transport relies on for file access and for the step
+// helper.
+type SharedFSError struct {
+	Node, Path string
+	Err        error
+}
+
+func (e *SharedFSError) Error() string {
+	return fmt.Sprintf("node %s does not share %s with this machine (%v): drover inside Slurm needs the home directory, the workdir and the drover binary on a filesystem every node mounts at the same path", e.Node, e.Path, e.Err)
+}
+
+func (e *SharedFSError) Unwrap() error { return e.Err }
+
+// Dial returns the transport to node h once it has shown that it shares
+// this machine's home directory: a file written here must be there, read
+// by the step helper on the node. Without that, pushes and checkpoints
+// would land where no process looks.
+func Dial(ctx context.Context, h config.Host, o Options) (cluster.Transport, error) {
+	tr, err := New(h, o)
+	if err != nil {
+		return nil, err
+	}
+	home := tr.(*transport).opts.Home
+	dir := filepath.Join(home, ".drover")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("connect to %s (slurm): %w", h.Name, err)
+	}
+	f, err := os.CreateTemp(dir, "shared-check-")
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s (slurm): %w", h.Name, err)
+	}
+	marker := f.Name()
+	f.Close()
+	defer os.Remove(marker)
+	var out strings.Builder
+	p, err := tr.Start(ctx, cluster.Cmd{Args: []string{"test", "-f", marker}, Stdout: &out, Stderr: &out})
+	if err == nil {
+		err = p.Wait()
+	}
+	if err != nil {
+		if msg := strings.TrimSpace(out.String()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return nil, fmt.Errorf("connect to %s (slurm, job %s): %w", h.Name, o.JobID, &SharedFSError{Node: h.Name, Path: home, Err: err})
+	}
+	return tr, nil
+}

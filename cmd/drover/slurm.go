@@ -36,8 +36,8 @@ func slurmDialers() map[string]func(context.Context, config.Host) (cluster.Trans
 		return nil // the dial then names the transport it cannot reach
 	}
 	return map[string]func(context.Context, config.Host) (cluster.Transport, error){
-		config.TransportSlurm: func(_ context.Context, h config.Host) (cluster.Transport, error) {
-			return slurm.New(h, slurm.Options{JobID: a.JobID, Helper: []string{bin, slurmStepCommand}})
+		config.TransportSlurm: func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+			return slurm.Dial(ctx, h, slurm.Options{JobID: a.JobID, Helper: []string{bin, slurmStepCommand}})
 		},
 	}
 }
