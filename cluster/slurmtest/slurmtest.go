@@ -79,6 +79,8 @@ type Cluster struct {
 	started bool
 	mu      sync.Mutex
 	closed  bool
+	// reaperW is the write end of the pipe the crash reaper waits on.
+	reaperW *os.File
 }
 
 // Available reports why this machine cannot run a test cluster, or nil.
@@ -196,6 +198,9 @@ func (c *Cluster) up() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
 	defer cancel()
+	if err := c.startReaper(); err != nil {
+		return err
+	}
 	if err := c.startDaemons(ctx); err != nil {
 		return err
 	}
@@ -344,6 +349,29 @@ func stopLeftovers(dir string) {
 	}
 }
 
+// startReaper starts a detached process that stops slurmctld and munged
+// when this process dies without Close (panic, timeout, signal): it waits
+// for EOF on a pipe only this process writes to, as testfleet's reaper
+// does for the fleet (which takes the slurmds with its namespaces).
+func (c *Cluster) startReaper() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start reaper: %w", err)
+	}
+	defer r.Close()
+	script := `cat >/dev/null; for f in "$1/slurmctld.pid" "$1/munge/pid"; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done; exit 0`
+	cmd := exec.Command("sh", "-c", script, "sh", c.Dir)
+	cmd.Stdin = r
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("start reaper: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+	c.reaperW = w
+	return nil
+}
+
 // Close stops the daemons and tears the fleet (and its slurmds) down.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
@@ -358,6 +386,9 @@ func (c *Cluster) Close() error {
 	}
 	if c.Dir != "" {
 		stopLeftovers(c.Dir)
+	}
+	if c.reaperW != nil {
+		c.reaperW.Close() // the reaper finds nothing left to stop
 	}
 	return errors.Join(errs...)
 }
