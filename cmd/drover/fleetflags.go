@@ -31,14 +31,10 @@ func withFleetFlags(own ...cli.Flag) []cli.Flag {
 // Inside a Slurm allocation the allocation's nodes are available too
 // (inventory = "slurm", --inventory slurm, or a job without hosts).
 func loadJob(c *cli.Context, hostsOnly bool) (*config.Config, error) {
-	opts, _, err := allocation(config.LoadOptions{
+	return loadInAllocation(c.Args().First(), config.LoadOptions{
 		InventoryPath: c.String(flagInventory),
 		HostsOnly:     hostsOnly,
 	})
-	if err != nil {
-		return nil, err
-	}
-	return config.Load(c.Args().First(), opts)
 }
 
 // dialOptions are the options every dial of a command's hosts uses;

@@ -23,6 +23,15 @@ func allocation(opts config.LoadOptions) (config.LoadOptions, *slurm.Allocation,
 	return opts, a, nil
 }
 
+// loadInAllocation is config.Load with the allocation's nodes available.
+func loadInAllocation(path string, opts config.LoadOptions) (*config.Config, error) {
+	opts, _, err := allocation(opts)
+	if err != nil {
+		return nil, err
+	}
+	return config.Load(path, opts)
+}
+
 // slurmDialers reach the allocation's nodes with srun steps, the step
 // helper being this drover binary (which must be on the shared filesystem,
 // at the same path on every node). Outside an allocation there are none.

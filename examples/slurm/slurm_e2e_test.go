@@ -467,3 +467,26 @@ func TestRunInAllocationInterrupted(t *testing.T) {
 		return err == nil && strings.TrimSpace(strings.ReplaceAll(steps, id+".batch", "")) == ""
 	}, leftoverTimeout, 250*time.Millisecond, "steps of drover's left in job %s", id)
 }
+
+// TestExecInAllocation: drover exec fans a command out over the
+// allocation's nodes with srun steps, each line labelled with its node.
+func TestExecInAllocation(t *testing.T) {
+	need(t)
+	j := newJob(t)
+	id := sl.Allocate(t, nodes)
+	list, err := sl.Output(context.Background(), "squeue", "--noheader", "--jobs="+id, "--format=%N")
+	require.NoError(t, err)
+	cmd := exec.Command(droverBin, "exec", "--inventory", "slurm", j.path(), "--", "sh", "-c", `echo "$(hostname) step $SLURM_STEP_ID"; exit $1`, "sh", "3")
+	cmd.Dir = j.dir
+	cmd.Env = append(os.Environ(), sl.Env()...)
+	cmd.Env = append(cmd.Env, "SLURM_JOB_ID="+id, "SLURM_JOB_NODELIST="+strings.TrimSpace(list))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	assert.Equal(t, 3, ee.ExitCode(), "the worst node's status")
+	for _, n := range sl.Nodes {
+		assert.Regexp(t, `(?m)^\[`+n+`\] `+n+` step [0-9]+$`, out.String())
+	}
+}
