@@ -95,7 +95,10 @@ type job struct {
 
 // newJob writes a job file as a hand-run fleet has it, [[host]] tables
 // and all: drover submit runs it on the allocation's nodes instead.
-func newJob(t *testing.T) *job {
+func newJob(t *testing.T) *job { return newFrameworkJob(t, "pytorch") }
+
+// newFrameworkJob is newJob with drover's pytorch or torchrun layout.
+func newFrameworkJob(t *testing.T, framework string) *job {
 	t.Helper()
 	code, err := filepath.Abs("../pytorch-ddp")
 	require.NoError(t, err)
@@ -104,7 +107,7 @@ func newJob(t *testing.T) *job {
 	j := &job{dir: dir, workdir: filepath.Join(dir, "work"), name: "ddp"}
 	body := fmt.Sprintf(`[job]
 name = %q
-framework = "pytorch"
+framework = %q
 command = ["python3", "train.py", "--steps", "%d", "--ckpt-every", "%d", "--sleep-per-step", %q]
 code = %q
 workdir = %q
@@ -127,7 +130,7 @@ requeue = true
 name = "gpu-a"
 address = "10.0.0.11"
 gpus = "auto"
-`, j.name, trainSteps, ckptEvery, stepSleep, code, j.workdir, procsPerHst, nodes)
+`, j.name, framework, trainSteps, ckptEvery, stepSleep, code, j.workdir, procsPerHst, nodes)
 	require.NoError(t, os.WriteFile(j.path(), []byte(body), 0o644))
 	return j
 }
@@ -315,6 +318,18 @@ func TestSubmitTraining(t *testing.T) {
 		}
 		assertNoTrainers(t)
 		t.Logf("params_sha256=%s", ref)
+	})
+	t.Run("torchrun", func(t *testing.T) {
+		if ref == "" {
+			t.Skip("needs the undisturbed run's parameters")
+		}
+		// One torchrun step per node, which spawns the node's two workers.
+		j := newFrameworkJob(t, "torchrun")
+		j.submit(t)
+		j.wait(t)
+		require.Equal(t, []string{"attempt-1"}, j.attempts(t), "batch output:\n%s", j.batchOutput())
+		assert.Equal(t, ref, finalHash(t, j.log(t, "attempt-1", "node-0")), "torchrun and pytorch runs disagree")
+		assertNoTrainers(t)
 	})
 	t.Run("killed-worker", func(t *testing.T) {
 		if ref == "" {
