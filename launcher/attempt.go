@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -87,6 +86,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		out := a.setupFailure(err)
 		out.hostLost = false
 		return out
+	}
+	if err := a.holdWorkdirs(ctx, conns); err != nil {
+		return a.setupFailure(err)
 	}
 	hosts = hosts[:0]
 	for _, c := range conns {
@@ -502,7 +504,7 @@ type running struct {
 	ctl     *control
 	started time.Time
 	outs    []io.Closer
-	logFile *os.File
+	logFile io.WriteCloser
 	// stderrTail is the end of its stderr, for a root cause when it
 	// fails without an error file.
 	stderrTail *cluster.TailBuffer
@@ -540,9 +542,7 @@ func describeExit(err error) (text string, code int, lost bool) {
 // supervise starts every process and watches the group until it succeeds,
 // one process fails, or the user interrupts.
 func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
-	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
-		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
-	}
+	a.r.makeLogDir(a.logDir)
 	byHost := map[string]*hostConn{}
 	for _, c := range conns {
 		byHost[c.host.Name] = c
@@ -564,11 +564,7 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 		c := byHost[p.Host.Name]
 		rp := &running{p: p, ctl: newControl(), started: a.r.now()}
 		procs[i] = rp
-		f, err := os.Create(filepath.Join(a.logDir, p.Name()+".log"))
-		if err != nil {
-			startErr = fmt.Errorf("create log file: %w", err)
-			break
-		}
+		f := a.r.createLog(filepath.Join(a.logDir, p.Name()+".log"))
 		rp.logFile = f
 		fileSink := logstream.NewSink(f)
 		mk := func() io.Writer {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -46,6 +47,9 @@ type RunOptions struct {
 	// PushCacheDir is push.Options.CacheDir for the push before each
 	// attempt: with it, a restart re-hashes only the files that changed.
 	PushCacheDir string
+	// Force takes over workdirs that another live run holds (see package
+	// lease); that run then stops.
+	Force bool
 
 	// Inside a Slurm allocation (see slurm.go): its hosts, and where the
 	// restart count starts.
@@ -109,6 +113,10 @@ type runner struct {
 	replaced map[string]string // unreachable host name -> spare name
 	// logRoot is the directory holding every run's logs (runs/).
 	logRoot string
+	// leases are this run's hold on the hosts' workdirs.
+	leases *lease.Holder
+	// logFailOnce: a failing local log disk is reported once per run.
+	logFailOnce sync.Once
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -186,6 +194,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}()
 
+	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
+	defer releaseLeases()
+
 	restarts := 0
 	total := cfg.Job.MaxRestarts + 1
 	for attempt := 1; ; attempt++ {
@@ -207,7 +218,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			out.interrupted = true
 		}
 		switch {
-		case out.err != nil && attempt == 1 && config.IsConfigError(out.err):
+		case out.err != nil && attempt == 1 && (config.IsConfigError(out.err) || IsHeld(out.err)):
 			return nil, out.err
 		case out.interrupted:
 			res.Outcome = Interrupted

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/lease"
 )
 
 func runCommand() *cli.Command {
@@ -18,6 +20,7 @@ func runCommand() *cli.Command {
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
+			&cli.BoolFlag{Name: "force", Usage: "take over workdirs that another live drover run holds (that run stops)"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -52,10 +55,15 @@ func runCommand() *cli.Command {
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),
 				Hard:          hard,
+				Force:         c.Bool("force"),
 			})
 			if err != nil {
 				if ctx.Err() != nil {
 					return cli.Exit(err.Error(), exitInterrupted)
+				}
+				if launcher.IsHeld(err) {
+					// Another live run: a usage error, nothing was touched.
+					return cli.Exit(err.Error(), exitConfig)
 				}
 				return err
 			}
@@ -64,6 +72,10 @@ func runCommand() *cli.Command {
 			case launcher.Succeeded:
 				return nil
 			case launcher.Interrupted:
+				if lost := (*lease.LostError)(nil); errors.As(res.Err, &lost) {
+					// Another run took over with --force: this one failed.
+					return cli.Exit(lost.Error(), exitFailed)
+				}
 				return cli.Exit("", exitInterrupted)
 			default:
 				return cli.Exit("", exitFailed)
