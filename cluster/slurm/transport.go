@@ -205,16 +205,25 @@ func (p *process) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	step := p.step
 	p.mu.Unlock()
-	if sig == syscall.SIGKILL {
-		// Slurm signals a step's processes one by one, not as a group:
-		// between two kills the command could reap a killed child and
-		// exit 137, and the helper report that as an exit. Stopped first,
-		// nothing runs until all are dead.
-		if err := p.scancel(syscall.SIGSTOP, step); err != nil {
-			return err
-		}
+	if sig == syscall.SIGSTOP || sig == syscall.SIGCONT {
+		return p.scancel(sig, step)
 	}
-	return p.scancel(sig, step)
+	// Slurm signals a step's processes one by one, not as a group as
+	// killpg does: between two of them a shell could see its child die
+	// and run on (`sleep 301; echo survived`), or reap a killed child and
+	// exit 137 before its own SIGKILL. Stopped first, no process runs
+	// until every one has the signal pending; SIGCONT then lets them take
+	// it (SIGKILL needs no SIGCONT).
+	if err := p.scancel(syscall.SIGSTOP, step); err != nil {
+		return err
+	}
+	if err := p.scancel(sig, step); err != nil {
+		return err
+	}
+	if sig == syscall.SIGKILL {
+		return nil
+	}
+	return p.scancel(syscall.SIGCONT, step)
 }
 
 func (p *process) scancel(sig syscall.Signal, step string) error {
