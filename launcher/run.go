@@ -14,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -25,8 +26,9 @@ type RunOptions struct {
 	// LogDir is where runs/<job>-<start>/ goes; default: "runs" next to
 	// the job file.
 	LogDir string
-	// AgentBinary is the local drover binary installed on hosts as the
-	// per-process supervisor (usually os.Executable()).
+	// AgentBinary is the running drover binary (usually os.Executable());
+	// hosts get it, or the agent for their platform found beside it
+	// (remote.FindAgents), as the per-process supervisor.
 	AgentBinary string
 	Dial        cluster.DialOptions
 	// Out receives every process's output, one prefixed line at a time.
@@ -106,6 +108,9 @@ type runner struct {
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
 	events *eventLog
+	// agents are the binaries hosts get as their agent (found once, next
+	// to opts.AgentBinary).
+	agents remote.Agents
 
 	mu       sync.Mutex
 	procs    map[string]*ProcSummary // by process name
@@ -117,10 +122,12 @@ type runner struct {
 	leases *lease.Holder
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
+	ckptState
 }
 
 func newRunner(opts RunOptions) *runner {
 	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	r.agents = remote.FindAgents(opts.AgentBinary)
 	if r.opts.Dial.KnownHosts == nil {
 		// One parse of known_hosts for every dial of every attempt; a
 		// file that changes is parsed again.
@@ -162,10 +169,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	start := r.now()
-	logDir := r.opts.LogDir
-	if logDir == "" {
-		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
-	}
+	logDir := LogRoot(cfg, r.opts.LogDir)
 	r.logRoot = logDir
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)

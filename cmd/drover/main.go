@@ -64,6 +64,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			probeCommand(),
 			runCommand(),
 			submitCommand(),
+			checkpointsCommand(),
 			agentCommand(),
 			slurmStep(),
 		},
