@@ -351,6 +351,9 @@ func TestSubmitTraining(t *testing.T) {
 		events, err := os.ReadFile(filepath.Join(j.runDir(t), "events.log"))
 		require.NoError(t, err)
 		assert.Contains(t, string(events), "attempt 1/3: worker-3@"+sl.Nodes[1]+" exited 137 (SIGKILL)")
+		if testing.Verbose() {
+			t.Logf("drover's events:\n%s", events)
+		}
 		assertNoTrainers(t)
 	})
 	t.Run("requeued", func(t *testing.T) {
