@@ -372,7 +372,8 @@ func (c *Cluster) startReaper() error {
 	return nil
 }
 
-// Close stops the daemons and tears the fleet (and its slurmds) down.
+// Close stops the daemons, tears the fleet (and its slurmds) down and
+// removes the cluster's directory.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -386,6 +387,9 @@ func (c *Cluster) Close() error {
 	}
 	if c.Dir != "" {
 		stopLeftovers(c.Dir)
+		// Best effort: a daemon killed a moment ago may still be writing
+		// there, and the next run of this package removes it anyway.
+		_ = os.RemoveAll(c.Dir)
 	}
 	if c.reaperW != nil {
 		c.reaperW.Close() // the reaper finds nothing left to stop
