@@ -224,3 +224,18 @@ func TestSFTPLinkCutMidTransfer(t *testing.T) {
 		func(cluster.Transport) { require.NoError(t, fleet.Cut(1)) },
 		func() { require.NoError(t, fleet.Heal(1)); healed = true })
 }
+
+// TestSafetySFTP runs the safety scenarios over real SFTP to the fleet.
+func TestSafetySFTP(t *testing.T) {
+	testfleet.Need(t, fleet)
+	fss := make([]cluster.FS, len(fleet.Hosts))
+	for i := range fleet.Hosts {
+		fss[i] = sftpFS(t, dial(t, i))
+	}
+	for n, tc := range safetyTests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(&env{t: t, local: t.TempDir(), fs: fss[n%len(fss)], dir: fmt.Sprintf("safety/%s/work", tc.name)})
+		})
+	}
+}

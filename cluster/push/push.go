@@ -49,7 +49,17 @@ const IgnoreFile = ".droverignore"
 type Options struct {
 	// Exclude are job.exclude patterns (gitignore syntax), applied after
 	// those of .droverignore so that the job file has the last word.
+	// Excluded paths are left alone on the hosts: a file pushed before
+	// and excluded now is neither sent nor deleted, as with rsync without
+	// --delete-excluded.
 	Exclude []string
+	// Protect are paths relative to the workdir (slash-separated; the
+	// code directory's paths are the workdir's) that push never sends,
+	// overwrites or deletes, with everything under them, whatever
+	// Exclude and .droverignore say: the job's checkpoint_dir and log
+	// directory when they lie inside the code directory (ForJob). The
+	// workdir's .drover is always protected.
+	Protect []string
 	// Progress, when set, is called as a host's push advances. Calls for
 	// one host are serialized; calls for different hosts (concurrent
 	// Syncs) are not, so a shared callback must lock.
@@ -110,6 +120,7 @@ type Tree struct {
 	// Bytes is the total size of Files.
 	Bytes int64
 
+	match    *Matcher // what is excluded: left alone on the hosts
 	manifest []byte   // the manifest a host holds once it has this tree
 	lines    []string // its entries' lines: Files, then Dirs
 	key      string   // stateKey(manifest)
@@ -128,6 +139,12 @@ func (t *Tree) encode() {
 	if len(t.Files)+len(t.Dirs) == 0 {
 		t.lines = nil
 	}
+}
+
+// excluded reports whether a path the host's manifest lists is excluded
+// now: push leaves it alone rather than deleting it.
+func (t *Tree) excluded(rel string, isDir bool) bool {
+	return t.match != nil && t.match.Excluded(rel, isDir)
 }
 
 // File is one regular file of the tree. A symlink inside the code directory
@@ -184,11 +201,14 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, p := range opts.Protect {
+		m.Protect(p)
+	}
 	s := &scanner{root: root, m: m}
 	if err := s.walk(root, "", []string{root}); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
-	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs}
+	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, match: m}
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
 	cacheFile, dirty := "", false
@@ -650,7 +670,11 @@ func (s *syncer) planFromManifest(p *plan, old []byte) error {
 				p.unchange++
 			}
 		},
-		func(path string) { p.deletes = append(p.deletes, path) },
+		func(path string) {
+			if !t.excluded(path, false) {
+				p.deletes = append(p.deletes, path)
+			}
+		},
 		func(i int, o *lineEntry) {
 			switch d := t.Dirs[i]; {
 			case o == nil:
@@ -659,7 +683,11 @@ func (s *syncer) planFromManifest(p *plan, old []byte) error {
 				p.chdirs = append(p.chdirs, d)
 			}
 		},
-		func(path string) { p.rmdirs = append(p.rmdirs, path) })
+		func(path string) {
+			if !t.excluded(path, true) {
+				p.rmdirs = append(p.rmdirs, path)
+			}
+		})
 	// Deepest first, so a directory is empty (of pushed files) when its
 	// turn comes.
 	sort.Slice(p.rmdirs, func(i, j int) bool { return p.rmdirs[i] > p.rmdirs[j] })

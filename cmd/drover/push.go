@@ -53,7 +53,9 @@ type pushOutcome struct {
 }
 
 func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
-	opts := push.Options{Exclude: cfg.Job.Exclude, CacheDir: cacheDir()}
+	// The rule `drover run` pushes by, with its default log directory.
+	opts := push.ForJob(cfg, "")
+	opts.CacheDir = cacheDir()
 	// The scan runs while the hosts are dialled (it is most of a push's
 	// local work, and the handshakes are waiting on the hosts anyway). A
 	// bad .droverignore or an escaping symlink stops the dials and is
