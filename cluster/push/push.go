@@ -72,6 +72,9 @@ type Options struct {
 	// does: re-hashing a 70 MB tree was most of a no-op push. Empty
 	// hashes every file every time.
 	CacheDir string
+	// Verify is how much of what each host holds is checked against its
+	// manifest; see the constants.
+	Verify Verify
 }
 
 func (o Options) concurrency() int {
@@ -467,6 +470,10 @@ type plan struct {
 	// send[i] waits, tmpName(i) when tmp is nil.
 	roots []string
 	tmp   []string
+	// unlink are symbolic links on the host where the tree has a
+	// directory: commit removes them (not what they point to) before the
+	// directory is pushed in their place (guard).
+	unlink []string
 }
 
 func (p *plan) tmpOf(i int) string {
@@ -497,6 +504,11 @@ func (s *syncer) run(ctx context.Context) error {
 	p, err := s.plan(ctx)
 	if err != nil {
 		return err
+	}
+	if !p.empty() || s.opts.Verify != VerifyNone {
+		if err := s.guard(ctx, p); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.res.FilesUnchanged = p.unchange + len(p.meta)
@@ -958,6 +970,12 @@ func parallel(fns ...func() error) error {
 // therefore always vouches for a complete push, and an upload whose
 // content fails to arrive leaves the state files as they were.
 func (s *syncer) commit(ctx context.Context, p *plan) error {
+	for _, rel := range p.unlink {
+		// The link itself: Remove never follows it.
+		if err := s.fs.Remove(s.remote(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fileErr("replace the symbolic link", rel, err)
+		}
+	}
 	deleted := 0
 	var dmu sync.Mutex
 	err := forEach(ctx, len(p.deletes), s.opts.concurrency(), func(_ context.Context, i int) error {

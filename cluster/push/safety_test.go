@@ -1,8 +1,13 @@
 package push
 
 import (
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,6 +24,9 @@ var safetyTests = []struct {
 }{
 	{"CheckpointsNeverPushedOrDeleted", testCheckpointsProtected},
 	{"ExcludedLaterLeftAlone", testExcludedLaterLeftAlone},
+	{"SymlinkedDirReplacedSFTP", func(e *env) { testSymlinkedDir(e, 0) }},
+	{"SymlinkedDirReplacedStream", func(e *env) { testSymlinkedDir(e, 2*streamMin) }},
+	{"SymlinkedFileNotChmodded", testSymlinkedFile},
 }
 
 func TestSafetyOSFS(t *testing.T) {
@@ -102,4 +110,99 @@ func testExcludedLaterLeftAlone(e *env) {
 	res = e.push(nil, Options{})
 	assert.Equal(t, 2, res.FilesSent, "data/labels.csv and scripts/run.sh (no longer in the manifest)")
 	assert.Equal(t, "changed locally", e.remote()["data/labels.csv"].Content)
+}
+
+// dataset makes a directory beside the workdir, as a user's ~/dataset,
+// and returns its absolute path on the host.
+func (e *env) dataset() string {
+	e.t.Helper()
+	home, err := e.fs.Home()
+	require.NoError(e.t, err)
+	dir := path.Join(home, path.Dir(e.dir), "dataset")
+	for name, content := range map[string]string{"README": "precious", "other.txt": "also precious"} {
+		require.NoError(e.t, e.fs.MkdirAll(dir, 0o755))
+		w, err := e.fs.Create(path.Join(dir, name))
+		require.NoError(e.t, err)
+		_, err = io.WriteString(w, content)
+		require.NoError(e.t, err)
+		require.NoError(e.t, w.Close())
+	}
+	require.NoError(e.t, e.fs.Chmod(path.Join(dir, "README"), 0o600))
+	return dir
+}
+
+// linkOver replaces rel in the workdir with a symbolic link to target.
+func (e *env) linkOver(rel, target string) {
+	e.t.Helper()
+	require.NoError(e.t, e.fs.RemoveAll(path.Join(e.dir, rel)))
+	require.NoError(e.t, e.fs.Symlink(target, path.Join(e.dir, rel)))
+}
+
+// requireDataset fails unless dir holds exactly what dataset made.
+func (e *env) requireDataset(dir string) {
+	e.t.Helper()
+	got := snapshot(e.t, e.fs, dir, false)
+	require.Len(e.t, got, 2, "the dataset behind the link: %v", got)
+	assert.Equal(e.t, "precious", got["README"].Content)
+	assert.Equal(e.t, fs.FileMode(0o600), got["README"].Mode)
+	assert.Equal(e.t, "also precious", got["other.txt"].Content)
+}
+
+// testSymlinkedDir is issue 21's first item: after a push, the host's
+// workdir/data is replaced by a link to ~/dataset. The next push must not
+// write through it (the link is replaced by the pushed directory, as
+// rsync does), and once data/ is gone locally, must not delete through
+// it. extra files under data/ make the push go as a tar stream.
+func testSymlinkedDir(e *env, extra int) {
+	t := e.t
+	files := map[string]string{"train.py": "train", "data/README": "ours v1"}
+	for i := range extra {
+		files[fmt.Sprintf("data/part-%02d.csv", i)] = "v1"
+	}
+	writeFiles(t, e.local, files)
+	e.push(nil, Options{})
+	dataset := e.dataset()
+	e.linkOver("data", dataset)
+
+	for p := range files {
+		if strings.HasPrefix(p, "data/") {
+			files[p] = "v2 of " + p
+		}
+	}
+	writeFiles(t, e.local, files)
+	res := e.push(nil, Options{})
+	assert.Equal(t, extra > 0, res.streamed, "streamed")
+	e.requireDataset(dataset)
+	assert.Equal(t, e.pushed(), e.remote(), "data/ pushed in place of the link")
+	info, err := e.fs.Lstat(path.Join(e.dir, "data"))
+	require.NoError(t, err)
+	assert.True(t, info.IsDir(), "data on the host: %v", info.Mode())
+
+	// The link comes back, and data/ goes away locally: nothing behind
+	// the link is deleted, and the link itself stays.
+	e.linkOver("data", dataset)
+	require.NoError(t, os.RemoveAll(filepath.Join(e.local, "data")))
+	res = e.push(nil, Options{})
+	assert.Equal(t, 0, res.FilesDeleted)
+	assert.NotEmpty(t, res.Warnings, "the link left alone is reported")
+	e.requireDataset(dataset)
+	target, err := e.fs.Readlink(path.Join(e.dir, "data"))
+	require.NoError(t, err)
+	assert.Equal(t, dataset, target)
+}
+
+// testSymlinkedFile: a pushed file replaced on the host by a link to a
+// file of the user's; a push that changes only its mode or mtime must
+// not chmod the link's target, but put the file back.
+func testSymlinkedFile(e *env) {
+	t := e.t
+	writeFiles(t, e.local, map[string]string{"train.py": "train", "run.sh": "#!/bin/sh\n"})
+	e.push(nil, Options{})
+	dataset := e.dataset()
+	e.linkOver("run.sh", path.Join(dataset, "README"))
+	require.NoError(t, os.Chmod(filepath.Join(e.local, "run.sh"), 0o755))
+	res := e.push(nil, Options{})
+	assert.Equal(t, 1, res.FilesSent)
+	e.requireDataset(dataset)
+	assert.Equal(t, e.pushed(), e.remote())
 }
