@@ -389,6 +389,9 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 	// inside the code directory never pushed, overwritten or deleted.
 	opts := push.ForJob(a.cfg, a.r.logRoot)
 	opts.CacheDir = a.r.opts.PushCacheDir
+	// What is about to run is checked (sizes and mtimes): a file edited
+	// or deleted on a host since the last push is put back.
+	opts.Verify = push.VerifyStat
 	tree, err := push.ScanLocal(a.cfg.Job.Code, opts)
 	if err != nil {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,6 +28,8 @@ var safetyTests = []struct {
 	{"SymlinkedDirReplacedSFTP", func(e *env) { testSymlinkedDir(e, 0) }},
 	{"SymlinkedDirReplacedStream", func(e *env) { testSymlinkedDir(e, 2*streamMin) }},
 	{"SymlinkedFileNotChmodded", testSymlinkedFile},
+	{"VerifyRepairsDrift", testVerifyRepairsDrift},
+	{"VerifyRepairsDriftStream", testVerifyRepairsManyFiles},
 }
 
 func TestSafetyOSFS(t *testing.T) {
@@ -204,5 +207,63 @@ func testSymlinkedFile(e *env) {
 	res := e.push(nil, Options{})
 	assert.Equal(t, 1, res.FilesSent)
 	e.requireDataset(dataset)
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// testVerifyRepairsDrift is issue 21's sixth item: files edited, deleted
+// or re-moded on the host after a push. A plain push trusts the manifest;
+// VerifyStat (drover run) repairs what shows in sizes, mtimes and modes;
+// VerifyContent (drover push --verify) also what does not.
+func testVerifyRepairsDrift(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	e.writeRemote("lib/model.py", "edited on the host, longer than before")
+	require.NoError(t, e.fs.Remove(path.Join(e.dir, "conf/base.yaml")))
+	require.NoError(t, e.fs.RemoveAll(path.Join(e.dir, "deep/a/b")))
+	require.NoError(t, e.fs.Chmod(path.Join(e.dir, "scripts/run.sh"), 0o700))
+
+	res := e.push(nil, Options{})
+	assert.Equal(t, 0, res.FilesSent, "a plain push trusts the manifest")
+
+	res = e.push(nil, Options{Verify: VerifyStat})
+	assert.Equal(t, 3, res.FilesSent, "lib/model.py, conf/base.yaml, deep/a/b/c/d/e.py")
+	assert.Equal(t, len(v1)-3, res.FilesUnchanged)
+	assert.Equal(t, e.pushed(), e.remote())
+
+	// Nothing drifted: verifying reads, and writes nothing.
+	c := newCountingFS(e.fs)
+	res = e.push(c, Options{Verify: VerifyStat})
+	assert.Equal(t, 0, res.FilesSent)
+	for _, o := range []op{opCreate, opRename, opRemove, opRemoveAll, opChmod, opChtimes, opMkdirAll, opOpen} {
+		assert.Zero(t, c.n(o), "%s calls in a verified push with nothing to do", o)
+	}
+	assert.Equal(t, 1, c.n(opReadlink), "the sum")
+
+	// The same size and mtime: only the content tells.
+	e.writeRemote("train.py", "print('v9')\n")
+	mt := time.Date(2001, 2, 3, 4, 5, len("train.py")%60, 0, time.UTC)
+	require.NoError(t, e.fs.Chtimes(path.Join(e.dir, "train.py"), mt, mt))
+	res = e.push(nil, Options{Verify: VerifyStat})
+	assert.Equal(t, 0, res.FilesSent, "size and mtime as pushed")
+	res = e.push(nil, Options{Verify: VerifyContent})
+	assert.Equal(t, 1, res.FilesSent)
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// testVerifyRepairsManyFiles: enough drift for the tar stream, the
+// directory holding it deleted on the host.
+func testVerifyRepairsManyFiles(e *env) {
+	t := e.t
+	files := map[string]string{"train.py": "t"}
+	for i := range 2 * streamMin {
+		files[fmt.Sprintf("pkg/m%02d.py", i)] = fmt.Sprintf("m%d", i)
+	}
+	writeFiles(t, e.local, files)
+	e.push(nil, Options{})
+	require.NoError(t, e.fs.RemoveAll(path.Join(e.dir, "pkg")))
+	res := e.push(nil, Options{Verify: VerifyStat})
+	assert.Equal(t, 2*streamMin, res.FilesSent)
+	assert.True(t, res.streamed)
 	assert.Equal(t, e.pushed(), e.remote())
 }

@@ -26,11 +26,12 @@ func pushCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
 			&cli.StringFlag{Name: "hosts", Usage: "push only to these hosts (comma-separated names)"},
+			&cli.BoolFlag{Name: "verify", Usage: "read back every pushed file and compare its SHA-256; repair what differs"},
 			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--accept-new-hosts] JOB.toml", exitConfig)
+				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--verify] [--accept-new-hosts] JOB.toml", exitConfig)
 			}
 			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory")})
 			if err != nil {
@@ -56,6 +57,9 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 	// The rule `drover run` pushes by, with its default log directory.
 	opts := push.ForJob(cfg, "")
 	opts.CacheDir = cacheDir()
+	if c.Bool("verify") {
+		opts.Verify = push.VerifyContent
+	}
 	// The scan runs while the hosts are dialled (it is most of a push's
 	// local work, and the handshakes are waiting on the hosts anyway). A
 	// bad .droverignore or an escaping symlink stops the dials and is

@@ -116,3 +116,46 @@ func TestPushCommandLocalErrors(t *testing.T) {
 	status, _, _ = runPush("--hosts", "zz", job)
 	assert.Equal(t, exitConfig, status)
 }
+
+// TestPushCommandSameRuleAsRun: with code = "." (the examples' layout),
+// `drover push` sends neither runs/ (which `drover run` writes there and
+// never pushed) nor checkpoint_dir, and --verify repairs a file edited on
+// a host that a plain push trusts.
+func TestPushCommandSameRuleAsRun(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(t.TempDir(), "w")
+	files := map[string]string{
+		"train.py":                    "print(1)\n",
+		"runs/job-1/events.log":       "a local run's log\n",
+		"checkpoints/step-1/model.pt": "a local smoke test's weights\n",
+		"job.toml": fmt.Sprintf("[job]\nname = \"rule\"\nframework = \"pytorch\"\ncommand = [\"python3\", \"train.py\"]\ncode = \".\"\n"+
+			"workdir = %q\ncheckpoint_dir = \"checkpoints\"\n\n[[host]]\nname = \"a\"\ntransport = \"local\"\ngpus = []\n", work),
+	}
+	for p, c := range files {
+		full := filepath.Join(dir, p)
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		require.NoError(t, os.WriteFile(full, []byte(c), 0o644))
+	}
+	job := filepath.Join(dir, "job.toml")
+	code, _, stderr := runPush(job)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	for _, p := range []string{"runs", "checkpoints"} {
+		_, err := os.Stat(filepath.Join(work, p))
+		assert.True(t, os.IsNotExist(err), "%s pushed: %v", p, err)
+	}
+
+	train := filepath.Join(work, "train.py")
+	info, err := os.Stat(train)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(train, []byte("print(2)\n"), 0o644))
+	require.NoError(t, os.Chtimes(train, info.ModTime(), info.ModTime()))
+	code, stdout, stderr := runPush(job)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, stdout, "a: 0 sent")
+	code, stdout, stderr = runPush("--verify", job)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, stdout, "a: 1 sent")
+	data, err := os.ReadFile(train)
+	require.NoError(t, err)
+	assert.Equal(t, "print(1)\n", string(data))
+}
