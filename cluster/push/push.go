@@ -390,10 +390,11 @@ func hashFiles(files []File) error {
 // the host in errors and progress ("h3 (10.0.0.13)"). remoteDir is relative
 // to the login user's home unless absolute.
 //
-// On error the tree on the host is the previous one, unless the error came
-// after every upload had arrived (while moving files into place), when each
-// file is either its old or its new version; the next Sync repairs it either
-// way.
+// On error the tree on the host is the previous one, unless the error is
+// a *CommitError: it came while moving files into place, and each file is
+// either its old or its new version until the next Sync repairs it.
+// Cancelling ctx stops a push before its commit (the previous tree stays)
+// but not during it (the new tree is complete, and Sync returns nil).
 func Sync(ctx context.Context, fsys cluster.FS, hostLabel string, tree *Tree, remoteDir string, opts Options) (res Result, err error) {
 	start := time.Now()
 	res.Host = hostLabel
@@ -576,8 +577,13 @@ func (s *syncer) run(ctx context.Context) error {
 		return err
 	}
 	s.report(func(pr *Progress) { pr.Phase = PhaseCommit })
-	if err := s.commit(ctx, p); err != nil {
-		return err
+	// Once files start moving, cancelling (Ctrl-C) no longer stops them:
+	// the commit is renames on the host, with no content left to send,
+	// and finishing it is what leaves each host holding either its old
+	// tree or the new one. Only a lost connection (or a host refusing a
+	// rename) stops it part-way, and says so.
+	if err := s.commit(context.WithoutCancel(ctx), p); err != nil {
+		return &CommitError{Err: err}
 	}
 	s.report(func(pr *Progress) { pr.Phase = PhaseDone })
 	return nil
@@ -1220,6 +1226,22 @@ feed:
 	}
 	return ctx.Err()
 }
+
+// CommitError is a push that failed while it moved the uploaded files
+// into place: the host holds some new files among the old ones, and a
+// journal naming every entry in doubt, from which the next push (every
+// `drover run` pushes before it starts anything) repairs it. A push that
+// fails before its commit leaves the previous tree; one whose commit
+// finished, the new tree, even if it was cancelled meanwhile.
+type CommitError struct {
+	Err error
+}
+
+func (e *CommitError) Error() string {
+	return fmt.Sprintf("stopped while moving files into place (%v): the host holds a mix of the previous and the new files until the next push or run repairs it", e.Err)
+}
+
+func (e *CommitError) Unwrap() error { return e.Err }
 
 // fileErr describes a failed operation on a pushed file by its path in the
 // tree ("upload train.py: permission denied") rather than by the temporary

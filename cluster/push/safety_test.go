@@ -1,6 +1,8 @@
 package push
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -30,6 +32,9 @@ var safetyTests = []struct {
 	{"SymlinkedFileNotChmodded", testSymlinkedFile},
 	{"VerifyRepairsDrift", testVerifyRepairsDrift},
 	{"VerifyRepairsDriftStream", testVerifyRepairsManyFiles},
+	{"CancelledDuringCommitFinishes", func(e *env) { testCancelledDuringCommit(e, 0) }},
+	{"CancelledDuringCommitFinishesStream", func(e *env) { testCancelledDuringCommit(e, 4*streamMin) }},
+	{"CutDuringCommitSaysMixed", testCutDuringCommit},
 }
 
 func TestSafetyOSFS(t *testing.T) {
@@ -265,5 +270,70 @@ func testVerifyRepairsManyFiles(e *env) {
 	res := e.push(nil, Options{Verify: VerifyStat})
 	assert.Equal(t, 2*streamMin, res.FilesSent)
 	assert.True(t, res.streamed)
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// testCancelledDuringCommit is issue 21's fourth item: Ctrl-C once the
+// commit has begun. The host must not be left with some new files among
+// old ones: the commit finishes, Sync says the host has the new tree, and
+// it has.
+func testCancelledDuringCommit(e *env, extra int) {
+	t := e.t
+	files := map[string]string{}
+	for p, c := range v1 {
+		files[p] = c
+	}
+	for i := range extra {
+		files[fmt.Sprintf("lib/gen/m%03d.py", i)] = "v1"
+	}
+	writeFiles(t, e.local, files)
+	e.push(nil, Options{})
+	for p := range files {
+		files[p] = "v2 " + p
+	}
+	delete(files, "train.py")
+	require.NoError(t, os.Remove(filepath.Join(e.local, "train.py")))
+	writeFiles(t, e.local, files)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var committing bool
+	opts := Options{Concurrency: 2, Progress: func(p Progress) {
+		if p.Phase == PhaseCommit {
+			committing = true
+			cancel()
+		}
+	}}
+	res, err := Sync(ctx, e.fs, "h0", e.scan(opts), e.dir, opts)
+	require.True(t, committing, "the commit never began")
+	require.NoError(t, err, "a commit that began is finished")
+	assert.Equal(t, len(files), res.FilesSent)
+	assert.Equal(t, 1, res.FilesDeleted)
+	assert.Equal(t, e.pushed(), e.remote())
+	_, err = e.fs.Lstat(path.Join(e.dir, journalName))
+	assert.ErrorIs(t, err, fs.ErrNotExist, "journal after a finished commit")
+	// And the host's state vouches for it: nothing to do.
+	res = e.push(nil, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+}
+
+// testCutDuringCommit: only a failure of the host or the connection
+// stops a commit part-way; the error says the tree is mixed (a typed
+// error the CLI reports per host), and the next push repairs it.
+func testCutDuringCommit(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	e.push(nil, Options{})
+	for p := range v1 {
+		writeFiles(t, e.local, map[string]string{p: "v2 " + p})
+	}
+	c := newCutFS(e.fs, 1<<40, 4) // the journal's rename and three files'
+	_, err := Sync(context.Background(), c, "h0", e.scan(Options{}), e.dir, Options{Concurrency: 1})
+	require.ErrorIs(t, err, errCut)
+	var ce *CommitError
+	require.True(t, errors.As(err, &ce), "%v", err)
+	assert.NotEqual(t, e.pushed(), e.remote(), "cut part-way: mixed")
+	res := e.push(nil, Options{})
+	assert.Equal(t, len(v1), res.FilesSent, "every entry in doubt is sent again")
 	assert.Equal(t, e.pushed(), e.remote())
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -136,11 +138,50 @@ func reportPush(stdout, stderr io.Writer, hosts []cluster.Host, outcomes []pushO
 	}
 	switch {
 	case interrupted:
-		return cli.Exit("push interrupted; hosts not finished keep their previous tree", exitInterrupted)
+		return cli.Exit(interruptedPush(hosts, outcomes), exitInterrupted)
 	case failed > 0:
 		return cli.Exit(fmt.Sprintf("push failed on %d of %d %s (see above)", failed, len(hosts), plural(len(hosts), "host")), exitFailed)
 	}
 	return nil
+}
+
+// interruptedPush says what an interrupted push left on the hosts, which
+// is, per host, exactly one of: the new tree (its commit had begun, and a
+// commit is finished whatever the signal), its previous tree (stopped
+// before), or, only when the connection failed during the commit, a mix
+// that the next push or run repairs.
+func interruptedPush(hosts []cluster.Host, outcomes []pushOutcome) string {
+	var done, kept, mixed []string
+	for i, h := range hosts {
+		var ce *push.CommitError
+		switch err := outcomes[i].err; {
+		case err == nil:
+			done = append(done, h.Name)
+		case errors.As(err, &ce):
+			mixed = append(mixed, h.Name)
+		default:
+			kept = append(kept, h.Name)
+		}
+	}
+	parts := []string{}
+	if len(done) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s the new tree", strings.Join(done, ", "), verb(len(done), "has", "have")))
+	}
+	if len(kept) > 0 {
+		parts = append(parts, fmt.Sprintf("%s kept %s previous tree", strings.Join(kept, ", "), verb(len(kept), "its", "their")))
+	}
+	if len(mixed) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s a mix of previous and new files until the next push or run repairs %s",
+			strings.Join(mixed, ", "), verb(len(mixed), "holds", "hold"), verb(len(mixed), "it", "them")))
+	}
+	return "push interrupted: " + strings.Join(parts, "; ")
+}
+
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func plural(n int, word string) string {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +13,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/push"
 )
 
 // pushJob writes a job with local hosts (one workdir each) and a code
@@ -158,4 +164,24 @@ func TestPushCommandSameRuleAsRun(t *testing.T) {
 	data, err := os.ReadFile(train)
 	require.NoError(t, err)
 	assert.Equal(t, "print(1)\n", string(data))
+}
+
+// TestInterruptedPushMessage: the message after Ctrl-C says, per host,
+// what it holds; before, it said "hosts not finished keep their previous
+// tree" even of a host whose commit had moved some files.
+func TestInterruptedPushMessage(t *testing.T) {
+	hosts := []cluster.Host{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
+	outcomes := []pushOutcome{
+		{},
+		{err: fmt.Errorf("push to b: %w", context.Canceled)},
+		{err: fmt.Errorf("push to c: %w", &push.CommitError{Err: errors.New("connection lost")})},
+		{err: fmt.Errorf("push to d: %w", context.Canceled)},
+	}
+	var out, errb bytes.Buffer
+	err := reportPush(&out, &errb, hosts, outcomes, true)
+	var ec cli.ExitCoder
+	require.True(t, errors.As(err, &ec))
+	assert.Equal(t, exitInterrupted, ec.ExitCode())
+	assert.Equal(t, "push interrupted: a has the new tree; b, d kept their previous tree; c holds a mix of previous and new files until the next push or run repairs it", err.Error())
+	assert.Contains(t, errb.String(), "push to c: stopped while moving files into place (connection lost)")
 }
