@@ -396,6 +396,9 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 	if err != nil {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
 	}
+	for _, w := range tree.Warnings {
+		a.r.events.printf("%s: push: warning: %s", a.prefix(), w)
+	}
 	return forEach(conns, func(c *hostConn) error {
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, a.workdir(c.host), opts)
 		if err != nil {

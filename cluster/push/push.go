@@ -122,6 +122,9 @@ type Tree struct {
 	Dirs []Dir
 	// Bytes is the total size of Files.
 	Bytes int64
+	// Warnings are what the scan skipped that the user should hear of
+	// (a dangling symlink), once per push rather than once per host.
+	Warnings []string
 
 	match    *Matcher // what is excluded: left alone on the hosts
 	manifest []byte   // the manifest a host holds once it has this tree
@@ -177,8 +180,9 @@ type Dir struct {
 //
 // Symlinks are followed only within dir: a link to a file is pushed as a
 // copy of that file, a link to a directory as a copy of the directory. A
-// link pointing outside dir (or dangling, or looping) is an error naming the
-// link and its target, unless it is excluded.
+// link pointing outside dir (or looping) is an error naming the
+// link and its target, unless it is excluded. A dangling link is skipped
+// with a warning (Tree.Warnings), as rsync skips it.
 func ScanLocal(dir string, opts Options) (*Tree, error) {
 	return scanLocal(dir, opts, time.Now())
 }
@@ -211,7 +215,7 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	if err := s.walk(root, "", []string{root}); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
-	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, match: m}
+	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m}
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
 	cacheFile, dirty := "", false
@@ -279,10 +283,11 @@ func loadMatcher(root string, exclude []string) (*Matcher, error) {
 }
 
 type scanner struct {
-	root  string
-	m     *Matcher
-	files []File
-	dirs  []Dir
+	root     string
+	m        *Matcher
+	files    []File
+	dirs     []Dir
+	warnings []string
 }
 
 // walk lists real (a resolved directory) whose tree path is rel. stack holds
@@ -314,6 +319,12 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 				continue
 			}
 			link, _ := os.Readlink(childReal)
+			if errors.Is(terr, fs.ErrNotExist) {
+				// As rsync does: a broken link (a stale venv, an editor's
+				// lock) is no reason to push nothing.
+				s.warnings = append(s.warnings, fmt.Sprintf("symlink %s -> %s: its target does not exist; skipped", childRel, link))
+				continue
+			}
 			if terr != nil {
 				return fmt.Errorf("symlink %s -> %s: target cannot be read: %w", childRel, link, terr)
 			}

@@ -116,6 +116,9 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 	if scanErr != nil {
 		return scanErr
 	}
+	for _, w := range tree.Warnings {
+		fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
+	}
 	return reportPush(c.App.Writer, c.App.ErrWriter, hosts, outcomes, c.Context.Err() != nil)
 }
 

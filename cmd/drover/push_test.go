@@ -142,9 +142,12 @@ func TestPushCommandSameRuleAsRun(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
 		require.NoError(t, os.WriteFile(full, []byte(c), 0o644))
 	}
+	// A dangling link (issue 21) is skipped, with a warning.
+	require.NoError(t, os.Symlink("nowhere", filepath.Join(dir, "stale")))
 	job := filepath.Join(dir, "job.toml")
 	code, _, stderr := runPush(job)
 	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, stderr, "warning: symlink stale -> nowhere: its target does not exist; skipped")
 	for _, p := range []string{"runs", "checkpoints"} {
 		_, err := os.Stat(filepath.Join(work, p))
 		assert.True(t, os.IsNotExist(err), "%s pushed: %v", p, err)
