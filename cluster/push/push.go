@@ -411,7 +411,8 @@ func Sync(ctx context.Context, fsys cluster.FS, hostLabel string, tree *Tree, re
 	res.Host = hostLabel
 	defer func() {
 		res.Duration = time.Since(start)
-		if err != nil {
+		var ns *NoSpaceError
+		if err != nil && !errors.As(err, &ns) { // that one names the host
 			err = fmt.Errorf("push to %s: %w", hostLabel, err)
 		}
 	}()
@@ -576,6 +577,10 @@ func (s *syncer) run(ctx context.Context) error {
 	err = s.uploadAll(ctx, p, mark)
 	if err == nil {
 		mark()
+	} else if ctx.Err() == nil {
+		if nerr := s.noSpace(err, total); nerr != nil {
+			err = nerr
+		}
 	}
 	markOnce.Do(func() { marked <- <-staged }) // not started: only the staging to wait for
 	if merr := <-marked; err == nil {
