@@ -78,10 +78,17 @@ func underAny(rel string, roots []string) bool {
 //     created.
 func (s *syncer) guard(ctx context.Context, p *plan) error {
 	view := hostView{}
+	for rel, info := range p.view {
+		view[rel] = info
+	}
 	if s.opts.Verify != VerifyNone {
 		var err error
-		if view, err = s.listTree(ctx); err != nil {
+		listed, err := s.listTree(ctx)
+		if err != nil {
 			return err
+		}
+		for rel, info := range listed {
+			view[rel] = info
 		}
 	}
 	if err := s.lstatMissing(ctx, view, guardPaths(p)); err != nil {

@@ -487,6 +487,9 @@ type plan struct {
 	// directory: commit removes them (not what they point to) before the
 	// directory is pushed in their place (guard).
 	unlink []string
+	// view is what the host holds at some paths, when planning looked
+	// (planFromStat: every directory), so that guard need not look again.
+	view hostView
 }
 
 func (p *plan) tmpOf(i int) string {
@@ -551,6 +554,26 @@ func (s *syncer) run(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", tmpDir, err)
 		}
 	}
+	if err := s.uploadAndMark(ctx, p, total); err != nil {
+		return err
+	}
+	s.report(func(pr *Progress) { pr.Phase = PhaseCommit })
+	// Once files start moving, cancelling (Ctrl-C) no longer stops them:
+	// the commit is renames on the host, with no content left to send,
+	// and finishing it is what leaves each host holding either its old
+	// tree or the new one. Only a lost connection (or a host refusing a
+	// rename) stops it part-way, and says so.
+	if err := s.commit(context.WithoutCancel(ctx), p); err != nil {
+		return &CommitError{Err: err}
+	}
+	s.report(func(pr *Progress) { pr.Phase = PhaseDone })
+	return nil
+}
+
+// uploadAndMark sends every changed file to its temporary name and marks
+// the host (markHost) once their content has arrived; on failure it
+// removes the uploads, leaving the tree as it was.
+func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error {
 	s.report(func(pr *Progress) { pr.Phase = PhaseUpload })
 	// The state files are staged while the files upload, so that their
 	// round trips are not added to the uploads': each costs a network
@@ -574,7 +597,7 @@ func (s *syncer) run(ctx context.Context) error {
 			}()
 		})
 	}
-	err = s.uploadAll(ctx, p, mark)
+	err := s.uploadAll(ctx, p, mark)
 	if err == nil {
 		mark()
 	} else if ctx.Err() == nil {
@@ -592,16 +615,6 @@ func (s *syncer) run(ctx context.Context) error {
 		_ = s.fs.RemoveAll(s.remote(tmpDir))
 		return err
 	}
-	s.report(func(pr *Progress) { pr.Phase = PhaseCommit })
-	// Once files start moving, cancelling (Ctrl-C) no longer stops them:
-	// the commit is renames on the host, with no content left to send,
-	// and finishing it is what leaves each host holding either its old
-	// tree or the new one. Only a lost connection (or a host refusing a
-	// rename) stops it part-way, and says so.
-	if err := s.commit(context.WithoutCancel(ctx), p); err != nil {
-		return &CommitError{Err: err}
-	}
-	s.report(func(pr *Progress) { pr.Phase = PhaseDone })
 	return nil
 }
 
@@ -732,9 +745,15 @@ func (s *syncer) planFromManifest(p *plan, old []byte) error {
 // and mode, re-sending whenever unsure. Nothing is deleted: without a
 // manifest push cannot tell its own files from the job's.
 func (s *syncer) planFromStat(ctx context.Context, p *plan) error {
-	files := s.tree.Files
+	files, dirs := s.tree.Files, s.tree.Dirs
 	verdict := make([]int, len(files)) // 0 send, 1 meta, 2 unchanged
-	err := forEach(ctx, len(files), s.opts.concurrency(), func(_ context.Context, i int) error {
+	// The directories are looked at in the same round, for guard.
+	dirInfo := make([]fs.FileInfo, len(dirs))
+	err := forEach(ctx, len(files)+len(dirs), s.opts.concurrency(), func(_ context.Context, i int) error {
+		if i >= len(files) {
+			dirInfo[i-len(files)], _ = s.fs.Lstat(s.remote(dirs[i-len(files)].Path))
+			return nil
+		}
 		f := &files[i]
 		info, err := s.fs.Lstat(s.remote(f.Path))
 		if err != nil || !info.Mode().IsRegular() || info.Size() != f.Size ||
@@ -763,6 +782,10 @@ func (s *syncer) planFromStat(ctx context.Context, p *plan) error {
 	}
 	// MkdirAll is a no-op on existing directories; the mode is set anyway.
 	p.mkdirs = append(p.mkdirs, s.tree.Dirs...)
+	p.view = make(hostView, len(dirs))
+	for i, d := range dirs {
+		p.view[d.Path] = dirInfo[i]
+	}
 	return nil
 }
 
@@ -992,35 +1015,9 @@ func parallel(fns ...func() error) error {
 // therefore always vouches for a complete push, and an upload whose
 // content fails to arrive leaves the state files as they were.
 func (s *syncer) commit(ctx context.Context, p *plan) error {
-	for _, rel := range p.unlink {
-		// The link itself: Remove never follows it.
-		if err := s.fs.Remove(s.remote(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fileErr("replace the symbolic link", rel, err)
-		}
-	}
-	deleted := 0
-	var dmu sync.Mutex
-	err := forEach(ctx, len(p.deletes), s.opts.concurrency(), func(_ context.Context, i int) error {
-		err := s.fs.Remove(s.remote(p.deletes[i]))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fileErr("remove", p.deletes[i], err)
-		}
-		if err == nil {
-			dmu.Lock()
-			deleted++
-			dmu.Unlock()
-		}
-		return nil
-	})
-	s.mu.Lock()
-	s.res.FilesDeleted = deleted
-	s.mu.Unlock()
+	err := s.removeGone(ctx, p)
 	if err != nil {
 		return err
-	}
-	for _, d := range p.rmdirs {
-		// Fails when the job put files there: then the directory stays.
-		_ = s.fs.Remove(s.remote(d))
 	}
 	placeManifest := func() error { return s.place(finalStaged, manifestName) }
 	sum := stateSum{tree: s.tree.key, base: s.tree.key, baseSize: int64(len(s.tree.manifest))}
@@ -1071,6 +1068,43 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 			return nil
 		},
 	)
+}
+
+// removeGone removes, first in a commit, the links that directories of
+// the tree replace (guard), then the files and directories pushed before
+// and gone locally.
+func (s *syncer) removeGone(ctx context.Context, p *plan) error {
+	for _, rel := range p.unlink {
+		// The link itself: Remove never follows it.
+		if err := s.fs.Remove(s.remote(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fileErr("replace the symbolic link", rel, err)
+		}
+	}
+	deleted := 0
+	var dmu sync.Mutex
+	err := forEach(ctx, len(p.deletes), s.opts.concurrency(), func(_ context.Context, i int) error {
+		err := s.fs.Remove(s.remote(p.deletes[i]))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fileErr("remove", p.deletes[i], err)
+		}
+		if err == nil {
+			dmu.Lock()
+			deleted++
+			dmu.Unlock()
+		}
+		return nil
+	})
+	s.mu.Lock()
+	s.res.FilesDeleted = deleted
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, d := range p.rmdirs {
+		// Fails when the job put files there: then the directory stays.
+		_ = s.fs.Remove(s.remote(d))
+	}
+	return nil
 }
 
 // changeTree puts the uploads, directories and modes in place.

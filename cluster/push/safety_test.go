@@ -30,6 +30,7 @@ var safetyTests = []struct {
 	{"SymlinkedDirReplacedSFTP", func(e *env) { testSymlinkedDir(e, 0) }},
 	{"SymlinkedDirReplacedStream", func(e *env) { testSymlinkedDir(e, 2*streamMin) }},
 	{"SymlinkedFileNotChmodded", testSymlinkedFile},
+	{"SymlinkBeforeFirstPush", testSymlinkBeforeFirstPush},
 	{"VerifyRepairsDrift", testVerifyRepairsDrift},
 	{"VerifyRepairsDriftStream", testVerifyRepairsManyFiles},
 	{"CancelledDuringCommitFinishes", func(e *env) { testCancelledDuringCommit(e, 0) }},
@@ -335,5 +336,19 @@ func testCutDuringCommit(e *env) {
 	assert.NotEqual(t, e.pushed(), e.remote(), "cut part-way: mixed")
 	res := e.push(nil, Options{})
 	assert.Equal(t, len(v1), res.FilesSent, "every entry in doubt is sent again")
+	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// testSymlinkBeforeFirstPush: without a manifest (a first push, or one
+// that cannot be read) push compares by stat; a link where the tree has
+// a directory is replaced all the same.
+func testSymlinkBeforeFirstPush(e *env) {
+	t := e.t
+	writeFiles(t, e.local, map[string]string{"train.py": "t", "data/README": "ours", "data/sub/x": "x"})
+	dataset := e.dataset()
+	require.NoError(t, e.fs.MkdirAll(e.dir, 0o755))
+	e.linkOver("data", dataset)
+	e.push(nil, Options{})
+	e.requireDataset(dataset)
 	assert.Equal(t, e.pushed(), e.remote())
 }
