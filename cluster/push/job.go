@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // ForJob is the one rule for what a job's push sends and leaves alone,
@@ -16,7 +16,7 @@ import (
 // inside the code directory. A checkpoint written by a local smoke test
 // must not replace the fleet's, and deleting it locally must not delete
 // the fleet's; logs of local runs are not code.
-func ForJob(cfg *cluster.Config, logRoot string) Options {
+func ForJob(cfg *config.Config, logRoot string) Options {
 	opts := Options{Exclude: cfg.Job.Exclude}
 	if rel, ok := checkpointRel(cfg.Job.Workdir, cfg.Job.CheckpointDir); ok {
 		opts.Protect = append(opts.Protect, rel)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // TestForJob is the one exclusion rule `drover push` and `drover run`
@@ -30,7 +30,7 @@ func TestForJob(t *testing.T) {
 		{"no checkpoint dir", "/src/job", "w", "", "", []string{"runs"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &cluster.Config{Path: "/src/job/job.toml", Job: cluster.Job{
+			cfg := &config.Config{Path: "/src/job/job.toml", Job: config.Job{
 				Code: tc.code, Workdir: tc.workdir, CheckpointDir: tc.ckpt, Exclude: []string{"*.pt"},
 			}}
 			opts := ForJob(cfg, tc.log)

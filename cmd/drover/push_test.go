@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 )
 
@@ -173,7 +173,7 @@ func TestPushCommandSameRuleAsRun(t *testing.T) {
 // what it holds; before, it said "hosts not finished keep their previous
 // tree" even of a host whose commit had moved some files.
 func TestInterruptedPushMessage(t *testing.T) {
-	hosts := []cluster.Host{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
+	hosts := []config.Host{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
 	outcomes := []pushOutcome{
 		{},
 		{err: fmt.Errorf("push to b: %w", context.Canceled)},

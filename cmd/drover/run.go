@@ -1,13 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/lease"
 )
 
 func runCommand() *cli.Command {
@@ -15,12 +16,11 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "push the code, start every process, stream logs, restart the group on failure",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
-		},
+			&cli.BoolFlag{Name: "force", Usage: "take over workdirs that another live drover run holds (that run stops)"},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover run JOB.toml", exitConfig)
@@ -35,19 +35,24 @@ func runCommand() *cli.Command {
 			defer stop()
 			res, err := launcher.Run(ctx, launcher.RunOptions{
 				JobPath:       c.Args().First(),
-				InventoryPath: c.String("inventory"),
+				InventoryPath: c.String(flagInventory),
 				LogDir:        c.String("log-dir"),
 				AgentBinary:   bin,
 				PushCacheDir:  cacheDir(),
-				Dial:          cluster.DialOptions{AcceptNewHosts: c.Bool("accept-new-hosts")},
+				Dial:          dialOptions(c, nil),
 				Out:           c.App.Writer,
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),
 				Hard:          hard,
+				Force:         c.Bool("force"),
 			})
 			if err != nil {
 				if ctx.Err() != nil {
 					return cli.Exit(err.Error(), exitInterrupted)
+				}
+				if launcher.IsHeld(err) {
+					// Another live run: a usage error, nothing was touched.
+					return cli.Exit(err.Error(), exitConfig)
 				}
 				return err
 			}
@@ -56,6 +61,10 @@ func runCommand() *cli.Command {
 			case launcher.Succeeded:
 				return nil
 			case launcher.Interrupted:
+				if lost := (*lease.LostError)(nil); errors.As(res.Err, &lost) {
+					// Another run took over with --force: this one failed.
+					return cli.Exit(lost.Error(), exitFailed)
+				}
 				return cli.Exit("", exitInterrupted)
 			default:
 				return cli.Exit("", exitFailed)

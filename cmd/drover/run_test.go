@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
@@ -109,7 +110,7 @@ workdir = %q
 
 // writeInventory writes the fleet's hosts as an inventory file, as the
 // fleet's own generated one does.
-func writeInventory(t *testing.T, file string, hosts []cluster.Host) {
+func writeInventory(t *testing.T, file string, hosts []config.Host) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", fleet.User, fleet.KeyFile, fleet.KnownHosts)
@@ -159,9 +160,17 @@ func startDrover(t *testing.T, j *fleetJob, args ...string) *droverProc {
 // startDroverArgs is startDrover for any drover command line.
 func startDroverArgs(t *testing.T, j *fleetJob, args ...string) *droverProc {
 	t.Helper()
+	return startDroverWrapped(t, j, nil, args...)
+}
+
+// startDroverWrapped runs drover as the last argument of wrap (a command
+// that execs it, so that signals reach drover itself).
+func startDroverWrapped(t *testing.T, j *fleetJob, wrap []string, args ...string) *droverProc {
+	t.Helper()
 	bin := droverBinary(t)
 	d := &droverProc{done: make(chan struct{})}
-	d.cmd = exec.Command(bin, args...)
+	argv := append(append(append([]string(nil), wrap...), bin), args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
