@@ -120,7 +120,7 @@ func (s *syncer) guard(ctx context.Context, p *plan) error {
 			return err
 		}
 	}
-	if len(replace)+len(foreign)+len(resend) == 0 && !s.missingDirs(p, view) {
+	if len(replace)+len(foreign)+len(resend) == 0 && !s.missingDirs(view) {
 		return nil
 	}
 	s.rewrite(p, view, replace, foreign, resend)
@@ -294,7 +294,7 @@ func (s *syncer) remoteSHA256(rel string) (string, error) {
 
 // missingDirs reports whether a directory of the tree the plan does not
 // create is known to be gone from the host.
-func (s *syncer) missingDirs(p *plan, view hostView) bool {
+func (s *syncer) missingDirs(view hostView) bool {
 	if s.opts.Verify == VerifyNone {
 		return false
 	}

@@ -9,9 +9,16 @@
 // the changed files and a delta: one SFTP upload each when they are few,
 // one tar stream into the host's tar when they are many. Changed files are
 // first uploaded under <workdir>/.drover/push-tmp and moved into place only
-// once every upload has arrived, so an interrupted push leaves the previous
-// tree as it was. Files in the workdir that drover did not push
-// (checkpoints, logs) are never touched.
+// once every upload has arrived, so a push stopped before that leaves the
+// previous tree as it was; the move itself is finished even when
+// cancelled, and one cut short by a lost connection is a *CommitError,
+// repaired by the next push from the host's journal.
+//
+// What a push never touches: files in the workdir that it did not push
+// (it deletes only what its manifest lists), excluded paths (left as they
+// are, even when pushed before), Options.Protect (checkpoint_dir and the
+// log directory, ForJob), drover's own .drover/, and anything behind a
+// symbolic link it did not create (guard).
 package push
 
 import (
