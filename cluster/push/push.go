@@ -1,5 +1,6 @@
 // Package push copies a job's code directory to the workdir of every host,
-// incrementally and atomically, before each attempt of a run.
+// incrementally, before each attempt of a run, leaving alone everything
+// else the workdir holds.
 //
 // The local tree is scanned (and hashed) once; each host is then synced
 // through its cluster.FS. A manifest kept on the host
