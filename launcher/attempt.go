@@ -109,8 +109,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		homes[c.host.Name] = c.home
 	}
 
-	resume := a.findResume(ctx, conns)
-	pl, err := plan.Build(plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes})
+	resume, err := a.stageCheckpoint(ctx, conns)
+	if err != nil {
+		return a.setupFailure(err)
+	}
+	pl, err := plan.Build(plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes})
 	if err != nil {
 		return a.setupFailure(err)
 	}
@@ -126,6 +129,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return attemptOutcome{interrupted: true}
 	}
+	defer a.watchCheckpoints(ctx, conns)()
 	return a.supervise(ctx, conns, pl)
 }
 
@@ -349,35 +353,6 @@ func remoteAbs(home, p string) string {
 		return path.Clean(p)
 	}
 	return path.Join(home, p)
-}
-
-// findResume looks for the newest complete checkpoint on every host.
-func (a *attempt_) findResume(ctx context.Context, conns []*hostConn) string {
-	var mu sync.Mutex
-	var found []Checkpoint
-	forEach(conns, func(c *hostConn) error {
-		dir := remoteAbs(remoteAbs(c.home, c.host.Workdir), a.cfg.Job.CheckpointDir)
-		cp, ok, err := FindCheckpoint(ctx, c.fs, c.host.Name, dir, a.cfg.Job.CheckpointMarker)
-		if err != nil {
-			a.r.events.printf("%s: %v (ignored)", a.prefix(), err)
-			return nil
-		}
-		if ok {
-			mu.Lock()
-			found = append(found, cp)
-			mu.Unlock()
-		}
-		return nil
-	})
-	cp, ok := NewestCheckpoint(found)
-	if !ok {
-		if a.n > 1 {
-			a.r.events.printf("%s: no checkpoint found; starting from scratch", a.prefix())
-		}
-		return ""
-	}
-	a.r.events.printf("%s: resuming from %s on %s", a.prefix(), cp.Path, cp.Host)
-	return cp.Path
 }
 
 // push syncs the code directory to every host's workdir (incremental).

@@ -6,7 +6,10 @@
 // probes their GPUs, builds the plan (package plan), pushes the
 // code, starts every process under the on-host agent and watches the group;
 // when one process dies, it stops them all and starts the next attempt from
-// the newest checkpoint, re-reading the inventory first. Exec is the
+// the newest checkpoint, re-reading the inventory first. Checkpoints are
+// package checkpoint's: before each attempt it stages the newest one onto
+// every host, and while the attempt runs it copies new ones to other hosts
+// (launcher/checkpoints.go is the whole seam). Exec is the
 // fan-out of `drover exec`: one command on every host at once.
 //
 // What each process gets (host, ranks, environment, argv) is decided by

@@ -112,6 +112,7 @@ type runner struct {
 	leases *lease.Holder
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
+	ckptState
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -157,10 +158,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	start := r.now()
-	logDir := r.opts.LogDir
-	if logDir == "" {
-		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
-	}
+	logDir := LogRoot(cfg, r.opts.LogDir)
 	r.logRoot = logDir
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)
