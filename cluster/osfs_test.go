@@ -117,3 +117,15 @@ func TestOSFSOperations(t *testing.T) {
 	assert.True(t, errors.Is(err, fs.ErrNotExist))
 	assert.True(t, errors.Is(fsys.Remove("d/x"), fs.ErrNotExist))
 }
+
+// TestOSFSFreeSpace: what statfs says is left, for push's "no space
+// left" (the SFTP one is exercised on a full host by cluster/push).
+func TestOSFSFreeSpace(t *testing.T) {
+	home := t.TempDir()
+	fsys := NewOSFS(home).(interface{ FreeSpace(string) (int64, error) })
+	free, err := fsys.FreeSpace(".")
+	require.NoError(t, err)
+	assert.Positive(t, free)
+	_, err = fsys.FreeSpace("missing/dir")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}

@@ -358,14 +358,19 @@ func remoteAbs(home, p string) string {
 
 // push syncs the code directory to every host's workdir (incremental).
 func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
-	opts := push.Options{Exclude: a.cfg.Job.Exclude, CacheDir: a.r.opts.PushCacheDir}
-	// Logs written next to the job file must not be pushed back out.
-	if rel, err := filepath.Rel(a.cfg.Job.Code, a.r.logRoot); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
-		opts.Exclude = append(append([]string(nil), opts.Exclude...), "/"+filepath.ToSlash(rel)+"/")
-	}
+	// The same rule as `drover push`: excludes, and checkpoints and logs
+	// inside the code directory never pushed, overwritten or deleted.
+	opts := push.ForJob(a.cfg, a.r.logRoot)
+	opts.CacheDir = a.r.opts.PushCacheDir
+	// What is about to run is checked (sizes and mtimes): a file edited
+	// or deleted on a host since the last push is put back.
+	opts.Verify = push.VerifyStat
 	tree, err := push.ScanLocal(a.cfg.Job.Code, opts)
 	if err != nil {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
+	}
+	for _, w := range tree.Warnings {
+		a.r.events.printf("%s: push: warning: %s", a.prefix(), w)
 	}
 	return forEach(a.pushTargets(conns), func(c *hostConn) error {
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)

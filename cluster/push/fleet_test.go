@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -223,4 +224,69 @@ func TestSFTPLinkCutMidTransfer(t *testing.T) {
 	interruptScenario(t, 1,
 		func(cluster.Transport) { require.NoError(t, fleet.Cut(1)) },
 		func() { require.NoError(t, fleet.Heal(1)); healed = true })
+}
+
+// TestSafetySFTP runs the safety scenarios over real SFTP to the fleet.
+func TestSafetySFTP(t *testing.T) {
+	testfleet.Need(t, fleet)
+	fss := make([]cluster.FS, len(fleet.Hosts))
+	for i := range fleet.Hosts {
+		fss[i] = sftpFS(t, dial(t, i))
+	}
+	for n, tc := range safetyTests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(&env{t: t, local: t.TempDir(), fs: fss[n%len(fss)], dir: fmt.Sprintf("safety/%s/work", tc.name)})
+		})
+	}
+}
+
+// fullDisk mounts a tmpfs of size bytes at ~/rel on host i, in the mount
+// namespace of its sshd (where sftp-server and tar run), writable by the
+// login user, and unmounts it at the end of t.
+func fullDisk(t *testing.T, i int, rel string, size int) {
+	t.Helper()
+	pid, err := os.ReadFile(filepath.Join(fleet.Dir, "hosts", fleet.Hosts[i].Name, "sshd.pid"))
+	require.NoError(t, err)
+	dir := path.Join("/home", testfleet.User, rel)
+	ns := []string{"-t", strings.TrimSpace(string(pid)), "-m", "--"}
+	out, err := exec.Command("nsenter", append(ns, "sh", "-c", `mkdir -p "$1" && mount -t tmpfs -o size="$2",mode=0777 drover-full "$1"`,
+		"sh", dir, fmt.Sprint(size))...).CombinedOutput()
+	require.NoError(t, err, "mount a small filesystem on %s: %s", fleet.Hosts[i].Name, out)
+	t.Cleanup(func() {
+		out, err := exec.Command("nsenter", append(ns, "sh", "-c", `umount "$1" && rmdir "$1"`, "sh", dir)...).CombinedOutput()
+		assert.NoError(t, err, "unmount: %s", out)
+	})
+}
+
+// TestNoSpaceLeft is issue 21's eleventh item: a full disk on a host was
+// reported as sftp's bare "Failure" (SSH_FX_FAILURE), and a tar stream
+// that failed for it was sent again over SFTP. Both ways the error now
+// says what happened, with the space left, and nothing is sent twice.
+func TestNoSpaceLeft(t *testing.T) {
+	testfleet.Need(t, fleet)
+	fullDisk(t, 2, "nospace", 256<<10)
+	fsys := sftpFS(t, dial(t, 2))
+	for _, tc := range []struct {
+		name  string
+		files int
+	}{{"sftp", 2}, {"stream", 2 * streamMin}} {
+		t.Run(tc.name, func(t *testing.T) {
+			local := t.TempDir()
+			files := map[string]string{}
+			for i := range tc.files {
+				files[fmt.Sprintf("f%02d.bin", i)] = strings.Repeat("x", (1<<20)/tc.files)
+			}
+			writeFiles(t, local, files)
+			res, err := Sync(context.Background(), fsys, "pu-h2", mustScan(t, local), "nospace/"+tc.name, Options{})
+			var ns *NoSpaceError
+			require.True(t, errors.As(err, &ns), "%v", err)
+			assert.Less(t, ns.Free, int64(256<<10))
+			assert.Equal(t, int64(1<<20), ns.Need)
+			assert.Contains(t, err.Error(), "no space left on pu-h2 (free: ")
+			assert.NotContains(t, err.Error(), "push to", "named once")
+			assert.Empty(t, res.Warnings, "no fallback from the stream to SFTP")
+			t.Log(err)
+		})
+	}
 }

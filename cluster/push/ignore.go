@@ -25,6 +25,10 @@ import (
 // patterns say.
 type Matcher struct {
 	rules []rule
+	// protect are slash paths (relative to the code directory) that are
+	// excluded whatever the patterns say, with everything under them:
+	// what push must never send, overwrite or delete (Options.Protect).
+	protect []string
 }
 
 type rule struct {
@@ -66,6 +70,10 @@ func (m *Matcher) Add(source string, lines []string) error {
 	}
 	return nil
 }
+
+// Protect excludes rel (slash-separated, relative to the code directory)
+// and everything under it, overriding every pattern, '!' included.
+func (m *Matcher) Protect(rel string) { m.protect = append(m.protect, rel) }
 
 // parseRule compiles one gitignore line; ok is false for blank lines and
 // comments.
@@ -147,6 +155,14 @@ func (m *Matcher) Excluded(rel string, isDir bool) bool {
 func (m *Matcher) excludedSelf(parts []string, isDir bool) bool {
 	if parts[len(parts)-1] == ".git" || (len(parts) == 1 && parts[0] == stateDir) {
 		return true
+	}
+	if len(m.protect) > 0 {
+		rel := strings.Join(parts, "/")
+		for _, p := range m.protect {
+			if rel == p {
+				return true
+			}
+		}
 	}
 	excluded := false
 	for _, r := range m.rules {

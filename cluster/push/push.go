@@ -1,5 +1,6 @@
 // Package push copies a job's code directory to the workdir of every host,
-// incrementally and atomically, before each attempt of a run.
+// incrementally, before each attempt of a run, leaving alone everything
+// else the workdir holds.
 //
 // The local tree is scanned (and hashed) once; each host is then synced
 // through its cluster.FS. A manifest kept on the host
@@ -9,9 +10,16 @@
 // the changed files and a delta: one SFTP upload each when they are few,
 // one tar stream into the host's tar when they are many. Changed files are
 // first uploaded under <workdir>/.drover/push-tmp and moved into place only
-// once every upload has arrived, so an interrupted push leaves the previous
-// tree as it was. Files in the workdir that drover did not push
-// (checkpoints, logs) are never touched.
+// once every upload has arrived, so a push stopped before that leaves the
+// previous tree as it was; the move itself is finished even when
+// cancelled, and one cut short by a lost connection is a *CommitError,
+// repaired by the next push from the host's journal.
+//
+// What a push never touches: files in the workdir that it did not push
+// (it deletes only what its manifest lists), excluded paths (left as they
+// are, even when pushed before), Options.Protect (checkpoint_dir and the
+// log directory, ForJob), drover's own .drover/, and anything behind a
+// symbolic link it did not create (guard).
 package push
 
 import (
@@ -50,7 +58,17 @@ const IgnoreFile = ".droverignore"
 type Options struct {
 	// Exclude are job.exclude patterns (gitignore syntax), applied after
 	// those of .droverignore so that the job file has the last word.
+	// Excluded paths are left alone on the hosts: a file pushed before
+	// and excluded now is neither sent nor deleted, as with rsync without
+	// --delete-excluded.
 	Exclude []string
+	// Protect are paths relative to the workdir (slash-separated; the
+	// code directory's paths are the workdir's) that push never sends,
+	// overwrites or deletes, with everything under them, whatever
+	// Exclude and .droverignore say: the job's checkpoint_dir and log
+	// directory when they lie inside the code directory (ForJob). The
+	// workdir's .drover is always protected.
+	Protect []string
 	// Progress, when set, is called as a host's push advances. Calls for
 	// one host are serialized; calls for different hosts (concurrent
 	// Syncs) are not, so a shared callback must lock.
@@ -63,6 +81,9 @@ type Options struct {
 	// does: re-hashing a 70 MB tree was most of a no-op push. Empty
 	// hashes every file every time.
 	CacheDir string
+	// Verify is how much of what each host holds is checked against its
+	// manifest; see the constants.
+	Verify Verify
 }
 
 func (o Options) concurrency() int {
@@ -110,7 +131,11 @@ type Tree struct {
 	Dirs []Dir
 	// Bytes is the total size of Files.
 	Bytes int64
+	// Warnings are what the scan skipped that the user should hear of
+	// (a dangling symlink), once per push rather than once per host.
+	Warnings []string
 
+	match    *Matcher // what is excluded: left alone on the hosts
 	manifest []byte   // the manifest a host holds once it has this tree
 	lines    []string // its entries' lines: Files, then Dirs
 	key      string   // stateKey(manifest)
@@ -129,6 +154,12 @@ func (t *Tree) encode() {
 	if len(t.Files)+len(t.Dirs) == 0 {
 		t.lines = nil
 	}
+}
+
+// excluded reports whether a path the host's manifest lists is excluded
+// now: push leaves it alone rather than deleting it.
+func (t *Tree) excluded(rel string, isDir bool) bool {
+	return t.match != nil && t.match.Excluded(rel, isDir)
 }
 
 // File is one regular file of the tree. A symlink inside the code directory
@@ -158,8 +189,9 @@ type Dir struct {
 //
 // Symlinks are followed only within dir: a link to a file is pushed as a
 // copy of that file, a link to a directory as a copy of the directory. A
-// link pointing outside dir (or dangling, or looping) is an error naming the
-// link and its target, unless it is excluded.
+// link pointing outside dir (or looping) is an error naming the
+// link and its target, unless it is excluded. A dangling link is skipped
+// with a warning (Tree.Warnings), as rsync skips it.
 func ScanLocal(dir string, opts Options) (*Tree, error) {
 	return scanLocal(dir, opts, time.Now())
 }
@@ -185,11 +217,14 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, p := range opts.Protect {
+		m.Protect(p)
+	}
 	s := &scanner{root: root, m: m}
 	if err := s.walk(root, "", []string{root}); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
-	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs}
+	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m}
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
 	cacheFile, dirty := "", false
@@ -257,10 +292,11 @@ func loadMatcher(root string, exclude []string) (*Matcher, error) {
 }
 
 type scanner struct {
-	root  string
-	m     *Matcher
-	files []File
-	dirs  []Dir
+	root     string
+	m        *Matcher
+	files    []File
+	dirs     []Dir
+	warnings []string
 }
 
 // walk lists real (a resolved directory) whose tree path is rel. stack holds
@@ -292,6 +328,12 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 				continue
 			}
 			link, _ := os.Readlink(childReal)
+			if errors.Is(terr, fs.ErrNotExist) {
+				// As rsync does: a broken link (a stale venv, an editor's
+				// lock) is no reason to push nothing.
+				s.warnings = append(s.warnings, fmt.Sprintf("symlink %s -> %s: its target does not exist; skipped", childRel, link))
+				continue
+			}
 			if terr != nil {
 				return fmt.Errorf("symlink %s -> %s: target cannot be read: %w", childRel, link, terr)
 			}
@@ -368,16 +410,18 @@ func hashFiles(files []File) error {
 // the host in errors and progress ("h3 (10.0.0.13)"). remoteDir is relative
 // to the login user's home unless absolute.
 //
-// On error the tree on the host is the previous one, unless the error came
-// after every upload had arrived (while moving files into place), when each
-// file is either its old or its new version; the next Sync repairs it either
-// way.
+// On error the tree on the host is the previous one, unless the error is
+// a *CommitError: it came while moving files into place, and each file is
+// either its old or its new version until the next Sync repairs it.
+// Cancelling ctx stops a push before its commit (the previous tree stays)
+// but not during it (the new tree is complete, and Sync returns nil).
 func Sync(ctx context.Context, fsys cluster.FS, hostLabel string, tree *Tree, remoteDir string, opts Options) (res Result, err error) {
 	start := time.Now()
 	res.Host = hostLabel
 	defer func() {
 		res.Duration = time.Since(start)
-		if err != nil {
+		var ns *NoSpaceError
+		if err != nil && !errors.As(err, &ns) { // that one names the host
 			err = fmt.Errorf("push to %s: %w", hostLabel, err)
 		}
 	}()
@@ -448,6 +492,13 @@ type plan struct {
 	// send[i] waits, tmpName(i) when tmp is nil.
 	roots []string
 	tmp   []string
+	// unlink are symbolic links on the host where the tree has a
+	// directory: commit removes them (not what they point to) before the
+	// directory is pushed in their place (guard).
+	unlink []string
+	// view is what the host holds at some paths, when planning looked
+	// (planFromStat: every directory), so that guard need not look again.
+	view hostView
 }
 
 func (p *plan) tmpOf(i int) string {
@@ -479,6 +530,11 @@ func (s *syncer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !p.empty() || s.opts.Verify != VerifyNone {
+		if err := s.guard(ctx, p); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	s.res.FilesUnchanged = p.unchange + len(p.meta)
 	s.mu.Unlock()
@@ -507,6 +563,26 @@ func (s *syncer) run(ctx context.Context) error {
 			return fmt.Errorf("create %s: %w", tmpDir, err)
 		}
 	}
+	if err := s.uploadAndMark(ctx, p, total); err != nil {
+		return err
+	}
+	s.report(func(pr *Progress) { pr.Phase = PhaseCommit })
+	// Once files start moving, cancelling (Ctrl-C) no longer stops them:
+	// the commit is renames on the host, with no content left to send,
+	// and finishing it is what leaves each host holding either its old
+	// tree or the new one. Only a lost connection (or a host refusing a
+	// rename) stops it part-way, and says so.
+	if err := s.commit(context.WithoutCancel(ctx), p); err != nil {
+		return &CommitError{Err: err}
+	}
+	s.report(func(pr *Progress) { pr.Phase = PhaseDone })
+	return nil
+}
+
+// uploadAndMark sends every changed file to its temporary name and marks
+// the host (markHost) once their content has arrived; on failure it
+// removes the uploads, leaving the tree as it was.
+func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error {
 	s.report(func(pr *Progress) { pr.Phase = PhaseUpload })
 	// The state files are staged while the files upload, so that their
 	// round trips are not added to the uploads': each costs a network
@@ -530,9 +606,13 @@ func (s *syncer) run(ctx context.Context) error {
 			}()
 		})
 	}
-	err = s.uploadAll(ctx, p, mark)
+	err := s.uploadAll(ctx, p, mark)
 	if err == nil {
 		mark()
+	} else if ctx.Err() == nil {
+		if nerr := s.noSpace(err, total); nerr != nil {
+			err = nerr
+		}
 	}
 	markOnce.Do(func() { marked <- <-staged }) // not started: only the staging to wait for
 	if merr := <-marked; err == nil {
@@ -544,11 +624,6 @@ func (s *syncer) run(ctx context.Context) error {
 		_ = s.fs.RemoveAll(s.remote(tmpDir))
 		return err
 	}
-	s.report(func(pr *Progress) { pr.Phase = PhaseCommit })
-	if err := s.commit(ctx, p); err != nil {
-		return err
-	}
-	s.report(func(pr *Progress) { pr.Phase = PhaseDone })
 	return nil
 }
 
@@ -651,7 +726,11 @@ func (s *syncer) planFromManifest(p *plan, old []byte) error {
 				p.unchange++
 			}
 		},
-		func(path string) { p.deletes = append(p.deletes, path) },
+		func(path string) {
+			if !t.excluded(path, false) {
+				p.deletes = append(p.deletes, path)
+			}
+		},
 		func(i int, o *lineEntry) {
 			switch d := t.Dirs[i]; {
 			case o == nil:
@@ -660,7 +739,11 @@ func (s *syncer) planFromManifest(p *plan, old []byte) error {
 				p.chdirs = append(p.chdirs, d)
 			}
 		},
-		func(path string) { p.rmdirs = append(p.rmdirs, path) })
+		func(path string) {
+			if !t.excluded(path, true) {
+				p.rmdirs = append(p.rmdirs, path)
+			}
+		})
 	// Deepest first, so a directory is empty (of pushed files) when its
 	// turn comes.
 	sort.Slice(p.rmdirs, func(i, j int) bool { return p.rmdirs[i] > p.rmdirs[j] })
@@ -671,9 +754,15 @@ func (s *syncer) planFromManifest(p *plan, old []byte) error {
 // and mode, re-sending whenever unsure. Nothing is deleted: without a
 // manifest push cannot tell its own files from the job's.
 func (s *syncer) planFromStat(ctx context.Context, p *plan) error {
-	files := s.tree.Files
+	files, dirs := s.tree.Files, s.tree.Dirs
 	verdict := make([]int, len(files)) // 0 send, 1 meta, 2 unchanged
-	err := forEach(ctx, len(files), s.opts.concurrency(), func(_ context.Context, i int) error {
+	// The directories are looked at in the same round, for guard.
+	dirInfo := make([]fs.FileInfo, len(dirs))
+	err := forEach(ctx, len(files)+len(dirs), s.opts.concurrency(), func(_ context.Context, i int) error {
+		if i >= len(files) {
+			dirInfo[i-len(files)], _ = s.fs.Lstat(s.remote(dirs[i-len(files)].Path))
+			return nil
+		}
 		f := &files[i]
 		info, err := s.fs.Lstat(s.remote(f.Path))
 		if err != nil || !info.Mode().IsRegular() || info.Size() != f.Size ||
@@ -702,6 +791,10 @@ func (s *syncer) planFromStat(ctx context.Context, p *plan) error {
 	}
 	// MkdirAll is a no-op on existing directories; the mode is set anyway.
 	p.mkdirs = append(p.mkdirs, s.tree.Dirs...)
+	p.view = make(hostView, len(dirs))
+	for i, d := range dirs {
+		p.view[d.Path] = dirInfo[i]
+	}
 	return nil
 }
 
@@ -931,29 +1024,9 @@ func parallel(fns ...func() error) error {
 // therefore always vouches for a complete push, and an upload whose
 // content fails to arrive leaves the state files as they were.
 func (s *syncer) commit(ctx context.Context, p *plan) error {
-	deleted := 0
-	var dmu sync.Mutex
-	err := forEach(ctx, len(p.deletes), s.opts.concurrency(), func(_ context.Context, i int) error {
-		err := s.fs.Remove(s.remote(p.deletes[i]))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fileErr("remove", p.deletes[i], err)
-		}
-		if err == nil {
-			dmu.Lock()
-			deleted++
-			dmu.Unlock()
-		}
-		return nil
-	})
-	s.mu.Lock()
-	s.res.FilesDeleted = deleted
-	s.mu.Unlock()
+	err := s.removeGone(ctx, p)
 	if err != nil {
 		return err
-	}
-	for _, d := range p.rmdirs {
-		// Fails when the job put files there: then the directory stays.
-		_ = s.fs.Remove(s.remote(d))
 	}
 	placeManifest := func() error { return s.place(finalStaged, manifestName) }
 	sum := stateSum{tree: s.tree.key, base: s.tree.key, baseSize: int64(len(s.tree.manifest))}
@@ -1004,6 +1077,43 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 			return nil
 		},
 	)
+}
+
+// removeGone removes, first in a commit, the links that directories of
+// the tree replace (guard), then the files and directories pushed before
+// and gone locally.
+func (s *syncer) removeGone(ctx context.Context, p *plan) error {
+	for _, rel := range p.unlink {
+		// The link itself: Remove never follows it.
+		if err := s.fs.Remove(s.remote(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fileErr("replace the symbolic link", rel, err)
+		}
+	}
+	deleted := 0
+	var dmu sync.Mutex
+	err := forEach(ctx, len(p.deletes), s.opts.concurrency(), func(_ context.Context, i int) error {
+		err := s.fs.Remove(s.remote(p.deletes[i]))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fileErr("remove", p.deletes[i], err)
+		}
+		if err == nil {
+			dmu.Lock()
+			deleted++
+			dmu.Unlock()
+		}
+		return nil
+	})
+	s.mu.Lock()
+	s.res.FilesDeleted = deleted
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, d := range p.rmdirs {
+		// Fails when the job put files there: then the directory stays.
+		_ = s.fs.Remove(s.remote(d))
+	}
+	return nil
 }
 
 // changeTree puts the uploads, directories and modes in place.
@@ -1175,6 +1285,22 @@ feed:
 	}
 	return ctx.Err()
 }
+
+// CommitError is a push that failed while it moved the uploaded files
+// into place: the host holds some new files among the old ones, and a
+// journal naming every entry in doubt, from which the next push (every
+// `drover run` pushes before it starts anything) repairs it. A push that
+// fails before its commit leaves the previous tree; one whose commit
+// finished, the new tree, even if it was cancelled meanwhile.
+type CommitError struct {
+	Err error
+}
+
+func (e *CommitError) Error() string {
+	return fmt.Sprintf("stopped while moving files into place (%v): the host holds a mix of the previous and the new files until the next push or run repairs it", e.Err)
+}
+
+func (e *CommitError) Unwrap() error { return e.Err }
 
 // fileErr describes a failed operation on a pushed file by its path in the
 // tree ("upload train.py: permission denied") rather than by the temporary

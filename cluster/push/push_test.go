@@ -482,11 +482,12 @@ func TestSymlinks(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600))
 
 	tests := []struct {
-		name    string
-		links   map[string]string // link path -> target
-		exclude []string
-		wantErr []string          // substrings; nil = success
-		want    map[string]string // pushed file -> content
+		name     string
+		links    map[string]string // link path -> target
+		exclude  []string
+		wantErr  []string          // substrings; nil = success
+		want     map[string]string // pushed file -> content
+		wantWarn []string          // substrings of the tree's warnings, in order
 	}{
 		{
 			name:  "inside file and directory are copied",
@@ -511,9 +512,11 @@ func TestSymlinks(t *testing.T) {
 			want:    map[string]string{"train.py": "t", "lib/m.py": "m"},
 		},
 		{
-			name:    "dangling link is refused",
-			links:   map[string]string{"gone": "nowhere"},
-			wantErr: []string{"symlink gone -> nowhere"},
+			// Issue 21: a dangling link aborted the whole push.
+			name:     "dangling link is skipped with a warning",
+			links:    map[string]string{"gone": "nowhere", "lib/venv": "/nonexistent/python3"},
+			want:     map[string]string{"train.py": "t", "lib/m.py": "m"},
+			wantWarn: []string{"symlink gone -> nowhere: its target does not exist; skipped", "symlink lib/venv -> /nonexistent/python3"},
 		},
 		{
 			name:    "loop is refused",
@@ -537,6 +540,10 @@ func TestSymlinks(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			require.Len(t, tree.Warnings, len(tc.wantWarn), "%q", tree.Warnings)
+			for i, w := range tc.wantWarn {
+				assert.Contains(t, tree.Warnings[i], w)
+			}
 			home := t.TempDir()
 			_, err = Sync(context.Background(), cluster.NewOSFS(home), "h0", tree, "w", Options{})
 			require.NoError(t, err)

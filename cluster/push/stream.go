@@ -65,6 +65,11 @@ func (s *syncer) streamAll(ctx context.Context, x extractor, p *plan) (fallback 
 	}
 	var ee *cluster.ExitError
 	if errors.As(xerr, &ee) && ctx.Err() == nil {
+		// A full disk fails SFTP just the same: say so, and send nothing
+		// more.
+		if nerr := s.noSpace(xerr, p.bytes()); nerr != nil {
+			return false, nerr
+		}
 		p.roots, p.tmp = nil, nil
 		s.mu.Lock()
 		s.res.Warnings = append(s.res.Warnings, fmt.Sprintf("the host's tar could not take the files as one stream (%v); sent them one by one over SFTP instead, which is slower", xerr))
@@ -72,6 +77,15 @@ func (s *syncer) streamAll(ctx context.Context, x extractor, p *plan) (fallback 
 		return true, nil
 	}
 	return false, xerr
+}
+
+// bytes is the size of what the plan sends.
+func (p *plan) bytes() int64 {
+	var n int64
+	for _, f := range p.send {
+		n += f.Size
+	}
+	return n
 }
 
 // writeTar writes p.send under their temporary names (relative to

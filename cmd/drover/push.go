@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,10 +28,11 @@ func pushCommand() *cli.Command {
 		ArgsUsage: "JOB.toml",
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "push only to these hosts (comma-separated names)"},
+			&cli.BoolFlag{Name: "verify", Usage: "read back every pushed file and compare its SHA-256; repair what differs"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--accept-new-hosts] JOB.toml", exitConfig)
+				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--verify] [--accept-new-hosts] JOB.toml", exitConfig)
 			}
 			cfg, err := loadJob(c, false)
 			if err != nil {
@@ -52,7 +55,12 @@ type pushOutcome struct {
 }
 
 func pushAll(c *cli.Context, cfg *config.Config, hosts []config.Host) error {
-	opts := push.Options{Exclude: cfg.Job.Exclude, CacheDir: cacheDir()}
+	// The rule `drover run` pushes by, with its default log directory.
+	opts := push.ForJob(cfg, "")
+	opts.CacheDir = cacheDir()
+	if c.Bool("verify") {
+		opts.Verify = push.VerifyContent
+	}
 	// The scan runs while the hosts are dialled (it is most of a push's
 	// local work, and the handshakes are waiting on the hosts anyway). A
 	// bad .droverignore or an escaping symlink stops the dials and is
@@ -100,6 +108,9 @@ func pushAll(c *cli.Context, cfg *config.Config, hosts []config.Host) error {
 	if scanErr != nil {
 		return scanErr
 	}
+	for _, w := range tree.Warnings {
+		fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
+	}
 	return reportPush(c.App.Writer, c.App.ErrWriter, hosts, outcomes, c.Context.Err() != nil)
 }
 
@@ -122,11 +133,50 @@ func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []pushOu
 	}
 	switch {
 	case interrupted:
-		return cli.Exit("push interrupted; hosts not finished keep their previous tree", exitInterrupted)
+		return cli.Exit(interruptedPush(hosts, outcomes), exitInterrupted)
 	case failed > 0:
 		return cli.Exit(fmt.Sprintf("push failed on %d of %d %s (see above)", failed, len(hosts), plural(len(hosts), "host")), exitFailed)
 	}
 	return nil
+}
+
+// interruptedPush says what an interrupted push left on the hosts, which
+// is, per host, exactly one of: the new tree (its commit had begun, and a
+// commit is finished whatever the signal), its previous tree (stopped
+// before), or, only when the connection failed during the commit, a mix
+// that the next push or run repairs.
+func interruptedPush(hosts []config.Host, outcomes []pushOutcome) string {
+	var done, kept, mixed []string
+	for i, h := range hosts {
+		var ce *push.CommitError
+		switch err := outcomes[i].err; {
+		case err == nil:
+			done = append(done, h.Name)
+		case errors.As(err, &ce):
+			mixed = append(mixed, h.Name)
+		default:
+			kept = append(kept, h.Name)
+		}
+	}
+	parts := []string{}
+	if len(done) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s the new tree", strings.Join(done, ", "), verb(len(done), "has", "have")))
+	}
+	if len(kept) > 0 {
+		parts = append(parts, fmt.Sprintf("%s kept %s previous tree", strings.Join(kept, ", "), verb(len(kept), "its", "their")))
+	}
+	if len(mixed) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s a mix of previous and new files until the next push or run repairs %s",
+			strings.Join(mixed, ", "), verb(len(mixed), "holds", "hold"), verb(len(mixed), "it", "them")))
+	}
+	return "push interrupted: " + strings.Join(parts, "; ")
+}
+
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func plural(n int, word string) string {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +13,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/cluster/push"
 )
 
 // pushJob writes a job with local hosts (one workdir each) and a code
@@ -115,4 +121,70 @@ func TestPushCommandLocalErrors(t *testing.T) {
 	assert.Equal(t, exitConfig, status)
 	status, _, _ = runPush("--hosts", "zz", job)
 	assert.Equal(t, exitConfig, status)
+}
+
+// TestPushCommandSameRuleAsRun: with code = "." (the examples' layout),
+// `drover push` sends neither runs/ (which `drover run` writes there and
+// never pushed) nor checkpoint_dir, and --verify repairs a file edited on
+// a host that a plain push trusts.
+func TestPushCommandSameRuleAsRun(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(t.TempDir(), "w")
+	files := map[string]string{
+		"train.py":                    "print(1)\n",
+		"runs/job-1/events.log":       "a local run's log\n",
+		"checkpoints/step-1/model.pt": "a local smoke test's weights\n",
+		"job.toml": fmt.Sprintf("[job]\nname = \"rule\"\nframework = \"pytorch\"\ncommand = [\"python3\", \"train.py\"]\ncode = \".\"\n"+
+			"workdir = %q\ncheckpoint_dir = \"checkpoints\"\n\n[[host]]\nname = \"a\"\ntransport = \"local\"\ngpus = []\n", work),
+	}
+	for p, c := range files {
+		full := filepath.Join(dir, p)
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		require.NoError(t, os.WriteFile(full, []byte(c), 0o644))
+	}
+	// A dangling link (issue 21) is skipped, with a warning.
+	require.NoError(t, os.Symlink("nowhere", filepath.Join(dir, "stale")))
+	job := filepath.Join(dir, "job.toml")
+	code, _, stderr := runPush(job)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, stderr, "warning: symlink stale -> nowhere: its target does not exist; skipped")
+	for _, p := range []string{"runs", "checkpoints"} {
+		_, err := os.Stat(filepath.Join(work, p))
+		assert.True(t, os.IsNotExist(err), "%s pushed: %v", p, err)
+	}
+
+	train := filepath.Join(work, "train.py")
+	info, err := os.Stat(train)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(train, []byte("print(2)\n"), 0o644))
+	require.NoError(t, os.Chtimes(train, info.ModTime(), info.ModTime()))
+	code, stdout, stderr := runPush(job)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, stdout, "a: 0 sent")
+	code, stdout, stderr = runPush("--verify", job)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, stdout, "a: 1 sent")
+	data, err := os.ReadFile(train)
+	require.NoError(t, err)
+	assert.Equal(t, "print(1)\n", string(data))
+}
+
+// TestInterruptedPushMessage: the message after Ctrl-C says, per host,
+// what it holds; before, it said "hosts not finished keep their previous
+// tree" even of a host whose commit had moved some files.
+func TestInterruptedPushMessage(t *testing.T) {
+	hosts := []config.Host{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
+	outcomes := []pushOutcome{
+		{},
+		{err: fmt.Errorf("push to b: %w", context.Canceled)},
+		{err: fmt.Errorf("push to c: %w", &push.CommitError{Err: errors.New("connection lost")})},
+		{err: fmt.Errorf("push to d: %w", context.Canceled)},
+	}
+	var out, errb bytes.Buffer
+	err := reportPush(&out, &errb, hosts, outcomes, true)
+	var ec cli.ExitCoder
+	require.True(t, errors.As(err, &ec))
+	assert.Equal(t, exitInterrupted, ec.ExitCode())
+	assert.Equal(t, "push interrupted: a has the new tree; b, d kept their previous tree; c holds a mix of previous and new files until the next push or run repairs it", err.Error())
+	assert.Contains(t, errb.String(), "push to c: stopped while moving files into place (connection lost)")
 }

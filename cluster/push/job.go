@@ -1,0 +1,70 @@
+package push
+
+import (
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/droverhq/drover/cluster/config"
+)
+
+// ForJob is the one rule for what a job's push sends and leaves alone,
+// shared by `drover push` and `drover run` so that the two never differ:
+// the job's exclude patterns, and protected (never sent, overwritten or
+// deleted on a host) the job's checkpoint_dir and the local log directory
+// logRoot ("" is the default, runs/ next to the job file) when either lies
+// inside the code directory. A checkpoint written by a local smoke test
+// must not replace the fleet's, and deleting it locally must not delete
+// the fleet's; logs of local runs are not code.
+func ForJob(cfg *config.Config, logRoot string) Options {
+	opts := Options{Exclude: cfg.Job.Exclude}
+	if rel, ok := checkpointRel(cfg.Job.Workdir, cfg.Job.CheckpointDir); ok {
+		opts.Protect = append(opts.Protect, rel)
+	}
+	if logRoot == "" && cfg.Path != "" {
+		logRoot = filepath.Join(filepath.Dir(cfg.Path), "runs")
+	}
+	if logRoot != "" && cfg.Job.Code != "" {
+		rel, err := filepath.Rel(cfg.Job.Code, logRoot)
+		if err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel) {
+			opts.Protect = append(opts.Protect, filepath.ToSlash(rel))
+		}
+	}
+	return opts
+}
+
+// checkpointRel is checkpoint_dir relative to the workdir, when it lies
+// strictly inside it: relative, or absolute (or ~/) below a workdir
+// written the same way. A checkpoint_dir equal to or above the workdir
+// protects nothing here (it is a configuration error of its own).
+func checkpointRel(workdir, ckpt string) (string, bool) {
+	if ckpt == "" {
+		return "", false
+	}
+	home := func(p string) string { // "~/x" and "x" are the same place
+		if p == "~" {
+			return "."
+		}
+		return strings.TrimPrefix(p, "~/")
+	}
+	var rel string
+	switch c := home(ckpt); {
+	case !path.IsAbs(c) && !strings.HasPrefix(ckpt, "~"):
+		rel = path.Clean(c)
+	default:
+		w := path.Clean(home(workdir))
+		c = path.Clean(c)
+		if w == "." && !path.IsAbs(c) {
+			rel = c
+			break
+		}
+		if path.IsAbs(w) != path.IsAbs(c) || !strings.HasPrefix(c, w+"/") {
+			return "", false
+		}
+		rel = strings.TrimPrefix(c, w+"/")
+	}
+	if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || path.IsAbs(rel) {
+		return "", false
+	}
+	return rel, true
+}

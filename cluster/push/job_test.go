@@ -1,0 +1,41 @@
+package push
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/droverhq/drover/cluster/config"
+)
+
+// TestForJob is the one exclusion rule `drover push` and `drover run`
+// share: before it, `drover push` sent runs/ and both sent checkpoints.
+func TestForJob(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		code, workdir, ckpt, log string
+		want                     []string
+	}{
+		{"example layout", "/src/job", "drover/job", "checkpoints", "", []string{"checkpoints", "runs"}},
+		{"nested checkpoint dir", "/src/job", "w", "./out/ckpt/", "", []string{"out/ckpt", "runs"}},
+		{"log dir given", "/src/job", "w", "ck", "/src/job/logs/drover", []string{"ck", "logs/drover"}},
+		{"log dir outside the code", "/src/job", "w", "ck", "/var/log/drover", []string{"ck"}},
+		{"job file outside the code", "/src/job/code", "w", "ck", "", []string{"ck"}},
+		{"absolute checkpoint inside an absolute workdir", "/src/job", "/data/w", "/data/w/ck", "", []string{"ck", "runs"}},
+		{"home-relative checkpoint inside the workdir", "/src/job", "drover/w", "~/drover/w/ck", "", []string{"ck", "runs"}},
+		{"workdir ~", "/src/job", "~", "ck", "", []string{"ck", "runs"}},
+		{"absolute checkpoint elsewhere", "/src/job", "drover/w", "/scratch/ck", "", []string{"runs"}},
+		{"checkpoint dir is the workdir", "/src/job", "w", ".", "", []string{"runs"}},
+		{"checkpoint dir above the workdir", "/src/job", "w", "../ck", "", []string{"runs"}},
+		{"no checkpoint dir", "/src/job", "w", "", "", []string{"runs"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &config.Config{Path: "/src/job/job.toml", Job: config.Job{
+				Code: tc.code, Workdir: tc.workdir, CheckpointDir: tc.ckpt, Exclude: []string{"*.pt"},
+			}}
+			opts := ForJob(cfg, tc.log)
+			assert.Equal(t, tc.want, opts.Protect)
+			assert.Equal(t, []string{"*.pt"}, opts.Exclude)
+		})
+	}
+}
