@@ -92,7 +92,9 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *ssh_config.C
 		cancel()
 		if err != nil {
 			closeClients(jumps)
-			return nil, nil, addr, fail(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err))
+			// The jump host could not reach the target (refused,
+			// timed out): the target is unreachable from here.
+			return nil, nil, addr, fail(unreachable(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err)))
 		}
 	} else {
 		d := net.Dialer{Timeout: opts.ConnectTimeout}
@@ -120,9 +122,11 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 	}
 	auth := loadAuth(tgt, opts.AgentSocket)
 	defer auth.close()
+	var authStarted atomic.Bool
 	config := &ssh.ClientConfig{
 		User:              tgt.user,
 		Auth:              auth.methods(),
+		AuthCallback:      auth.callback(&authStarted),
 		HostKeyCallback:   hk.check,
 		HostKeyAlgorithms: hk.algorithms(tgt.addr()),
 		Timeout:           opts.ConnectTimeout,
@@ -139,18 +143,7 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 	stop()
 	if err != nil {
 		conn.Close()
-		var hke *HostKeyError
-		switch {
-		case errors.As(err, &hke):
-			return nil, hke
-		case cancelled.Load():
-			return nil, fmt.Errorf("ssh handshake: %w", ctx.Err())
-		case timedOut.Load():
-			return nil, fmt.Errorf("ssh handshake timed out after %v", opts.ConnectTimeout)
-		case strings.Contains(err.Error(), "unable to authenticate"):
-			return nil, fmt.Errorf("auth failed for user %q: %s", tgt.user, auth.describe())
-		}
-		return nil, err
+		return nil, handshakeError(err, auth, tgt.user, authStarted.Load(), timedOut.Load(), cancelled.Load(), ctx, opts.ConnectTimeout)
 	}
 	if timedOut.Load() || cancelled.Load() {
 		// The timer fired just as the handshake finished: the conn is
@@ -159,9 +152,30 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 		if cancelled.Load() {
 			return nil, fmt.Errorf("ssh handshake: %w", ctx.Err())
 		}
-		return nil, fmt.Errorf("ssh handshake timed out after %v", opts.ConnectTimeout)
+		return nil, unreachable(fmt.Errorf("ssh handshake timed out after %v", opts.ConnectTimeout))
 	}
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// handshakeError classifies a failed handshake by what happened, not by
+// the library's message: a refused host key (*HostKeyError), a cancelled
+// context, a refusal during authentication (*AuthError: every method was
+// refused, or the host hung up once authentication had begun, as sshd does
+// after MaxAuthTries), and otherwise a connection that broke or stalled
+// before authentication (*UnreachableError).
+func handshakeError(err error, auth *authSet, user string, authStarted, timedOut, cancelled bool, ctx context.Context, timeout time.Duration) error {
+	var hke *HostKeyError
+	switch {
+	case errors.As(err, &hke):
+		return hke
+	case cancelled:
+		return fmt.Errorf("ssh handshake: %w", ctx.Err())
+	case timedOut:
+		return unreachable(fmt.Errorf("ssh handshake timed out after %v", timeout))
+	case errors.Is(err, errAuthExhausted), authStarted:
+		return auth.authError(user, err)
+	}
+	return unreachable(err)
 }
 
 // describeDialError turns a TCP dial error into the reason a user can act
@@ -170,13 +184,16 @@ func describeDialError(err error, timeout time.Duration) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("connection refused (is sshd listening on that port?): %w", err)
+		return unreachable(fmt.Errorf("connection refused (is sshd listening on that port?): %w", err))
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("timed out after %v (host down or unreachable?): %w", timeout, err)
+		return unreachable(fmt.Errorf("timed out after %v (host down or unreachable?): %w", timeout, err))
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return fmt.Errorf("no route to host: %w", err)
+		return unreachable(fmt.Errorf("no route to host: %w", err))
+	case errors.Is(err, context.Canceled):
+		return err
 	}
-	return err
+	// Other network errors (reset, DNS failure): the host may come back.
+	return unreachable(err)
 }
 
 func closeClients(cs []*ssh.Client) {

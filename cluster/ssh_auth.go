@@ -6,7 +6,8 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"strings"
+	"slices"
+	"sync/atomic"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
@@ -28,18 +29,9 @@ func (a *authSet) close() {
 	}
 }
 
-// describe lists what was offered, for an authentication failure.
-func (a *authSet) describe() string {
-	var parts []string
-	if len(a.tried) > 0 {
-		parts = append(parts, "tried "+strings.Join(a.tried, ", "))
-	} else {
-		parts = append(parts, "no usable key (set identity_file, or start ssh-agent and ssh-add a key)")
-	}
-	if len(a.skipped) > 0 {
-		parts = append(parts, "skipped "+strings.Join(a.skipped, "; "))
-	}
-	return strings.Join(parts, "; ")
+// authError is the AuthError for user when the host refused every key in a.
+func (a *authSet) authError(user string, err error) *AuthError {
+	return &AuthError{User: user, Tried: a.tried, Skipped: a.skipped, Err: err}
 }
 
 // loadAuth gathers the agent's keys (agentSock "" = $SSH_AUTH_SOCK, "none"
@@ -97,4 +89,24 @@ func (a *authSet) methods() []ssh.AuthMethod {
 		return nil
 	}
 	return []ssh.AuthMethod{ssh.PublicKeys(a.signers...)}
+}
+
+// errAuthExhausted ends a handshake whose host accepted none of the methods
+// drover offered; handshake turns it into an *AuthError.
+var errAuthExhausted = errors.New("no authentication method left to try")
+
+// callback is the ClientConfig.AuthCallback: it runs only in the
+// authentication phase, after each refused attempt, and ends the handshake
+// with errAuthExhausted when none of drover's methods is left untried among
+// those the host allows, so that a refusal is told apart from a network
+// failure by type rather than by the library's message. started records
+// that authentication began.
+func (a *authSet) callback(started *atomic.Bool) ssh.ClientAuthCallback {
+	return func(ctx *ssh.ClientAuthContext) (ssh.AuthMethod, error) {
+		started.Store(true)
+		if len(a.signers) > 0 && slices.Contains(ctx.AllowedMethods, "publickey") && !slices.Contains(ctx.TriedMethods, "publickey") {
+			return nil, nil // config.Auth's publickey comes next
+		}
+		return nil, errAuthExhausted
+	}
 }

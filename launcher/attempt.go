@@ -155,21 +155,10 @@ func (r *runner) participants(cfg *cluster.Config) ([]cluster.Host, error) {
 }
 
 // isUnreachable tells network failures, which are worth waiting for, from
-// permanent ones (a refused host key, failed authentication).
+// permanent ones (a refused host key, failed authentication, a mistake in
+// the configuration).
 func isUnreachable(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, cluster.ErrConnectionLost) {
-		return true
-	}
-	msg := strings.ToLower(err.Error())
-	for _, permanent := range []string{"host key", "unable to authenticate", "knownhosts", "known_hosts", "permission denied"} {
-		if strings.Contains(msg, permanent) {
-			return false
-		}
-	}
-	return true
+	return cluster.IsUnreachable(err)
 }
 
 // connect dials every host. On a restart, an unreachable host is retried
