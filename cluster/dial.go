@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 )
@@ -64,6 +65,11 @@ type DialOptions struct {
 	// one parse of the known_hosts files; nil: each dial parses them.
 	// DialEach and DialAll set one for their dials when it is nil.
 	KnownHosts *KnownHosts
+	// Warn receives, once each, the problems a dial works around rather
+	// than fails on: a known_hosts line it cannot read (skipped, as
+	// OpenSSH does), an ssh_config block it cannot evaluate. Nil: they
+	// are written to standard error.
+	Warn func(msg string)
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -78,6 +84,9 @@ func (o DialOptions) withDefaults() DialOptions {
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultDialParallel
+	}
+	if o.Warn == nil {
+		o.Warn = func(msg string) { fmt.Fprintf(os.Stderr, "drover: warning: %s\n", msg) }
 	}
 	return o
 }

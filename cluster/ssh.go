@@ -115,7 +115,7 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *ssh_config.C
 // handshake runs the SSH handshake and authentication on conn within the
 // connect timeout; conn is closed on failure.
 func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptions) (*ssh.Client, error) {
-	hk, err := newHostKeyChecker(tgt, opts.AcceptNewHosts, opts.KnownHosts)
+	hk, err := newHostKeyChecker(tgt, opts.AcceptNewHosts, opts.KnownHosts, opts.Warn)
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -77,10 +78,82 @@ func loadAuth(t sshTarget, agentSock string) *authSet {
 			a.skipped = append(a.skipped, fmt.Sprintf("%s: %v", path, err))
 			continue
 		}
+		if cs := certSigner(path+"-cert.pub", signer, &a.skipped); cs != nil {
+			a.signers = append(a.signers, cs)
+			a.tried = append(a.tried, path+"-cert.pub")
+		}
 		a.signers = append(a.signers, signer)
 		a.tried = append(a.tried, path)
 	}
+	a.addCertificateFiles(t.certificateFiles)
 	return a
+}
+
+// certSigner returns signer presenting the user certificate in file (as
+// ssh does with a "-cert.pub" beside a key), or nil when there is none or it
+// is not a certificate of signer's key (noted in skipped).
+func certSigner(file string, signer ssh.Signer, skipped *[]string) ssh.Signer {
+	cert, err := readCertificate(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		*skipped = append(*skipped, err.Error())
+		return nil
+	}
+	if !bytes.Equal(cert.Key.Marshal(), signer.PublicKey().Marshal()) {
+		*skipped = append(*skipped, file+": certificate of another key")
+		return nil
+	}
+	cs, err := ssh.NewCertSigner(cert, signer)
+	if err != nil {
+		*skipped = append(*skipped, fmt.Sprintf("%s: %v", file, err))
+		return nil
+	}
+	return cs
+}
+
+// readCertificate reads an OpenSSH user certificate (KEY-cert.pub).
+func readCertificate(file string) (*ssh.Certificate, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	cert, ok := pub.(*ssh.Certificate)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a certificate", file)
+	}
+	return cert, nil
+}
+
+// addCertificateFiles puts the certificates of ssh_config's CertificateFile
+// first, each paired with the key (from the agent or an identity file) it
+// certifies, as ssh does.
+func (a *authSet) addCertificateFiles(files []string) {
+	var certs []ssh.Signer
+	for _, f := range files {
+		found := false
+		for _, s := range a.signers {
+			if _, isCert := s.PublicKey().(*ssh.Certificate); isCert {
+				continue
+			}
+			var skipped []string
+			if cs := certSigner(f, s, &skipped); cs != nil {
+				certs = append(certs, cs)
+				a.tried = append(a.tried, f)
+				found = true
+				break
+			}
+		}
+		if !found {
+			a.skipped = append(a.skipped, f+": no key for this certificate")
+		}
+	}
+	a.signers = append(certs, a.signers...)
 }
 
 // methods is the ssh.AuthMethod list for ClientConfig.

@@ -26,7 +26,9 @@ type sshTarget struct {
 	identityFiles    []string
 	explicitIdentity bool
 	knownHosts       []string
-	proxyJump        string // "" or "none": direct
+	hashKnownHosts   bool     // HashKnownHosts yes: record new keys hashed
+	certificateFiles []string // CertificateFile: user certificates
+	proxyJump        string   // "" or "none": direct
 }
 
 // addr is host:port as dialled and as looked up in known_hosts.
@@ -139,6 +141,10 @@ func resolveTarget(h Host, cfg *ssh_config.Config) (sshTarget, error) {
 			t.knownHosts = []string{filepath.Join(home, ".ssh", "known_hosts")}
 		}
 	}
+	for _, f := range getAll("CertificateFile") {
+		t.certificateFiles = append(t.certificateFiles, expand(f))
+	}
+	t.hashKnownHosts = strings.EqualFold(get("HashKnownHosts"), "yes")
 	t.proxyJump = h.ProxyJump
 	if t.proxyJump == "" {
 		t.proxyJump = get("ProxyJump")
