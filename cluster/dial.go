@@ -65,6 +65,15 @@ type DialOptions struct {
 	// one parse of the known_hosts files; nil: each dial parses them.
 	// DialEach and DialAll set one for their dials when it is nil.
 	KnownHosts *KnownHosts
+	// SSHConfigs, when set, lets every dial made with these options share
+	// one reading of the ssh config (and what ssh -G said of each host);
+	// DialEach and DialAll set one for their dials when it is nil.
+	SSHConfigs *SSHConfigs
+	// OpenSSH is the OpenSSH client asked (ssh -G HOST) what an ssh config
+	// that drover cannot evaluate itself (Match exec, Match final, ...)
+	// resolves to for a host. Default "ssh" on $PATH; "none": never ask,
+	// ignore such blocks with a warning.
+	OpenSSH string
 	// Warn receives, once each, the problems a dial works around rather
 	// than fails on: a known_hosts line it cannot read (skipped, as
 	// OpenSSH does), an ssh_config block it cannot evaluate. Nil: they
@@ -130,6 +139,9 @@ func DialEach(ctx context.Context, hosts []Host, opts DialOptions, fn func(i int
 	opts = opts.withDefaults()
 	if opts.KnownHosts == nil {
 		opts.KnownHosts = &KnownHosts{}
+	}
+	if opts.SSHConfigs == nil {
+		opts.SSHConfigs = &SSHConfigs{}
 	}
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup

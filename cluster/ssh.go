@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kevinburke/ssh_config"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
@@ -46,7 +45,7 @@ type sshTransport struct {
 // dialSSH connects to h (through its ProxyJump hops), verifies the host key
 // and authenticates, then starts keepalives.
 func dialSSH(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
-	cfg, err := loadSSHConfig(opts.SSHConfigPath)
+	cfg, err := loadSSHConfig(opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", h.Name, err)
 	}
@@ -64,8 +63,8 @@ func dialSSH(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
 
 // dialClient returns an authenticated client for h, dialling its jump hosts
 // first; the returned jumps must be closed after the client.
-func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *ssh_config.Config, depth int) (*ssh.Client, []*ssh.Client, string, error) {
-	tgt, err := resolveTarget(h, cfg)
+func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *sshConfig, depth int) (*ssh.Client, []*ssh.Client, string, error) {
+	tgt, err := resolveTarget(ctx, h, cfg)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("connect to %s: %w", h.Name, err)
 	}
@@ -96,6 +95,11 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *ssh_config.C
 			// timed out): the target is unreachable from here.
 			return nil, nil, addr, fail(unreachable(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err)))
 		}
+	} else if tgt.proxyCommand != "" {
+		conn, err = startProxyCommand(tgt)
+		if err != nil {
+			return nil, nil, addr, fail(unreachable(err))
+		}
 	} else {
 		d := net.Dialer{Timeout: opts.ConnectTimeout}
 		conn, err = d.DialContext(ctx, "tcp", addr)
@@ -106,6 +110,9 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *ssh_config.C
 	}
 	client, err := handshake(ctx, conn, tgt, opts)
 	if err != nil {
+		if pc, ok := conn.(*proxyConn); ok {
+			err = pc.explain(err) // closed by handshake: the command has ended
+		}
 		closeClients(jumps)
 		return nil, nil, addr, fail(err)
 	}
