@@ -344,7 +344,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	if n, ok := w.port(t, "base_port"); ok {
 		j.BasePort = n
 	}
-	j.Env = w.env(t)
+	j.Env, _ = w.env(t, "[job.env]")
 	if pats, ok := w.strList(t, "exclude"); ok {
 		for _, p := range pats {
 			if strings.TrimSpace(p) == "" {
@@ -421,12 +421,14 @@ func (w *walker) command(t tbl) []string {
 	return args
 }
 
-// env reads [job.env]: shell-identifier names, scalar values.
-func (w *walker) env(t tbl) map[string]string {
+// env reads t's env table ([job.env] or [host.env], as title says):
+// shell-identifier names, scalar values; and the line of each name.
+func (w *walker) env(t tbl, title string) (map[string]string, map[string]int) {
 	out := map[string]string{}
-	et, ok := w.table(t, "env", tableSchema{"[job.env]", nil})
+	lines := map[string]int{}
+	et, ok := w.table(t, "env", tableSchema{title, nil})
 	if !ok {
-		return out
+		return out, lines
 	}
 	names := make([]string, 0, len(et.m))
 	for k := range et.m {
@@ -435,6 +437,7 @@ func (w *walker) env(t tbl) map[string]string {
 	sort.Strings(names)
 	for _, k := range names {
 		key := et.key(k)
+		lines[k] = w.lines.lineOf(key)
 		if !envNameRE.MatchString(k) {
 			w.add(key, fmt.Sprintf("%s is not a valid environment variable name", show(k)),
 				fmt.Sprintf("use letters, digits and '_', not starting with a digit, e.g. %s", sanitizeEnv(k)))
@@ -458,7 +461,7 @@ func (w *walker) env(t tbl) map[string]string {
 				fmt.Sprintf(`write %s = "value"`, k))
 		}
 	}
-	return out
+	return out, lines
 }
 
 func sanitizeEnv(s string) string {
@@ -810,6 +813,9 @@ func (w *walker) host(t tbl, dir string, defaults sshSettings) (Host, bool) {
 	}
 	if p, ok := w.remotePath(t, "workdir"); ok {
 		h.Workdir = p
+	}
+	if env, lines := w.env(t, "[host.env]"); len(env) > 0 {
+		h.Env, h.EnvLines = env, lines
 	}
 	return h, true
 }

@@ -133,6 +133,12 @@ type Host struct {
 	// Workdir overrides Job.Workdir for this host (several local hosts on
 	// one machine need distinct workdirs).
 	Workdir string
+	// Env is [host.env]: variables for every process on this host (a PATH,
+	// another python), over [job.env]. Like [job.env] it may not set what
+	// drover sets (the plan checks). EnvLines has each name's line in
+	// InventoryPath, for those errors.
+	Env      map[string]string
+	EnvLines map[string]int
 
 	// Line is the line of the [[host]] header in InventoryPath, for errors.
 	Line int

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"regexp"
 	"sort"
@@ -126,7 +127,20 @@ type PlanInput struct {
 	// to make DROVER_CHECKPOINT_DIR absolute; otherwise it is given in
 	// "~/..." form.
 	HostHome map[string]string
+	// Ifaces is, per host name, the network interface whose route reaches
+	// the rendezvous address (MASTER_ADDR; found on the host by
+	// DiscoverIfaces). It becomes NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
+	// there unless [job.env] or [host.env] sets them, so that the
+	// collectives do not pick the interface of the default route, which on
+	// hosts with two networks is often not the one the others can reach.
+	Ifaces map[string]string
 }
+
+// Variables drover sets from PlanInput.Ifaces.
+const (
+	ncclIfaceEnv = "NCCL_SOCKET_IFNAME"
+	glooIfaceEnv = "GLOO_SOCKET_IFNAME"
+)
 
 // hostSlots is one participating host as the placer sees it.
 type hostSlots struct {
@@ -238,6 +252,8 @@ func Build(in PlanInput) (*Plan, error) {
 		}
 	}
 
+	errs = append(errs, checkHostEnv(cfg, invFile)...)
+
 	p := &Plan{Job: job.Name, Framework: job.Framework, JobEnv: copyEnv(job.Env)}
 	var slots []*hostSlots
 	for _, h := range cfg.Hosts {
@@ -309,11 +325,60 @@ func Build(in PlanInput) (*Plan, error) {
 			// file here (dump_error_file), where drover reads the cause.
 			pr.Env["TORCHELASTIC_ERROR_FILE"] = ErrorFile(pr.Workdir, in.HostHome[pr.Host.Name], in.RestartCount, pr.Name())
 		}
+		if ifc := in.Ifaces[pr.Host.Name]; ifc != "" && job.Framework != cluster.TensorFlow {
+			pr.Env[ncclIfaceEnv] = ifc
+			pr.Env[glooIfaceEnv] = ifc
+		}
 		for k, v := range job.Env {
+			pr.Env[k] = v
+		}
+		for k, v := range pr.Host.Env {
 			pr.Env[k] = v
 		}
 	}
 	return p, nil
+}
+
+// checkHostEnv applies [job.env]'s rule to each [host.env]: valid names,
+// nothing drover sets itself. Errors point at the line in the inventory.
+func checkHostEnv(cfg *cluster.Config, file string) cluster.ConfigErrors {
+	var errs cluster.ConfigErrors
+	for i, h := range cfg.Hosts {
+		for _, name := range sortedKeys(h.Env) {
+			key := fmt.Sprintf("host[%d].env.%s", i+1, name)
+			switch {
+			case !envNameRE.MatchString(name):
+				errs = append(errs, &cluster.ConfigError{File: file, Line: h.EnvLines[name], Key: key,
+					Msg: fmt.Sprintf("%q is not a valid environment variable name", name),
+					Fix: "use letters, digits and underscores, not starting with a digit"})
+			case ReservedEnv(cfg.Job.Framework, name):
+				errs = append(errs, &cluster.ConfigError{File: file, Line: h.EnvLines[name], Key: key,
+					Msg: fmt.Sprintf("drover sets %s itself for %s jobs", name, cfg.Job.Framework),
+					Fix: fmt.Sprintf("remove it from [host.env] of %s", h.Name)})
+			}
+		}
+	}
+	return errs
+}
+
+// RendezvousAddr is the address every process of p connects to, whose
+// route decides the network interface for the collectives (PlanInput.Ifaces):
+// MASTER_ADDR (pytorch, torchrun) or the JAX coordinator's host; "" for
+// tensorflow, whose tasks connect to each other.
+func (p *Plan) RendezvousAddr() string {
+	if len(p.Processes) == 0 {
+		return ""
+	}
+	env := p.Processes[0].Env
+	if a := env["MASTER_ADDR"]; a != "" {
+		return a
+	}
+	if c := env["JAX_COORDINATOR_ADDRESS"]; c != "" {
+		if host, _, err := net.SplitHostPort(c); err == nil {
+			return host
+		}
+	}
+	return ""
 }
 
 // commonEnv sets what every process gets, whatever the framework.
