@@ -106,7 +106,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	}
 
 	resume := a.findResume(ctx, conns)
-	plan, err := Build(PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes})
+	in := PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
+	plan, err := Build(in)
+	if err == nil {
+		plan, err = a.withIfaces(ctx, conns, in, plan)
+	}
 	if err != nil {
 		return a.setupFailure(err)
 	}

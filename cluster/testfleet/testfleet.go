@@ -450,6 +450,29 @@ func (f *Fleet) SetSSHD(i int, extra string) error {
 	return nil
 }
 
+// SecondNIC(true) gives every host a second network interface, mgmt0, that
+// nothing on the other hosts can reach (10.232.X.(First+i)/24, a veth to nowhere),
+// routes the hosts' default route through it and makes the host names
+// resolve to its addresses: a machine whose hostname and default route
+// belong to a management network while the cluster network is eth0. What
+// picks its interface from the hostname or the default route (gloo, NCCL)
+// then fails unless told to use eth0. SecondNIC(false) undoes it.
+func (f *Fleet) SecondNIC(on bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(0); err != nil {
+		return err
+	}
+	state := "off"
+	if on {
+		state = "on"
+	}
+	if _, err := f.run(context.Background(), "second-nic", f.Dir, state); err != nil {
+		return fmt.Errorf("second NIC %s: %w", state, err)
+	}
+	return nil
+}
+
 // Cut takes host i off the network (its link goes down inside its
 // namespace): connections to it hang and time out, as with a pulled cable;
 // its processes keep running.

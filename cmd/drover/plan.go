@@ -62,6 +62,11 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Bool("probe") {
+		if p, err = planWithIfaces(c, cfg, in, p); err != nil {
+			return err
+		}
+	}
 	if err := launcher.Render(c.App.Writer, p, format, launcher.RenderOptions{ShowSecrets: c.Bool("show-secrets")}); err != nil {
 		return fmt.Errorf("plan %s: write output: %w", job, err)
 	}
@@ -95,4 +100,26 @@ func probeForPlan(c *cli.Context, cfg *cluster.Config) (map[string]launcher.Host
 		out[r.Report.Host] = launcher.HostGPUs{Indices: r.Selection.Indices, Probed: true}
 	}
 	return out, errors.Join(errs...)
+}
+
+// planWithIfaces plans again with the network interface each host uses to
+// reach the rendezvous address, asked of the hosts themselves (the NIC
+// column; NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME), as drover run does.
+func planWithIfaces(c *cli.Context, cfg *cluster.Config, in launcher.PlanInput, p *launcher.Plan) (*launcher.Plan, error) {
+	ts, errs := cluster.DialAll(c.Context, p.Hosts, cluster.DialOptions{
+		AcceptNewHosts: c.Bool("accept-new-hosts"),
+		Inventory:      cfg.Hosts,
+	})
+	var up []cluster.Transport
+	for i := range ts {
+		if errs[i] == nil {
+			up = append(up, ts[i])
+			defer ts[i].Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	in.Ifaces = launcher.DiscoverIfaces(c.Context, up, p.RendezvousAddr())
+	return launcher.Build(in)
 }
