@@ -69,6 +69,11 @@ type DialOptions struct {
 	// one reading of the ssh config (and what ssh -G said of each host);
 	// DialEach and DialAll set one for their dials when it is nil.
 	SSHConfigs *SSHConfigs
+	// Jumps, when set, lets the dials made with these options share one
+	// connection to each ProxyJump host (a bastion's sshd drops
+	// concurrent handshakes past MaxStartups); DialEach and DialAll set
+	// one for their dials when it is nil.
+	Jumps *JumpHosts
 	// OpenSSH is the OpenSSH client asked (ssh -G HOST) what an ssh config
 	// that drover cannot evaluate itself (Match exec, Match final, ...)
 	// resolves to for a host. Default "ssh" on $PATH; "none": never ask,
@@ -142,6 +147,9 @@ func DialEach(ctx context.Context, hosts []Host, opts DialOptions, fn func(i int
 	}
 	if opts.SSHConfigs == nil {
 		opts.SSHConfigs = &SSHConfigs{}
+	}
+	if opts.Jumps == nil {
+		opts.Jumps = &JumpHosts{}
 	}
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup

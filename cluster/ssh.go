@@ -32,7 +32,7 @@ type sshTransport struct {
 	host   Host
 	addr   string // host:port actually connected to, for errors
 	client *ssh.Client
-	jumps  []*ssh.Client // ProxyJump hops, closed after client
+	jumps  func() // gives back the ProxyJump hops, after client closes
 
 	done chan struct{} // closed once the connection is gone
 
@@ -53,7 +53,8 @@ func dialSSH(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &sshTransport{host: h, addr: addr, client: client, jumps: jumps, done: make(chan struct{})}
+	var once sync.Once
+	t := &sshTransport{host: h, addr: addr, client: client, jumps: func() { once.Do(jumps) }, done: make(chan struct{})}
 	go t.watch()
 	if opts.KeepAliveInterval > 0 {
 		go t.keepalive(opts.KeepAliveInterval, opts.KeepAliveCountMax)
@@ -62,8 +63,9 @@ func dialSSH(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
 }
 
 // dialClient returns an authenticated client for h, dialling its jump hosts
-// first; the returned jumps must be closed after the client.
-func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *sshConfig, depth int) (*ssh.Client, []*ssh.Client, string, error) {
+// first (or sharing a connection to them, opts.Jumps); the returned release
+// gives the jump hosts back and must be called after the client is closed.
+func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *sshConfig, depth int) (*ssh.Client, func(), string, error) {
 	tgt, err := resolveTarget(ctx, h, cfg)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("connect to %s: %w", h.Name, err)
@@ -71,9 +73,10 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *sshConfig, d
 	addr := tgt.addr()
 	fail := func(err error) error { return fmt.Errorf("connect to %s (%s): %w", tgt.name, addr, err) }
 
-	var jumps []*ssh.Client
+	release := func() {}
 	var conn net.Conn
-	if tgt.proxyJump != "" {
+	switch {
+	case tgt.proxyJump != "":
 		if depth >= maxJumpDepth {
 			return nil, nil, addr, fail(fmt.Errorf("proxy jump chain longer than %d hops (a loop?)", maxJumpDepth))
 		}
@@ -81,26 +84,24 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *sshConfig, d
 		if err != nil {
 			return nil, nil, addr, fail(err)
 		}
-		jc, jj, _, err := dialClient(ctx, jh, opts, cfg, depth+1)
+		jc, err := acquireJump(ctx, jh, opts, cfg, depth+1)
 		if err != nil {
 			return nil, nil, addr, fail(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err))
 		}
-		jumps = append(jj, jc)
-		dctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
-		conn, err = jc.DialContext(dctx, "tcp", addr)
-		cancel()
+		release = jc.done
+		conn, err = jc.openThrough(ctx, addr, opts.ConnectTimeout)
 		if err != nil {
-			closeClients(jumps)
+			release()
 			// The jump host could not reach the target (refused,
 			// timed out): the target is unreachable from here.
 			return nil, nil, addr, fail(unreachable(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err)))
 		}
-	} else if tgt.proxyCommand != "" {
+	case tgt.proxyCommand != "":
 		conn, err = startProxyCommand(tgt)
 		if err != nil {
 			return nil, nil, addr, fail(unreachable(err))
 		}
-	} else {
+	default:
 		d := net.Dialer{Timeout: opts.ConnectTimeout}
 		conn, err = d.DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -113,10 +114,33 @@ func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *sshConfig, d
 		if pc, ok := conn.(*proxyConn); ok {
 			err = pc.explain(err) // closed by handshake: the command has ended
 		}
-		closeClients(jumps)
+		release()
 		return nil, nil, addr, fail(err)
 	}
-	return client, jumps, addr, nil
+	return client, release, addr, nil
+}
+
+// acquireJump connects to the jump host jh: through opts.Jumps, shared
+// with the other dials through it and retried while it hangs up during the
+// handshake; without, a connection of this dial's own.
+func acquireJump(ctx context.Context, jh Host, opts DialOptions, cfg *sshConfig, depth int) (*jumpConn, error) {
+	dial := func() (*ssh.Client, func(), error) {
+		c, hops, _, err := dialClient(ctx, jh, opts, cfg, depth)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() { c.Close(); hops() }, nil
+	}
+	if opts.Jumps == nil {
+		c, release, err := dial()
+		if err != nil {
+			return nil, err
+		}
+		return &jumpConn{client: c, done: release}, nil
+	}
+	return opts.Jumps.acquire(ctx, jh, func() (*ssh.Client, func(), error) {
+		return retryJumpDial(ctx, opts.ConnectTimeout, dial)
+	})
 }
 
 // handshake runs the SSH handshake and authentication on conn within the
@@ -203,12 +227,6 @@ func describeDialError(err error, timeout time.Duration) error {
 	return unreachable(err)
 }
 
-func closeClients(cs []*ssh.Client) {
-	for i := len(cs) - 1; i >= 0; i-- {
-		cs[i].Close()
-	}
-}
-
 // watch records that the connection is gone as soon as the SSH mux stops
 // (TCP reset, EOF, or our own Close).
 func (t *sshTransport) watch() {
@@ -217,7 +235,7 @@ func (t *sshTransport) watch() {
 		err = errors.New("connection closed by the host")
 	}
 	t.markLost(err)
-	closeClients(t.jumps)
+	t.jumps()
 	close(t.done)
 }
 
@@ -518,7 +536,7 @@ func (t *sshTransport) Close() error {
 		fsys.c.Close()
 	}
 	err := t.client.Close()
-	closeClients(t.jumps)
+	t.jumps()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
