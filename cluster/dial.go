@@ -121,6 +121,24 @@ func Dial(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
 	}
 }
 
+// Shared returns o with a cache for each of KnownHosts, SSHConfigs and
+// Jumps that is nil, so that the dials made with the result read
+// known_hosts and the ssh config once, warn once, and share one connection
+// to each jump host. DialEach and DialAll use it; so should a caller that
+// dials many hosts one Dial at a time.
+func (o DialOptions) Shared() DialOptions {
+	if o.KnownHosts == nil {
+		o.KnownHosts = &KnownHosts{}
+	}
+	if o.SSHConfigs == nil {
+		o.SSHConfigs = &SSHConfigs{}
+	}
+	if o.Jumps == nil {
+		o.Jumps = &JumpHosts{}
+	}
+	return o
+}
+
 // DialAll dials every host at once, at most opts.Parallel at a time, and
 // returns the transports and errors in the order of hosts: for each i
 // exactly one of ts[i] and errs[i] is non-nil. One unreachable host never
@@ -142,15 +160,7 @@ func DialAll(ctx context.Context, hosts []Host, opts DialOptions) ([]Transport, 
 // The opts.Parallel limit covers the dials only, not fn.
 func DialEach(ctx context.Context, hosts []Host, opts DialOptions, fn func(i int, t Transport, err error)) {
 	opts = opts.withDefaults()
-	if opts.KnownHosts == nil {
-		opts.KnownHosts = &KnownHosts{}
-	}
-	if opts.SSHConfigs == nil {
-		opts.SSHConfigs = &SSHConfigs{}
-	}
-	if opts.Jumps == nil {
-		opts.Jumps = &JumpHosts{}
-	}
+	opts = opts.Shared()
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
 	for i, h := range hosts {
