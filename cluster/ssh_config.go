@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // sshTarget is everything needed to reach one host over SSH, after merging
@@ -40,7 +42,7 @@ func (t sshTarget) addr() string {
 // would), then OpenSSH's defaults (current user, port 22, ~/.ssh/id_*,
 // ~/.ssh/known_hosts). A ProxyJump (inventory or config) wins over a
 // ProxyCommand.
-func resolveTarget(ctx context.Context, h Host, cfg *sshConfig) (sshTarget, error) {
+func resolveTarget(ctx context.Context, h config.Host, cfg *sshConfig) (sshTarget, error) {
 	alias := h.Address
 	if alias == "" {
 		alias = h.Name
@@ -184,7 +186,7 @@ func expandSSHTokens(s, host, remoteUser string) string {
 // inventory host by name, or "[user@]host[:port]" inheriting the target's
 // identity and known_hosts. Only the last hop of a comma-separated chain is
 // returned along with the rest of the chain, which becomes its own jump.
-func jumpHost(spec string, target Host, inventory []Host) (Host, error) {
+func jumpHost(spec string, target config.Host, inventory []config.Host) (config.Host, error) {
 	chain := strings.Split(spec, ",")
 	last := strings.TrimSpace(chain[len(chain)-1])
 	rest := strings.Join(chain[:len(chain)-1], ",")
@@ -193,12 +195,12 @@ func jumpHost(spec string, target Host, inventory []Host) (Host, error) {
 			if rest != "" {
 				h.ProxyJump = rest
 			}
-			h.Transport = TransportSSH
+			h.Transport = config.TransportSSH
 			return h, nil
 		}
 	}
-	j := Host{
-		Transport:    TransportSSH,
+	j := config.Host{
+		Transport:    config.TransportSSH,
 		IdentityFile: target.IdentityFile,
 		KnownHosts:   target.KnownHosts,
 		ProxyJump:    rest,

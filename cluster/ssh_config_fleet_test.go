@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 )
 
@@ -27,8 +28,8 @@ func TestSSHConfigMatchExec(t *testing.T) {
 	testfleet.Need(t, fleet)
 	noHome(t)
 	h := fleet.ClusterHosts()[6]
-	config := filepath.Join(t.TempDir(), "config")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
+	cfgFile := filepath.Join(t.TempDir(), "config")
+	require.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
 Match exec "test -n on-the-vpn"
     User %s
     IdentityFile %s
@@ -38,11 +39,11 @@ Host fleetalias
 Match final all
     ServerAliveInterval 30
 `, fleet.User, fleet.KeyFile, fleet.KnownHosts, h.Address)), 0o600))
-	alias := cluster.Host{Name: "aliased", Address: "fleetalias", Transport: cluster.TransportSSH}
+	alias := config.Host{Name: "aliased", Address: "fleetalias", Transport: config.TransportSSH}
 
 	t.Run("ssh -G", func(t *testing.T) {
 		opts := hermetic()
-		opts.SSHConfigPath = config
+		opts.SSHConfigPath = cfgFile
 		tr := dialHost(t, alias, opts)
 		assert.Equal(t, fleet.Hosts[6].Name+"\n", output(t, tr, "hostname"))
 		assert.Equal(t, fleet.User+"\n", output(t, tr, "whoami"))
@@ -50,10 +51,10 @@ Match final all
 	t.Run("no OpenSSH client", func(t *testing.T) {
 		var w collect
 		opts := hermetic()
-		opts.SSHConfigPath, opts.OpenSSH, opts.Warn = config, "none", w.warn
+		opts.SSHConfigPath, opts.OpenSSH, opts.Warn = cfgFile, "none", w.warn
 		alias := alias
 		alias.User, alias.IdentityFile, alias.KnownHosts = fleet.User, fleet.KeyFile, fleet.KnownHosts
-		hosts := []cluster.Host{alias, alias, alias}
+		hosts := []config.Host{alias, alias, alias}
 		ts, errs := cluster.DialAll(context.Background(), hosts, opts)
 		for i := range hosts {
 			if assert.NoError(t, errs[i]) {
@@ -62,8 +63,8 @@ Match final all
 			}
 		}
 		require.Len(t, w.msgs, 2, "one warning per block, not per host: %q", w.msgs)
-		assert.Contains(t, w.msgs[0], config+":2: ignoring the block `Match exec \"test -n on-the-vpn\"`")
-		assert.Contains(t, w.msgs[1], config+":8: ignoring the block `Match final all`")
+		assert.Contains(t, w.msgs[0], cfgFile+":2: ignoring the block `Match exec \"test -n on-the-vpn\"`")
+		assert.Contains(t, w.msgs[1], cfgFile+":8: ignoring the block `Match final all`")
 	})
 }
 
@@ -81,8 +82,8 @@ func TestSSHProxyCommand(t *testing.T) {
 	// command among the machine's processes.
 	key := filepath.Join(dir, "id_proxytest")
 	require.NoError(t, os.WriteFile(key, []byte(readFile(t, fleet.KeyFile)), 0o600))
-	config := filepath.Join(dir, "config")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
+	cfgFile := filepath.Join(dir, "config")
+	require.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
 Host behind
     HostName %s
     User %s
@@ -91,8 +92,8 @@ Host behind
     ProxyCommand ssh -F /dev/null -i %s -o UserKnownHostsFile=%s -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o BatchMode=yes -W %%h:%%p %s@%s
 `, target.Address, fleet.User, key, fleet.KnownHosts, key, fleet.KnownHosts, fleet.User, bastion.Address)), 0o600))
 	opts := hermetic()
-	opts.SSHConfigPath = config
-	tr, err := cluster.Dial(context.Background(), cluster.Host{Name: "behind", Address: "behind", Transport: cluster.TransportSSH}, opts)
+	opts.SSHConfigPath = cfgFile
+	tr, err := cluster.Dial(context.Background(), config.Host{Name: "behind", Address: "behind", Transport: config.TransportSSH}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, fleet.Hosts[3].Name+"\n", output(t, tr, "hostname"))
 	// sshd on the target saw the connection come from the bastion.
@@ -108,8 +109,8 @@ Host behind
 	require.Eventually(t, func() bool { return proxies() == "" }, 10*time.Second, 50*time.Millisecond, "proxy command left running: %s", proxies())
 
 	// A proxy command that fails says why, and the host counts as unreachable.
-	require.NoError(t, os.WriteFile(config, []byte("Host behind\n    User x\n    ProxyCommand sh -c 'echo no route to bastion >&2; exit 1'\n"), 0o600))
-	_, err = cluster.Dial(context.Background(), cluster.Host{Name: "behind", Address: "behind", Transport: cluster.TransportSSH, KnownHosts: fleet.KnownHosts}, opts)
+	require.NoError(t, os.WriteFile(cfgFile, []byte("Host behind\n    User x\n    ProxyCommand sh -c 'echo no route to bastion >&2; exit 1'\n"), 0o600))
+	_, err = cluster.Dial(context.Background(), config.Host{Name: "behind", Address: "behind", Transport: config.TransportSSH, KnownHosts: fleet.KnownHosts}, opts)
 	require.Error(t, err)
 	assert.True(t, cluster.IsUnreachable(err), "%v", err)
 	assert.Contains(t, err.Error(), "no route to bastion")

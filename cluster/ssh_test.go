@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
@@ -35,7 +36,7 @@ func hermetic() cluster.DialOptions {
 	return cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"}
 }
 
-func dialHost(t *testing.T, h cluster.Host, opts cluster.DialOptions) cluster.Transport {
+func dialHost(t *testing.T, h config.Host, opts cluster.DialOptions) cluster.Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -305,7 +306,7 @@ func TestSSHProxyJump(t *testing.T) {
 		jump := hosts[0]
 		jump.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
 		opts := hermetic()
-		opts.Inventory = []cluster.Host{jump}
+		opts.Inventory = []config.Host{jump}
 		_, err := cluster.Dial(context.Background(), h, opts)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "connect to "+fleet.Hosts[1].Name+" ("+fleet.Hosts[1].Addr+":22): via proxy jump "+fleet.Hosts[0].Name+": connect to "+fleet.Hosts[0].Name+" ("+fleet.Hosts[0].Addr+":22): host key unknown")
@@ -317,8 +318,8 @@ func TestSSHConfigFile(t *testing.T) {
 	noHome(t)
 	hosts := fleet.ClusterHosts()
 	dir := t.TempDir()
-	config := filepath.Join(dir, "config")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
+	sshConfig := filepath.Join(dir, "config")
+	require.NoError(t, os.WriteFile(sshConfig, []byte(fmt.Sprintf(`
 Host other
     User nobody
 
@@ -333,9 +334,9 @@ Host *
     User wronguser
 `, hosts[6].Address, fleet.User, fleet.KeyFile, fleet.KnownHosts)), 0o600))
 	opts := hermetic()
-	opts.SSHConfigPath = config
+	opts.SSHConfigPath = sshConfig
 	// Only the alias: everything else comes from the config.
-	h := cluster.Host{Name: "aliased", Address: "fleetalias", Transport: cluster.TransportSSH}
+	h := config.Host{Name: "aliased", Address: "fleetalias", Transport: config.TransportSSH}
 	tr := dialHost(t, h, opts)
 	assert.Equal(t, fleet.Hosts[6].Name+"\n", output(t, tr, "hostname"))
 	assert.Equal(t, "drovertest\n", output(t, tr, "whoami"))

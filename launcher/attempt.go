@@ -17,10 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/logstream"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // attemptOutcome is how one attempt of the whole group ended.
@@ -39,7 +41,7 @@ type attemptOutcome struct {
 // attempt_ is one start of the whole group.
 type attempt_ struct {
 	r        *runner
-	cfg      *cluster.Config
+	cfg      *config.Config
 	n, total int
 	restarts int
 	logDir   string
@@ -47,7 +49,7 @@ type attempt_ struct {
 
 // hostConn is a connected, prepared host of this attempt.
 type hostConn struct {
-	host  cluster.Host
+	host  config.Host
 	t     cluster.Transport
 	fs    cluster.FS
 	home  string
@@ -106,10 +108,10 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	}
 
 	resume := a.findResume(ctx, conns)
-	in := PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
-	plan, err := Build(in)
+	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
+	pl, err := plan.Build(in)
 	if err == nil {
-		plan, err = a.withIfaces(ctx, conns, in, plan)
+		pl, err = a.withIfaces(ctx, conns, in, pl)
 	}
 	if err != nil {
 		return a.setupFailure(err)
@@ -117,26 +119,26 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err := a.push(ctx, conns); err != nil {
 		return a.setupFailure(err)
 	}
-	if err := a.stopLeftovers(ctx, conns, plan); err != nil {
+	if err := a.stopLeftovers(ctx, conns, pl); err != nil {
 		return a.setupFailure(err)
 	}
-	if err := a.preflight(ctx, conns, plan); err != nil {
+	if err := a.preflight(ctx, conns, pl); err != nil {
 		return a.setupFailure(err)
 	}
 	if ctx.Err() != nil {
 		return attemptOutcome{interrupted: true}
 	}
-	return a.supervise(ctx, conns, plan)
+	return a.supervise(ctx, conns, pl)
 }
 
 // participants are the non-spare hosts in file order, with hosts that were
 // replaced earlier swapped for their spare.
-func (r *runner) participants(cfg *cluster.Config) ([]cluster.Host, error) {
-	byName := map[string]cluster.Host{}
+func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
+	byName := map[string]config.Host{}
 	for _, h := range cfg.Hosts {
 		byName[h.Name] = h
 	}
-	var out []cluster.Host
+	var out []config.Host
 	for _, h := range cfg.Hosts {
 		if h.Spare {
 			continue
@@ -168,7 +170,7 @@ func isUnreachable(err error) bool {
 // connect dials every host. On a restart, an unreachable host is retried
 // for host_wait and then replaced by a spare; on the first attempt it is
 // replaced at once (or the run fails) so a typo does not cost minutes.
-func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostConn, error) {
+func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
 	ts, errs := cluster.DialAll(ctx, hosts, opts)
@@ -203,7 +205,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 			}
 			// Re-read the inventory: the user may be fixing the address
 			// while drover waits.
-			if cfg, lerr := cluster.Load(a.r.opts.JobPath, cluster.LoadOptions{InventoryPath: a.r.opts.InventoryPath}); lerr == nil {
+			if cfg, lerr := config.Load(a.r.opts.JobPath, config.LoadOptions{InventoryPath: a.r.opts.InventoryPath}); lerr == nil {
 				for _, nh := range cfg.Hosts {
 					if nh.Name == h.Name {
 						h = nh
@@ -240,7 +242,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 }
 
 // takeSpare dials the first spare host not already in use.
-func (a *attempt_) takeSpare(ctx context.Context, inUse []cluster.Host, opts cluster.DialOptions) (cluster.Host, cluster.Transport, error) {
+func (a *attempt_) takeSpare(ctx context.Context, inUse []config.Host, opts cluster.DialOptions) (config.Host, cluster.Transport, error) {
 	used := map[string]bool{}
 	for _, h := range inUse {
 		used[h.Name] = true
@@ -261,9 +263,9 @@ func (a *attempt_) takeSpare(ctx context.Context, inUse []cluster.Host, opts clu
 		return h, t, nil
 	}
 	if lastErr != nil {
-		return cluster.Host{}, nil, fmt.Errorf("no spare host reachable either (last: %v)", lastErr)
+		return config.Host{}, nil, fmt.Errorf("no spare host reachable either (last: %v)", lastErr)
 	}
-	return cluster.Host{}, nil, errors.New(`no spare host left: add one with spare = true to the inventory, or bring the host back`)
+	return config.Host{}, nil, errors.New(`no spare host left: add one with spare = true to the inventory, or bring the host back`)
 }
 
 // forEach runs fn for every host at once and joins the errors.
@@ -281,8 +283,8 @@ func forEach(conns []*hostConn, fn func(c *hostConn) error) error {
 	return errors.Join(errs...)
 }
 
-func hostLabel(h cluster.Host) string {
-	if h.Transport == cluster.TransportLocal {
+func hostLabel(h config.Host) string {
+	if h.Transport == config.TransportLocal {
 		return h.Name + " (local)"
 	}
 	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
@@ -309,11 +311,11 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 
 // selectGPUs probes hosts with gpus = "auto" and applies the selection
 // rules; pinned and GPU-less hosts need no probe.
-func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]HostGPUs, error) {
+func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]plan.HostGPUs, error) {
 	var mu sync.Mutex
-	out := map[string]HostGPUs{}
+	out := map[string]plan.HostGPUs{}
 	err := forEach(conns, func(c *hostConn) error {
-		hg := HostGPUs{Indices: c.host.GPUs.List, Probed: true}
+		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		if c.host.GPUs.Auto {
 			rep := gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary)
 			sel, err := gpu.Select(c.host, a.cfg.Job, rep)
@@ -340,19 +342,12 @@ func remoteAbs(home, p string) string {
 	return path.Join(home, p)
 }
 
-func (a *attempt_) workdir(h cluster.Host) string {
-	if h.Workdir != "" {
-		return h.Workdir
-	}
-	return a.cfg.Job.Workdir
-}
-
 // findResume looks for the newest complete checkpoint on every host.
 func (a *attempt_) findResume(ctx context.Context, conns []*hostConn) string {
 	var mu sync.Mutex
 	var found []Checkpoint
 	forEach(conns, func(c *hostConn) error {
-		dir := remoteAbs(remoteAbs(c.home, a.workdir(c.host)), a.cfg.Job.CheckpointDir)
+		dir := remoteAbs(remoteAbs(c.home, c.host.Workdir), a.cfg.Job.CheckpointDir)
 		cp, ok, err := FindCheckpoint(ctx, c.fs, c.host.Name, dir, a.cfg.Job.CheckpointMarker)
 		if err != nil {
 			a.r.events.printf("%s: %v (ignored)", a.prefix(), err)
@@ -388,7 +383,7 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
 	}
 	return forEach(conns, func(c *hostConn) error {
-		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, a.workdir(c.host), opts)
+		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)
 		if err != nil {
 			return err
 		}
@@ -411,9 +406,9 @@ const (
 // stopLeftovers stops process groups that an earlier drover left behind
 // on a host (drover SIGKILLed with the agent's channel somehow kept open,
 // or a host that was unreachable when its group should have stopped).
-func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, plan *Plan) error {
+func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
 	return forEach(conns, func(c *hostConn) error {
-		wd := a.workdir(c.host)
+		wd := c.host.Workdir
 		dir := path.Join(remoteAbs(c.home, wd), pidDir)
 		entries, err := c.fs.ReadDir(dir)
 		if err != nil {
@@ -442,9 +437,9 @@ func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, plan *P
 
 // preflight checks, per host and before anything starts, that each
 // program can be found and each planned port is free.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan) error {
-	byHost := map[string][]Process{}
-	for _, p := range plan.Processes {
+func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
+	byHost := map[string][]plan.Process{}
+	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
 	return forEach(conns, func(c *hostConn) error {
@@ -459,7 +454,7 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan)
 			}
 		}
 		// The rendezvous port is opened on the host of rank 0 only.
-		if mp := procs[0].Env["MASTER_PORT"]; mp != "" && c.host.Name == plan.Processes[0].Host.Name {
+		if mp := procs[0].Env["MASTER_PORT"]; mp != "" && c.host.Name == pl.Processes[0].Host.Name {
 			ports = append(ports, mp)
 		}
 		sort.Strings(ports)
@@ -496,7 +491,7 @@ func compactStrings(s []string) []string {
 
 // running is one started process of the attempt.
 type running struct {
-	p       Process
+	p       plan.Process
 	ctl     *control
 	started time.Time
 	outs    []io.Closer
@@ -537,7 +532,7 @@ func describeExit(err error) (text string, code int, lost bool) {
 
 // supervise starts every process and watches the group until it succeeds,
 // one process fails, or the user interrupts.
-func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan) attemptOutcome {
+func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
 	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
 		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
 	}
@@ -550,15 +545,15 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 	sctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	for _, p := range plan.Processes {
+	for _, p := range pl.Processes {
 		a.r.register(p)
 	}
 	term := logstream.NewSink(a.r.opts.Out)
-	procs := make([]*running, len(plan.Processes))
+	procs := make([]*running, len(pl.Processes))
 	exits := make(chan exitMsg, len(procs))
 	started := 0
 	var startErr error
-	for i, p := range plan.Processes {
+	for i, p := range pl.Processes {
 		c := byHost[p.Host.Name]
 		rp := &running{p: p, ctl: newControl(), started: a.r.now()}
 		procs[i] = rp
@@ -683,7 +678,7 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 				beginStop(out.reason)
 				continue
 			}
-			if a.succeeded(plan, procs, finished) {
+			if a.succeeded(pl, procs, finished) {
 				out.success = true
 				beginStop(a.successNote(procs, finished, started))
 			}
@@ -748,8 +743,8 @@ func (a *attempt_) rootCause(c *hostConn, rp *running, lost bool) string {
 
 // succeeded applies the success policy to the processes that have exited
 // (all with status 0, since any failure stops the group first).
-func (a *attempt_) succeeded(plan *Plan, procs []*running, finished []bool) bool {
-	if a.cfg.Job.Framework != cluster.TensorFlow {
+func (a *attempt_) succeeded(pl *plan.Plan, procs []*running, finished []bool) bool {
+	if a.cfg.Job.Framework != config.TensorFlow {
 		for i := range procs {
 			if !finished[i] {
 				return false

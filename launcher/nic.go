@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // ifaceScript prints the name of the host's network interface that reaches
@@ -68,14 +69,14 @@ func discoverIface(ctx context.Context, t cluster.Transport, addr string) string
 // withIfaces plans again with the interface each host uses to reach the
 // plan's rendezvous address, found on the hosts; the first plan tells which
 // address that is. Unchanged when no host could tell.
-func (a *attempt_) withIfaces(ctx context.Context, conns []*hostConn, in PlanInput, plan *Plan) (*Plan, error) {
+func (a *attempt_) withIfaces(ctx context.Context, conns []*hostConn, in plan.PlanInput, pl *plan.Plan) (*plan.Plan, error) {
 	ts := make([]cluster.Transport, len(conns))
 	for i, c := range conns {
 		ts[i] = c.t
 	}
-	in.Ifaces = DiscoverIfaces(ctx, ts, plan.RendezvousAddr())
+	in.Ifaces = DiscoverIfaces(ctx, ts, pl.RendezvousAddr())
 	if len(in.Ifaces) == 0 {
-		return plan, nil
+		return pl, nil
 	}
-	return Build(in)
+	return plan.Build(in)
 }

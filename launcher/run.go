@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // RunOptions configures a supervised run of a job.
@@ -145,7 +147,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	cfg, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +189,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
-			next, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+			next, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
 			if err != nil {
 				r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 			} else {
@@ -203,7 +205,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			out.interrupted = true
 		}
 		switch {
-		case out.err != nil && attempt == 1 && cluster.IsConfigError(out.err):
+		case out.err != nil && attempt == 1 && config.IsConfigError(out.err):
 			return nil, out.err
 		case out.interrupted:
 			res.Outcome = Interrupted
@@ -248,7 +250,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 }
 
 // backoff is restart_backoff doubled per restart, capped.
-func backoff(job cluster.Job, restarts int) time.Duration {
+func backoff(job config.Job, restarts int) time.Duration {
 	d := job.RestartBackoff
 	for i := 1; i < restarts && d < job.RestartBackoffMax; i++ {
 		d *= 2
@@ -260,7 +262,7 @@ func backoff(job cluster.Job, restarts int) time.Duration {
 }
 
 // retryable applies restart_policy to how an attempt ended.
-func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
+func (r *runner) retryable(job config.Job, out attemptOutcome) (bool, string) {
 	switch job.RestartPolicy {
 	case "never":
 		return false, `restart_policy = "never"`
@@ -284,13 +286,13 @@ func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
 }
 
 // register adds p to the summary in plan order.
-func (r *runner) register(p Process) *ProcSummary {
+func (r *runner) register(p plan.Process) *ProcSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.registerLocked(p)
 }
 
-func (r *runner) registerLocked(p Process) *ProcSummary {
+func (r *runner) registerLocked(p plan.Process) *ProcSummary {
 	key := p.Name()
 	s, ok := r.procs[key]
 	if !ok {
@@ -301,7 +303,7 @@ func (r *runner) registerLocked(p Process) *ProcSummary {
 	return s
 }
 
-func (r *runner) record(p Process, exit string, d time.Duration) {
+func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.registerLocked(p)
@@ -313,7 +315,7 @@ func (r *runner) record(p Process, exit string, d time.Duration) {
 }
 
 // recordCause notes the root cause of p's failure for the summary.
-func (r *runner) recordCause(p Process, cause string) {
+func (r *runner) recordCause(p plan.Process, cause string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.registerLocked(p).Cause = cause

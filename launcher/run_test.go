@@ -15,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 func TestBackoff(t *testing.T) {
@@ -34,7 +36,7 @@ func TestBackoff(t *testing.T) {
 		{0, 0, 3, 0},
 	}
 	for _, tt := range tests {
-		job := cluster.Job{RestartBackoff: tt.base, RestartBackoffMax: tt.max}
+		job := config.Job{RestartBackoff: tt.base, RestartBackoffMax: tt.max}
 		assert.Equal(t, tt.want, backoff(job, tt.restarts), "base %s max %s restart %d", tt.base, tt.max, tt.restarts)
 	}
 }
@@ -69,7 +71,7 @@ func TestRetryable(t *testing.T) {
 	}
 	r := newRunner(RunOptions{})
 	for _, tt := range tests {
-		retry, why := r.retryable(cluster.Job{RestartPolicy: tt.policy}, tt.out)
+		retry, why := r.retryable(config.Job{RestartPolicy: tt.policy}, tt.out)
 		assert.Equal(t, tt.retry, retry, "%s %+v", tt.policy, tt.out)
 		if tt.why == "" {
 			assert.Empty(t, why)
@@ -80,31 +82,31 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestSucceededPolicy(t *testing.T) {
-	proc := func(role string, index int) *running { return &running{p: Process{Role: role, Index: index}} }
+	proc := func(role string, index int) *running { return &running{p: plan.Process{Role: role, Index: index}} }
 	tfChief := []*running{proc("chief", 0), proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("evaluator", 0)}
 	tfNoChief := []*running{proc("worker", 0), proc("worker", 1), proc("ps", 0)}
 	torch := []*running{proc("worker", 0), proc("worker", 1)}
 	tests := []struct {
 		name      string
-		framework cluster.Framework
+		framework config.Framework
 		policy    string
 		procs     []*running
 		finished  []bool
 		want      bool
 	}{
-		{"pytorch all done", cluster.PyTorch, "", torch, []bool{true, true}, true},
-		{"pytorch one left", cluster.PyTorch, "", torch, []bool{true, false}, false},
-		{"tf all-workers: ps and evaluator may run", cluster.TensorFlow, "all-workers", tfChief, []bool{true, true, true, false, false}, true},
-		{"tf all-workers: a worker left", cluster.TensorFlow, "all-workers", tfChief, []bool{true, true, false, false, false}, false},
-		{"tf all-workers: chief left", cluster.TensorFlow, "all-workers", tfChief, []bool{false, true, true, false, false}, false},
-		{"tf chief: chief done", cluster.TensorFlow, "chief", tfChief, []bool{true, false, false, false, false}, true},
-		{"tf chief: chief running", cluster.TensorFlow, "chief", tfChief, []bool{false, true, true, true, true}, false},
-		{"tf chief without chief: worker 0 is chief", cluster.TensorFlow, "chief", tfNoChief, []bool{true, false, false}, true},
-		{"tf chief without chief: worker 0 running", cluster.TensorFlow, "chief", tfNoChief, []bool{false, true, true}, false},
+		{"pytorch all done", config.PyTorch, "", torch, []bool{true, true}, true},
+		{"pytorch one left", config.PyTorch, "", torch, []bool{true, false}, false},
+		{"tf all-workers: ps and evaluator may run", config.TensorFlow, "all-workers", tfChief, []bool{true, true, true, false, false}, true},
+		{"tf all-workers: a worker left", config.TensorFlow, "all-workers", tfChief, []bool{true, true, false, false, false}, false},
+		{"tf all-workers: chief left", config.TensorFlow, "all-workers", tfChief, []bool{false, true, true, false, false}, false},
+		{"tf chief: chief done", config.TensorFlow, "chief", tfChief, []bool{true, false, false, false, false}, true},
+		{"tf chief: chief running", config.TensorFlow, "chief", tfChief, []bool{false, true, true, true, true}, false},
+		{"tf chief without chief: worker 0 is chief", config.TensorFlow, "chief", tfNoChief, []bool{true, false, false}, true},
+		{"tf chief without chief: worker 0 running", config.TensorFlow, "chief", tfNoChief, []bool{false, true, true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &attempt_{cfg: &cluster.Config{Job: cluster.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
+			a := &attempt_{cfg: &config.Config{Job: config.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
 			assert.Equal(t, tt.want, a.succeeded(nil, tt.procs, tt.finished))
 		})
 	}
@@ -250,7 +252,7 @@ func TestRenderSummary(t *testing.T) {
 		b.WriteString("--\n")
 	}
 	golden := filepath.Join("testdata", "golden", "run_summary.txt")
-	if *update {
+	if *updateExec {
 		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))
 	}
 	want, err := os.ReadFile(golden)

@@ -1,4 +1,4 @@
-package cluster
+package config
 
 import (
 	"errors"
@@ -136,6 +136,11 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		cfg.InventoryPath = hostsAbs
 		cfg.Hosts = hw.hosts(htop, filepath.Dir(hostsAbs), cfg.Job.Framework)
 	}
+	for i := range cfg.Hosts {
+		if cfg.Hosts[i].Workdir == "" {
+			cfg.Hosts[i].Workdir = cfg.Job.Workdir
+		}
+	}
 
 	if len(errs) > 0 {
 		sortErrors(errs)
@@ -222,9 +227,6 @@ func sortErrors(errs ConfigErrors) {
 // nameRE is what host and job names may contain: they become parts of file
 // names, log prefixes and directories.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// envNameRE is a POSIX shell identifier.
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (w *walker) name(t tbl, key, what string) (string, bool) {
 	s, ok := w.str(t, key)
@@ -344,7 +346,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	if n, ok := w.port(t, "base_port"); ok {
 		j.BasePort = n
 	}
-	j.Env, _ = w.env(t, "[job.env]")
+	j.Env = w.env(t, "[job.env]", j.Framework)
 	if pats, ok := w.strList(t, "exclude"); ok {
 		for _, p := range pats {
 			if strings.TrimSpace(p) == "" {
@@ -421,14 +423,14 @@ func (w *walker) command(t tbl) []string {
 	return args
 }
 
-// env reads t's env table ([job.env] or [host.env], as title says):
-// shell-identifier names, scalar values; and the line of each name.
-func (w *walker) env(t tbl, title string) (map[string]string, map[string]int) {
+// env reads t's env table, [job.env] or a host's [host.env] as title
+// says: shell-identifier names that drover does not set itself for
+// framework fw (ReservedEnv), scalar values.
+func (w *walker) env(t tbl, title string, fw Framework) map[string]string {
 	out := map[string]string{}
-	lines := map[string]int{}
 	et, ok := w.table(t, "env", tableSchema{title, nil})
 	if !ok {
-		return out, lines
+		return out
 	}
 	names := make([]string, 0, len(et.m))
 	for k := range et.m {
@@ -437,10 +439,17 @@ func (w *walker) env(t tbl, title string) (map[string]string, map[string]int) {
 	sort.Strings(names)
 	for _, k := range names {
 		key := et.key(k)
-		lines[k] = w.lines.lineOf(key)
-		if !envNameRE.MatchString(k) {
+		if !ValidEnvName(k) {
 			w.add(key, fmt.Sprintf("%s is not a valid environment variable name", show(k)),
 				fmt.Sprintf("use letters, digits and '_', not starting with a digit, e.g. %s", sanitizeEnv(k)))
+			continue
+		}
+		if ReservedEnv(fw, k) {
+			fix := "remove it from " + title
+			if k == "CUDA_VISIBLE_DEVICES" {
+				fix += "; choose GPUs with gpus = [...] on each [[host]]"
+			}
+			w.add(key, fmt.Sprintf("drover sets %s itself for %s jobs", k, fw), fix)
 			continue
 		}
 		switch v := et.m[k].(type) {
@@ -461,7 +470,7 @@ func (w *walker) env(t tbl, title string) (map[string]string, map[string]int) {
 				fmt.Sprintf(`write %s = "value"`, k))
 		}
 	}
-	return out, lines
+	return out
 }
 
 func sanitizeEnv(s string) string {
@@ -715,7 +724,7 @@ func (w *walker) hosts(top tbl, dir string, fw Framework) []Host {
 	for i, m := range tables {
 		t := tbl{m: m, path: indexPath("host", i+1), schema: hostSchema}
 		w.unknown(t)
-		h, ok := w.host(t, dir, defaults)
+		h, ok := w.host(t, dir, defaults, fw)
 		if !ok {
 			continue
 		}
@@ -753,7 +762,7 @@ func (w *walker) hosts(top tbl, dir string, fw Framework) []Host {
 
 // host reads one [[host]] table over the [ssh] defaults. ok is false when
 // the table is too broken to use for duplicate checks.
-func (w *walker) host(t tbl, dir string, defaults sshSettings) (Host, bool) {
+func (w *walker) host(t tbl, dir string, defaults sshSettings, fw Framework) (Host, bool) {
 	h := Host{Line: w.lines[t.path], GPUs: GPUSpec{Auto: true}, Transport: TransportSSH}
 	name, nameOK := w.name(t, "name", "host")
 	if _, present := t.m["name"]; !present {
@@ -814,8 +823,8 @@ func (w *walker) host(t tbl, dir string, defaults sshSettings) (Host, bool) {
 	if p, ok := w.remotePath(t, "workdir"); ok {
 		h.Workdir = p
 	}
-	if env, lines := w.env(t, "[host.env]"); len(env) > 0 {
-		h.Env, h.EnvLines = env, lines
+	if env := w.env(t, "[host.env]", fw); len(env) > 0 {
+		h.Env = env
 	}
 	return h, true
 }

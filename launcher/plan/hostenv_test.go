@@ -1,22 +1,20 @@
-package launcher
+package plan
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // TestBuildHostEnv: [host.env] applies to that host's processes only, over
-// [job.env]; it may not set what drover sets, and the error points at the
-// line in the inventory.
+// [job.env]. (That it may not set what drover sets is checked at load,
+// with the line: cluster/config's TestLoadErrors.)
 func TestBuildHostEnv(t *testing.T) {
 	a, b := cpuHost("a", "10.0.0.1"), cpuHost("b", "10.0.0.2")
 	b.Env = map[string]string{"PATH": "/opt/py311/bin:/usr/bin", "OMP_NUM_THREADS": "2"}
-	c := testConfig(cluster.PyTorch, a, b)
+	c := testConfig(config.PyTorch, a, b)
 	c.Job.Env = map[string]string{"OMP_NUM_THREADS": "8", "HF_HOME": "/data/hf"}
 	p := mustBuild(t, PlanInput{Config: c})
 	env := map[string]map[string]string{}
@@ -30,17 +28,6 @@ func TestBuildHostEnv(t *testing.T) {
 	assert.Equal(t, "2", env["b"]["OMP_NUM_THREADS"], "[host.env] wins over [job.env]")
 	assert.Equal(t, "/data/hf", env["b"]["HF_HOME"])
 
-	b.Env = map[string]string{"RANK": "3", "DROVER_HOST": "x", "PATH": "/x"}
-	b.EnvLines = map[string]int{"RANK": 14, "DROVER_HOST": 15, "PATH": 16}
-	c = testConfig(cluster.PyTorch, a, b)
-	c.InventoryPath = "/jobs/fleet.toml"
-	_, err := Build(PlanInput{Config: c})
-	var ces cluster.ConfigErrors
-	require.True(t, errors.As(err, &ces), "%v", err)
-	require.Len(t, ces, 2)
-	assert.Equal(t, cluster.ConfigError{File: "/jobs/fleet.toml", Line: 15, Key: "host[2].env.DROVER_HOST",
-		Msg: "drover sets DROVER_HOST itself for pytorch jobs", Fix: "remove it from [host.env] of b"}, *ces[0])
-	assert.Equal(t, "/jobs/fleet.toml:14: host[2].env.RANK: drover sets RANK itself for pytorch jobs (remove it from [host.env] of b)", ces[1].Error())
 }
 
 // TestBuildIfaces: the interface found on each host becomes its
@@ -49,7 +36,7 @@ func TestBuildHostEnv(t *testing.T) {
 func TestBuildIfaces(t *testing.T) {
 	a, b := cpuHost("a", "10.0.0.1"), cpuHost("b", "10.0.0.2")
 	ifaces := map[string]string{"a": "eth1", "b": "ens5"}
-	c := testConfig(cluster.PyTorch, a, b)
+	c := testConfig(config.PyTorch, a, b)
 	p := mustBuild(t, PlanInput{Config: c, Ifaces: ifaces})
 	assert.Equal(t, "10.0.0.1", p.RendezvousAddr())
 	for _, pr := range p.Processes {
@@ -58,7 +45,7 @@ func TestBuildIfaces(t *testing.T) {
 	}
 
 	b.Env = map[string]string{"GLOO_SOCKET_IFNAME": "bond0"}
-	c = testConfig(cluster.PyTorch, a, b)
+	c = testConfig(config.PyTorch, a, b)
 	c.Job.Env = map[string]string{"NCCL_SOCKET_IFNAME": "^docker"}
 	p = mustBuild(t, PlanInput{Config: c, Ifaces: ifaces})
 	for _, pr := range p.Processes {
@@ -67,7 +54,7 @@ func TestBuildIfaces(t *testing.T) {
 	assert.Equal(t, "eth1", p.Processes[0].Env["GLOO_SOCKET_IFNAME"])
 	assert.Equal(t, "bond0", p.Processes[1].Env["GLOO_SOCKET_IFNAME"], "the host's setting wins")
 
-	tf := tfConfig(cluster.Roles{Worker: 2}, a, cpuHost("b", "10.0.0.2"))
+	tf := tfConfig(config.Roles{Worker: 2}, a, cpuHost("b", "10.0.0.2"))
 	p = mustBuild(t, PlanInput{Config: tf, Ifaces: ifaces})
 	assert.Empty(t, p.RendezvousAddr())
 	for _, pr := range p.Processes {
