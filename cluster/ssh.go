@@ -176,7 +176,7 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 	stop()
 	if err != nil {
 		conn.Close()
-		return nil, handshakeError(err, auth, tgt.user, authStarted.Load(), timedOut.Load(), cancelled.Load(), ctx, opts.ConnectTimeout)
+		return nil, handshakeError(ctx, err, auth, tgt.user, handshakeState{authStarted.Load(), timedOut.Load(), cancelled.Load(), opts.ConnectTimeout})
 	}
 	if timedOut.Load() || cancelled.Load() {
 		// The timer fired just as the handshake finished: the conn is
@@ -196,19 +196,25 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 // refused, or the host hung up once authentication had begun, as sshd does
 // after MaxAuthTries), and otherwise a connection that broke or stalled
 // before authentication (*UnreachableError).
-func handshakeError(err error, auth *authSet, user string, authStarted, timedOut, cancelled bool, ctx context.Context, timeout time.Duration) error {
+func handshakeError(ctx context.Context, err error, auth *authSet, user string, st handshakeState) error {
 	var hke *HostKeyError
 	switch {
 	case errors.As(err, &hke):
 		return hke
-	case cancelled:
+	case st.cancelled:
 		return fmt.Errorf("ssh handshake: %w", ctx.Err())
-	case timedOut:
-		return unreachable(fmt.Errorf("ssh handshake timed out after %v", timeout))
-	case errors.Is(err, errAuthExhausted), authStarted:
+	case st.timedOut:
+		return unreachable(fmt.Errorf("ssh handshake timed out after %v", st.timeout))
+	case errors.Is(err, errAuthExhausted), st.authStarted:
 		return auth.authError(user, err)
 	}
 	return unreachable(err)
+}
+
+// handshakeState is what happened to a handshake besides its error.
+type handshakeState struct {
+	authStarted, timedOut, cancelled bool
+	timeout                          time.Duration
 }
 
 // describeDialError turns a TCP dial error into the reason a user can act

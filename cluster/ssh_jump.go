@@ -89,13 +89,14 @@ func (p *JumpHosts) acquire(ctx context.Context, jh config.Host, dial func() (*s
 
 	put := func() {
 		p.mu.Lock()
-		defer p.mu.Unlock()
 		sj.refs--
-		if sj.refs == 0 {
-			if p.conns[key] == sj {
-				delete(p.conns, key)
-			}
-			<-sj.ready
+		last := sj.refs == 0
+		if last && p.conns[key] == sj {
+			delete(p.conns, key)
+		}
+		p.mu.Unlock()
+		if last {
+			<-sj.ready // not under the lock: other jump hosts go on
 			if sj.err == nil {
 				sj.release()
 			}
