@@ -33,8 +33,15 @@ type sshConfig struct {
 	parsed *ssh_config.Config // nil when resolved by ssh -G
 	ssh    string             // the ssh client asked with -G; "" when parsed
 
+	// fallback, when ssh -G itself fails (an option this ssh does not
+	// know), is the file without the blocks drover cannot evaluate;
+	// fallbackWarn says so, once.
+	fallback     *ssh_config.Config
+	fallbackWarn func()
+
 	mu       sync.Mutex
 	resolved map[string]map[string][]string // ssh -G's answer by alias, user, port
+	failed   map[string]error                // or why it gave none
 }
 
 // sshGTimeout bounds one `ssh -G`, which may run Match exec commands.
@@ -58,7 +65,11 @@ func (c *sshConfig) values(ctx context.Context, h config.Host, alias, key string
 	}
 	got, err := c.askSSH(ctx, h, alias)
 	if err != nil {
-		return nil, err
+		if c.fallback == nil {
+			return nil, err
+		}
+		c.fallbackWarn()
+		return (&sshConfig{parsed: c.fallback}).values(ctx, h, alias, key)
 	}
 	return got[strings.ToLower(key)], nil
 }
@@ -80,23 +91,25 @@ func (c *sshConfig) askSSH(ctx context.Context, h config.Host, alias string) (ma
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if got, ok := c.resolved[key]; ok {
-		return got, nil
+		return got, c.failed[key]
+	}
+	if c.resolved == nil {
+		c.resolved = map[string]map[string][]string{}
+		c.failed = map[string]error{}
 	}
 	withConfig, err := runSSHG(ctx, c.ssh, c.path, args, alias)
-	if err != nil {
-		return nil, err
+	var defaults map[string][]string
+	if err == nil {
+		defaults, err = runSSHG(ctx, c.ssh, os.DevNull, args, alias)
 	}
-	defaults, err := runSSHG(ctx, c.ssh, os.DevNull, args, alias)
 	if err != nil {
+		c.resolved[key], c.failed[key] = nil, err // asked once per host
 		return nil, err
 	}
 	for k, v := range withConfig {
 		if slices.Equal(v, defaults[k]) {
 			delete(withConfig, k)
 		}
-	}
-	if c.resolved == nil {
-		c.resolved = map[string]map[string][]string{}
 	}
 	c.resolved[key] = withConfig
 	return withConfig, nil
@@ -180,6 +193,18 @@ func loadSSHConfig(opts DialOptions) (*sshConfig, error) {
 	cfg, warnings, err := decodeSSHConfig(path, data, opts.OpenSSH)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ssh != "" {
+		kept, dropped := dropUnevaluable(path, data)
+		if fb, err := ssh_config.Decode(bytes.NewReader(kept)); err == nil {
+			cfg.fallback = fb
+			var once sync.Once
+			cfg.fallbackWarn = func() {
+				once.Do(func() {
+					opts.Warn(fmt.Sprintf("%s: %s -G failed; reading the file without the blocks drover cannot evaluate (%d)", path, cfg.ssh, len(dropped)))
+				})
+			}
+		}
 	}
 	if shared.byPath == nil {
 		shared.byPath = map[string]*loadedSSHConfig{}

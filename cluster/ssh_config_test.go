@@ -145,6 +145,21 @@ Match final all
 		assert.Equal(t, []string{home + "/.ssh/known_hosts"}, got.knownHosts, "OpenSSH's defaults are not taken for the config's")
 		assert.Empty(t, warnings)
 	})
+	t.Run("ssh -G fails", func(t *testing.T) {
+		var warnings []string
+		opts := DialOptions{SSHConfigPath: path, OpenSSH: "false", Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
+		cfg, err := loadSSHConfig(opts)
+		require.NoError(t, err)
+		for range 2 {
+			got, err := resolveTarget(context.Background(), h, cfg)
+			require.NoError(t, err, "falls back to the file without what drover cannot evaluate")
+			assert.Equal(t, "gpu1.example.com", got.hostname)
+			assert.Equal(t, 2200, got.port)
+		}
+		require.Len(t, warnings, 1, "%q", warnings)
+		assert.Contains(t, warnings[0], path+": ")
+		assert.Contains(t, warnings[0], "-G failed")
+	})
 	t.Run("no ssh client", func(t *testing.T) {
 		var warnings []string
 		opts := DialOptions{SSHConfigPath: path, OpenSSH: "none", Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
