@@ -41,7 +41,7 @@ type sshConfig struct {
 
 	mu       sync.Mutex
 	resolved map[string]map[string][]string // ssh -G's answer by alias, user, port
-	failed   map[string]error                // or why it gave none
+	failed   map[string]error               // or why it gave none
 }
 
 // sshGTimeout bounds one `ssh -G`, which may run Match exec commands.
