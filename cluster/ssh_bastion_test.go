@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 )
 
@@ -88,6 +89,62 @@ func delayedCopy(dst io.Writer, src io.Reader, delay time.Duration) {
 	}
 }
 
+// farBastion returns f's hosts with host 0, the bastion, reached through
+// farAway (delay each way) and every host's known_hosts saying so.
+func farBastion(t *testing.T, f *testfleet.Fleet, delay time.Duration) []config.Host {
+	t.Helper()
+	hosts := f.ClusterHosts()
+	jumpAddr := farAway(t, net.JoinHostPort(hosts[0].Address, "22"), delay)
+	host, port, _ := net.SplitHostPort(jumpAddr)
+	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	kh, err := os.ReadFile(f.KnownHosts)
+	require.NoError(t, err)
+	jumpKey, err := os.ReadFile(f.HostKeyFile(0) + ".pub")
+	require.NoError(t, err)
+	fields := strings.Fields(string(jumpKey))
+	kh = append(kh, fmt.Sprintf("[%s]:%s %s %s\n", host, port, fields[0], fields[1])...)
+	require.NoError(t, os.WriteFile(knownHosts, kh, 0o600))
+	for i := range hosts {
+		hosts[i].KnownHosts = knownHosts
+	}
+	hosts[0].Address = host
+	hosts[0].Port, _ = strconv.Atoi(port)
+	return hosts
+}
+
+// TestSSHBastionRetriesDroppedHandshake: two commands at once through the
+// same far bastion, each with its own connection to it, while its sshd
+// lets one connection at a time authenticate (MaxStartups 1:100:2): sshd
+// drops the second handshake, and drover dials the bastion again (with
+// backoff) instead of failing the host.
+func TestSSHBastionRetriesDroppedHandshake(t *testing.T) {
+	testfleet.Need(t, fleet)
+	require.NoError(t, fleet.SetSSHD(0, "MaxStartups 1:100:2\n"))
+	t.Cleanup(func() { assert.NoError(t, fleet.SetSSHD(0, "")) })
+	hosts := farBastion(t, fleet, 40*time.Millisecond)
+	var wg sync.WaitGroup
+	for _, i := range []int{1, 2} {
+		h := hosts[i]
+		h.ProxyJump = hosts[0].Name
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opts := hermetic()
+			opts.Inventory = hosts
+			opts = opts.Shared() // a connection to the bastion of its own
+			tr, err := cluster.Dial(context.Background(), h, opts)
+			if assert.NoError(t, err, h.Name) {
+				assert.Equal(t, h.Name+"\n", output(t, tr, "hostname"))
+				tr.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	logb, err := os.ReadFile(filepath.Join(filepath.Dir(fleet.HostKeyFile(0)), "sshd.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(logb), "past MaxStartups", "the bastion dropped a handshake (else this test tests nothing)")
+}
+
 // TestSSHBastionAtScale: 64 hosts behind one ProxyJump host whose sshd
 // keeps OpenSSH's default MaxStartups 10:30:100 (beyond 10 connections
 // still authenticating, it drops 30% of new ones, rising to all at 100)
@@ -100,24 +157,9 @@ func TestSSHBastionAtScale(t *testing.T) {
 	t.Cleanup(func() { assert.NoError(t, bf.Close()) })
 	require.NoError(t, bf.SetSSHD(0, "MaxStartups 10:30:100\n"))
 
-	hosts := bf.ClusterHosts()
 	// The jump host is reached through 40 ms each way, the targets from
 	// it directly.
-	jumpAddr := farAway(t, net.JoinHostPort(hosts[0].Address, "22"), 40*time.Millisecond)
-	host, port, _ := net.SplitHostPort(jumpAddr)
-	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
-	kh, err := os.ReadFile(bf.KnownHosts)
-	require.NoError(t, err)
-	jumpKey, err := os.ReadFile(bf.HostKeyFile(0) + ".pub")
-	require.NoError(t, err)
-	fields := strings.Fields(string(jumpKey))
-	kh = append(kh, fmt.Sprintf("[%s]:%s %s %s\n", host, port, fields[0], fields[1])...)
-	require.NoError(t, os.WriteFile(knownHosts, kh, 0o600))
-	for i := range hosts {
-		hosts[i].KnownHosts = knownHosts
-	}
-	hosts[0].Address = host
-	hosts[0].Port, _ = strconv.Atoi(port)
+	hosts := farBastion(t, bf, 40*time.Millisecond)
 	jump := hosts[0]
 	targets := hosts[1:]
 	for i := range targets {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -161,17 +163,17 @@ func (j *jumpConn) openThrough(ctx context.Context, addr string, timeout time.Du
 	}
 }
 
-// retryJumpDial dials a jump host again while it hangs up before
-// authentication (an UnreachableError that is not a TCP timeout or a
-// refused port: sshd dropping the connection past MaxStartups), with
-// backoff, within timeout.
+// retryJumpDial dials a jump host again while it hangs up during the
+// handshake (EOF or a reset: what sshd does to a connection past
+// MaxStartups), with backoff, within timeout. A refused or timed-out TCP
+// connect, or a refusal of drover's keys, is not retried.
 func retryJumpDial(ctx context.Context, timeout time.Duration, dial func() (*ssh.Client, func(), error)) (*ssh.Client, func(), error) {
 	deadline := time.Now().Add(timeout)
 	delay := jumpRetryFirst
 	for {
 		c, release, err := dial()
-		var ne net.Error
-		if err == nil || !IsUnreachable(err) || errors.As(err, &ne) || time.Now().Add(delay).After(deadline) {
+		hungUp := IsUnreachable(err) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET))
+		if err == nil || !hungUp || time.Now().Add(delay).After(deadline) {
 			return c, release, err
 		}
 		select {

@@ -119,6 +119,9 @@ func writeInventory(t *testing.T, file string, hosts []config.Host) {
 		if h.Spare {
 			b.WriteString("spare = true\n")
 		}
+		if h.ProxyJump != "" {
+			fmt.Fprintf(&b, "proxy_jump = %q\n", h.ProxyJump)
+		}
 	}
 	require.NoError(t, os.WriteFile(file, []byte(b.String()), 0o644))
 }
