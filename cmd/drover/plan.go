@@ -33,7 +33,7 @@ Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: string(plan.FormatTable),
 				Usage: "output format: table, env or json"},
 			&cli.BoolFlag{Name: "show-secrets", Usage: "print secret-looking values instead of ****"},
-			&cli.BoolFlag{Name: "probe", Usage: `probe gpus = "auto" hosts over SSH first and plan with the GPUs they select`},
+			&cli.BoolFlag{Name: "probe", Usage: `ask the hosts over SSH first: the GPUs gpus = "auto" hosts select, and each host's network interface to MASTER_ADDR (NIC)`},
 		),
 		Action: planAction,
 	}
