@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -21,6 +20,7 @@ import (
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -88,6 +88,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		out.hostLost = false
 		return out
 	}
+	if err := a.holdWorkdirs(ctx, conns); err != nil {
+		return a.setupFailure(err)
+	}
 	hosts = hosts[:0]
 	for _, c := range conns {
 		hosts = append(hosts, c.host)
@@ -107,8 +110,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		homes[c.host.Name] = c.home
 	}
 
-	resume := a.findResume(ctx, conns)
-	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
+	resume, err := a.stageCheckpoint(ctx, conns)
+	if err != nil {
+		return a.setupFailure(err)
+	}
+	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
 	pl, err := plan.Build(in)
 	if err == nil {
 		pl, err = a.withIfaces(ctx, conns, in, pl)
@@ -128,6 +134,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return attemptOutcome{interrupted: true}
 	}
+	defer a.watchCheckpoints(ctx, conns)()
 	return a.supervise(ctx, conns, pl)
 }
 
@@ -302,8 +309,8 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 		if c.home, err = fsys.Home(); err != nil {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
-		if c.agent, err = cluster.InstallAgent(ctx, c.t, a.r.opts.AgentBinary); err != nil {
-			return fmt.Errorf("install drover agent on %s: %w", hostLabel(c.host), err)
+		if c.agent, err = remote.Install(ctx, c.t, a.r.agents); err != nil {
+			return err // "install drover agent on <host> (<address>): ..."
 		}
 		return nil
 	})
@@ -317,7 +324,7 @@ func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[strin
 	err := forEach(conns, func(c *hostConn) error {
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		if c.host.GPUs.Auto {
-			rep := gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary)
+			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
 			sel, err := gpu.Select(c.host, a.cfg.Job, rep)
 			if err != nil {
 				return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
@@ -340,35 +347,6 @@ func remoteAbs(home, p string) string {
 		return path.Clean(p)
 	}
 	return path.Join(home, p)
-}
-
-// findResume looks for the newest complete checkpoint on every host.
-func (a *attempt_) findResume(ctx context.Context, conns []*hostConn) string {
-	var mu sync.Mutex
-	var found []Checkpoint
-	forEach(conns, func(c *hostConn) error {
-		dir := remoteAbs(remoteAbs(c.home, c.host.Workdir), a.cfg.Job.CheckpointDir)
-		cp, ok, err := FindCheckpoint(ctx, c.fs, c.host.Name, dir, a.cfg.Job.CheckpointMarker)
-		if err != nil {
-			a.r.events.printf("%s: %v (ignored)", a.prefix(), err)
-			return nil
-		}
-		if ok {
-			mu.Lock()
-			found = append(found, cp)
-			mu.Unlock()
-		}
-		return nil
-	})
-	cp, ok := NewestCheckpoint(found)
-	if !ok {
-		if a.n > 1 {
-			a.r.events.printf("%s: no checkpoint found; starting from scratch", a.prefix())
-		}
-		return ""
-	}
-	a.r.events.printf("%s: resuming from %s on %s", a.prefix(), cp.Path, cp.Host)
-	return cp.Path
 }
 
 // push syncs the code directory to every host's workdir (incremental).
@@ -495,7 +473,7 @@ type running struct {
 	ctl     *control
 	started time.Time
 	outs    []io.Closer
-	logFile *os.File
+	logFile io.WriteCloser
 	// stderrTail is the end of its stderr, for a root cause when it
 	// fails without an error file.
 	stderrTail *cluster.TailBuffer
@@ -533,9 +511,7 @@ func describeExit(err error) (text string, code int, lost bool) {
 // supervise starts every process and watches the group until it succeeds,
 // one process fails, or the user interrupts.
 func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
-	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
-		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
-	}
+	a.r.makeLogDir(a.logDir)
 	byHost := map[string]*hostConn{}
 	for _, c := range conns {
 		byHost[c.host.Name] = c
@@ -557,11 +533,7 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 		c := byHost[p.Host.Name]
 		rp := &running{p: p, ctl: newControl(), started: a.r.now()}
 		procs[i] = rp
-		f, err := os.Create(filepath.Join(a.logDir, p.Name()+".log"))
-		if err != nil {
-			startErr = fmt.Errorf("create log file: %w", err)
-			break
-		}
+		f := a.r.createLog(filepath.Join(a.logDir, p.Name()+".log"))
 		rp.logFile = f
 		fileSink := logstream.NewSink(f)
 		mk := func() io.Writer {

@@ -1,10 +1,15 @@
 // Package launcher runs a plan on the fleet and keeps it running.
 //
 // Run is the supervisor of `drover run`: each attempt connects to the
-// hosts, probes their GPUs, builds the plan (package plan), pushes the
+// hosts, holds their workdirs for this run (package lease: a live run of
+// the same workdir makes it refuse, a dead one's group is a leftover),
+// probes their GPUs, builds the plan (package plan), pushes the
 // code, starts every process under the on-host agent and watches the group;
 // when one process dies, it stops them all and starts the next attempt from
-// the newest checkpoint, re-reading the inventory first. Exec is the
+// the newest checkpoint, re-reading the inventory first. Checkpoints are
+// package checkpoint's: before each attempt it stages the newest one onto
+// every host, and while the attempt runs it copies new ones to other hosts
+// (launcher/checkpoints.go is the whole seam). Exec is the
 // fan-out of `drover exec`: one command on every host at once.
 //
 // What each process gets (host, ranks, environment, argv) is decided by

@@ -14,6 +14,8 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -24,8 +26,9 @@ type RunOptions struct {
 	// LogDir is where runs/<job>-<start>/ goes; default: "runs" next to
 	// the job file.
 	LogDir string
-	// AgentBinary is the local drover binary installed on hosts as the
-	// per-process supervisor (usually os.Executable()).
+	// AgentBinary is the running drover binary (usually os.Executable());
+	// hosts get it, or the agent for their platform found beside it
+	// (remote.FindAgents), as the per-process supervisor.
 	AgentBinary string
 	Dial        cluster.DialOptions
 	// Out receives every process's output, one prefixed line at a time.
@@ -46,6 +49,9 @@ type RunOptions struct {
 	// PushCacheDir is push.Options.CacheDir for the push before each
 	// attempt: with it, a restart re-hashes only the files that changed.
 	PushCacheDir string
+	// Force takes over workdirs that another live run holds (see package
+	// lease); that run then stops.
+	Force bool
 }
 
 // Outcome is how a run ended.
@@ -97,6 +103,9 @@ type runner struct {
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
 	events *eventLog
+	// agents are the binaries hosts get as their agent (found once, next
+	// to opts.AgentBinary).
+	agents remote.Agents
 
 	mu       sync.Mutex
 	procs    map[string]*ProcSummary // by process name
@@ -104,18 +113,19 @@ type runner struct {
 	replaced map[string]string // unreachable host name -> spare name
 	// logRoot is the directory holding every run's logs (runs/).
 	logRoot string
+	// leases are this run's hold on the hosts' workdirs.
+	leases *lease.Holder
+	// logFailOnce: a failing local log disk is reported once per run.
+	logFailOnce sync.Once
+	ckptState
 }
 
 func newRunner(opts RunOptions) *runner {
 	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	r.agents = remote.FindAgents(opts.AgentBinary)
 	// One read of known_hosts and the ssh config shared by every attempt's
 	// dials, so that what drover skips is warned about once per run.
 	r.opts.Dial = r.opts.Dial.Shared()
-	if r.opts.Dial.KnownHosts == nil {
-		// One parse of known_hosts for every dial of every attempt; a
-		// file that changes is parsed again.
-		r.opts.Dial.KnownHosts = &cluster.KnownHosts{}
-	}
 	r.now = opts.Now
 	if r.now == nil {
 		r.now = time.Now
@@ -152,10 +162,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	start := r.now()
-	logDir := r.opts.LogDir
-	if logDir == "" {
-		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
-	}
+	logDir := LogRoot(cfg, r.opts.LogDir)
 	r.logRoot = logDir
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)
@@ -184,6 +191,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}()
 
+	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
+	defer releaseLeases()
+
 	restarts := 0
 	total := cfg.Job.MaxRestarts + 1
 	for attempt := 1; ; attempt++ {
@@ -205,7 +215,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			out.interrupted = true
 		}
 		switch {
-		case out.err != nil && attempt == 1 && config.IsConfigError(out.err):
+		case out.err != nil && attempt == 1 && (config.IsConfigError(out.err) || IsHeld(out.err)):
 			return nil, out.err
 		case out.interrupted:
 			res.Outcome = Interrupted

@@ -19,6 +19,8 @@ import (
 // Defaults applied by Load to keys a job file leaves out.
 const (
 	DefaultCheckpointDir     = "checkpoints"
+	DefaultCheckpointCopies  = 2
+	DefaultCheckpointKeep    = 2
 	DefaultMaxRestarts       = 3
 	DefaultProcsPerHost      = 1
 	DefaultMasterPort        = 29500
@@ -267,6 +269,8 @@ func (w *walker) job(top tbl, dir string) Job {
 	j := Job{
 		Code:              dir,
 		CheckpointDir:     DefaultCheckpointDir,
+		CheckpointCopies:  DefaultCheckpointCopies,
+		CheckpointKeep:    DefaultCheckpointKeep,
 		MaxRestarts:       DefaultMaxRestarts,
 		ProcsPerHost:      DefaultProcsPerHost,
 		MasterPort:        DefaultMasterPort,
@@ -292,6 +296,7 @@ func (w *walker) job(top tbl, dir string) Job {
 
 	if s, ok := w.name(t, "name", "job"); ok {
 		j.Name = s
+		w.checkJobName(t, s)
 	} else if _, present := t.m["name"]; !present {
 		w.missing(t, "name", "missing job name", `add name = "mnist" under [job]; it names the workdir and the logs`)
 	}
@@ -325,6 +330,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	}
 	if s, ok := w.remotePath(t, "checkpoint_dir"); ok {
 		j.CheckpointDir = s
+		w.checkCheckpointDir(t, s, j.Workdir)
 	}
 	if s, ok := w.str(t, "checkpoint_marker"); ok {
 		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00\n") {
@@ -334,6 +340,7 @@ func (w *walker) job(top tbl, dir string) Job {
 			j.CheckpointMarker = s
 		}
 	}
+	w.checkpointCopies(t, &j, dir)
 	if n, ok := w.count(t, "max_restarts"); ok {
 		j.MaxRestarts = n
 	}
@@ -388,6 +395,19 @@ func (w *walker) job(top tbl, dir string) Job {
 	return j
 }
 
+// checkpointCopies reads the keys of drover's checkpoint copies.
+func (w *walker) checkpointCopies(t tbl, j *Job, dir string) {
+	if n, ok := w.integer(t, "checkpoint_copies", 1, 64, "between 1 and 64 (1 turns copying off)"); ok {
+		j.CheckpointCopies = n
+	}
+	if n, ok := w.integer(t, "checkpoint_keep", 1, 1000, "between 1 and 1000"); ok {
+		j.CheckpointKeep = n
+	}
+	if p, ok := w.localPath(t, "checkpoint_mirror", dir); ok && p != "" {
+		j.CheckpointMirror = p
+	}
+}
+
 // command reads job.command, which must be a non-empty array of strings.
 func (w *walker) command(t tbl) []string {
 	key := t.key("command")
@@ -418,6 +438,9 @@ func (w *walker) command(t tbl) []string {
 	}
 	if strings.TrimSpace(args[0]) == "" {
 		w.add(key, "the program (first element) is empty", `write command = ["python3", "train.py"]`)
+		return nil
+	}
+	if !w.checkArgs(t, args) {
 		return nil
 	}
 	return args

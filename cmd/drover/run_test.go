@@ -31,6 +31,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // hostHome is where Fleet.Exec sees the login user's home on every host.
@@ -163,9 +164,17 @@ func startDrover(t *testing.T, j *fleetJob, args ...string) *droverProc {
 // startDroverArgs is startDrover for any drover command line.
 func startDroverArgs(t *testing.T, j *fleetJob, args ...string) *droverProc {
 	t.Helper()
+	return startDroverWrapped(t, j, nil, args...)
+}
+
+// startDroverWrapped runs drover as the last argument of wrap (a command
+// that execs it, so that signals reach drover itself).
+func startDroverWrapped(t *testing.T, j *fleetJob, wrap []string, args ...string) *droverProc {
+	t.Helper()
 	bin := droverBinary(t)
 	d := &droverProc{done: make(chan struct{})}
-	d.cmd = exec.Command(bin, args...)
+	argv := append(append(append([]string(nil), wrap...), bin), args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
@@ -845,7 +854,7 @@ func TestRunStopsLeftoverGroup(t *testing.T) {
 	tr, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	require.NoError(t, err)
 	defer tr.Close()
-	bin, err := cluster.InstallAgent(ctx, tr, droverBinary(t))
+	bin, err := remote.Install(ctx, tr, remote.FindAgents(droverBinary(t)))
 	require.NoError(t, err)
 
 	// What an earlier drover started, whose controller vanished while the
