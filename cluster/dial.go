@@ -86,6 +86,10 @@ type DialOptions struct {
 	// OpenSSH does), an ssh_config block it cannot evaluate. Nil: they
 	// are written to standard error.
 	Warn func(msg string)
+	// Dialers reach hosts of transports that other packages provide, by
+	// Host.Transport: TransportSlurm (package cluster/slurm) needs the
+	// allocation drover runs in, which only the caller knows.
+	Dialers map[string]func(ctx context.Context, h config.Host) (Transport, error)
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -113,6 +117,9 @@ func (o DialOptions) withDefaults() DialOptions {
 // why (timeout, refused, authentication, host key).
 func Dial(ctx context.Context, h config.Host, opts DialOptions) (Transport, error) {
 	opts = opts.withDefaults()
+	if d, ok := opts.Dialers[h.Transport]; ok {
+		return d(ctx, h)
+	}
 	switch h.Transport {
 	case config.TransportLocal:
 		return NewLocal(h)

@@ -52,6 +52,11 @@ type RunOptions struct {
 	// Force takes over workdirs that another live run holds (see package
 	// lease); that run then stops.
 	Force bool
+
+	// Inside a Slurm allocation (see slurm.go): its hosts, and where the
+	// restart count starts.
+	Allocation    []config.Host
+	RestartOffset int
 }
 
 // Outcome is how a run ended.
@@ -157,7 +162,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	cfg, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -199,14 +204,14 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
-			next, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
+			next, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
 			if err != nil {
 				r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 			} else {
 				cfg = next
 			}
 		}
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: restarts,
+		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: r.opts.RestartOffset + restarts,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		out := a.run(ctx)
 		if ctx.Err() != nil && !out.success {
