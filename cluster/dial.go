@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -66,6 +67,25 @@ type DialOptions struct {
 	// one parse of the known_hosts files; nil: each dial parses them.
 	// DialEach and DialAll set one for their dials when it is nil.
 	KnownHosts *KnownHosts
+	// SSHConfigs, when set, lets every dial made with these options share
+	// one reading of the ssh config (and what ssh -G said of each host);
+	// DialEach and DialAll set one for their dials when it is nil.
+	SSHConfigs *SSHConfigs
+	// Jumps, when set, lets the dials made with these options share one
+	// connection to each ProxyJump host (a bastion's sshd drops
+	// concurrent handshakes past MaxStartups); DialEach and DialAll set
+	// one for their dials when it is nil.
+	Jumps *JumpHosts
+	// OpenSSH is the OpenSSH client asked (ssh -G HOST) what an ssh config
+	// that drover cannot evaluate itself (Match exec, Match final, ...)
+	// resolves to for a host. Default "ssh" on $PATH; "none": never ask,
+	// ignore such blocks with a warning.
+	OpenSSH string
+	// Warn receives, once each, the problems a dial works around rather
+	// than fails on: a known_hosts line it cannot read (skipped, as
+	// OpenSSH does), an ssh_config block it cannot evaluate. Nil: they
+	// are written to standard error.
+	Warn func(msg string)
 	// Dialers reach hosts of transports that other packages provide, by
 	// Host.Transport: TransportSlurm (package cluster/slurm) needs the
 	// allocation drover runs in, which only the caller knows.
@@ -84,6 +104,9 @@ func (o DialOptions) withDefaults() DialOptions {
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultDialParallel
+	}
+	if o.Warn == nil {
+		o.Warn = func(msg string) { fmt.Fprintf(os.Stderr, "drover: warning: %s\n", msg) }
 	}
 	return o
 }
@@ -107,6 +130,24 @@ func Dial(ctx context.Context, h config.Host, opts DialOptions) (Transport, erro
 	}
 }
 
+// Shared returns o with a cache for each of KnownHosts, SSHConfigs and
+// Jumps that is nil, so that the dials made with the result read
+// known_hosts and the ssh config once, warn once, and share one connection
+// to each jump host. DialEach and DialAll use it; so should a caller that
+// dials many hosts one Dial at a time.
+func (o DialOptions) Shared() DialOptions {
+	if o.KnownHosts == nil {
+		o.KnownHosts = &KnownHosts{}
+	}
+	if o.SSHConfigs == nil {
+		o.SSHConfigs = &SSHConfigs{}
+	}
+	if o.Jumps == nil {
+		o.Jumps = &JumpHosts{}
+	}
+	return o
+}
+
 // DialAll dials every host at once, at most opts.Parallel at a time, and
 // returns the transports and errors in the order of hosts: for each i
 // exactly one of ts[i] and errs[i] is non-nil. One unreachable host never
@@ -128,9 +169,7 @@ func DialAll(ctx context.Context, hosts []config.Host, opts DialOptions) ([]Tran
 // The opts.Parallel limit covers the dials only, not fn.
 func DialEach(ctx context.Context, hosts []config.Host, opts DialOptions, fn func(i int, t Transport, err error)) {
 	opts = opts.withDefaults()
-	if opts.KnownHosts == nil {
-		opts.KnownHosts = &KnownHosts{}
-	}
+	opts = opts.Shared()
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
 	for i, h := range hosts {

@@ -3,6 +3,15 @@
 // host, dialling with the user's ssh_config and known_hosts, and the
 // conformance rules every transport meets (see transporttest).
 //
+// A dial fails with a type callers branch on (errors.As): *AuthError (the
+// host refused every key), *HostKeyError (unknown, changed, revoked or a
+// refused certificate) or *UnreachableError (no connection: worth waiting
+// for, IsUnreachable); never by matching text. known_hosts and ssh_config
+// are read as OpenSSH reads them where it matters to reach hosts that ssh
+// reaches: lines drover cannot read are skipped with one warning
+// (DialOptions.Warn), host certificates and @revoked are honoured, and a
+// config with Match criteria drover cannot evaluate is resolved by ssh -G.
+//
 // Data flows one way: cluster knows the hosts as config describes them and
 // nothing about GPUs or plans; gpu and launcher build on what it returns.
 package cluster

@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/droverhq/drover/cluster/config"
-	"github.com/kevinburke/ssh_config"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // maxJumpDepth bounds ProxyJump chains so that a loop in ~/.ssh/config or
@@ -46,7 +46,7 @@ type sshTransport struct {
 	host   config.Host
 	addr   string // host:port actually connected to, for errors
 	client *ssh.Client
-	jumps  []*ssh.Client // ProxyJump hops, closed after client
+	jumps  func() // gives back the ProxyJump hops, after client closes
 
 	done chan struct{} // closed once the connection is gone
 
@@ -59,7 +59,7 @@ type sshTransport struct {
 // dialSSH connects to h (through its ProxyJump hops), verifies the host key
 // and authenticates, then starts keepalives.
 func dialSSH(ctx context.Context, h config.Host, opts DialOptions) (Transport, error) {
-	cfg, err := loadSSHConfig(opts.SSHConfigPath)
+	cfg, err := loadSSHConfig(opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", h.Name, err)
 	}
@@ -67,7 +67,8 @@ func dialSSH(ctx context.Context, h config.Host, opts DialOptions) (Transport, e
 	if err != nil {
 		return nil, err
 	}
-	t := &sshTransport{host: h, addr: addr, client: client, jumps: jumps, done: make(chan struct{})}
+	var once sync.Once
+	t := &sshTransport{host: h, addr: addr, client: client, jumps: func() { once.Do(jumps) }, done: make(chan struct{})}
 	go t.watch()
 	if opts.KeepAliveInterval > 0 {
 		go t.keepalive(opts.KeepAliveInterval, opts.KeepAliveCountMax)
@@ -76,18 +77,20 @@ func dialSSH(ctx context.Context, h config.Host, opts DialOptions) (Transport, e
 }
 
 // dialClient returns an authenticated client for h, dialling its jump hosts
-// first; the returned jumps must be closed after the client.
-func dialClient(ctx context.Context, h config.Host, opts DialOptions, cfg *ssh_config.Config, depth int) (*ssh.Client, []*ssh.Client, string, error) {
-	tgt, err := resolveTarget(h, cfg)
+// first (or sharing a connection to them, opts.Jumps); the returned release
+// gives the jump hosts back and must be called after the client is closed.
+func dialClient(ctx context.Context, h config.Host, opts DialOptions, cfg *sshConfig, depth int) (*ssh.Client, func(), string, error) {
+	tgt, err := resolveTarget(ctx, h, cfg)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("connect to %s: %w", h.Name, err)
 	}
 	addr := tgt.addr()
 	fail := func(err error) error { return fmt.Errorf("connect to %s (%s): %w", tgt.name, addr, err) }
 
-	var jumps []*ssh.Client
+	release := func() {}
 	var conn net.Conn
-	if tgt.proxyJump != "" {
+	switch {
+	case tgt.proxyJump != "":
 		if depth >= maxJumpDepth {
 			return nil, nil, addr, fail(fmt.Errorf("proxy jump chain longer than %d hops (a loop?)", maxJumpDepth))
 		}
@@ -95,19 +98,24 @@ func dialClient(ctx context.Context, h config.Host, opts DialOptions, cfg *ssh_c
 		if err != nil {
 			return nil, nil, addr, fail(err)
 		}
-		jc, jj, _, err := dialClient(ctx, jh, opts, cfg, depth+1)
+		jc, err := acquireJump(ctx, jh, opts, cfg, depth+1)
 		if err != nil {
 			return nil, nil, addr, fail(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err))
 		}
-		jumps = append(jj, jc)
-		dctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
-		conn, err = jc.DialContext(dctx, "tcp", addr)
-		cancel()
+		release = jc.done
+		conn, err = jc.openThrough(ctx, addr, opts.ConnectTimeout)
 		if err != nil {
-			closeClients(jumps)
-			return nil, nil, addr, fail(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err))
+			release()
+			// The jump host could not reach the target (refused,
+			// timed out): the target is unreachable from here.
+			return nil, nil, addr, fail(unreachable(fmt.Errorf("via proxy jump %s: %w", tgt.proxyJump, err)))
 		}
-	} else {
+	case tgt.proxyCommand != "":
+		conn, err = startProxyCommand(tgt)
+		if err != nil {
+			return nil, nil, addr, fail(unreachable(err))
+		}
+	default:
 		d := net.Dialer{Timeout: opts.ConnectTimeout}
 		conn, err = d.DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -117,25 +125,53 @@ func dialClient(ctx context.Context, h config.Host, opts DialOptions, cfg *ssh_c
 	}
 	client, err := handshake(ctx, conn, tgt, opts)
 	if err != nil {
-		closeClients(jumps)
+		if pc, ok := conn.(*proxyConn); ok {
+			err = pc.explain(err) // closed by handshake: the command has ended
+		}
+		release()
 		return nil, nil, addr, fail(err)
 	}
-	return client, jumps, addr, nil
+	return client, release, addr, nil
+}
+
+// acquireJump connects to the jump host jh: through opts.Jumps, shared
+// with the other dials through it and retried while it hangs up during the
+// handshake; without, a connection of this dial's own.
+func acquireJump(ctx context.Context, jh config.Host, opts DialOptions, cfg *sshConfig, depth int) (*jumpConn, error) {
+	dial := func() (*ssh.Client, func(), error) {
+		c, hops, _, err := dialClient(ctx, jh, opts, cfg, depth)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() { c.Close(); hops() }, nil
+	}
+	if opts.Jumps == nil {
+		c, release, err := dial()
+		if err != nil {
+			return nil, err
+		}
+		return &jumpConn{client: c, done: release}, nil
+	}
+	return opts.Jumps.acquire(ctx, jh, func() (*ssh.Client, func(), error) {
+		return retryJumpDial(ctx, opts.ConnectTimeout, dial)
+	})
 }
 
 // handshake runs the SSH handshake and authentication on conn within the
 // connect timeout; conn is closed on failure.
 func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptions) (*ssh.Client, error) {
-	hk, err := newHostKeyChecker(tgt, opts.AcceptNewHosts, opts.KnownHosts)
+	hk, err := newHostKeyChecker(tgt, opts.AcceptNewHosts, opts.KnownHosts, opts.Warn)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	auth := loadAuth(tgt, opts.AgentSocket)
 	defer auth.close()
+	var authStarted atomic.Bool
 	config := &ssh.ClientConfig{
 		User:              tgt.user,
 		Auth:              auth.methods(),
+		AuthCallback:      auth.callback(&authStarted),
 		HostKeyCallback:   hk.check,
 		HostKeyAlgorithms: hk.algorithms(tgt.addr()),
 		Timeout:           opts.ConnectTimeout,
@@ -152,18 +188,7 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 	stop()
 	if err != nil {
 		conn.Close()
-		var hke *HostKeyError
-		switch {
-		case errors.As(err, &hke):
-			return nil, hke
-		case cancelled.Load():
-			return nil, fmt.Errorf("ssh handshake: %w", ctx.Err())
-		case timedOut.Load():
-			return nil, fmt.Errorf("ssh handshake timed out after %v", opts.ConnectTimeout)
-		case strings.Contains(err.Error(), "unable to authenticate"):
-			return nil, fmt.Errorf("auth failed for user %q: %s", tgt.user, auth.describe())
-		}
-		return nil, err
+		return nil, handshakeError(ctx, err, auth, tgt.user, handshakeState{authStarted.Load(), timedOut.Load(), cancelled.Load(), opts.ConnectTimeout})
 	}
 	if timedOut.Load() || cancelled.Load() {
 		// The timer fired just as the handshake finished: the conn is
@@ -172,9 +197,36 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 		if cancelled.Load() {
 			return nil, fmt.Errorf("ssh handshake: %w", ctx.Err())
 		}
-		return nil, fmt.Errorf("ssh handshake timed out after %v", opts.ConnectTimeout)
+		return nil, unreachable(fmt.Errorf("ssh handshake timed out after %v", opts.ConnectTimeout))
 	}
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// handshakeError classifies a failed handshake by what happened, not by
+// the library's message: a refused host key (*HostKeyError), a cancelled
+// context, a refusal during authentication (*AuthError: every method was
+// refused, or the host hung up once authentication had begun, as sshd does
+// after MaxAuthTries), and otherwise a connection that broke or stalled
+// before authentication (*UnreachableError).
+func handshakeError(ctx context.Context, err error, auth *authSet, user string, st handshakeState) error {
+	var hke *HostKeyError
+	switch {
+	case errors.As(err, &hke):
+		return hke
+	case st.cancelled:
+		return fmt.Errorf("ssh handshake: %w", ctx.Err())
+	case st.timedOut:
+		return unreachable(fmt.Errorf("ssh handshake timed out after %v", st.timeout))
+	case errors.Is(err, errAuthExhausted), st.authStarted:
+		return auth.authError(user, err)
+	}
+	return unreachable(err)
+}
+
+// handshakeState is what happened to a handshake besides its error.
+type handshakeState struct {
+	authStarted, timedOut, cancelled bool
+	timeout                          time.Duration
 }
 
 // describeDialError turns a TCP dial error into the reason a user can act
@@ -183,19 +235,16 @@ func describeDialError(err error, timeout time.Duration) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("connection refused (is sshd listening on that port?): %w", err)
+		return unreachable(fmt.Errorf("connection refused (is sshd listening on that port?): %w", err))
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("timed out after %v (host down or unreachable?): %w", timeout, err)
+		return unreachable(fmt.Errorf("timed out after %v (host down or unreachable?): %w", timeout, err))
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return fmt.Errorf("no route to host: %w", err)
+		return unreachable(fmt.Errorf("no route to host: %w", err))
+	case errors.Is(err, context.Canceled):
+		return err
 	}
-	return err
-}
-
-func closeClients(cs []*ssh.Client) {
-	for i := len(cs) - 1; i >= 0; i-- {
-		cs[i].Close()
-	}
+	// Other network errors (reset, DNS failure): the host may come back.
+	return unreachable(err)
 }
 
 // watch records that the connection is gone as soon as the SSH mux stops
@@ -206,7 +255,7 @@ func (t *sshTransport) watch() {
 		err = errors.New("connection closed by the host")
 	}
 	t.markLost(err)
-	closeClients(t.jumps)
+	t.jumps()
 	close(t.done)
 }
 
@@ -504,7 +553,7 @@ func (t *sshTransport) Close() error {
 		fsys.c.Close()
 	}
 	err := t.client.Close()
-	closeClients(t.jumps)
+	t.jumps()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}

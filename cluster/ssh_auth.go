@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
 	"os"
-	"strings"
+	"slices"
+	"sync/atomic"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
@@ -28,18 +30,9 @@ func (a *authSet) close() {
 	}
 }
 
-// describe lists what was offered, for an authentication failure.
-func (a *authSet) describe() string {
-	var parts []string
-	if len(a.tried) > 0 {
-		parts = append(parts, "tried "+strings.Join(a.tried, ", "))
-	} else {
-		parts = append(parts, "no usable key (set identity_file, or start ssh-agent and ssh-add a key)")
-	}
-	if len(a.skipped) > 0 {
-		parts = append(parts, "skipped "+strings.Join(a.skipped, "; "))
-	}
-	return strings.Join(parts, "; ")
+// authError is the AuthError for user when the host refused every key in a.
+func (a *authSet) authError(user string, err error) *AuthError {
+	return &AuthError{User: user, Tried: a.tried, Skipped: a.skipped, Err: err}
 }
 
 // loadAuth gathers the agent's keys (agentSock "" = $SSH_AUTH_SOCK, "none"
@@ -85,10 +78,82 @@ func loadAuth(t sshTarget, agentSock string) *authSet {
 			a.skipped = append(a.skipped, fmt.Sprintf("%s: %v", path, err))
 			continue
 		}
+		if cs := certSigner(path+"-cert.pub", signer, &a.skipped); cs != nil {
+			a.signers = append(a.signers, cs)
+			a.tried = append(a.tried, path+"-cert.pub")
+		}
 		a.signers = append(a.signers, signer)
 		a.tried = append(a.tried, path)
 	}
+	a.addCertificateFiles(t.certificateFiles)
 	return a
+}
+
+// certSigner returns signer presenting the user certificate in file (as
+// ssh does with a "-cert.pub" beside a key), or nil when there is none or it
+// is not a certificate of signer's key (noted in skipped).
+func certSigner(file string, signer ssh.Signer, skipped *[]string) ssh.Signer {
+	cert, err := readCertificate(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		*skipped = append(*skipped, err.Error())
+		return nil
+	}
+	if !bytes.Equal(cert.Key.Marshal(), signer.PublicKey().Marshal()) {
+		*skipped = append(*skipped, file+": certificate of another key")
+		return nil
+	}
+	cs, err := ssh.NewCertSigner(cert, signer)
+	if err != nil {
+		*skipped = append(*skipped, fmt.Sprintf("%s: %v", file, err))
+		return nil
+	}
+	return cs
+}
+
+// readCertificate reads an OpenSSH user certificate (KEY-cert.pub).
+func readCertificate(file string) (*ssh.Certificate, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	cert, ok := pub.(*ssh.Certificate)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a certificate", file)
+	}
+	return cert, nil
+}
+
+// addCertificateFiles puts the certificates of ssh_config's CertificateFile
+// first, each paired with the key (from the agent or an identity file) it
+// certifies, as ssh does.
+func (a *authSet) addCertificateFiles(files []string) {
+	var certs []ssh.Signer
+	for _, f := range files {
+		found := false
+		for _, s := range a.signers {
+			if _, isCert := s.PublicKey().(*ssh.Certificate); isCert {
+				continue
+			}
+			var skipped []string
+			if cs := certSigner(f, s, &skipped); cs != nil {
+				certs = append(certs, cs)
+				a.tried = append(a.tried, f)
+				found = true
+				break
+			}
+		}
+		if !found {
+			a.skipped = append(a.skipped, f+": no key for this certificate")
+		}
+	}
+	a.signers = append(certs, a.signers...)
 }
 
 // methods is the ssh.AuthMethod list for ClientConfig.
@@ -97,4 +162,24 @@ func (a *authSet) methods() []ssh.AuthMethod {
 		return nil
 	}
 	return []ssh.AuthMethod{ssh.PublicKeys(a.signers...)}
+}
+
+// errAuthExhausted ends a handshake whose host accepted none of the methods
+// drover offered; handshake turns it into an *AuthError.
+var errAuthExhausted = errors.New("no authentication method left to try")
+
+// callback is the ClientConfig.AuthCallback: it runs only in the
+// authentication phase, after each refused attempt, and ends the handshake
+// with errAuthExhausted when none of drover's methods is left untried among
+// those the host allows, so that a refusal is told apart from a network
+// failure by type rather than by the library's message. started records
+// that authentication began.
+func (a *authSet) callback(started *atomic.Bool) ssh.ClientAuthCallback {
+	return func(ctx *ssh.ClientAuthContext) (ssh.AuthMethod, error) {
+		started.Store(true)
+		if len(a.signers) > 0 && slices.Contains(ctx.AllowedMethods, "publickey") && !slices.Contains(ctx.TriedMethods, "publickey") {
+			return nil, nil // config.Auth's publickey comes next
+		}
+		return nil, errAuthExhausted
+	}
 }

@@ -1,9 +1,8 @@
 package cluster
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/user"
@@ -12,13 +11,13 @@ import (
 	"strings"
 
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/kevinburke/ssh_config"
 )
 
 // sshTarget is everything needed to reach one host over SSH, after merging
 // the inventory with ~/.ssh/config and defaults.
 type sshTarget struct {
 	name     string // inventory name, for errors
+	alias    string // the address as given, looked up in ssh_config
 	hostname string // what TCP connects to
 	port     int
 	user     string
@@ -27,7 +26,10 @@ type sshTarget struct {
 	identityFiles    []string
 	explicitIdentity bool
 	knownHosts       []string
-	proxyJump        string // "" or "none": direct
+	hashKnownHosts   bool     // HashKnownHosts yes: record new keys hashed
+	certificateFiles []string // CertificateFile: user certificates
+	proxyJump        string   // "" or "none": direct
+	proxyCommand     string   // ssh_config ProxyCommand, tokens unexpanded; "": none
 }
 
 // addr is host:port as dialled and as looked up in known_hosts.
@@ -35,58 +37,31 @@ func (t sshTarget) addr() string {
 	return net.JoinHostPort(t.hostname, strconv.Itoa(t.port))
 }
 
-// loadSSHConfig reads the OpenSSH client config at path ("" = ~/.ssh/config,
-// "none" = none). A missing file is no config, as for ssh(1).
-func loadSSHConfig(path string) (*ssh_config.Config, error) {
-	if path == "none" {
-		return nil, nil
-	}
-	if path == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return nil, nil
-		}
-		path = filepath.Join(home, ".ssh", "config")
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read ssh config: %w", err)
-	}
-	defer f.Close()
-	cfg, err := ssh_config.Decode(f)
-	if err != nil {
-		return nil, fmt.Errorf("parse ssh config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
 // resolveTarget merges h with the ssh config: the inventory wins, the config
 // fills what it leaves unset (looked up by h.Address, as `ssh ADDRESS`
 // would), then OpenSSH's defaults (current user, port 22, ~/.ssh/id_*,
-// ~/.ssh/known_hosts).
-func resolveTarget(h config.Host, cfg *ssh_config.Config) (sshTarget, error) {
+// ~/.ssh/known_hosts). A ProxyJump (inventory or config) wins over a
+// ProxyCommand.
+func resolveTarget(ctx context.Context, h config.Host, cfg *sshConfig) (sshTarget, error) {
 	alias := h.Address
 	if alias == "" {
 		alias = h.Name
 	}
-	get := func(key string) string {
-		if cfg == nil {
-			return ""
-		}
-		v, _ := cfg.Get(alias, key)
-		return v
-	}
+	var lookupErr error
 	getAll := func(key string) []string {
-		if cfg == nil {
-			return nil
+		v, err := cfg.values(ctx, h, alias, key)
+		if err != nil && lookupErr == nil {
+			lookupErr = err
 		}
-		v, _ := cfg.GetAll(alias, key)
 		return v
 	}
-	t := sshTarget{name: h.Name, hostname: alias, port: h.Port, user: h.User}
+	get := func(key string) string {
+		if v := getAll(key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	t := sshTarget{name: h.Name, alias: alias, hostname: alias, port: h.Port, user: h.User}
 	if t.name == "" {
 		t.name = alias
 	}
@@ -140,6 +115,10 @@ func resolveTarget(h config.Host, cfg *ssh_config.Config) (sshTarget, error) {
 			t.knownHosts = []string{filepath.Join(home, ".ssh", "known_hosts")}
 		}
 	}
+	for _, f := range getAll("CertificateFile") {
+		t.certificateFiles = append(t.certificateFiles, expand(f))
+	}
+	t.hashKnownHosts = strings.EqualFold(get("HashKnownHosts"), "yes")
 	t.proxyJump = h.ProxyJump
 	if t.proxyJump == "" {
 		t.proxyJump = get("ProxyJump")
@@ -147,7 +126,12 @@ func resolveTarget(h config.Host, cfg *ssh_config.Config) (sshTarget, error) {
 	if t.proxyJump == "none" {
 		t.proxyJump = ""
 	}
-	return t, nil
+	if t.proxyJump == "" && h.ProxyJump == "" {
+		if pc := get("ProxyCommand"); pc != "none" {
+			t.proxyCommand = pc
+		}
+	}
+	return t, lookupErr
 }
 
 // currentUser is ssh's default login name.

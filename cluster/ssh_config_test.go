@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,7 +41,7 @@ Host direct
 		{
 			name: "defaults",
 			host: config.Host{Name: "h0", Address: "10.0.0.1"},
-			want: sshTarget{name: "h0", hostname: "10.0.0.1", port: 22, user: me,
+			want: sshTarget{name: "h0", alias: "10.0.0.1", hostname: "10.0.0.1", port: 22, user: me,
 				identityFiles: []string{home + "/.ssh/id_ed25519", home + "/.ssh/id_ecdsa", home + "/.ssh/id_rsa"},
 				knownHosts:    []string{home + "/.ssh/known_hosts"}},
 		},
@@ -47,7 +49,7 @@ Host direct
 			name: "config fills the gaps",
 			host: config.Host{Name: "g1", Address: "gpu1"},
 			cfg:  cfg,
-			want: sshTarget{name: "g1", hostname: "gpu1.example.com", port: 2200, user: "alice",
+			want: sshTarget{name: "g1", alias: "gpu1", hostname: "gpu1.example.com", port: 2200, user: "alice",
 				identityFiles: []string{home + "/.ssh/gpu_key", home + "/second"}, explicitIdentity: true,
 				knownHosts: []string{home + "/kh1", home + "/kh2"}, proxyJump: "bastion"},
 		},
@@ -55,19 +57,19 @@ Host direct
 			name: "inventory wins",
 			host: config.Host{Name: "g1", Address: "gpu1", User: "bob", Port: 22, IdentityFile: "/k", KnownHosts: "/kh", ProxyJump: "j"},
 			cfg:  cfg,
-			want: sshTarget{name: "g1", hostname: "gpu1.example.com", port: 22, user: "bob",
+			want: sshTarget{name: "g1", alias: "gpu1", hostname: "gpu1.example.com", port: 22, user: "bob",
 				identityFiles: []string{"/k"}, explicitIdentity: true, knownHosts: []string{"/kh"}, proxyJump: "j"},
 		},
 		{
 			name: "ProxyJump none",
 			host: config.Host{Name: "d", Address: "direct", User: "u", Port: 22, IdentityFile: "/k", KnownHosts: "/kh"},
 			cfg:  cfg,
-			want: sshTarget{name: "d", hostname: "direct", port: 22, user: "u",
+			want: sshTarget{name: "d", alias: "direct", hostname: "direct", port: 22, user: "u",
 				identityFiles: []string{"/k"}, explicitIdentity: true, knownHosts: []string{"/kh"}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := resolveTarget(tc.host, tc.cfg)
+			got, err := resolveTarget(context.Background(), tc.host, parsedConfig(tc.cfg))
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
@@ -77,23 +79,104 @@ Host direct
 func TestResolveTargetBadPort(t *testing.T) {
 	cfg, err := ssh_config.Decode(strings.NewReader("Host x\n    Port http\n"))
 	require.NoError(t, err)
-	_, err = resolveTarget(config.Host{Name: "x", Address: "x"}, cfg)
+	_, err = resolveTarget(context.Background(), config.Host{Name: "x", Address: "x"}, parsedConfig(cfg))
 	assert.ErrorContains(t, err, `Port "http"`)
 }
 
+// parsedConfig wraps a parsed file as resolveTarget takes it; nil is none.
+func parsedConfig(c *ssh_config.Config) *sshConfig {
+	if c == nil {
+		return nil
+	}
+	return &sshConfig{parsed: c}
+}
+
 func TestLoadSSHConfig(t *testing.T) {
-	cfg, err := loadSSHConfig("none")
+	opts := DialOptions{SSHConfigPath: "none"}.withDefaults()
+	cfg, err := loadSSHConfig(opts)
 	require.NoError(t, err)
 	assert.Nil(t, cfg)
-	cfg, err = loadSSHConfig(filepath.Join(t.TempDir(), "missing"))
+	opts.SSHConfigPath = filepath.Join(t.TempDir(), "missing")
+	cfg, err = loadSSHConfig(opts)
 	require.NoError(t, err, "a missing config is no config")
 	assert.Nil(t, cfg)
-	p := filepath.Join(t.TempDir(), "config")
-	require.NoError(t, os.WriteFile(p, []byte("Host a\n  User z\n"), 0o600))
-	cfg, err = loadSSHConfig(p)
+	opts.SSHConfigPath = filepath.Join(t.TempDir(), "config")
+	require.NoError(t, os.WriteFile(opts.SSHConfigPath, []byte("Host a\n  User z\n"), 0o600))
+	cfg, err = loadSSHConfig(opts)
 	require.NoError(t, err)
-	u, _ := cfg.Get("a", "User")
-	assert.Equal(t, "z", u)
+	u, err := cfg.values(context.Background(), config.Host{}, "a", "User")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"z"}, u)
+}
+
+// TestSSHConfigUnevaluable: a file with Match criteria the parser cannot
+// evaluate (Match exec, Match final) is resolved by OpenSSH's client when
+// one is installed, honouring those blocks; without one, the blocks are
+// ignored with one warning each naming file and line, and the rest of the
+// file still applies.
+func TestSSHConfigUnevaluable(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	path := filepath.Join(t.TempDir(), "config")
+	require.NoError(t, os.WriteFile(path, []byte(`
+Match exec "true"
+    User fromexec
+Host gpu*
+    HostName %h.example.com
+    Port 2200
+Match final all
+    IdentityFile ~/.ssh/final_key
+`), 0o600))
+	h := config.Host{Name: "g1", Address: "gpu1"}
+	t.Run("ssh -G", func(t *testing.T) {
+		if _, err := exec.LookPath("ssh"); err != nil {
+			t.Skip("no OpenSSH client here")
+		}
+		var warnings []string
+		opts := DialOptions{SSHConfigPath: path, Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
+		cfg, err := loadSSHConfig(opts)
+		require.NoError(t, err)
+		got, err := resolveTarget(context.Background(), h, cfg)
+		require.NoError(t, err)
+		assert.Equal(t, "gpu1.example.com", got.hostname)
+		assert.Equal(t, 2200, got.port)
+		assert.Equal(t, "fromexec", got.user, "Match exec evaluated by ssh")
+		assert.Equal(t, []string{home + "/.ssh/final_key"}, got.identityFiles, "Match final evaluated by ssh")
+		assert.Equal(t, []string{home + "/.ssh/known_hosts"}, got.knownHosts, "OpenSSH's defaults are not taken for the config's")
+		assert.Empty(t, warnings)
+	})
+	t.Run("ssh -G fails", func(t *testing.T) {
+		var warnings []string
+		opts := DialOptions{SSHConfigPath: path, OpenSSH: "false", Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
+		cfg, err := loadSSHConfig(opts)
+		require.NoError(t, err)
+		for range 2 {
+			got, err := resolveTarget(context.Background(), h, cfg)
+			require.NoError(t, err, "falls back to the file without what drover cannot evaluate")
+			assert.Equal(t, "gpu1.example.com", got.hostname)
+			assert.Equal(t, 2200, got.port)
+		}
+		require.Len(t, warnings, 1, "%q", warnings)
+		assert.Contains(t, warnings[0], path+": ")
+		assert.Contains(t, warnings[0], "-G failed")
+	})
+	t.Run("no ssh client", func(t *testing.T) {
+		var warnings []string
+		opts := DialOptions{SSHConfigPath: path, OpenSSH: "none", Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
+		opts.SSHConfigs = &SSHConfigs{}
+		for range 3 {
+			cfg, err := loadSSHConfig(opts)
+			require.NoError(t, err)
+			got, err := resolveTarget(context.Background(), h, cfg)
+			require.NoError(t, err)
+			assert.Equal(t, "gpu1.example.com", got.hostname)
+			assert.Equal(t, 2200, got.port)
+			assert.Equal(t, currentUser(), got.user, "the Match exec block is ignored")
+		}
+		require.Len(t, warnings, 2, "once per block: %q", warnings)
+		assert.Contains(t, warnings[0], path+":2: ignoring the block `Match exec \"true\"`")
+		assert.Contains(t, warnings[1], path+":7: ignoring the block `Match final all`")
+	})
 }
 
 func TestJumpHost(t *testing.T) {

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,6 +27,12 @@ type HostKeyError struct {
 	// recorded key as "SHA256:... (FILE:LINE)".
 	Known []string
 	Files []string // the known_hosts files consulted
+	// Revoked is "FILE:LINE" of the @revoked line that names the key (or
+	// the CA that signed its certificate); such a key is never accepted.
+	Revoked string
+	// CertProblem says why a host certificate signed by a trusted
+	// @cert-authority was refused (expired, not for this name).
+	CertProblem string
 }
 
 // Error does not repeat the host: Dial wraps it as "connect to NAME (ADDR): ...".
@@ -36,6 +41,12 @@ func (e *HostKeyError) Error() string {
 	file := "~/.ssh/known_hosts"
 	if len(e.Files) > 0 {
 		file = e.Files[0]
+	}
+	switch {
+	case e.Revoked != "":
+		return fmt.Sprintf("host key REVOKED: presented %s key %s, which %s marks @revoked; drover never accepts it", e.KeyType, e.Fingerprint, e.Revoked)
+	case e.CertProblem != "":
+		return fmt.Sprintf("host certificate refused: presented %s %s: %s", e.KeyType, e.Fingerprint, e.CertProblem)
 	}
 	if len(e.Known) == 0 {
 		scan := "ssh-keyscan " + host
@@ -50,23 +61,26 @@ func (e *HostKeyError) Error() string {
 }
 
 // hostKeyChecker verifies host keys against the target's known_hosts files
-// with knownhosts (plain and hashed entries), optionally recording new ones.
+// (plain and hashed entries, @cert-authority and @revoked lines), optionally
+// recording new ones.
 type hostKeyChecker struct {
 	name      string
 	files     []string // all consulted
-	existing  []string // those that exist (knownhosts.New fails on missing files)
 	acceptNew bool
-	cb        ssh.HostKeyCallback
+	hashNew   bool // record new keys hashed (HashKnownHosts yes)
+	db        *khDB
 }
 
 // newHostKeyChecker reads t's known_hosts files, through shared when it is
-// not nil.
-func newHostKeyChecker(t sshTarget, acceptNew bool, shared *KnownHosts) (*hostKeyChecker, error) {
-	c := &hostKeyChecker{name: t.name, files: t.knownHosts, acceptNew: acceptNew}
+// not nil. Lines it cannot read are passed to warn (once per file version
+// when shared) and skipped.
+func newHostKeyChecker(t sshTarget, acceptNew bool, shared *KnownHosts, warn func(string)) (*hostKeyChecker, error) {
+	c := &hostKeyChecker{name: t.name, files: t.knownHosts, acceptNew: acceptNew, hashNew: t.hashKnownHosts}
+	var existing []string
 	var infos []fs.FileInfo
 	for _, f := range t.knownHosts {
 		if fi, err := os.Stat(f); err == nil {
-			c.existing = append(c.existing, f)
+			existing = append(existing, f)
 			infos = append(infos, fi)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("read known_hosts: %w", err)
@@ -74,12 +88,17 @@ func newHostKeyChecker(t sshTarget, acceptNew bool, shared *KnownHosts) (*hostKe
 	}
 	var err error
 	if shared != nil {
-		c.cb, err = shared.callback(c.existing, infos)
+		c.db, err = shared.parsed(existing, infos, warn)
 	} else {
-		c.cb, err = knownhosts.New(c.existing...)
+		c.db, err = parseKnownHosts(existing)
+		if err == nil && warn != nil {
+			for _, w := range c.db.skipped {
+				warn(w)
+			}
+		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read known_hosts: %w", err)
+		return nil, err
 	}
 	return c, nil
 }
@@ -91,39 +110,48 @@ func newHostKeyChecker(t sshTarget, acceptNew bool, shared *KnownHosts) (*hostKe
 // hop. A file that changed since it was parsed (a key recorded with
 // AcceptNewHosts, an entry removed with ssh-keygen -R, any edit: another
 // size, mtime or inode) is parsed again, so sharing never trusts content
-// older than the file. The zero value is ready to use, by many goroutines
-// at once.
+// older than the file. A line that cannot be read is warned about once,
+// however many dials and parses see it. The zero value is ready to use, by
+// many goroutines at once.
 type KnownHosts struct {
 	mu     sync.Mutex
 	sets   map[string]*parsedKnownHosts // by the files' paths, in order
-	parses int                          // for tests: how many times files were parsed
+	warned map[string]bool
+	parses int // for tests: how many times files were parsed
 }
 
 type parsedKnownHosts struct {
 	infos []fs.FileInfo // stat of each file, taken before it was read
-	cb    ssh.HostKeyCallback
+	db    *khDB
 }
 
-// callback returns the parsed files, parsing them unless the same files,
+// parsed returns the parsed files, parsing them unless the same files,
 // unchanged since (infos: their stat now), were parsed before. The lock is
 // held while parsing so that concurrent dials parse once, not each.
-func (k *KnownHosts) callback(files []string, infos []fs.FileInfo) (ssh.HostKeyCallback, error) {
+func (k *KnownHosts) parsed(files []string, infos []fs.FileInfo, warn func(string)) (*khDB, error) {
 	key := strings.Join(files, "\x00")
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if p, ok := k.sets[key]; ok && sameFiles(p.infos, infos) {
-		return p.cb, nil
+		return p.db, nil
 	}
-	cb, err := knownhosts.New(files...)
+	db, err := parseKnownHosts(files)
 	if err != nil {
 		return nil, err
 	}
 	k.parses++
 	if k.sets == nil {
 		k.sets = map[string]*parsedKnownHosts{}
+		k.warned = map[string]bool{}
 	}
-	k.sets[key] = &parsedKnownHosts{infos: infos, cb: cb}
-	return cb, nil
+	k.sets[key] = &parsedKnownHosts{infos: infos, db: db}
+	for _, w := range db.skipped {
+		if !k.warned[w] && warn != nil {
+			warn(w)
+		}
+		k.warned[w] = true
+	}
+	return db, nil
 }
 
 // sameFiles reports whether two stats of the same paths show files that
@@ -140,29 +168,42 @@ func sameFiles(a, b []fs.FileInfo) bool {
 	return true
 }
 
-// algorithms returns the host key algorithms to negotiate with addr: those
-// of the keys known for it, so that a host known by its ed25519 key is not
-// asked for an RSA key it would then fail to match (what OpenSSH does too).
-// Nil (library default) for an unknown host.
+// algorithms returns the host key algorithms to offer addr, in order, as
+// OpenSSH orders them: certificate algorithms first when an
+// @cert-authority line covers the host (a host with a certificate would
+// otherwise present its plain key, which known_hosts does not list); then
+// the algorithms of the keys known for it, so that a host known by its
+// ed25519 key is not asked for an RSA key it would then fail to match. A
+// host covered by a CA but with no plain key known also gets the plain
+// defaults after the certificates. Nil (library default) for an unknown
+// host.
 func (c *hostKeyChecker) algorithms(addr string) []string {
-	// A key nobody has (all zeros; no key pair is generated, which cost
-	// more than the rest of this) matches nothing, so the callback lists
-	// all known keys.
-	probe, err := ssh.NewPublicKey(ed25519.PublicKey(make([]byte, ed25519.PublicKeySize)))
-	if err != nil {
-		return nil
-	}
-	var ke *knownhosts.KeyError
-	if err := c.cb(addr, fakeAddr(addr), probe); !errors.As(err, &ke) {
-		return nil
-	}
 	var algos []string
 	seen := map[string]bool{}
-	for _, k := range ke.Want {
-		for _, a := range algorithmsForKeyType(k.Key.Type()) {
+	add := func(as ...string) {
+		for _, a := range as {
 			if !seen[a] {
 				seen[a] = true
 				algos = append(algos, a)
+			}
+		}
+	}
+	cas := c.db.lookup(addr, khCA)
+	known := c.db.lookup(addr, khHostKey)
+	if len(cas) > 0 {
+		for _, a := range ssh.SupportedAlgorithms().HostKeys {
+			if strings.Contains(a, "-cert-") {
+				add(a)
+			}
+		}
+	}
+	for _, k := range known {
+		add(algorithmsForKeyType(k.key.Type())...)
+	}
+	if len(cas) > 0 && len(known) == 0 {
+		for _, a := range ssh.SupportedAlgorithms().HostKeys {
+			if !strings.Contains(a, "-cert-") {
+				add(a)
 			}
 		}
 	}
@@ -180,30 +221,12 @@ func algorithmsForKeyType(t string) []string {
 	}
 }
 
-// fakeAddr is the net.Addr knownhosts wants alongside the host name; with
-// the same host it adds nothing, which is the point for the probe.
-func fakeAddr(hostport string) net.Addr {
-	a, err := net.ResolveTCPAddr("tcp", hostport)
-	if err != nil || a.IP == nil {
-		return &net.TCPAddr{IP: net.IPv4zero}
-	}
-	return a
-}
-
-// check is the ssh.HostKeyCallback.
+// check is the ssh.HostKeyCallback. In OpenSSH's order: a revoked key (or
+// one certified by a revoked CA) is refused; a certificate signed by a CA
+// trusted for the host is verified (validity, host certificate, name among
+// its principals); a certificate from no trusted CA is checked as its plain
+// key; a plain key must be the one recorded, or is unknown.
 func (c *hostKeyChecker) check(hostname string, remote net.Addr, key ssh.PublicKey) error {
-	err := c.cb(hostname, remote, key)
-	if err == nil {
-		return nil
-	}
-	var revoked *knownhosts.RevokedError
-	if errors.As(err, &revoked) {
-		return fmt.Errorf("host key of %s (%s) is revoked in %s:%d", c.name, hostname, revoked.Revoked.Filename, revoked.Revoked.Line)
-	}
-	var ke *knownhosts.KeyError
-	if !errors.As(err, &ke) {
-		return err
-	}
 	herr := &HostKeyError{
 		Host:        c.name,
 		Addr:        hostname,
@@ -211,17 +234,52 @@ func (c *hostKeyChecker) check(hostname string, remote net.Addr, key ssh.PublicK
 		KeyType:     key.Type(),
 		Files:       c.files,
 	}
-	for _, w := range ke.Want {
-		herr.Known = append(herr.Known, fmt.Sprintf("%s %s (%s:%d)", w.Key.Type(), ssh.FingerprintSHA256(w.Key), w.Filename, w.Line))
+	cert, isCert := key.(*ssh.Certificate)
+	for _, r := range c.db.lookup(hostname, khRevoked) {
+		if sameKey(r.key, key) || isCert && (sameKey(r.key, cert.Key) || sameKey(r.key, cert.SignatureKey)) {
+			herr.Revoked = r.where()
+			return herr
+		}
 	}
-	if len(ke.Want) > 0 || !c.acceptNew {
+	if isCert {
+		cas := c.db.lookup(hostname, khCA)
+		trusted := func(auth ssh.PublicKey, _ string) bool {
+			for _, ca := range cas {
+				if sameKey(ca.key, auth) {
+					return true
+				}
+			}
+			return false
+		}
+		if trusted(cert.SignatureKey, "") {
+			cc := &ssh.CertChecker{IsHostAuthority: trusted}
+			if err := cc.CheckHostKey(hostname, remote, key); err != nil {
+				herr.CertProblem = err.Error()
+				return herr
+			}
+			return nil
+		}
+		key = cert.Key
+		herr.Fingerprint, herr.KeyType = ssh.FingerprintSHA256(key), key.Type()
+	}
+	known := c.db.lookup(hostname, khHostKey)
+	for _, k := range known {
+		if sameKey(k.key, key) {
+			return nil
+		}
+	}
+	for _, k := range known {
+		herr.Known = append(herr.Known, fmt.Sprintf("%s %s (%s)", k.key.Type(), ssh.FingerprintSHA256(k.key), k.where()))
+	}
+	if len(known) > 0 || !c.acceptNew {
 		return herr
 	}
 	return c.record(hostname, key)
 }
 
 // record appends key for hostname to the first known_hosts file, creating
-// it (and its directory) if need be. One O_APPEND write per line keeps
+// it (and its directory) if need be, with the name hashed when the ssh
+// config says HashKnownHosts yes. One O_APPEND write per line keeps
 // concurrent dials from interleaving entries.
 func (c *hostKeyChecker) record(hostname string, key ssh.PublicKey) error {
 	if len(c.files) == 0 {
@@ -236,6 +294,9 @@ func (c *hostKeyChecker) record(hostname string, key ssh.PublicKey) error {
 		return fmt.Errorf("accept new host key of %s: %w", c.name, err)
 	}
 	line := knownhosts.Line([]string{knownhosts.Normalize(hostname)}, key) + "\n"
+	if c.hashNew {
+		line = hashedLine(hostname, key) + "\n"
+	}
 	if st, err := f.Stat(); err == nil && st.Size() > 0 {
 		last := make([]byte, 1)
 		if _, err := f.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {

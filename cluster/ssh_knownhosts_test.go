@@ -40,7 +40,7 @@ func TestHostKeyAlgorithms(t *testing.T) {
 		line("two.example", &ec.PublicKey),
 		line("two.example", &rsaKey.PublicKey),
 	}, "\n")+"\n"), 0o600))
-	c, err := newHostKeyChecker(sshTarget{name: "h", knownHosts: []string{file}}, false, nil)
+	c, err := newHostKeyChecker(sshTarget{name: "h", knownHosts: []string{file}}, false, nil, nil)
 	require.NoError(t, err)
 
 	assert.Equal(t, []string{ssh.KeyAlgoED25519}, c.algorithms("ed.example:22"))
@@ -78,9 +78,9 @@ func TestKnownHostsShared(t *testing.T) {
 	tgt := sshTarget{name: "h", knownHosts: []string{file, second}}
 	check := func(host string, k ssh.PublicKey) error {
 		t.Helper()
-		c, err := newHostKeyChecker(tgt, false, shared)
+		c, err := newHostKeyChecker(tgt, false, shared, nil)
 		require.NoError(t, err)
-		fresh, err := newHostKeyChecker(tgt, false, nil)
+		fresh, err := newHostKeyChecker(tgt, false, nil, nil)
 		require.NoError(t, err)
 		addr := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 22}
 		got, want := c.check(host+":22", addr, k), fresh.check(host+":22", addr, k)
@@ -146,7 +146,7 @@ func BenchmarkHostKeyChecker(b *testing.B) {
 	}{{"fresh", nil}, {"shared", &KnownHosts{}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := newHostKeyChecker(tgt, false, bc.shared); err != nil {
+				if _, err := newHostKeyChecker(tgt, false, bc.shared, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

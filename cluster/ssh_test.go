@@ -110,6 +110,7 @@ func TestSSHDialAll(t *testing.T) {
 	assert.Nil(t, ts[last])
 	require.Error(t, errs[last])
 	assert.Contains(t, errs[last].Error(), fmt.Sprintf("connect to refuser (%s:2222): connection refused", bad.Address))
+	assert.True(t, cluster.IsUnreachable(errs[last]), "a refused connection is an unreachable host: %v", errs[last])
 }
 
 func TestSSHConnectTimeout(t *testing.T) {
@@ -122,7 +123,9 @@ func TestSSHConnectTimeout(t *testing.T) {
 	_, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[7], opts)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 10*time.Second, "a 1s connect timeout took %v", time.Since(start))
-	assert.Contains(t, err.Error(), "connect to cl-h7 (10.231.11.17:22): timed out after 1s")
+	assert.Contains(t, err.Error(), "connect to "+fleet.Hosts[7].Name+" ("+fleet.Hosts[7].Addr+":22): timed out after 1s")
+	var ue *cluster.UnreachableError
+	assert.ErrorAs(t, err, &ue)
 }
 
 func TestSSHUnknownHostRefused(t *testing.T) {
@@ -134,9 +137,10 @@ func TestSSHUnknownHostRefused(t *testing.T) {
 	var hke *cluster.HostKeyError
 	require.ErrorAs(t, err, &hke)
 	assert.Empty(t, hke.Known)
+	assert.False(t, cluster.IsUnreachable(err), "a refused host key is not worth waiting for")
 	msg := err.Error()
 	t.Log(msg)
-	for _, want := range []string{"connect to cl-h1 (10.231.11.11:22)", "host key unknown", ssh.FingerprintSHA256(hostKey(t, 1)), "--accept-new-hosts", "ssh-keyscan 10.231.11.11"} {
+	for _, want := range []string{"connect to " + fleet.Hosts[1].Name + " (" + fleet.Hosts[1].Addr + ":22)", "host key unknown", ssh.FingerprintSHA256(hostKey(t, 1)), "--accept-new-hosts", "ssh-keyscan " + fleet.Hosts[1].Addr} {
 		assert.Contains(t, msg, want)
 	}
 	_, statErr := os.Stat(h.KnownHosts)
@@ -180,7 +184,7 @@ func TestSSHChangedHostKeyRefused(t *testing.T) {
 		msg := err.Error()
 		t.Log(msg)
 		for _, want := range []string{
-			"connect to cl-h3 (10.231.11.13:22)",
+			"connect to " + fleet.Hosts[3].Name + " (" + fleet.Hosts[3].Addr + ":22)",
 			"HOST KEY CHANGED",
 			ssh.FingerprintSHA256(hostKey(t, 3)),
 			ssh.FingerprintSHA256(wrong),
@@ -256,7 +260,11 @@ func TestSSHAuthFailureNamesKeys(t *testing.T) {
 	h.IdentityFile = wrongKey
 	_, err = cluster.Dial(context.Background(), h, hermetic())
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `connect to cl-h5 (10.231.11.15:22): auth failed for user "drovertest": tried `+wrongKey)
+	assert.Contains(t, err.Error(), "connect to "+fleet.Hosts[5].Name+" ("+fleet.Hosts[5].Addr+`:22): auth failed for user "drovertest": tried `+wrongKey)
+	var ae *cluster.AuthError
+	require.ErrorAs(t, err, &ae, "the type callers branch on")
+	assert.Equal(t, []string{wrongKey}, ae.Tried)
+	assert.False(t, cluster.IsUnreachable(err), "a refused key is not worth waiting for")
 
 	t.Log(err)
 	h.IdentityFile = ""
@@ -265,13 +273,14 @@ func TestSSHAuthFailureNamesKeys(t *testing.T) {
 	t.Log(err)
 	assert.Contains(t, err.Error(), "auth failed")
 	assert.Contains(t, err.Error(), "no usable key")
+	require.ErrorAs(t, err, &ae, "no key to offer is an authentication failure too")
 }
 
 func TestSSHProxyJump(t *testing.T) {
 	testfleet.Need(t, fleet)
 	hosts := fleet.ClusterHosts()
 	for _, tc := range []struct{ name, jump string }{
-		{"inventory name", "cl-h0"},
+		{"inventory name", fleet.Hosts[0].Name},
 		{"user@host:port", "drovertest@" + hosts[0].Address + ":22"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -283,7 +292,7 @@ func TestSSHProxyJump(t *testing.T) {
 			// The TCP connection to host 1 comes from host 0.
 			sshClient := output(t, tr, "sh", "-c", `echo "$SSH_CLIENT"`)
 			assert.Equal(t, hosts[0].Address, strings.Fields(sshClient)[0])
-			assert.Equal(t, "cl-h1\n", output(t, tr, "hostname"))
+			assert.Equal(t, fleet.Hosts[1].Name+"\n", output(t, tr, "hostname"))
 			fsys, err := tr.FS(context.Background())
 			require.NoError(t, err)
 			_, err = fsys.Stat(".")
@@ -293,14 +302,14 @@ func TestSSHProxyJump(t *testing.T) {
 
 	t.Run("jump host key verified", func(t *testing.T) {
 		h := hosts[1]
-		h.ProxyJump = "cl-h0"
+		h.ProxyJump = fleet.Hosts[0].Name
 		jump := hosts[0]
 		jump.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
 		opts := hermetic()
 		opts.Inventory = []config.Host{jump}
 		_, err := cluster.Dial(context.Background(), h, opts)
 		require.Error(t, err)
-		assert.Contains(t, err.Error(), "connect to cl-h1 (10.231.11.11:22): via proxy jump cl-h0: connect to cl-h0 (10.231.11.10:22): host key unknown")
+		assert.Contains(t, err.Error(), "connect to "+fleet.Hosts[1].Name+" ("+fleet.Hosts[1].Addr+":22): via proxy jump "+fleet.Hosts[0].Name+": connect to "+fleet.Hosts[0].Name+" ("+fleet.Hosts[0].Addr+":22): host key unknown")
 	})
 }
 
@@ -329,7 +338,7 @@ Host *
 	// Only the alias: everything else comes from the config.
 	h := config.Host{Name: "aliased", Address: "fleetalias", Transport: config.TransportSSH}
 	tr := dialHost(t, h, opts)
-	assert.Equal(t, "cl-h6\n", output(t, tr, "hostname"))
+	assert.Equal(t, fleet.Hosts[6].Name+"\n", output(t, tr, "hostname"))
 	assert.Equal(t, "drovertest\n", output(t, tr, "whoami"))
 
 	// The inventory wins over the config.
@@ -367,7 +376,7 @@ func TestSSHConnectionLost(t *testing.T) {
 		assert.True(t, cluster.IsConnectionLost(err))
 		var ee *cluster.ExitError
 		assert.False(t, errors.As(err, &ee), "a lost connection is not an exit status")
-		assert.Contains(t, err.Error(), "cl-h2")
+		assert.Contains(t, err.Error(), fleet.Hosts[2].Name)
 		t.Logf("noticed after %v: %v", time.Since(cut), err)
 	case <-time.After(15 * time.Second):
 		t.Fatal("a cut host was not reported within 15s")

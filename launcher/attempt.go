@@ -114,7 +114,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		return a.setupFailure(err)
 	}
-	pl, err := plan.Build(plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes})
+	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
+	pl, err := plan.Build(in)
+	if err == nil {
+		pl, err = a.withIfaces(ctx, conns, in, pl)
+	}
 	if err != nil {
 		return a.setupFailure(err)
 	}
@@ -164,21 +168,10 @@ func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
 }
 
 // isUnreachable tells network failures, which are worth waiting for, from
-// permanent ones (a refused host key, failed authentication).
+// permanent ones (a refused host key, failed authentication, a mistake in
+// the configuration).
 func isUnreachable(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, cluster.ErrConnectionLost) {
-		return true
-	}
-	msg := strings.ToLower(err.Error())
-	for _, permanent := range []string{"host key", "unable to authenticate", "knownhosts", "known_hosts", "permission denied"} {
-		if strings.Contains(msg, permanent) {
-			return false
-		}
-	}
-	return true
+	return cluster.IsUnreachable(err)
 }
 
 // connect dials every host. On a restart, an unreachable host is retried

@@ -100,9 +100,7 @@ type ExecResult struct {
 func Exec(ctx context.Context, hosts []config.Host, opts ExecOptions) []ExecResult {
 	stdout := logstream.NewSink(discardIfNil(opts.Stdout))
 	stderr := logstream.NewSink(discardIfNil(opts.Stderr))
-	if opts.Dial.KnownHosts == nil {
-		opts.Dial.KnownHosts = &cluster.KnownHosts{}
-	}
+	opts.Dial = opts.Dial.Shared()
 	parallel := opts.Dial.Parallel
 	if parallel <= 0 {
 		parallel = cluster.DefaultDialParallel

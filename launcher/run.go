@@ -128,11 +128,9 @@ type runner struct {
 func newRunner(opts RunOptions) *runner {
 	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
 	r.agents = remote.FindAgents(opts.AgentBinary)
-	if r.opts.Dial.KnownHosts == nil {
-		// One parse of known_hosts for every dial of every attempt; a
-		// file that changes is parsed again.
-		r.opts.Dial.KnownHosts = &cluster.KnownHosts{}
-	}
+	// One read of known_hosts and the ssh config shared by every attempt's
+	// dials, so that what drover skips is warned about once per run.
+	r.opts.Dial = r.opts.Dial.Shared()
 	r.now = opts.Now
 	if r.now == nil {
 		r.now = time.Now

@@ -375,7 +375,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	if n, ok := w.port(t, "base_port"); ok {
 		j.BasePort = n
 	}
-	j.Env = w.env(t, j.Framework)
+	j.Env = w.env(t, "[job.env]", j.Framework)
 	if pats, ok := w.strList(t, "exclude"); ok {
 		for _, p := range pats {
 			if strings.TrimSpace(p) == "" {
@@ -468,11 +468,12 @@ func (w *walker) command(t tbl) []string {
 	return args
 }
 
-// env reads [job.env]: shell-identifier names that drover does not set
-// itself for framework fw (ReservedEnv), scalar values.
-func (w *walker) env(t tbl, fw Framework) map[string]string {
+// env reads t's env table, [job.env] or a host's [host.env] as title
+// says: shell-identifier names that drover does not set itself for
+// framework fw (ReservedEnv), scalar values.
+func (w *walker) env(t tbl, title string, fw Framework) map[string]string {
 	out := map[string]string{}
-	et, ok := w.table(t, "env", tableSchema{"[job.env]", nil})
+	et, ok := w.table(t, "env", tableSchema{title, nil})
 	if !ok {
 		return out
 	}
@@ -489,7 +490,7 @@ func (w *walker) env(t tbl, fw Framework) map[string]string {
 			continue
 		}
 		if ReservedEnv(fw, k) {
-			fix := "remove it from [job.env]"
+			fix := "remove it from " + title
 			if k == "CUDA_VISIBLE_DEVICES" {
 				fix += "; choose GPUs with gpus = [...] on each [[host]]"
 			}
@@ -768,7 +769,7 @@ func (w *walker) hosts(top tbl, dir string, fw Framework) []Host {
 	for i, m := range tables {
 		t := tbl{m: m, path: indexPath("host", i+1), schema: hostSchema}
 		w.unknown(t)
-		h, ok := w.host(t, dir, defaults)
+		h, ok := w.host(t, dir, defaults, fw)
 		if !ok {
 			continue
 		}
@@ -806,7 +807,7 @@ func (w *walker) hosts(top tbl, dir string, fw Framework) []Host {
 
 // host reads one [[host]] table over the [ssh] defaults. ok is false when
 // the table is too broken to use for duplicate checks.
-func (w *walker) host(t tbl, dir string, defaults sshSettings) (Host, bool) {
+func (w *walker) host(t tbl, dir string, defaults sshSettings, fw Framework) (Host, bool) {
 	h := Host{Line: w.lines[t.path], GPUs: GPUSpec{Auto: true}, Transport: TransportSSH}
 	name, nameOK := w.name(t, "name", "host")
 	if _, present := t.m["name"]; !present {
@@ -866,6 +867,9 @@ func (w *walker) host(t tbl, dir string, defaults sshSettings) (Host, bool) {
 	}
 	if p, ok := w.remotePath(t, "workdir"); ok {
 		h.Workdir = p
+	}
+	if env := w.env(t, "[host.env]", fw); len(env) > 0 {
+		h.Env = env
 	}
 	return h, true
 }

@@ -79,6 +79,7 @@ var hostFields = append([]field{
 	{"min_gpus", `min_gpus = 1`},
 	{"spare", `spare = true`},
 	{"workdir", `workdir = "drover/mnist-a"`},
+	{"env", `[host.env] with NAME = "value" lines`},
 }, sshFields...)
 
 // tableSchema describes one TOML table for unknown-key checks.

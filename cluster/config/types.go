@@ -142,6 +142,10 @@ type Host struct {
 	// else Job.Workdir. Load fills it in, so no other package applies
 	// that default.
 	Workdir string
+	// Env is [host.env]: variables for every process on this host (a PATH,
+	// another python), over [job.env]. Like [job.env] it may not set what
+	// drover sets (checked at load, with the line).
+	Env map[string]string
 
 	// Line is the line of the [[host]] header in InventoryPath, for errors.
 	Line int

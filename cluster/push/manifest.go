@@ -568,7 +568,7 @@ func readState(fsys cluster.FS, workdir string, mm *manifestMemo) (old []byte, j
 	for i, name := range []string{manifestName, deltaName, journalName} {
 		switch {
 		case i == 0 && errors.Is(errs[i], fs.ErrNotExist):
-			return nil, false, sum, nil, fmt.Errorf("%w: %s does not exist", errNoManifest, manifestName)
+			return nil, false, sum, nil, fmt.Errorf("%w: %w", errNoManifest, errs[i])
 		case errs[i] != nil && !errors.Is(errs[i], fs.ErrNotExist):
 			return nil, false, sum, nil, fmt.Errorf("read %s: %w", name, errs[i])
 		}

@@ -698,7 +698,7 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 		}
 		return p, nil
 	case errors.Is(err, errNoManifest):
-		if !strings.Contains(err.Error(), "does not exist") {
+		if !errors.Is(err, fs.ErrNotExist) { // first push: nothing to say
 			s.res.Warnings = append(s.res.Warnings, err.Error())
 		}
 		return p, s.planFromStat(ctx, p)

@@ -452,6 +452,64 @@ func (f *Fleet) Move(i int, newAddr string) error {
 	return nil
 }
 
+// HostKeyFile is host i's ed25519 host key (the public half is beside it,
+// with .pub), for tests that sign it into a host certificate.
+func (f *Fleet) HostKeyFile(i int) string {
+	return filepath.Join(f.hostDir(i), "ssh_host_ed25519_key")
+}
+
+func (f *Fleet) hostDir(i int) string {
+	return filepath.Join(f.Dir, "hosts", fmt.Sprintf("%s-h%d", f.name(), i))
+}
+
+// name is the fleet's name as the script knows it (slot included).
+func (f *Fleet) name() string {
+	n := f.Hosts[0].Name
+	return n[:strings.LastIndex(n, "-h")]
+}
+
+// SetSSHD puts extra (sshd_config lines) first in host i's sshd_config, so
+// that they win over the fleet's defaults, and restarts its sshd listener
+// (sessions survive). "" restores the defaults. Tests that call it restore
+// the host in a Cleanup.
+func (f *Fleet) SetSSHD(i int, extra string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(i); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(f.hostDir(i), "sshd_extra"), []byte(extra), 0o644); err != nil {
+		return fmt.Errorf("configure sshd of %s: %w", f.Hosts[i].Name, err)
+	}
+	if _, err := f.run(context.Background(), "restart", strconv.Itoa(i), f.Dir); err != nil {
+		return fmt.Errorf("restart sshd of %s: %w", f.Hosts[i].Name, err)
+	}
+	return nil
+}
+
+// SecondNIC(true) gives every host a second network interface, mgmt0, that
+// nothing on the other hosts can reach (10.232.X.(First+i)/24, a veth to nowhere),
+// routes the hosts' default route through it and makes the host names
+// resolve to its addresses: a machine whose hostname and default route
+// belong to a management network while the cluster network is eth0. What
+// picks its interface from the hostname or the default route (gloo, NCCL)
+// then fails unless told to use eth0. SecondNIC(false) undoes it.
+func (f *Fleet) SecondNIC(on bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(0); err != nil {
+		return err
+	}
+	state := "off"
+	if on {
+		state = "on"
+	}
+	if _, err := f.run(context.Background(), "second-nic", f.Dir, state); err != nil {
+		return fmt.Errorf("second NIC %s: %w", state, err)
+	}
+	return nil
+}
+
 // Cut takes host i off the network (its link goes down inside its
 // namespace): connections to it hang and time out, as with a pulled cable;
 // its processes keep running.

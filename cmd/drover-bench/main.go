@@ -326,6 +326,9 @@ func writeDocFile(path string, d Doc) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	if old, err := os.ReadFile(path); err == nil {
+		d.Kept = keptSection(string(old))
+	}
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {

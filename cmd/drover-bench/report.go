@@ -245,6 +245,22 @@ type Doc struct {
 	// reduced repetitions, events seen); Method explains the set-up.
 	Notes  []string
 	Method []string
+	// Kept is the end of the previous file from keptMarker on: figures
+	// measured by fleet tests rather than by this harness (a 64-host
+	// fleet behind a bastion), which a run must not drop.
+	Kept string
+}
+
+// keptMarker starts the part of docs/benchmarks.md that drover-bench
+// carries over unchanged.
+const keptMarker = "<!-- measured outside make bench; kept by cmd/drover-bench -->"
+
+// keptSection returns doc from keptMarker on, or "".
+func keptSection(doc string) string {
+	if i := strings.Index(doc, keptMarker); i >= 0 {
+		return doc[i:]
+	}
+	return ""
 }
 
 // WriteDoc renders docs/benchmarks.md.
@@ -282,6 +298,9 @@ func WriteDoc(w io.Writer, d Doc) error {
 		for _, n := range d.Method {
 			b.WriteString("- " + n + "\n")
 		}
+	}
+	if d.Kept != "" {
+		b.WriteString("\n" + d.Kept)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -8,7 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -37,7 +39,7 @@ Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 			&cli.StringFlag{Name: "time", Usage: "with --format sbatch: as drover submit --time"},
 			&cli.IntFlag{Name: "nodes", Usage: "with --format sbatch: as drover submit --nodes"},
 			&cli.IntFlag{Name: "gpus-per-node", Usage: "with --format sbatch: as drover submit --gpus-per-node"},
-			&cli.BoolFlag{Name: "probe", Usage: `probe gpus = "auto" hosts over SSH first and plan with the GPUs they select`},
+			&cli.BoolFlag{Name: "probe", Usage: `ask the hosts over SSH first: the GPUs gpus = "auto" hosts select, and each host's network interface to MASTER_ADDR (NIC)`},
 		),
 		Action: planAction,
 	}
@@ -74,6 +76,11 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Bool("probe") {
+		if p, err = planWithIfaces(c, cfg, in, p); err != nil {
+			return err
+		}
+	}
 	if err := plan.Render(c.App.Writer, p, format, plan.RenderOptions{ShowSecrets: c.Bool("show-secrets")}); err != nil {
 		return fmt.Errorf("plan %s: write output: %w", job, err)
 	}
@@ -107,4 +114,23 @@ func probeForPlan(c *cli.Context, cfg *config.Config) (map[string]plan.HostGPUs,
 		out[r.Report.Host] = plan.HostGPUs{Indices: r.Selection.Indices, Probed: true}
 	}
 	return out, errors.Join(errs...)
+}
+
+// planWithIfaces plans again with the network interface each host uses to
+// reach the rendezvous address, asked of the hosts themselves (the NIC
+// column; NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME), as drover run does.
+func planWithIfaces(c *cli.Context, cfg *config.Config, in plan.PlanInput, p *plan.Plan) (*plan.Plan, error) {
+	ts, errs := cluster.DialAll(c.Context, p.Hosts, dialOptions(c, cfg.Hosts))
+	var up []cluster.Transport
+	for i := range ts {
+		if errs[i] == nil {
+			up = append(up, ts[i])
+			defer ts[i].Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	in.Ifaces = launcher.DiscoverIfaces(c.Context, up, p.RendezvousAddr())
+	return plan.Build(in)
 }

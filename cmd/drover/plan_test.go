@@ -88,10 +88,12 @@ gpus = [0]
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "table, env or json")
 
-	// --probe with only pinned GPUs needs no host: the plan is the same.
-	code, probed, errOut := runPlan(t, "--probe", job)
-	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, probed, "worker-0  a     10.0.0.1")
+	// --probe asks every host which interface reaches MASTER_ADDR (the
+	// NIC column), even with only pinned GPUs: a host it cannot reach
+	// fails the plan, as it would fail drover run.
+	code, _, errOut = runPlan(t, "--probe", job)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "connect to a (10.0.0.1:22)")
 
 	code, _, errOut = runPlan(t)
 	assert.Equal(t, 2, code)

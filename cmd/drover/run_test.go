@@ -120,6 +120,9 @@ func writeInventory(t *testing.T, file string, hosts []config.Host) {
 		if h.Spare {
 			b.WriteString("spare = true\n")
 		}
+		if h.ProxyJump != "" {
+			fmt.Fprintf(&b, "proxy_jump = %q\n", h.ProxyJump)
+		}
 	}
 	require.NoError(t, os.WriteFile(file, []byte(b.String()), 0o644))
 }
@@ -606,6 +609,42 @@ echo "done rank=$RANK"
 	}
 	// The cut host's agent hears no heartbeat and stops its group itself.
 	waitNoJobProcs(t, j.Name, 20*time.Second, 2)
+	assert.Empty(t, jobProcs(t, j.Name))
+}
+
+// Issue 19: a host that refuses drover's key when the group restarts (its
+// key was revoked, authorized_keys replaced) fails the run at once: waiting
+// host_wait (here 10 minutes) for it could not help. Before authentication
+// errors had a type of their own, this one was taken for an unreachable host.
+func TestRunAuthFailureAtRestartFailsAtOnce(t *testing.T) {
+	testfleet.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
+echo "start rank=$RANK restart=$DROVER_RESTART_COUNT"
+if [ "$RANK" = 1 ]; then
+	while [ ! -e fail-now ]; do sleep 0.1; done
+	exit 1
+fi
+sleep 1000
+`, Job: "max_restarts = 2\nhost_wait = \"10m\""})
+	d := startDrover(t, j)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@\S+\] start rank=\d restart=0$`), 2, 60*time.Second)
+
+	// From the next attempt on, drover logs in with a key no host accepts.
+	key := filepath.Join(t.TempDir(), "id_other")
+	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	inv, err := os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	edited := strings.Replace(string(inv), fmt.Sprintf("identity_file = %q", fleet.KeyFile), fmt.Sprintf("identity_file = %q", key), 1)
+	require.NotEqual(t, string(inv), edited)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(edited), 0o644))
+	_, err = fleet.Exec(1, "touch", path.Join(hostHome, j.Workdir, "fail-now"))
+	require.NoError(t, err)
+
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), "drover waits host_wait for a host that refuses its key")
+	stderr := d.stderr.String()
+	assert.Contains(t, stderr, `auth failed for user "drovertest": tried `+key)
+	assert.NotContains(t, stderr, "waiting up to")
 	assert.Empty(t, jobProcs(t, j.Name))
 }
 

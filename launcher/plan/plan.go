@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"sort"
 	"strconv"
@@ -129,7 +130,20 @@ type PlanInput struct {
 	// to make DROVER_CHECKPOINT_DIR absolute; otherwise it is given in
 	// "~/..." form.
 	HostHome map[string]string
+	// Ifaces is, per host name, the network interface whose route reaches
+	// the rendezvous address (MASTER_ADDR; found on the host by
+	// DiscoverIfaces). It becomes NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
+	// there unless [job.env] or [host.env] sets them, so that the
+	// collectives do not pick the interface of the default route, which on
+	// hosts with two networks is often not the one the others can reach.
+	Ifaces map[string]string
 }
+
+// Variables drover sets from PlanInput.Ifaces.
+const (
+	ncclIfaceEnv = "NCCL_SOCKET_IFNAME"
+	glooIfaceEnv = "GLOO_SOCKET_IFNAME"
+)
 
 // hostSlots is one participating host as the placer sees it.
 type hostSlots struct {
@@ -256,7 +270,14 @@ func Build(in PlanInput) (*Plan, error) {
 			// file here (dump_error_file), where drover reads the cause.
 			pr.Env["TORCHELASTIC_ERROR_FILE"] = ErrorFile(pr.Workdir, in.HostHome[pr.Host.Name], in.RestartCount, pr.Name())
 		}
+		if ifc := in.Ifaces[pr.Host.Name]; ifc != "" && job.Framework != config.TensorFlow {
+			pr.Env[ncclIfaceEnv] = ifc
+			pr.Env[glooIfaceEnv] = ifc
+		}
 		for k, v := range job.Env {
+			pr.Env[k] = v
+		}
+		for k, v := range pr.Host.Env {
 			pr.Env[k] = v
 		}
 	}
@@ -264,6 +285,26 @@ func Build(in PlanInput) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// RendezvousAddr is the address every process of p connects to, whose
+// route decides the network interface for the collectives (PlanInput.Ifaces):
+// MASTER_ADDR (pytorch, torchrun) or the JAX coordinator's host; "" for
+// tensorflow, whose tasks connect to each other.
+func (p *Plan) RendezvousAddr() string {
+	if len(p.Processes) == 0 {
+		return ""
+	}
+	env := p.Processes[0].Env
+	if a := env["MASTER_ADDR"]; a != "" {
+		return a
+	}
+	if c := env["JAX_COORDINATOR_ADDRESS"]; c != "" {
+		if host, _, err := net.SplitHostPort(c); err == nil {
+			return host
+		}
+	}
+	return ""
 }
 
 // commonEnv sets what every process gets, whatever the framework.

@@ -96,7 +96,9 @@ func RenderTable(w io.Writer, p *Plan, opt RenderOptions) error {
 		}
 	}
 	b.WriteString("\n\n")
-	header := []string{"PROCESS", "HOST", "ADDRESS", "RANK", "LOCAL_RANK", "NODE_RANK", "GPUS", "PORT"}
+	// NIC is the interface the collectives use (GLOO_SOCKET_IFNAME, set
+	// from what drover plan --probe and drover run find on the host).
+	header := []string{"PROCESS", "HOST", "ADDRESS", "RANK", "LOCAL_RANK", "NODE_RANK", "GPUS", "PORT", "NIC"}
 	rows := make([][]string, 0, len(p.Processes))
 	for _, pr := range p.Processes {
 		gpus := "-"
@@ -107,7 +109,7 @@ func RenderTable(w io.Writer, p *Plan, opt RenderOptions) error {
 			gpus = "unprobed"
 		}
 		rows = append(rows, []string{pr.Name(), pr.Host.Name, pr.Address,
-			dash(pr.Rank), dash(pr.LocalRank), dash(pr.NodeRank), gpus, dash(nonZero(pr.Port))})
+			dash(pr.Rank), dash(pr.LocalRank), dash(pr.NodeRank), gpus, dash(nonZero(pr.Port)), orDash(pr.Env[glooIfaceEnv])})
 	}
 	// Columns that do not apply to this framework (all "-") are left out.
 	var keep []int
@@ -305,4 +307,11 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
