@@ -23,8 +23,8 @@ const (
 	DefaultProcsPerHost      = 1
 	DefaultMasterPort        = 29500
 	DefaultBasePort          = 2222
-	DefaultSuccessPolicy     = "all-workers"
-	DefaultRestartPolicy     = "on-failure"
+	DefaultSuccessPolicy     = SuccessAllWorkers
+	DefaultRestartPolicy     = RestartOnFailure
 	DefaultRestartBackoff    = time.Second
 	DefaultRestartBackoffMax = 30 * time.Second
 	DefaultStopGrace         = 10 * time.Second
@@ -353,11 +353,11 @@ func (w *walker) job(top tbl, dir string) Job {
 		}
 		j.Exclude = pats
 	}
-	if s, ok := w.enum(t, "success_policy", "all-workers", "chief"); ok {
-		j.SuccessPolicy = s
+	if s, ok := w.enum(t, "success_policy", string(SuccessAllWorkers), string(SuccessChief)); ok {
+		j.SuccessPolicy = SuccessPolicy(s)
 	}
-	if s, ok := w.enum(t, "restart_policy", "on-failure", "never", "exit-code"); ok {
-		j.RestartPolicy = s
+	if s, ok := w.enum(t, "restart_policy", string(RestartOnFailure), string(RestartNever), string(RestartExitCode)); ok {
+		j.RestartPolicy = RestartPolicy(s)
 	}
 	if d, ok := w.duration(t, "restart_backoff"); ok {
 		j.RestartBackoff = d

@@ -4,37 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/logstream"
 )
-
-// attemptOutcome is how one attempt of the whole group ended.
-type attemptOutcome struct {
-	success     bool
-	interrupted bool
-	// err is a setup failure (connect, probe, push, preflight).
-	err         error
-	setupFailed bool
-	hostLost    bool
-	// exitCode of the first failing process (-1 when it did not exit).
-	exitCode int
-	reason   string
-}
 
 // attempt_ is one start of the whole group.
 type attempt_ struct {
@@ -62,7 +43,7 @@ func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.
 // again.
 func (a *attempt_) setupFailure(err error) attemptOutcome {
 	a.r.events.printf("%s: %v", a.prefix(), err)
-	return attemptOutcome{err: err, setupFailed: true, exitCode: -1, hostLost: cluster.IsConnectionLost(err)}
+	return setupFailed(err)
 }
 
 func (a *attempt_) run(ctx context.Context) attemptOutcome {
@@ -78,12 +59,12 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	}()
 	if err != nil {
 		if ctx.Err() != nil {
-			return attemptOutcome{interrupted: true}
+			return interrupted()
 		}
 		// connect already waited host_wait (restarts) or tried the
 		// spares: an unreachable host is final here.
 		out := a.setupFailure(err)
-		out.hostLost = false
+		out.kind, out.permanent = outcomeSetupFailed, true
 		return out
 	}
 	hosts = hosts[:0]
@@ -105,7 +86,10 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		homes[c.host.Name] = c.home
 	}
 
-	resume := a.findResume(ctx, conns)
+	resume, err := a.beforeStart(ctx, conns, a.findResume(ctx, conns))
+	if err != nil {
+		return a.setupFailure(err)
+	}
 	plan, err := Build(PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes})
 	if err != nil {
 		return a.setupFailure(err)
@@ -120,7 +104,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		return a.setupFailure(err)
 	}
 	if ctx.Err() != nil {
-		return attemptOutcome{interrupted: true}
+		return interrupted()
 	}
 	return a.supervise(ctx, conns, plan)
 }
@@ -499,303 +483,4 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
-}
-
-// running is one started process of the attempt.
-type running struct {
-	p       Process
-	ctl     *control
-	started time.Time
-	outs    []io.Closer
-	logFile *os.File
-	// stderrTail is the end of its stderr, for a root cause when it
-	// fails without an error file.
-	stderrTail *cluster.TailBuffer
-}
-
-type exitMsg struct {
-	i   int
-	err error
-	at  time.Time
-}
-
-// describeExit renders a process's end for events and the summary.
-func describeExit(err error) (text string, code int, lost bool) {
-	if err == nil {
-		return "0", 0, false
-	}
-	var ee *cluster.ExitError
-	if errors.As(err, &ee) {
-		sig := ee.Signal
-		if sig == "" && ee.Code > 128 && ee.Code < 128+65 {
-			// The agent reports a signal death as 128+n, as a shell does.
-			sig = strings.TrimPrefix(unix.SignalName(syscall.Signal(ee.Code-128)), "SIG")
-		}
-		if sig != "" {
-			return fmt.Sprintf("%d (SIG%s)", ee.Code, sig), ee.Code, false
-		}
-		return fmt.Sprint(ee.Code), ee.Code, false
-	}
-	if errors.Is(err, cluster.ErrConnectionLost) {
-		return "host lost", -1, true
-	}
-	return "error: " + err.Error(), -1, true
-}
-
-// supervise starts every process and watches the group until it succeeds,
-// one process fails, or the user interrupts.
-func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan) attemptOutcome {
-	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
-		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
-	}
-	byHost := map[string]*hostConn{}
-	for _, c := range conns {
-		byHost[c.host.Name] = c
-	}
-	// Sessions live until every process has exited; cancelling closes the
-	// channels, which the agents take as "drover is gone".
-	sctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	for _, p := range plan.Processes {
-		a.r.register(p)
-	}
-	term := logstream.NewSink(a.r.opts.Out)
-	procs := make([]*running, len(plan.Processes))
-	exits := make(chan exitMsg, len(procs))
-	started := 0
-	var startErr error
-	for i, p := range plan.Processes {
-		c := byHost[p.Host.Name]
-		rp := &running{p: p, ctl: newControl(), started: a.r.now()}
-		procs[i] = rp
-		f, err := os.Create(filepath.Join(a.logDir, p.Name()+".log"))
-		if err != nil {
-			startErr = fmt.Errorf("create log file: %w", err)
-			break
-		}
-		rp.logFile = f
-		fileSink := logstream.NewSink(f)
-		mk := func() io.Writer {
-			fw := logstream.NewPrefixWriter(fileSink, "")
-			rp.outs = append(rp.outs, fw)
-			if a.r.opts.Quiet {
-				return fw
-			}
-			tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
-			rp.outs = append(rp.outs, tw)
-			return io.MultiWriter(fw, tw)
-		}
-		rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
-		stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
-		wd := p.Workdir
-		args := agent.Command(c.agent, agent.RunOptions{
-			Grace:   a.cfg.Job.StopGrace,
-			PIDFile: path.Join(remoteAbs(c.home, wd), pidDir, p.Name()+".pid"),
-			LogFile: path.Join(remoteAbs(c.home, wd), ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
-			Job:     a.cfg.Job.Name,
-			Args:    p.Command,
-			// The agent stops its group when drover falls silent: the
-			// only way it learns of a controller behind a dead link.
-			Heartbeat: heartbeatTimeout,
-		})
-		env := p.Env
-		if len(a.r.opts.Env) > 0 {
-			env = make(map[string]string, len(p.Env)+len(a.r.opts.Env))
-			for k, v := range p.Env {
-				env[k] = v
-			}
-			for k, v := range a.r.opts.Env {
-				env[k] = v
-			}
-		}
-		proc, err := c.t.Start(sctx, cluster.Cmd{Args: args, Env: env, Dir: wd, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
-		if err != nil {
-			startErr = fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
-			break
-		}
-		started++
-		go func() {
-			err := proc.Wait()
-			exits <- exitMsg{i: i, err: err, at: a.r.now()}
-		}()
-	}
-	a.r.events.printf("%s: started %d process(es) on %d host(s)", a.prefix(), started, len(conns))
-
-	out := attemptOutcome{exitCode: -1}
-	finished := make([]bool, len(procs))
-	remaining := started
-	stopping := false
-	var killTimer <-chan time.Time
-	var abandonTimer <-chan time.Time
-	stopAll := func(line string) {
-		for i, rp := range procs {
-			if rp != nil && i < started && !finished[i] {
-				rp.ctl.Send(line)
-			}
-		}
-	}
-	beginStop := func(why string) {
-		if stopping {
-			return
-		}
-		stopping = true
-		n := 0
-		for i := 0; i < started; i++ {
-			if !finished[i] {
-				n++
-			}
-		}
-		if why != "" {
-			a.r.events.printf("%s: %s; stopping %d process(es)", a.prefix(), why, n)
-		}
-		stopAll("stop")
-		killTimer = time.After(a.cfg.Job.StopGrace + 2*time.Second)
-	}
-	if startErr != nil {
-		out.err, out.setupFailed, out.hostLost = startErr, true, cluster.IsConnectionLost(startErr)
-		a.r.events.printf("%s: %v", a.prefix(), startErr)
-		beginStop("")
-	}
-	hard := a.r.opts.Hard
-	ctxDone := ctx.Done()
-	ping := time.NewTicker(heartbeatEvery)
-	defer ping.Stop()
-	for remaining > 0 {
-		select {
-		case m := <-exits:
-			remaining--
-			finished[m.i] = true
-			rp := procs[m.i]
-			for _, w := range rp.outs {
-				if c, ok := w.(io.Closer); ok {
-					c.Close()
-				}
-			}
-			rp.logFile.Close()
-			text, code, lost := describeExit(m.err)
-			a.r.record(rp.p, text, m.at.Sub(rp.started))
-			if stopping {
-				continue
-			}
-			if m.err != nil {
-				out.exitCode, out.hostLost = code, lost
-				out.reason = fmt.Sprintf("%s@%s exited %s", rp.p.Name(), rp.p.Host.Name, text)
-				if cause := a.rootCause(byHost[rp.p.Host.Name], rp, lost); cause != "" {
-					out.reason += ": " + cause
-				}
-				if lost {
-					out.reason = fmt.Sprintf("%s@%s: %s lost: %v", rp.p.Name(), rp.p.Host.Name, hostLabel(rp.p.Host), m.err)
-				}
-				beginStop(out.reason)
-				continue
-			}
-			if a.succeeded(plan, procs, finished) {
-				out.success = true
-				beginStop(a.successNote(procs, finished, started))
-			}
-		case <-ctxDone:
-			ctxDone = nil
-			out.interrupted = true
-			if !stopping {
-				beginStop("interrupted")
-			}
-		case <-hard:
-			hard = nil
-			a.r.events.printf("%s: killing every process now", a.prefix())
-			stopAll("kill")
-			abandonTimer = time.After(5 * time.Second)
-		case <-killTimer:
-			killTimer = nil
-			a.r.events.printf("%s: grace period over; killing what is left", a.prefix())
-			stopAll("kill")
-			abandonTimer = time.After(5 * time.Second)
-		case <-ping.C:
-			for i, rp := range procs {
-				if rp != nil && i < started && !finished[i] {
-					rp.ctl.Ping()
-				}
-			}
-		case <-abandonTimer:
-			// Unreachable hosts never report back; closing the channels
-			// makes their agents stop on their own when they can.
-			a.r.events.printf("%s: %d process(es) did not report their exit; closing their connections", a.prefix(), remaining)
-			cancel()
-			abandonTimer = nil
-		}
-	}
-	for _, rp := range procs {
-		if rp != nil {
-			rp.ctl.Close()
-		}
-	}
-	if out.interrupted {
-		out.success = false
-	}
-	if !out.success && !out.interrupted && out.reason == "" && out.err == nil {
-		out.reason = "the group ended without meeting the success policy"
-	}
-	return out
-}
-
-// rootCause finds and records why a failed process failed (see
-// rootCause), unless its host is gone and cannot say.
-func (a *attempt_) rootCause(c *hostConn, rp *running, lost bool) string {
-	if lost {
-		return ""
-	}
-	var fsys cluster.FS
-	if c != nil {
-		fsys = c.fs
-	}
-	cause := rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
-	a.r.recordCause(rp.p, cause)
-	return cause
-}
-
-// succeeded applies the success policy to the processes that have exited
-// (all with status 0, since any failure stops the group first).
-func (a *attempt_) succeeded(plan *Plan, procs []*running, finished []bool) bool {
-	if a.cfg.Job.Framework != cluster.TensorFlow {
-		for i := range procs {
-			if !finished[i] {
-				return false
-			}
-		}
-		return true
-	}
-	hasChief := false
-	for _, rp := range procs {
-		if rp.p.Role == "chief" {
-			hasChief = true
-		}
-	}
-	for i, rp := range procs {
-		role := rp.p.Role
-		switch {
-		case role == "chief":
-			if !finished[i] {
-				return false
-			}
-		case role == "worker":
-			mustFinish := a.cfg.Job.SuccessPolicy != "chief" || (!hasChief && rp.p.Index == 0)
-			if mustFinish && !finished[i] {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func (a *attempt_) successNote(procs []*running, finished []bool, started int) string {
-	left := 0
-	for i := 0; i < started; i++ {
-		if !finished[i] {
-			left++
-		}
-	}
-	if left == 0 {
-		return ""
-	}
-	return "success policy met (" + a.cfg.Job.SuccessPolicy + ")"
 }

@@ -16,14 +16,17 @@ import (
 // Process roles. PyTorch processes are all "worker"s (their index is the
 // global rank); a torchrun job has one "node" per host; TensorFlow roles are
 // the lower-case replica types TF_CONFIG uses.
+type Role string
+
+// The roles a plan gives processes.
 const (
-	RoleWorker    = "worker"
-	RoleNode      = "node"
-	RoleChief     = "chief"
-	RolePS        = "ps"
-	RoleEvaluator = "evaluator"
+	RoleWorker    Role = "worker"
+	RoleNode      Role = "node"
+	RoleChief     Role = "chief"
+	RolePS        Role = "ps"
+	RoleEvaluator Role = "evaluator"
 	// RoleProcess is a JAX process; its index is jax's process_id.
-	RoleProcess = "process"
+	RoleProcess Role = "process"
 )
 
 // Defaults used when a Config arrives without them (cluster.Load applies
@@ -52,7 +55,7 @@ type Process struct {
 	// Address is how other processes reach this one's host (MASTER_ADDR,
 	// TF_CONFIG entries): Host.Address, or 127.0.0.1 for local hosts.
 	Address string
-	Role    string
+	Role    Role
 	// Index is the process's index within its role: the global rank for
 	// pytorch, the node rank for torchrun, the task index for tensorflow.
 	Index int
@@ -88,7 +91,7 @@ type Process struct {
 
 // Name identifies the process in log prefixes ([worker-3@gpu-b]) and log
 // file names: role and index, stable across restarts.
-func (p Process) Name() string { return p.Role + "-" + strconv.Itoa(p.Index) }
+func (p Process) Name() string { return string(p.Role) + "-" + strconv.Itoa(p.Index) }
 
 // Plan is every process of one attempt of a job. It is pure data, computed
 // without touching the network, so `drover plan` can show what `drover run`
@@ -322,7 +325,7 @@ func commonEnv(pr *Process, in PlanInput) {
 	env := pr.Env
 	env["DROVER_JOB"] = job.Name
 	env["DROVER_HOST"] = pr.Host.Name
-	env["DROVER_ROLE"] = pr.Role
+	env["DROVER_ROLE"] = string(pr.Role)
 	env["DROVER_INDEX"] = strconv.Itoa(pr.Index)
 	env["DROVER_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
 	env["DROVER_RESUME_FROM"] = in.ResumeFrom
@@ -520,7 +523,7 @@ type tfSlot struct {
 
 // tfTask is one placed TensorFlow task.
 type tfTask struct {
-	role  string
+	role  Role
 	index int
 	hs    *hostSlots
 	gpu   int // -1: none
@@ -617,7 +620,7 @@ func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) 
 	load := map[*hostSlots]int{}
 	var tasks []tfTask
 	next := 0
-	place := func(role string, n int) {
+	place := func(role Role, n int) {
 		for i := 0; i < n; i++ {
 			s := heavySlots[next]
 			next++
@@ -628,7 +631,7 @@ func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) 
 	place(RoleChief, r.Chief)
 	place(RoleWorker, nWorker)
 	lightNext := 0
-	placeLight := func(role string, n int) {
+	placeLight := func(role Role, n int) {
 		for i := 0; i < n; i++ {
 			var hs *hostSlots
 			if lightNext < len(lightSlots) {
@@ -661,14 +664,14 @@ func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) 
 		}
 		nextPort[t.hs.addr] = port + 1
 		ports[i] = port
-		clusterSpec[t.role] = append(clusterSpec[t.role], joinHostPort(t.hs.addr, port))
+		clusterSpec[string(t.role)] = append(clusterSpec[string(t.role)], joinHostPort(t.hs.addr, port))
 	}
 
 	procs := make([]Process, 0, len(tasks))
 	for i, t := range tasks {
 		env := map[string]string{}
 		if len(tasks) > 1 {
-			tc, err := TFConfigJSON(clusterSpec, t.role, t.index)
+			tc, err := TFConfigJSON(clusterSpec, string(t.role), t.index)
 			if err != nil {
 				return nil, fmt.Errorf("build TF_CONFIG for %s-%d: %w", t.role, t.index, err)
 			}

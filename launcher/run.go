@@ -44,6 +44,8 @@ type RunOptions struct {
 	// PushCacheDir is push.Options.CacheDir for the push before each
 	// attempt: with it, a restart re-hashes only the files that changed.
 	PushCacheDir string
+	// Hooks take part in every attempt (see AttemptHook).
+	Hooks []AttemptHook
 }
 
 // Outcome is how a run ended.
@@ -146,33 +148,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	start := r.now()
-	logDir := r.opts.LogDir
-	if logDir == "" {
-		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
-	}
-	r.logRoot = logDir
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create log directory: %w", err)
-	}
 	res := &Result{}
-	// Two runs of a job started within the same second get distinct
-	// directories (-2, -3, ...) rather than overwriting each other's logs.
-	base := filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))
-	for n := 1; ; n++ {
-		res.LogDir = base
-		if n > 1 {
-			res.LogDir = fmt.Sprintf("%s-%d", base, n)
-		}
-		err := os.Mkdir(res.LogDir, 0o755)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrExist) || n >= 1000 {
-			return nil, fmt.Errorf("create log directory: %w", err)
-		}
+	if res.LogDir, err = r.openLogs(cfg); err != nil {
+		return nil, err
 	}
-	r.events.file, _ = os.Create(filepath.Join(res.LogDir, "events.log"))
 	defer func() {
 		if r.events.file != nil {
 			r.events.file.Close()
@@ -184,62 +163,91 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
-			next, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
-			if err != nil {
-				r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
-			} else {
-				cfg = next
-			}
+			cfg = r.reload(cfg, attempt, total)
 		}
 		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: restarts,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		out := a.run(ctx)
-		if ctx.Err() != nil && !out.success {
+		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or
 			// preflight; it is an interruption all the same.
-			out.interrupted = true
+			out = interrupted()
 		}
 		switch {
-		case out.err != nil && attempt == 1 && cluster.IsConfigError(out.err):
+		case out.kind == outcomeSetupFailed && attempt == 1 && cluster.IsConfigError(out.err):
 			return nil, out.err
-		case out.interrupted:
-			res.Outcome = Interrupted
-			res.Err = context.Cause(ctx)
+		case out.kind == outcomeInterrupted:
 			r.events.printf("interrupted: every process stopped")
-			res.Processes = r.summaries()
-			return res, nil
-		case out.err == nil && out.success:
-			res.Outcome = Succeeded
+			return r.finish(res, Interrupted, context.Cause(ctx)), nil
+		case out.kind == outcomeSucceeded:
 			r.events.printf("attempt %d/%d: job %s succeeded", attempt, total, cfg.Job.Name)
-			res.Processes = r.summaries()
-			return res, nil
+			return r.finish(res, Succeeded, nil), nil
 		}
 		// A failure: decide whether to try again.
-		why := out.err
-		if why == nil {
-			why = errors.New(out.reason)
-		}
 		retry, permanent := r.retryable(cfg.Job, out)
 		if !retry || restarts >= cfg.Job.MaxRestarts {
-			res.Outcome = Failed
-			switch {
-			case !retry:
-				res.Err = fmt.Errorf("%v; not restarting: %s", why, permanent)
-			default:
-				res.Err = fmt.Errorf("%v; no restarts left (max_restarts = %d)", why, cfg.Job.MaxRestarts)
+			if !retry {
+				err = fmt.Errorf("%v; not restarting: %s", out.err, permanent)
+			} else {
+				err = fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.err, cfg.Job.MaxRestarts)
 			}
-			r.events.printf("job %s failed: %v", cfg.Job.Name, res.Err)
-			res.Processes = r.summaries()
-			return res, nil
+			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
+			return r.finish(res, Failed, err), nil
 		}
 		restarts++
 		delay := backoff(cfg.Job, restarts)
 		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, total, delay.Round(time.Millisecond))
 		if err := r.sleep(ctx, delay); err != nil {
-			res.Outcome = Interrupted
-			res.Err = context.Cause(ctx)
-			res.Processes = r.summaries()
-			return res, nil
+			return r.finish(res, Interrupted, context.Cause(ctx)), nil
+		}
+	}
+}
+
+// finish fills in how the run ended and the summary.
+func (r *runner) finish(res *Result, o Outcome, err error) *Result {
+	res.Outcome, res.Err = o, err
+	res.Processes = r.summaries()
+	return res
+}
+
+// reload re-reads the job and inventory before a restart; a file that no
+// longer loads leaves the previous configuration in force.
+func (r *runner) reload(cfg *cluster.Config, attempt, total int) *cluster.Config {
+	next, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	if err != nil {
+		r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
+		return cfg
+	}
+	return next
+}
+
+// openLogs creates runs/<job>-<start>/ and its events.log, and returns
+// the directory.
+func (r *runner) openLogs(cfg *cluster.Config) (string, error) {
+	start := r.now()
+	logDir := r.opts.LogDir
+	if logDir == "" {
+		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
+	}
+	r.logRoot = logDir
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return "", fmt.Errorf("create log directory: %w", err)
+	}
+	// Two runs of a job started within the same second get distinct
+	// directories (-2, -3, ...) rather than overwriting each other's logs.
+	base := filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))
+	for n := 1; ; n++ {
+		dir := base
+		if n > 1 {
+			dir = fmt.Sprintf("%s-%d", base, n)
+		}
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			r.events.file, _ = os.Create(filepath.Join(dir, "events.log"))
+			return dir, nil
+		}
+		if !errors.Is(err, fs.ErrExist) || n >= 1000 {
+			return "", fmt.Errorf("create log directory: %w", err)
 		}
 	}
 }
@@ -258,26 +266,15 @@ func backoff(job cluster.Job, restarts int) time.Duration {
 
 // retryable applies restart_policy to how an attempt ended.
 func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
-	switch job.RestartPolicy {
-	case "never":
+	switch {
+	case job.RestartPolicy == cluster.RestartNever:
 		return false, `restart_policy = "never"`
-	case "exit-code":
-		if out.setupFailed && !out.hostLost {
-			return false, "the group could not be set up (see the error above)"
-		}
-		if out.hostLost || out.exitCode >= 128 || out.exitCode < 0 {
-			return true, ""
-		}
-		if out.exitCode >= 1 && out.exitCode <= 127 {
-			return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
-		}
-		return true, ""
-	default:
-		if out.setupFailed && !out.hostLost {
-			return false, "the group could not be set up (see the error above)"
-		}
-		return true, ""
+	case out.kind == outcomeSetupFailed:
+		return false, "the group could not be set up (see the error above)"
+	case job.RestartPolicy == cluster.RestartExitCode && out.kind == outcomeFailed && out.exitCode >= 1 && out.exitCode <= 127:
+		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
 	}
+	return true, ""
 }
 
 // register adds p to the summary in plan order.

@@ -40,12 +40,12 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestRetryable(t *testing.T) {
-	exited := func(code int) attemptOutcome { return attemptOutcome{exitCode: code} }
-	lost := attemptOutcome{exitCode: -1, hostLost: true}
-	setup := attemptOutcome{exitCode: -1, setupFailed: true, err: errors.New("preflight")}
-	setupLost := attemptOutcome{exitCode: -1, setupFailed: true, hostLost: true, err: cluster.ErrConnectionLost}
+	exited := func(code int) attemptOutcome { return attemptOutcome{kind: outcomeFailed, exitCode: code} }
+	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1}
+	setup := setupFailed(errors.New("preflight"))
+	setupLost := setupFailed(fmt.Errorf("push to h1: %w", cluster.ErrConnectionLost))
 	tests := []struct {
-		policy string
+		policy cluster.RestartPolicy
 		out    attemptOutcome
 		retry  bool
 		why    string
@@ -80,14 +80,14 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestSucceededPolicy(t *testing.T) {
-	proc := func(role string, index int) *running { return &running{p: Process{Role: role, Index: index}} }
+	proc := func(role Role, index int) *running { return &running{p: Process{Role: role, Index: index}} }
 	tfChief := []*running{proc("chief", 0), proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("evaluator", 0)}
 	tfNoChief := []*running{proc("worker", 0), proc("worker", 1), proc("ps", 0)}
 	torch := []*running{proc("worker", 0), proc("worker", 1)}
 	tests := []struct {
 		name      string
 		framework cluster.Framework
-		policy    string
+		policy    cluster.SuccessPolicy
 		procs     []*running
 		finished  []bool
 		want      bool
@@ -105,7 +105,11 @@ func TestSucceededPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &attempt_{cfg: &cluster.Config{Job: cluster.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
-			assert.Equal(t, tt.want, a.succeeded(nil, tt.procs, tt.finished))
+			procs := make([]*running, len(tt.procs))
+			for i, rp := range tt.procs {
+				procs[i] = &running{p: rp.p, done: tt.finished[i]}
+			}
+			assert.Equal(t, tt.want, a.succeeded(procs))
 		})
 	}
 }
