@@ -85,6 +85,17 @@ type Job struct {
 	// HostWait is how long an unreachable host is waited for at a restart
 	// before a spare replaces it.
 	HostWait time.Duration
+	// HangTimeout, when positive, is how long the group may go without
+	// any process showing progress (an output line, a touch of
+	// DROVER_PROGRESS_FILE) before it counts as hung and is restarted.
+	HangTimeout time.Duration
+	// RetryExitCodes are exit statuses always worth a restart, and
+	// FatalExitCodes ones never worth it, whatever RestartPolicy says.
+	RetryExitCodes []int
+	FatalExitCodes []int
+	// MaxHostFailures bounds the restarts caused by lost hosts and hangs,
+	// which do not count against MaxRestarts (default 3 x MaxRestarts).
+	MaxHostFailures int
 
 	// GPUMaxUsedMiB: a GPU with more memory in use than this counts as busy.
 	GPUMaxUsedMiB int

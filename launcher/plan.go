@@ -334,6 +334,24 @@ func commonEnv(pr *Process, in PlanInput) {
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
 	// by default counts fastest first. Make CUDA count like NVML.
 	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+	if job.HangTimeout > 0 {
+		// Progress for scripts that print rarely (see hang_timeout), and
+		// faulthandler on, so that a hung rank's stack can be asked for.
+		env["DROVER_PROGRESS_FILE"] = ProgressFile(pr.Workdir, in.HostHome[pr.Host.Name], pr.Name())
+		env["PYTHONFAULTHANDLER"] = "1"
+	}
+}
+
+// ProgressDir is the directory of DROVER_PROGRESS_FILE on a host: drover
+// creates it before the processes start and watches the files' mtimes.
+func ProgressDir(workdir, home string) string {
+	return checkpointDir(workdir, path.Join(".drover", "progress"), home)
+}
+
+// ProgressFile is DROVER_PROGRESS_FILE for a process: touching it counts
+// as progress for hang_timeout.
+func ProgressFile(workdir, home, name string) string {
+	return path.Join(ProgressDir(workdir, home), name)
 }
 
 // torchElasticEnv gives a pytorch-mode rank the rest of what torchrun's

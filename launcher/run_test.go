@@ -406,6 +406,41 @@ esac
 		assert.Equal(t, map[string]string{"chief-0": "0", "worker-0": "143 (SIGTERM)", "worker-1": "143 (SIGTERM)", "ps-0": "143 (SIGTERM)"}, exits)
 	})
 
+	t.Run("hang_timeout: a silent group is stopped with its stacks and restarted", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	echo "rank $RANK up"
+	exec /usr/bin/python3 -c '
+import os, signal, time
+def freeze():
+    os.kill(os.getpid(), signal.SIGSTOP)
+def wait_forever():
+    time.sleep(1000)
+freeze() if os.environ["RANK"] == "1" else wait_forever()
+'
+fi
+echo "restart $DROVER_RESTART_COUNT"
+`, nextPort()+"hang_timeout = \"2s\"\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 2, res.Attempts)
+		assert.Regexp(t, `attempt 1/4: group hung: no process showed progress for \d+s \(hang_timeout = 2s\); the last was worker-[01]@[ab] at [0-9:.]+; asking every Python process for its stack`, events)
+		// Each rank's stack is in its own log, the frozen one's too.
+		assert.Regexp(t, `(?s)Fatal Python error: Aborted.*File "<string>", line 6 in wait_forever`, readLog(t, res, 1, "worker-0"))
+		assert.Regexp(t, `(?s)Fatal Python error: Aborted.*File "<string>", line 4 in freeze`, readLog(t, res, 1, "worker-1"))
+		assert.Equal(t, "restart 1\n", readLog(t, res, 2, "worker-1"))
+	})
+
+	t.Run("hang_timeout: touching DROVER_PROGRESS_FILE is progress", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `
+# Silent for 5s, twice hang_timeout, but for the touches.
+i=0; while [ $i -lt 17 ]; do touch "$DROVER_PROGRESS_FILE"; sleep 0.3; i=$((i+1)); done
+echo "done $DROVER_RESTART_COUNT"
+`, nextPort()+"hang_timeout = \"2s\"\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.NotContains(t, events, "hung")
+	})
+
 	t.Run("interrupted", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		job := localJob(t, `echo ready; sleep 1000`, nextPort())

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -96,6 +97,9 @@ type running struct {
 	// fails without an error file.
 	stderrTail *cluster.TailBuffer
 	done       bool
+	// progress is when it last showed progress (UnixNano, drover's
+	// clock); see hang.go.
+	progress atomic.Int64
 }
 
 type exitMsg struct {
@@ -127,6 +131,8 @@ type supervisor struct {
 	// killAt ends the grace period; abandonAt gives up on processes that
 	// never report their exit (their host is gone).
 	killAt, abandonAt <-chan time.Time
+	// stacksDone ends the wait for a hung group's stacks (see checkHang).
+	stacksDone <-chan time.Time
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, plan *Plan) *supervisor {
@@ -143,11 +149,17 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
 		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
 	}
+	if err := a.prepareProgress(conns); err != nil {
+		return a.setupFailure(err)
+	}
 	s := newSupervisor(a, conns, plan)
 	defer s.cancel()
 	s.start()
 	stopHooks := a.startRunning(conns)
 	defer stopHooks()
+	if a.cfg.Job.HangTimeout > 0 {
+		go s.watchProgressFiles(s.sessions)
+	}
 	return s.wait(ctx)
 }
 
@@ -187,16 +199,17 @@ func (s *supervisor) startOne(i int, p Process, term *logstream.Sink) (*running,
 		return nil, fmt.Errorf("create log file: %w", err)
 	}
 	rp := &running{p: p, ctl: newControl(), started: a.r.now(), logFile: f}
+	rp.progress.Store(rp.started.UnixNano())
 	fileSink := logstream.NewSink(f)
 	mk := func() io.Writer {
 		fw := logstream.NewPrefixWriter(fileSink, "")
 		rp.outs = append(rp.outs, fw)
 		if a.r.opts.Quiet {
-			return fw
+			return io.MultiWriter(fw, progressWriter{rp, a.r.now})
 		}
 		tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
 		rp.outs = append(rp.outs, tw)
-		return io.MultiWriter(fw, tw)
+		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.now})
 	}
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
@@ -269,6 +282,12 @@ func (s *supervisor) stop(out attemptOutcome, why string) {
 		return
 	}
 	s.stopping = true
+	s.requestStop(why)
+}
+
+// requestStop asks every process still running to stop gracefully, and
+// starts the grace period.
+func (s *supervisor) requestStop(why string) {
 	if why != "" {
 		s.a.r.events.printf("%s: %s; stopping %d process(es)", s.a.prefix(), why, s.remaining)
 	}
@@ -327,12 +346,29 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 	ctxDone := ctx.Done()
 	ping := time.NewTicker(heartbeatEvery)
 	defer ping.Stop()
+	var hangCheck <-chan time.Time
+	if timeout := s.a.cfg.Job.HangTimeout; timeout > 0 {
+		t := time.NewTicker(hangCheckEvery(timeout))
+		defer t.Stop()
+		hangCheck = t.C
+	}
 	for s.remaining > 0 {
 		select {
+		case <-hangCheck:
+			s.checkHang()
+		case <-s.stacksDone:
+			s.stacksDone = nil
+			if s.killAt == nil && s.abandonAt == nil {
+				s.requestStop("hung")
+			}
 		case m := <-s.exits:
 			s.onExit(m)
 		case <-ctxDone:
 			ctxDone = nil
+			if s.stacksDone != nil {
+				s.stacksDone = nil
+				s.requestStop("")
+			}
 			s.stop(interrupted(), "interrupted")
 			// An interruption wins over whatever ended the attempt.
 			out := interrupted()
