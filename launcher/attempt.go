@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"net"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,7 +92,8 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		return a.setupFailure(err)
 	}
-	plan, err := Build(PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes})
+	in := PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
+	plan, err := Build(in)
 	if err != nil {
 		return a.setupFailure(err)
 	}
@@ -100,8 +103,14 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err := a.stopLeftovers(ctx, conns, plan); err != nil {
 		return a.setupFailure(err)
 	}
-	if err := a.preflight(ctx, conns, plan); err != nil {
+	moved, err := a.preflight(ctx, conns, plan)
+	if err != nil {
 		return a.setupFailure(err)
+	}
+	if len(moved) > 0 {
+		if plan, err = a.movePorts(in, plan, moved); err != nil {
+			return a.setupFailure(err)
+		}
 	}
 	if ctx.Err() != nil {
 		return interrupted()
@@ -432,32 +441,26 @@ func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, plan *P
 }
 
 // preflight checks, per host and before anything starts, that each
-// program can be found and each planned port is free.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan) error {
+// program can be found and each planned port is free. On a restart a
+// port still held (by the previous attempt's rendezvous, say) does not
+// fail it: the host's agent finds as many consecutive free ports, and
+// preflight returns their first per host name.
+func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan) (map[string]int, error) {
 	byHost := map[string][]Process{}
 	for _, p := range plan.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
-	return forEach(conns, func(c *hostConn) error {
+	var mu sync.Mutex
+	moved := map[string]int{}
+	err := forEach(conns, func(c *hostConn) error {
 		procs := byHost[c.host.Name]
 		if len(procs) == 0 {
 			return nil
 		}
-		var ports []string
-		for _, p := range procs {
-			if p.Port > 0 {
-				ports = append(ports, fmt.Sprint(p.Port))
-			}
-		}
-		// The rendezvous port is opened on the host of rank 0 only.
-		if mp := procs[0].Env["MASTER_PORT"]; mp != "" && c.host.Name == plan.Processes[0].Host.Name {
-			ports = append(ports, mp)
-		}
-		sort.Strings(ports)
-		ports = compactStrings(ports)
+		ports := plannedPorts(plan, procs)
 		p := procs[0]
 		var out strings.Builder
-		args := agent.PreflightCommand(c.agent, p.Command[0], ports)
+		args := agent.PreflightCommand(c.agent, p.Command[0], ports, a.n > 1 && len(ports) > 0)
 		proc, err := c.t.Start(ctx, cluster.Cmd{Args: args, Env: p.Env, Dir: p.Workdir, Stdout: &out, Stderr: &out})
 		if err == nil {
 			err = proc.Wait()
@@ -471,8 +474,68 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan)
 			}
 			return fmt.Errorf("preflight on %s: %s", hostLabel(c.host), msg)
 		}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if v, ok := strings.CutPrefix(line, agent.FreePortsPrefix); ok {
+				base, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil || base <= 0 {
+					return fmt.Errorf("preflight on %s: bad answer %q", hostLabel(c.host), line)
+				}
+				mu.Lock()
+				moved[c.host.Name] = base
+				mu.Unlock()
+				a.r.events.printf("%s: port(s) %s held on %s; this attempt uses %s", a.prefix(),
+					strings.Join(ports, ", "), c.host.Name, portRange(base, len(ports)))
+			}
+		}
 		return nil
 	})
+	return moved, err
+}
+
+// plannedPorts are the ports procs (one host's processes) listen on: TF
+// task ports, and the rendezvous port on rank 0's host.
+func plannedPorts(plan *Plan, procs []Process) []string {
+	var ports []string
+	for _, p := range procs {
+		if p.Port > 0 {
+			ports = append(ports, fmt.Sprint(p.Port))
+		}
+	}
+	if mp := procs[0].Env["MASTER_PORT"]; mp != "" && procs[0].Host.Name == plan.Processes[0].Host.Name {
+		ports = append(ports, mp)
+	}
+	if jc := procs[0].Env["JAX_COORDINATOR_ADDRESS"]; jc != "" && procs[0].Host.Name == plan.Processes[0].Host.Name {
+		if _, port, err := net.SplitHostPort(jc); err == nil {
+			ports = append(ports, port)
+		}
+	}
+	sort.Strings(ports)
+	return compactStrings(ports)
+}
+
+func portRange(base, n int) string {
+	if n == 1 {
+		return strconv.Itoa(base)
+	}
+	return fmt.Sprintf("%d-%d", base, base+n-1)
+}
+
+// movePorts rebuilds the plan with the ports preflight found free in place
+// of held ones (see preflight).
+func (a *attempt_) movePorts(in PlanInput, plan *Plan, moved map[string]int) (*Plan, error) {
+	in.BasePorts = map[string]int{}
+	for _, p := range plan.Processes {
+		base, ok := moved[p.Host.Name]
+		if !ok {
+			continue
+		}
+		if a.cfg.Job.Framework == cluster.TensorFlow {
+			in.BasePorts[p.Address] = base
+		} else {
+			in.MasterPort = base
+		}
+	}
+	return Build(in)
 }
 
 func compactStrings(s []string) []string {

@@ -129,6 +129,12 @@ type PlanInput struct {
 	// to make DROVER_CHECKPOINT_DIR absolute; otherwise it is given in
 	// "~/..." form.
 	HostHome map[string]string
+	// MasterPort, when non-zero, replaces master_port, and BasePorts
+	// replaces base_port on the given addresses (tensorflow): the ports a
+	// restart's preflight found free when the configured ones were still
+	// held. `drover plan` shows the configured ports.
+	MasterPort int
+	BasePorts  map[string]int
 }
 
 // hostSlots is one participating host as the placer sees it.
@@ -139,6 +145,7 @@ type hostSlots struct {
 	gpus     []int
 	cpuSlots int // > 0 only when gpus is empty
 	unprobed bool
+	basePort int // replaces base_port when > 0 (PlanInput.BasePorts)
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -205,6 +212,11 @@ func Build(in PlanInput) (*Plan, error) {
 	if cfg == nil {
 		return nil, errors.New("build plan: no config")
 	}
+	if in.MasterPort > 0 {
+		moved := *cfg
+		moved.Job.MasterPort = in.MasterPort
+		cfg = &moved
+	}
 	job := cfg.Job
 	jobFile := cfg.Path
 	invFile := cfg.InventoryPath
@@ -249,6 +261,7 @@ func Build(in PlanInput) (*Plan, error) {
 			continue
 		}
 		hs := &hostSlots{host: h, index: len(slots), addr: hostAddress(h)}
+		hs.basePort = in.BasePorts[hs.addr]
 		sel, have := in.GPUs[h.Name]
 		switch {
 		case have && (sel.Probed || len(sel.Indices) > 0):
@@ -679,6 +692,9 @@ func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) 
 		port, ok := nextPort[t.hs.addr]
 		if !ok {
 			port = bp
+			if t.hs.basePort > 0 {
+				port = t.hs.basePort
+			}
 		}
 		nextPort[t.hs.addr] = port + 1
 		ports[i] = port

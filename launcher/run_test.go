@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -439,6 +442,46 @@ echo "done $DROVER_RESTART_COUNT"
 		assert.Equal(t, Succeeded, res.Outcome)
 		assert.Equal(t, 1, res.Attempts)
 		assert.NotContains(t, events, "hung")
+	})
+
+	t.Run("a restart moves a master_port still held", func(t *testing.T) {
+		// Before the first attempt fails, something outside the job takes
+		// its master_port (here: this test); the restart must not fail
+		// on it.
+		sync := t.TempDir()
+		mp := port + 1
+		go func() {
+			for {
+				if _, err := os.Stat(filepath.Join(sync, "ready")); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			l, err := net.Listen("tcp", fmt.Sprintf(":%d", mp))
+			if !assert.NoError(t, err) {
+				return
+			}
+			t.Cleanup(func() { l.Close() })
+			assert.NoError(t, os.WriteFile(filepath.Join(sync, "held"), nil, 0o644))
+		}()
+		res, _, events := run(t, context.Background(), localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	if [ "$RANK" = 0 ]; then
+		touch "$SYNC/ready"
+		while [ ! -e "$SYNC/held" ]; do sleep 0.05; done
+		exit 3
+	fi
+	sleep 1000
+fi
+echo "port $MASTER_PORT"
+`, nextPort()+"framework = \"pytorch\"\n[job.env]\nSYNC = \""+sync+"\"\n"))
+		require.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 2, res.Attempts)
+		m := regexp.MustCompile(fmt.Sprintf(`attempt 2/4: port\(s\) %d held on a; this attempt uses (\d+)`, mp)).FindStringSubmatch(events)
+		require.NotNil(t, m, "the event names the port used")
+		assert.NotEqual(t, strconv.Itoa(mp), m[1])
+		assert.Equal(t, "port "+m[1]+"\n", readLog(t, res, 2, "worker-0"))
+		assert.Equal(t, "port "+m[1]+"\n", readLog(t, res, 2, "worker-1"), "every process gets the port used")
 	})
 
 	t.Run("interrupted", func(t *testing.T) {
