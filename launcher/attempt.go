@@ -7,6 +7,7 @@ import (
 	"net"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +27,9 @@ type attempt_ struct {
 	n, total int
 	restarts int
 	logDir   string
+	// gpuBefore is, per host, the processes on each GPU before the
+	// attempt started (not the job's).
+	gpuBefore map[string]map[int][]int
 }
 
 // hostConn is a connected, prepared host of this attempt.
@@ -115,7 +119,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return interrupted()
 	}
-	return a.supervise(ctx, conns, plan)
+	out := a.supervise(ctx, conns, plan)
+	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
+		a.waitGPUsReleased(ctx, conns, plan)
+	}
+	return out
 }
 
 // participants are the non-spare hosts in file order, with hosts that were
@@ -308,29 +316,74 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 }
 
 // selectGPUs probes hosts with gpus = "auto" and applies the selection
-// rules; pinned and GPU-less hosts need no probe.
+// rules; GPU-less hosts need no probe. Hosts with pinned GPUs are probed
+// too, only to learn which processes were on their GPUs before the attempt
+// (see waitGPUsReleased).
 func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]HostGPUs, error) {
 	var mu sync.Mutex
 	out := map[string]HostGPUs{}
+	a.gpuBefore = map[string]map[int][]int{}
 	err := forEach(conns, func(c *hostConn) error {
 		hg := HostGPUs{Indices: c.host.GPUs.List, Probed: true}
-		if c.host.GPUs.Auto {
+		var before map[int][]int
+		if c.host.GPUs.Auto || len(c.host.GPUs.List) > 0 {
 			rep := gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary)
-			sel, err := gpu.Select(c.host, a.cfg.Job, rep)
-			if err != nil {
-				return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
-			}
-			hg.Indices = sel.Indices
-			if len(sel.Indices) == 0 && rep.Reason != "" {
-				a.r.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", a.prefix(), c.host.Name, rep.Reason)
+			before = gpu.Pids(rep)
+			if c.host.GPUs.Auto {
+				sel, err := gpu.Select(c.host, a.cfg.Job, rep)
+				if err != nil {
+					return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
+				}
+				hg.Indices = sel.Indices
+				if len(sel.Indices) == 0 && rep.Reason != "" {
+					a.r.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", a.prefix(), c.host.Name, rep.Reason)
+				}
 			}
 		}
 		mu.Lock()
 		out[c.host.Name] = hg
+		a.gpuBefore[c.host.Name] = before
 		mu.Unlock()
 		return nil
 	})
 	return out, err
+}
+
+// gpuReleaseWait bounds the wait for a stopped attempt's GPUs to be free.
+const gpuReleaseWait = 30 * time.Second
+
+// waitGPUsReleased waits, after a failed attempt stopped, until NVML shows
+// no process of the job on the job's GPUs, so that the next attempt finds
+// its memory free; a GPU still held when the wait ends is reported with
+// the holding process.
+func (a *attempt_) waitGPUsReleased(ctx context.Context, conns []*hostConn, plan *Plan) {
+	used := map[string][]int{}
+	for _, p := range plan.Processes {
+		for _, g := range p.Visible {
+			if !slices.Contains(used[p.Host.Name], g) {
+				used[p.Host.Name] = append(used[p.Host.Name], g)
+			}
+		}
+	}
+	forEach(conns, func(c *hostConn) error {
+		gpus := used[c.host.Name]
+		if len(gpus) == 0 {
+			return nil
+		}
+		probe := func(ctx context.Context) gpu.HostReport { return gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary) }
+		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
+			a.r.events.printf("%s: GPU %d on %s is still held by pid %d (%s) %s after the stop; the next attempt may not get its memory",
+				a.prefix(), h.GPU, c.host.Name, h.Process.PID, orUnknown(h.Process.Name), gpuReleaseWait)
+		}
+		return nil
+	})
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "name unknown"
+	}
+	return s
 }
 
 func remoteAbs(home, p string) string {
