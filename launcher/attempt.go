@@ -173,9 +173,10 @@ func isUnreachable(err error) bool {
 	return true
 }
 
-// connect dials every host. On a restart, an unreachable host is retried
-// for host_wait and then replaced by a spare; on the first attempt it is
-// replaced at once (or the run fails) so a typo does not cost minutes.
+// connect dials every host. An unreachable host is retried for host_wait
+// and then replaced by a spare, on the first attempt as on a restart (a
+// host rebooting when the run starts is as common as one rebooting during
+// it); a refused key or login fails at once.
 func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
@@ -200,7 +201,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 			continue
 		}
 		waited := false
-		for a.n > 1 && isUnreachable(err) && a.r.now().Before(deadline) {
+		for isUnreachable(err) && a.r.now().Before(deadline) {
 			if !waited {
 				a.r.events.printf("%s: %s (%s) unreachable, waiting up to %s for it: %v", a.prefix(), h.Name, h.Address, a.cfg.Job.HostWait, err)
 				waited = true

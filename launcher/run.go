@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -158,14 +159,14 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}()
 
-	restarts := 0
-	total := cfg.Job.MaxRestarts + 1
+	var b budget
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
-			cfg = r.reload(cfg, attempt, total)
+			cfg = r.reload(cfg, attempt, b.total(cfg.Job))
 		}
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: restarts,
+		total := b.total(cfg.Job)
+		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: b.restarts + b.hostFailures,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		out := a.run(ctx)
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
@@ -184,23 +185,49 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return r.finish(res, Succeeded, nil), nil
 		}
 		// A failure: decide whether to try again.
-		retry, permanent := r.retryable(cfg.Job, out)
-		if !retry || restarts >= cfg.Job.MaxRestarts {
-			if !retry {
-				err = fmt.Errorf("%v; not restarting: %s", out.err, permanent)
-			} else {
-				err = fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.err, cfg.Job.MaxRestarts)
-			}
+		if err := b.spend(cfg.Job, out, attempt); err != nil {
 			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 			return r.finish(res, Failed, err), nil
 		}
-		restarts++
-		delay := backoff(cfg.Job, restarts)
-		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, total, delay.Round(time.Millisecond))
+		delay := backoff(cfg.Job, b.restarts+b.hostFailures)
+		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, b.total(cfg.Job), delay.Round(time.Millisecond))
 		if err := r.sleep(ctx, delay); err != nil {
 			return r.finish(res, Interrupted, context.Cause(ctx)), nil
 		}
 	}
+}
+
+// budget counts the restarts a run has used, by cause: lost hosts and
+// hangs (the fleet's fault) count against max_host_failures, everything
+// else against max_restarts, as JobSet's RestartJobSetAndIgnoreMaxRestarts
+// does for node failures.
+type budget struct {
+	restarts, hostFailures int
+}
+
+// total is the number of attempts the run may take as things stand: each
+// host failure adds one beyond max_restarts + 1.
+func (b budget) total(job cluster.Job) int { return job.MaxRestarts + 1 + b.hostFailures }
+
+// spend takes a restart for out from the budget, or returns why the run
+// ends here: the policy says not to restart, or the budget is spent.
+func (b *budget) spend(job cluster.Job, out attemptOutcome, attempt int) error {
+	retry, why := retryable(job, out, attempt)
+	switch {
+	case !retry:
+		return fmt.Errorf("%v; not restarting: %s", out.err, why)
+	case out.kind == outcomeHostLost || out.kind == outcomeHung:
+		if b.hostFailures >= job.MaxHostFailures {
+			return fmt.Errorf("%v; no restarts left for lost hosts and hangs (max_host_failures = %d)", out.err, job.MaxHostFailures)
+		}
+		b.hostFailures++
+	default:
+		if b.restarts >= job.MaxRestarts {
+			return fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.err, job.MaxRestarts)
+		}
+		b.restarts++
+	}
+	return nil
 }
 
 // finish fills in how the run ended and the summary.
@@ -264,14 +291,22 @@ func backoff(job cluster.Job, restarts int) time.Duration {
 	return d
 }
 
-// retryable applies restart_policy to how an attempt ended.
-func (r *runner) retryable(job cluster.Job, out attemptOutcome) (bool, string) {
+// retryable applies restart_policy and the exit-status lists to how
+// attempt n ended. A setup failure is worth another attempt only on a
+// restart (the first attempt fails fast, so that a typo does not cost
+// minutes) and unless it is a configuration error or marked permanent.
+func retryable(job cluster.Job, out attemptOutcome, n int) (bool, string) {
+	exited := out.kind == outcomeFailed && out.exitCode > 0
 	switch {
+	case exited && slices.Contains(job.FatalExitCodes, out.exitCode):
+		return false, fmt.Sprintf("exit status %d is in fatal_exit_codes", out.exitCode)
+	case exited && slices.Contains(job.RetryExitCodes, out.exitCode):
+		return true, ""
 	case job.RestartPolicy == cluster.RestartNever:
 		return false, `restart_policy = "never"`
-	case out.kind == outcomeSetupFailed:
+	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || cluster.IsConfigError(out.err)):
 		return false, "the group could not be set up (see the error above)"
-	case job.RestartPolicy == cluster.RestartExitCode && out.kind == outcomeFailed && out.exitCode >= 1 && out.exitCode <= 127:
+	case job.RestartPolicy == cluster.RestartExitCode && exited && out.exitCode <= 127:
 		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
 	}
 	return true, ""

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,41 +46,79 @@ func TestBackoff(t *testing.T) {
 func TestRetryable(t *testing.T) {
 	exited := func(code int) attemptOutcome { return attemptOutcome{kind: outcomeFailed, exitCode: code} }
 	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1}
+	hung := attemptOutcome{kind: outcomeHung, exitCode: -1}
 	setup := setupFailed(errors.New("preflight"))
 	setupLost := setupFailed(fmt.Errorf("push to h1: %w", cluster.ErrConnectionLost))
+	setupConfig := setupFailed(cluster.ConfigErrors{{File: "job.toml", Msg: "bad"}})
+	setupFinal := attemptOutcome{kind: outcomeSetupFailed, exitCode: -1, err: errors.New("h1: auth"), permanent: true}
+	onFailure := cluster.Job{RestartPolicy: cluster.RestartOnFailure}
+	lists := cluster.Job{RestartPolicy: cluster.RestartExitCode, RetryExitCodes: []int{75}, FatalExitCodes: []int{137}}
+	never := cluster.Job{RestartPolicy: cluster.RestartNever, RetryExitCodes: []int{75}}
 	tests := []struct {
-		policy cluster.RestartPolicy
-		out    attemptOutcome
-		retry  bool
-		why    string
+		job     cluster.Job
+		out     attemptOutcome
+		attempt int
+		retry   bool
+		why     string
 	}{
-		{"on-failure", exited(1), true, ""},
-		{"on-failure", exited(137), true, ""},
-		{"on-failure", lost, true, ""},
-		{"on-failure", setup, false, "could not be set up"},
-		{"on-failure", setupLost, true, ""},
-		{"", exited(2), true, ""}, // the default is on-failure
-		{"never", exited(1), false, `restart_policy = "never"`},
-		{"never", lost, false, `restart_policy = "never"`},
-		{"exit-code", exited(1), false, `exit status 1 is permanent under restart_policy = "exit-code"`},
-		{"exit-code", exited(127), false, "exit status 127 is permanent"},
-		{"exit-code", exited(128), true, ""},
-		{"exit-code", exited(137), true, ""},
-		{"exit-code", exited(255), true, ""},
-		{"exit-code", lost, true, ""},
-		{"exit-code", setup, false, "could not be set up"},
-		{"exit-code", setupLost, true, ""},
+		{onFailure, exited(1), 1, true, ""},
+		{onFailure, exited(137), 1, true, ""},
+		{onFailure, lost, 1, true, ""},
+		{onFailure, hung, 1, true, ""},
+		{onFailure, setup, 1, false, "could not be set up"},
+		// A setup error at a restart (a push that failed once) is retried;
+		// configuration errors and refusals are not.
+		{onFailure, setup, 2, true, ""},
+		{onFailure, setupConfig, 2, false, "could not be set up"},
+		{onFailure, setupFinal, 2, false, "could not be set up"},
+		{onFailure, setupLost, 1, true, ""},
+		{cluster.Job{}, exited(2), 1, true, ""}, // the default is on-failure
+		{cluster.Job{RestartPolicy: cluster.RestartNever}, exited(1), 1, false, `restart_policy = "never"`},
+		{cluster.Job{RestartPolicy: cluster.RestartNever}, lost, 1, false, `restart_policy = "never"`},
+		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(1), 1, false, `exit status 1 is permanent under restart_policy = "exit-code"`},
+		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(127), 1, false, "exit status 127 is permanent"},
+		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(128), 1, true, ""},
+		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(255), 1, true, ""},
+		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, lost, 1, true, ""},
+		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, setup, 1, false, "could not be set up"},
+		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, setupLost, 1, true, ""},
+		// retry_exit_codes and fatal_exit_codes win over the policy.
+		{lists, exited(75), 1, true, ""},
+		{lists, exited(3), 1, false, "exit status 3 is permanent"},
+		{lists, exited(137), 1, false, "exit status 137 is in fatal_exit_codes"},
+		{lists, exited(143), 1, true, ""},
+		{cluster.Job{FatalExitCodes: []int{2}}, exited(2), 1, false, "exit status 2 is in fatal_exit_codes"},
+		{cluster.Job{FatalExitCodes: []int{2}}, exited(3), 1, true, ""},
+		{never, exited(75), 1, true, ""},
+		{never, exited(76), 1, false, `restart_policy = "never"`},
 	}
-	r := newRunner(RunOptions{})
 	for _, tt := range tests {
-		retry, why := r.retryable(cluster.Job{RestartPolicy: tt.policy}, tt.out)
-		assert.Equal(t, tt.retry, retry, "%s %+v", tt.policy, tt.out)
+		retry, why := retryable(tt.job, tt.out, tt.attempt)
+		assert.Equal(t, tt.retry, retry, "%+v %+v attempt %d", tt.job, tt.out, tt.attempt)
 		if tt.why == "" {
 			assert.Empty(t, why)
 		} else {
 			assert.Contains(t, why, tt.why)
 		}
 	}
+}
+
+// TestBudget: lost hosts and hangs count against max_host_failures, never
+// against max_restarts, and the other way round.
+func TestBudget(t *testing.T) {
+	job := cluster.Job{MaxRestarts: 1, MaxHostFailures: 2}
+	failed := attemptOutcome{kind: outcomeFailed, exitCode: 1, err: errors.New("worker-1@b exited 1")}
+	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1, err: errors.New("worker-1@b: b lost")}
+	hung := attemptOutcome{kind: outcomeHung, exitCode: -1, err: errors.New("group hung")}
+	var b budget
+	assert.Equal(t, 2, b.total(job))
+	require.NoError(t, b.spend(job, lost, 1))
+	require.NoError(t, b.spend(job, failed, 2))
+	require.NoError(t, b.spend(job, hung, 3))
+	assert.Equal(t, budget{restarts: 1, hostFailures: 2}, b)
+	assert.Equal(t, 4, b.total(job), "each host failure adds an attempt")
+	assert.EqualError(t, b.spend(job, failed, 4), "worker-1@b exited 1; no restarts left (max_restarts = 1)")
+	assert.EqualError(t, b.spend(job, hung, 4), "group hung; no restarts left for lost hosts and hangs (max_host_failures = 2)")
 }
 
 func TestSucceededPolicy(t *testing.T) {
@@ -484,6 +523,36 @@ echo "port $MASTER_PORT"
 		assert.Equal(t, "port "+m[1]+"\n", readLog(t, res, 2, "worker-1"), "every process gets the port used")
 	})
 
+	t.Run("a setup error at a restart is retried", func(t *testing.T) {
+		// The first attempt fails and takes the code directory away; the
+		// restart's push fails on it (a setup error); drover must try
+		// again, and once the directory is back the job succeeds.
+		job := localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	if [ "$RANK" = 1 ]; then mv "$CODE" "$CODE.away"; exit 3; fi
+	sleep 1000
+fi
+echo "restart $DROVER_RESTART_COUNT"
+`, nextPort()+"max_restarts = 3\nframework = \"pytorch\"\n[job.env]\nCODE = \"CODEDIR\"\n")
+		code := filepath.Join(filepath.Dir(job), "code")
+		text, err := os.ReadFile(job)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(job, []byte(strings.Replace(string(text), "CODEDIR", code, 1)), 0o644))
+		events := &lineHook{onLine: func(line string) {
+			if strings.Contains(line, "attempt 2/4: scan code directory") {
+				assert.NoError(t, os.Rename(code+".away", code))
+			}
+		}}
+		res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Events: events})
+		require.NoError(t, err)
+		t.Logf("events:\n%s", events.String())
+		assert.Equal(t, Succeeded, res.Outcome, res.Err)
+		assert.Equal(t, 3, res.Attempts)
+		assert.Contains(t, events.String(), "attempt 2/4: scan code directory "+code)
+		assert.Contains(t, events.String(), "attempt 3/4: restarting the whole group")
+		assert.Equal(t, "restart 2\n", readLog(t, res, 3, "worker-1"))
+	})
+
 	t.Run("interrupted", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		job := localJob(t, `echo ready; sleep 1000`, nextPort())
@@ -536,4 +605,28 @@ echo "port $MASTER_PORT"
 		base := filepath.Join(filepath.Dir(job), "runs", "local-20260102-030405")
 		assert.Equal(t, []string{base, base + "-2"}, dirs)
 	})
+}
+
+// lineHook is a goroutine-safe events writer that calls onLine with each
+// line as it is written.
+type lineHook struct {
+	mu     sync.Mutex
+	buf    strings.Builder
+	onLine func(string)
+}
+
+func (h *lineHook) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	h.buf.Write(p)
+	h.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		h.onLine(line)
+	}
+	return len(p), nil
+}
+
+func (h *lineHook) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.buf.String()
 }

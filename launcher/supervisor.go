@@ -133,6 +133,8 @@ type supervisor struct {
 	killAt, abandonAt <-chan time.Time
 	// stacksDone ends the wait for a hung group's stacks (see checkHang).
 	stacksDone <-chan time.Time
+	// lastPing is when the heartbeat last went out (see checkPaused).
+	lastPing time.Time
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, plan *Plan) *supervisor {
@@ -352,6 +354,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		defer t.Stop()
 		hangCheck = t.C
 	}
+	s.lastPing = s.a.r.now()
 	for s.remaining > 0 {
 		select {
 		case <-hangCheck:
@@ -362,6 +365,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 				s.requestStop("hung")
 			}
 		case m := <-s.exits:
+			s.checkPaused()
 			s.onExit(m)
 		case <-ctxDone:
 			ctxDone = nil
@@ -380,7 +384,9 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.killAt = nil
 			s.kill("grace period over; killing what is left")
 		case <-ping.C:
+			s.checkPaused()
 			s.send("ping")
+			s.lastPing = s.a.r.now()
 		case <-s.abandonAt:
 			// Unreachable hosts never report back; closing the channels
 			// makes their agents stop on their own when they can.
@@ -396,6 +402,21 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		return attemptOutcome{kind: outcomeFailed, exitCode: -1, err: errors.New("the group ended without meeting the success policy")}
 	}
 	return *s.out
+}
+
+// checkPaused notices that drover itself sent no heartbeat for about
+// heartbeatTimeout (it was stopped with Ctrl-Z, or starved): the agents
+// then stop their groups on their own, and the exits that follow are not
+// the job's failure. Such an attempt ends as a lost host would: it counts
+// against max_host_failures, not max_restarts.
+func (s *supervisor) checkPaused() {
+	gap := s.a.r.now().Sub(s.lastPing)
+	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
+		return
+	}
+	reason := fmt.Sprintf("controller stopped sending heartbeats for %s (drover was suspended, e.g. by Ctrl-Z, or starved); the agents stop their groups after %s",
+		gap.Round(time.Second), heartbeatTimeout)
+	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
 }
 
 // rootCause finds and records why a failed process failed (see
