@@ -36,7 +36,7 @@ bench: build
 	./scripts/bench
 
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzLoad -fuzztime=60s ./cluster/
+	$(GO) test -run='^$$' -fuzz=FuzzLoad -fuzztime=60s ./cluster/config/
 
 clean:
 	rm -rf bin

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // ErrAgentUnsupported is wrapped by InstallAgent's error when a host's OS or
@@ -34,7 +36,7 @@ const agentDir = ".drover/bin"
 // local host the binary is used where it is.
 func InstallAgent(ctx context.Context, t Transport, localBinary string) (remotePath string, err error) {
 	h := t.Host()
-	if h.Transport == TransportLocal {
+	if h.Transport == config.TransportLocal {
 		abs, err := filepath.Abs(localBinary)
 		if err != nil {
 			return "", fmt.Errorf("install drover agent on %s: %w", h.Name, err)

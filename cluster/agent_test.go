@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 func TestUnamePlatform(t *testing.T) {
@@ -41,7 +43,9 @@ type unameHost struct {
 	uname string
 }
 
-func (u unameHost) Host() Host { return Host{Name: "h", Address: "10.0.0.1", Transport: TransportSSH} }
+func (u unameHost) Host() config.Host {
+	return config.Host{Name: "h", Address: "10.0.0.1", Transport: config.TransportSSH}
+}
 
 func (u unameHost) Start(_ context.Context, c Cmd) (Process, error) {
 	if len(c.Args) != 2 || c.Args[0] != "uname" {

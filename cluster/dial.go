@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // ErrConnectionLost is wrapped by the error Process.Wait returns when the
@@ -55,7 +57,7 @@ type DialOptions struct {
 	AgentSocket string
 	// Inventory resolves a ProxyJump given as an inventory host name, so a
 	// bastion can be described once with its own user, key and port.
-	Inventory []Host
+	Inventory []config.Host
 	// Parallel bounds how many connections DialAll opens at once, so a
 	// fleet of hundreds does not hit sshd's MaxStartups or the local file
 	// limit. Default 64.
@@ -86,15 +88,15 @@ func (o DialOptions) withDefaults() DialOptions {
 // operation on h goes: SSH (with SFTP opened lazily on it) or, for
 // Transport "local", this machine. Errors name the host and address and say
 // why (timeout, refused, authentication, host key).
-func Dial(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
+func Dial(ctx context.Context, h config.Host, opts DialOptions) (Transport, error) {
 	opts = opts.withDefaults()
 	switch h.Transport {
-	case TransportLocal:
+	case config.TransportLocal:
 		return NewLocal(h)
-	case TransportSSH, "":
+	case config.TransportSSH, "":
 		return dialSSH(ctx, h, opts)
 	default:
-		return nil, fmt.Errorf("connect to %s: unknown transport %q (want %q or %q)", h.Name, h.Transport, TransportSSH, TransportLocal)
+		return nil, fmt.Errorf("connect to %s: unknown transport %q (want %q or %q)", h.Name, h.Transport, config.TransportSSH, config.TransportLocal)
 	}
 }
 
@@ -102,7 +104,7 @@ func Dial(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
 // returns the transports and errors in the order of hosts: for each i
 // exactly one of ts[i] and errs[i] is non-nil. One unreachable host never
 // delays the others beyond its own connect timeout.
-func DialAll(ctx context.Context, hosts []Host, opts DialOptions) ([]Transport, []error) {
+func DialAll(ctx context.Context, hosts []config.Host, opts DialOptions) ([]Transport, []error) {
 	ts := make([]Transport, len(hosts))
 	errs := make([]error, len(hosts))
 	DialEach(ctx, hosts, opts, func(i int, t Transport, err error) {
@@ -117,7 +119,7 @@ func DialAll(ctx context.Context, hosts []Host, opts DialOptions) ([]Transport, 
 // changes nothing, the wait was a third of the time). Exactly one of t and
 // err is non-nil; fn owns t. DialEach returns when every fn has returned.
 // The opts.Parallel limit covers the dials only, not fn.
-func DialEach(ctx context.Context, hosts []Host, opts DialOptions, fn func(i int, t Transport, err error)) {
+func DialEach(ctx context.Context, hosts []config.Host, opts DialOptions, fn func(i int, t Transport, err error)) {
 	opts = opts.withDefaults()
 	if opts.KnownHosts == nil {
 		opts.KnownHosts = &KnownHosts{}

@@ -3,6 +3,8 @@ package cluster
 import (
 	"sort"
 	"strings"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // ShellQuote quotes s for a POSIX shell so that the shell passes it on as
@@ -60,7 +62,7 @@ func ShellCommand(c Cmd) string {
 		b.WriteString("export")
 		for _, k := range names {
 			b.WriteByte(' ')
-			if validEnvName(k) {
+			if config.ValidEnvName(k) {
 				b.WriteString(k)
 			} else {
 				b.WriteString(ShellQuote(k))
@@ -86,21 +88,4 @@ func ShellCommand(c Cmd) string {
 		b.WriteString(ShellQuote(a))
 	}
 	return b.String()
-}
-
-// validEnvName reports whether name is a portable environment variable name
-// (a shell identifier), the only kind a shell can export.
-func validEnvName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i, r := range name {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/kevinburke/ssh_config"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
@@ -30,7 +31,7 @@ const sftpRequestsPerFile = 64
 // sshTransport is one SSH connection to a host, shared by every command
 // (one session each) and by one lazily opened SFTP client.
 type sshTransport struct {
-	host   Host
+	host   config.Host
 	addr   string // host:port actually connected to, for errors
 	client *ssh.Client
 	jumps  []*ssh.Client // ProxyJump hops, closed after client
@@ -45,7 +46,7 @@ type sshTransport struct {
 
 // dialSSH connects to h (through its ProxyJump hops), verifies the host key
 // and authenticates, then starts keepalives.
-func dialSSH(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
+func dialSSH(ctx context.Context, h config.Host, opts DialOptions) (Transport, error) {
 	cfg, err := loadSSHConfig(opts.SSHConfigPath)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", h.Name, err)
@@ -64,7 +65,7 @@ func dialSSH(ctx context.Context, h Host, opts DialOptions) (Transport, error) {
 
 // dialClient returns an authenticated client for h, dialling its jump hosts
 // first; the returned jumps must be closed after the client.
-func dialClient(ctx context.Context, h Host, opts DialOptions, cfg *ssh_config.Config, depth int) (*ssh.Client, []*ssh.Client, string, error) {
+func dialClient(ctx context.Context, h config.Host, opts DialOptions, cfg *ssh_config.Config, depth int) (*ssh.Client, []*ssh.Client, string, error) {
 	tgt, err := resolveTarget(h, cfg)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("connect to %s: %w", h.Name, err)
@@ -267,7 +268,7 @@ func (t *sshTransport) lostError(cause error) error {
 	return fmt.Errorf("%s (%s): %w: %v", t.host.Name, t.addr, ErrConnectionLost, why)
 }
 
-func (t *sshTransport) Host() Host { return t.host }
+func (t *sshTransport) Host() config.Host { return t.host }
 
 // Start opens a session on the shared connection and runs cmd through the
 // login shell with every word quoted (ShellCommand).
@@ -343,7 +344,7 @@ func checkCmd(cmd Cmd) error {
 		return errors.New("empty command")
 	}
 	for k := range cmd.Env {
-		if !validEnvName(k) {
+		if !config.ValidEnvName(k) {
 			return fmt.Errorf("environment variable name %q is not a valid identifier", k)
 		}
 	}

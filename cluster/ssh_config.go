@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/kevinburke/ssh_config"
 )
 
@@ -66,7 +67,7 @@ func loadSSHConfig(path string) (*ssh_config.Config, error) {
 // fills what it leaves unset (looked up by h.Address, as `ssh ADDRESS`
 // would), then OpenSSH's defaults (current user, port 22, ~/.ssh/id_*,
 // ~/.ssh/known_hosts).
-func resolveTarget(h Host, cfg *ssh_config.Config) (sshTarget, error) {
+func resolveTarget(h config.Host, cfg *ssh_config.Config) (sshTarget, error) {
 	alias := h.Address
 	if alias == "" {
 		alias = h.Name
@@ -201,7 +202,7 @@ func expandSSHTokens(s, host, remoteUser string) string {
 // inventory host by name, or "[user@]host[:port]" inheriting the target's
 // identity and known_hosts. Only the last hop of a comma-separated chain is
 // returned along with the rest of the chain, which becomes its own jump.
-func jumpHost(spec string, target Host, inventory []Host) (Host, error) {
+func jumpHost(spec string, target config.Host, inventory []config.Host) (config.Host, error) {
 	chain := strings.Split(spec, ",")
 	last := strings.TrimSpace(chain[len(chain)-1])
 	rest := strings.Join(chain[:len(chain)-1], ",")
@@ -210,12 +211,12 @@ func jumpHost(spec string, target Host, inventory []Host) (Host, error) {
 			if rest != "" {
 				h.ProxyJump = rest
 			}
-			h.Transport = TransportSSH
+			h.Transport = config.TransportSSH
 			return h, nil
 		}
 	}
-	j := Host{
-		Transport:    TransportSSH,
+	j := config.Host{
+		Transport:    config.TransportSSH,
 		IdentityFile: target.IdentityFile,
 		KnownHosts:   target.KnownHosts,
 		ProxyJump:    rest,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/kevinburke/ssh_config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,20 +32,20 @@ Host direct
 	me := currentUser()
 	for _, tc := range []struct {
 		name string
-		host Host
+		host config.Host
 		cfg  *ssh_config.Config
 		want sshTarget
 	}{
 		{
 			name: "defaults",
-			host: Host{Name: "h0", Address: "10.0.0.1"},
+			host: config.Host{Name: "h0", Address: "10.0.0.1"},
 			want: sshTarget{name: "h0", hostname: "10.0.0.1", port: 22, user: me,
 				identityFiles: []string{home + "/.ssh/id_ed25519", home + "/.ssh/id_ecdsa", home + "/.ssh/id_rsa"},
 				knownHosts:    []string{home + "/.ssh/known_hosts"}},
 		},
 		{
 			name: "config fills the gaps",
-			host: Host{Name: "g1", Address: "gpu1"},
+			host: config.Host{Name: "g1", Address: "gpu1"},
 			cfg:  cfg,
 			want: sshTarget{name: "g1", hostname: "gpu1.example.com", port: 2200, user: "alice",
 				identityFiles: []string{home + "/.ssh/gpu_key", home + "/second"}, explicitIdentity: true,
@@ -52,14 +53,14 @@ Host direct
 		},
 		{
 			name: "inventory wins",
-			host: Host{Name: "g1", Address: "gpu1", User: "bob", Port: 22, IdentityFile: "/k", KnownHosts: "/kh", ProxyJump: "j"},
+			host: config.Host{Name: "g1", Address: "gpu1", User: "bob", Port: 22, IdentityFile: "/k", KnownHosts: "/kh", ProxyJump: "j"},
 			cfg:  cfg,
 			want: sshTarget{name: "g1", hostname: "gpu1.example.com", port: 22, user: "bob",
 				identityFiles: []string{"/k"}, explicitIdentity: true, knownHosts: []string{"/kh"}, proxyJump: "j"},
 		},
 		{
 			name: "ProxyJump none",
-			host: Host{Name: "d", Address: "direct", User: "u", Port: 22, IdentityFile: "/k", KnownHosts: "/kh"},
+			host: config.Host{Name: "d", Address: "direct", User: "u", Port: 22, IdentityFile: "/k", KnownHosts: "/kh"},
 			cfg:  cfg,
 			want: sshTarget{name: "d", hostname: "direct", port: 22, user: "u",
 				identityFiles: []string{"/k"}, explicitIdentity: true, knownHosts: []string{"/kh"}},
@@ -76,7 +77,7 @@ Host direct
 func TestResolveTargetBadPort(t *testing.T) {
 	cfg, err := ssh_config.Decode(strings.NewReader("Host x\n    Port http\n"))
 	require.NoError(t, err)
-	_, err = resolveTarget(Host{Name: "x", Address: "x"}, cfg)
+	_, err = resolveTarget(config.Host{Name: "x", Address: "x"}, cfg)
 	assert.ErrorContains(t, err, `Port "http"`)
 }
 
@@ -96,18 +97,18 @@ func TestLoadSSHConfig(t *testing.T) {
 }
 
 func TestJumpHost(t *testing.T) {
-	target := Host{Name: "t", IdentityFile: "/id", KnownHosts: "/kh"}
-	inv := []Host{{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222}}
+	target := config.Host{Name: "t", IdentityFile: "/id", KnownHosts: "/kh"}
+	inv := []config.Host{{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222}}
 	for _, tc := range []struct {
 		spec    string
-		want    Host
+		want    config.Host
 		wantErr string
 	}{
-		{spec: "bastion", want: Host{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: TransportSSH}},
-		{spec: "u@j.example.com:2022", want: Host{Name: "j.example.com", Address: "j.example.com", User: "u", Port: 2022, Transport: TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
-		{spec: "j.example.com", want: Host{Name: "j.example.com", Address: "j.example.com", Transport: TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
-		{spec: "[::1]:22", want: Host{Name: "::1", Address: "::1", Port: 22, Transport: TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
-		{spec: "a@first,bastion", want: Host{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: TransportSSH, ProxyJump: "a@first"}},
+		{spec: "bastion", want: config.Host{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: config.TransportSSH}},
+		{spec: "u@j.example.com:2022", want: config.Host{Name: "j.example.com", Address: "j.example.com", User: "u", Port: 2022, Transport: config.TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
+		{spec: "j.example.com", want: config.Host{Name: "j.example.com", Address: "j.example.com", Transport: config.TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
+		{spec: "[::1]:22", want: config.Host{Name: "::1", Address: "::1", Port: 22, Transport: config.TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
+		{spec: "a@first,bastion", want: config.Host{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: config.TransportSSH, ProxyJump: "a@first"}},
 		{spec: "j:notaport", wantErr: "bad port"},
 		{spec: "u@", wantErr: "no host"},
 	} {

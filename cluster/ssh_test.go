@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
@@ -35,7 +36,7 @@ func hermetic() cluster.DialOptions {
 	return cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"}
 }
 
-func dialHost(t *testing.T, h cluster.Host, opts cluster.DialOptions) cluster.Transport {
+func dialHost(t *testing.T, h config.Host, opts cluster.DialOptions) cluster.Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -296,7 +297,7 @@ func TestSSHProxyJump(t *testing.T) {
 		jump := hosts[0]
 		jump.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
 		opts := hermetic()
-		opts.Inventory = []cluster.Host{jump}
+		opts.Inventory = []config.Host{jump}
 		_, err := cluster.Dial(context.Background(), h, opts)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "connect to cl-h1 (10.231.11.11:22): via proxy jump cl-h0: connect to cl-h0 (10.231.11.10:22): host key unknown")
@@ -308,8 +309,8 @@ func TestSSHConfigFile(t *testing.T) {
 	noHome(t)
 	hosts := fleet.ClusterHosts()
 	dir := t.TempDir()
-	config := filepath.Join(dir, "config")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
+	sshConfig := filepath.Join(dir, "config")
+	require.NoError(t, os.WriteFile(sshConfig, []byte(fmt.Sprintf(`
 Host other
     User nobody
 
@@ -324,9 +325,9 @@ Host *
     User wronguser
 `, hosts[6].Address, fleet.User, fleet.KeyFile, fleet.KnownHosts)), 0o600))
 	opts := hermetic()
-	opts.SSHConfigPath = config
+	opts.SSHConfigPath = sshConfig
 	// Only the alias: everything else comes from the config.
-	h := cluster.Host{Name: "aliased", Address: "fleetalias", Transport: cluster.TransportSSH}
+	h := config.Host{Name: "aliased", Address: "fleetalias", Transport: config.TransportSSH}
 	tr := dialHost(t, h, opts)
 	assert.Equal(t, "cl-h6\n", output(t, tr, "hostname"))
 	assert.Equal(t, "drovertest\n", output(t, tr, "whoami"))

@@ -8,10 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/droverhq/drover/cluster"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -30,7 +29,7 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 // results selects on each report as drover probe does.
-func results(t *testing.T, hosts []cluster.Host, j cluster.Job, reps []HostReport) []HostResult {
+func results(t *testing.T, hosts []config.Host, j config.Job, reps []HostReport) []HostResult {
 	t.Helper()
 	require.Equal(t, len(hosts), len(reps))
 	var rs []HostResult
@@ -43,7 +42,7 @@ func results(t *testing.T, hosts []cluster.Host, j cluster.Job, reps []HostRepor
 }
 
 func mockFleet(t *testing.T) []HostResult {
-	hosts := []cluster.Host{
+	hosts := []config.Host{
 		{Name: "dgx0", GPUs: auto()},
 		{Name: "dgx1", GPUs: pin(1, 2)},
 		{Name: "cpu2", GPUs: auto()},
@@ -89,7 +88,7 @@ func TestRenderTableSMI(t *testing.T) {
 	for _, name := range []string{"a100x8", "h100x1"} {
 		t.Run(name, func(t *testing.T) {
 			rep := loadSMI(t, name)
-			rs := results(t, []cluster.Host{{Name: name, GPUs: auto()}}, job(100, 0), []HostReport{rep})
+			rs := results(t, []config.Host{{Name: name, GPUs: auto()}}, job(100, 0), []HostReport{rep})
 			var b bytes.Buffer
 			require.NoError(t, RenderTable(&b, rs))
 			golden(t, "render-smi-"+name+".golden", b.Bytes())

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // MIGSkipReason is why gpus = "auto" leaves out a MIG-enabled GPU: drover
@@ -49,7 +49,7 @@ type Selection struct {
 // min_gpus (the host's, else the job's) turns a shortfall into an error
 // that names each busy GPU and the process holding it, because "not enough
 // GPUs" alone sends the user to nvidia-smi on every host.
-func Select(host cluster.Host, job cluster.Job, rep HostReport) (Selection, error) {
+func Select(host config.Host, job config.Job, rep HostReport) (Selection, error) {
 	sel := Selection{Host: host.Name, Indices: []int{}, Devices: []Device{}}
 	switch {
 	case host.GPUs.Auto:

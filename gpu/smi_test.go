@@ -7,10 +7,9 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/droverhq/drover/cluster"
 )
 
 func nvmlNotFound() nvml.Interface {
@@ -50,11 +49,11 @@ func TestReportFromSMIA100(t *testing.T) {
 	assert.Len(t, rep.Devices[5].Processes, 2)
 	assert.Empty(t, rep.Devices[0].Processes)
 
-	sel, err := Select(cluster.Host{Name: "a100x8", GPUs: auto()}, job(100, 0), rep)
+	sel, err := Select(config.Host{Name: "a100x8", GPUs: auto()}, job(100, 0), rep)
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 2, 4, 6, 7}, sel.Indices)
 
-	_, err = Select(cluster.Host{Name: "a100x8", GPUs: auto(), MinGPUs: 8}, job(100, 0), rep)
+	_, err = Select(config.Host{Name: "a100x8", GPUs: auto(), MinGPUs: 8}, job(100, 0), rep)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "GPU 1 busy: pid 48213 python (30114 MiB)")
 	assert.Contains(t, err.Error(), "GPU 5 busy: pid 51007 /usr/bin/python3 (19430 MiB), pid 51008 /usr/bin/python3 (19430 MiB)")
@@ -66,7 +65,7 @@ func TestReportFromSMIH100Busy(t *testing.T) {
 	require.Len(t, rep.Devices, 1)
 	assert.Equal(t, "NVIDIA H100 80GB HBM3", rep.Devices[0].Name)
 	assert.Equal(t, "550.90.07", rep.Driver)
-	_, err := Select(cluster.Host{Name: "h100", GPUs: auto(), MinGPUs: 1}, job(100, 0), rep)
+	_, err := Select(config.Host{Name: "h100", GPUs: auto(), MinGPUs: 1}, job(100, 0), rep)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "GPU 0 busy: pid 31337 /opt/conda/bin/python (40506 MiB)")
 }
@@ -98,7 +97,7 @@ func TestReportFromSMIPartial(t *testing.T) {
 				assert.ElementsMatch(t, want, rep.Devices[i].Unknown, "device %d", i)
 			}
 			assert.Equal(t, "", rep.CUDA)
-			sel, err := Select(cluster.Host{Name: "t4", GPUs: auto()}, job(100, 0), rep)
+			sel, err := Select(config.Host{Name: "t4", GPUs: auto()}, job(100, 0), rep)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantFree0, len(sel.Indices) > 0 && sel.Indices[0] == 0, "selected %v", sel.Indices)
 			assert.Contains(t, sel.Indices, 1)

@@ -15,15 +15,17 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // attempt_ is one start of the whole group.
 type attempt_ struct {
 	r        *runner
-	cfg      *cluster.Config
+	cfg      *config.Config
 	n, total int
 	restarts int
 	logDir   string
@@ -34,7 +36,7 @@ type attempt_ struct {
 
 // hostConn is a connected, prepared host of this attempt.
 type hostConn struct {
-	host  cluster.Host
+	host  config.Host
 	t     cluster.Transport
 	fs    cluster.FS
 	home  string
@@ -96,44 +98,44 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		return a.setupFailure(err)
 	}
-	in := PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
-	plan, err := Build(in)
+	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
+	pl, err := plan.Build(in)
 	if err != nil {
 		return a.setupFailure(err)
 	}
 	if err := a.push(ctx, conns); err != nil {
 		return a.setupFailure(err)
 	}
-	if err := a.stopLeftovers(ctx, conns, plan); err != nil {
+	if err := a.stopLeftovers(ctx, conns, pl); err != nil {
 		return a.setupFailure(err)
 	}
-	moved, err := a.preflight(ctx, conns, plan)
+	moved, err := a.preflight(ctx, conns, pl)
 	if err != nil {
 		return a.setupFailure(err)
 	}
 	if len(moved) > 0 {
-		if plan, err = a.movePorts(in, plan, moved); err != nil {
+		if pl, err = a.movePorts(in, pl, moved); err != nil {
 			return a.setupFailure(err)
 		}
 	}
 	if ctx.Err() != nil {
 		return interrupted()
 	}
-	out := a.supervise(ctx, conns, plan)
+	out := a.supervise(ctx, conns, pl)
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
-		a.waitGPUsReleased(ctx, conns, plan)
+		a.waitGPUsReleased(ctx, conns, pl)
 	}
 	return out
 }
 
 // participants are the non-spare hosts in file order, with hosts that were
 // replaced earlier swapped for their spare.
-func (r *runner) participants(cfg *cluster.Config) ([]cluster.Host, error) {
-	byName := map[string]cluster.Host{}
+func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
+	byName := map[string]config.Host{}
 	for _, h := range cfg.Hosts {
 		byName[h.Name] = h
 	}
-	var out []cluster.Host
+	var out []config.Host
 	for _, h := range cfg.Hosts {
 		if h.Spare {
 			continue
@@ -177,7 +179,7 @@ func isUnreachable(err error) bool {
 // and then replaced by a spare, on the first attempt as on a restart (a
 // host rebooting when the run starts is as common as one rebooting during
 // it); a refused key or login fails at once.
-func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostConn, error) {
+func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
 	ts, errs := cluster.DialAll(ctx, hosts, opts)
@@ -212,7 +214,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 			}
 			// Re-read the inventory: the user may be fixing the address
 			// while drover waits.
-			if cfg, lerr := cluster.Load(a.r.opts.JobPath, cluster.LoadOptions{InventoryPath: a.r.opts.InventoryPath}); lerr == nil {
+			if cfg, lerr := config.Load(a.r.opts.JobPath, config.LoadOptions{InventoryPath: a.r.opts.InventoryPath}); lerr == nil {
 				for _, nh := range cfg.Hosts {
 					if nh.Name == h.Name {
 						h = nh
@@ -249,7 +251,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []cluster.Host) ([]*hostCo
 }
 
 // takeSpare dials the first spare host not already in use.
-func (a *attempt_) takeSpare(ctx context.Context, inUse []cluster.Host, opts cluster.DialOptions) (cluster.Host, cluster.Transport, error) {
+func (a *attempt_) takeSpare(ctx context.Context, inUse []config.Host, opts cluster.DialOptions) (config.Host, cluster.Transport, error) {
 	used := map[string]bool{}
 	for _, h := range inUse {
 		used[h.Name] = true
@@ -270,9 +272,9 @@ func (a *attempt_) takeSpare(ctx context.Context, inUse []cluster.Host, opts clu
 		return h, t, nil
 	}
 	if lastErr != nil {
-		return cluster.Host{}, nil, fmt.Errorf("no spare host reachable either (last: %v)", lastErr)
+		return config.Host{}, nil, fmt.Errorf("no spare host reachable either (last: %v)", lastErr)
 	}
-	return cluster.Host{}, nil, errors.New(`no spare host left: add one with spare = true to the inventory, or bring the host back`)
+	return config.Host{}, nil, errors.New(`no spare host left: add one with spare = true to the inventory, or bring the host back`)
 }
 
 // forEach runs fn for every host at once and joins the errors.
@@ -290,8 +292,8 @@ func forEach(conns []*hostConn, fn func(c *hostConn) error) error {
 	return errors.Join(errs...)
 }
 
-func hostLabel(h cluster.Host) string {
-	if h.Transport == cluster.TransportLocal {
+func hostLabel(h config.Host) string {
+	if h.Transport == config.TransportLocal {
 		return h.Name + " (local)"
 	}
 	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
@@ -320,12 +322,12 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 // rules; GPU-less hosts need no probe. Hosts with pinned GPUs are probed
 // too, only to learn which processes were on their GPUs before the attempt
 // (see waitGPUsReleased).
-func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]HostGPUs, error) {
+func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]plan.HostGPUs, error) {
 	var mu sync.Mutex
-	out := map[string]HostGPUs{}
+	out := map[string]plan.HostGPUs{}
 	a.gpuBefore = map[string]map[int][]int{}
 	err := forEach(conns, func(c *hostConn) error {
-		hg := HostGPUs{Indices: c.host.GPUs.List, Probed: true}
+		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		var before map[int][]int
 		if c.host.GPUs.Auto || len(c.host.GPUs.List) > 0 {
 			rep := gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary)
@@ -357,9 +359,9 @@ const gpuReleaseWait = 30 * time.Second
 // no process of the job on the job's GPUs, so that the next attempt finds
 // its memory free; a GPU still held when the wait ends is reported with
 // the holding process.
-func (a *attempt_) waitGPUsReleased(ctx context.Context, conns []*hostConn, plan *Plan) {
+func (a *attempt_) waitGPUsReleased(ctx context.Context, conns []*hostConn, pl *plan.Plan) {
 	used := map[string][]int{}
-	for _, p := range plan.Processes {
+	for _, p := range pl.Processes {
 		for _, g := range p.Visible {
 			if !slices.Contains(used[p.Host.Name], g) {
 				used[p.Host.Name] = append(used[p.Host.Name], g)
@@ -394,19 +396,12 @@ func remoteAbs(home, p string) string {
 	return path.Join(home, p)
 }
 
-func (a *attempt_) workdir(h cluster.Host) string {
-	if h.Workdir != "" {
-		return h.Workdir
-	}
-	return a.cfg.Job.Workdir
-}
-
 // findResume looks for the newest complete checkpoint on every host.
 func (a *attempt_) findResume(ctx context.Context, conns []*hostConn) string {
 	var mu sync.Mutex
 	var found []Checkpoint
 	forEach(conns, func(c *hostConn) error {
-		dir := remoteAbs(remoteAbs(c.home, a.workdir(c.host)), a.cfg.Job.CheckpointDir)
+		dir := remoteAbs(remoteAbs(c.home, c.host.Workdir), a.cfg.Job.CheckpointDir)
 		cp, ok, err := FindCheckpoint(ctx, c.fs, c.host.Name, dir, a.cfg.Job.CheckpointMarker)
 		if err != nil {
 			a.r.events.printf("%s: %v (ignored)", a.prefix(), err)
@@ -442,7 +437,7 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
 	}
 	return forEach(conns, func(c *hostConn) error {
-		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, a.workdir(c.host), opts)
+		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)
 		if err != nil {
 			return err
 		}
@@ -465,9 +460,9 @@ const (
 // stopLeftovers stops process groups that an earlier drover left behind
 // on a host (drover SIGKILLed with the agent's channel somehow kept open,
 // or a host that was unreachable when its group should have stopped).
-func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, plan *Plan) error {
+func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
 	return forEach(conns, func(c *hostConn) error {
-		wd := a.workdir(c.host)
+		wd := c.host.Workdir
 		dir := path.Join(remoteAbs(c.home, wd), pidDir)
 		entries, err := c.fs.ReadDir(dir)
 		if err != nil {
@@ -499,9 +494,9 @@ func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, plan *P
 // port still held (by the previous attempt's rendezvous, say) does not
 // fail it: the host's agent finds as many consecutive free ports, and
 // preflight returns their first per host name.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan) (map[string]int, error) {
-	byHost := map[string][]Process{}
-	for _, p := range plan.Processes {
+func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (map[string]int, error) {
+	byHost := map[string][]plan.Process{}
+	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
 	var mu sync.Mutex
@@ -511,7 +506,7 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan)
 		if len(procs) == 0 {
 			return nil
 		}
-		ports := plannedPorts(plan, procs)
+		ports := plannedPorts(pl, procs)
 		p := procs[0]
 		var out strings.Builder
 		args := agent.PreflightCommand(c.agent, p.Command[0], ports, a.n > 1 && len(ports) > 0)
@@ -548,17 +543,17 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, plan *Plan)
 
 // plannedPorts are the ports procs (one host's processes) listen on: TF
 // task ports, and the rendezvous port on rank 0's host.
-func plannedPorts(plan *Plan, procs []Process) []string {
+func plannedPorts(pl *plan.Plan, procs []plan.Process) []string {
 	var ports []string
 	for _, p := range procs {
 		if p.Port > 0 {
 			ports = append(ports, fmt.Sprint(p.Port))
 		}
 	}
-	if mp := procs[0].Env["MASTER_PORT"]; mp != "" && procs[0].Host.Name == plan.Processes[0].Host.Name {
+	if mp := procs[0].Env["MASTER_PORT"]; mp != "" && procs[0].Host.Name == pl.Processes[0].Host.Name {
 		ports = append(ports, mp)
 	}
-	if jc := procs[0].Env["JAX_COORDINATOR_ADDRESS"]; jc != "" && procs[0].Host.Name == plan.Processes[0].Host.Name {
+	if jc := procs[0].Env["JAX_COORDINATOR_ADDRESS"]; jc != "" && procs[0].Host.Name == pl.Processes[0].Host.Name {
 		if _, port, err := net.SplitHostPort(jc); err == nil {
 			ports = append(ports, port)
 		}
@@ -576,20 +571,20 @@ func portRange(base, n int) string {
 
 // movePorts rebuilds the plan with the ports preflight found free in place
 // of held ones (see preflight).
-func (a *attempt_) movePorts(in PlanInput, plan *Plan, moved map[string]int) (*Plan, error) {
+func (a *attempt_) movePorts(in plan.PlanInput, pl *plan.Plan, moved map[string]int) (*plan.Plan, error) {
 	in.BasePorts = map[string]int{}
-	for _, p := range plan.Processes {
+	for _, p := range pl.Processes {
 		base, ok := moved[p.Host.Name]
 		if !ok {
 			continue
 		}
-		if a.cfg.Job.Framework == cluster.TensorFlow {
+		if a.cfg.Job.Framework == config.TensorFlow {
 			in.BasePorts[p.Address] = base
 		} else {
 			in.MasterPort = base
 		}
 	}
-	return Build(in)
+	return plan.Build(in)
 }
 
 func compactStrings(s []string) []string {

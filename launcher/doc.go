@@ -1,46 +1,12 @@
-// Package launcher turns a loaded job into processes and keeps them
-// running.
+// Package launcher runs a plan on the fleet and keeps it running.
 //
-// The plan (Build) is a pure function from the configuration and each
-// host's selected GPUs to the exact processes drover starts: host, role,
-// ranks, GPUs, ports, environment and argv. `drover plan` renders it
-// (table, env, json); `drover run` starts exactly it, so what a user
-// inspects is what runs.
+// Run is the supervisor of `drover run`: each attempt connects to the
+// hosts, probes their GPUs, builds the plan (package plan), pushes the
+// code, starts every process under the on-host agent and watches the group;
+// when one process dies, it stops them all and starts the next attempt from
+// the newest checkpoint, re-reading the inventory first. Exec is the
+// fan-out of `drover exec`: one command on every host at once.
 //
-// Layout rules, by framework:
-//
-//   - pytorch: one process per selected GPU, or procs_per_host on a host
-//     without GPUs. Ranks are contiguous per host, hosts in file order;
-//     spares take no part. Each process gets the torch.distributed env://
-//     variables and the rest of what torchrun's elastic agent gives a
-//     worker (ROLE_*, GROUP_WORLD_SIZE, TORCHELASTIC_*), with torchrun's
-//     values for a static launch of one role.
-//   - torchrun: one torchrun per host with --nnodes, --node_rank,
-//     --nproc_per_node, --master_addr, --master_port and --rdzv_id. A
-//     command that starts with a Python interpreter runs as `<python> -m
-//     torch.distributed.run ... script args` (what the torchrun script
-//     itself runs, with the job's interpreter); any other command runs
-//     under `torchrun --no_python`.
-//   - tensorflow: chief and workers take one slot each (a GPU, or one of
-//     procs_per_host CPU slots on hosts without GPUs), GPUs first; ps and
-//     evaluator tasks need no GPU and prefer hosts without GPUs. Each task
-//     listens on base_port + n, n counting the tasks before it on the same
-//     address. TF_CONFIG is exactly what Kubeflow's TFJob operator writes
-//     ({"cluster":{...},"task":{"type":...,"index":...},"environment":"cloud"})
-//     and is absent when the job has a single task.
-//   - jax: procs_per_host processes per host sharing its GPUs equally,
-//     with what jax.distributed.initialize needs (JAX_*; see planJAX).
-//
-// Every process gets CUDA_VISIBLE_DEVICES, empty when it has no GPU, so
-// that a process planned without a GPU (a ps task, a CPU host, a host whose
-// GPUs are all busy) never grabs one. For pytorch, torchrun and jax it
-// lists every GPU selected on the host, the same for each process there,
-// so that LOCAL_RANK indexes it as under torchrun. Every process also gets
-// DROVER_JOB, DROVER_HOST, DROVER_ROLE, DROVER_INDEX, DROVER_RESTART_COUNT,
-// DROVER_RESUME_FROM and DROVER_CHECKPOINT_DIR. [job.env] is added last;
-// it may not set a variable drover sets for the rendezvous or identity
-// (ReservedEnv: a configuration error, not a silent override either way),
-// but replaces drover's tunable defaults (TunableEnv: OMP_NUM_THREADS,
-// NCCL_*, GLOO_*). README.md's table lists every variable; a test keeps
-// it complete.
+// What each process gets (host, ranks, environment, argv) is decided by
+// package plan alone; launcher only carries it out.
 package launcher

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/logstream"
 )
 
@@ -96,7 +97,7 @@ type ExecResult struct {
 // SSH channel leaves its command running, so every host's process group is
 // sent SIGTERM, then SIGKILL after opts.Grace (or when opts.Hard closes),
 // and Exec returns once the hosts report the exits.
-func Exec(ctx context.Context, hosts []cluster.Host, opts ExecOptions) []ExecResult {
+func Exec(ctx context.Context, hosts []config.Host, opts ExecOptions) []ExecResult {
 	stdout := logstream.NewSink(discardIfNil(opts.Stdout))
 	stderr := logstream.NewSink(discardIfNil(opts.Stderr))
 	if opts.Dial.KnownHosts == nil {
@@ -121,7 +122,7 @@ func Exec(ctx context.Context, hosts []cluster.Host, opts ExecOptions) []ExecRes
 	return results
 }
 
-func execOne(ctx context.Context, h cluster.Host, opts ExecOptions, sem chan struct{}, stdout, stderr *logstream.Sink) error {
+func execOne(ctx context.Context, h config.Host, opts ExecOptions, sem chan struct{}, stdout, stderr *logstream.Sink) error {
 	select {
 	case sem <- struct{}{}:
 	case <-ctx.Done():

@@ -17,14 +17,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
 
-var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_*.txt")
+var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_summary.txt and run_summary.txt")
 
-func execLocalHost(name string) cluster.Host {
-	return cluster.Host{Name: name, Address: "local", Transport: cluster.TransportLocal}
+func execLocalHost(name string) config.Host {
+	return config.Host{Name: name, Address: "local", Transport: config.TransportLocal}
 }
 
 // sortedLines makes output from concurrent hosts comparable.
@@ -36,7 +37,7 @@ func sortedLines(s string) []string {
 
 func TestExecLocal(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	hosts := []cluster.Host{execLocalHost("a"), execLocalHost("b"), execLocalHost("c")}
+	hosts := []config.Host{execLocalHost("a"), execLocalHost("b"), execLocalHost("c")}
 	var stdout, stderr bytes.Buffer
 	results := Exec(context.Background(), hosts, ExecOptions{
 		Args:   []string{"sh", "-c", `echo "one $V"; echo warn >&2; printf 'no newline'; exit "$1"`, "sh", "3"},
@@ -60,10 +61,10 @@ func TestExecLocal(t *testing.T) {
 
 func TestExecWorstCodeAndSummary(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	hosts := []cluster.Host{
+	hosts := []config.Host{
 		execLocalHost("ok"),
 		// Nothing listens on port 1: a connection failure counts as 255.
-		{Name: "down", Address: "127.0.0.1", Port: 1, Transport: cluster.TransportSSH, User: "nobody"},
+		{Name: "down", Address: "127.0.0.1", Port: 1, Transport: config.TransportSSH, User: "nobody"},
 	}
 	var stdout bytes.Buffer
 	results := Exec(context.Background(), hosts, ExecOptions{
@@ -105,15 +106,7 @@ func TestWriteExecSummary(t *testing.T) {
 // (outside TestMain, on addresses .100-.107 of the launcher subnet) so it
 // does not depend on how the rest of this package's tests use the fleet.
 func TestExecFleet(t *testing.T) {
-	if err := testfleet.Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%v (CI=true: not skipping)", err)
-		}
-		t.Skip(err)
-	}
-	fleet, err := testfleet.Up(testfleet.Options{Name: "ex", N: 8, Subnet: 14, First: 100})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, fleet.Close()) })
+	fleet := testfleet.NeedUp(t, testfleet.Options{Name: "ex", N: 8, Subnet: 14, First: 100})
 
 	var stdout, stderr bytes.Buffer
 	results := Exec(context.Background(), fleet.ClusterHosts(), ExecOptions{
@@ -154,7 +147,7 @@ func TestExecFleet(t *testing.T) {
 // never word-split or expanded.
 func TestExecShellLineOrArgs(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	hosts := []cluster.Host{execLocalHost("a")}
+	hosts := []config.Host{execLocalHost("a")}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -196,7 +189,7 @@ func alive(pid string) bool {
 // testExecInterrupt cancels an Exec whose commands each started a
 // background child, and checks that every host's command and child are
 // stopped, by the signal the case expects, before Exec returns.
-func testExecInterrupt(t *testing.T, hosts []cluster.Host, dial cluster.DialOptions) {
+func testExecInterrupt(t *testing.T, hosts []config.Host, dial cluster.DialOptions) {
 	for _, tc := range []struct {
 		name   string
 		script string
@@ -265,12 +258,12 @@ func testExecInterrupt(t *testing.T, hosts []cluster.Host, dial cluster.DialOpti
 
 func TestExecInterruptLocal(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	testExecInterrupt(t, []cluster.Host{execLocalHost("a"), execLocalHost("b")}, cluster.DialOptions{})
+	testExecInterrupt(t, []config.Host{execLocalHost("a"), execLocalHost("b")}, cluster.DialOptions{})
 }
 
 // testExecTimeout: the last host's command outlasts the timeout and is
 // stopped, with what it started; the others finish and report as usual.
-func testExecTimeout(t *testing.T, hosts []cluster.Host, dial cluster.DialOptions) {
+func testExecTimeout(t *testing.T, hosts []config.Host, dial cluster.DialOptions) {
 	last := hosts[len(hosts)-1].Name
 	for _, tc := range []struct {
 		name, trap, how string
@@ -290,7 +283,7 @@ func testExecTimeout(t *testing.T, hosts []cluster.Host, dial cluster.DialOption
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i] = Exec(context.Background(), []cluster.Host{h}, ExecOptions{
+					results[i] = Exec(context.Background(), []config.Host{h}, ExecOptions{
 						Args: []string{line}, Env: map[string]string{"H": h.Name}, Dial: dial,
 						Stdout: &stdout, Timeout: time.Second, Grace: 300 * time.Millisecond,
 					})[0]
@@ -321,5 +314,5 @@ func testExecTimeout(t *testing.T, hosts []cluster.Host, dial cluster.DialOption
 
 func TestExecTimeoutLocal(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	testExecTimeout(t, []cluster.Host{execLocalHost("a"), execLocalHost("b")}, cluster.DialOptions{})
+	testExecTimeout(t, []config.Host{execLocalHost("a"), execLocalHost("b")}, cluster.DialOptions{})
 }

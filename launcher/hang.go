@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path"
 	"time"
+
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // Hang detection (hang_timeout): the group is hung when no process showed
@@ -76,7 +78,7 @@ func (a *attempt_) prepareProgress(conns []*hostConn) error {
 		return nil
 	}
 	return forEach(conns, func(c *hostConn) error {
-		dir := ProgressDir(a.workdir(c.host), c.home)
+		dir := plan.ProgressDir(c.host.Workdir, c.home)
 		if err := c.fs.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("create %s on %s: %w", dir, hostLabel(c.host), err)
 		}

@@ -4,11 +4,12 @@ import (
 	"context"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // AttemptHost is one connected host of an attempt, as a hook sees it.
 type AttemptHost struct {
-	Host      cluster.Host
+	Host      config.Host
 	Transport cluster.Transport
 	FS        cluster.FS
 	// Home is the login user's home directory; Workdir the job's
@@ -38,7 +39,7 @@ type AttemptHook interface {
 func (a *attempt_) attemptHosts(conns []*hostConn) []AttemptHost {
 	out := make([]AttemptHost, len(conns))
 	for i, c := range conns {
-		out[i] = AttemptHost{Host: c.host, Transport: c.t, FS: c.fs, Home: c.home, Workdir: remoteAbs(c.home, a.workdir(c.host))}
+		out[i] = AttemptHost{Host: c.host, Transport: c.t, FS: c.fs, Home: c.home, Workdir: remoteAbs(c.home, c.host.Workdir)}
 	}
 	return out
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // RunOptions configures a supervised run of a job.
@@ -145,7 +147,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	cfg, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +177,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			out = interrupted()
 		}
 		switch {
-		case out.kind == outcomeSetupFailed && attempt == 1 && cluster.IsConfigError(out.err):
+		case out.kind == outcomeSetupFailed && attempt == 1 && config.IsConfigError(out.err):
 			return nil, out.err
 		case out.kind == outcomeInterrupted:
 			r.events.printf("interrupted: every process stopped")
@@ -207,11 +209,11 @@ type budget struct {
 
 // total is the number of attempts the run may take as things stand: each
 // host failure adds one beyond max_restarts + 1.
-func (b budget) total(job cluster.Job) int { return job.MaxRestarts + 1 + b.hostFailures }
+func (b budget) total(job config.Job) int { return job.MaxRestarts + 1 + b.hostFailures }
 
 // spend takes a restart for out from the budget, or returns why the run
 // ends here: the policy says not to restart, or the budget is spent.
-func (b *budget) spend(job cluster.Job, out attemptOutcome, attempt int) error {
+func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
 	retry, why := retryable(job, out, attempt)
 	switch {
 	case !retry:
@@ -239,8 +241,8 @@ func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 
 // reload re-reads the job and inventory before a restart; a file that no
 // longer loads leaves the previous configuration in force.
-func (r *runner) reload(cfg *cluster.Config, attempt, total int) *cluster.Config {
-	next, err := cluster.Load(r.opts.JobPath, cluster.LoadOptions{InventoryPath: r.opts.InventoryPath})
+func (r *runner) reload(cfg *config.Config, attempt, total int) *config.Config {
+	next, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
 	if err != nil {
 		r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 		return cfg
@@ -250,7 +252,7 @@ func (r *runner) reload(cfg *cluster.Config, attempt, total int) *cluster.Config
 
 // openLogs creates runs/<job>-<start>/ and its events.log, and returns
 // the directory.
-func (r *runner) openLogs(cfg *cluster.Config) (string, error) {
+func (r *runner) openLogs(cfg *config.Config) (string, error) {
 	start := r.now()
 	logDir := r.opts.LogDir
 	if logDir == "" {
@@ -280,7 +282,7 @@ func (r *runner) openLogs(cfg *cluster.Config) (string, error) {
 }
 
 // backoff is restart_backoff doubled per restart, capped.
-func backoff(job cluster.Job, restarts int) time.Duration {
+func backoff(job config.Job, restarts int) time.Duration {
 	d := job.RestartBackoff
 	for i := 1; i < restarts && d < job.RestartBackoffMax; i++ {
 		d *= 2
@@ -295,31 +297,31 @@ func backoff(job cluster.Job, restarts int) time.Duration {
 // attempt n ended. A setup failure is worth another attempt only on a
 // restart (the first attempt fails fast, so that a typo does not cost
 // minutes) and unless it is a configuration error or marked permanent.
-func retryable(job cluster.Job, out attemptOutcome, n int) (bool, string) {
+func retryable(job config.Job, out attemptOutcome, n int) (bool, string) {
 	exited := out.kind == outcomeFailed && out.exitCode > 0
 	switch {
 	case exited && slices.Contains(job.FatalExitCodes, out.exitCode):
 		return false, fmt.Sprintf("exit status %d is in fatal_exit_codes", out.exitCode)
 	case exited && slices.Contains(job.RetryExitCodes, out.exitCode):
 		return true, ""
-	case job.RestartPolicy == cluster.RestartNever:
+	case job.RestartPolicy == config.RestartNever:
 		return false, `restart_policy = "never"`
-	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || cluster.IsConfigError(out.err)):
+	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || config.IsConfigError(out.err)):
 		return false, "the group could not be set up (see the error above)"
-	case job.RestartPolicy == cluster.RestartExitCode && exited && out.exitCode <= 127:
+	case job.RestartPolicy == config.RestartExitCode && exited && out.exitCode <= 127:
 		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
 	}
 	return true, ""
 }
 
 // register adds p to the summary in plan order.
-func (r *runner) register(p Process) *ProcSummary {
+func (r *runner) register(p plan.Process) *ProcSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.registerLocked(p)
 }
 
-func (r *runner) registerLocked(p Process) *ProcSummary {
+func (r *runner) registerLocked(p plan.Process) *ProcSummary {
 	key := p.Name()
 	s, ok := r.procs[key]
 	if !ok {
@@ -330,7 +332,7 @@ func (r *runner) registerLocked(p Process) *ProcSummary {
 	return s
 }
 
-func (r *runner) record(p Process, exit string, d time.Duration) {
+func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.registerLocked(p)
@@ -342,7 +344,7 @@ func (r *runner) record(p Process, exit string, d time.Duration) {
 }
 
 // recordCause notes the root cause of p's failure for the summary.
-func (r *runner) recordCause(p Process, cause string) {
+func (r *runner) recordCause(p plan.Process, cause string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.registerLocked(p).Cause = cause

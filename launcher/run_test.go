@@ -19,7 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 func TestBackoff(t *testing.T) {
@@ -38,7 +40,7 @@ func TestBackoff(t *testing.T) {
 		{0, 0, 3, 0},
 	}
 	for _, tt := range tests {
-		job := cluster.Job{RestartBackoff: tt.base, RestartBackoffMax: tt.max}
+		job := config.Job{RestartBackoff: tt.base, RestartBackoffMax: tt.max}
 		assert.Equal(t, tt.want, backoff(job, tt.restarts), "base %s max %s restart %d", tt.base, tt.max, tt.restarts)
 	}
 }
@@ -49,13 +51,13 @@ func TestRetryable(t *testing.T) {
 	hung := attemptOutcome{kind: outcomeHung, exitCode: -1}
 	setup := setupFailed(errors.New("preflight"))
 	setupLost := setupFailed(fmt.Errorf("push to h1: %w", cluster.ErrConnectionLost))
-	setupConfig := setupFailed(cluster.ConfigErrors{{File: "job.toml", Msg: "bad"}})
+	setupConfig := setupFailed(config.ConfigErrors{{File: "job.toml", Msg: "bad"}})
 	setupFinal := attemptOutcome{kind: outcomeSetupFailed, exitCode: -1, err: errors.New("h1: auth"), permanent: true}
-	onFailure := cluster.Job{RestartPolicy: cluster.RestartOnFailure}
-	lists := cluster.Job{RestartPolicy: cluster.RestartExitCode, RetryExitCodes: []int{75}, FatalExitCodes: []int{137}}
-	never := cluster.Job{RestartPolicy: cluster.RestartNever, RetryExitCodes: []int{75}}
+	onFailure := config.Job{RestartPolicy: config.RestartOnFailure}
+	lists := config.Job{RestartPolicy: config.RestartExitCode, RetryExitCodes: []int{75}, FatalExitCodes: []int{137}}
+	never := config.Job{RestartPolicy: config.RestartNever, RetryExitCodes: []int{75}}
 	tests := []struct {
-		job     cluster.Job
+		job     config.Job
 		out     attemptOutcome
 		attempt int
 		retry   bool
@@ -72,23 +74,23 @@ func TestRetryable(t *testing.T) {
 		{onFailure, setupConfig, 2, false, "could not be set up"},
 		{onFailure, setupFinal, 2, false, "could not be set up"},
 		{onFailure, setupLost, 1, true, ""},
-		{cluster.Job{}, exited(2), 1, true, ""}, // the default is on-failure
-		{cluster.Job{RestartPolicy: cluster.RestartNever}, exited(1), 1, false, `restart_policy = "never"`},
-		{cluster.Job{RestartPolicy: cluster.RestartNever}, lost, 1, false, `restart_policy = "never"`},
-		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(1), 1, false, `exit status 1 is permanent under restart_policy = "exit-code"`},
-		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(127), 1, false, "exit status 127 is permanent"},
-		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(128), 1, true, ""},
-		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, exited(255), 1, true, ""},
-		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, lost, 1, true, ""},
-		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, setup, 1, false, "could not be set up"},
-		{cluster.Job{RestartPolicy: cluster.RestartExitCode}, setupLost, 1, true, ""},
+		{config.Job{}, exited(2), 1, true, ""}, // the default is on-failure
+		{config.Job{RestartPolicy: config.RestartNever}, exited(1), 1, false, `restart_policy = "never"`},
+		{config.Job{RestartPolicy: config.RestartNever}, lost, 1, false, `restart_policy = "never"`},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(1), 1, false, `exit status 1 is permanent under restart_policy = "exit-code"`},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(127), 1, false, "exit status 127 is permanent"},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(128), 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(255), 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, lost, 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, setup, 1, false, "could not be set up"},
+		{config.Job{RestartPolicy: config.RestartExitCode}, setupLost, 1, true, ""},
 		// retry_exit_codes and fatal_exit_codes win over the policy.
 		{lists, exited(75), 1, true, ""},
 		{lists, exited(3), 1, false, "exit status 3 is permanent"},
 		{lists, exited(137), 1, false, "exit status 137 is in fatal_exit_codes"},
 		{lists, exited(143), 1, true, ""},
-		{cluster.Job{FatalExitCodes: []int{2}}, exited(2), 1, false, "exit status 2 is in fatal_exit_codes"},
-		{cluster.Job{FatalExitCodes: []int{2}}, exited(3), 1, true, ""},
+		{config.Job{FatalExitCodes: []int{2}}, exited(2), 1, false, "exit status 2 is in fatal_exit_codes"},
+		{config.Job{FatalExitCodes: []int{2}}, exited(3), 1, true, ""},
 		{never, exited(75), 1, true, ""},
 		{never, exited(76), 1, false, `restart_policy = "never"`},
 	}
@@ -106,7 +108,7 @@ func TestRetryable(t *testing.T) {
 // TestBudget: lost hosts and hangs count against max_host_failures, never
 // against max_restarts, and the other way round.
 func TestBudget(t *testing.T) {
-	job := cluster.Job{MaxRestarts: 1, MaxHostFailures: 2}
+	job := config.Job{MaxRestarts: 1, MaxHostFailures: 2}
 	failed := attemptOutcome{kind: outcomeFailed, exitCode: 1, err: errors.New("worker-1@b exited 1")}
 	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1, err: errors.New("worker-1@b: b lost")}
 	hung := attemptOutcome{kind: outcomeHung, exitCode: -1, err: errors.New("group hung")}
@@ -122,31 +124,31 @@ func TestBudget(t *testing.T) {
 }
 
 func TestSucceededPolicy(t *testing.T) {
-	proc := func(role Role, index int) *running { return &running{p: Process{Role: role, Index: index}} }
+	proc := func(role plan.Role, index int) *running { return &running{p: plan.Process{Role: role, Index: index}} }
 	tfChief := []*running{proc("chief", 0), proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("evaluator", 0)}
 	tfNoChief := []*running{proc("worker", 0), proc("worker", 1), proc("ps", 0)}
 	torch := []*running{proc("worker", 0), proc("worker", 1)}
 	tests := []struct {
 		name      string
-		framework cluster.Framework
-		policy    cluster.SuccessPolicy
+		framework config.Framework
+		policy    config.SuccessPolicy
 		procs     []*running
 		finished  []bool
 		want      bool
 	}{
-		{"pytorch all done", cluster.PyTorch, "", torch, []bool{true, true}, true},
-		{"pytorch one left", cluster.PyTorch, "", torch, []bool{true, false}, false},
-		{"tf all-workers: ps and evaluator may run", cluster.TensorFlow, "all-workers", tfChief, []bool{true, true, true, false, false}, true},
-		{"tf all-workers: a worker left", cluster.TensorFlow, "all-workers", tfChief, []bool{true, true, false, false, false}, false},
-		{"tf all-workers: chief left", cluster.TensorFlow, "all-workers", tfChief, []bool{false, true, true, false, false}, false},
-		{"tf chief: chief done", cluster.TensorFlow, "chief", tfChief, []bool{true, false, false, false, false}, true},
-		{"tf chief: chief running", cluster.TensorFlow, "chief", tfChief, []bool{false, true, true, true, true}, false},
-		{"tf chief without chief: worker 0 is chief", cluster.TensorFlow, "chief", tfNoChief, []bool{true, false, false}, true},
-		{"tf chief without chief: worker 0 running", cluster.TensorFlow, "chief", tfNoChief, []bool{false, true, true}, false},
+		{"pytorch all done", config.PyTorch, "", torch, []bool{true, true}, true},
+		{"pytorch one left", config.PyTorch, "", torch, []bool{true, false}, false},
+		{"tf all-workers: ps and evaluator may run", config.TensorFlow, "all-workers", tfChief, []bool{true, true, true, false, false}, true},
+		{"tf all-workers: a worker left", config.TensorFlow, "all-workers", tfChief, []bool{true, true, false, false, false}, false},
+		{"tf all-workers: chief left", config.TensorFlow, "all-workers", tfChief, []bool{false, true, true, false, false}, false},
+		{"tf chief: chief done", config.TensorFlow, "chief", tfChief, []bool{true, false, false, false, false}, true},
+		{"tf chief: chief running", config.TensorFlow, "chief", tfChief, []bool{false, true, true, true, true}, false},
+		{"tf chief without chief: worker 0 is chief", config.TensorFlow, "chief", tfNoChief, []bool{true, false, false}, true},
+		{"tf chief without chief: worker 0 running", config.TensorFlow, "chief", tfNoChief, []bool{false, true, true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &attempt_{cfg: &cluster.Config{Job: cluster.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
+			a := &attempt_{cfg: &config.Config{Job: config.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
 			procs := make([]*running, len(tt.procs))
 			for i, rp := range tt.procs {
 				procs[i] = &running{p: rp.p, done: tt.finished[i]}
@@ -296,7 +298,7 @@ func TestRenderSummary(t *testing.T) {
 		b.WriteString("--\n")
 	}
 	golden := filepath.Join("testdata", "golden", "run_summary.txt")
-	if *update {
+	if *updateExec {
 		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))
 	}
 	want, err := os.ReadFile(golden)

@@ -16,8 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/logstream"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // outcomeKind is how one attempt of the whole group ended. Exactly one
@@ -88,7 +90,7 @@ func setupFailed(err error) attemptOutcome {
 
 // running is one started process of the attempt.
 type running struct {
-	p       Process
+	p       plan.Process
 	ctl     *control
 	started time.Time
 	outs    []io.Closer
@@ -114,7 +116,7 @@ type exitMsg struct {
 // and onExit accounts for each process as it goes.
 type supervisor struct {
 	a      *attempt_
-	plan   *Plan
+	pl     *plan.Plan
 	byHost map[string]*hostConn
 	// sessions is the context of every process's session; cancelling it
 	// closes the channels, which the agents take as "drover is gone".
@@ -137,8 +139,8 @@ type supervisor struct {
 	lastPing time.Time
 }
 
-func newSupervisor(a *attempt_, conns []*hostConn, plan *Plan) *supervisor {
-	s := &supervisor{a: a, plan: plan, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(plan.Processes))}
+func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes))}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
@@ -147,14 +149,14 @@ func newSupervisor(a *attempt_, conns []*hostConn, plan *Plan) *supervisor {
 }
 
 // supervise runs the attempt's group to its end.
-func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan) attemptOutcome {
+func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
 	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
 		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
 	}
 	if err := a.prepareProgress(conns); err != nil {
 		return a.setupFailure(err)
 	}
-	s := newSupervisor(a, conns, plan)
+	s := newSupervisor(a, conns, pl)
 	defer s.cancel()
 	s.start()
 	stopHooks := a.startRunning(conns)
@@ -168,12 +170,12 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, plan *Plan)
 // start starts every process of the plan. A process that cannot be
 // started fails the attempt as a setup failure and stops the others.
 func (s *supervisor) start() {
-	for _, p := range s.plan.Processes {
+	for _, p := range s.pl.Processes {
 		s.a.r.register(p)
 	}
 	term := logstream.NewSink(s.a.r.opts.Out)
 	var startErr error
-	for i, p := range s.plan.Processes {
+	for i, p := range s.pl.Processes {
 		rp, err := s.startOne(i, p, term)
 		if rp != nil {
 			s.procs = append(s.procs, rp)
@@ -193,7 +195,7 @@ func (s *supervisor) start() {
 
 // startOne opens p's log and starts p under the agent on its host. It
 // returns the running process only when p started.
-func (s *supervisor) startOne(i int, p Process, term *logstream.Sink) (*running, error) {
+func (s *supervisor) startOne(i int, p plan.Process, term *logstream.Sink) (*running, error) {
 	a := s.a
 	c := s.byHost[p.Host.Name]
 	f, err := os.Create(filepath.Join(a.logDir, p.Name()+".log"))
@@ -239,7 +241,7 @@ func (s *supervisor) startOne(i int, p Process, term *logstream.Sink) (*running,
 }
 
 // processEnv is p's environment with the run's extra variables (tests).
-func (a *attempt_) processEnv(p Process) map[string]string {
+func (a *attempt_) processEnv(p plan.Process) map[string]string {
 	if len(a.r.opts.Env) == 0 {
 		return p.Env
 	}
@@ -322,7 +324,7 @@ func (s *supervisor) onExit(m exitMsg) {
 		s.stop(s.failure(rp, m.err, text, code, lost))
 		return
 	}
-	if len(s.procs) == len(s.plan.Processes) && s.a.succeeded(s.procs) {
+	if len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs) {
 		s.stop(succeeded(), s.a.successNote(s.procs))
 	}
 }
@@ -434,7 +436,7 @@ func (a *attempt_) rootCause(c *hostConn, rp *running) string {
 // succeeded applies the success policy to the processes that have exited
 // (all with status 0, since any failure stops the group first).
 func (a *attempt_) succeeded(procs []*running) bool {
-	if a.cfg.Job.Framework != cluster.TensorFlow {
+	if a.cfg.Job.Framework != config.TensorFlow {
 		for _, rp := range procs {
 			if !rp.done {
 				return false
@@ -444,18 +446,18 @@ func (a *attempt_) succeeded(procs []*running) bool {
 	}
 	hasChief := false
 	for _, rp := range procs {
-		if rp.p.Role == RoleChief {
+		if rp.p.Role == plan.RoleChief {
 			hasChief = true
 		}
 	}
 	for _, rp := range procs {
 		switch rp.p.Role {
-		case RoleChief:
+		case plan.RoleChief:
 			if !rp.done {
 				return false
 			}
-		case RoleWorker:
-			mustFinish := a.cfg.Job.SuccessPolicy != cluster.SuccessChief || (!hasChief && rp.p.Index == 0)
+		case plan.RoleWorker:
+			mustFinish := a.cfg.Job.SuccessPolicy != config.SuccessChief || (!hasChief && rp.p.Index == 0)
 			if mustFinish && !rp.done {
 				return false
 			}

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // DefaultConcurrency is how many files are in flight per host when
@@ -240,7 +241,7 @@ func loadMatcher(root string, exclude []string) (*Matcher, error) {
 		if err := m.Add(IgnoreFile, strings.Split(string(data), "\n")); err != nil {
 			var bp *BadPatternError
 			errors.As(err, &bp)
-			return nil, &cluster.ConfigError{File: ignorePath, Line: bp.Line, Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
+			return nil, &config.ConfigError{File: ignorePath, Line: bp.Line, Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
 				Fix: "close the '[' or escape it as '\\['"}
 		}
 	case !errors.Is(err, fs.ErrNotExist):
@@ -249,7 +250,7 @@ func loadMatcher(root string, exclude []string) (*Matcher, error) {
 	if err := m.Add("job.exclude", exclude); err != nil {
 		var bp *BadPatternError
 		errors.As(err, &bp)
-		return nil, &cluster.ConfigError{Key: fmt.Sprintf("job.exclude[%d]", bp.Line-1), Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
+		return nil, &config.ConfigError{Key: fmt.Sprintf("job.exclude[%d]", bp.Line-1), Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
 			Fix: "close the '[' or escape it as '\\['"}
 	}
 	return m, nil

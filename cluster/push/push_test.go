@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // env is one push scenario: a local code directory and a remote workdir
@@ -563,13 +564,13 @@ func TestScanLocalErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ".droverignore"), []byte("ok\n[bad\n"), 0o644))
 	_, err = ScanLocal(dir, Options{})
 	require.Error(t, err)
-	assert.True(t, cluster.IsConfigError(err), "bad .droverignore pattern is a config error: %v", err)
+	assert.True(t, config.IsConfigError(err), "bad .droverignore pattern is a config error: %v", err)
 	assert.Contains(t, err.Error(), ".droverignore:2:")
 
 	require.NoError(t, os.Remove(filepath.Join(dir, ".droverignore")))
 	_, err = ScanLocal(dir, Options{Exclude: []string{"a", "b[", "c"}})
 	require.Error(t, err)
-	assert.True(t, cluster.IsConfigError(err))
+	assert.True(t, config.IsConfigError(err))
 	assert.Contains(t, err.Error(), "job.exclude[1]")
 }
 

@@ -40,7 +40,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // User is the unprivileged login user on every fleet host.
@@ -229,6 +229,7 @@ func Need(t testing.TB, f *Fleet) {
 	if testing.Short() {
 		// make test-short is the unit-only run: no sshd, even as root.
 		t.Skip("testfleet: fleet tests do not run under -short")
+		return
 	}
 	if f.skip == "" {
 		f.ensureUp()
@@ -243,6 +244,33 @@ func Need(t testing.TB, f *Fleet) {
 		}
 		t.Skip(f.skip)
 	}
+}
+
+// NeedUp brings up a fleet of a test's own, for a test that needs one
+// shaped unlike its package's Main fleet, and closes it when t ends. It
+// skips exactly when Need would: under -short, and when no fleet can run
+// here (failing instead under CI=true).
+func NeedUp(t testing.TB, opts Options) *Fleet {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("testfleet: fleet tests do not run under -short")
+	}
+	if err := Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v (CI=true: not skipping)", err)
+		}
+		t.Skip(err)
+	}
+	f, err := Up(opts)
+	if err != nil {
+		t.Fatalf("testfleet: fleet did not come up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("testfleet: %v", err)
+		}
+	})
+	return f
 }
 
 // Up brings up a fleet outside of TestMain (tools, benchmarks that want
@@ -378,20 +406,20 @@ func (f *Fleet) Close() error {
 
 // ClusterHosts returns the fleet as cluster hosts ready to Dial: SSH as User
 // on port 22 with the fleet's key and known_hosts, no GPUs.
-func (f *Fleet) ClusterHosts() []cluster.Host {
+func (f *Fleet) ClusterHosts() []config.Host {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	hs := make([]cluster.Host, len(f.Hosts))
+	hs := make([]config.Host, len(f.Hosts))
 	for i, h := range f.Hosts {
-		hs[i] = cluster.Host{
+		hs[i] = config.Host{
 			Name:         h.Name,
 			Address:      h.Addr,
-			Transport:    cluster.TransportSSH,
+			Transport:    config.TransportSSH,
 			User:         f.User,
 			Port:         22,
 			IdentityFile: f.KeyFile,
 			KnownHosts:   f.KnownHosts,
-			GPUs:         cluster.GPUSpec{},
+			GPUs:         config.GPUSpec{},
 		}
 	}
 	return hs

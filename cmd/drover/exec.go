@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -26,19 +26,17 @@ func execCommand() *cli.Command {
 		Name:      "exec",
 		Usage:     "run a command on every host at once",
 		ArgsUsage: "JOB.toml -- CMD [ARGS...]",
-		Flags: []cli.Flag{
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "only these hosts (comma-separated names); spare hosts run only when named here"},
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "stop the command on a host where it runs longer than this (exit status 124 there); 0: no limit"},
 			&cli.DurationFlag{Name: "stop-grace", Value: launcher.DefaultExecGrace, Usage: "after Ctrl-C or --timeout, time between SIGTERM and SIGKILL on the hosts"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			jobPath, args, err := splitExecArgs(c.Args().Slice())
 			if err != nil {
 				return cli.Exit(err.Error()+"\n"+execUsage, exitConfig)
 			}
-			cfg, err := cluster.Load(jobPath, cluster.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
+			cfg, err := config.Load(jobPath, config.LoadOptions{InventoryPath: c.String(flagInventory), HostsOnly: true})
 			if err != nil {
 				return err
 			}
@@ -53,12 +51,9 @@ func execCommand() *cli.Command {
 				Timeout: c.Duration("timeout"),
 				Grace:   c.Duration("stop-grace"),
 				Hard:    hard,
-				Dial: cluster.DialOptions{
-					AcceptNewHosts: c.Bool("accept-new-hosts"),
-					Inventory:      cfg.Hosts,
-				},
-				Stdout: c.App.Writer,
-				Stderr: c.App.ErrWriter,
+				Dial:    dialOptions(c, cfg.Hosts),
+				Stdout:  c.App.Writer,
+				Stderr:  c.App.ErrWriter,
 			})
 			if err := launcher.WriteExecSummary(c.App.ErrWriter, results); err != nil {
 				return err

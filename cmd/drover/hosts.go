@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // pickHosts returns the hosts named in list (the --hosts flag,
@@ -13,9 +13,9 @@ import (
 // spares included only with withSpares, since a spare takes part in a job
 // only once it replaces a host. An unknown name is an error that lists the
 // known ones.
-func pickHosts(all []cluster.Host, list string, withSpares bool) ([]cluster.Host, error) {
+func pickHosts(all []config.Host, list string, withSpares bool) ([]config.Host, error) {
 	if strings.TrimSpace(list) == "" {
-		var out []cluster.Host
+		var out []config.Host
 		for _, h := range all {
 			if withSpares || !h.Spare {
 				out = append(out, h)
@@ -29,7 +29,7 @@ func pickHosts(all []cluster.Host, list string, withSpares bool) ([]cluster.Host
 			want[n] = true
 		}
 	}
-	var out []cluster.Host
+	var out []config.Host
 	for _, h := range all {
 		if want[h.Name] {
 			out = append(out, h)

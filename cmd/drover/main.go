@@ -12,9 +12,8 @@ import (
 	"os/signal"
 	"strings"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/urfave/cli/v2"
-
-	"github.com/droverhq/drover/cluster"
 )
 
 // Exit statuses shared by every command.
@@ -92,7 +91,7 @@ func exitCode(err error, stderr io.Writer) int {
 		return ce.ExitCode()
 	}
 	fmt.Fprintln(stderr, "drover:", err)
-	if cluster.IsConfigError(err) {
+	if config.IsConfigError(err) {
 		return exitConfig
 	}
 	return exitFailed

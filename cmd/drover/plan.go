@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // planCommand shows what `drover run` would start, without touching the
@@ -27,14 +27,12 @@ Formats: table (default), env (export lines and the command for each
 process, ready to paste into a shell on that host), json (for scripts).
 Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 *_KEY) are shown as **** in every format unless --show-secrets is given.`,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: string(launcher.FormatTable),
+		Flags: withFleetFlags(
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: string(plan.FormatTable),
 				Usage: "output format: table, env or json"},
 			&cli.BoolFlag{Name: "show-secrets", Usage: "print secret-looking values instead of ****"},
-			&cli.StringFlag{Name: "inventory", Aliases: []string{"i"},
-				Usage: "read the hosts from this TOML file instead of the job file", TakesFile: true},
 			&cli.BoolFlag{Name: "probe", Usage: `probe gpus = "auto" hosts over SSH first and plan with the GPUs they select`},
-		},
+		),
 		Action: planAction,
 	}
 }
@@ -44,25 +42,25 @@ func planAction(c *cli.Context) error {
 		return cli.Exit("usage: drover plan [--format table|env|json] [--probe] [--inventory FILE] JOB.toml", exitConfig)
 	}
 	job := c.Args().First()
-	format, err := launcher.ParseFormat(c.String("format"))
+	format, err := plan.ParseFormat(c.String("format"))
 	if err != nil {
 		return cli.Exit("plan: --format: "+err.Error(), exitConfig)
 	}
-	cfg, err := cluster.Load(job, cluster.LoadOptions{InventoryPath: c.String("inventory")})
+	cfg, err := loadJob(c, false)
 	if err != nil {
 		return err
 	}
-	in := launcher.PlanInput{Config: cfg}
+	in := plan.PlanInput{Config: cfg}
 	if c.Bool("probe") {
 		if in.GPUs, err = probeForPlan(c, cfg); err != nil {
 			return err
 		}
 	}
-	p, err := launcher.Build(in)
+	p, err := plan.Build(in)
 	if err != nil {
 		return err
 	}
-	if err := launcher.Render(c.App.Writer, p, format, launcher.RenderOptions{ShowSecrets: c.Bool("show-secrets")}); err != nil {
+	if err := plan.Render(c.App.Writer, p, format, plan.RenderOptions{ShowSecrets: c.Bool("show-secrets")}); err != nil {
 		return fmt.Errorf("plan %s: write output: %w", job, err)
 	}
 	return nil
@@ -71,14 +69,14 @@ func planAction(c *cli.Context) error {
 // probeForPlan probes the gpus = "auto" hosts and returns their selected
 // GPUs; a host that cannot be probed or whose selection fails (min_gpus)
 // makes the plan fail, as it would make drover run fail.
-func probeForPlan(c *cli.Context, cfg *cluster.Config) (map[string]launcher.HostGPUs, error) {
-	var auto []cluster.Host
+func probeForPlan(c *cli.Context, cfg *config.Config) (map[string]plan.HostGPUs, error) {
+	var auto []config.Host
 	for _, h := range cfg.Hosts {
 		if h.GPUs.Auto && !h.Spare {
 			auto = append(auto, h)
 		}
 	}
-	out := map[string]launcher.HostGPUs{}
+	out := map[string]plan.HostGPUs{}
 	if len(auto) == 0 {
 		return out, nil
 	}
@@ -92,7 +90,7 @@ func probeForPlan(c *cli.Context, cfg *cluster.Config) (map[string]launcher.Host
 			errs = append(errs, fmt.Errorf("probe %s: %w", r.Report.Host, r.Err))
 			continue
 		}
-		out[r.Report.Host] = launcher.HostGPUs{Indices: r.Selection.Indices, Probed: true}
+		out[r.Report.Host] = plan.HostGPUs{Indices: r.Selection.Indices, Probed: true}
 	}
 	return out, errors.Join(errs...)
 }

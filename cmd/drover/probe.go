@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 )
 
@@ -20,17 +21,15 @@ func probeCommand() *cli.Command {
 		Name:      "probe",
 		Usage:     "show each host's GPUs and which ones the job would use",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "probe only these hosts (comma-separated names)"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON array (one object per host) for scripts"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover probe [--inventory FILE] [--hosts h1,h2] [--json] JOB.toml", exitConfig)
 			}
-			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory"), HostsOnly: true})
+			cfg, err := loadJob(c, true)
 			if err != nil {
 				return err
 			}
@@ -68,11 +67,8 @@ func probeCommand() *cli.Command {
 // probeHosts dials hosts, probes the reachable ones in parallel and selects
 // GPUs on each. An unreachable host is a result with an error, not a
 // reason to stop: the point of probe is to show the whole fleet.
-func probeHosts(c *cli.Context, job cluster.Job, inventory, hosts []cluster.Host, bin string) []gpu.HostResult {
-	ts, errs := cluster.DialAll(c.Context, hosts, cluster.DialOptions{
-		AcceptNewHosts: c.Bool("accept-new-hosts"),
-		Inventory:      inventory,
-	})
+func probeHosts(c *cli.Context, job config.Job, inventory, hosts []config.Host, bin string) []gpu.HostResult {
+	ts, errs := cluster.DialAll(c.Context, hosts, dialOptions(c, inventory))
 	var up []cluster.Transport
 	for i := range hosts {
 		if errs[i] == nil {

@@ -3,14 +3,13 @@ package main
 import (
 	"testing"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/droverhq/drover/cluster"
 )
 
 func TestPickHosts(t *testing.T) {
-	all := []cluster.Host{{Name: "h0"}, {Name: "h1"}, {Name: "h2"}, {Name: "s", Spare: true}}
+	all := []config.Host{{Name: "h0"}, {Name: "h1"}, {Name: "h2"}, {Name: "s", Spare: true}}
 	tests := []struct {
 		list       string
 		withSpares bool

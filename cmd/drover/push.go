@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 )
 
@@ -23,16 +24,14 @@ func pushCommand() *cli.Command {
 		Name:      "push",
 		Usage:     "sync the job's code directory to every host's workdir",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "push only to these hosts (comma-separated names)"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--accept-new-hosts] JOB.toml", exitConfig)
 			}
-			cfg, err := cluster.Load(c.Args().First(), cluster.LoadOptions{InventoryPath: c.String("inventory")})
+			cfg, err := loadJob(c, false)
 			if err != nil {
 				return err
 			}
@@ -52,7 +51,7 @@ type pushOutcome struct {
 	err error
 }
 
-func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
+func pushAll(c *cli.Context, cfg *config.Config, hosts []config.Host) error {
 	opts := push.Options{Exclude: cfg.Job.Exclude, CacheDir: cacheDir()}
 	// The scan runs while the hosts are dialled (it is most of a push's
 	// local work, and the handshakes are waiting on the hosts anyway). A
@@ -74,10 +73,7 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 	opts.Progress = display.Update
 
 	outcomes := make([]pushOutcome, len(hosts))
-	cluster.DialEach(ctx, hosts, cluster.DialOptions{
-		AcceptNewHosts: c.Bool("accept-new-hosts"),
-		Inventory:      cfg.Hosts,
-	}, func(i int, t cluster.Transport, err error) {
+	cluster.DialEach(ctx, hosts, dialOptions(c, cfg.Hosts), func(i int, t cluster.Transport, err error) {
 		h := hosts[i]
 		label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
 		var fsys cluster.FS
@@ -97,11 +93,7 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 			outcomes[i].err = err // names the host and address already
 			return
 		}
-		workdir := h.Workdir
-		if workdir == "" {
-			workdir = cfg.Job.Workdir
-		}
-		outcomes[i].res, outcomes[i].err = push.Sync(ctx, fsys, label, tree, workdir, opts)
+		outcomes[i].res, outcomes[i].err = push.Sync(ctx, fsys, label, tree, h.Workdir, opts)
 	})
 	display.Close()
 	<-scanned
@@ -114,7 +106,7 @@ func pushAll(c *cli.Context, cfg *cluster.Config, hosts []cluster.Host) error {
 // reportPush prints a summary line per pushed host (stdout) and every
 // host's error and warnings (stderr), and turns failures into exit 1 (130
 // when interrupted).
-func reportPush(stdout, stderr io.Writer, hosts []cluster.Host, outcomes []pushOutcome, interrupted bool) error {
+func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []pushOutcome, interrupted bool) error {
 	failed := 0
 	for i, h := range hosts {
 		o := outcomes[i]

@@ -6,7 +6,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -15,12 +14,10 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "push the code, start every process, stream logs, restart the group on failure",
 		ArgsUsage: "JOB.toml",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "inventory", Usage: "hosts from this file instead of the job file's"},
+		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
-			&cli.BoolFlag{Name: "accept-new-hosts", Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("usage: drover run JOB.toml", exitConfig)
@@ -35,11 +32,11 @@ func runCommand() *cli.Command {
 			defer stop()
 			res, err := launcher.Run(ctx, launcher.RunOptions{
 				JobPath:       c.Args().First(),
-				InventoryPath: c.String("inventory"),
+				InventoryPath: c.String(flagInventory),
 				LogDir:        c.String("log-dir"),
 				AgentBinary:   bin,
 				PushCacheDir:  cacheDir(),
-				Dial:          cluster.DialOptions{AcceptNewHosts: c.Bool("accept-new-hosts")},
+				Dial:          dialOptions(c, nil),
 				Out:           c.App.Writer,
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),

@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
@@ -109,7 +110,7 @@ workdir = %q
 
 // writeInventory writes the fleet's hosts as an inventory file, as the
 // fleet's own generated one does.
-func writeInventory(t *testing.T, file string, hosts []cluster.Host) {
+func writeInventory(t *testing.T, file string, hosts []config.Host) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", fleet.User, fleet.KeyFile, fleet.KnownHosts)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 )
 
@@ -151,7 +152,7 @@ func TestFleetInstallAgent(t *testing.T) {
 }
 
 func TestInstallAgentLocal(t *testing.T) {
-	tr, err := cluster.Dial(context.Background(), cluster.Host{Name: "me", Address: "local", Transport: cluster.TransportLocal}, cluster.DialOptions{})
+	tr, err := cluster.Dial(context.Background(), config.Host{Name: "me", Address: "local", Transport: config.TransportLocal}, cluster.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,11 @@
-package launcher
+package plan
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // planJAX lays out a jax job: procs_per_host processes on every host (one
@@ -22,7 +22,7 @@ import (
 // Open MPI, TPU, Kubernetes), none of which a static fleet is, so drover
 // also sets JAX_NUM_PROCESSES and JAX_PROCESS_ID for the script to pass
 // on (see examples/jax/train.py).
-func planJAX(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
+func planJAX(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
 	job := cfg.Job
 	n := max(job.ProcsPerHost, 1)
 	if err := checkJAXShares(cfg, slots, n); err != nil {
@@ -63,13 +63,13 @@ func planJAX(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
 // checkJAXShares refuses a host whose GPUs procs_per_host processes cannot
 // share evenly: jax expects every process to drive the same number of
 // devices.
-func checkJAXShares(cfg *cluster.Config, slots []*hostSlots, n int) error {
+func checkJAXShares(cfg *config.Config, slots []*hostSlots, n int) error {
 	for _, hs := range slots {
 		g := len(hs.gpus)
 		if g == 0 || g%n == 0 {
 			continue
 		}
-		return &cluster.ConfigError{File: cfg.Path, Key: "job.procs_per_host",
+		return &config.ConfigError{File: cfg.Path, Key: "job.procs_per_host",
 			Msg: fmt.Sprintf("%s has %d GPUs selected, which %d processes cannot share evenly", hs.host.Name, g, n),
 			Fix: "set procs_per_host to a divisor of every host's GPU count (1: one process per host driving all its GPUs), or pin gpus = [...] on the host"}
 	}

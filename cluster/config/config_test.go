@@ -1,4 +1,4 @@
-package cluster
+package config
 
 import (
 	"errors"
@@ -54,6 +54,9 @@ func TestLoadFullExample(t *testing.T) {
 			h.IdentityFile = "/home/tester/.ssh/id_ed25519"
 		}
 		h.KnownHosts = filepath.Join(dir, "keys", "known_hosts")
+		if h.Workdir == "" {
+			h.Workdir = "drover/mnist" // the job's, filled in by Load
+		}
 		return h
 	}
 	want := &Config{
@@ -128,7 +131,8 @@ func TestLoadDefaults(t *testing.T) {
 		},
 		// Port 0, user "" and no key files: the transport lets
 		// ~/.ssh/config, the agent and the current user decide.
-		Hosts: []Host{{Name: "a", Address: "10.0.0.1", Transport: TransportSSH, GPUs: GPUSpec{Auto: true}, Line: 6}},
+		// The workdir is the job's: Load fills it in for every host.
+		Hosts: []Host{{Name: "a", Address: "10.0.0.1", Transport: TransportSSH, GPUs: GPUSpec{Auto: true}, Workdir: "drover/tiny", Line: 6}},
 	}
 	assert.Equal(t, want, cfg)
 }
@@ -151,8 +155,8 @@ func TestLoadInventoryFile(t *testing.T) {
 	// relative to the inventory file.
 	key := filepath.Join(dir, "id_fleet")
 	assert.Equal(t, []Host{
-		{Name: "f1", Address: "10.1.0.1", Transport: TransportSSH, User: "trainer", IdentityFile: key, GPUs: GPUSpec{Auto: true}, Line: 6},
-		{Name: "f2", Address: "10.1.0.2", Transport: TransportSSH, User: "trainer", IdentityFile: key, GPUs: GPUSpec{List: []int{3}}, Line: 10},
+		{Name: "f1", Address: "10.1.0.1", Transport: TransportSSH, User: "trainer", IdentityFile: key, GPUs: GPUSpec{Auto: true}, Workdir: "drover/inv", Line: 6},
+		{Name: "f2", Address: "10.1.0.2", Transport: TransportSSH, User: "trainer", IdentityFile: key, GPUs: GPUSpec{List: []int{3}}, Workdir: "drover/inv", Line: 10},
 	}, cfg.Hosts)
 }
 
@@ -384,6 +388,12 @@ var errorCases = []errorCase{
 		line: 5, key: "job.code", msg: "not a directory", fix: `code = "."`},
 	{name: "env bad name", job: joinParts(jobHead, lns(`[job.env]`, `"1X" = "a"`), hostA),
 		line: 6, key: "job.env.1X", msg: "not a valid environment variable name", fix: "_1X"},
+	{name: "env reserved", job: joinParts(jobHead, lns(`[job.env]`, `RANK = "0"`), hostA),
+		line: 6, key: "job.env.RANK", msg: "drover sets RANK itself for pytorch jobs", fix: "remove it from [job.env]"},
+	{name: "env reserved drover", job: joinParts(jobHead, lns(`[job.env]`, `DROVER_HOST = "x"`), hostA),
+		line: 6, key: "job.env.DROVER_HOST", msg: "drover sets DROVER_HOST itself", fix: "remove it"},
+	{name: "env GPUs", job: joinParts(jobHead, lns(`[job.env]`, `CUDA_VISIBLE_DEVICES = "0"`), hostA),
+		line: 6, key: "job.env.CUDA_VISIBLE_DEVICES", msg: "drover sets CUDA_VISIBLE_DEVICES", fix: "gpus = [...]"},
 	{name: "env value array", job: joinParts(jobHead, lns(`[job.env]`, `A = ["x"]`), hostA),
 		line: 6, key: "job.env.A", msg: "not an array", fix: `A = "value"`},
 	{name: "env not a table", job: joinParts(jobHead, lns(`env = "A=1"`), hostA),

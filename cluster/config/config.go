@@ -1,4 +1,4 @@
-package cluster
+package config
 
 import (
 	"errors"
@@ -140,6 +140,11 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		cfg.InventoryPath = hostsAbs
 		cfg.Hosts = hw.hosts(htop, filepath.Dir(hostsAbs), cfg.Job.Framework)
 	}
+	for i := range cfg.Hosts {
+		if cfg.Hosts[i].Workdir == "" {
+			cfg.Hosts[i].Workdir = cfg.Job.Workdir
+		}
+	}
 
 	if len(errs) > 0 {
 		sortErrors(errs)
@@ -226,9 +231,6 @@ func sortErrors(errs ConfigErrors) {
 // nameRE is what host and job names may contain: they become parts of file
 // names, log prefixes and directories.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// envNameRE is a POSIX shell identifier.
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func (w *walker) name(t tbl, key, what string) (string, bool) {
 	s, ok := w.str(t, key)
@@ -348,7 +350,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	if n, ok := w.port(t, "base_port"); ok {
 		j.BasePort = n
 	}
-	j.Env = w.env(t)
+	j.Env = w.env(t, j.Framework)
 	if pats, ok := w.strList(t, "exclude"); ok {
 		for _, p := range pats {
 			if strings.TrimSpace(p) == "" {
@@ -446,8 +448,9 @@ func (w *walker) command(t tbl) []string {
 	return args
 }
 
-// env reads [job.env]: shell-identifier names, scalar values.
-func (w *walker) env(t tbl) map[string]string {
+// env reads [job.env]: shell-identifier names that drover does not set
+// itself for framework fw (ReservedEnv), scalar values.
+func (w *walker) env(t tbl, fw Framework) map[string]string {
 	out := map[string]string{}
 	et, ok := w.table(t, "env", tableSchema{"[job.env]", nil})
 	if !ok {
@@ -460,9 +463,17 @@ func (w *walker) env(t tbl) map[string]string {
 	sort.Strings(names)
 	for _, k := range names {
 		key := et.key(k)
-		if !envNameRE.MatchString(k) {
+		if !ValidEnvName(k) {
 			w.add(key, fmt.Sprintf("%s is not a valid environment variable name", show(k)),
 				fmt.Sprintf("use letters, digits and '_', not starting with a digit, e.g. %s", sanitizeEnv(k)))
+			continue
+		}
+		if ReservedEnv(fw, k) {
+			fix := "remove it from [job.env]"
+			if k == "CUDA_VISIBLE_DEVICES" {
+				fix += "; choose GPUs with gpus = [...] on each [[host]]"
+			}
+			w.add(key, fmt.Sprintf("drover sets %s itself for %s jobs", k, fw), fix)
 			continue
 		}
 		switch v := et.m[k].(type) {

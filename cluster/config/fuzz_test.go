@@ -1,4 +1,4 @@
-package cluster
+package config
 
 import (
 	"io/fs"
@@ -103,7 +103,7 @@ func checkFuzzConfig(t *testing.T, cfg *Config) {
 		t.Fatalf("chief %d", j.Roles.Chief)
 	}
 	for k := range j.Env {
-		if !envNameRE.MatchString(k) {
+		if !ValidEnvName(k) {
 			t.Fatalf("accepted env name %q", k)
 		}
 	}

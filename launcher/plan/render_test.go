@@ -1,4 +1,4 @@
-package launcher
+package plan
 
 import (
 	"bytes"
@@ -10,10 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/droverhq/drover/cluster"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -22,8 +21,8 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // framework, loaded from the TOML fixtures under testdata.
 func goldenPlans(t *testing.T) map[string]*Plan {
 	t.Helper()
-	load := func(name string) *cluster.Config {
-		c, err := cluster.Load(filepath.Join("testdata", name+".toml"), cluster.LoadOptions{})
+	load := func(name string) *config.Config {
+		c, err := config.Load(filepath.Join("testdata", name+".toml"), config.LoadOptions{})
 		require.NoError(t, err)
 		return c
 	}
@@ -78,7 +77,7 @@ func TestRenderEnvRoundTrip(t *testing.T) {
 		"line1\nline2\n", "trailing newlines\n\n", `back\slash \n`, "", "'", "''", `"`, "$HOME ${PATH}",
 		"semi; touch " + pwned, "tab\there", "ünïcødé ✓", "*", "-n", "=x=",
 	}
-	c := testConfig(cluster.PyTorch, localHost("l0", workdir))
+	c := testConfig(config.PyTorch, localHost("l0", workdir))
 	c.Job.Env = map[string]string{}
 	for i, v := range nasty {
 		c.Job.Env["V"+string(rune('A'+i))] = v
@@ -129,8 +128,9 @@ func TestRenderEnvRoundTrip(t *testing.T) {
 func TestRenderEnvRelativeWorkdir(t *testing.T) {
 	home := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(home, "drover", "my job"), 0o755))
-	c := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0))
-	c.Job.Workdir = "drover/my job"
+	h := gpuHost("a", "10.0.0.1", 0)
+	h.Workdir = "drover/my job"
+	c := testConfig(config.PyTorch, h)
 	c.Job.CheckpointDir = "ck pt"
 	c.Job.Command = []string{"sh", "-c", `pwd; echo "$DROVER_CHECKPOINT_DIR"`}
 	p := mustBuild(t, PlanInput{Config: c})
@@ -147,7 +147,7 @@ func TestRenderEnvRelativeWorkdir(t *testing.T) {
 }
 
 func TestRenderSecrets(t *testing.T) {
-	c := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0))
+	c := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0))
 	c.Job.Env = map[string]string{
 		"HF_TOKEN": "tok-1", "aws_secret_access_key": "sec-2", "DB_PASSWORD": "pw-3",
 		"WANDB_API_KEY": "key-4", "MYSQL_PASSWD": "pw-5", "PLAIN": "visible-6", "KEYBOARD": "visible-7",

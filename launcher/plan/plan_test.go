@@ -1,4 +1,4 @@
-package launcher
+package plan
 
 import (
 	"encoding/json"
@@ -7,49 +7,61 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/droverhq/drover/cluster"
 )
 
-func gpuHost(name, addr string, gpus ...int) cluster.Host {
-	return cluster.Host{Name: name, Address: addr, Transport: cluster.TransportSSH, Port: 22,
-		GPUs: cluster.GPUSpec{List: gpus}}
+func gpuHost(name, addr string, gpus ...int) config.Host {
+	return config.Host{Name: name, Address: addr, Transport: config.TransportSSH, Port: 22,
+		GPUs: config.GPUSpec{List: gpus}}
 }
 
-func cpuHost(name, addr string) cluster.Host {
-	return cluster.Host{Name: name, Address: addr, Transport: cluster.TransportSSH, Port: 22}
+func cpuHost(name, addr string) config.Host {
+	return config.Host{Name: name, Address: addr, Transport: config.TransportSSH, Port: 22}
 }
 
-func autoHost(name, addr string) cluster.Host {
+func autoHost(name, addr string) config.Host {
 	h := cpuHost(name, addr)
 	h.GPUs.Auto = true
 	return h
 }
 
-func localHost(name, workdir string, gpus ...int) cluster.Host {
-	return cluster.Host{Name: name, Address: "local", Transport: cluster.TransportLocal,
-		Workdir: workdir, GPUs: cluster.GPUSpec{List: gpus}}
+func localHost(name, workdir string, gpus ...int) config.Host {
+	return config.Host{Name: name, Address: "local", Transport: config.TransportLocal,
+		Workdir: workdir, GPUs: config.GPUSpec{List: gpus}}
 }
 
-func spare(h cluster.Host) cluster.Host { h.Spare = true; return h }
+func spare(h config.Host) config.Host { h.Spare = true; return h }
 
-func testConfig(fw cluster.Framework, hosts ...cluster.Host) *cluster.Config {
-	return &cluster.Config{
+func testConfig(fw config.Framework, hosts ...config.Host) *config.Config {
+	return &config.Config{
 		Path:          "/jobs/job.toml",
 		InventoryPath: "/jobs/job.toml",
-		Job: cluster.Job{
+		Job: config.Job{
 			Name: "demo", Framework: fw, Command: []string{"python3", "train.py", "--epochs", "3"},
 			Code: "/jobs/code", Workdir: "drover/demo", CheckpointDir: "checkpoints",
 			ProcsPerHost: 1, MasterPort: 29500, BasePort: 2222,
 		},
-		Hosts: hosts,
+		Hosts: withWorkdir(hosts, "drover/demo"),
 	}
 }
 
-func tfConfig(r cluster.Roles, hosts ...cluster.Host) *cluster.Config {
-	c := testConfig(cluster.TensorFlow, hosts...)
+// withWorkdir gives every host without a workdir of its own the job's, as
+// config.Load does.
+func withWorkdir(hosts []config.Host, workdir string) []config.Host {
+	out := make([]config.Host, len(hosts))
+	for i, h := range hosts {
+		if h.Workdir == "" {
+			h.Workdir = workdir
+		}
+		out[i] = h
+	}
+	return out
+}
+
+func tfConfig(r config.Roles, hosts ...config.Host) *config.Config {
+	c := testConfig(config.TensorFlow, hosts...)
 	c.Job.Roles = r
 	return c
 }
@@ -78,37 +90,37 @@ func placed(p *Plan) []string {
 func TestBuildPyTorchPlacement(t *testing.T) {
 	tests := []struct {
 		name  string
-		cfg   *cluster.Config
+		cfg   *config.Config
 		gpus  map[string]HostGPUs
 		want  []string
 		notes []string
 	}{{
 		name: "uneven GPU counts, file order, spare unused",
-		cfg: testConfig(cluster.PyTorch, gpuHost("b", "10.0.0.2", 0, 1, 2),
+		cfg: testConfig(config.PyTorch, gpuHost("b", "10.0.0.2", 0, 1, 2),
 			spare(gpuHost("s", "10.0.0.9", 0)), gpuHost("a", "10.0.0.1", 3)),
 		want:  []string{"worker-0@b gpus=0", "worker-1@b gpus=1", "worker-2@b gpus=2", "worker-3@a gpus=3"},
 		notes: []string{"s: spare"},
 	}, {
 		name: "mixed GPU and CPU hosts",
-		cfg: func() *cluster.Config {
-			c := testConfig(cluster.PyTorch, cpuHost("c", "10.0.0.3"), gpuHost("g", "10.0.0.4", 0, 1))
+		cfg: func() *config.Config {
+			c := testConfig(config.PyTorch, cpuHost("c", "10.0.0.3"), gpuHost("g", "10.0.0.4", 0, 1))
 			c.Job.ProcsPerHost = 2
 			return c
 		}(),
 		want: []string{"worker-0@c gpus=", "worker-1@c gpus=", "worker-2@g gpus=0", "worker-3@g gpus=1"},
 	}, {
 		name:  "auto host not probed is a CPU host with a note",
-		cfg:   testConfig(cluster.PyTorch, autoHost("a", "10.0.0.1"), gpuHost("g", "10.0.0.2", 0)),
+		cfg:   testConfig(config.PyTorch, autoHost("a", "10.0.0.1"), gpuHost("g", "10.0.0.2", 0)),
 		want:  []string{"worker-0@a gpus=", "worker-1@g gpus=0"},
 		notes: []string{`a: gpus = "auto" not probed`},
 	}, {
 		name: "probe results replace the spec",
-		cfg:  testConfig(cluster.PyTorch, autoHost("a", "10.0.0.1"), gpuHost("g", "10.0.0.2", 0, 1)),
+		cfg:  testConfig(config.PyTorch, autoHost("a", "10.0.0.1"), gpuHost("g", "10.0.0.2", 0, 1)),
 		gpus: map[string]HostGPUs{"a": {Indices: []int{2, 5}, Probed: true}, "g": {Indices: []int{1}, Probed: true}},
 		want: []string{"worker-0@a gpus=2", "worker-1@a gpus=5", "worker-2@g gpus=1"},
 	}, {
 		name:  "probed with no free GPU",
-		cfg:   testConfig(cluster.PyTorch, autoHost("a", "10.0.0.1")),
+		cfg:   testConfig(config.PyTorch, autoHost("a", "10.0.0.1")),
 		gpus:  map[string]HostGPUs{"a": {Probed: true}},
 		want:  []string{"worker-0@a gpus="},
 		notes: []string{"a: no free GPUs"},
@@ -150,7 +162,7 @@ func TestBuildPyTorchPlacement(t *testing.T) {
 }
 
 func TestBuildPyTorchNodeRanks(t *testing.T) {
-	c := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0, 1), spare(cpuHost("s", "10.0.0.9")), gpuHost("b", "10.0.0.2", 0, 1))
+	c := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0, 1), spare(cpuHost("s", "10.0.0.9")), gpuHost("b", "10.0.0.2", 0, 1))
 	p := mustBuild(t, PlanInput{Config: c})
 	var got []string
 	for _, pr := range p.Processes {
@@ -161,46 +173,46 @@ func TestBuildPyTorchNodeRanks(t *testing.T) {
 }
 
 func TestBuildTensorFlowPlacement(t *testing.T) {
-	withProcs := func(c *cluster.Config, n int) *cluster.Config { c.Job.ProcsPerHost = n; return c }
+	withProcs := func(c *config.Config, n int) *config.Config { c.Job.ProcsPerHost = n; return c }
 	tests := []struct {
 		name string
-		cfg  *cluster.Config
+		cfg  *config.Config
 		want []string
 	}{{
 		name: "chief, 2 workers, ps on two GPU hosts: ps beside the fewest tasks",
-		cfg:  tfConfig(cluster.Roles{Chief: 1, Worker: 2, PS: 1}, gpuHost("a", "10.0.0.1", 0, 1), gpuHost("b", "10.0.0.2", 0, 1)),
+		cfg:  tfConfig(config.Roles{Chief: 1, Worker: 2, PS: 1}, gpuHost("a", "10.0.0.1", 0, 1), gpuHost("b", "10.0.0.2", 0, 1)),
 		want: []string{"chief-0@a gpus=0 port=2222", "worker-0@a gpus=1 port=2223", "worker-1@b gpus=0 port=2222", "ps-0@b gpus= port=2223"},
 	}, {
 		name: "mixed hosts, worker auto: ps takes the CPU slot, workers the rest",
-		cfg: withProcs(tfConfig(cluster.Roles{Chief: 1, WorkerAuto: true, PS: 1},
+		cfg: withProcs(tfConfig(config.Roles{Chief: 1, WorkerAuto: true, PS: 1},
 			gpuHost("a", "10.0.0.1", 0, 1), cpuHost("c", "10.0.0.3")), 2),
 		want: []string{"chief-0@a gpus=0 port=2222", "worker-0@a gpus=1 port=2223", "worker-1@c gpus= port=2222", "ps-0@c gpus= port=2223"},
 	}, {
 		name: "uneven GPUs, worker auto",
-		cfg:  tfConfig(cluster.Roles{Chief: 1, WorkerAuto: true}, gpuHost("a", "10.0.0.1", 0, 1, 2), gpuHost("b", "10.0.0.2", 5)),
+		cfg:  tfConfig(config.Roles{Chief: 1, WorkerAuto: true}, gpuHost("a", "10.0.0.1", 0, 1, 2), gpuHost("b", "10.0.0.2", 5)),
 		want: []string{"chief-0@a gpus=0 port=2222", "worker-0@a gpus=1 port=2223", "worker-1@a gpus=2 port=2224", "worker-2@b gpus=5 port=2222"},
 	}, {
 		name: "ps and evaluator prefer the host without GPUs, even past its slots",
-		cfg: tfConfig(cluster.Roles{Chief: 1, Worker: 1, PS: 1, Evaluator: 1},
+		cfg: tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1, Evaluator: 1},
 			gpuHost("a", "10.0.0.1", 0, 1), cpuHost("c", "10.0.0.3")),
 		want: []string{"chief-0@a gpus=0 port=2222", "worker-0@a gpus=1 port=2223", "ps-0@c gpus= port=2222", "evaluator-0@c gpus= port=2223"},
 	}, {
 		name: "workers need the CPU slot: ps runs beside them",
-		cfg: tfConfig(cluster.Roles{Chief: 1, Worker: 2, PS: 1},
+		cfg: tfConfig(config.Roles{Chief: 1, Worker: 2, PS: 1},
 			gpuHost("a", "10.0.0.1", 0, 1), cpuHost("c", "10.0.0.3")),
 		want: []string{"chief-0@a gpus=0 port=2222", "worker-0@a gpus=1 port=2223", "worker-1@c gpus= port=2222", "ps-0@c gpus= port=2223"},
 	}, {
 		name: "CPU-only fleet: ps spread over hosts, workers fill the rest",
-		cfg: withProcs(tfConfig(cluster.Roles{WorkerAuto: true, PS: 2},
+		cfg: withProcs(tfConfig(config.Roles{WorkerAuto: true, PS: 2},
 			cpuHost("c1", "10.0.0.1"), cpuHost("c2", "10.0.0.2")), 2),
 		want: []string{"worker-0@c1 gpus= port=2222", "worker-1@c2 gpus= port=2222", "ps-0@c1 gpus= port=2223", "ps-1@c2 gpus= port=2223"},
 	}, {
 		name: "one CPU slot, chief and ps: ps shares the host",
-		cfg:  tfConfig(cluster.Roles{Chief: 1, WorkerAuto: true, PS: 1}, cpuHost("c", "10.0.0.1")),
+		cfg:  tfConfig(config.Roles{Chief: 1, WorkerAuto: true, PS: 1}, cpuHost("c", "10.0.0.1")),
 		want: []string{"chief-0@c gpus= port=2222", "ps-0@c gpus= port=2223"},
 	}, {
 		name: "local hosts share 127.0.0.1: ports never collide",
-		cfg: tfConfig(cluster.Roles{Chief: 1, Worker: 1, PS: 1},
+		cfg: tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1},
 			localHost("l0", "/tmp/w0", 0), localHost("l1", "/tmp/w1", 1)),
 		want: []string{"chief-0@l0 gpus=0 port=2222", "worker-0@l1 gpus=1 port=2223", "ps-0@l0 gpus= port=2224"},
 	}}
@@ -224,31 +236,31 @@ func TestBuildTensorFlowPlacement(t *testing.T) {
 func TestBuildTensorFlowDoesNotFit(t *testing.T) {
 	tests := []struct {
 		name    string
-		cfg     *cluster.Config
+		cfg     *config.Config
 		wantMsg []string
 	}{{
 		name:    "more workers than GPUs",
-		cfg:     tfConfig(cluster.Roles{Chief: 1, Worker: 3}, gpuHost("a", "10.0.0.1", 0), gpuHost("b", "10.0.0.2", 0)),
+		cfg:     tfConfig(config.Roles{Chief: 1, Worker: 3}, gpuHost("a", "10.0.0.1", 0), gpuHost("b", "10.0.0.2", 0)),
 		wantMsg: []string{"need 4 slots", "2 slots: 2 GPUs and 0 CPU slots", "lower worker to 1"},
 	}, {
 		name:    "CPU slots counted with procs_per_host",
-		cfg:     tfConfig(cluster.Roles{Worker: 3}, gpuHost("a", "10.0.0.1", 0), cpuHost("c", "10.0.0.3")),
+		cfg:     tfConfig(config.Roles{Worker: 3}, gpuHost("a", "10.0.0.1", 0), cpuHost("c", "10.0.0.3")),
 		wantMsg: []string{"need 3 slots", "2 slots: 1 GPUs and 1 CPU slots", "procs_per_host"},
 	}, {
 		name:    "two chiefs",
-		cfg:     tfConfig(cluster.Roles{Chief: 2, Worker: 1}, gpuHost("a", "10.0.0.1", 0, 1, 2)),
+		cfg:     tfConfig(config.Roles{Chief: 2, Worker: 1}, gpuHost("a", "10.0.0.1", 0, 1, 2)),
 		wantMsg: []string{"2 chiefs"},
 	}, {
 		name:    "nothing to place",
-		cfg:     tfConfig(cluster.Roles{PS: 1}, gpuHost("a", "10.0.0.1", 0)),
+		cfg:     tfConfig(config.Roles{PS: 1}, gpuHost("a", "10.0.0.1", 0)),
 		wantMsg: []string{"no chief and no worker"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Build(PlanInput{Config: tt.cfg})
 			require.Error(t, err)
-			assert.True(t, cluster.IsConfigError(err), "%T %v", err, err)
-			var ce *cluster.ConfigError
+			assert.True(t, config.IsConfigError(err), "%T %v", err, err)
+			var ce *config.ConfigError
 			require.True(t, errors.As(err, &ce))
 			assert.Equal(t, "/jobs/job.toml", ce.File)
 			for _, m := range tt.wantMsg {
@@ -261,7 +273,7 @@ func TestBuildTensorFlowDoesNotFit(t *testing.T) {
 // TestTFConfigFormat checks TF_CONFIG against the format Kubeflow's TFJob
 // operator documents, field by field.
 func TestTFConfigFormat(t *testing.T) {
-	c := tfConfig(cluster.Roles{Chief: 1, Worker: 2, PS: 1, Evaluator: 1},
+	c := tfConfig(config.Roles{Chief: 1, Worker: 2, PS: 1, Evaluator: 1},
 		gpuHost("a", "10.0.0.1", 0, 1), gpuHost("b", "10.0.0.2", 0), cpuHost("c", "10.0.0.3"))
 	p := mustBuild(t, PlanInput{Config: c})
 	require.Len(t, p.Processes, 5)
@@ -281,7 +293,7 @@ func TestTFConfigFormat(t *testing.T) {
 		assert.Equal(t, wantCluster, cl)
 		var task map[string]any
 		require.NoError(t, json.Unmarshal(doc["task"], &task))
-		assert.Equal(t, map[string]any{"type": pr.Role, "index": float64(pr.Index)}, task)
+		assert.Equal(t, map[string]any{"type": string(pr.Role), "index": float64(pr.Index)}, task)
 		var env string
 		require.NoError(t, json.Unmarshal(doc["environment"], &env))
 		assert.Equal(t, "cloud", env)
@@ -297,7 +309,7 @@ func TestTFConfigFormat(t *testing.T) {
 }
 
 func TestTFConfigAbsentRoles(t *testing.T) {
-	p := mustBuild(t, PlanInput{Config: tfConfig(cluster.Roles{Worker: 2}, gpuHost("a", "10.0.0.1", 0, 1))})
+	p := mustBuild(t, PlanInput{Config: tfConfig(config.Roles{Worker: 2}, gpuHost("a", "10.0.0.1", 0, 1))})
 	var doc TFConfig
 	require.NoError(t, json.Unmarshal([]byte(p.Processes[0].Env["TF_CONFIG"]), &doc))
 	assert.Equal(t, map[string][]string{"worker": {"10.0.0.1:2222", "10.0.0.1:2223"}}, doc.Cluster)
@@ -306,7 +318,7 @@ func TestTFConfigAbsentRoles(t *testing.T) {
 }
 
 func TestTFConfigSingleTask(t *testing.T) {
-	for _, r := range []cluster.Roles{{Worker: 1}, {Chief: 1}, {WorkerAuto: true}} {
+	for _, r := range []config.Roles{{Worker: 1}, {Chief: 1}, {WorkerAuto: true}} {
 		p := mustBuild(t, PlanInput{Config: tfConfig(r, gpuHost("a", "10.0.0.1", 0))})
 		require.Len(t, p.Processes, 1)
 		assert.NotContains(t, p.Processes[0].Env, "TF_CONFIG", "%+v", r)
@@ -314,7 +326,7 @@ func TestTFConfigSingleTask(t *testing.T) {
 }
 
 func TestBuildTorchrun(t *testing.T) {
-	c := testConfig(cluster.Torchrun, gpuHost("a", "10.0.0.1", 0, 1, 2, 3), cpuHost("c", "10.0.0.3"))
+	c := testConfig(config.Torchrun, gpuHost("a", "10.0.0.1", 0, 1, 2, 3), cpuHost("c", "10.0.0.3"))
 	c.Job.ProcsPerHost = 2
 	p := mustBuild(t, PlanInput{Config: c, RestartCount: 2})
 	require.Len(t, p.Processes, 2)
@@ -363,14 +375,14 @@ func TestTorchrunSplit(t *testing.T) {
 			assert.Equal(t, tt.rest, rest)
 		})
 	}
-	c := testConfig(cluster.Torchrun, gpuHost("a", "10.0.0.1", 0))
+	c := testConfig(config.Torchrun, gpuHost("a", "10.0.0.1", 0))
 	c.Job.Command = []string{"python3", "-c", "x"}
 	_, err := Build(PlanInput{Config: c})
-	assert.True(t, cluster.IsConfigError(err), "%v", err)
+	assert.True(t, config.IsConfigError(err), "%v", err)
 }
 
 func TestBuildDroverEnv(t *testing.T) {
-	c := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0), gpuHost("b", "10.0.0.2", 1))
+	c := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0), gpuHost("b", "10.0.0.2", 1))
 	c.Hosts[1].Workdir = "/srv/b"
 	c.Job.Env = map[string]string{"WANDB_PROJECT": "x", "OMP_NUM_THREADS": "4"}
 	p := mustBuild(t, PlanInput{Config: c, RestartCount: 3, ResumeFrom: "/home/u/drover/demo/checkpoints/step-9",
@@ -416,23 +428,23 @@ func TestCheckpointDir(t *testing.T) {
 
 func TestBuildJobEnvConflicts(t *testing.T) {
 	tests := []struct {
-		fw      cluster.Framework
+		fw      config.Framework
 		env     map[string]string
 		wantKey []string // ConfigError keys, sorted by name
 	}{
-		{cluster.PyTorch, map[string]string{"RANK": "1", "MASTER_ADDR": "x", "OK": "y"}, []string{"job.env.MASTER_ADDR", "job.env.RANK"}},
-		{cluster.Torchrun, map[string]string{"WORLD_SIZE": "8"}, []string{"job.env.WORLD_SIZE"}},
-		{cluster.TensorFlow, map[string]string{"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "0"}, []string{"job.env.CUDA_VISIBLE_DEVICES", "job.env.TF_CONFIG"}},
-		{cluster.TensorFlow, map[string]string{"DROVER_ROLE": "chief"}, []string{"job.env.DROVER_ROLE"}},
-		{cluster.PyTorch, map[string]string{"BAD-NAME": "x", "1X": "y"}, []string{"job.env.1X", "job.env.BAD-NAME"}},
+		{config.PyTorch, map[string]string{"RANK": "1", "MASTER_ADDR": "x", "OK": "y"}, []string{"job.env.MASTER_ADDR", "job.env.RANK"}},
+		{config.Torchrun, map[string]string{"WORLD_SIZE": "8"}, []string{"job.env.WORLD_SIZE"}},
+		{config.TensorFlow, map[string]string{"TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "0"}, []string{"job.env.CUDA_VISIBLE_DEVICES", "job.env.TF_CONFIG"}},
+		{config.TensorFlow, map[string]string{"DROVER_ROLE": "chief"}, []string{"job.env.DROVER_ROLE"}},
+		{config.PyTorch, map[string]string{"BAD-NAME": "x", "1X": "y"}, []string{"job.env.1X", "job.env.BAD-NAME"}},
 		// Not drover's for this framework: allowed.
-		{cluster.TensorFlow, map[string]string{"RANK": "0"}, nil},
-		{cluster.PyTorch, map[string]string{"TF_CONFIG": "{}"}, nil},
+		{config.TensorFlow, map[string]string{"RANK": "0"}, nil},
+		{config.PyTorch, map[string]string{"TF_CONFIG": "{}"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.fw)+"/"+strings.Join(sortedKeys(tt.env), ","), func(t *testing.T) {
 			c := testConfig(tt.fw, gpuHost("a", "10.0.0.1", 0, 1))
-			c.Job.Roles = cluster.Roles{Worker: 2}
+			c.Job.Roles = config.Roles{Worker: 2}
 			c.Job.Env = tt.env
 			p, err := Build(PlanInput{Config: c})
 			if tt.wantKey == nil {
@@ -443,8 +455,8 @@ func TestBuildJobEnvConflicts(t *testing.T) {
 				return
 			}
 			require.Error(t, err)
-			assert.True(t, cluster.IsConfigError(err))
-			var ces cluster.ConfigErrors
+			assert.True(t, config.IsConfigError(err))
+			var ces config.ConfigErrors
 			require.True(t, errors.As(err, &ces), "%T", err)
 			var keys []string
 			for _, ce := range ces {
@@ -459,24 +471,24 @@ func TestBuildJobEnvConflicts(t *testing.T) {
 func TestBuildConfigErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  *cluster.Config
+		cfg  *config.Config
 		want string
 	}{
-		{"only spares", testConfig(cluster.PyTorch, spare(gpuHost("a", "10.0.0.1", 0))), "no hosts"},
-		{"no command", func() *cluster.Config {
-			c := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0))
+		{"only spares", testConfig(config.PyTorch, spare(gpuHost("a", "10.0.0.1", 0))), "no hosts"},
+		{"no command", func() *config.Config {
+			c := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0))
 			c.Job.Command = nil
 			return c
 		}(), "job.command"},
 		{"unknown framework", testConfig("mxnet", gpuHost("a", "10.0.0.1", 0)), "unknown framework"},
-		{"rank 0 on a local host with remote hosts", testConfig(cluster.PyTorch, localHost("l", "/tmp/l", 0), gpuHost("a", "10.0.0.1", 0)), "cannot reach at 127.0.0.1"},
-		{"tf task on a local host with remote hosts", tfConfig(cluster.Roles{Worker: 2}, gpuHost("a", "10.0.0.1", 0), localHost("l", "/tmp/l", 0)), "worker-1"},
+		{"rank 0 on a local host with remote hosts", testConfig(config.PyTorch, localHost("l", "/tmp/l", 0), gpuHost("a", "10.0.0.1", 0)), "cannot reach at 127.0.0.1"},
+		{"tf task on a local host with remote hosts", tfConfig(config.Roles{Worker: 2}, gpuHost("a", "10.0.0.1", 0), localHost("l", "/tmp/l", 0)), "worker-1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Build(PlanInput{Config: tt.cfg})
 			require.Error(t, err)
-			assert.True(t, cluster.IsConfigError(err), "%T %v", err, err)
+			assert.True(t, config.IsConfigError(err), "%T %v", err, err)
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
@@ -485,7 +497,7 @@ func TestBuildConfigErrors(t *testing.T) {
 }
 
 func TestBuildLocalHosts(t *testing.T) {
-	c := testConfig(cluster.PyTorch, localHost("l0", "/tmp/w0"), localHost("l1", "/tmp/w1"))
+	c := testConfig(config.PyTorch, localHost("l0", "/tmp/w0"), localHost("l1", "/tmp/w1"))
 	p := mustBuild(t, PlanInput{Config: c})
 	require.Len(t, p.Processes, 2)
 	for _, pr := range p.Processes {
@@ -494,12 +506,12 @@ func TestBuildLocalHosts(t *testing.T) {
 	}
 	assert.Equal(t, "/tmp/w1", p.Processes[1].Workdir)
 	// A remote rank 0 reachable from local hosts is fine.
-	c = testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0), localHost("l", "/tmp/l", 0))
+	c = testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0), localHost("l", "/tmp/l", 0))
 	mustBuild(t, PlanInput{Config: c})
 }
 
 func TestBuildIsPure(t *testing.T) {
-	c := tfConfig(cluster.Roles{Chief: 1, WorkerAuto: true, PS: 1}, gpuHost("a", "10.0.0.1", 0, 1), cpuHost("c", "10.0.0.3"))
+	c := tfConfig(config.Roles{Chief: 1, WorkerAuto: true, PS: 1}, gpuHost("a", "10.0.0.1", 0, 1), cpuHost("c", "10.0.0.3"))
 	c.Job.Env = map[string]string{"A": "1"}
 	in := PlanInput{Config: c, GPUs: map[string]HostGPUs{"a": {Indices: []int{1}, Probed: true}}}
 	p1 := mustBuild(t, in)

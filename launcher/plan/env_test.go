@@ -1,4 +1,4 @@
-package launcher
+package plan
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 )
 
@@ -41,10 +41,10 @@ func dgxBusy(busyGPUs ...int) nvml.Interface {
 
 // planOnDGX probes two mock 8-GPU hosts whose GPUs 2 and 5 are busy,
 // selects their free GPUs as drover run does, and plans fw on them.
-func planOnDGX(t *testing.T, fw cluster.Framework) (*Plan, map[string][]int) {
+func planOnDGX(t *testing.T, fw config.Framework) (*Plan, map[string][]int) {
 	t.Helper()
 	cfg := testConfig(fw, autoHost("dgx-a", "10.0.0.1"), autoHost("dgx-b", "10.0.0.2"))
-	cfg.Job.GPUMaxUsedMiB = cluster.DefaultGPUMaxUsedMiB
+	cfg.Job.GPUMaxUsedMiB = config.DefaultGPUMaxUsedMiB
 	in := PlanInput{Config: cfg, GPUs: map[string]HostGPUs{}}
 	selected := map[string][]int{}
 	for _, h := range cfg.Hosts {
@@ -65,7 +65,7 @@ func planOnDGX(t *testing.T, fw cluster.Framework) (*Plan, map[string][]int) {
 // asked rank 1 for a device that did not exist. As under torchrun, every
 // rank on a host sees the host's GPUs and LOCAL_RANK indexes that list.
 func TestLocalRankIndexesVisibleDevices(t *testing.T) {
-	p, selected := planOnDGX(t, cluster.PyTorch)
+	p, selected := planOnDGX(t, config.PyTorch)
 	require.Len(t, p.Processes, 12)
 	for _, pr := range p.Processes {
 		visible := strings.Split(pr.Env["CUDA_VISIBLE_DEVICES"], ",")
@@ -92,7 +92,7 @@ func TestLocalRankIndexesVisibleDevices(t *testing.T) {
 // Under torchrun, torchrun gives LOCAL_RANK 0..nproc_per_node-1 to the
 // workers it spawns: that must index the host's CUDA_VISIBLE_DEVICES too.
 func TestLocalRankTorchrun(t *testing.T) {
-	p, selected := planOnDGX(t, cluster.Torchrun)
+	p, selected := planOnDGX(t, config.Torchrun)
 	require.Len(t, p.Processes, 2)
 	for _, pr := range p.Processes {
 		visible := strings.Split(pr.Env["CUDA_VISIBLE_DEVICES"], ",")
@@ -120,7 +120,7 @@ func flagValue(t *testing.T, argv []string, flag string) string {
 // TestTorchElasticEnv checks each variable torchrun's elastic agent gives a
 // worker, with torchrun's values for a static launch of one role.
 func TestTorchElasticEnv(t *testing.T) {
-	cfg := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0, 1), gpuHost("b", "10.0.0.2", 3), cpuHost("c", "10.0.0.3"))
+	cfg := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0, 1), gpuHost("b", "10.0.0.2", 3), cpuHost("c", "10.0.0.3"))
 	cfg.Job.MaxRestarts = 4
 	p := mustBuild(t, PlanInput{Config: cfg, RestartCount: 2, HostHome: map[string]string{"a": "/home/u"}})
 	require.Len(t, p.Processes, 4)
@@ -152,7 +152,7 @@ func TestTorchElasticEnv(t *testing.T) {
 // [job.env] replaces drover's tunable defaults but not what the
 // rendezvous depends on.
 func TestJobEnvTunables(t *testing.T) {
-	cfg := testConfig(cluster.PyTorch, gpuHost("a", "10.0.0.1", 0, 1))
+	cfg := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0, 1))
 	cfg.Job.Env = map[string]string{"OMP_NUM_THREADS": "8", "NCCL_ASYNC_ERROR_HANDLING": "0",
 		"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "eth1"}
 	p := mustBuild(t, PlanInput{Config: cfg})
@@ -163,7 +163,7 @@ func TestJobEnvTunables(t *testing.T) {
 		"TORCHELASTIC_USE_AGENT_STORE", "CUDA_DEVICE_ORDER"} {
 		cfg.Job.Env = map[string]string{name: "x"}
 		_, err := Build(PlanInput{Config: cfg})
-		assert.True(t, cluster.IsConfigError(err), "%s: %v", name, err)
+		assert.True(t, config.IsConfigError(err), "%s: %v", name, err)
 	}
 }
 
@@ -171,29 +171,29 @@ func TestBuildJAX(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		perHost int
-		hosts   []cluster.Host
+		hosts   []config.Host
 		want    []string // per process: host visible ids gpus
 		wantErr string
 	}{
 		{name: "one per host", perHost: 1,
-			hosts: []cluster.Host{gpuHost("a", "10.0.0.1", 0, 1, 3), gpuHost("b", "10.0.0.2", 0, 1, 2)},
+			hosts: []config.Host{gpuHost("a", "10.0.0.1", 0, 1, 3), gpuHost("b", "10.0.0.2", 0, 1, 2)},
 			want:  []string{"a 0,1,3 0,1,2 0", "b 0,1,2 0,1,2 1"}},
 		{name: "one per GPU", perHost: 2,
-			hosts: []cluster.Host{gpuHost("a", "10.0.0.1", 4, 6), gpuHost("b", "10.0.0.2", 0, 1)},
+			hosts: []config.Host{gpuHost("a", "10.0.0.1", 4, 6), gpuHost("b", "10.0.0.2", 0, 1)},
 			want:  []string{"a 4,6 0 0", "a 4,6 1 1", "b 0,1 0 2", "b 0,1 1 3"}},
 		{name: "cpu hosts", perHost: 2,
-			hosts: []cluster.Host{cpuHost("a", "10.0.0.1")},
+			hosts: []config.Host{cpuHost("a", "10.0.0.1")},
 			want:  []string{"a  - 0", "a  - 1"}},
 		{name: "uneven", perHost: 2,
-			hosts:   []cluster.Host{gpuHost("a", "10.0.0.1", 0, 1, 2)},
+			hosts:   []config.Host{gpuHost("a", "10.0.0.1", 0, 1, 2)},
 			wantErr: "a has 3 GPUs selected, which 2 processes cannot share evenly"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(cluster.JAX, tc.hosts...)
+			cfg := testConfig(config.JAX, tc.hosts...)
 			cfg.Job.ProcsPerHost = tc.perHost
 			p, err := Build(PlanInput{Config: cfg})
 			if tc.wantErr != "" {
-				require.True(t, cluster.IsConfigError(err), "%v", err)
+				require.True(t, config.IsConfigError(err), "%v", err)
 				assert.Contains(t, err.Error(), tc.wantErr)
 				return
 			}
@@ -217,7 +217,7 @@ func TestBuildJAX(t *testing.T) {
 // TestReadmeListsEveryVariable keeps README.md's "What each process gets"
 // table complete: every variable any framework's plan sets appears in it.
 func TestReadmeListsEveryVariable(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
 	readme := string(b)
 	start := strings.Index(readme, "## What each process gets")
@@ -225,16 +225,7 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 	end := strings.Index(readme[start+1:], "\n## ")
 	require.Greater(t, end, 0)
 	table := readme[start : start+1+end]
-	hosts := []cluster.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
-	cfgs := []*cluster.Config{
-		testConfig(cluster.PyTorch, hosts...), testConfig(cluster.Torchrun, hosts...),
-		tfConfig(cluster.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(cluster.JAX, hosts...),
-	}
-	// hang_timeout adds DROVER_PROGRESS_FILE and PYTHONFAULTHANDLER.
-	hang := testConfig(cluster.PyTorch, hosts...)
-	hang.Job.HangTimeout = time.Minute
-	cfgs = append(cfgs, hang)
-	for _, cfg := range cfgs {
+	for _, cfg := range everyFramework() {
 		p := mustBuild(t, PlanInput{Config: cfg})
 		for _, pr := range p.Processes {
 			for name := range pr.Env {
@@ -247,7 +238,7 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 // With hang_timeout every process gets its progress file and faulthandler
 // on; [job.env] may turn faulthandler off.
 func TestPlanHangEnv(t *testing.T) {
-	cfg := testConfig(cluster.PyTorch, cpuHost("b", "10.0.0.2"))
+	cfg := testConfig(config.PyTorch, cpuHost("b", "10.0.0.2"))
 	cfg.Job.HangTimeout = time.Minute
 	p := mustBuild(t, PlanInput{Config: cfg, HostHome: map[string]string{"b": "/home/u"}})
 	env := p.Processes[0].Env
@@ -267,8 +258,8 @@ func TestPlanHangEnv(t *testing.T) {
 // in every process's environment; the plan of the configured job is
 // unchanged.
 func TestPlanMovedPorts(t *testing.T) {
-	hosts := []cluster.Host{cpuHost("a", "10.0.0.1"), cpuHost("b", "10.0.0.2")}
-	cfg := testConfig(cluster.PyTorch, hosts...)
+	hosts := []config.Host{cpuHost("a", "10.0.0.1"), cpuHost("b", "10.0.0.2")}
+	cfg := testConfig(config.PyTorch, hosts...)
 	p := mustBuild(t, PlanInput{Config: cfg, MasterPort: 41000})
 	for _, pr := range p.Processes {
 		assert.Equal(t, "41000", pr.Env["MASTER_PORT"], pr.Name())
@@ -276,7 +267,7 @@ func TestPlanMovedPorts(t *testing.T) {
 	assert.Equal(t, 29500, cfg.Job.MasterPort, "the config is not changed")
 	assert.Equal(t, "29500", mustBuild(t, PlanInput{Config: cfg}).Processes[0].Env["MASTER_PORT"])
 
-	tf := tfConfig(cluster.Roles{Chief: 1, Worker: 3}, hosts...)
+	tf := tfConfig(config.Roles{Chief: 1, Worker: 3}, hosts...)
 	tf.Job.ProcsPerHost = 2
 	p = mustBuild(t, PlanInput{Config: tf, BasePorts: map[string]int{"10.0.0.2": 43000}})
 	var ports []int
@@ -290,4 +281,40 @@ func TestPlanMovedPorts(t *testing.T) {
 		}
 	}
 	t.Logf("ports %v", ports)
+}
+
+// TestEverySetVariableIsReservedOrTunable keeps config's reserved-env table
+// (what [job.env] may not set) in step with what Build sets: a variable
+// the plan sets that is neither reserved nor tunable would be silently
+// overridden, or silently ignored, by [job.env].
+func TestEverySetVariableIsReservedOrTunable(t *testing.T) {
+	for _, cfg := range everyFramework() {
+		p := mustBuild(t, PlanInput{Config: cfg})
+		for _, pr := range p.Processes {
+			for name := range pr.Env {
+				fw := cfg.Job.Framework
+				assert.True(t, config.ReservedEnv(fw, name) || config.TunableEnv(name),
+					"%s sets %s, which config.ReservedEnv does not list for %s and is not tunable", fw, name, fw)
+			}
+		}
+	}
+}
+
+// everyFramework is one small job of each framework, on a GPU host and a
+// CPU host: together their plans set every variable drover sets.
+func everyFramework() []*config.Config {
+	hosts := []config.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
+	return []*config.Config{
+		testConfig(config.PyTorch, hosts...), testConfig(config.Torchrun, hosts...),
+		tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(config.JAX, hosts...),
+		hangConfig(hosts...),
+	}
+}
+
+// hangConfig is a pytorch job with hang_timeout, which adds
+// DROVER_PROGRESS_FILE and PYTHONFAULTHANDLER.
+func hangConfig(hosts ...config.Host) *config.Config {
+	c := testConfig(config.PyTorch, hosts...)
+	c.Job.HangTimeout = time.Minute
+	return c
 }

@@ -1,11 +1,4 @@
-// Package cluster describes the fleet and reaches it: it loads and validates
-// the job and inventory files (TOML) into a Config, and provides the
-// transports (SSH/SFTP and local) through which drover runs commands and
-// copies files on each host.
-//
-// Data flows one way: cluster knows nothing about GPUs or plans; gpu and
-// launcher build on what cluster returns.
-package cluster
+package config
 
 import (
 	"strconv"
@@ -166,8 +159,10 @@ type Host struct {
 	// Spare hosts take no part in the first plan; they replace a host that
 	// stays unreachable for HostWait.
 	Spare bool
-	// Workdir overrides Job.Workdir for this host (several local hosts on
-	// one machine need distinct workdirs).
+	// Workdir is where the code lands on this host: the host's own
+	// workdir (several local hosts on one machine need distinct ones),
+	// else Job.Workdir. Load fills it in, so no other package applies
+	// that default.
 	Workdir string
 
 	// Line is the line of the [[host]] header in InventoryPath, for errors.

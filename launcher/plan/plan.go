@@ -1,16 +1,15 @@
-package launcher
+package plan
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // Process roles. PyTorch processes are all "worker"s (their index is the
@@ -29,7 +28,7 @@ const (
 	RoleProcess Role = "process"
 )
 
-// Defaults used when a Config arrives without them (cluster.Load applies
+// Defaults used when a Config arrives without them (config.Load applies
 // its own defaults; these keep Build total for hand-built configs).
 const (
 	defaultMasterPort = 29500
@@ -51,7 +50,7 @@ type HostGPUs struct {
 // to start it again identically: the run supervisor starts exactly this,
 // and `drover plan` shows exactly this.
 type Process struct {
-	Host cluster.Host
+	Host config.Host
 	// Address is how other processes reach this one's host (MASTER_ADDR,
 	// TF_CONFIG entries): Host.Address, or 127.0.0.1 for local hosts.
 	Address string
@@ -98,10 +97,10 @@ func (p Process) Name() string { return string(p.Role) + "-" + strconv.Itoa(p.In
 // will start.
 type Plan struct {
 	Job       string
-	Framework cluster.Framework
+	Framework config.Framework
 	Processes []Process
 	// Hosts are the participating hosts (spares excluded), in file order.
-	Hosts []cluster.Host
+	Hosts []config.Host
 	// Notes are things the user should know about the plan (unprobed
 	// hosts, unused spares), one sentence each.
 	Notes []string
@@ -114,7 +113,7 @@ type Plan struct {
 
 // PlanInput is everything Build needs; nothing else is read.
 type PlanInput struct {
-	Config *cluster.Config
+	Config *config.Config
 	// GPUs are the selected GPUs per host name. An entry with Probed set
 	// (or with Indices) is authoritative; otherwise a host's gpus list is
 	// used, and a gpus = "auto" host counts as unprobed.
@@ -139,7 +138,7 @@ type PlanInput struct {
 
 // hostSlots is one participating host as the placer sees it.
 type hostSlots struct {
-	host     cluster.Host
+	host     config.Host
 	index    int // among participating hosts
 	addr     string
 	gpus     []int
@@ -148,65 +147,9 @@ type hostSlots struct {
 	basePort int // replaces base_port when > 0 (PlanInput.BasePorts)
 }
 
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// torchWorkerEnv is what torchrun's elastic agent gives every worker
-// (torch/distributed/elastic/agent/server/local_elastic_agent.py,
-// _start_workers, and the error file from elastic/multiprocessing).
-var torchWorkerEnv = []string{"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
-	"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_NAME", "ROLE_RANK",
-	"ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
-	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-	"TORCHELASTIC_ERROR_FILE"}
-
-// reservedEnv lists the variables drover sets itself for each framework;
-// [job.env] may not set them, because a silently ignored or silently
-// winning override would break the rendezvous in ways that are hard to see.
-// Every DROVER_* name is reserved too. The defaults in tunableEnv are not
-// reserved: [job.env] replaces them.
-var reservedEnv = map[cluster.Framework][]string{
-	cluster.PyTorch:    append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
-	cluster.Torchrun:   append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
-	cluster.TensorFlow: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG"},
-	cluster.JAX: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "JAX_COORDINATOR_ADDRESS",
-		"JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_LOCAL_DEVICE_IDS"},
-}
-
-// tunableEnv are the variables drover sets only as defaults, because users
-// legitimately tune them: thread counts and the collective libraries' own
-// settings. A value in [job.env] wins.
-var tunableEnv = map[string]bool{
-	"OMP_NUM_THREADS":                 true,
-	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
-	"NCCL_ASYNC_ERROR_HANDLING":       true,
-}
-
-// TunableEnv reports whether name is one of drover's defaults that
-// [job.env] may replace (OMP_NUM_THREADS, NCCL_*, GLOO_*, ...).
-func TunableEnv(name string) bool {
-	return tunableEnv[name] || strings.HasPrefix(name, "NCCL_") || strings.HasPrefix(name, "GLOO_")
-}
-
-// ReservedEnv reports whether drover sets name itself for framework f, so
-// that [job.env] may not set it.
-func ReservedEnv(f cluster.Framework, name string) bool {
-	if TunableEnv(name) {
-		return false
-	}
-	if strings.HasPrefix(name, "DROVER_") {
-		return true
-	}
-	for _, r := range reservedEnv[f] {
-		if r == name {
-			return true
-		}
-	}
-	return false
-}
-
 // Build lays out the processes of one attempt. It is pure: same input, same
 // plan. Problems the user fixes in the job or inventory file are returned
-// as *cluster.ConfigError (or cluster.ConfigErrors).
+// as *config.ConfigError (or config.ConfigErrors).
 func Build(in PlanInput) (*Plan, error) {
 	cfg := in.Config
 	if cfg == nil {
@@ -224,30 +167,30 @@ func Build(in PlanInput) (*Plan, error) {
 		invFile = jobFile
 	}
 
-	var errs cluster.ConfigErrors
-	if _, ok := reservedEnv[job.Framework]; !ok {
-		errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.framework",
+	var errs config.ConfigErrors
+	if !config.KnownFramework(job.Framework) {
+		errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.framework",
 			Msg: fmt.Sprintf("unknown framework %q", job.Framework),
 			Fix: `use "pytorch", "torchrun", "tensorflow" or "jax"`})
 		return nil, errs
 	}
 	if len(job.Command) == 0 {
-		errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.command",
+		errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.command",
 			Msg: "no command", Fix: `set command = ["python3", "train.py"] or similar`})
 	}
 	envNames := sortedKeys(job.Env)
 	for _, name := range envNames {
 		switch {
-		case !envNameRE.MatchString(name):
-			errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.env." + name,
+		case !config.ValidEnvName(name):
+			errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.env." + name,
 				Msg: fmt.Sprintf("%q is not a valid environment variable name", name),
 				Fix: "use letters, digits and underscores, not starting with a digit"})
-		case ReservedEnv(job.Framework, name):
+		case config.ReservedEnv(job.Framework, name):
 			fix := "remove it from [job.env]"
 			if name == "CUDA_VISIBLE_DEVICES" {
 				fix += "; choose GPUs with gpus = [...] on each [[host]]"
 			}
-			errs = append(errs, &cluster.ConfigError{File: jobFile, Key: "job.env." + name,
+			errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.env." + name,
 				Msg: fmt.Sprintf("drover sets %s itself for %s jobs", name, job.Framework),
 				Fix: fix})
 		}
@@ -283,7 +226,7 @@ func Build(in PlanInput) (*Plan, error) {
 		slots = append(slots, hs)
 	}
 	if len(slots) == 0 {
-		errs = append(errs, &cluster.ConfigError{File: invFile, Key: "host",
+		errs = append(errs, &config.ConfigError{File: invFile, Key: "host",
 			Msg: "no hosts to run on (every host is a spare, or there are none)",
 			Fix: "add a [[host]] without spare = true"})
 	}
@@ -293,13 +236,13 @@ func Build(in PlanInput) (*Plan, error) {
 
 	var err error
 	switch job.Framework {
-	case cluster.PyTorch:
+	case config.PyTorch:
 		p.Processes = planPyTorch(job, slots)
-	case cluster.Torchrun:
+	case config.Torchrun:
 		p.Processes, err = planTorchrun(cfg, slots)
-	case cluster.TensorFlow:
+	case config.TensorFlow:
 		p.Processes, err = planTensorFlow(cfg, slots)
-	case cluster.JAX:
+	case config.JAX:
 		p.Processes, err = planJAX(cfg, slots)
 	}
 	if err != nil {
@@ -315,12 +258,12 @@ func Build(in PlanInput) (*Plan, error) {
 	}
 	for i := range p.Processes {
 		pr := &p.Processes[i]
-		pr.Workdir = hostWorkdir(pr.Host, job)
+		pr.Workdir = pr.Host.Workdir
 		commonEnv(pr, in)
 		switch job.Framework {
-		case cluster.PyTorch:
+		case config.PyTorch:
 			torchElasticEnv(pr, in, len(slots), perHost[pr.Host.Name])
-		case cluster.Torchrun:
+		case config.Torchrun:
 			// torchrun's own @record forwards its failed worker's error
 			// file here (dump_error_file), where drover reads the cause.
 			pr.Env["TORCHELASTIC_ERROR_FILE"] = ErrorFile(pr.Workdir, in.HostHome[pr.Host.Name], in.RestartCount, pr.Name())
@@ -410,7 +353,7 @@ func ErrorFile(workdir, home string, attempt int, name string) string {
 
 // planPyTorch starts one process per selected GPU, or ProcsPerHost on a
 // host without GPUs; ranks are contiguous per host, hosts in file order.
-func planPyTorch(job cluster.Job, slots []*hostSlots) []Process {
+func planPyTorch(job config.Job, slots []*hostSlots) []Process {
 	world := 0
 	for _, hs := range slots {
 		world += hs.procs()
@@ -454,11 +397,11 @@ func planPyTorch(job cluster.Job, slots []*hostSlots) []Process {
 // PATH of a non-interactive SSH session). Any other command runs under
 // `torchrun --no_python`. The flags use the underscore spelling, which
 // every torch release since 1.10 accepts.
-func planTorchrun(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
+func planTorchrun(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
 	job := cfg.Job
 	prefix, rest, err := torchrunSplit(job.Command)
 	if err != nil {
-		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.command", Msg: err.Error(),
+		return nil, &config.ConfigError{File: cfg.Path, Key: "job.command", Msg: err.Error(),
 			Fix: "torchrun starts the script with its own interpreter flags; set interpreter options through [job.env] (e.g. PYTHONUNBUFFERED = \"1\" for -u)"}
 	}
 	var procs []Process
@@ -570,14 +513,14 @@ type tfTask struct {
 // other tasks, without a GPU, on the host with the fewest tasks (hosts
 // without GPUs first). worker = "auto" is one worker per slot left after
 // the chief and the ps/evaluator CPU slots.
-func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) {
+func planTensorFlow(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
 	job := cfg.Job
 	r := job.Roles
 	if r.Chief < 0 || r.Worker < 0 || r.PS < 0 || r.Evaluator < 0 {
-		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles", Msg: "role counts cannot be negative"}
+		return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles", Msg: "role counts cannot be negative"}
 	}
 	if r.Chief > 1 {
-		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles.chief",
+		return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles.chief",
 			Msg: fmt.Sprintf("%d chiefs; TensorFlow allows one", r.Chief), Fix: "set chief = 1 (or 0 to let worker 0 lead)"}
 	}
 	var gpuSlots, cpuSlots []tfSlot
@@ -612,14 +555,14 @@ func planTensorFlow(cfg *cluster.Config, slots []*hostSlots) ([]Process, error) 
 		nWorker = r.Worker
 		need := r.Chief + nWorker
 		if need > total {
-			return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles",
+			return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles",
 				Msg: fmt.Sprintf("chief = %d and worker = %d need %d slots but %s", r.Chief, nWorker, need, slotsMsg),
 				Fix: fmt.Sprintf(`lower worker to %d or use worker = "auto", or add GPUs/hosts or raise procs_per_host`, max(total-r.Chief, 0))}
 		}
 		lightOnCPU = min(light, len(cpuSlots), total-need)
 	}
 	if r.Chief+nWorker == 0 {
-		return nil, &cluster.ConfigError{File: cfg.Path, Key: "job.roles",
+		return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles",
 			Msg: "no chief and no worker to place; " + slotsMsg,
 			Fix: "set chief = 1 or worker >= 1, and make sure hosts have GPUs or procs_per_host >= 1"}
 	}
@@ -777,7 +720,7 @@ func TFConfigJSON(clusterSpec map[string][]string, role string, index int) (stri
 
 // checkLocalMix refuses plans where a process on a remote host would have
 // to reach a local host: 127.0.0.1 there is the remote host itself.
-func checkLocalMix(cfg *cluster.Config, p *Plan, slots []*hostSlots) error {
+func checkLocalMix(cfg *config.Config, p *Plan, slots []*hostSlots) error {
 	var local, remote []string
 	for _, hs := range slots {
 		if isLocal(hs.host) {
@@ -791,11 +734,11 @@ func checkLocalMix(cfg *cluster.Config, p *Plan, slots []*hostSlots) error {
 	}
 	var endpoint string
 	switch p.Framework {
-	case cluster.PyTorch, cluster.Torchrun:
+	case config.PyTorch, config.Torchrun:
 		if isLocal(slots[0].host) {
 			endpoint = "rank 0 (MASTER_ADDR)"
 		}
-	case cluster.TensorFlow:
+	case config.TensorFlow:
 		if len(p.Processes) > 1 {
 			for _, pr := range p.Processes {
 				if isLocal(pr.Host) {
@@ -812,18 +755,18 @@ func checkLocalMix(cfg *cluster.Config, p *Plan, slots []*hostSlots) error {
 	if file == "" {
 		file = cfg.Path
 	}
-	return &cluster.ConfigError{File: file, Key: "host",
+	return &config.ConfigError{File: file, Key: "host",
 		Msg: fmt.Sprintf("%s runs on local host %s, which remote hosts %s cannot reach at %s",
 			endpoint, local[0], strings.Join(remote, ", "), localAddress),
 		Fix: "use only local hosts, or give this machine an SSH [[host]] entry with a reachable address"}
 }
 
-func isLocal(h cluster.Host) bool {
-	return h.Transport == cluster.TransportLocal || h.Address == "local"
+func isLocal(h config.Host) bool {
+	return h.Transport == config.TransportLocal || h.Address == "local"
 }
 
 // hostAddress is how other processes reach h.
-func hostAddress(h cluster.Host) string {
+func hostAddress(h config.Host) string {
 	if isLocal(h) || h.Address == "" {
 		return localAddress
 	}
@@ -845,19 +788,11 @@ func (hs *hostSlots) procs() int {
 	return hs.cpuSlots
 }
 
-func masterPort(job cluster.Job) int {
+func masterPort(job config.Job) int {
 	if job.MasterPort > 0 {
 		return job.MasterPort
 	}
 	return defaultMasterPort
-}
-
-// hostWorkdir is the host's workdir as written.
-func hostWorkdir(h cluster.Host, job cluster.Job) string {
-	if h.Workdir != "" {
-		return h.Workdir
-	}
-	return job.Workdir
 }
 
 // homeRelative strips a leading "~/" (or a lone "~"), which means the same

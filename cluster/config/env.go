@@ -1,0 +1,85 @@
+package config
+
+import "strings"
+
+// ValidEnvName reports whether name is a portable environment variable
+// name: a shell identifier, the only kind a POSIX shell can export. It is
+// the one rule every layer uses (the job file's [job.env], the plan, the
+// transports that export a command's environment).
+func ValidEnvName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, r := range name {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// torchWorkerEnv is what torchrun's elastic agent gives every worker
+// (torch/distributed/elastic/agent/server/local_elastic_agent.py,
+// _start_workers, and the error file from elastic/multiprocessing).
+var torchWorkerEnv = []string{"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+	"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_NAME", "ROLE_RANK",
+	"ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
+	"TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+	"TORCHELASTIC_ERROR_FILE"}
+
+// reservedEnv lists the variables drover sets itself for each framework
+// (package plan sets them; its tests check this table against what it
+// sets). [job.env] may not set them, because a silently ignored or silently
+// winning override would break the rendezvous in ways that are hard to see.
+// Every DROVER_* name is reserved too. The defaults in tunableEnv are not
+// reserved: [job.env] replaces them.
+var reservedEnv = map[Framework][]string{
+	PyTorch:    append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
+	Torchrun:   append([]string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}, torchWorkerEnv...),
+	TensorFlow: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CONFIG"},
+	JAX: {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "JAX_COORDINATOR_ADDRESS",
+		"JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_LOCAL_DEVICE_IDS"},
+}
+
+// KnownFramework reports whether drover can lay out framework f.
+func KnownFramework(f Framework) bool {
+	_, ok := reservedEnv[f]
+	return ok
+}
+
+// tunableEnv are the variables drover sets only as defaults, because users
+// legitimately tune them: thread counts and the collective libraries' own
+// settings. A value in [job.env] wins.
+var tunableEnv = map[string]bool{
+	"OMP_NUM_THREADS": true,
+	// Set with hang_timeout, so that a hung rank can be asked for its stack.
+	"PYTHONFAULTHANDLER":              true,
+	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
+	"NCCL_ASYNC_ERROR_HANDLING":       true,
+}
+
+// TunableEnv reports whether name is one of drover's defaults that
+// [job.env] may replace (OMP_NUM_THREADS, NCCL_*, GLOO_*, ...).
+func TunableEnv(name string) bool {
+	return tunableEnv[name] || strings.HasPrefix(name, "NCCL_") || strings.HasPrefix(name, "GLOO_")
+}
+
+// ReservedEnv reports whether drover sets name itself for framework f, so
+// that [job.env] may not set it.
+func ReservedEnv(f Framework, name string) bool {
+	if TunableEnv(name) {
+		return false
+	}
+	if strings.HasPrefix(name, "DROVER_") {
+		return true
+	}
+	for _, r := range reservedEnv[f] {
+		if r == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+)
+
+// The flags every command that reads a job file takes, declared here once
+// so that no command can lack one or spell it differently: where the hosts
+// come from, and what to do with a host key not yet in known_hosts.
+const (
+	flagInventory      = "inventory"
+	flagAcceptNewHosts = "accept-new-hosts"
+)
+
+// withFleetFlags returns a command's own flags followed by the fleet flags.
+func withFleetFlags(own ...cli.Flag) []cli.Flag {
+	return append(own,
+		&cli.StringFlag{Name: flagInventory, Aliases: []string{"i"}, TakesFile: true,
+			Usage: "read the hosts from this TOML file instead of the job file"},
+		&cli.BoolFlag{Name: flagAcceptNewHosts,
+			Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+	)
+}
+
+// loadJob loads the job named by the command's one argument, with the
+// hosts from --inventory when given. hostsOnly accepts an inventory file
+// on its own (exec and probe need no job).
+func loadJob(c *cli.Context, hostsOnly bool) (*config.Config, error) {
+	return config.Load(c.Args().First(), config.LoadOptions{
+		InventoryPath: c.String(flagInventory),
+		HostsOnly:     hostsOnly,
+	})
+}
+
+// dialOptions are the options every dial of a command's hosts uses;
+// inventory lets a ProxyJump name another host of the inventory.
+func dialOptions(c *cli.Context, inventory []config.Host) cluster.DialOptions {
+	return cluster.DialOptions{
+		AcceptNewHosts: c.Bool(flagAcceptNewHosts),
+		Inventory:      inventory,
+	}
+}
