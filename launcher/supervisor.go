@@ -266,13 +266,19 @@ func (rp *running) closeLogs() {
 func (s *supervisor) send(line string) {
 	for _, rp := range s.procs {
 		if !rp.done {
-			if line == "ping" {
-				rp.ctl.Ping()
-			} else {
-				rp.ctl.Send(line)
-			}
+			rp.ctl.Send(line)
 		}
 	}
+}
+
+// ping sends the heartbeat to every process still running.
+func (s *supervisor) ping() {
+	for _, rp := range s.procs {
+		if !rp.done {
+			rp.ctl.Ping()
+		}
+	}
+	s.lastPing = s.a.r.now()
 }
 
 // stop ends the attempt with out (unless an outcome was decided already)
@@ -387,8 +393,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.kill("grace period over; killing what is left")
 		case <-ping.C:
 			s.checkPaused()
-			s.send("ping")
-			s.lastPing = s.a.r.now()
+			s.ping()
 		case <-s.abandonAt:
 			// Unreachable hosts never report back; closing the channels
 			// makes their agents stop on their own when they can.
