@@ -555,6 +555,19 @@ echo "restart $DROVER_RESTART_COUNT"
 		assert.Equal(t, "restart 2\n", readLog(t, res, 3, "worker-1"))
 	})
 
+	t.Run("hooks join every attempt", func(t *testing.T) {
+		h := &recordingHook{resume: "/staged/step-20"}
+		job := localJob(t, `echo "resume=$DROVER_RESUME_FROM restart=$DROVER_RESTART_COUNT"
+if [ "$DROVER_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 3; fi`, nextPort())
+		res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Hooks: []AttemptHook{h}})
+		require.NoError(t, err)
+		require.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, "resume=/staged/step-20 restart=1\n", readLog(t, res, 2, "worker-0"), "the hook's checkpoint is resumed from")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		assert.Equal(t, []string{"before 1: a,b found=", "running 1", "stopped 1", "before 2: a,b found=", "running 2", "stopped 2"}, h.calls)
+	})
+
 	t.Run("interrupted", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		job := localJob(t, `echo ready; sleep 1000`, nextPort())
@@ -631,4 +644,33 @@ func (h *lineHook) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.buf.String()
+}
+
+// recordingHook is an AttemptHook that records its calls and stages a
+// fixed checkpoint.
+type recordingHook struct {
+	resume string
+	mu     sync.Mutex
+	calls  []string
+}
+
+func (h *recordingHook) BeforeStart(_ context.Context, n int, hosts []AttemptHost, found string) (string, error) {
+	var names []string
+	for _, host := range hosts {
+		names = append(names, host.Host.Name)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, fmt.Sprintf("before %d: %s found=%s", n, strings.Join(names, ","), found))
+	return h.resume, nil
+}
+
+func (h *recordingHook) Running(ctx context.Context, n int, _ []AttemptHost) {
+	h.mu.Lock()
+	h.calls = append(h.calls, fmt.Sprintf("running %d", n))
+	h.mu.Unlock()
+	<-ctx.Done()
+	h.mu.Lock()
+	h.calls = append(h.calls, fmt.Sprintf("stopped %d", n))
+	h.mu.Unlock()
 }
