@@ -568,6 +568,31 @@ if [ "$DROVER_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 3; fi`, nextPor
 		assert.Equal(t, []string{"before 1: a,b found=", "running 1", "stopped 1", "before 2: a,b found=", "running 2", "stopped 2"}, h.calls)
 	})
 
+	t.Run("fatal_exit_codes and retry_exit_codes", func(t *testing.T) {
+		res, _, _ := run(t, context.Background(), localJob(t, `if [ "$RANK" = 1 ]; then exit 2; fi; sleep 1000`,
+			nextPort()+"fatal_exit_codes = [2]\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.EqualError(t, res.Err, "worker-1@b exited 2; not restarting: exit status 2 is in fatal_exit_codes")
+
+		res, _, events := run(t, context.Background(), localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 75; fi
+echo "restart $DROVER_RESTART_COUNT"
+`, nextPort()+"restart_policy = \"never\"\nretry_exit_codes = [75]\n"))
+		assert.Equal(t, Succeeded, res.Outcome, "75 is retried even under restart_policy = never")
+		assert.Equal(t, 2, res.Attempts)
+		assert.Contains(t, events, "worker-1@b exited 75")
+	})
+
+	t.Run("hangs count against max_host_failures", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `echo up; sleep 1000`,
+			nextPort()+"hang_timeout = \"1s\"\nmax_restarts = 0\nmax_host_failures = 1\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 2, res.Attempts, "max_restarts = 0, yet a hang is restarted once")
+		assert.Contains(t, events, "attempt 2/2: restarting the whole group")
+		assert.ErrorContains(t, res.Err, "no restarts left for lost hosts and hangs (max_host_failures = 1)")
+	})
+
 	t.Run("interrupted", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		job := localJob(t, `echo ready; sleep 1000`, nextPort())
