@@ -382,6 +382,7 @@ func (g group) dumpStacks(notice func(format string, args ...any)) {
 		switch {
 		case fh[i]:
 			notice("group hung: asking Python process %d for its stack (SIGABRT, faulthandler)", pid)
+			noCoreDump(pid)
 			_ = syscall.Kill(pid, syscall.SIGABRT)
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		default:

@@ -6,7 +6,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
+
+// noCoreDump sets pid's core-file size limit to 0, so that the SIGABRT
+// which makes it print its stack does not also write a core file (which
+// for a CUDA process can be gigabytes) into the workdir.
+func noCoreDump(pid int) {
+	_ = unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{Cur: 0, Max: 0}, nil)
+}
 
 // pythonMembers returns the processes of g that run a Python interpreter,
 // and for each whether faulthandler is enabled in its environment

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,7 +28,8 @@ func TestStacksAndFrozenProcesses(t *testing.T) {
 		output []string
 	}{
 		{name: "stacks of a frozen python process",
-			script: `PYTHONFAULTHANDLER=1 exec /usr/bin/python3 -c '
+			// Core files allowed: the SIGABRT must still leave none.
+			script: `cd "$CORE_DIR"; ulimit -c unlimited 2>/dev/null; PYTHONFAULTHANDLER=1 exec /usr/bin/python3 -c '
 import os, signal
 def freeze():
     print("ready", flush=True)
@@ -50,7 +52,8 @@ time.sleep(1000)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
+			dir := t.TempDir()
+			t.Setenv("CORE_DIR", dir)
 			r, w := io.Pipe()
 			defer w.Close()
 			var out capture
@@ -71,6 +74,9 @@ time.sleep(1000)
 			}
 			if got.code != tt.want {
 				t.Errorf("exit code %d, want %d; output:\n%s", got.code, tt.want, out.String())
+			}
+			if cores, _ := filepath.Glob(filepath.Join(dir, "core*")); len(cores) > 0 {
+				t.Errorf("core files left: %v", cores)
 			}
 			for _, s := range tt.output {
 				if !strings.Contains(out.String(), s) {
