@@ -14,7 +14,13 @@ import (
 // progress for that long. Progress is output (any write to the process's
 // stdout or stderr) or a change of the mtime of its DROVER_PROGRESS_FILE,
 // which drover polls on every host; the clock is drover's own, so the
-// hosts' clocks do not matter. A process's start counts as progress.
+// hosts' clocks do not matter.
+//
+// The clock starts once every process has shown progress once: start-up
+// (importing torch takes from seconds to minutes, depending on the host's
+// load and filesystem) is not a hang, and a timeout sized for the
+// training loop would otherwise fire on a slow start. A process that
+// never shows any progress leaves the group to its own timeouts.
 
 // stackDumpWait is how long the processes get to print their stacks
 // between "stacks" and "stop": a SIGTERM that arrives while Python is
@@ -38,16 +44,21 @@ func (w progressWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastProgress is the process that showed progress last, and when.
-func (s *supervisor) lastProgress() (*running, time.Time) {
-	var last *running
-	var at int64
+// lastProgress is the process that showed progress last, and when;
+// started is false while a process that still runs has shown none yet.
+func (s *supervisor) lastProgress() (last *running, at time.Time, started bool) {
+	var latest int64
+	started = true
 	for _, rp := range s.procs {
-		if p := rp.progress.Load(); last == nil || p > at {
-			last, at = rp, p
+		p := rp.progress.Load()
+		if p == 0 && !rp.done {
+			started = false
+		}
+		if last == nil || p > latest {
+			last, latest = rp, p
 		}
 	}
-	return last, time.Unix(0, at)
+	return last, time.Unix(0, latest), started
 }
 
 // checkHang ends the attempt as hung when no process showed progress for
@@ -57,9 +68,9 @@ func (s *supervisor) checkHang() {
 	if s.stopping || len(s.procs) == 0 {
 		return
 	}
-	rp, at := s.lastProgress()
+	rp, at, started := s.lastProgress()
 	idle := s.a.r.now().Sub(at)
-	if idle < timeout {
+	if !started || idle < timeout {
 		return
 	}
 	reason := fmt.Sprintf("group hung: no process showed progress for %s (hang_timeout = %s); the last was %s@%s at %s",

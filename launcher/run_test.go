@@ -584,6 +584,16 @@ echo "restart $DROVER_RESTART_COUNT"
 		assert.Contains(t, events, "worker-1@b exited 75")
 	})
 
+	t.Run("hang_timeout: a slow start is not a hang", func(t *testing.T) {
+		// Silent for 3 x hang_timeout before the first line (torch's
+		// import on a loaded host), then healthy.
+		res, _, events := run(t, context.Background(), localJob(t, `sleep 3; echo up; sleep 0.3; echo done`,
+			nextPort()+"hang_timeout = \"1s\"\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.NotContains(t, events, "hung")
+	})
+
 	t.Run("hangs count against max_host_failures", func(t *testing.T) {
 		res, _, events := run(t, context.Background(), localJob(t, `echo up; sleep 1000`,
 			nextPort()+"hang_timeout = \"1s\"\nmax_restarts = 0\nmax_host_failures = 1\n"))

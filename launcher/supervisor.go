@@ -100,7 +100,7 @@ type running struct {
 	stderrTail *cluster.TailBuffer
 	done       bool
 	// progress is when it last showed progress (UnixNano, drover's
-	// clock); see hang.go.
+	// clock; 0 until it first does); see hang.go.
 	progress atomic.Int64
 }
 
@@ -203,7 +203,6 @@ func (s *supervisor) startOne(i int, p plan.Process, term *logstream.Sink) (*run
 		return nil, fmt.Errorf("create log file: %w", err)
 	}
 	rp := &running{p: p, ctl: newControl(), started: a.r.now(), logFile: f}
-	rp.progress.Store(rp.started.UnixNano())
 	fileSink := logstream.NewSink(f)
 	mk := func() io.Writer {
 		fw := logstream.NewPrefixWriter(fileSink, "")
