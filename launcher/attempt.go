@@ -75,6 +75,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		out.kind, out.permanent = outcomeSetupFailed, true
 		return out
 	}
+	if err := a.holdWorkdirs(ctx, conns); err != nil {
+		return a.setupFailure(err)
+	}
 	hosts = hosts[:0]
 	for _, c := range conns {
 		hosts = append(hosts, c.host)

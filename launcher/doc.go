@@ -1,7 +1,9 @@
 // Package launcher runs a plan on the fleet and keeps it running.
 //
 // Run is the supervisor of `drover run`: each attempt connects to the
-// hosts, probes their GPUs, builds the plan (package plan), pushes the
+// hosts, holds their workdirs for this run (package lease: a live run of
+// the same workdir makes it refuse, a dead one's group is a leftover),
+// probes their GPUs, builds the plan (package plan), pushes the
 // code, starts every process under the on-host agent and watches the group;
 // when one process dies, it stops them all and starts the next attempt from
 // the newest checkpoint, re-reading the inventory first. Exec is the

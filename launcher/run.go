@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -47,6 +48,9 @@ type RunOptions struct {
 	// PushCacheDir is push.Options.CacheDir for the push before each
 	// attempt: with it, a restart re-hashes only the files that changed.
 	PushCacheDir string
+	// Force takes over workdirs that another live run holds (see package
+	// lease); that run then stops.
+	Force bool
 	// Hooks take part in every attempt (see AttemptHook).
 	Hooks []AttemptHook
 }
@@ -107,6 +111,10 @@ type runner struct {
 	replaced map[string]string // unreachable host name -> spare name
 	// logRoot is the directory holding every run's logs (runs/).
 	logRoot string
+	// leases are this run's hold on the hosts' workdirs.
+	leases *lease.Holder
+	// logFailOnce: a failing local log disk is reported once per run.
+	logFailOnce sync.Once
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -161,6 +169,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}()
 
+	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
+	defer releaseLeases()
+
 	var b budget
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
@@ -177,7 +188,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			out = interrupted()
 		}
 		switch {
-		case out.kind == outcomeSetupFailed && attempt == 1 && config.IsConfigError(out.err):
+		case out.kind == outcomeSetupFailed && attempt == 1 && (config.IsConfigError(out.err) || IsHeld(out.err)):
 			return nil, out.err
 		case out.kind == outcomeInterrupted:
 			r.events.printf("interrupted: every process stopped")
@@ -306,7 +317,7 @@ func retryable(job config.Job, out attemptOutcome, n int) (bool, string) {
 		return true, ""
 	case job.RestartPolicy == config.RestartNever:
 		return false, `restart_policy = "never"`
-	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || config.IsConfigError(out.err)):
+	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || config.IsConfigError(out.err) || IsHeld(out.err)):
 		return false, "the group could not be set up (see the error above)"
 	case job.RestartPolicy == config.RestartExitCode && exited && out.exitCode <= 127:
 		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)

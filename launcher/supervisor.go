@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -94,7 +93,7 @@ type running struct {
 	ctl     *control
 	started time.Time
 	outs    []io.Closer
-	logFile *os.File
+	logFile io.WriteCloser
 	// stderrTail is the end of its stderr, for a root cause when it
 	// fails without an error file.
 	stderrTail *cluster.TailBuffer
@@ -150,9 +149,7 @@ func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
 
 // supervise runs the attempt's group to its end.
 func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
-	if err := os.MkdirAll(a.logDir, 0o755); err != nil {
-		return a.setupFailure(fmt.Errorf("create %s: %w", a.logDir, err))
-	}
+	a.r.makeLogDir(a.logDir)
 	if err := a.prepareProgress(conns); err != nil {
 		return a.setupFailure(err)
 	}
@@ -198,10 +195,7 @@ func (s *supervisor) start() {
 func (s *supervisor) startOne(i int, p plan.Process, term *logstream.Sink) (*running, error) {
 	a := s.a
 	c := s.byHost[p.Host.Name]
-	f, err := os.Create(filepath.Join(a.logDir, p.Name()+".log"))
-	if err != nil {
-		return nil, fmt.Errorf("create log file: %w", err)
-	}
+	f := a.r.createLog(filepath.Join(a.logDir, p.Name()+".log"))
 	rp := &running{p: p, ctl: newControl(), started: a.r.now(), logFile: f}
 	fileSink := logstream.NewSink(f)
 	mk := func() io.Writer {

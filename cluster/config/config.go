@@ -296,6 +296,7 @@ func (w *walker) job(top tbl, dir string) Job {
 
 	if s, ok := w.name(t, "name", "job"); ok {
 		j.Name = s
+		w.checkJobName(t, s)
 	} else if _, present := t.m["name"]; !present {
 		w.missing(t, "name", "missing job name", `add name = "mnist" under [job]; it names the workdir and the logs`)
 	}
@@ -329,6 +330,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	}
 	if s, ok := w.remotePath(t, "checkpoint_dir"); ok {
 		j.CheckpointDir = s
+		w.checkCheckpointDir(t, s, j.Workdir)
 	}
 	if s, ok := w.str(t, "checkpoint_marker"); ok {
 		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00\n") {
@@ -443,6 +445,9 @@ func (w *walker) command(t tbl) []string {
 	}
 	if strings.TrimSpace(args[0]) == "" {
 		w.add(key, "the program (first element) is empty", `write command = ["python3", "train.py"]`)
+		return nil
+	}
+	if !w.checkArgs(t, args) {
 		return nil
 	}
 	return args

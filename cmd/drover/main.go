@@ -34,7 +34,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), interruptSignals()...)
 	defer stop()
 	app := newApp(stdout, stderr)
+	// urfave/cli reports an unknown command through CommandNotFound,
+	// which cannot return an error, or else with its own status 3; the
+	// documented status for a usage error is 2.
+	var unknown error
+	app.CommandNotFound = func(c *cli.Context, name string) {
+		unknown = cli.Exit(fmt.Sprintf("unknown command %q (run '%s --help' for the list)", name, c.Command.HelpName), exitConfig)
+	}
 	err := app.RunContext(ctx, flagsFirst(app, args))
+	if unknown != nil {
+		err = unknown
+	}
 	return exitCode(err, stderr)
 }
 
@@ -89,6 +99,10 @@ func exitCode(err error, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "drover:", msg)
 		}
 		return ce.ExitCode()
+	}
+	if config.IsConfigError(err) {
+		// Errors the plan found know their key, not its line.
+		err = config.LocateLines(err)
 	}
 	fmt.Fprintln(stderr, "drover:", err)
 	if config.IsConfigError(err) {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/lease"
 )
 
 func runCommand() *cli.Command {
@@ -17,6 +19,7 @@ func runCommand() *cli.Command {
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
+			&cli.BoolFlag{Name: "force", Usage: "take over workdirs that another live drover run holds (that run stops)"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -41,10 +44,15 @@ func runCommand() *cli.Command {
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),
 				Hard:          hard,
+				Force:         c.Bool("force"),
 			})
 			if err != nil {
 				if ctx.Err() != nil {
 					return cli.Exit(err.Error(), exitInterrupted)
+				}
+				if launcher.IsHeld(err) {
+					// Another live run: a usage error, nothing was touched.
+					return cli.Exit(err.Error(), exitConfig)
 				}
 				return err
 			}
@@ -53,6 +61,10 @@ func runCommand() *cli.Command {
 			case launcher.Succeeded:
 				return nil
 			case launcher.Interrupted:
+				if lost := (*lease.LostError)(nil); errors.As(res.Err, &lost) {
+					// Another run took over with --force: this one failed.
+					return cli.Exit(lost.Error(), exitFailed)
+				}
 				return cli.Exit("", exitInterrupted)
 			default:
 				return cli.Exit("", exitFailed)

@@ -160,9 +160,17 @@ func startDrover(t *testing.T, j *fleetJob, args ...string) *droverProc {
 // startDroverArgs is startDrover for any drover command line.
 func startDroverArgs(t *testing.T, j *fleetJob, args ...string) *droverProc {
 	t.Helper()
+	return startDroverWrapped(t, j, nil, args...)
+}
+
+// startDroverWrapped runs drover as the last argument of wrap (a command
+// that execs it, so that signals reach drover itself).
+func startDroverWrapped(t *testing.T, j *fleetJob, wrap []string, args ...string) *droverProc {
+	t.Helper()
 	bin := droverBinary(t)
 	d := &droverProc{done: make(chan struct{})}
-	d.cmd = exec.Command(bin, args...)
+	argv := append(append(append([]string(nil), wrap...), bin), args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {

@@ -19,8 +19,15 @@ import (
 
 // MaxLine bounds how much of a line is buffered: a process printing a
 // progress bar with \r and no \n must not grow memory without limit, so a
-// longer line is emitted in MaxLine pieces, each ended with a newline.
+// longer line is emitted in MaxLine pieces. Through a prefix (a terminal)
+// each piece is a line of its own, so that every terminal line says whose
+// it is; without one (a log file) the pieces are written back to back and
+// the file keeps the line exactly as the process printed it.
 const MaxLine = 64 << 10
+
+// maxHeld bounds what a sink holds back from other streams while one
+// stream's overlong line is half written (see Sink).
+const maxHeld = 1 << 20
 
 // ErrClosed is returned by Write after Close.
 var ErrClosed = errors.New("logstream: write after close")
@@ -28,9 +35,20 @@ var ErrClosed = errors.New("logstream: write after close")
 // Sink is a writer shared by many streams. Each Write reaches the
 // underlying writer whole, under a lock, so lines written through it by
 // different goroutines never interleave.
+//
+// A stream writing an overlong line without a prefix leaves the line open
+// on the sink between pieces; other streams' lines are held back (up to
+// maxHeld bytes) until it ends, so the line stays whole and nobody blocks.
+// Past maxHeld, or when a second stream starts an overlong line of its
+// own, the open line is ended with a newline first: memory stays bounded
+// even for a progress bar that never prints one.
 type Sink struct {
 	mu sync.Mutex
 	w  io.Writer
+	// open is the stream whose line is half written, or nil.
+	open *LineWriter
+	// held is what other streams wrote meanwhile, in order.
+	held []byte
 }
 
 // NewSink wraps w (typically os.Stdout) for sharing among streams.
@@ -51,13 +69,67 @@ func (s *Sink) writeParts(parts ...[]byte) error {
 	return err
 }
 
+// writeLine writes one whole line of from's: at once, after from's own
+// open line, or held back while another stream's line is open.
+func (s *Sink) writeLine(from *LineWriter, line []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.open == nil:
+		_, err := s.w.Write(line)
+		return err
+	case s.open == from:
+		// The end of the open line: it and what waited go out together.
+		s.open = nil
+		buf := append(append(make([]byte, 0, len(line)+len(s.held)), line...), s.held...)
+		s.held = nil
+		_, err := s.w.Write(buf)
+		return err
+	case len(s.held)+len(line) <= maxHeld:
+		s.held = append(s.held, line...)
+		return nil
+	}
+	err := s.breakOpenLocked()
+	if _, werr := s.w.Write(line); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// writePiece writes a piece of from's overlong line, leaving it open.
+func (s *Sink) writePiece(from *LineWriter, piece []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.open != nil && s.open != from {
+		err = s.breakOpenLocked()
+	}
+	s.open = from
+	if _, werr := s.w.Write(piece); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// breakOpenLocked ends the open line with a newline and writes what was
+// held back; the open stream's next piece starts a new line.
+func (s *Sink) breakOpenLocked() error {
+	buf := append([]byte{'\n'}, s.held...)
+	s.open, s.held = nil, nil
+	_, err := s.w.Write(buf)
+	return err
+}
+
 // LineWriter cuts what is written to it into lines and calls emit once per
 // line, the line including its trailing newline. It is safe for concurrent
 // use, though one stream normally has one writer.
 type LineWriter struct {
-	mu     sync.Mutex
-	buf    []byte
-	emit   func(line []byte) error
+	mu   sync.Mutex
+	buf  []byte
+	emit func(line []byte) error
+	// piece, when set, takes the MaxLine pieces of an overlong line as
+	// they are, without a newline; emit then gets the line's end.
+	piece  func(p []byte) error
 	closed bool
 }
 
@@ -89,9 +161,7 @@ func (w *LineWriter) Write(p []byte) (int, error) {
 		// An overlong line goes out in MaxLine pieces. Exactly MaxLine
 		// bytes without a newline wait: the next byte may end the line.
 		for len(w.buf)-complete > MaxLine {
-			piece := append(append([]byte(nil), w.buf[:MaxLine]...), '\n')
-			w.buf = append(w.buf[:0], w.buf[MaxLine:]...)
-			if err := w.emit(piece); err != nil {
+			if err := w.emitPiece(); err != nil {
 				return n - len(p), err
 			}
 		}
@@ -104,6 +174,19 @@ func (w *LineWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// emitPiece hands the first MaxLine bytes of the buffer on: as a line of
+// its own, or as a piece when the writer keeps long lines whole.
+func (w *LineWriter) emitPiece() error {
+	var err error
+	if w.piece != nil {
+		err = w.piece(w.buf[:MaxLine])
+	} else {
+		err = w.emit(append(append([]byte(nil), w.buf[:MaxLine]...), '\n'))
+	}
+	w.buf = append(w.buf[:0], w.buf[MaxLine:]...)
+	return err
 }
 
 // Close emits a final unterminated line, with a newline added, so that the
@@ -126,8 +209,15 @@ func (w *LineWriter) Close() error {
 
 // NewPrefixWriter returns a writer whose output reaches sink as whole lines,
 // each preceded by prefix (e.g. "[h3] ") and written with one Write. Close
-// flushes a final partial line.
+// flushes a final partial line. Without a prefix (a log file), a line
+// longer than MaxLine reaches sink whole too, in pieces (see Sink).
 func NewPrefixWriter(sink *Sink, prefix string) io.WriteCloser {
+	if prefix == "" {
+		var w *LineWriter
+		w = NewLineWriter(func(line []byte) error { return sink.writeLine(w, line) })
+		w.piece = func(p []byte) error { return sink.writePiece(w, p) }
+		return w
+	}
 	return NewTeeWriter(sink, prefix, nil)
 }
 

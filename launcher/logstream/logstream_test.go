@@ -3,6 +3,7 @@ package logstream
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -144,4 +145,71 @@ func TestConcurrentWritersNeverInterleave(t *testing.T) {
 	for s, n := range next {
 		assert.Equal(t, lines, n, "stream %d", s)
 	}
+}
+
+// TestOverlongLineWholeInLogFile is issue 21 item 11: a log file (no
+// prefix) gets a line longer than MaxLine exactly as printed, with no
+// newline inserted, while memory stays bounded by writing it in pieces.
+func TestOverlongLineWholeInLogFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int
+	}{
+		{"just over", MaxLine + 1},
+		{"three pieces and a bit", 3*MaxLine + 17},
+		{"a megabyte", 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			w := NewPrefixWriter(NewSink(&out), "")
+			long := strings.Repeat("0123456789", tc.size/10+1)[:tc.size]
+			data := "before\n" + long + "\nafter\n"
+			for i := 0; i < len(data); i += 1000 {
+				_, err := w.Write([]byte(data[i:min(i+1000, len(data))]))
+				require.NoError(t, err)
+			}
+			require.NoError(t, w.Close())
+			assert.True(t, data == out.String(), "got lines of lengths %v, want %v", lineLengths(out.String()), lineLengths(data))
+			assert.LessOrEqual(t, cap(w.(*LineWriter).buf), 2*MaxLine+1000, "the line was buffered in pieces")
+		})
+	}
+}
+
+// TestOverlongLineSharedLogFile: stdout and stderr of one process share
+// its log file. A line the other stream completes while an overlong line
+// is half written waits for it, so both stay whole; a second overlong
+// line started meanwhile ends the first one (the only newline a log file
+// ever gets that the process did not print).
+func TestOverlongLineSharedLogFile(t *testing.T) {
+	var out bytes.Buffer
+	sink := NewSink(&out)
+	stdout, stderr := NewPrefixWriter(sink, ""), NewPrefixWriter(sink, "")
+	long := strings.Repeat("a", 2*MaxLine+5)
+	write := func(w io.Writer, s string) {
+		t.Helper()
+		_, err := w.Write([]byte(s))
+		require.NoError(t, err)
+	}
+	write(stdout, long[:MaxLine+10]) // one piece out, the line stays open
+	write(stderr, "warning 1\nwarning 2\n")
+	write(stdout, long[MaxLine+10:]+"\n")
+	assert.Equal(t, long+"\nwarning 1\nwarning 2\n", out.String())
+
+	out.Reset()
+	write(stdout, long) // open again
+	write(stderr, strings.Repeat("b", MaxLine+1))
+	require.NoError(t, stdout.Close())
+	require.NoError(t, stderr.Close())
+	// The a line was ended where the b line began; its rest is a line of
+	// its own once b's ends. No byte is lost.
+	want := []string{strings.Repeat("a", 2*MaxLine), strings.Repeat("b", MaxLine+1), "aaaaa"}
+	assert.True(t, strings.Join(want, "\n")+"\n" == out.String(), "got lines of lengths %v", lineLengths(out.String()))
+}
+
+func lineLengths(s string) []int {
+	var n []int
+	for _, l := range strings.Split(s, "\n") {
+		n = append(n, len(l))
+	}
+	return n
 }

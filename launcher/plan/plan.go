@@ -272,6 +272,9 @@ func Build(in PlanInput) (*Plan, error) {
 			pr.Env[k] = v
 		}
 	}
+	if err := checkPlanned(cfg, p, in.HostHome); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -1,0 +1,51 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/lease"
+)
+
+// startLeases gives the run its workdir leases (see package lease). The
+// returned context ends, with a *lease.LostError as its cause, when
+// another run takes a workdir over with --force; release gives every
+// lease back and must run after the last process stopped.
+func (r *runner) startLeases(ctx context.Context, job string) (_ context.Context, release func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	r.leases = lease.New(lease.Self(job, r.now()), lease.Options{
+		Force: r.opts.Force,
+		Logf:  r.events.printf,
+		Lost:  func(err error) { r.events.printf("%v", err); cancel(err) },
+	})
+	return ctx, func() {
+		r.leases.Release()
+		cancel(nil)
+	}
+}
+
+// holdWorkdirs takes the lease of every host's workdir before the
+// attempt touches it (push, leftovers, start), over connections of the
+// holder's own that outlive the attempt. A live run holding one is a
+// *lease.HeldError: nothing was changed on any host.
+func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
+	targets := make([]lease.Target, len(conns))
+	for i, c := range conns {
+		targets[i] = lease.Target{Host: c.host, Workdir: c.host.Workdir}
+	}
+	opts := a.r.opts.Dial
+	opts.Inventory = a.cfg.Hosts
+	dial := func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+		return cluster.Dial(ctx, h, opts)
+	}
+	return a.r.leases.Acquire(ctx, dial, targets)
+}
+
+// IsHeld reports whether err is (or wraps) a workdir held by another live
+// run, which the CLI reports like a configuration error (exit status 2).
+func IsHeld(err error) bool {
+	var he *lease.HeldError
+	return errors.As(err, &he)
+}
