@@ -585,10 +585,10 @@ echo "restart $DROVER_RESTART_COUNT"
 	})
 
 	t.Run("hang_timeout: a slow start is not a hang", func(t *testing.T) {
-		// Silent for 3 x hang_timeout before the first line (torch's
+		// Silent for 2.5 x hang_timeout before the first line (torch's
 		// import on a loaded host), then healthy.
-		res, _, events := run(t, context.Background(), localJob(t, `sleep 3; echo up; sleep 0.3; echo done`,
-			nextPort()+"hang_timeout = \"1s\"\n"))
+		res, _, events := run(t, context.Background(), localJob(t, `sleep 5; echo up; sleep 0.3; echo done`,
+			nextPort()+"hang_timeout = \"2s\"\n"))
 		assert.Equal(t, Succeeded, res.Outcome)
 		assert.Equal(t, 1, res.Attempts)
 		assert.NotContains(t, events, "hung")
