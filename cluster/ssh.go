@@ -28,6 +28,18 @@ const maxJumpDepth = 8
 // datacenter link despite round trips.
 const sftpRequestsPerFile = 64
 
+// SFTPClientOptions are the pkg/sftp options of every SFTP client drover
+// opens: transfers keep sftpRequestsPerFile requests in flight, for reads
+// and for writes from a reader whose size is known. Exported so that tests
+// measuring round trips use the client the transport uses.
+func SFTPClientOptions() []sftp.ClientOption {
+	return []sftp.ClientOption{
+		sftp.UseConcurrentWrites(true),
+		sftp.UseConcurrentReads(true),
+		sftp.MaxConcurrentRequestsPerFile(sftpRequestsPerFile),
+	}
+}
+
 // sshTransport is one SSH connection to a host, shared by every command
 // (one session each) and by one lazily opened SFTP client.
 type sshTransport struct {
@@ -459,10 +471,7 @@ func (t *sshTransport) FS(ctx context.Context) (FS, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		c, err := sftp.NewClient(t.client,
-			sftp.UseConcurrentWrites(true),
-			sftp.UseConcurrentReads(true),
-			sftp.MaxConcurrentRequestsPerFile(sftpRequestsPerFile))
+		c, err := sftp.NewClient(t.client, SFTPClientOptions()...)
 		ch <- result{c, err}
 	}()
 	var r result

@@ -1,15 +1,25 @@
-// Package gpu finds out which GPUs each host has and which of them a job
-// may use. It probes a host (NVML through drover's agent, else nvidia-smi),
-// selects GPUs according to the host's gpus setting, turns a selection into
-// the environment CUDA needs, and renders the result for `drover probe`.
+// Package gpu knows GPUs, not hosts: it reads this machine's GPUs over
+// NVML (LocalProber), parses nvidia-smi's output into the same HostReport,
+// selects the GPUs a job may use according to a host's gpus setting, and
+// renders the result for `drover probe`. It has no transport knowledge:
+// the agent (package launcher/agent) runs LocalProber on each host, and
+// launcher/agent/remote runs the agent or nvidia-smi there and hands the
+// output to this package.
 //
-// # Where NVML is read
+// # How NVML is loaded
 //
-// NVML is a C library on the host that has the GPUs, so drover reads it
-// there: ProbeHost installs drover's own binary on the host and runs
-// `drover agent probe --json`, which calls ProbeLocal and prints the
-// HostReport. When the agent cannot run (another OS or architecture, no
-// space, a noexec home), ProbeHost falls back to parsing nvidia-smi's CSV.
+// LocalProber reads NVML through the small NVML interface, not a binding:
+// package gpu/dlnvml implements it by loading libnvidia-ml.so.1 at run time
+// with github.com/ebitengine/purego, which needs no cgo, so drover builds
+// with CGO_ENABLED=0 for every platform (go-nvml, used before, needs cgo
+// and made the binary need the build machine's glibc). purego was chosen
+// over keeping go-nvml behind a build tag because the portable build is
+// the one that goes to hosts: it must read NVML itself, not fall back to
+// nvidia-smi. go-nvml's mocks still test the probe and the selection
+// rules: the tests adapt them to NVML (those tests need cgo). Loading a
+// library needs a dynamic loader, which a static agent does not have: see
+// package launcher/agent for how the static agents still read NVML.
+//
 // A host without an NVIDIA driver is not an error: its report has zero
 // devices, Source "none" and a Reason saying why, so that CPU hosts and
 // misconfigured GPU hosts are told apart in `drover probe` rather than

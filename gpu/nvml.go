@@ -1,18 +1,15 @@
 package gpu
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// nvmlLibrary is the library NVML is loaded from; go-nvml dlopens it at
-// Init, so a binary built with NVML runs on hosts without it.
-const nvmlLibrary = "libnvidia-ml.so.1"
+// NVMLLibrary is the library NVML is loaded from, at run time: a binary
+// that reads NVML runs on hosts without it.
+const NVMLLibrary = "libnvidia-ml.so.1"
 
 // valueNotAvailable is NVML's NVML_VALUE_NOT_AVAILABLE for unsigned
 // long long fields such as a process's used GPU memory.
@@ -21,19 +18,13 @@ const valueNotAvailable = ^uint64(0)
 const mib = 1 << 20
 
 // LocalProber reads this machine's GPUs over NVML. It is what the agent runs
-// on a GPU host; tests give it go-nvml's mock in place of the library.
+// on a GPU host; tests give it go-nvml's mocks in place of the library.
 type LocalProber struct {
-	// NVML is the library; nvml.New() for the real one.
-	NVML nvml.Interface
+	// NVML is the library (package gpu/dlnvml loads the real one).
+	NVML NVML
 	// ProcName returns the command name of a process; nil reads
 	// /proc/<pid>/comm. It is best effort: "" when unknown.
 	ProcName func(pid int) string
-}
-
-// ProbeLocal reads this machine's GPUs with the real NVML library. It never
-// fails: without a driver it returns zero devices and the reason.
-func ProbeLocal(host string) HostReport {
-	return LocalProber{NVML: nvml.New()}.Probe(host)
 }
 
 // Probe reads every GPU NVML sees. Errors become a Reason (for the whole
@@ -49,38 +40,38 @@ func (p LocalProber) Probe(host string) (rep HostReport) {
 	}
 	ret := safe0(lib.Init)
 	switch {
-	case ret == nvml.ERROR_LIBRARY_NOT_FOUND:
-		rep.Reason = "nvml: " + nvmlLibrary + " not found: no NVIDIA driver"
+	case ret == ErrorLibraryNotFound:
+		rep.Reason = NoDriverReason
 		return rep
-	case ret == nvml.ERROR_DRIVER_NOT_LOADED:
+	case ret == ErrorDriverNotLoaded:
 		rep.Reason = "nvml: NVIDIA kernel driver not loaded"
 		return rep
-	case ret != nvml.SUCCESS:
-		rep.Reason = "nvml: init: " + nvmlError(ret)
+	case ret != Success:
+		rep.Reason = "nvml: init: " + ret.Error()
 		return rep
 	}
 	defer safe0(lib.Shutdown)
 
 	rep.Source = SourceNVML
-	if v, ret := safe1(lib.SystemGetDriverVersion); ret == nvml.SUCCESS {
+	if v, ret := safe1(lib.SystemGetDriverVersion); ret == Success {
 		rep.Driver = v
 	}
-	if v, ret := safe1(lib.SystemGetCudaDriverVersion); ret == nvml.SUCCESS {
+	if v, ret := safe1(lib.SystemGetCudaDriverVersion); ret == Success {
 		rep.CUDA = cudaVersion(v)
 	}
 	n, ret := safe1(lib.DeviceGetCount)
-	if ret != nvml.SUCCESS {
+	if ret != Success {
 		rep.Source = SourceNone
-		rep.Reason = "nvml: count devices: " + nvmlError(ret)
+		rep.Reason = "nvml: count devices: " + ret.Error()
 		return rep
 	}
 	var failed []string
 	for i := 0; i < n; i++ {
-		h, ret := safe1(func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByIndex(i) })
-		if ret != nvml.SUCCESS || h == nil {
+		h, ret := safe1(func() (NVMLDevice, Return) { return lib.DeviceGetHandleByIndex(i) })
+		if ret != Success || h == nil {
 			// A GPU that fell off the bus or that the user may not
 			// access: report it so nobody pins it, skip it.
-			failed = append(failed, fmt.Sprintf("GPU %d: %s", i, nvmlError(ret)))
+			failed = append(failed, fmt.Sprintf("GPU %d: %s", i, ret.Error()))
 			continue
 		}
 		rep.Devices = append(rep.Devices, p.device(lib, i, h))
@@ -95,43 +86,43 @@ func (p LocalProber) Probe(host string) (rep HostReport) {
 }
 
 // device reads one GPU; every query that fails marks its field unknown.
-func (p LocalProber) device(lib nvml.Interface, i int, h nvml.Device) Device {
+func (p LocalProber) device(lib NVML, i int, h NVMLDevice) Device {
 	d := Device{Index: i, Processes: []Process{}}
-	if idx, ret := safe1(h.GetIndex); ret == nvml.SUCCESS {
+	if idx, ret := safe1(h.GetIndex); ret == Success {
 		d.Index = idx
 	}
-	if v, ret := safe1(h.GetUUID); ret == nvml.SUCCESS {
+	if v, ret := safe1(h.GetUUID); ret == Success {
 		d.UUID = v
 	} else {
 		d.markUnknown(FieldUUID)
 	}
-	if v, ret := safe1(h.GetName); ret == nvml.SUCCESS {
+	if v, ret := safe1(h.GetName); ret == Success {
 		d.Name = v
 	} else {
 		d.markUnknown(FieldName)
 	}
-	if v, ret := safe1(h.GetPciInfo); ret == nvml.SUCCESS && busID(v) != "" {
-		d.PCIBusID = busID(v)
+	if v, ret := safe1(h.GetPCIBusID); ret == Success && v != "" {
+		d.PCIBusID = v
 	} else {
 		d.markUnknown(FieldPCIBusID)
 	}
-	if v, ret := safe1(h.GetMemoryInfo); ret == nvml.SUCCESS {
+	if v, ret := safe1(h.GetMemoryInfo); ret == Success {
 		d.MemoryTotalMiB = int64(v.Total / mib)
 		d.MemoryUsedMiB = int64(v.Used / mib)
 	} else {
 		d.markUnknown(FieldMemory)
 	}
-	if v, ret := safe1(h.GetUtilizationRates); ret == nvml.SUCCESS {
-		d.UtilizationPct = int(v.Gpu)
+	if v, ret := safe1(h.GetUtilizationGPU); ret == Success {
+		d.UtilizationPct = int(v)
 	} else {
 		d.markUnknown(FieldUtilization)
 	}
 	d.MIG, d.Unknown = p.migMode(lib, h, d.Unknown)
-	if procs, ret := safe1(h.GetComputeRunningProcesses); ret == nvml.SUCCESS {
+	if procs, ret := safe1(h.GetComputeRunningProcesses); ret == Success {
 		for _, pi := range procs {
-			pr := Process{PID: int(pi.Pid), Name: p.procName(int(pi.Pid)), UsedMiB: -1}
-			if pi.UsedGpuMemory != valueNotAvailable {
-				pr.UsedMiB = int64(pi.UsedGpuMemory / mib)
+			pr := Process{PID: int(pi.PID), Name: p.procName(int(pi.PID)), UsedMiB: -1}
+			if pi.UsedGPUMemory != valueNotAvailable {
+				pr.UsedMiB = int64(pi.UsedGPUMemory / mib)
 			}
 			d.Processes = append(d.Processes, pr)
 		}
@@ -143,19 +134,17 @@ func (p LocalProber) device(lib nvml.Interface, i int, h nvml.Device) Device {
 
 // migMode reads the current MIG mode. A GPU that does not support MIG is
 // simply not in MIG mode; other failures leave the mode unknown.
-func (p LocalProber) migMode(lib nvml.Interface, h nvml.Device, unknown []Field) (bool, []Field) {
-	// Drivers older than R450 lack the symbol; with lazy binding a call
-	// would abort the process, so ask first.
-	if ext := safeExt(lib); ext != nil {
-		if err := safeLookup(ext, "nvmlDeviceGetMigMode"); err != nil {
-			return false, unknown
-		}
+func (p LocalProber) migMode(lib NVML, h NVMLDevice, unknown []Field) (bool, []Field) {
+	// Drivers older than R450 lack the symbol; ask first rather than
+	// call what is not there.
+	if !safeHas(lib, "nvmlDeviceGetMigMode") {
+		return false, unknown
 	}
-	cur, _, ret := safe2(h.GetMigMode)
+	cur, ret := safe1(h.GetMigMode)
 	switch ret {
-	case nvml.SUCCESS:
-		return cur == nvml.DEVICE_MIG_ENABLE, unknown
-	case nvml.ERROR_NOT_SUPPORTED:
+	case Success:
+		return cur == MIGEnabled, unknown
+	case ErrorNotSupported:
 		return false, unknown
 	default:
 		return false, append(unknown, FieldMIG)
@@ -179,76 +168,34 @@ func procComm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// busID turns NVML's NUL-terminated C string into a Go string.
-func busID(p nvml.PciInfo) string {
-	var b strings.Builder
-	for _, c := range p.BusId {
-		if c == 0 {
-			break
-		}
-		b.WriteByte(byte(c))
-	}
-	return b.String()
-}
-
-// nvmlError renders a Return without calling into a library that may not be
-// loaded, and without panicking on go-nvml's mock.
-func nvmlError(ret nvml.Return) (s string) {
-	defer func() {
-		if recover() != nil {
-			s = "NVML error " + strconv.Itoa(int(ret))
-		}
-	}()
-	return ret.Error()
-}
-
-// errPanicked stands for a query that panicked instead of answering.
-var errPanicked = errors.New("nvml call panicked")
-
-// safe0, safe1 and safe2 call an NVML query and turn a panic into
-// ERROR_UNKNOWN. go-nvml's mocks panic on queries a test did not set up,
+// safe0, safe1 and safeHas call an NVML query and turn a panic into
+// ErrorUnknown. go-nvml's mocks panic on queries a test did not set up,
 // and a probe must report what it could read rather than crash.
-func safe0(f func() nvml.Return) (ret nvml.Return) {
+func safe0(f func() Return) (ret Return) {
 	defer func() {
 		if recover() != nil {
-			ret = nvml.ERROR_UNKNOWN
+			ret = ErrorUnknown
 		}
 	}()
 	return f()
 }
 
-func safe1[T any](f func() (T, nvml.Return)) (v T, ret nvml.Return) {
+func safe1[T any](f func() (T, Return)) (v T, ret Return) {
 	defer func() {
 		if recover() != nil {
-			ret = nvml.ERROR_UNKNOWN
+			ret = ErrorUnknown
 		}
 	}()
 	return f()
 }
 
-func safe2[T, U any](f func() (T, U, nvml.Return)) (v T, u U, ret nvml.Return) {
+// safeHas answers true when the question panics: the query itself is
+// then asked, and guarded, as for any library that cannot say.
+func safeHas(lib NVML, symbol string) (ok bool) {
 	defer func() {
 		if recover() != nil {
-			ret = nvml.ERROR_UNKNOWN
+			ok = true
 		}
 	}()
-	return f()
-}
-
-func safeExt(lib nvml.Interface) (ext nvml.ExtendedInterface) {
-	defer func() {
-		if recover() != nil {
-			ext = nil
-		}
-	}()
-	return lib.Extensions()
-}
-
-func safeLookup(ext nvml.ExtendedInterface, symbol string) (err error) {
-	defer func() {
-		if recover() != nil {
-			err = errPanicked
-		}
-	}()
-	return ext.LookupSymbol(symbol)
+	return lib.HasSymbol(symbol)
 }

@@ -1,7 +1,8 @@
+//go:build cgo
+
 package gpu
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -76,7 +77,7 @@ func notSupported(d *dgxa100.Device) {
 var procNames = map[int]string{4242: "python", 4343: "pt_main_thread", 5151: "jupyter-lab"}
 
 func probeMock(lib nvml.Interface) HostReport {
-	return LocalProber{NVML: lib, ProcName: func(pid int) string { return procNames[pid] }}.Probe("dgx1")
+	return LocalProber{NVML: goNVMLLib(lib), ProcName: func(pid int) string { return procNames[pid] }}.Probe("dgx1")
 }
 
 func TestProbeDGXIdle(t *testing.T) {
@@ -218,31 +219,6 @@ func TestProbeNVMLFailures(t *testing.T) {
 			assert.NotNil(t, rep.Devices, "JSON must say [] not null")
 		})
 	}
-}
-
-// ProbeLocal with the real library: on this machine (no driver) it must say
-// so; on a GPU host it must find devices. Either way no error, no panic.
-func TestProbeLocalRealLibrary(t *testing.T) {
-	rep := ProbeLocal("here")
-	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		t.Logf("GPU host: %s\n%s", rep.Summary(), b)
-		assert.Equal(t, SourceNVML, rep.Source, rep.Reason)
-		assert.NotEmpty(t, rep.Driver)
-		assert.NotEmpty(t, rep.CUDA)
-		require.NotEmpty(t, rep.Devices)
-		for _, d := range rep.Devices {
-			assert.True(t, strings.HasPrefix(d.UUID, "GPU-"), "uuid %q", d.UUID)
-			assert.NotEmpty(t, d.Name)
-			assert.Positive(t, d.MemoryTotalMiB)
-			assert.NotEmpty(t, d.PCIBusID)
-			assert.True(t, d.Known(FieldMemory))
-		}
-		return
-	}
-	assert.Equal(t, SourceNone, rep.Source)
-	assert.Empty(t, rep.Devices)
-	assert.Contains(t, rep.Reason, "nvml: ")
 }
 
 func TestProcComm(t *testing.T) {

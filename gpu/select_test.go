@@ -1,3 +1,5 @@
+//go:build cgo
+
 package gpu
 
 import (
@@ -9,12 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func auto() config.GPUSpec        { return config.GPUSpec{Auto: true} }
-func pin(i ...int) config.GPUSpec { return config.GPUSpec{List: i} }
-func job(maxUsed, minGPUs int) config.Job {
-	return config.Job{GPUMaxUsedMiB: maxUsed, MinGPUs: minGPUs}
-}
 
 // busyDGX: GPU 1 runs python (pid 4242), GPU 5 has 2 GiB used by a process
 // NVML cannot see (another container), GPU 3 has MIG enabled, GPU 6

@@ -7,22 +7,23 @@ import (
 	"strings"
 )
 
-// The nvidia-smi queries of the fallback probe. The first is required; the
-// others add processes, MIG mode and the CUDA version when they work (older
-// drivers lack mig.mode.current, and nvidia-smi has no CSV field for the
-// CUDA version, which only its banner shows).
-var (
-	smiQueryGPUs = []string{"nvidia-smi",
+// SMIQueries are the nvidia-smi commands of the fallback probe, whose
+// outputs ReportFromSMI parses (SMIOutputs has one field per query). GPUs
+// is required; the others add processes, MIG mode and the CUDA version when
+// they work (older drivers lack mig.mode.current, and nvidia-smi has no CSV
+// field for the CUDA version, which only its banner shows).
+var SMIQueries = struct{ GPUs, Apps, MIG, Banner []string }{
+	GPUs: []string{"nvidia-smi",
 		"--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,pci.bus_id,driver_version",
-		"--format=csv,noheader,nounits"}
-	smiQueryApps = []string{"nvidia-smi",
+		"--format=csv,noheader,nounits"},
+	Apps: []string{"nvidia-smi",
 		"--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
-		"--format=csv,noheader,nounits"}
-	smiQueryMIG = []string{"nvidia-smi",
+		"--format=csv,noheader,nounits"},
+	MIG: []string{"nvidia-smi",
 		"--query-gpu=index,mig.mode.current",
-		"--format=csv,noheader"}
-	smiBanner = []string{"nvidia-smi"}
-)
+		"--format=csv,noheader"},
+	Banner: []string{"nvidia-smi"},
+}
 
 // smiUnknown reports whether an nvidia-smi CSV value stands for "not
 // reported": "[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", ...

@@ -5,16 +5,25 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
-func nvmlNotFound() nvml.Interface {
-	return &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
+func auto() config.GPUSpec        { return config.GPUSpec{Auto: true} }
+func pin(i ...int) config.GPUSpec { return config.GPUSpec{List: i} }
+func job(maxUsed, minGPUs int) config.Job {
+	return config.Job{GPUMaxUsedMiB: maxUsed, MinGPUs: minGPUs}
 }
+
+func nvmlNotFound() NVML { return noLibrary{} }
+
+// noLibrary is NVML where libnvidia-ml.so.1 is missing: Init says so and
+// nothing else may be called.
+type noLibrary struct{ NVML }
+
+func (noLibrary) Init() Return { return ErrorLibraryNotFound }
 
 // loadSMI assembles a report from outputs recorded under testdata/smi/name.
 func loadSMI(t *testing.T, name string) HostReport {

@@ -19,6 +19,7 @@ import (
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -97,11 +98,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		homes[c.host.Name] = c.home
 	}
 
-	resume, err := a.beforeStart(ctx, conns, a.findResume(ctx, conns))
+	resume, err := a.stageCheckpoint(ctx, conns)
 	if err != nil {
 		return a.setupFailure(err)
 	}
-	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, ResumeFrom: resume, HostHome: homes}
+	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
 	pl, err := plan.Build(in)
 	if err != nil {
 		return a.setupFailure(err)
@@ -124,6 +125,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return interrupted()
 	}
+	defer a.watchCheckpoints(ctx, conns)()
 	out := a.supervise(ctx, conns, pl)
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
 		a.waitGPUsReleased(ctx, conns, pl)
@@ -314,8 +316,8 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 		if c.home, err = fsys.Home(); err != nil {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
-		if c.agent, err = cluster.InstallAgent(ctx, c.t, a.r.opts.AgentBinary); err != nil {
-			return fmt.Errorf("install drover agent on %s: %w", hostLabel(c.host), err)
+		if c.agent, err = remote.Install(ctx, c.t, a.r.agents); err != nil {
+			return err // "install drover agent on <host> (<address>): ..."
 		}
 		return nil
 	})
@@ -333,7 +335,7 @@ func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[strin
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		var before map[int][]int
 		if c.host.GPUs.Auto || len(c.host.GPUs.List) > 0 {
-			rep := gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary)
+			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
 			before = gpu.Pids(rep)
 			if c.host.GPUs.Auto {
 				sel, err := gpu.Select(c.host, a.cfg.Job, rep)
@@ -376,7 +378,7 @@ func (a *attempt_) waitGPUsReleased(ctx context.Context, conns []*hostConn, pl *
 		if len(gpus) == 0 {
 			return nil
 		}
-		probe := func(ctx context.Context) gpu.HostReport { return gpu.ProbeHost(ctx, c.t, a.r.opts.AgentBinary) }
+		probe := func(ctx context.Context) gpu.HostReport { return remote.ProbeInstalled(ctx, c.t, c.agent) }
 		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
 			a.r.events.printf("%s: GPU %d on %s is still held by pid %d (%s) %s after the stop; the next attempt may not get its memory",
 				a.prefix(), h.GPU, c.host.Name, h.Process.PID, orUnknown(h.Process.Name), gpuReleaseWait)
@@ -397,35 +399,6 @@ func remoteAbs(home, p string) string {
 		return path.Clean(p)
 	}
 	return path.Join(home, p)
-}
-
-// findResume looks for the newest complete checkpoint on every host.
-func (a *attempt_) findResume(ctx context.Context, conns []*hostConn) string {
-	var mu sync.Mutex
-	var found []Checkpoint
-	forEach(conns, func(c *hostConn) error {
-		dir := remoteAbs(remoteAbs(c.home, c.host.Workdir), a.cfg.Job.CheckpointDir)
-		cp, ok, err := FindCheckpoint(ctx, c.fs, c.host.Name, dir, a.cfg.Job.CheckpointMarker)
-		if err != nil {
-			a.r.events.printf("%s: %v (ignored)", a.prefix(), err)
-			return nil
-		}
-		if ok {
-			mu.Lock()
-			found = append(found, cp)
-			mu.Unlock()
-		}
-		return nil
-	})
-	cp, ok := NewestCheckpoint(found)
-	if !ok {
-		if a.n > 1 {
-			a.r.events.printf("%s: no checkpoint found; starting from scratch", a.prefix())
-		}
-		return ""
-	}
-	a.r.events.printf("%s: resuming from %s on %s", a.prefix(), cp.Path, cp.Host)
-	return cp.Path
 }
 
 // push syncs the code directory to every host's workdir (incremental).

@@ -6,7 +6,10 @@
 // probes their GPUs, builds the plan (package plan), pushes the
 // code, starts every process under the on-host agent and watches the group;
 // when one process dies, it stops them all and starts the next attempt from
-// the newest checkpoint, re-reading the inventory first. Exec is the
+// the newest checkpoint, re-reading the inventory first. Checkpoints are
+// package checkpoint's: before each attempt it stages the newest one onto
+// every host, and while the attempt runs it copies new ones to other hosts
+// (launcher/checkpoints.go is the whole seam). Exec is the
 // fan-out of `drover exec`: one command on every host at once.
 //
 // Each attempt ends in exactly one outcome (succeeded, failed, setup
@@ -18,8 +21,7 @@
 // stopped sending heartbeats), to max_host_failures (budget). Hang
 // detection (hang.go) watches output and DROVER_PROGRESS_FILE; a restart
 // moves a rendezvous port still held, and waits for the job's GPUs to be
-// released. Other concerns join every attempt through AttemptHook
-// (checkpoint replication) without the supervisor knowing them.
+// released.
 //
 // What each process gets (host, ranks, environment, argv) is decided by
 // package plan alone; launcher only carries it out.

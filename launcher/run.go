@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -26,8 +27,9 @@ type RunOptions struct {
 	// LogDir is where runs/<job>-<start>/ goes; default: "runs" next to
 	// the job file.
 	LogDir string
-	// AgentBinary is the local drover binary installed on hosts as the
-	// per-process supervisor (usually os.Executable()).
+	// AgentBinary is the running drover binary (usually os.Executable());
+	// hosts get it, or the agent for their platform found beside it
+	// (remote.FindAgents), as the per-process supervisor.
 	AgentBinary string
 	Dial        cluster.DialOptions
 	// Out receives every process's output, one prefixed line at a time.
@@ -51,8 +53,6 @@ type RunOptions struct {
 	// Force takes over workdirs that another live run holds (see package
 	// lease); that run then stops.
 	Force bool
-	// Hooks take part in every attempt (see AttemptHook).
-	Hooks []AttemptHook
 }
 
 // Outcome is how a run ended.
@@ -104,6 +104,9 @@ type runner struct {
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration) error
 	events *eventLog
+	// agents are the binaries hosts get as their agent (found once, next
+	// to opts.AgentBinary).
+	agents remote.Agents
 
 	mu       sync.Mutex
 	procs    map[string]*ProcSummary // by process name
@@ -115,10 +118,12 @@ type runner struct {
 	leases *lease.Holder
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
+	ckptState
 }
 
 func newRunner(opts RunOptions) *runner {
 	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	r.agents = remote.FindAgents(opts.AgentBinary)
 	if r.opts.Dial.KnownHosts == nil {
 		// One parse of known_hosts for every dial of every attempt; a
 		// file that changes is parsed again.
@@ -265,10 +270,7 @@ func (r *runner) reload(cfg *config.Config, attempt, total int) *config.Config {
 // the directory.
 func (r *runner) openLogs(cfg *config.Config) (string, error) {
 	start := r.now()
-	logDir := r.opts.LogDir
-	if logDir == "" {
-		logDir = filepath.Join(filepath.Dir(cfg.Path), "runs")
-	}
+	logDir := LogRoot(cfg, r.opts.LogDir)
 	r.logRoot = logDir
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return "", fmt.Errorf("create log directory: %w", err)

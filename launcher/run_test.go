@@ -179,103 +179,6 @@ func TestDescribeExit(t *testing.T) {
 	}
 }
 
-func TestIsTempName(t *testing.T) {
-	for name, want := range map[string]bool{
-		"step-100":           false,
-		"model.pt":           false,
-		"ckpt-0042":          false,
-		".step-100":          true,
-		"model.pt~":          true,
-		"model.pt.tmp":       true,
-		"model.PT.TMP":       true,
-		"step-5.temp":        true,
-		"model.pt.partial":   true,
-		"model.pt.part":      true,
-		"model.tmp.1234":     true,
-		"model.tmp-abcd":     true,
-		"tmpxyz":             true,
-		"checkpoint-tmpdone": false,
-	} {
-		assert.Equal(t, want, IsTempName(name), name)
-	}
-}
-
-func TestFindCheckpoint(t *testing.T) {
-	home := t.TempDir()
-	fsys := cluster.NewOSFS(home)
-	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	mk := func(rel string, dir bool, age time.Duration) {
-		full := filepath.Join(home, rel)
-		if dir {
-			require.NoError(t, os.MkdirAll(full, 0o755))
-		} else {
-			require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
-			require.NoError(t, os.WriteFile(full, []byte("x"), 0o644))
-		}
-		require.NoError(t, os.Chtimes(full, base.Add(-age), base.Add(-age)))
-	}
-	// Files: the newest complete one wins; writes in progress never do.
-	mk("files/step-1.pt", false, 3*time.Hour)
-	mk("files/step-2.pt", false, 2*time.Hour)
-	mk("files/step-3.pt.tmp", false, 0)
-	mk("files/.step-3.pt", false, 0)
-	// Directories with a marker: only those holding DONE count.
-	mk("dirs/step-1/DONE", false, time.Hour)
-	mk("dirs/step-1", true, 3*time.Hour)
-	mk("dirs/step-2/DONE", false, time.Hour)
-	mk("dirs/step-2", true, 2*time.Hour)
-	mk("dirs/step-3/weights", false, time.Hour)
-	mk("dirs/step-3", true, time.Hour) // newest, but not finished
-	mk("dirs/flat-file", false, 0)
-	// Ties on modification time go to the greater name, so the choice is
-	// stable.
-	mk("ties/a", false, time.Hour)
-	mk("ties/b", false, time.Hour)
-
-	tests := []struct {
-		dir, marker string
-		want        string
-		ok          bool
-	}{
-		{"files", "", filepath.Join(home, "files/step-2.pt"), true},
-		{"dirs", "DONE", filepath.Join(home, "dirs/step-2"), true},
-		{"dirs", "", filepath.Join(home, "dirs/flat-file"), true},
-		{"ties", "", filepath.Join(home, "ties/b"), true},
-		{"missing", "", "", false},
-	}
-	for _, tt := range tests {
-		// drover passes absolute directories (workdir resolved on the host).
-		cp, ok, err := FindCheckpoint(context.Background(), fsys, "h0", filepath.Join(home, tt.dir), tt.marker)
-		require.NoError(t, err, tt.dir)
-		assert.Equal(t, tt.ok, ok, tt.dir)
-		if tt.ok {
-			assert.Equal(t, tt.want, cp.Path, "%s marker %q", tt.dir, tt.marker)
-			assert.Equal(t, "h0", cp.Host)
-		}
-	}
-	// A directory that cannot be read is an error, not "no checkpoint".
-	if os.Geteuid() != 0 {
-		require.NoError(t, os.Chmod(filepath.Join(home, "files"), 0))
-		t.Cleanup(func() { _ = os.Chmod(filepath.Join(home, "files"), 0o755) })
-		_, _, err := FindCheckpoint(context.Background(), fsys, "h0", filepath.Join(home, "files"), "")
-		assert.ErrorContains(t, err, "list checkpoints on h0 in "+filepath.Join(home, "files"))
-	}
-}
-
-func TestNewestCheckpoint(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	_, ok := NewestCheckpoint(nil)
-	assert.False(t, ok)
-	cp, ok := NewestCheckpoint([]Checkpoint{
-		{Host: "a", Path: "/a/1", ModTime: t0},
-		{Host: "b", Path: "/b/2", ModTime: t0.Add(time.Minute)},
-		{Host: "c", Path: "/c/0", ModTime: t0.Add(-time.Minute)},
-	})
-	require.True(t, ok)
-	assert.Equal(t, "b", cp.Host)
-	assert.Equal(t, "/b/2", cp.Path)
-}
-
 func TestRenderSummary(t *testing.T) {
 	procs := []ProcSummary{
 		{Name: "chief-0", Host: "gpu-a", Attempts: 3, Exit: "0", Duration: 83*time.Second + 456*time.Millisecond},
@@ -555,19 +458,6 @@ echo "restart $DROVER_RESTART_COUNT"
 		assert.Equal(t, "restart 2\n", readLog(t, res, 3, "worker-1"))
 	})
 
-	t.Run("hooks join every attempt", func(t *testing.T) {
-		h := &recordingHook{resume: "/staged/step-20"}
-		job := localJob(t, `echo "resume=$DROVER_RESUME_FROM restart=$DROVER_RESTART_COUNT"
-if [ "$DROVER_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 3; fi`, nextPort())
-		res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Hooks: []AttemptHook{h}})
-		require.NoError(t, err)
-		require.Equal(t, Succeeded, res.Outcome)
-		assert.Equal(t, "resume=/staged/step-20 restart=1\n", readLog(t, res, 2, "worker-0"), "the hook's checkpoint is resumed from")
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		assert.Equal(t, []string{"before 1: a,b found=", "running 1", "stopped 1", "before 2: a,b found=", "running 2", "stopped 2"}, h.calls)
-	})
-
 	t.Run("fatal_exit_codes and retry_exit_codes", func(t *testing.T) {
 		res, _, _ := run(t, context.Background(), localJob(t, `if [ "$RANK" = 1 ]; then exit 2; fi; sleep 1000`,
 			nextPort()+"fatal_exit_codes = [2]\n"))
@@ -679,33 +569,4 @@ func (h *lineHook) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.buf.String()
-}
-
-// recordingHook is an AttemptHook that records its calls and stages a
-// fixed checkpoint.
-type recordingHook struct {
-	resume string
-	mu     sync.Mutex
-	calls  []string
-}
-
-func (h *recordingHook) BeforeStart(_ context.Context, n int, hosts []AttemptHost, found string) (string, error) {
-	var names []string
-	for _, host := range hosts {
-		names = append(names, host.Host.Name)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls = append(h.calls, fmt.Sprintf("before %d: %s found=%s", n, strings.Join(names, ","), found))
-	return h.resume, nil
-}
-
-func (h *recordingHook) Running(ctx context.Context, n int, _ []AttemptHost) {
-	h.mu.Lock()
-	h.calls = append(h.calls, fmt.Sprintf("running %d", n))
-	h.mu.Unlock()
-	<-ctx.Done()
-	h.mu.Lock()
-	h.calls = append(h.calls, fmt.Sprintf("stopped %d", n))
-	h.mu.Unlock()
 }

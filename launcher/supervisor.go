@@ -156,8 +156,6 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 	s := newSupervisor(a, conns, pl)
 	defer s.cancel()
 	s.start()
-	stopHooks := a.startRunning(conns)
-	defer stopHooks()
 	if a.cfg.Job.HangTimeout > 0 {
 		go s.watchProgressFiles(s.sessions)
 	}

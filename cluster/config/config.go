@@ -20,6 +20,8 @@ import (
 // Defaults applied by Load to keys a job file leaves out.
 const (
 	DefaultCheckpointDir     = "checkpoints"
+	DefaultCheckpointCopies  = 2
+	DefaultCheckpointKeep    = 2
 	DefaultMaxRestarts       = 3
 	DefaultProcsPerHost      = 1
 	DefaultMasterPort        = 29500
@@ -271,6 +273,8 @@ func (w *walker) job(top tbl, dir string) Job {
 	j := Job{
 		Code:              dir,
 		CheckpointDir:     DefaultCheckpointDir,
+		CheckpointCopies:  DefaultCheckpointCopies,
+		CheckpointKeep:    DefaultCheckpointKeep,
 		MaxRestarts:       DefaultMaxRestarts,
 		ProcsPerHost:      DefaultProcsPerHost,
 		MasterPort:        DefaultMasterPort,
@@ -340,6 +344,7 @@ func (w *walker) job(top tbl, dir string) Job {
 			j.CheckpointMarker = s
 		}
 	}
+	w.checkpointCopies(t, &j, dir)
 	if n, ok := w.count(t, "max_restarts"); ok {
 		j.MaxRestarts = n
 	}
@@ -412,6 +417,19 @@ func (w *walker) recovery(t tbl, j *Job) {
 	j.MaxHostFailures = DefaultHostFailuresPerRestart * j.MaxRestarts
 	if n, ok := w.count(t, "max_host_failures"); ok {
 		j.MaxHostFailures = n
+	}
+}
+
+// checkpointCopies reads the keys of drover's checkpoint copies.
+func (w *walker) checkpointCopies(t tbl, j *Job, dir string) {
+	if n, ok := w.integer(t, "checkpoint_copies", 1, 64, "between 1 and 64 (1 turns copying off)"); ok {
+		j.CheckpointCopies = n
+	}
+	if n, ok := w.integer(t, "checkpoint_keep", 1, 1000, "between 1 and 1000"); ok {
+		j.CheckpointKeep = n
+	}
+	if p, ok := w.localPath(t, "checkpoint_mirror", dir); ok && p != "" {
+		j.CheckpointMirror = p
 	}
 }
 

@@ -54,6 +54,15 @@ type Job struct {
 	// CheckpointMarker, when set, names a file (e.g. "DONE") that must exist
 	// inside a checkpoint entry for it to count as complete.
 	CheckpointMarker string
+	// CheckpointCopies is how many hosts should hold each checkpoint
+	// (drover copies it to the others); 1 turns copying off.
+	CheckpointCopies int
+	// CheckpointKeep is how many of its own copies drover keeps per host
+	// and in the mirror.
+	CheckpointKeep int
+	// CheckpointMirror, when set, is an absolute directory on the
+	// controller that gets a copy of every checkpoint as well.
+	CheckpointMirror string
 	MaxRestarts      int
 	// ProcsPerHost applies to hosts without GPUs (pytorch, torchrun).
 	ProcsPerHost int

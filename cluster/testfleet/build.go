@@ -38,12 +38,36 @@ func BuildDrover(dir string) (string, error) {
 	cmd.Dir = root
 	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" {
-		// go-nvml's header marks many calls deprecated; the warnings
-		// would bury a real build error.
+		// As the Makefile: deprecation warnings from C headers would
+		// bury a real build error.
 		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return bin, nil
+}
+
+// BuildAgent builds the static agent for linux/goarch that `make build`
+// puts beside drover (scripts/build-agent: CGO_ENABLED=0, the NVML reader
+// appended) as dir/drover-agent-linux-<goarch>, and returns its path.
+// Cross-building costs CPU: callers build once per test binary.
+func BuildAgent(dir, goarch string) (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("build agent: cannot locate the module root")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	out := filepath.Join(dir, "drover-agent-linux-"+goarch)
+	cmd := exec.Command(filepath.Join(root, "scripts", "build-agent"), "linux", goarch, out)
+	cmd.Env = os.Environ()
+	if gobin, err := exec.LookPath("go"); err != nil {
+		cmd.Env = append(cmd.Env, "GO="+filepath.Join(runtime.GOROOT(), "bin", "go"))
+	} else {
+		cmd.Env = append(cmd.Env, "GO="+gobin)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("scripts/build-agent linux %s: %w\n%s", goarch, err, out)
+	}
+	return out, nil
 }

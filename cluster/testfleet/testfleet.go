@@ -489,6 +489,32 @@ func (f *Fleet) Exec(i int, args ...string) ([]byte, error) {
 	return out, nil
 }
 
+// ExecInLogins runs args as root in the mount namespace that host i's sshd
+// and every login to it share, and returns its standard output. Unlike
+// Exec, which gets a fresh namespace, a mount made here is what later
+// logins to that host (and only that host) see: tests use it to give one
+// host another `uname`.
+func (f *Fleet) ExecInLogins(i int, args ...string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(i); err != nil {
+		return nil, err
+	}
+	pidFile := filepath.Join(f.Dir, "hosts", f.Hosts[i].Name, "sshd.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil, fmt.Errorf("find the sshd of %s: %w", f.Hosts[i].Name, err)
+	}
+	cmd := exec.Command("nsenter", append([]string{"--target", strings.TrimSpace(string(b)), "--mount", "--"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("on %s (sshd's mount namespace): %v: %w: %s", f.Hosts[i].Name, args, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
 // Pids lists the processes running in host i's network namespace except the
 // sshd listener: what drover started there (and the sshd sessions serving
 // it). Tests use it to prove that nothing is left behind.

@@ -3,8 +3,10 @@
 // network namespace, scripts/testfleet): fan-out of a trivial command
 // (drover exec vs pdsh and an ssh loop), code push (drover push vs one
 // rsync per host), failure handling of drover run (outside SIGKILL to
-// every other process stopped, and to the next attempt running) and
-// drover's own memory and CPU while supervising.
+// every other process stopped, and to the next attempt running),
+// drover's own memory and CPU while supervising, and checkpoints (training
+// step time with and without drover's checkpoint copies, and a lost host to
+// every process running again on the spare).
 //
 // Every drover figure comes from running the bin/drover binary as a
 // subprocess, so process start is included as it is for pdsh. A drover
@@ -93,6 +95,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
 	cmdline := fs.String("command", "make bench", "the command to name in the results file")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
+	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (subnet 23)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -165,6 +168,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	rows = append(rows, b.pushRSS...)
+	if *ckpt {
+		if remaining(ctx) < ckptBudget/2 {
+			b.note("checkpoints not run: out of time (%s left of the %s deadline)", remaining(ctx).Round(time.Second), *deadline)
+		} else {
+			rows = append(rows, b.checkpoints(ctx)...)
+			fleetsUp++
+		}
+	}
 
 	fmt.Fprintln(stdout)
 	if err := WriteText(stdout, rows); err != nil {
@@ -405,6 +416,15 @@ func method(b *bench, sizes []int) []string {
 			"worker (the `sh` the agent started) on a different host in each attempt, and times from the kill to (a) every "+
 			"other workload process gone or a zombie, (b) a full set of new `sleep` processes running. \"drover reports it\" "+
 			"is the arrival of drover's `exited ...; stopping` event line on its stderr.", b.kills, pollEvery),
+		fmt.Sprintf("Checkpoints: %d hosts and a spare, one process each, running a stdlib Python workload: each step is "+
+			"%d rounds of sha256 over 1 MiB, timed by the process itself; rank 0 saves a %d MB checkpoint (temp file, rename) "+
+			"every %d steps and keeps two; the save is not timed. Step time is the median over every rank's steps after the 5th, "+
+			"two runs each with checkpoint_copies = 1 and 2. On this machine the hosts, their sshd and drover share the same cores, "+
+			"so the copy's CPU (sftp-server on both hosts, drover) competes with training as it would not on a real fleet. "+
+			"Lost host: rank 0 saves one checkpoint and every rank waits; once drover has copied it, the harness cuts rank 0's "+
+			"host's link (testfleet cut) and times until a process runs again on each host of the new group (the spare included), "+
+			"which takes keepalive detection (about 6 s), the reconnect that fails (the dial timeout), host_wait and staging.",
+			ckptHosts, ckptWork, ckptSize>>20, ckptEvery),
 		fmt.Sprintf("Resources: peak RSS (ru_maxrss) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
 			"of the first attempt, when drover only supervises.", b.steady),

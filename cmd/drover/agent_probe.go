@@ -1,20 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
-// agentProbeCommand is `drover agent probe`: it reads this host's GPUs over
-// NVML. drover runs it on each host over SSH (`--json`), because NVML is a
-// C library that only answers on the machine with the GPUs. A host without a
-// driver prints zero devices and the reason and exits 0: having no GPUs is
-// a fact to report, not a failure of the probe.
+// agentProbeCommand is `drover agent probe`: this host's GPUs over NVML
+// (agent.WriteProbe). drover runs it on each host with --json.
 func agentProbeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "probe",
@@ -28,20 +23,23 @@ func agentProbeCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("agent probe takes no arguments, got %q", c.Args().First()), exitConfig)
 			}
-			host, err := os.Hostname()
-			if err != nil {
-				host = "localhost"
+			return agent.WriteProbe(c.App.Writer, c.Bool("json"))
+		},
+	}
+}
+
+// agentVersionCommand is `drover agent version`, which the installer runs
+// once after an upload (agent.VersionCommand).
+func agentVersionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print this drover's version and platform",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("agent version takes no arguments, got %q", c.Args().First()), exitConfig)
 			}
-			rep := gpu.ProbeLocal(host)
-			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return fmt.Errorf("agent probe: write report: %w", err)
-				}
-				return nil
-			}
-			return gpu.RenderTable(c.App.Writer, []gpu.HostResult{{Report: rep}})
+			_, err := fmt.Fprintln(c.App.Writer, agent.Version())
+			return err
 		},
 	}
 }

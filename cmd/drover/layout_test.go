@@ -127,6 +127,11 @@ func TestLayering(t *testing.T) {
 		for _, imp := range p.imports {
 			impTop, _, _ := strings.Cut(imp, "/")
 			assert.NotContains(t, below[top], impTop, "%s imports %s: data flows cluster -> gpu -> launcher -> cmd", path, imp)
+			// GPU code reads job settings, never hosts: reaching a
+			// host to probe it is launcher/agent/remote's job.
+			if top == "gpu" && impTop == "cluster" {
+				assert.Equal(t, "cluster/config", imp, "%s imports %s: gpu has no transport knowledge", path, imp)
+			}
 		}
 	}
 }

@@ -63,6 +63,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			pushCommand(),
 			probeCommand(),
 			runCommand(),
+			checkpointsCommand(),
 			agentCommand(),
 		},
 	}

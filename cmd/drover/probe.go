@@ -9,6 +9,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // probeCommand is `drover probe JOB.toml`: it shows every host's GPUs and
@@ -80,7 +81,7 @@ func probeHosts(c *cli.Context, job config.Job, inventory, hosts []config.Host, 
 			t.Close()
 		}
 	}()
-	reps := gpu.ProbeAll(c.Context, up, bin)
+	reps := remote.ProbeAll(c.Context, up, remote.FindAgents(bin))
 	results := make([]gpu.HostResult, len(hosts))
 	next := 0
 	for i, h := range hosts {

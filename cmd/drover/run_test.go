@@ -31,6 +31,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // hostHome is where Fleet.Exec sees the login user's home on every host.
@@ -814,7 +815,7 @@ func TestRunStopsLeftoverGroup(t *testing.T) {
 	tr, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	require.NoError(t, err)
 	defer tr.Close()
-	bin, err := cluster.InstallAgent(ctx, tr, droverBinary(t))
+	bin, err := remote.Install(ctx, tr, remote.FindAgents(droverBinary(t)))
 	require.NoError(t, err)
 
 	// What an earlier drover started, whose controller vanished while the

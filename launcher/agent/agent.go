@@ -1,5 +1,5 @@
-// Package agent is drover's on-host supervisor, the piece that guarantees
-// "no orphans, ever". drover never starts a training process on a host
+// Package agent is what drover runs on a host (`drover agent ...`): first
+// the supervisor that guarantees "no orphans, ever". drover never starts a training process on a host
 // directly: it starts `drover agent run -- CMD...` over the transport, and
 // the agent starts CMD in a process group of its own, copies its output,
 // and stops the whole group whenever the controller goes away.
@@ -21,6 +21,30 @@
 //
 // Run with Subreaper (Linux; the CLI sets it), the agent also adopts
 // descendants that left the group (setsid, double fork) and stops them too.
+//
+// # The rest of the agent
+//
+// Besides run, the agent stops leftovers (StopLeftover), checks a host
+// before an attempt (Preflight), prints its version (Version, which the
+// installer compares after an upload) and reads the host's GPUs
+// (WriteProbe). The argv of each command is built here (Command,
+// StopCommand, PreflightCommand, VersionCommand, ProbeCommand), next to
+// the code it reaches; cmd/drover only declares the flags. The
+// controller's side (choosing, uploading and calling the agent) is the
+// sub-package remote.
+//
+// # NVML in a static agent
+//
+// Agents are static executables so that they run on any Linux. A static
+// process cannot dlopen libnvidia-ml.so.1, so an agent built by
+// scripts/build-agent carries a small dynamically linked NVML reader
+// (cmd/drover-nvml) appended to it (ReaderFooter). `agent probe` runs it
+// from memory (memfd, nothing written) when the host has the loader it
+// names, which every host with an NVIDIA driver has. Without a loader the
+// host cannot have a driver, and a static binary without a reader (a
+// plain CGO_ENABLED=0 `go build`) says so in the report's reason; either
+// way the controller falls back to nvidia-smi. A cgo build is dynamic
+// already and loads NVML in process.
 package agent
 
 import (

@@ -5,21 +5,20 @@ package agent
 import (
 	"bytes"
 	"context"
-	"errors"
+	"fmt"
 	"io"
+	"os"
 	"path"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
 )
 
 // These tests run the agent where drover runs it: on fleet hosts over SSH,
-// installed by cluster.InstallAgent.
+// copied there as the installer would.
 
 func dial(t *testing.T, i int) cluster.Transport {
 	t.Helper()
@@ -33,12 +32,44 @@ func dial(t *testing.T, i int) cluster.Transport {
 	return tr
 }
 
+// install copies the drover binary to the host (the installer proper,
+// package remote, imports this package, so its tests live there).
 func install(t *testing.T, tr cluster.Transport) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	remote, err := cluster.InstallAgent(ctx, tr, droverBinary(t))
+	fsys, err := tr.FS(context.Background())
 	if err != nil {
+		t.Fatal(err)
+	}
+	home, err := fsys.Home()
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := path.Join(home, ".drover-test", "drover")
+	if err := fsys.MkdirAll(path.Dir(remote), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(droverBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A fresh name renamed into place: another test may be running the
+	// binary already (a busy text file cannot be rewritten).
+	tmp := fmt.Sprintf("%s.tmp-%d", remote, time.Now().UnixNano())
+	w, err := fsys.Create(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.Rename(tmp, remote); err != nil {
 		t.Fatal(err)
 	}
 	return remote
@@ -93,75 +124,6 @@ func startRemote(t *testing.T, tr cluster.Transport, remote string, opts RunOpti
 		t.Fatal(err)
 	}
 	return p, w, &out
-}
-
-func TestFleetInstallAgent(t *testing.T) {
-	testfleet.Need(t, fleet)
-	tr := dial(t, 0)
-	remote := install(t, tr)
-	if !regexp.MustCompile(`^/home/drovertest/\.drover/bin/drover-[0-9a-f]{12}$`).MatchString(remote) {
-		t.Errorf("installed at %q", remote)
-	}
-	fsys, err := tr.FS(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := fsys.Stat(remote)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o755 {
-		t.Errorf("mode %v, want 0755", fi.Mode())
-	}
-	// Mark the upload: a second install must leave the file alone.
-	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := fsys.Chtimes(remote, old, old); err != nil {
-		t.Fatal(err)
-	}
-	if again := install(t, tr); again != remote {
-		t.Errorf("second install at %q, first at %q", again, remote)
-	}
-	if fi, err := fsys.Stat(remote); err != nil || !fi.ModTime().Equal(old) {
-		t.Errorf("second install re-uploaded (mtime %v, err %v)", fi.ModTime(), err)
-	}
-	entries, err := fsys.ReadDir(path.Dir(remote))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		t.Errorf("install left %q in %s", names, path.Dir(remote))
-	}
-
-	// The installed binary works there.
-	// stdin stays open: its end would mean "drover is gone, stop".
-	stdin, hold := io.Pipe()
-	defer hold.Close()
-	var out bytes.Buffer
-	p, err := tr.Start(context.Background(), cluster.Cmd{Args: Command(remote, RunOptions{Args: []string{"sh", "-c", "echo hi; exit 3"}}), Stdin: stdin, Stdout: &out, Stderr: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ee *cluster.ExitError
-	if err := p.Wait(); !errors.As(err, &ee) || ee.Code != 3 || out.String() != "hi\n" {
-		t.Errorf("remote agent run: err %v, output %q; want exit 3 and hi", err, out.String())
-	}
-}
-
-func TestInstallAgentLocal(t *testing.T) {
-	tr, err := cluster.Dial(context.Background(), config.Host{Name: "me", Address: "local", Transport: config.TransportLocal}, cluster.DialOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	bin := droverBinary(t)
-	got, err := cluster.InstallAgent(context.Background(), tr, bin)
-	if err != nil || got != bin {
-		t.Errorf("InstallAgent(local) = %q, %v; want the binary itself, %q", got, err, bin)
-	}
 }
 
 // drover SIGKILLed, or exiting without stopping its processes: its SSH

@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -18,28 +17,23 @@ import (
 	"github.com/droverhq/drover/gpu"
 )
 
-// dgxBusy is go-nvml's 8-GPU DGX A100 model with the given GPUs running a
-// training process that holds 20 GiB each; the others are idle.
-func dgxBusy(busyGPUs ...int) nvml.Interface {
-	s := dgxa100.New()
-	for i, nd := range s.Devices {
-		d := nd.(*dgxa100.Device)
-		d.UUID = fmt.Sprintf("GPU-0000000%d", i)
-		var procs []nvml.ProcessInfo
-		d.MemoryInfo.Used = 4 << 20
-		for _, b := range busyGPUs {
-			if b == i {
-				procs = []nvml.ProcessInfo{{Pid: uint32(1000 + i), UsedGpuMemory: 20 << 30}}
-				d.MemoryInfo.Used = 20 << 30
-			}
+// dgxReport is the probe's report of an 8-GPU DGX A100 whose busyGPUs each
+// run a training process holding 20 GiB; the others are idle.
+func dgxReport(host string, busyGPUs ...int) gpu.HostReport {
+	rep := gpu.HostReport{Host: host, Source: gpu.SourceNVML, Driver: "550.54.15", CUDA: "12.4"}
+	for i := range 8 {
+		d := gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-0000000%d", i), Name: "NVIDIA A100-SXM4-40GB",
+			PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 7+8*i), MemoryTotalMiB: 40960, MemoryUsedMiB: 4, Processes: []gpu.Process{}}
+		if slices.Contains(busyGPUs, i) {
+			d.MemoryUsedMiB = 20 << 10
+			d.Processes = []gpu.Process{{PID: 1000 + i, Name: "python", UsedMiB: 20 << 10}}
 		}
-		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
-		d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return procs, nvml.SUCCESS }
+		rep.Devices = append(rep.Devices, d)
 	}
-	return s
+	return rep
 }
 
-// planOnDGX probes two mock 8-GPU hosts whose GPUs 2 and 5 are busy,
+// planOnDGX takes two 8-GPU hosts whose GPUs 2 and 5 are busy,
 // selects their free GPUs as drover run does, and plans fw on them.
 func planOnDGX(t *testing.T, fw config.Framework) (*Plan, map[string][]int) {
 	t.Helper()
@@ -48,7 +42,7 @@ func planOnDGX(t *testing.T, fw config.Framework) (*Plan, map[string][]int) {
 	in := PlanInput{Config: cfg, GPUs: map[string]HostGPUs{}}
 	selected := map[string][]int{}
 	for _, h := range cfg.Hosts {
-		rep := gpu.LocalProber{NVML: dgxBusy(2, 5), ProcName: func(int) string { return "python" }}.Probe(h.Name)
+		rep := dgxReport(h.Name, 2, 5)
 		require.Len(t, rep.Devices, 8, "probe of %s: %s", h.Name, rep.Reason)
 		sel, err := gpu.Select(h, cfg.Job, rep)
 		require.NoError(t, err)

@@ -124,6 +124,10 @@ type PlanInput struct {
 	// ResumeFrom is the checkpoint to resume from, "" for none
 	// (DROVER_RESUME_FROM).
 	ResumeFrom string
+	// HostResumeFrom, when it has an entry for a host, is the checkpoint's
+	// path on that host instead of ResumeFrom: drover stages a copy onto
+	// each host, so the path differs per host.
+	HostResumeFrom map[string]string
 	// HostHome is the absolute home directory per host name when known,
 	// to make DROVER_CHECKPOINT_DIR absolute; otherwise it is given in
 	// "~/..." form.
@@ -288,6 +292,9 @@ func commonEnv(pr *Process, in PlanInput) {
 	env["DROVER_INDEX"] = strconv.Itoa(pr.Index)
 	env["DROVER_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
 	env["DROVER_RESUME_FROM"] = in.ResumeFrom
+	if p, ok := in.HostResumeFrom[pr.Host.Name]; ok {
+		env["DROVER_RESUME_FROM"] = p
+	}
 	env["DROVER_CHECKPOINT_DIR"] = checkpointDir(pr.Workdir, job.CheckpointDir, in.HostHome[pr.Host.Name])
 	env["CUDA_VISIBLE_DEVICES"] = joinInts(pr.Visible)
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA

@@ -403,6 +403,12 @@ func TestBuildDroverEnv(t *testing.T) {
 	assert.Equal(t, "/srv/b", p.Processes[1].Workdir)
 	assert.Equal(t, map[string]string{"WANDB_PROJECT": "x", "OMP_NUM_THREADS": "4"}, p.JobEnv)
 
+	// A checkpoint staged per host: each process gets its own host's path.
+	p = mustBuild(t, PlanInput{Config: c, ResumeFrom: "/unused",
+		HostResumeFrom: map[string]string{"a": "/home/u/drover/demo/.drover/checkpoints/000003/step-9", "b": "/srv/b/checkpoints/step-9"}})
+	assert.Equal(t, "/home/u/drover/demo/.drover/checkpoints/000003/step-9", p.Processes[0].Env["DROVER_RESUME_FROM"])
+	assert.Equal(t, "/srv/b/checkpoints/step-9", p.Processes[1].Env["DROVER_RESUME_FROM"])
+
 	p = mustBuild(t, PlanInput{Config: c})
 	assert.Contains(t, p.Processes[0].Env, "DROVER_RESUME_FROM", "set even when empty")
 	assert.Equal(t, "", p.Processes[0].Env["DROVER_RESUME_FROM"])

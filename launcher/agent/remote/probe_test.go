@@ -1,8 +1,7 @@
-package gpu
+package remote
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,24 +15,37 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 var fleet *testfleet.Fleet
 
-// TestMain brings up the fleet, and doubles as drover's agent: ProbeHost
-// installs this test binary on the host and runs `<it> agent probe --json`,
-// which lands here and answers as cmd/drover's agent would, so these tests
-// do not depend on the drover binary being buildable.
+// TestMain brings up the fleet, and doubles as drover's agent: Probe
+// installs this test binary on the host and runs `<it> agent version` and
+// `<it> agent probe --json`, which land here and answer as cmd/drover's
+// agent would, so these tests do not depend on the drover binary being
+// buildable.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 4 && os.Args[1] == "agent" && os.Args[2] == "probe" && os.Args[3] == "--json" {
-		host, _ := os.Hostname()
-		if err := json.NewEncoder(os.Stdout).Encode(ProbeLocal(host)); err != nil {
+	if len(os.Args) >= 3 && os.Args[1] == "agent" {
+		var err error
+		switch {
+		case os.Args[2] == "version":
+			_, err = fmt.Println(agent.Version())
+		case os.Args[2] == "probe" && len(os.Args) == 4 && os.Args[3] == "--json":
+			err = agent.WriteProbe(os.Stdout, true)
+		default:
+			err = fmt.Errorf("test agent: unknown command %q", os.Args[1:])
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		os.Exit(0)
 	}
-	os.Exit(testfleet.Main(m, testfleet.Options{Name: "gp", N: 2, Subnet: 13}, &fleet))
+	code := testfleet.Main(m, testfleet.Options{Name: "gp", N: 2, Subnet: 13}, &fleet)
+	removeBuiltAgents()
+	os.Exit(code)
 }
 
 func dialFleet(t *testing.T) []cluster.Transport {
@@ -53,11 +65,12 @@ func dialFleet(t *testing.T) []cluster.Transport {
 	return ts
 }
 
-func selfBinary(t *testing.T) string {
+// selfAgents is this test binary as the only agent.
+func selfAgents(t *testing.T) Agents {
 	t.Helper()
 	bin, err := os.Executable()
 	require.NoError(t, err)
-	return bin
+	return FindAgents(bin)
 }
 
 // The fleet's hosts have no NVIDIA driver (this machine has none): the
@@ -66,11 +79,11 @@ func TestProbeAllFleetNoDriver(t *testing.T) {
 	ts := dialFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	reps := ProbeAll(ctx, ts, selfBinary(t))
+	reps := ProbeAll(ctx, ts, selfAgents(t))
 	require.Len(t, reps, len(ts))
 	for i, rep := range reps {
 		assert.Equal(t, fleet.Hosts[i].Name, rep.Host)
-		assert.Equal(t, SourceNone, rep.Source)
+		assert.Equal(t, gpu.SourceNone, rep.Source)
 		assert.Empty(t, rep.Devices)
 		assert.NotNil(t, rep.Devices)
 		// NVML's reason, from the agent, beats nvidia-smi's absence.
@@ -81,13 +94,13 @@ func TestProbeAllFleetNoDriver(t *testing.T) {
 
 // When the agent cannot be installed and there is no nvidia-smi, the
 // reason says both.
-func TestProbeHostNeitherWorks(t *testing.T) {
+func TestProbeNeitherWorks(t *testing.T) {
 	ts := dialFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep := ProbeHost(ctx, ts[0], filepath.Join(t.TempDir(), "no-such-drover"))
+	rep := Probe(ctx, ts[0], Agents{Self: filepath.Join(t.TempDir(), "no-such-drover")})
 	t.Log(rep.Summary())
-	assert.Equal(t, SourceNone, rep.Source)
+	assert.Equal(t, gpu.SourceNone, rep.Source)
 	assert.Empty(t, rep.Devices)
 	assert.Contains(t, rep.Reason, "agent: ")
 	assert.Contains(t, rep.Reason, "nvidia-smi: not found")
@@ -126,7 +139,7 @@ func installFakeSMI(t *testing.T, tr cluster.Transport, set string) fakeSMI {
 		require.NoError(t, w.Close())
 	}
 	for _, f := range []string{"query-gpu.csv", "compute-apps.csv", "mig.csv", "nvidia-smi.txt"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "smi", set, f))
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "gpu", "testdata", "smi", set, f))
 		require.NoError(t, err)
 		put(f, b)
 	}
@@ -143,7 +156,7 @@ esac
 	return fakeSMI{Transport: tr, script: path.Join(dir, "nvidia-smi")}
 }
 
-func TestProbeHostSMIFallback(t *testing.T) {
+func TestProbeSMIFallback(t *testing.T) {
 	ts := dialFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -152,18 +165,18 @@ func TestProbeHostSMIFallback(t *testing.T) {
 	want.Host = fleet.Hosts[1].Name
 
 	t.Run("no agent", func(t *testing.T) {
-		rep := ProbeHost(ctx, tr, "")
+		rep := Probe(ctx, tr, Agents{})
 		assert.Equal(t, want, rep)
 	})
 	t.Run("agent finds no NVML", func(t *testing.T) {
-		rep := ProbeHost(ctx, tr, selfBinary(t))
-		assert.Equal(t, SourceSMI, rep.Source)
+		rep := Probe(ctx, tr, selfAgents(t))
+		assert.Equal(t, gpu.SourceSMI, rep.Source)
 		assert.Equal(t, want.Devices, rep.Devices)
 		assert.Equal(t, "agent: nvml: libnvidia-ml.so.1 not found: no NVIDIA driver", rep.Reason)
 	})
 	t.Run("agent cannot be installed", func(t *testing.T) {
-		rep := ProbeHost(ctx, tr, filepath.Join(t.TempDir(), "missing"))
-		assert.Equal(t, SourceSMI, rep.Source)
+		rep := Probe(ctx, tr, Agents{Self: filepath.Join(t.TempDir(), "missing")})
+		assert.Equal(t, gpu.SourceSMI, rep.Source)
 		assert.Len(t, rep.Devices, 8)
 		assert.Contains(t, rep.Reason, "agent: install drover agent on "+fleet.Hosts[1].Name)
 	})
@@ -171,7 +184,7 @@ func TestProbeHostSMIFallback(t *testing.T) {
 
 // A hung nvidia-smi (a wedged GPU does that) must not hang the probe past
 // the caller's deadline.
-func TestProbeHostHonoursContext(t *testing.T) {
+func TestProbeHonoursContext(t *testing.T) {
 	ts := dialFleet(t)
 	tr := installFakeSMI(t, ts[0], "h100x1")
 	fsys, err := tr.FS(context.Background())
@@ -184,13 +197,29 @@ func TestProbeHostHonoursContext(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	done := make(chan HostReport, 1)
-	go func() { done <- ProbeHost(ctx, tr, "") }()
+	done := make(chan gpu.HostReport, 1)
+	go func() { done <- Probe(ctx, tr, Agents{}) }()
 	select {
 	case rep := <-done:
-		assert.Equal(t, SourceNone, rep.Source)
+		assert.Equal(t, gpu.SourceNone, rep.Source)
 		assert.Contains(t, rep.Reason, "nvidia-smi: ")
 	case <-time.After(30 * time.Second):
-		t.Fatal("ProbeHost did not return within 30s of its context expiring")
+		t.Fatal("Probe did not return within 30s of its context expiring")
 	}
+}
+
+// loadSMI is gpu's report of the recorded nvidia-smi outputs in set.
+func loadSMI(t *testing.T, set string) gpu.HostReport {
+	t.Helper()
+	read := func(f string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "gpu", "testdata", "smi", set, f))
+		require.NoError(t, err)
+		return b
+	}
+	rep, err := gpu.ReportFromSMI(set, gpu.SMIOutputs{
+		GPUs: read("query-gpu.csv"), Apps: read("compute-apps.csv"),
+		MIG: read("mig.csv"), Banner: read("nvidia-smi.txt"),
+	})
+	require.NoError(t, err)
+	return rep
 }

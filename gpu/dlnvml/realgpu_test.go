@@ -1,4 +1,4 @@
-package gpu
+package dlnvml
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/gpu"
 )
 
 // TestProbeAgreesWithNvidiaSMI runs only where there is a real NVIDIA
@@ -35,16 +37,16 @@ func TestProbeAgreesWithNvidiaSMI(t *testing.T) {
 		}
 		return out
 	}
-	nv := ProbeLocal("here")
-	smi, err := ReportFromSMI("here", SMIOutputs{
-		GPUs: run(smiQueryGPUs), Apps: run(smiQueryApps), MIG: run(smiQueryMIG), Banner: run(smiBanner),
+	nv := gpu.LocalProber{NVML: Open()}.Probe("here")
+	smi, err := gpu.ReportFromSMI("here", gpu.SMIOutputs{
+		GPUs: run(gpu.SMIQueries.GPUs), Apps: run(gpu.SMIQueries.Apps), MIG: run(gpu.SMIQueries.MIG), Banner: run(gpu.SMIQueries.Banner),
 	})
 	require.NoError(t, err)
-	for name, r := range map[string]HostReport{"nvml": nv, "nvidia-smi": smi} {
+	for name, r := range map[string]gpu.HostReport{"nvml": nv, "nvidia-smi": smi} {
 		b, _ := json.MarshalIndent(r, "", "  ")
 		t.Logf("%s: %s\n%s", name, r.Summary(), b)
 	}
-	require.Equal(t, SourceNVML, nv.Source, nv.Reason)
+	require.Equal(t, gpu.SourceNVML, nv.Source, nv.Reason)
 	assert.Equal(t, smi.Driver, nv.Driver, "driver version")
 	assert.Equal(t, smi.CUDA, nv.CUDA, "CUDA version")
 	require.Len(t, nv.Devices, len(smi.Devices), "GPU count")
@@ -72,11 +74,36 @@ func TestProbeAgreesWithNvidiaSMI(t *testing.T) {
 	}
 }
 
-func pids(ps []Process) []int {
+func pids(ps []gpu.Process) []int {
 	out := []int{}
 	for _, p := range ps {
 		out = append(out, p.PID)
 	}
 	sort.Ints(out)
 	return out
+}
+
+// The real library on this machine: without a driver the probe says so;
+// on a GPU host it finds devices. Either way no error, no panic.
+func TestProbeRealLibrary(t *testing.T) {
+	rep := gpu.LocalProber{NVML: Open()}.Probe("here")
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		t.Logf("GPU host: %s\n%s", rep.Summary(), b)
+		assert.Equal(t, gpu.SourceNVML, rep.Source, rep.Reason)
+		assert.NotEmpty(t, rep.Driver)
+		assert.NotEmpty(t, rep.CUDA)
+		require.NotEmpty(t, rep.Devices)
+		for _, d := range rep.Devices {
+			assert.Regexp(t, "^GPU-", d.UUID)
+			assert.NotEmpty(t, d.Name)
+			assert.Positive(t, d.MemoryTotalMiB)
+			assert.NotEmpty(t, d.PCIBusID)
+			assert.True(t, d.Known(gpu.FieldMemory))
+		}
+		return
+	}
+	assert.Equal(t, gpu.SourceNone, rep.Source)
+	assert.Empty(t, rep.Devices)
+	assert.Equal(t, gpu.NoDriverReason, rep.Reason)
 }

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -8,18 +8,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/gpu"
 )
 
 // The agent's probe is what drover parses on every host: it must print a
-// well-formed report and exit 0 even without a driver.
-func TestAgentProbeJSON(t *testing.T) {
-	var out, errOut bytes.Buffer
-	app := &cli.App{Name: "drover", Writer: &out, ErrWriter: &errOut,
-		Commands: []*cli.Command{agentProbeCommand()}}
-	require.NoError(t, app.Run([]string{"drover", "probe", "--json"}))
+// well-formed report even without a driver.
+func TestWriteProbeJSON(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, WriteProbe(&out, true))
 	var rep gpu.HostReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), "stdout: %s", out.String())
 	host, _ := os.Hostname()
@@ -32,16 +29,14 @@ func TestAgentProbeJSON(t *testing.T) {
 	assert.Equal(t, gpu.SourceNone, rep.Source)
 	assert.Empty(t, rep.Devices)
 	assert.Equal(t, "nvml: libnvidia-ml.so.1 not found: no NVIDIA driver", rep.Reason)
-	assert.Empty(t, errOut.String())
 }
 
-func TestAgentProbeTable(t *testing.T) {
+func TestWriteProbeTable(t *testing.T) {
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("GPU host: the table depends on the GPUs")
 	}
 	var out bytes.Buffer
-	app := &cli.App{Name: "drover", Writer: &out, Commands: []*cli.Command{agentProbeCommand()}}
-	require.NoError(t, app.Run([]string{"drover", "probe"}))
+	require.NoError(t, WriteProbe(&out, false))
 	host, _ := os.Hostname()
 	assert.Equal(t, host+": 0 GPUs (nvml: libnvidia-ml.so.1 not found: no NVIDIA driver)\n", out.String())
 }

@@ -1,4 +1,4 @@
-package gpu
+package remote
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // stepTimeout bounds each command of a probe. NVML and nvidia-smi hang on a
@@ -19,29 +21,49 @@ import (
 // does not bound installing the agent, whose time depends on the link.
 const stepTimeout = time.Minute
 
-// ProbeHost reports the GPUs of the host behind t. It installs drover's
-// agent (agentBinary, the local drover executable; "" skips it) and runs
-// `agent probe --json`, which reads NVML on the host; when the agent cannot
-// run it parses nvidia-smi; when neither works the report has zero devices
-// and a Reason naming what failed. It never returns an error because a host
-// without GPUs is a normal fleet member: callers decide, in Select, whether
-// zero GPUs is a problem.
-func ProbeHost(ctx context.Context, t cluster.Transport, agentBinary string) HostReport {
+// Probe reports the GPUs of the host behind t. It installs the agent
+// (agents.Self == "" skips it) and runs `agent probe --json`, which reads
+// NVML on the host; when the agent cannot run it parses nvidia-smi; when
+// neither works the report has zero devices and a Reason naming what
+// failed. It never returns an error because a host without GPUs is a
+// normal fleet member: callers decide, in gpu.Select, whether zero GPUs is
+// a problem.
+func Probe(ctx context.Context, t cluster.Transport, agents Agents) gpu.HostReport {
+	if agents.Self == "" {
+		return probe(ctx, t, "", nil)
+	}
+	remote, err := Install(ctx, t, agents)
+	return probe(ctx, t, remote, err)
+}
+
+// ProbeInstalled is Probe on a host where Install already put the agent,
+// at remotePath: a run installs agents before it probes.
+func ProbeInstalled(ctx context.Context, t cluster.Transport, remotePath string) gpu.HostReport {
+	return probe(ctx, t, remotePath, nil)
+}
+
+// probe asks the agent at remote (none when remote is "" and installErr
+// nil), then nvidia-smi.
+func probe(ctx context.Context, t cluster.Transport, remote string, installErr error) gpu.HostReport {
 	name := t.Host().Name
 	var why []string
-	var agentRep *HostReport
-	if agentBinary != "" {
-		rep, err := probeAgent(ctx, t, agentBinary)
-		if err == nil && rep.Source == SourceNVML {
-			return rep
+	var agentRep *gpu.HostReport
+	if remote != "" || installErr != nil {
+		var r gpu.HostReport
+		err := installErr // says "install drover agent on <host>"
+		if err == nil {
+			r, err = probeAgent(ctx, t, remote)
+		}
+		if err == nil && r.Source == gpu.SourceNVML {
+			return r
 		}
 		if err != nil {
 			why = append(why, "agent: "+err.Error())
 		} else {
 			// The agent ran but NVML gave nothing; nvidia-smi uses
 			// the same library, but a broken install may differ.
-			agentRep = &rep
-			why = append(why, "agent: "+rep.Reason)
+			agentRep = &r
+			why = append(why, "agent: "+r.Reason)
 		}
 	}
 	rep, err := probeSMI(ctx, t)
@@ -59,41 +81,37 @@ func ProbeHost(ctx context.Context, t cluster.Transport, agentBinary string) Hos
 		return *agentRep
 	}
 	why = append(why, "nvidia-smi: "+err.Error())
-	return HostReport{Host: name, Source: SourceNone, Devices: []Device{}, Reason: strings.Join(why, "; ")}
+	return gpu.HostReport{Host: name, Source: gpu.SourceNone, Devices: []gpu.Device{}, Reason: strings.Join(why, "; ")}
 }
 
 // ProbeAll probes every transport in parallel; reports are in the order of
 // ts.
-func ProbeAll(ctx context.Context, ts []cluster.Transport, agentBinary string) []HostReport {
-	reps := make([]HostReport, len(ts))
+func ProbeAll(ctx context.Context, ts []cluster.Transport, agents Agents) []gpu.HostReport {
+	reps := make([]gpu.HostReport, len(ts))
 	var wg sync.WaitGroup
 	for i, t := range ts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reps[i] = ProbeHost(ctx, t, agentBinary)
+			reps[i] = Probe(ctx, t, agents)
 		}()
 	}
 	wg.Wait()
 	return reps
 }
 
-// probeAgent installs the agent and runs its NVML probe.
-func probeAgent(ctx context.Context, t cluster.Transport, agentBinary string) (HostReport, error) {
-	remote, err := cluster.InstallAgent(ctx, t, agentBinary)
+// probeAgent runs the NVML probe of the agent at remote.
+func probeAgent(ctx context.Context, t cluster.Transport, remote string) (gpu.HostReport, error) {
+	out, err := output(ctx, t, agent.ProbeCommand(remote)...)
 	if err != nil {
-		return HostReport{}, err // says "install drover agent on <host>"
+		return gpu.HostReport{}, err
 	}
-	out, err := output(ctx, t, remote, "agent", "probe", "--json")
-	if err != nil {
-		return HostReport{}, err
-	}
-	var rep HostReport
+	var rep gpu.HostReport
 	if err := json.Unmarshal(out, &rep); err != nil {
-		return HostReport{}, fmt.Errorf("parse %s agent probe --json: %w", remote, err)
+		return gpu.HostReport{}, fmt.Errorf("parse %s agent probe --json: %w", remote, err)
 	}
 	if rep.Devices == nil {
-		rep.Devices = []Device{}
+		rep.Devices = []gpu.Device{}
 	}
 	// The agent knows its hostname, not the inventory's name for it.
 	rep.Host = t.Host().Name
@@ -101,20 +119,22 @@ func probeAgent(ctx context.Context, t cluster.Transport, agentBinary string) (H
 }
 
 // probeSMI runs the nvidia-smi queries; only the GPU query must succeed.
-func probeSMI(ctx context.Context, t cluster.Transport) (HostReport, error) {
-	var o SMIOutputs
+func probeSMI(ctx context.Context, t cluster.Transport) (gpu.HostReport, error) {
+	var o gpu.SMIOutputs
 	var err error
-	if o.GPUs, err = output(ctx, t, smiQueryGPUs...); err != nil {
-		return HostReport{}, err
+	q := gpu.SMIQueries
+	if o.GPUs, err = output(ctx, t, q.GPUs...); err != nil {
+		return gpu.HostReport{}, err
 	}
-	o.Apps, _ = output(ctx, t, smiQueryApps...)
-	o.MIG, _ = output(ctx, t, smiQueryMIG...)
-	o.Banner, _ = output(ctx, t, smiBanner...)
-	return ReportFromSMI(t.Host().Name, o)
+	o.Apps, _ = output(ctx, t, q.Apps...)
+	o.MIG, _ = output(ctx, t, q.MIG...)
+	o.Banner, _ = output(ctx, t, q.Banner...)
+	return gpu.ReportFromSMI(t.Host().Name, o)
 }
 
 // output runs args on the host and returns stdout. Its error says what the
-// command printed, briefly: nvidia-smi writes its failures to stdout.
+// command printed, briefly: nvidia-smi writes its failures to stdout, a
+// loader that cannot run a binary to stderr.
 func output(ctx context.Context, t cluster.Transport, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
@@ -143,11 +163,14 @@ func output(ctx context.Context, t cluster.Transport, args ...string) ([]byte, e
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%s: %w", args[0], ctx.Err())
 	}
+	msg := firstLine(stderr.Bytes())
 	var ee *cluster.ExitError
 	if errors.As(err, &ee) && ee.Code == 127 {
+		if msg != "" {
+			return nil, fmt.Errorf("not found (%s)", msg)
+		}
 		return nil, errors.New("not found")
 	}
-	msg := firstLine(stderr.Bytes())
 	if msg == "" {
 		msg = firstLine(stdout.Bytes())
 	}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/droverhq/drover/cluster/testfleet"
+)
+
+// The checkpoint section (issue 15): what copying checkpoints costs
+// training, and how long a lost host takes to replace. It has a fleet of
+// its own, three hosts and a spare on subnet 23, one process per host.
+const (
+	ckptBudget  = 4 * time.Minute
+	ckptHosts   = 3
+	ckptSize    = 100 << 20 // bytes per checkpoint
+	ckptSteps   = 240
+	ckptEvery   = 60 // steps between checkpoints: about every 3 s
+	ckptWork    = 24 // sha256 rounds over 1 MiB per step: tens of ms
+	ckptWorkdir = "bench-ckpt"
+)
+
+// ckptScript is the workload: a fixed amount of CPU work per step, timed
+// and printed, with rank 0 saving a 100 MB checkpoint (temp file, rename)
+// every ckptEvery steps and keeping two. The save itself is not timed: it
+// is the same with or without drover's copies. With "hold", rank 0 saves
+// one checkpoint unless it resumes, and every rank then waits.
+const ckptScript = `import hashlib, os, sys, time
+mode, steps, every, size, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rank = int(os.environ["RANK"])
+ck = os.environ["DROVER_CHECKPOINT_DIR"]
+os.makedirs(ck, exist_ok=True)
+buf = os.urandom(1 << 20)
+blob = os.urandom(size) if rank == 0 else None
+def save(step):
+    tmp = os.path.join(ck, ".ck-%06d.tmp" % step)
+    with open(tmp, "wb") as f:
+        f.write(blob)
+    os.replace(tmp, os.path.join(ck, "ck-%06d.bin" % step))
+    for n in sorted(n for n in os.listdir(ck) if n.startswith("ck-"))[:-2]:
+        os.remove(os.path.join(ck, n))
+if mode == "hold":
+    if blob is not None and not os.environ.get("DROVER_RESUME_FROM"):
+        save(1)
+    print("resume=" + os.environ.get("DROVER_RESUME_FROM", ""), flush=True)
+    while True:
+        time.sleep(60)
+for s in range(1, steps + 1):
+    t = time.perf_counter()
+    h = hashlib.sha256()
+    for _ in range(work):
+        h.update(buf)
+    print("step %d %.6f" % (s, time.perf_counter() - t), flush=True)
+    if blob is not None and s % every == 0:
+        save(s)
+`
+
+var copiedEvent = regexp.MustCompile(`checkpoint ck-\d+\.bin \(#\d+, [^)]*\) copied from`)
+
+// checkpoints runs the section on its own fleet.
+func (b *bench) checkpoints(ctx context.Context) []Row {
+	ctx, cancel := context.WithTimeout(ctx, ckptBudget)
+	defer cancel()
+	steps := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("training step, %d MB checkpoint every %d steps, copied (checkpoint_copies = 2)", ckptSize>>20, ckptEvery),
+		Baseline: "checkpoint_copies = 1 (no copies)"}
+	lost := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("rank 0's host cut off -> every process running again (spare, host_wait 2s, %d MB staged)", ckptSize>>20)}
+	b.progress("bringing up fleet bck (%d hosts + a spare, 10.231.23.0/24)", ckptHosts)
+	f, err := upFleet(testfleet.Options{Name: "bck", N: ckptHosts + 1, Subnet: 23, TmpfsHomes: !b.diskHomes})
+	if err != nil {
+		b.note("checkpoint fleet did not come up: %v", err)
+		steps.Drover, steps.BaselineTime, lost.Drover = na("no fleet"), na("no fleet"), na("no fleet")
+		return []Row{steps, lost}
+	}
+	defer f.Close()
+	code := filepath.Join(b.work, "ckpt-code")
+	if err := os.MkdirAll(code, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(code, "ck.py"), []byte(ckptScript), 0o644)
+	}
+	if err != nil {
+		b.note("checkpoint workload: %v", err)
+		steps.Drover, steps.BaselineTime, lost.Drover = na("no workload"), na("no workload"), na("no workload")
+		return []Row{steps, lost}
+	}
+	var on, off []time.Duration
+	for rep := 0; rep < 2 && ctx.Err() == nil; rep++ {
+		for _, copies := range []int{1, 2} {
+			ds, err := b.stepTimes(ctx, f, code, copies)
+			if err != nil {
+				b.note("step time with checkpoint_copies = %d: %s", copies, reason(err))
+				continue
+			}
+			med := medianOf(ds)
+			b.progress("  checkpoint_copies = %d: median step %s over %d steps", copies, med, len(ds))
+			if copies == 1 {
+				off = append(off, ds...)
+			} else {
+				on = append(on, ds...)
+			}
+		}
+	}
+	steps.Drover, steps.BaselineTime = medianOr(on), medianOr(off)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		b.note("checkpoints: load average %s after the step-time runs; the copy competes for the same cores as training here",
+			strings.Join(strings.Fields(string(la))[:3], " "))
+	}
+	d, err := b.lostHost(ctx, f, code)
+	if err != nil {
+		b.note("lost host: %s", reason(err))
+		lost.Drover = na("%s", reason(err))
+	} else {
+		lost.Drover = Measure{Value: d.Seconds(), Unit: Seconds, N: 1}
+	}
+	return []Row{steps, lost}
+}
+
+func medianOr(ds []time.Duration) Measure {
+	if len(ds) == 0 {
+		return na("not measured")
+	}
+	return medianOf(ds)
+}
+
+// ckptJob writes the section's job file.
+func ckptJob(path string, f *benchFleet, code, mode string, copies int) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[job]\nname = \"ckpt-bench\"\nframework = \"pytorch\"\ncode = %q\nworkdir = %q\n", code, ckptWorkdir)
+	fmt.Fprintf(&b, "command = [\"python3\", \"ck.py\", %q, \"%d\", \"%d\", \"%d\", \"%d\"]\n", mode, ckptSteps, ckptEvery, ckptSize, ckptWork)
+	fmt.Fprintf(&b, "procs_per_host = 1\ncheckpoint_copies = %d\nmax_restarts = 2\nrestart_backoff = \"0s\"\nstop_grace = \"2s\"\nhost_wait = \"2s\"\n", copies)
+	fmt.Fprintf(&b, "\n[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", f.User, f.KeyFile, f.KnownHosts)
+	for i, h := range f.Hosts {
+		fmt.Fprintf(&b, "\n[[host]]\nname = %q\naddress = %q\ngpus = []\n", h.Name, h.Addr)
+		if i == ckptHosts {
+			b.WriteString("spare = true\n")
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// stepTimes runs the workload to the end once and returns every rank's
+// step times but the first few (start-up).
+func (b *bench) stepTimes(ctx context.Context, f *benchFleet, code string, copies int) ([]time.Duration, error) {
+	if err := f.removeEverywhere(ckptWorkdir); err != nil {
+		return nil, err
+	}
+	job := filepath.Join(b.work, fmt.Sprintf("ckpt-steps-%d.toml", copies))
+	if err := ckptJob(job, f, code, "train", copies); err != nil {
+		return nil, err
+	}
+	logs := filepath.Join(b.work, fmt.Sprintf("ckpt-runs-%d", copies))
+	_ = os.RemoveAll(logs)
+	st, err := command{Args: []string{b.drover, "run", "--quiet", "--log-dir", logs, job}, Timeout: 2 * time.Minute}.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runs, _ := filepath.Glob(filepath.Join(logs, "ckpt-bench-*", "attempt-1", "worker-*.log"))
+	var out []time.Duration
+	for _, p := range runs {
+		ds, err := readSteps(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ds...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no step times in %s (run took %s)", logs, st.Wall.Round(time.Millisecond))
+	}
+	if copies > 1 {
+		events, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(runs[0])), "events.log"))
+		if n := len(copiedEvent.FindAll(events, -1)); n == 0 {
+			return nil, errors.New("drover copied no checkpoint during the run")
+		}
+	}
+	return out, nil
+}
+
+// readSteps parses "step N SECONDS" lines, skipping the first five.
+func readSteps(path string) ([]time.Duration, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []time.Duration
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var n int
+		var s float64
+		if _, err := fmt.Sscanf(sc.Text(), "step %d %g", &n, &s); err == nil && n > 5 {
+			out = append(out, time.Duration(s*float64(time.Second)))
+		}
+	}
+	return out, sc.Err()
+}
+
+// lostHost starts the hold workload, waits for rank 0's checkpoint to be
+// copied, cuts rank 0's host off and times until a process runs again on
+// each host of the new group.
+func (b *bench) lostHost(ctx context.Context, f *benchFleet, code string) (time.Duration, error) {
+	if err := f.removeEverywhere(ckptWorkdir); err != nil {
+		return 0, err
+	}
+	job := filepath.Join(b.work, "ckpt-lost.toml")
+	if err := ckptJob(job, f, code, "hold", 2); err != nil {
+		return 0, err
+	}
+	argv := []string{"python3", "ck.py", "hold", strconv.Itoa(ckptSteps), strconv.Itoa(ckptEvery), strconv.Itoa(ckptSize), strconv.Itoa(ckptWork)}
+	scanner, err := newProcScanner(f, argv, argv)
+	if err != nil {
+		return 0, err
+	}
+	events := &eventRecorder{}
+	cmd := exec.Command(b.drover, "run", "--quiet", "--log-dir", filepath.Join(b.work, "ckpt-runs-lost"), job)
+	cmd.Stderr = events
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 3 * time.Second
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start drover run: %w", err)
+	}
+	defer func() {
+		_ = f.Heal(0)
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		waitGone(scanner, 10*time.Second)
+	}()
+	running := func(exclude map[procKey]bool) (map[procKey]bool, error) {
+		ps, err := scanner.scan()
+		if err != nil {
+			return nil, err
+		}
+		hosts, keys := map[int]bool{}, map[procKey]bool{}
+		for _, p := range ps {
+			if p.Alive && !exclude[p.Key] {
+				hosts[p.Host] = true
+				keys[p.Key] = true
+			}
+		}
+		if len(hosts) < ckptHosts || (exclude != nil && hosts[0]) {
+			return nil, nil
+		}
+		return keys, nil
+	}
+	var first map[procKey]bool
+	for first == nil {
+		if _, ok := events.find(copiedEvent, start); ok {
+			if first, err = running(nil); err != nil {
+				return 0, err
+			}
+		}
+		if ctx.Err() != nil || time.Since(start) > 2*time.Minute {
+			return 0, fmt.Errorf("no copied checkpoint and %d running processes within 2m: %s", ckptHosts, events.tail(3))
+		}
+		time.Sleep(pollEvery)
+	}
+	t0 := time.Now()
+	if err := f.Cut(0); err != nil {
+		return 0, err
+	}
+	for {
+		again, err := running(first)
+		if err != nil {
+			return 0, err
+		}
+		if again != nil {
+			d := time.Since(t0)
+			b.progress("  %s cut off: every process running again after %s", f.Hosts[0].Name, d.Round(time.Millisecond))
+			return d, nil
+		}
+		if ctx.Err() != nil || time.Since(t0) > 2*time.Minute {
+			return 0, fmt.Errorf("processes not running again within 2m of the cut: %s", events.tail(3))
+		}
+		time.Sleep(pollEvery)
+	}
+}

@@ -1,0 +1,109 @@
+// A fake libnvidia-ml.so.1 for tests: the functions package dlnvml calls,
+// compiled against NVIDIA's own nvml.h (go-nvml ships it), so that the
+// struct layouts dlnvml assumes are checked by a C compiler. Two GPUs:
+// 0 idle, MIG not supported; 1 busy (two processes, one whose memory NVML
+// cannot tell), MIG enabled. FAKE_NVML_INIT=<code> makes nvmlInit_v2 fail.
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvml.h"
+
+_Static_assert(offsetof(nvmlPciInfo_t, busId) == 36, "busId offset");
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t size");
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t size");
+_Static_assert(offsetof(nvmlProcessInfo_t, usedGpuMemory) == 8, "usedGpuMemory offset");
+_Static_assert(offsetof(nvmlMemory_t, used) == 16, "nvmlMemory_t.used offset");
+
+struct fake { unsigned int index; };
+static struct fake devs[2] = {{0}, {1}};
+static int inited;
+
+// go-nvml's copy of nvml.h wraps the handle in a one-pointer struct (NVIDIA's
+// is the bare pointer); either way it is one pointer in one register.
+static unsigned int idx(nvmlDevice_t d) { return ((struct fake *)d.handle)->index; }
+
+nvmlReturn_t nvmlInit_v2(void) {
+	const char *e = getenv("FAKE_NVML_INIT");
+	if (e && *e) return (nvmlReturn_t)atoi(e);
+	inited = 1;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlShutdown(void) { inited = 0; return NVML_SUCCESS; }
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *v, unsigned int n) {
+	snprintf(v, n, "550.54.15");
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = 12040; return NVML_SUCCESS; }
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) {
+	if (!inited) return NVML_ERROR_UNINITIALIZED;
+	*n = 2;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) {
+	if (i >= 2) return NVML_ERROR_INVALID_ARGUMENT;
+	d->handle = (struct nvmlDevice_st *)&devs[i];
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *i) { *i = idx(d); return NVML_SUCCESS; }
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *s, unsigned int n) {
+	snprintf(s, n, "GPU-fa6e0000-0000-4000-8000-00000000000%u", idx(d));
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *s, unsigned int n) {
+	snprintf(s, n, "NVIDIA H100 80GB HBM3");
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
+	memset(p, 0, sizeof *p);
+	p->bus = 0x18 + idx(d);
+	snprintf(p->busIdLegacy, sizeof p->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, 0, p->bus, 0);
+	snprintf(p->busId, sizeof p->busId, NVML_DEVICE_PCI_BUS_ID_FMT, 0, p->bus, 0);
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
+	m->total = 81559ULL << 20;
+	m->used = idx(d) ? 30004ULL << 20 : 4ULL << 20;
+	m->free = m->total - m->used;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u) {
+	u->gpu = idx(d) ? 97 : 0;
+	u->memory = 11;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *cur, unsigned int *pending) {
+	if (idx(d) == 0) return NVML_ERROR_NOT_SUPPORTED;
+	*cur = NVML_DEVICE_MIG_ENABLE;
+	*pending = NVML_DEVICE_MIG_ENABLE;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *n, nvmlProcessInfo_t *infos) {
+	unsigned int have = idx(d) ? 2 : 0;
+	if (*n < have) {
+		*n = have;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	*n = have;
+	for (unsigned int i = 0; i < have; i++) {
+		infos[i].pid = 4242 + i;
+		infos[i].usedGpuMemory = i == 0 ? 30000ULL << 20 : NVML_VALUE_NOT_AVAILABLE;
+		infos[i].gpuInstanceId = 0xFFFFFFFF;
+		infos[i].computeInstanceId = 0xFFFFFFFF;
+	}
+	return NVML_SUCCESS;
+}

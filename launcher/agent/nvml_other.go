@@ -1,0 +1,15 @@
+//go:build !cgo && !linux
+
+package agent
+
+import (
+	"runtime"
+
+	"github.com/droverhq/drover/gpu"
+)
+
+// probeNVML on a system NVIDIA ships no driver for.
+func probeNVML(host string) gpu.HostReport {
+	return gpu.HostReport{Host: host, Source: gpu.SourceNone, Devices: []gpu.Device{},
+		Reason: "nvml: no NVIDIA driver on " + runtime.GOOS}
+}

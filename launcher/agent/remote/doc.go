@@ -1,0 +1,32 @@
+// Package remote is the controller's side of drover's agent: which local
+// drover binary a host gets, putting it there, and calling it there. The
+// agent itself (what runs on the host) is package agent; its argv builders
+// live there too, so this package never spells a flag.
+//
+// # Which binary a host gets
+//
+// A host runs a drover built for its platform, learnt from `uname -sm`
+// ("Linux aarch64" is linux/arm64). Agents finds the candidates: the agents
+// `make build` puts beside the drover binary (drover-agent-linux-amd64,
+// drover-agent-linux-arm64: static, so they run on any Linux, any glibc or
+// none), else the running drover itself when its platform matches (a plain
+// `go build` with CGO_ENABLED=0 is static too). A platform with neither is
+// a *NoAgentError that names the build command that fixes it.
+//
+// # Installing
+//
+// Agents are named by content (~/.drover/bin/drover-<12 hex of sha256>), so
+// several drover versions coexist and a host that has this one gets nothing
+// uploaded. An upload goes to a temporary name with writes pipelined (a few
+// round trips per MiB instead of one per 32 KiB), is run once (`drover
+// agent version`) and only then renamed into place: a host that cannot
+// execute it (wrong loader, noexec home) is a *CannotRunError carrying the
+// loader's words, before any process starts, and a file under the final
+// name that answers another version is replaced.
+//
+// # Probing
+//
+// Probe asks the agent for the host's GPUs (`drover agent probe --json`,
+// NVML on the host) and falls back to nvidia-smi's CSV, parsed by package
+// gpu, which knows nothing of transports.
+package remote

@@ -1,0 +1,192 @@
+package remote
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
+)
+
+// agentDir is where Install puts drover binaries, under the login home.
+const agentDir = ".drover/bin"
+
+// CannotRunError is Install's error when the uploaded agent does not run
+// on the host: Output is what the host said (the loader's message, such as
+// "exec format error" or a missing GLIBC version), or the version it
+// answered when that is not the expected one.
+type CannotRunError struct {
+	Host     string
+	Platform Platform // the host's, by its uname
+	Agent    string   // the local binary that was uploaded
+	Remote   string   // where it is on the host
+	Output   string
+	Err      error
+}
+
+func (e *CannotRunError) Error() string {
+	msg := fmt.Sprintf("the drover agent for %s (%s) does not run on %s", e.Platform, e.Agent, e.Host)
+	if e.Output != "" {
+		msg += ": " + e.Output
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *CannotRunError) Unwrap() error { return e.Err }
+
+// Install makes the agent for t's host available there and returns its
+// absolute path on the host. For a local host the running drover is used
+// where it is. See the package doc for the steps and their guarantees.
+func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePath string, err error) {
+	h := t.Host()
+	if h.Transport == config.TransportLocal {
+		abs, err := filepath.Abs(agents.Self)
+		if err != nil {
+			return "", fmt.Errorf("install drover agent on %s: %w", h.Name, err)
+		}
+		return abs, nil
+	}
+	fail := func(what string, err error) (string, error) {
+		return "", fmt.Errorf("install drover agent on %s (%s): %s: %w", h.Name, h.Address, what, err)
+	}
+	plat, err := hostPlatform(ctx, t)
+	if err != nil {
+		return fail("find the host's platform", err)
+	}
+	bin, err := agents.For(h.Name, plat)
+	if err != nil {
+		return fail("choose an agent", err)
+	}
+	want, sum := bin.Version, bin.Sum
+	rfs, err := t.FS(ctx)
+	if err != nil {
+		return fail("open file access", err)
+	}
+	home, err := rfs.Home()
+	if err != nil {
+		return fail("find home directory", err)
+	}
+	dir := path.Join(home, agentDir)
+	dst := path.Join(dir, "drover-"+sum[:12])
+	if fi, err := rfs.Stat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == bin.Size {
+		if checkVersion(ctx, t, h.Name, plat, bin.Path, dst, want) == nil {
+			return dst, nil
+		}
+		// Another build under this name (or a damaged file): replace it.
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fail("stat "+dst, err)
+	}
+	if err := rfs.MkdirAll(dir, 0o755); err != nil {
+		return fail("create "+dir, err)
+	}
+	tmp := path.Join(dir, ".drover-"+sum[:12]+".tmp-"+randomSuffix())
+	if err := upload(ctx, rfs, bin.Path, tmp); err != nil {
+		_ = rfs.Remove(tmp)
+		return fail("upload to "+tmp, err)
+	}
+	if err := checkVersion(ctx, t, h.Name, plat, bin.Path, tmp, want); err != nil {
+		_ = rfs.Remove(tmp)
+		return "", fmt.Errorf("install drover agent on %s (%s): %w", h.Name, h.Address, err)
+	}
+	if err := rfs.Rename(tmp, dst); err != nil {
+		_ = rfs.Remove(tmp)
+		return fail("rename into "+dst, err)
+	}
+	return dst, nil
+}
+
+// checkVersion runs `remote agent version` on the host and compares its
+// answer with want.
+func checkVersion(ctx context.Context, t cluster.Transport, host string, plat Platform, local, remote, want string) error {
+	out, err := output(ctx, t, agent.VersionCommand(remote)...)
+	got := strings.TrimSpace(string(out))
+	if err != nil {
+		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote, Err: err}
+	}
+	if got != want {
+		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote,
+			Output: fmt.Sprintf("it answers %q, want %q", got, want)}
+	}
+	return nil
+}
+
+// upload copies local to remote with the size known to the writer, so that
+// pkg/sftp pipelines the writes (File.ReadFrom with a sized reader), and
+// makes the result executable.
+func upload(ctx context.Context, rfs cluster.FS, local, remote string) error {
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	w, err := rfs.Create(remote)
+	if err != nil {
+		return err
+	}
+	_, cerr := io.Copy(w, &sizedReader{ctx: ctx, r: f, size: fi.Size()})
+	if err := errors.Join(cerr, w.Close()); err != nil {
+		return err
+	}
+	return rfs.Chmod(remote, 0o755)
+}
+
+// sizedReader stops a copy when ctx is cancelled and tells the writer how
+// much is coming: pkg/sftp's File.ReadFrom issues concurrent writes only
+// for readers with a Size (or Len), and one 32 KiB write per round trip
+// otherwise.
+type sizedReader struct {
+	ctx  context.Context
+	r    io.Reader
+	size int64
+	read int64
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := s.r.Read(p)
+	s.read += int64(n)
+	return n, err
+}
+
+// Size is what remains to be read.
+func (s *sizedReader) Size() int64 { return s.size - s.read }
+
+func fileSum(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// randomSuffix makes temporary names unique across concurrent installs.
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,113 @@
+package remote
+
+import (
+	"context"
+	"os"
+	"path"
+	"regexp"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
+)
+
+func install(t *testing.T, tr cluster.Transport, agents Agents) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return Install(ctx, tr, agents)
+}
+
+// An agent is uploaded once, under its content's name, executable, with no
+// temporary file left; a second install finds it and uploads nothing.
+func TestFleetInstall(t *testing.T) {
+	ts := dialFleet(t)
+	tr := ts[0]
+	remote, err := install(t, tr, selfAgents(t))
+	require.NoError(t, err)
+	assert.Regexp(t, regexp.MustCompile(`^/home/drovertest/\.drover/bin/drover-[0-9a-f]{12}$`), remote)
+	fsys, err := tr.FS(context.Background())
+	require.NoError(t, err)
+	fi, err := fsys.Stat(remote)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
+
+	// Mark the upload: a second install must leave the file alone.
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	require.NoError(t, fsys.Chtimes(remote, old, old))
+	again, err := install(t, tr, selfAgents(t))
+	require.NoError(t, err)
+	assert.Equal(t, remote, again)
+	fi, err = fsys.Stat(remote)
+	require.NoError(t, err)
+	assert.True(t, fi.ModTime().Equal(old), "second install re-uploaded (mtime %v)", fi.ModTime())
+	assertOnlyAgents(t, fsys, path.Dir(remote))
+}
+
+// A file under the agent's name that answers another version (here: a
+// script of the same size) is replaced by the real agent.
+func TestFleetInstallReplacesOtherVersion(t *testing.T) {
+	ts := dialFleet(t)
+	tr := ts[1]
+	agents := selfAgents(t)
+	remote, err := install(t, tr, agents)
+	require.NoError(t, err)
+	fsys, err := tr.FS(context.Background())
+	require.NoError(t, err)
+	fi, err := fsys.Stat(remote)
+	require.NoError(t, err)
+
+	script := []byte("#!/bin/sh\necho drover v0.0.1 linux/amd64\n")
+	fake := append(script, make([]byte, fi.Size()-int64(len(script)))...)
+	w, err := fsys.Create(remote)
+	require.NoError(t, err)
+	_, err = w.Write(fake)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+
+	again, err := install(t, tr, agents)
+	require.NoError(t, err)
+	assert.Equal(t, remote, again)
+	out, err := output(context.Background(), tr, remote, "agent", "version")
+	require.NoError(t, err)
+	want, err := agentVersion(agents)
+	require.NoError(t, err)
+	assert.Equal(t, want+"\n", string(out))
+	assertOnlyAgents(t, fsys, path.Dir(remote))
+}
+
+func TestInstallLocal(t *testing.T) {
+	tr, err := cluster.Dial(context.Background(), config.Host{Name: "me", Address: "local", Transport: config.TransportLocal}, cluster.DialOptions{})
+	require.NoError(t, err)
+	defer tr.Close()
+	agents := selfAgents(t)
+	got, err := Install(context.Background(), tr, agents)
+	require.NoError(t, err)
+	assert.Equal(t, agents.Self, got)
+}
+
+// assertOnlyAgents fails when dir holds anything but installed agents
+// (a temporary upload left behind).
+func assertOnlyAgents(t *testing.T, fsys cluster.FS, dir string) {
+	t.Helper()
+	entries, err := fsys.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.Regexp(t, `^drover-[0-9a-f]{12}$`, e.Name(), "left in %s", dir)
+	}
+}
+
+// agentVersion is what the test binary, as agent, answers.
+func agentVersion(a Agents) (string, error) {
+	b, err := a.For("me", Platform(runtime.GOOS+"/"+runtime.GOARCH))
+	if err != nil {
+		return "", err
+	}
+	return agent.FileVersion(b.Path)
+}

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"debug/buildinfo"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+)
+
+// VersionCommand returns the argv of `drover agent version`, which the
+// installer runs once on every host after the upload: it proves that the
+// host can execute the binary (the loader's complaint comes back if not)
+// and that the file there is the drover build the controller expects.
+func VersionCommand(binary string) []string {
+	return []string{binary, "agent", "version"}
+}
+
+// Version is the line `drover agent version` prints for this binary:
+// "drover VERSION GOOS/GOARCH", VERSION naming the module version and the
+// commit it was built from.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return fmt.Sprintf("drover unknown %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	return versionLine(bi, runtime.GOOS, runtime.GOARCH)
+}
+
+// FileVersion is the line the drover binary at path would print for
+// `drover agent version`, read from the build information the Go linker
+// stores in every executable. It works for binaries of any platform, so
+// the controller knows what a linux/arm64 agent must answer without
+// running it.
+func FileVersion(path string) (string, error) {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the build information of %s: %w", path, err)
+	}
+	goos, goarch := setting(bi, "GOOS"), setting(bi, "GOARCH")
+	if goos == "" || goarch == "" {
+		return "", fmt.Errorf("read the build information of %s: no GOOS/GOARCH recorded", path)
+	}
+	return versionLine(bi, goos, goarch), nil
+}
+
+// versionLine formats a build: the main module's version, then the VCS
+// revision (with "-dirty" for a modified tree) when the build recorded one.
+func versionLine(bi *debug.BuildInfo, goos, goarch string) string {
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	if rev := setting(bi, "vcs.revision"); rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		v += "+" + rev
+		if setting(bi, "vcs.modified") == "true" {
+			v += "-dirty"
+		}
+	}
+	return fmt.Sprintf("drover %s %s/%s", v, goos, goarch)
+}
+
+func setting(bi *debug.BuildInfo, key string) string {
+	for _, s := range bi.Settings {
+		if s.Key == key {
+			return s.Value
+		}
+	}
+	return ""
+}

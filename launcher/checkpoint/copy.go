@@ -1,0 +1,310 @@
+package checkpoint
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// ManifestName is the file beside each of drover's copies that lists
+// every file of the checkpoint with its size and sha256. It is written
+// last: a copy directory without it is not a copy.
+const ManifestName = "MANIFEST"
+
+// copyBuffer is the only memory a copy uses for data, however large the
+// checkpoint: it is read from the source and written to every destination
+// before the next read.
+const copyBuffer = 1 << 20
+
+// dest is one place a copy goes: a directory in drover's own area on a
+// host, or the mirror.
+type dest struct {
+	label string // host name, or "mirror"
+	loc   Location
+	fs    cluster.FS
+	own   string // drover's checkpoint area there
+	tmp   string // <own>/<seq>.tmp while writing
+	final string // <own>/<seq>
+	err   error  // the first failure; the copy goes on to the others
+	w     io.WriteCloser
+}
+
+func seqDir(seq int) string { return fmt.Sprintf("%06d", seq) }
+
+// parseSeqDir is the inverse of seqDir; ok is false for anything else
+// (temporary directories, stray files).
+func parseSeqDir(name string) (int, bool) {
+	if len(name) < 6 || strings.Trim(name, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(name)
+	return n, err == nil
+}
+
+func newDest(label string, kind, host string, fsys cluster.FS, own string, seq int, name string) *dest {
+	d := &dest{label: label, fs: fsys, own: own, tmp: path.Join(own, seqDir(seq)+".tmp"), final: path.Join(own, seqDir(seq))}
+	d.loc = Location{Kind: kind, Host: host, Path: path.Join(d.final, name)}
+	return d
+}
+
+func (d *dest) fail(err error) {
+	if d.err == nil {
+		d.err = fmt.Errorf("copy checkpoint to %s %s: %w", d.label, d.final, err)
+	}
+	if d.w != nil {
+		d.w.Close()
+		d.w = nil
+	}
+}
+
+// fanout writes to every destination still healthy and into the hash; a
+// destination that fails drops out, and the copy fails only when none is
+// left.
+type fanout struct {
+	ctx   context.Context
+	dests []*dest
+	h     hash.Hash
+}
+
+func (f *fanout) Write(p []byte) (int, error) {
+	if err := f.ctx.Err(); err != nil {
+		return 0, err
+	}
+	f.h.Write(p)
+	alive := 0
+	for _, d := range f.dests {
+		if d.w == nil {
+			continue
+		}
+		if _, err := d.w.Write(p); err != nil {
+			d.fail(err)
+			continue
+		}
+		alive++
+	}
+	if alive == 0 {
+		return 0, errors.New("every destination failed")
+	}
+	return len(p), nil
+}
+
+// copier streams one checkpoint from its source to its destinations.
+type copier struct {
+	ctx      context.Context
+	src      cluster.FS
+	srcLabel string
+	dests    []*dest
+	buf      []byte
+	manifest bytes.Buffer
+	size     int64
+}
+
+// copyEntry copies the file or directory srcPath (named name) into every
+// destination's <seq>/<name>, writes MANIFEST and renames each
+// destination into place. It returns the digest (sha256 of MANIFEST) and
+// the total size. A destination that failed has its err set and its
+// temporary directory removed; the error return is for the source (or
+// every destination) failing.
+func copyEntry(ctx context.Context, src cluster.FS, srcLabel, srcPath, name string, dests []*dest) (digest string, size int64, err error) {
+	c := &copier{ctx: ctx, src: src, srcLabel: srcLabel, dests: dests, buf: make([]byte, copyBuffer)}
+	defer func() {
+		for _, d := range dests {
+			if d.err != nil || err != nil {
+				_ = d.fs.RemoveAll(d.tmp)
+			}
+		}
+	}()
+	for _, d := range dests {
+		if e := d.fs.RemoveAll(d.tmp); e != nil && !errors.Is(e, fs.ErrNotExist) {
+			d.fail(e)
+			continue
+		}
+		if e := d.fs.MkdirAll(d.tmp, 0o700); e != nil {
+			d.fail(e)
+		}
+	}
+	fi, err := src.Stat(srcPath)
+	if err != nil {
+		return "", 0, fmt.Errorf("read checkpoint %s on %s: %w", srcPath, srcLabel, err)
+	}
+	if err := c.entry(srcPath, name, fi); err != nil {
+		return "", 0, err
+	}
+	sum := sha256.Sum256(c.manifest.Bytes())
+	for _, d := range c.live() {
+		if err := c.finish(d); err != nil {
+			d.fail(err)
+		}
+	}
+	if len(c.live()) == 0 {
+		return "", 0, c.destErr()
+	}
+	return hex.EncodeToString(sum[:]), c.size, nil
+}
+
+func (c *copier) live() []*dest {
+	var out []*dest
+	for _, d := range c.dests {
+		if d.err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (c *copier) destErr() error {
+	var errs []error
+	for _, d := range c.dests {
+		errs = append(errs, d.err)
+	}
+	return errors.Join(errs...)
+}
+
+// entry copies one file or directory tree; rel is its path under <seq>/.
+func (c *copier) entry(srcPath, rel string, fi fs.FileInfo) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		for _, d := range c.live() {
+			if err := d.fs.MkdirAll(path.Join(d.tmp, rel), 0o700); err != nil {
+				d.fail(err)
+			}
+		}
+		kids, err := c.src.ReadDir(srcPath)
+		if err != nil {
+			return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
+		}
+		for _, k := range kids {
+			if err := c.entry(path.Join(srcPath, k.Name()), path.Join(rel, k.Name()), k); err != nil {
+				return err
+			}
+		}
+		return nil
+	case fi.Mode().IsRegular():
+		return c.file(srcPath, rel)
+	}
+	return nil // sockets, devices, links: not part of a checkpoint drover can copy
+}
+
+// file streams one regular file to every live destination.
+func (c *copier) file(srcPath, rel string) error {
+	r, err := c.src.Open(srcPath)
+	if err != nil {
+		return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
+	}
+	defer r.Close()
+	for _, d := range c.live() {
+		if d.w, err = d.fs.Create(path.Join(d.tmp, rel)); err != nil {
+			d.fail(err)
+		}
+	}
+	f := &fanout{ctx: c.ctx, dests: c.live(), h: sha256.New()}
+	n, err := io.CopyBuffer(f, struct{ io.Reader }{r}, c.buf)
+	if err != nil {
+		if ctxErr := c.ctx.Err(); ctxErr != nil {
+			return ctxErr
+		}
+		if len(c.live()) == 0 {
+			return c.destErr()
+		}
+		return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
+	}
+	for _, d := range c.live() {
+		if d.w != nil {
+			if err := d.w.Close(); err != nil {
+				d.fail(err)
+			}
+			d.w = nil
+		}
+	}
+	c.size += n
+	fmt.Fprintf(&c.manifest, "%s %d %x\n", strconv.Quote(rel), n, f.h.Sum(nil))
+	return nil
+}
+
+// finish writes MANIFEST and moves the copy into place.
+func (c *copier) finish(d *dest) error {
+	w, err := d.fs.Create(path.Join(d.tmp, ManifestName))
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(c.manifest.Bytes()); err != nil {
+		w.Close()
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := d.fs.RemoveAll(d.final); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return d.fs.Rename(d.tmp, d.final)
+}
+
+// readDigest is the digest of the copy in dir (<own>/<seq>), or "" when
+// there is no whole copy there.
+func readDigest(fsys cluster.FS, dir string) string {
+	r, err := fsys.Open(path.Join(dir, ManifestName))
+	if err != nil {
+		return ""
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, bufio.NewReader(io.LimitReader(r, 16<<20))); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// prune removes drover's copies in own beyond the newest keep, except
+// protect (the copy just made, which may be older than others there when
+// staging fell back to an older checkpoint), and temporary directories of
+// copies that did not finish (only one copy runs at a time per job, so
+// none is in progress). It returns the seqs removed.
+func prune(fsys cluster.FS, own string, keep, protect int) ([]int, error) {
+	entries, err := fsys.ReadDir(own)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var seqs []int
+	var errs []error
+	for _, e := range entries {
+		if n, ok := parseSeqDir(e.Name()); ok {
+			seqs = append(seqs, n)
+		} else if base, ok := strings.CutSuffix(e.Name(), ".tmp"); ok {
+			if _, ok := parseSeqDir(base); ok {
+				errs = append(errs, fsys.RemoveAll(path.Join(own, e.Name())))
+			}
+		}
+	}
+	slices.Sort(seqs)
+	seqs = slices.DeleteFunc(seqs, func(n int) bool { return n == protect })
+	var removed []int
+	for len(seqs) > max(keep, 1)-1 {
+		if err := fsys.RemoveAll(path.Join(own, seqDir(seqs[0]))); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, seqs[0])
+		}
+		seqs = seqs[1:]
+	}
+	return removed, errors.Join(errs...)
+}

@@ -1,0 +1,359 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// Host is one connected host of an attempt as checkpointing sees it.
+type Host struct {
+	Name string
+	FS   cluster.FS
+	// Dir is the absolute checkpoint_dir on the host (the user's).
+	Dir string
+	// Own is the absolute directory of drover's copies on the host
+	// (OwnDir).
+	Own string
+}
+
+// OwnDir is drover's copy area under a host's absolute workdir.
+func OwnDir(workdir string) string { return path.Join(workdir, ".drover", "checkpoints") }
+
+// Settings are the job's checkpoint keys, read again for every attempt.
+type Settings struct {
+	Marker string
+	// Copies is how many hosts should hold each checkpoint; 1 (or less)
+	// turns copying off.
+	Copies int
+	// Keep is how many of its own copies drover keeps per host and in the
+	// mirror.
+	Keep int
+	// Mirror is an absolute directory on the controller, "" for none.
+	Mirror string
+	// PollEvery is how often a Watcher lists every host's checkpoint_dir;
+	// 0 means DefaultPollEvery.
+	PollEvery time.Duration
+}
+
+// DefaultPollEvery is how often checkpoint directories are listed while an
+// attempt runs: one SFTP readdir per host, cheap next to training.
+const DefaultPollEvery = 2 * time.Second
+
+// Manager keeps a job's record and the work on it: staging before an
+// attempt, watching and copying during one. One Manager serves a whole
+// run.
+type Manager struct {
+	rec    *Record
+	events func(format string, args ...any)
+	now    func() time.Time
+	mirror cluster.FS
+}
+
+// New returns a Manager over rec. events receives one line per thing the
+// user should know (copies, staging, failures); now is the clock of the
+// record.
+func New(rec *Record, events func(format string, args ...any), now func() time.Time) *Manager {
+	if now == nil {
+		now = time.Now
+	}
+	return &Manager{rec: rec, events: events, now: now, mirror: cluster.NewOSFS("/")}
+}
+
+// Record is the record the Manager keeps.
+func (m *Manager) Record() *Record { return m.rec }
+
+// scanAll lists every host's checkpoint_dir at once. A host whose listing
+// fails is left out of the result (ok[i] false), so that nothing is
+// concluded about it.
+func scanAll(ctx context.Context, hosts []Host, marker string) (found [][]Found, ok []bool, errs []error) {
+	found, ok, errs = make([][]Found, len(hosts)), make([]bool, len(hosts)), make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i], errs[i] = Scan(ctx, h.FS, h.Name, h.Dir, marker)
+			ok[i] = errs[i] == nil
+		}()
+	}
+	wg.Wait()
+	return found, ok, errs
+}
+
+// reconcile brings the record up to date with what the hosts hold now:
+// entries drover has no record of are added (oldest first by their own
+// host's clock), and locations on these hosts that are gone are dropped.
+func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) error {
+	found, ok, errs := scanAll(ctx, hosts, set.Marker)
+	var unknown []Found
+	for i := range hosts {
+		if errs[i] != nil {
+			m.events("%v (ignored)", errs[i])
+		}
+		unknown = append(unknown, found[i]...)
+	}
+	slices.SortStableFunc(unknown, ByModTime)
+	if _, err := m.rec.Saw(unknown, m.now()); err != nil {
+		return err
+	}
+	present := map[Location]bool{}
+	for i, h := range hosts {
+		for _, f := range found[i] {
+			present[Location{Kind: Written, Host: h.Name, Path: f.Path, Stamp: f.Stamp}] = true
+		}
+	}
+	byName := map[string]int{}
+	for i, h := range hosts {
+		byName[h.Name] = i
+	}
+	for _, e := range m.rec.Entries() {
+		for _, l := range e.Held {
+			gone := false
+			switch i, in := byName[l.Host]; {
+			case l.Kind == Mirror:
+				gone = set.Mirror == "" || readDigest(m.mirror, path.Dir(l.Path)) == ""
+			case !in:
+			case l.Kind == Written:
+				gone = ok[i] && !present[l]
+			case l.Kind == Copy:
+				gone = readDigest(hosts[i].FS, path.Dir(l.Path)) != e.Digest
+			}
+			if gone {
+				if err := m.rec.Drop(e.Seq, l); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Stage picks the newest checkpoint in the record that these hosts or the
+// mirror still hold, copies it onto every host that lacks it, and returns
+// the path of it on each host (DROVER_RESUME_FROM), or nil when there is
+// no checkpoint to resume from. A failure to stage onto a host is an
+// error: processes resuming from different checkpoints would diverge.
+func (m *Manager) Stage(ctx context.Context, hosts []Host, set Settings) (map[string]string, error) {
+	if err := m.reconcile(ctx, hosts, set); err != nil {
+		return nil, err
+	}
+	entries := m.rec.Entries()
+	var lastErr error
+	for i := len(entries) - 1; i >= 0; i-- {
+		e := entries[i]
+		paths, err := m.stageEntry(ctx, e, hosts, set)
+		if err == nil && paths != nil {
+			return paths, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			m.events("checkpoint %s (#%d) could not be staged: %v; trying the one before it", e.Name, e.Seq, err)
+			lastErr = err
+		}
+	}
+	return nil, lastErr
+}
+
+// stageEntry puts e on every host, or returns nil paths when no host of
+// the group nor the mirror holds it.
+func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Settings) (map[string]string, error) {
+	paths := map[string]string{}
+	var lacking []Host
+	var sources []Location
+	for _, h := range hosts {
+		if l, ok := held(e, h.Name); ok {
+			paths[h.Name] = l.Path
+			sources = append(sources, l)
+		} else {
+			lacking = append(lacking, h)
+		}
+	}
+	for _, l := range e.Held {
+		if l.Kind == Mirror && set.Mirror != "" {
+			sources = append([]Location{l}, sources...) // local disk first
+		}
+	}
+	if len(sources) == 0 {
+		return nil, nil
+	}
+	if len(lacking) == 0 {
+		m.events("resuming from checkpoint %s (#%d, seen %s): %s", e.Name, e.Seq, e.Seen.Format(time.RFC3339), where(hosts, paths))
+		return paths, nil
+	}
+	start := m.now()
+	src, srcFS := sources[0], m.fsOf(sources[0], hosts)
+	dests := make([]*dest, len(lacking))
+	for i, h := range lacking {
+		dests[i] = newDest(h.Name, Copy, h.Name, h.FS, h.Own, e.Seq, e.Name)
+	}
+	digest, size, err := copyEntry(ctx, srcFS, src.String(), src.Path, e.Name, dests)
+	if err != nil {
+		return nil, err
+	}
+	if e.Digest != "" && digest != e.Digest {
+		return nil, fmt.Errorf("checkpoint %s (#%d) read from %s does not match the copy drover made of it (sha256 of MANIFEST %s, recorded %s)", e.Name, e.Seq, src, digest, e.Digest)
+	}
+	var names []string
+	for _, d := range dests {
+		if d.err != nil {
+			return nil, d.err
+		}
+		if err := m.rec.Add(e.Seq, d.loc, digest, size); err != nil {
+			return nil, err
+		}
+		paths[d.label] = d.loc.Path
+		names = append(names, d.label)
+		m.prune(d.fs, d.label, Copy, d.label, d.own, set.Keep, e.Seq)
+	}
+	m.events("resuming from checkpoint %s (#%d, seen %s): %s; staged %s from %s onto %s in %s", e.Name, e.Seq,
+		e.Seen.Format(time.RFC3339), where(hosts, paths), human(size), src, strings.Join(names, ", "), m.now().Sub(start).Round(time.Millisecond))
+	return paths, nil
+}
+
+// where says which path each host resumes from: "P on h0, Q on h1, h2".
+func where(hosts []Host, paths map[string]string) string {
+	var parts []string
+	last := ""
+	for _, h := range hosts {
+		p := paths[h.Name]
+		if p == last && len(parts) > 0 {
+			parts[len(parts)-1] += ", " + h.Name
+			continue
+		}
+		parts = append(parts, p+" on "+h.Name)
+		last = p
+	}
+	return strings.Join(parts, ", ")
+}
+
+// held is e's location on host: the user's own entry, else drover's copy.
+func held(e Entry, host string) (Location, bool) {
+	if l, ok := e.holder(Written, host); ok {
+		return l, true
+	}
+	return e.holder(Copy, host)
+}
+
+func (m *Manager) fsOf(l Location, hosts []Host) cluster.FS {
+	if l.Kind == Mirror {
+		return m.mirror
+	}
+	for _, h := range hosts {
+		if h.Name == l.Host {
+			return h.FS
+		}
+	}
+	return nil
+}
+
+// prune applies checkpoint_keep to drover's copies in own, keeping
+// protect, and drops what it removed from the record.
+func (m *Manager) prune(fsys cluster.FS, label, kind, host, own string, keep, protect int) {
+	removed, err := prune(fsys, own, keep, protect)
+	if err != nil {
+		m.events("remove old checkpoint copies on %s in %s: %v (ignored)", label, own, err)
+	}
+	for _, seq := range removed {
+		for _, e := range m.rec.Entries() {
+			if e.Seq != seq {
+				continue
+			}
+			for _, l := range e.Held {
+				if l.Kind == kind && l.Host == host && path.Dir(l.Path) == path.Join(own, seqDir(seq)) {
+					if err := m.rec.Drop(seq, l); err != nil {
+						m.events("%v", err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// human renders a byte count for events and tables.
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// replicate copies checkpoint seq from a host that wrote it to as many
+// other hosts as Copies asks (the hosts after the writer, in the group's
+// order, that do not hold it yet) and to the mirror, in one read.
+func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Settings) error {
+	var e Entry
+	for _, x := range m.rec.Entries() {
+		if x.Seq == seq {
+			e = x
+		}
+	}
+	src, srcIdx := Location{}, -1
+	holders := map[string]bool{}
+	for _, l := range e.Held {
+		holders[l.Host] = l.Kind != Mirror
+		for i, h := range hosts {
+			if l.Kind == Written && h.Name == l.Host && srcIdx < 0 {
+				src, srcIdx = l, i
+			}
+		}
+	}
+	if srcIdx < 0 {
+		return nil // written by a host no longer in the group
+	}
+	need := set.Copies
+	for h, isHost := range holders {
+		if isHost && h != "" {
+			need--
+		}
+	}
+	var dests []*dest
+	for k := 1; k < len(hosts) && need > 0; k++ {
+		h := hosts[(srcIdx+k)%len(hosts)]
+		if !holders[h.Name] {
+			dests = append(dests, newDest(h.Name, Copy, h.Name, h.FS, h.Own, seq, e.Name))
+			need--
+		}
+	}
+	if set.Mirror != "" {
+		if _, ok := e.holder(Mirror, ""); !ok {
+			dests = append(dests, newDest("mirror", Mirror, "", m.mirror, set.Mirror, seq, e.Name))
+		}
+	}
+	if len(dests) == 0 {
+		return nil
+	}
+	start := m.now()
+	digest, size, err := copyEntry(ctx, hosts[srcIdx].FS, src.String(), src.Path, e.Name, dests)
+	if err != nil {
+		return err
+	}
+	var to []string
+	for _, d := range dests {
+		if d.err != nil {
+			m.events("copy of checkpoint %s (#%d): %v", e.Name, seq, d.err)
+			continue
+		}
+		if err := m.rec.Add(seq, d.loc, digest, size); err != nil {
+			return err
+		}
+		to = append(to, d.label)
+		m.prune(d.fs, d.label, d.loc.Kind, d.loc.Host, d.own, set.Keep, seq)
+	}
+	m.events("checkpoint %s (#%d, %s) copied from %s to %v in %s", e.Name, seq, human(size), src.Host, to,
+		m.now().Sub(start).Round(time.Millisecond))
+	return nil
+}

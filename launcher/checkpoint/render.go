@@ -1,0 +1,43 @@
+package checkpoint
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Render writes the record as `drover checkpoints` shows it: each
+// checkpoint, oldest first, with its size, when drover saw it complete
+// (in loc) and where it is held, as of drover's last look (the start of an
+// attempt, or a copy).
+func Render(w io.Writer, entries []Entry, loc *time.Location) error {
+	if len(entries) == 0 {
+		_, err := fmt.Fprintln(w, "no checkpoints recorded yet (drover records them while `drover run` runs)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tCHECKPOINT\tSIZE\tSEEN COMPLETE\tHELD BY")
+	for _, e := range entries {
+		var held []string
+		for _, l := range e.Held {
+			switch l.Kind {
+			case Mirror:
+				held = append(held, "mirror")
+			default:
+				held = append(held, fmt.Sprintf("%s (%s)", l.Host, l.Kind))
+			}
+		}
+		where := strings.Join(held, ", ")
+		if where == "" {
+			where = "nowhere any more"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, e.Name, human(e.Size), e.Seen.In(loc).Format("2006-01-02 15:04:05"), where)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "newest last; \"written\" is the training's own file, \"copy\" drover's copy under the workdir's .drover/checkpoints")
+	return err
+}

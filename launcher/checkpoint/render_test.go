@@ -1,0 +1,39 @@
+package checkpoint
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestRender(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 6, 0, 1, 0, time.UTC)
+	entries := []Entry{
+		{Seq: 1, Name: "step-000010.pt", Size: 1234, Seen: t0, Held: []Location{{Kind: Written, Host: "gpu-a", Path: "/x"}}},
+		{Seq: 2, Name: "step-000020.pt", Size: 120 << 20, Seen: t0.Add(time.Minute), Held: []Location{
+			{Kind: Written, Host: "gpu-a", Path: "/x"}, {Kind: Copy, Host: "gpu-b", Path: "/y"}, {Kind: Mirror, Path: "/z"}}},
+		{Seq: 3, Name: "gone.pt", Size: 1, Seen: t0.Add(2 * time.Minute)},
+	}
+	var b bytes.Buffer
+	require.NoError(t, Render(&b, entries, time.UTC))
+	golden := filepath.Join("testdata", "checkpoints.golden")
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), b.String())
+
+	b.Reset()
+	require.NoError(t, Render(&b, nil, time.UTC))
+	assert.Contains(t, b.String(), "no checkpoints recorded yet")
+}

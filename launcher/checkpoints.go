@@ -1,0 +1,90 @@
+package launcher
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/checkpoint"
+)
+
+// LogRoot is the directory of a job's runs (RunOptions.LogDir, default
+// runs/ next to the job file); the checkpoint record lives there too.
+func LogRoot(cfg *config.Config, logDir string) string {
+	if logDir != "" {
+		return logDir
+	}
+	return filepath.Join(filepath.Dir(cfg.Path), "runs")
+}
+
+// The supervisor's seam into checkpoint replication (package checkpoint):
+// stage before an attempt, watch while it runs.
+
+// checkpointRecord loads the job's record once per run.
+func (r *runner) checkpointRecord(job string) (*checkpoint.Record, error) {
+	r.ckptOnce.Do(func() {
+		r.ckptRec, r.ckptErr = checkpoint.LoadRecord(checkpoint.RecordPath(r.logRoot, job), job)
+	})
+	return r.ckptRec, r.ckptErr
+}
+
+// checkpoints is this attempt's view of the record, its events prefixed
+// with the attempt.
+func (a *attempt_) checkpoints() (*checkpoint.Manager, error) {
+	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
+	if err != nil {
+		return nil, err
+	}
+	events := func(format string, args ...any) {
+		a.r.events.printf(a.prefix()+": "+format, args...)
+	}
+	return checkpoint.New(rec, events, a.r.now), nil
+}
+
+func (a *attempt_) checkpointSettings() checkpoint.Settings {
+	j := a.cfg.Job
+	return checkpoint.Settings{Marker: j.CheckpointMarker, Copies: j.CheckpointCopies, Keep: j.CheckpointKeep, Mirror: j.CheckpointMirror}
+}
+
+func (a *attempt_) checkpointHosts(conns []*hostConn) []checkpoint.Host {
+	hosts := make([]checkpoint.Host, len(conns))
+	for i, c := range conns {
+		wd := remoteAbs(c.home, c.host.Workdir)
+		hosts[i] = checkpoint.Host{Name: c.host.Name, FS: c.fs, Dir: remoteAbs(wd, a.cfg.Job.CheckpointDir), Own: checkpoint.OwnDir(wd)}
+	}
+	return hosts
+}
+
+// stageCheckpoint finds the newest checkpoint anywhere and puts it on
+// every host: the result is DROVER_RESUME_FROM per host name, nil to start
+// from scratch.
+func (a *attempt_) stageCheckpoint(ctx context.Context, conns []*hostConn) (map[string]string, error) {
+	m, err := a.checkpoints()
+	if err != nil {
+		return nil, err
+	}
+	paths, err := m.Stage(ctx, a.checkpointHosts(conns), a.checkpointSettings())
+	if err == nil && paths == nil && a.n > 1 {
+		a.r.events.printf("%s: no checkpoint found; starting from scratch", a.prefix())
+	}
+	return paths, err
+}
+
+// watchCheckpoints copies checkpoints while the attempt runs; the returned
+// stop must run before the connections close.
+func (a *attempt_) watchCheckpoints(ctx context.Context, conns []*hostConn) (stop func()) {
+	m, err := a.checkpoints()
+	if err != nil {
+		a.r.events.printf("%s: %v; checkpoints are not copied", a.prefix(), err)
+		return func() {}
+	}
+	return m.Watch(ctx, a.checkpointHosts(conns), a.checkpointSettings())
+}
+
+// ckptState is the runner's part of checkpointing: the record, loaded once.
+type ckptState struct {
+	ckptOnce sync.Once
+	ckptRec  *checkpoint.Record
+	ckptErr  error
+}
