@@ -10,7 +10,7 @@ PKGS    := ./...
 # The platforms drover is built for; it needs no cgo on any of them.
 PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
-.PHONY: all build portable test test-short lint demo bench fuzz clean
+.PHONY: all build portable test test-short lint demo bench bench-quick fuzz clean
 
 all: build
 
@@ -52,6 +52,10 @@ demo: build
 
 bench: build
 	./scripts/bench
+
+# The same without the 256-host scale section.
+bench-quick: build
+	./scripts/bench --quick
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzLoad -fuzztime=60s ./cluster/config/

@@ -66,6 +66,10 @@ type DialOptions struct {
 	// one parse of the known_hosts files; nil: each dial parses them.
 	// DialEach and DialAll set one for their dials when it is nil.
 	KnownHosts *KnownHosts
+	// Dialers reach hosts of transports that other packages provide, by
+	// Host.Transport: TransportSlurm (package cluster/slurm) needs the
+	// allocation drover runs in, which only the caller knows.
+	Dialers map[string]func(ctx context.Context, h config.Host) (Transport, error)
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -90,6 +94,9 @@ func (o DialOptions) withDefaults() DialOptions {
 // why (timeout, refused, authentication, host key).
 func Dial(ctx context.Context, h config.Host, opts DialOptions) (Transport, error) {
 	opts = opts.withDefaults()
+	if d, ok := opts.Dialers[h.Transport]; ok {
+		return d(ctx, h)
+	}
 	switch h.Transport {
 	case config.TransportLocal:
 		return NewLocal(h)

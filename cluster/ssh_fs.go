@@ -92,11 +92,24 @@ func (f *sftpFS) Mkdir(p string, perm fs.FileMode) error {
 	return nil
 }
 
+// MkdirAll sends the mkdir and a stat of the same path at once: the usual
+// cases (the directory is new, or already there) then cost one round trip,
+// not two; only each missing parent adds one.
 func (f *sftpFS) MkdirAll(p string, perm fs.FileMode) error {
 	ap := f.abs(p)
+	type statResult struct {
+		fi  fs.FileInfo
+		err error
+	}
+	stat := make(chan statResult, 1)
+	go func() {
+		fi, err := f.c.Stat(ap)
+		stat <- statResult{fi, err}
+	}()
 	err := f.c.Mkdir(ap)
+	st := <-stat
 	if err != nil {
-		fi, serr := f.c.Stat(ap)
+		fi, serr := st.fi, st.err
 		if serr == nil {
 			if fi.IsDir() {
 				return nil

@@ -142,3 +142,8 @@ type FS interface {
 	// Home is the absolute path of the login user's home directory.
 	Home() (string, error)
 }
+
+// CheckCmd reports a command no transport may run: both Args and Shell,
+// neither, or an environment variable name that is not an identifier.
+// Transports outside this package (slurm) check with it as SSH and local do.
+func CheckCmd(cmd Cmd) error { return checkCmd(cmd) }

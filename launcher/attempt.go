@@ -219,7 +219,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			}
 			// Re-read the inventory: the user may be fixing the address
 			// while drover waits.
-			if cfg, lerr := config.Load(a.r.opts.JobPath, config.LoadOptions{InventoryPath: a.r.opts.InventoryPath}); lerr == nil {
+			if cfg, lerr := config.Load(a.r.opts.JobPath, a.r.opts.loadOptions()); lerr == nil {
 				for _, nh := range cfg.Hosts {
 					if nh.Name == h.Name {
 						h = nh
@@ -412,7 +412,7 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
 	if err != nil {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
 	}
-	return forEach(conns, func(c *hostConn) error {
+	return forEach(a.pushTargets(conns), func(c *hostConn) error {
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)
 		if err != nil {
 			return err

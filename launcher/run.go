@@ -53,6 +53,11 @@ type RunOptions struct {
 	// Force takes over workdirs that another live run holds (see package
 	// lease); that run then stops.
 	Force bool
+
+	// Inside a Slurm allocation (see slurm.go): its hosts, and where the
+	// restart count starts.
+	Allocation    []config.Host
+	RestartOffset int
 }
 
 // Outcome is how a run ended.
@@ -160,7 +165,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	cfg, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +189,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			cfg = r.reload(cfg, attempt, b.total(cfg.Job))
 		}
 		total := b.total(cfg.Job)
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: b.restarts + b.hostFailures,
+		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: r.opts.RestartOffset + b.restarts + b.hostFailures,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		out := a.run(ctx)
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
@@ -258,7 +263,7 @@ func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 // reload re-reads the job and inventory before a restart; a file that no
 // longer loads leaves the previous configuration in force.
 func (r *runner) reload(cfg *config.Config, attempt, total int) *config.Config {
-	next, err := config.Load(r.opts.JobPath, config.LoadOptions{InventoryPath: r.opts.InventoryPath})
+	next, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
 	if err != nil {
 		r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 		return cfg

@@ -44,11 +44,21 @@ type LoadOptions struct {
 	// the job file: its [ssh] and [[host]] tables are used instead of the
 	// job file's own (or of the file its inventory key names), so one job
 	// runs unchanged on another fleet. Relative to the working directory.
+	// InventorySlurm ("slurm") means the Slurm allocation's nodes (see
+	// Allocation); a file of that name is "./slurm".
 	InventoryPath string
 	// HostsOnly accepts a file without a [job] table (an inventory on its
 	// own) for commands that only reach the hosts: drover exec and probe.
 	// A [job] table that is present is still checked.
 	HostsOnly bool
+	// Allocation, when drover runs inside a Slurm allocation, holds its
+	// hosts (slurm.Allocation.Hosts): they are the job's hosts when the
+	// job file says inventory = "slurm" or names no hosts at all.
+	Allocation []Host
+	// Submit loads a job for drover submit (or plan --format sbatch): its
+	// hosts come from an allocation not made yet, so a job file with
+	// inventory = "slurm" or without hosts is complete without them.
+	Submit bool
 }
 
 // Load reads the job file at jobPath, and the inventory holding its hosts,
@@ -93,12 +103,17 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 	} else {
 		cfg.Job = w.job(top, filepath.Dir(jobAbs))
 	}
+	cfg.Slurm = w.slurm(top)
 
 	// Find the file that holds the hosts.
 	var hw *walker
 	var htop tbl
 	var hostsAbs string
 	switch {
+	case opts.InventoryPath == InventorySlurm:
+		// --inventory slurm: the same job file, on the allocation's nodes.
+		cfg.FromAllocation, cfg.InventoryPath = true, jobAbs
+		cfg.Hosts = w.allocationHosts(opts, "", "--inventory slurm takes the hosts from the allocation")
 	case opts.InventoryPath != "":
 		hostsAbs, err = filepath.Abs(opts.InventoryPath)
 		if err != nil {
@@ -108,6 +123,12 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		hw, htop = loadInventory(opts.InventoryPath, hostsAbs, read, &errs, func(msg string) *ConfigError {
 			return &ConfigError{File: opts.InventoryPath, Msg: msg, Fix: "check the path given to --inventory"}
 		})
+	case doc["inventory"] == InventorySlurm:
+		cfg.FromAllocation, cfg.InventoryPath = true, jobAbs
+		cfg.Hosts = w.slurmInventory(doc, opts)
+	case doc["inventory"] == nil && doc["host"] == nil && (opts.Allocation != nil || opts.Submit):
+		cfg.FromAllocation, cfg.InventoryPath = true, jobAbs
+		cfg.Hosts = slices.Clone(opts.Allocation)
 	case doc["inventory"] != nil:
 		inv, ok := w.str(top, "inventory")
 		if !ok {

@@ -20,6 +20,7 @@ var topFields = []field{
 	{"ssh", "[ssh]"},
 	{"host", "[[host]]"},
 	{"inventory", `inventory = "fleet.toml"`},
+	{"slurm", "[slurm]"},
 }
 
 var inventoryTopFields = []field{
@@ -100,7 +101,7 @@ var (
 )
 
 // homes lists, for keys users put in the wrong table, where they belong.
-var homes = []tableSchema{jobSchema, sshSchema, hostSchema, rolesSchema, topSchema}
+var homes = []tableSchema{jobSchema, sshSchema, hostSchema, rolesSchema, slurmSchema, topSchema}
 
 func (ts tableSchema) example(name string) string {
 	for _, f := range ts.fields {

@@ -35,6 +35,11 @@ type Config struct {
 	Job           Job
 	// Hosts in file order; rank order follows this order.
 	Hosts []Host
+	// FromAllocation says that Hosts are the Slurm allocation's
+	// (LoadOptions.Allocation), in SLURM_JOB_NODELIST order.
+	FromAllocation bool
+	// Slurm is the [slurm] table: how drover submit asks for an allocation.
+	Slurm Slurm
 }
 
 // Job is the [job] table with defaults applied and paths made absolute
@@ -153,7 +158,7 @@ type Host struct {
 	// Address is an IP or DNS name as written; it is resolved at each
 	// (re)start, never cached across attempts. "local" for local hosts.
 	Address string
-	// Transport is TransportSSH or TransportLocal.
+	// Transport is TransportSSH, TransportLocal or TransportSlurm.
 	Transport string
 
 	User         string

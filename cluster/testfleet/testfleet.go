@@ -71,6 +71,12 @@ type Options struct {
 	// as some VM images have, makes each create scan the inodes deleted in
 	// the last minutes, a cost a real host's filesystem does not have.
 	TmpfsHomes bool
+	// Shell, when set (e.g. "/bin/bash"), is the login user's shell on
+	// this fleet's hosts, with /etc/skel's dotfiles in the homes, as on a
+	// fresh Ubuntu account (up --shell); "" keeps the account's /bin/sh.
+	// The account is shared by every fleet on the machine, so the change
+	// is made in the hosts' own view of /etc/passwd only.
+	Shell string
 }
 
 // Host is one host of the fleet as the test sees it from the outside.
@@ -324,6 +330,9 @@ func (f *Fleet) up(opts Options) error {
 		"--name", opts.Name, "--subnet", strconv.Itoa(opts.Subnet), "--first", strconv.Itoa(opts.First)}
 	if opts.TmpfsHomes {
 		args = append(args, "--tmpfs-homes")
+	}
+	if opts.Shell != "" {
+		args = append(args, "--shell", opts.Shell)
 	}
 	if _, err := f.run(ctx, args...); err != nil {
 		return fmt.Errorf("bring up fleet %q (%d hosts, 10.231.%d.0/24): %w", opts.Name, opts.N, opts.Subnet, err)

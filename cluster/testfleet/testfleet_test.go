@@ -703,3 +703,28 @@ func TestSlotted(t *testing.T) {
 		}
 	}
 }
+
+// TestShell: Options.Shell makes the login user's shell bash on that
+// fleet's hosts only (commands over SSH run under it, with /etc/skel's
+// dotfiles in the home), while other fleets and the machine's own account
+// keep /bin/sh.
+func TestShell(t *testing.T) {
+	Need(t, fleet)
+	f, err := Up(Options{Name: "tfb", N: 1, Subnet: subnet, First: 120, Shell: "/bin/bash"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+
+	out, err := ssh(t, f, f.Hosts[0].Addr, `echo "$0 ${BASH_VERSION:+bash}"`)
+	require.NoError(t, err)
+	assert.Equal(t, "bash bash", out, "the command line runs under the login shell bash")
+	out, err = ssh(t, f, f.Hosts[0].Addr, "ls -A")
+	require.NoError(t, err)
+	assert.Contains(t, strings.Fields(out), ".bashrc", "a fresh account's dotfiles")
+
+	out, err = ssh(t, fleet, fleet.Hosts[0].Addr, `echo "$0 ${BASH_VERSION:-none}"`)
+	require.NoError(t, err)
+	assert.Equal(t, "sh none", out, "the package's fleet keeps /bin/sh")
+	pw, err := exec.Command("getent", "passwd", User).Output()
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(strings.TrimSpace(string(pw)), ":/bin/sh"), "the machine's account is unchanged: %s", pw)
+}

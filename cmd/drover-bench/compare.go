@@ -15,9 +15,14 @@ type contender struct {
 
 // outcome is what one contender did over the repetitions.
 type outcome struct {
-	Times  []time.Duration
-	MaxRSS int64 // KiB, the largest of its runs
-	Err    error // the first failure; later repetitions skip it
+	Times []time.Duration
+	// CPU is each run's user+sys time of the tool and the children it
+	// waited for; ServerCPU the fleet's sshd CPU over the same run
+	// (compareOptions.ServerCPU; empty without it).
+	CPU       []time.Duration
+	ServerCPU []time.Duration
+	MaxRSS    int64 // KiB, the largest of its runs
+	Err       error // the first failure; later repetitions skip it
 }
 
 // Measure is the median of the outcome, or why there is none.
@@ -39,6 +44,9 @@ type compareOptions struct {
 	// it waits until the previous tool's sshd sessions have ended, so no
 	// tool is timed while the one before it is still being cleaned up.
 	Settle func(ctx context.Context)
+	// ServerCPU, when set, reads the fleet's sshd CPU so far: compare
+	// settles the fleet after each run too and records the difference.
+	ServerCPU func() (time.Duration, error)
 	// Progress receives one line per repetition.
 	Progress func(format string, args ...any)
 }
@@ -84,6 +92,11 @@ func compare(ctx context.Context, cs []contender, o compareOptions) ([]outcome, 
 			if o.Settle != nil {
 				o.Settle(ctx)
 			}
+			var srv0 time.Duration
+			var srvErr error
+			if o.ServerCPU != nil {
+				srv0, srvErr = o.ServerCPU()
+			}
 			st, err := cs[i].Run(ctx)
 			if err != nil {
 				if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -95,6 +108,15 @@ func compare(ctx context.Context, cs []contender, o compareOptions) ([]outcome, 
 				continue
 			}
 			out[i].Times = append(out[i].Times, st.Wall)
+			out[i].CPU = append(out[i].CPU, st.CPU)
+			if o.ServerCPU != nil && srvErr == nil {
+				if o.Settle != nil {
+					o.Settle(ctx)
+				}
+				if srv1, err := o.ServerCPU(); err == nil {
+					out[i].ServerCPU = append(out[i].ServerCPU, srv1-srv0)
+				}
+			}
 			out[i].MaxRSS = max(out[i].MaxRSS, st.MaxRSS)
 			line += fmt.Sprintf(" %s %s", cs[i].Name, Measure{Value: st.Wall.Seconds(), N: 1})
 		}

@@ -95,12 +95,19 @@ func (e *eventRecorder) tail(n int) string {
 // failureResult is what the failure benchmark measured.
 type failureResult struct {
 	Stop, Restart, Detect []time.Duration
-	SteadyCPU             Measure // percent of one core while nothing happens
-	RSS                   Measure // peak, MiB
-	CPU                   Measure // user+sys of the whole run, seconds
-	Wall                  time.Duration
-	Err                   error // why the figures stop where they do
-	Leftover              int   // workload processes still alive after drover exited
+	// FirstRunning is from drover run's start to every process of the
+	// first attempt running.
+	FirstRunning time.Duration
+	// FirstWaits and RestartWaits are runSetup.Waits' counts over the
+	// same spans as FirstRunning and Restart.
+	FirstWaits   int64
+	RestartWaits []int64
+	SteadyCPU    Measure // percent of one core while nothing happens
+	RSS          Measure // peak, MiB
+	CPU          Measure // user+sys of the whole run, seconds
+	Wall         time.Duration
+	Err          error // why the figures stop where they do
+	Leftover     int   // workload processes still alive after drover exited
 }
 
 // failure runs a job of 2 processes per host under `drover run`, SIGKILLs
@@ -108,7 +115,7 @@ type failureResult struct {
 // fast drover stops the rest and has the next attempt running. It then
 // interrupts drover and reads its peak memory and CPU time.
 func (b *bench) failure(ctx context.Context, f *benchFleet) []Row {
-	res := b.measureFailure(ctx, f)
+	res := b.measureFailure(ctx, f, runSetup{Inventory: f.Inventory, Kills: b.kills, Steady: b.steady, Tag: "run"})
 	if res.Err != nil {
 		b.note("failure handling at N=%d: %s", f.N, reason(res.Err))
 	}
@@ -138,7 +145,21 @@ func (b *bench) failure(ctx context.Context, f *benchFleet) []Row {
 	}
 }
 
-func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureResult) {
+// runSetup says how measureFailure runs drover: through which inventory
+// (the fleet's own, or one through delay proxies), with how many outside
+// kills, and whether to measure steady CPU (0: not).
+type runSetup struct {
+	Inventory string
+	Kills     int
+	Steady    time.Duration
+	Tag       string // names the job file
+	// Waits, when set, counts round trips waited for so far (the delay
+	// proxies'): the result then has them for the first start and
+	// each restart.
+	Waits func() int64
+}
+
+func (b *bench) measureFailure(ctx context.Context, f *benchFleet, rs runSetup) (res failureResult) {
 	res.RSS, res.SteadyCPU, res.CPU = na("not measured"), na("not measured"), na("not measured")
 	code := filepath.Join(b.work, "run-code")
 	if err := os.MkdirAll(code, 0o755); err != nil {
@@ -149,8 +170,8 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 		res.Err = fmt.Errorf("make code dir: %w", err)
 		return res
 	}
-	job := filepath.Join(b.work, fmt.Sprintf("run-%d.toml", f.N))
-	if err := writeJob(job, f.Inventory, code, runWorkdir, workloadTop, b.kills); err != nil {
+	job := filepath.Join(b.work, fmt.Sprintf("%s-%d.toml", rs.Tag, f.N))
+	if err := writeJob(job, rs.Inventory, code, runWorkdir, workloadTop, rs.Kills, 2); err != nil {
 		res.Err = err
 		return res
 	}
@@ -164,11 +185,17 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 	cmd.Stderr = events
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 3 * time.Second
+	waits := rs.Waits
+	if waits == nil {
+		waits = func() int64 { return 0 }
+	}
+	w0 := waits()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		res.Err = fmt.Errorf("start drover run: %w", err)
 		return res
 	}
+	hwm := watchHWM(cmd.Process.Pid)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var waitErr error
@@ -191,9 +218,9 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 		res.Wall = time.Since(start)
 		if ps := cmd.ProcessState; ps != nil {
 			res.CPU = Measure{Value: (ps.UserTime() + ps.SystemTime()).Seconds(), Unit: Seconds, N: 1}
-			if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > 0 {
-				res.RSS = Measure{Value: float64(ru.Maxrss) / 1024, Unit: MiB, N: 1}
-			}
+		}
+		if kb := hwm(); kb > 0 {
+			res.RSS = Measure{Value: float64(kb) / 1024, Unit: MiB, N: 1}
 		}
 		if waitErr != nil && !isInterruptExit(waitErr) && res.Err == nil {
 			res.Err = fmt.Errorf("drover run: %w: %s", waitErr, events.tail(2))
@@ -243,7 +270,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 		procs, err = scanner.scan()
 		return err == nil && newLeaves(procs) == want, err
 	}
-	b.progress("failure handling, %d hosts: drover run, %d processes, %d outside SIGKILLs", f.N, want, b.kills)
+	b.progress("failure handling (%s), %d hosts: drover run, %d processes, %d outside SIGKILLs", rs.Tag, f.N, want, rs.Kills)
 	if err := wait("attempt 1 to start", 3*time.Minute, func() (bool, error) {
 		_, ok := events.find(startedEvent, start)
 		return ok, nil
@@ -253,9 +280,13 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 	if err := wait(fmt.Sprintf("%d workload processes", want), phaseTimeout, allRunning); err != nil {
 		return fail("%w", err)
 	}
-	res.SteadyCPU = b.steadyCPU(ctx, cmd.Process.Pid)
+	res.FirstRunning = time.Since(start)
+	res.FirstWaits = waits() - w0
+	if rs.Steady > 0 {
+		res.SteadyCPU = b.steadyCPU(ctx, cmd.Process.Pid, rs.Steady)
+	}
 
-	for k := 0; k < b.kills; k++ {
+	for k := 0; k < rs.Kills; k++ {
 		for _, p := range procs {
 			seen[p.Key] = true
 		}
@@ -276,7 +307,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 				others[p.Key] = true
 			}
 		}
-		t0 := time.Now()
+		t0, wk := time.Now(), waits()
 		if err := syscall.Kill(victim.Key.Pid, syscall.SIGKILL); err != nil {
 			return fail("kill %d: SIGKILL %d: %w", k+1, victim.Key.Pid, err)
 		}
@@ -315,7 +346,8 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 			return fail("kill %d: %w", k+1, err)
 		}
 		res.Restart = append(res.Restart, runAt.Sub(t0))
-		b.progress("  kill %d/%d (%s): stopped after %s, next attempt running after %s", k+1, b.kills,
+		res.RestartWaits = append(res.RestartWaits, waits()-wk)
+		b.progress("  kill %d/%d (%s): stopped after %s, next attempt running after %s", k+1, rs.Kills,
 			f.Hosts[host].Name, stopAt.Sub(t0).Round(time.Millisecond), res.Restart[k].Round(time.Millisecond))
 	}
 	return res
@@ -323,7 +355,7 @@ func (b *bench) measureFailure(ctx context.Context, f *benchFleet) (res failureR
 
 // steadyCPU is drover run's CPU use while it only supervises: heartbeats
 // and nothing else.
-func (b *bench) steadyCPU(ctx context.Context, pid int) Measure {
+func (b *bench) steadyCPU(ctx context.Context, pid int, window time.Duration) Measure {
 	t0, err := cpuTicks("/proc", pid)
 	if err != nil {
 		return na("%s", reason(err))
@@ -332,7 +364,7 @@ func (b *bench) steadyCPU(ctx context.Context, pid int) Measure {
 	select {
 	case <-ctx.Done():
 		return na("out of time")
-	case <-time.After(b.steady):
+	case <-time.After(window):
 	}
 	t1, err := cpuTicks("/proc", pid)
 	if err != nil {

@@ -39,16 +39,16 @@ func (b *bench) fanout(ctx context.Context, f *benchFleet) []Row {
 	}}
 	b.progress("fan-out, %d hosts: `true` on every host, %d runs each (drover exec, pdsh, ssh loop)", f.N, b.reps)
 	outs, _ := compare(ctx, []contender{droverExec, pdsh, loop}, compareOptions{
-		Reps: b.reps, Warmup: true, Progress: b.progress, Settle: f.settle,
+		Reps: b.reps, Warmup: true, Progress: b.progress, Settle: f.settle, ServerCPU: f.sshdCPU,
 	})
 	target := Target{}
 	if f.N == 16 {
 		target = Target{MinSpeedup: 5}
 	}
-	return []Row{
+	return append([]Row{
 		{Section: "fan-out", N: f.N, What: "`true` on every host", Drover: outs[0].Measure(),
 			Baseline: "pdsh -R ssh", BaselineTime: outs[1].Measure(), Target: target},
 		{Section: "fan-out", N: f.N, What: "`true` on every host", Drover: outs[0].Measure(),
 			Baseline: "ssh loop", BaselineTime: outs[2].Measure()},
-	}
+	}, cpuRows("cpu", f.N, "exec `true`", outs, 1, "pdsh -R ssh")...)
 }

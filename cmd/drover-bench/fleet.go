@@ -16,12 +16,19 @@ type benchFleet struct {
 	N int
 	// SSHConfig is an ssh_config file for ssh, pdsh and rsync.
 	SSHConfig string
+	// cpu holds the hosts' sshd, for their CPU time (nil: no cgroup
+	// accounting here; sshdCPU falls back to the listeners' cutime).
+	cpu *cpuGroup
 }
 
-// fleetOptions names the fleet of size n brought up as the i-th of the
-// run: "b<N>" on subnet 20+i (bench owns 20..22).
-func fleetOptions(i, n int, tmpfsHomes bool) testfleet.Options {
-	return testfleet.Options{Name: fmt.Sprintf("b%d", n), N: n, Subnet: 20 + i, TmpfsHomes: tmpfsHomes}
+// benchShell is the bench fleet's login shell: bash, as on Ubuntu and most
+// real hosts, which costs sshd's sessions more than dash (/bin/sh) does.
+const benchShell = "/bin/bash"
+
+// fleetOptions names the fleet of size n: "<prefix><N>" on the given
+// subnet (a default run owns 20..22).
+func fleetOptions(prefix string, subnet, n int, tmpfsHomes bool) testfleet.Options {
+	return testfleet.Options{Name: fmt.Sprintf("%s%d", prefix, n), N: n, Subnet: subnet, TmpfsHomes: tmpfsHomes, Shell: benchShell}
 }
 
 // upFleet brings a fleet up and writes its ssh_config. The caller closes it.
@@ -35,6 +42,9 @@ func upFleet(opts testfleet.Options) (*benchFleet, error) {
 		f.Close()
 		return nil, fmt.Errorf("write ssh config for fleet %s: %w", opts.Name, err)
 	}
+	if pids, err := bf.listenerPids(); err == nil {
+		bf.cpu, _ = newCPUGroup("drover-bench-"+opts.Name, pids)
+	}
 	return bf, nil
 }
 
@@ -42,7 +52,11 @@ func upFleet(opts testfleet.Options) (*benchFleet, error) {
 // fleet down, so that its directory goes too.
 func (f *benchFleet) Close() error {
 	_ = os.Remove(f.SSHConfig)
-	return f.Fleet.Close()
+	err := f.Fleet.Close()
+	if f.cpu != nil {
+		f.cpu.remove()
+	}
+	return err
 }
 
 // sshConfig gives OpenSSH what drover's inventory gives drover. Host keys

@@ -53,6 +53,14 @@ type bench struct {
 	stderr    io.Writer
 	notes     []string
 	pushRSS   []Row
+	// scaleN is the scale section's number of light hosts.
+	scaleN int
+	// rtt is the latency section's round-trip time; latencyN its fleet.
+	rtt         time.Duration
+	latencyN    int
+	sections    map[string]bool
+	fleetPrefix string
+	subnet      int
 	// diskHomes keeps the hosts' homes on this machine's filesystem
 	// rather than a tmpfs (testfleet.Options.TmpfsHomes).
 	diskHomes bool
@@ -77,6 +85,8 @@ const (
 	fanoutBudget = 100 * time.Second
 	pushBudget   = 150 * time.Second
 	failBudget   = 150 * time.Second
+	latBudget    = 120 * time.Second
+	scaleBudget  = 120 * time.Second
 )
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -94,6 +104,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	work := fs.String("work", filepath.Join(os.TempDir(), "drover-bench"), "scratch directory (job files, the pushed tree)")
 	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
 	cmdline := fs.String("command", "make bench", "the command to name in the results file")
+	scaleN := fs.Int("scale-n", 256, "light hosts (one SSH server in this process) for the scale section; 0 skips it")
+	quick := fs.Bool("quick", false, "skip the scale section (N=256)")
+	rtt := fs.Duration("rtt", 50*time.Millisecond, "round-trip time the latency section puts between drover and the hosts")
+	latencyN := fs.Int("latency-n", 8, "fleet size (among -sizes) for the latency section; 0 skips it")
+	sections := fs.String("sections", "fanout,push,failure,latency,scale", "sections to run (fanout, push, failure, latency, scale)")
+	prefix := fs.String("fleet-prefix", "b", "fleets are named PREFIX<N> (another prefix lets a second run share the machine)")
+	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
 	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (subnet 23)")
 	if err := fs.Parse(args); err != nil {
@@ -110,8 +127,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "drover-bench: %v\n", err)
 		return 2
 	}
+	loadStart := loadAvg()
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
-		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes}
+		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
+		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet}
+	for _, s := range strings.Split(*sections, ",") {
+		b.sections[strings.TrimSpace(s)] = true
+	}
+	if *quick || b.scaleN <= 0 {
+		delete(b.sections, "scale")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -137,17 +162,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var rows []Row
 	fleetsUp := 0
+	// Scale first: it is short, and needs no OpenSSH fleet, so a slow
+	// machine that runs out of time loses a fleet size rather than it.
+	if b.sections["scale"] {
+		sctx, cancel := context.WithTimeout(ctx, scaleBudget)
+		rows = append(rows, b.scale(sctx)...)
+		cancel()
+		fleetsUp++
+	}
 	for i, n := range ns {
-		doPush := slices.Contains(ps, n)
-		doFail := n == *failN
+		doPush := slices.Contains(ps, n) && b.sections["push"]
+		doFail := n == *failN && b.sections["failure"]
 		need := fleetReserve + fanoutBudget/2
 		if remaining(ctx) < need {
 			b.note("N=%d not run: out of time (%s left of the %s deadline)", n, remaining(ctx).Round(time.Second), *deadline)
 			rows = append(rows, skippedRows(n, doPush, doFail, "out of time")...)
 			continue
 		}
-		b.progress("bringing up fleet b%d (%d hosts, 10.231.%d.0/24)", n, n, 20+i)
-		f, err := upFleet(fleetOptions(i, n, !b.diskHomes))
+		opts := fleetOptions(b.fleetPrefix, b.subnet+i, n, !b.diskHomes)
+		b.progress("bringing up fleet %s (%d hosts, 10.231.%d.0/24)", opts.Name, n, opts.Subnet)
+		f, err := upFleet(opts)
 		if err != nil {
 			b.note("fleet of %d hosts did not come up: %v", n, err)
 			rows = append(rows, skippedRows(n, doPush, doFail, "no fleet")...)
@@ -155,9 +189,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fleetsUp++
 		rows = append(rows, b.onFleet(ctx, f, doPush, doFail)...)
-		b.progress("tearing down fleet b%d", n)
+		b.progress("tearing down fleet %s", opts.Name)
 		if err := f.Close(); err != nil {
-			b.note("tear down fleet b%d: %v", n, err)
+			b.note("tear down fleet %s: %v", opts.Name, err)
 		}
 	}
 	for _, n := range ns {
@@ -190,7 +224,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *doc != "" {
 		d := Doc{Command: *cmdline, Date: time.Now(), Machine: machine(), Revision: revision(*doc),
-			Elapsed: time.Since(b.start), Rows: rows, Notes: b.notes, Method: method(b, ns)}
+			Elapsed: time.Since(b.start), Load: [2]string{loadStart, loadAvg()}, Rows: rows, Notes: b.notes, Method: method(b, ns)}
 		if err := writeDocFile(*doc, d); err != nil {
 			fmt.Fprintf(stderr, "drover-bench: %v\n", err)
 			return 1
@@ -215,12 +249,17 @@ func (b *bench) onFleet(ctx context.Context, f *benchFleet, doPush, doFail bool)
 	if f.N > 16 {
 		budget += fanoutBudget / 2
 	}
-	section(budget, func(ctx context.Context) []Row { return b.fanout(ctx, f) })
+	if b.sections["fanout"] {
+		section(budget, func(ctx context.Context) []Row { return b.fanout(ctx, f) })
+	}
 	if doPush {
 		section(pushBudget, func(ctx context.Context) []Row { return b.push(ctx, f) })
 	}
 	if doFail {
 		section(failBudget, func(ctx context.Context) []Row { return b.failure(ctx, f) })
+	}
+	if f.N == b.latencyN && b.rtt > 0 && b.sections["latency"] {
+		section(latBudget, func(ctx context.Context) []Row { return b.latency(ctx, f) })
 	}
 	return rows
 }
@@ -392,9 +431,9 @@ func homesMethod(disk bool) string {
 func method(b *bench, sizes []int) []string {
 	return []string{
 		fmt.Sprintf("Hosts are real OpenSSH sshd processes, one per network namespace on this machine (scripts/testfleet), "+
-			"reached over a veth bridge. drover, the baselines and every host's sshd share this machine's %d cores, "+
+			"reached over a veth bridge; the login user's shell there is %s with /etc/skel's dotfiles, as on Ubuntu hosts. drover, the baselines and every host's sshd share this machine's %d cores, "+
 			"so the figures measure CPU spent on SSH and process start more than network; on a real fleet each host "+
-			"does its own share of the work.", runtime.NumCPU()),
+			"does its own share of the work.", benchShell, runtime.NumCPU()),
 		homesMethod(b.diskHomes),
 		fmt.Sprintf("Fleet sizes: %v. Each tool is a fresh process in every repetition (process start and SSH handshakes "+
 			"included, as for pdsh). Figures are medians over RUNS repetitions; within a repetition the tools run one "+
@@ -425,8 +464,46 @@ func method(b *bench, sizes []int) []string {
 			"host's link (testfleet cut) and times until a process runs again on each host of the new group (the spare included), "+
 			"which takes keepalive detection (about 6 s), the reconnect that fails (the dial timeout), host_wait and staging.",
 			ckptHosts, ckptWork, ckptSize>>20, ckptEvery),
-		fmt.Sprintf("Resources: peak RSS (ru_maxrss) and user+sys CPU of the `drover run` process from wait4 after the "+
+		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
+			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
 			"of the first attempt, when drover only supervises.", b.steady),
+		"CPU (section cpu): for every compared operation, the tool's user+sys CPU per host from wait4 (its waited-for " +
+			"children included: pdsh's and rsync's ssh clients), the fleet's sshd CPU per connection (a cpu accounting cgroup " +
+			"holding every host's sshd listener and so everything its connections start, read with the fleet settled before " +
+			"and after the run; without cgroups, the listeners' own and reaped children's time from /proc/PID/stat) and the wall time against the CPU floor, (tool + sshd CPU) / cores. CPU time is what a busy " +
+			"or different machine distorts least and what carries over to a real fleet, where each host has its own CPU.",
+		fmt.Sprintf("Latency (section latency %s, N=%d): a userspace proxy per host (cluster/testfleet/netdelay) holds every "+
+			"chunk %s in each direction, so a round trip takes %s longer; drover's inventory, OpenSSH's ssh_config and "+
+			"known_hosts point at the proxies. Figures are wall time / RTT (medians of %d runs; drover run once, with %d "+
+			"kills), and \"round trips counted\" are the waits the proxies saw per host: a client chunk after an answer, at least "+
+			"the one-way delay after its previous one (pipelined requests are one wait), which a busy machine changes little. "+
+			"A 200-file tree is pushed (untimed first pushes, then nothing changed, then one file changed); agent install "+
+			"is `drover probe` on hosts whose ~/.drover was deleted minus `drover probe` with the agent there; `drover run` "+
+			"starts on hosts without ~/.drover or workdir and is timed to every process running (the failure section's "+
+			"process scan), then to the next attempt running after each outside SIGKILL. Goals from issue 20: exec no "+
+			"slower than one `ssh HOST true`, a push with nothing changed under 2x that, a fresh host running in under 30 "+
+			"round trips, a restart in under 15.", b.rtt, b.latencyN, b.rtt/2, b.rtt, latencyRuns, latencyKills),
+		fmt.Sprintf("Scale (section scale, N=%d): light hosts, one SSH server in the harness process serving one address "+
+			"each (cluster/testfleet/lighthost: x/crypto/ssh's server side, pkg/sftp's server; it passes the transport "+
+			"conformance suite). Commands run as this machine's user under %s; the hosts' CPU is the harness's own and "+
+			"its children's less drover's. drover's CPU is wait4's user+sys divided by N, its peak RSS VmHWM; the run "+
+			"(one process per host, so that 256 agents, not 512, share this machine) covers the whole run, its stop "+
+			"included, with the agent binary already on every host (hard links). "+
+			"Goals from issue 20 for exec: under 10 ms of drover CPU per host and under 100 MiB RSS. `make bench-quick` "+
+			"(drover-bench -quick) skips this section.", b.scaleN, benchShell),
 	}
+}
+
+// loadAvg is the first three fields of /proc/loadavg, "" when unreadable.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], ", ")
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,7 +19,7 @@ import (
 type procStats struct {
 	Wall   time.Duration
 	CPU    time.Duration // user + sys, the process and its waited-for children
-	MaxRSS int64         // peak resident set in KiB (getrusage ru_maxrss)
+	MaxRSS int64         // peak resident set in KiB (VmHWM, see watchHWM)
 }
 
 // command is a subprocess to time. Every one runs in its own process group
@@ -28,6 +31,9 @@ type command struct {
 	Dir     string
 	Timeout time.Duration
 }
+
+// hwmEvery is how often run samples a command's peak resident set.
+const hwmEvery = 10 * time.Millisecond
 
 // run starts c, waits for it and returns its wall time from just before the
 // fork to the reaped exit (like `time`). A non-zero exit, a signal or the
@@ -51,13 +57,14 @@ func (c command) run(ctx context.Context) (procStats, error) {
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 3 * time.Second
 	start := time.Now()
-	err := cmd.Run()
-	st := procStats{Wall: time.Since(start)}
+	if err := cmd.Start(); err != nil {
+		return procStats{}, fmt.Errorf("%s: %w", c.Args[0], err)
+	}
+	hwm := watchHWM(cmd.Process.Pid)
+	err := cmd.Wait()
+	st := procStats{Wall: time.Since(start), MaxRSS: hwm()}
 	if ps := cmd.ProcessState; ps != nil {
 		st.CPU = ps.UserTime() + ps.SystemTime()
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			st.MaxRSS = ru.Maxrss
-		}
 	}
 	if err != nil {
 		name := c.Args[0]
@@ -96,4 +103,54 @@ func reason(err error) string {
 		return "not found: " + ee.Name
 	}
 	return shorten(strings.ReplaceAll(err.Error(), "\n", " "), 160)
+}
+
+// watchHWM samples pid's peak resident set (VmHWM, KiB) until the
+// returned function is called, which gives the last sample. wait4's
+// ru_maxrss is no use for a child of this process: Linux keeps, across
+// exec, the peak of the memory the child shared with its parent before
+// exec, so a large harness (the scale section's 256 light hosts) made
+// drover look as large as itself. VmHWM is the peak of the exec'd image
+// only; sampling misses at most the last few milliseconds.
+func watchHWM(pid int) func() int64 {
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	sample := func() {
+		if kb, err := vmHWM(pid); err == nil && kb > peak.Load() {
+			peak.Store(kb)
+		}
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(hwmEvery)
+		defer t.Stop()
+		for {
+			sample()
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 {
+		close(stop)
+		<-done
+		return peak.Load()
+	}
+}
+
+// vmHWM reads VmHWM from /proc/PID/status, in KiB.
+func vmHWM(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		}
+	}
+	return 0, errors.New("no VmHWM")
 }

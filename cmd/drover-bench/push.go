@@ -20,8 +20,9 @@ const (
 // on two cores takes well under a minute).
 const pushTimeout = 4 * time.Minute
 
-// writeJob writes a drover job file for the fleet.
-func writeJob(path, inventory, code, workdir string, command []string, maxRestarts int) error {
+// writeJob writes a drover job file for the fleet, with procs processes
+// per host.
+func writeJob(path, inventory, code, workdir string, command []string, maxRestarts, procs int) error {
 	cmd := ""
 	for i, a := range command {
 		if i > 0 {
@@ -38,11 +39,11 @@ framework = "pytorch"
 command = [%s]
 code = %q
 workdir = %q
-procs_per_host = 2
+procs_per_host = %d
 max_restarts = %d
 restart_backoff = "0s"
 stop_grace = "2s"
-`, inventory, cmd, code, workdir, maxRestarts)
+`, inventory, cmd, code, workdir, procs, maxRestarts)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return fmt.Errorf("write job file: %w", err)
 	}
@@ -64,7 +65,7 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 		}
 	}
 	job := filepath.Join(b.work, fmt.Sprintf("push-%d.toml", f.N))
-	if err := writeJob(job, f.Inventory, b.tree, droverPushDir, []string{"true"}, 0); err != nil {
+	if err := writeJob(job, f.Inventory, b.tree, droverPushDir, []string{"true"}, 0, 2); err != nil {
 		m := na("%s", reason(err))
 		return rows([]Measure{m, m}, []Measure{m, m}, []Measure{m, m})
 	}
@@ -83,16 +84,16 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 	}
 
 	b.progress("push, %d hosts: first push into empty workdirs, %d runs each (drover push, rsync x %d)", f.N, b.pushReps, f.N)
-	first, _ := compare(ctx, cs, compareOptions{Reps: b.pushReps, Before: reset, Progress: b.progress, Settle: f.settle})
+	first, _ := compare(ctx, cs, compareOptions{Reps: b.pushReps, Before: reset, Progress: b.progress, Settle: f.settle, ServerCPU: f.sshdCPU})
 	b.checkPushed(f, first)
 	if first[0].MaxRSS > 0 {
 		b.pushRSS = append(b.pushRSS, Row{Section: "resources", N: f.N, What: "drover push peak RSS (first push)",
 			Drover: Measure{Value: float64(first[0].MaxRSS) / 1024, Unit: MiB, N: len(first[0].Times)}})
 	}
 	b.progress("push, %d hosts: nothing changed, %d runs each", f.N, b.reps)
-	same, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle})
+	same, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle, ServerCPU: f.sshdCPU})
 	b.progress("push, %d hosts: one file changed, %d runs each", f.N, b.reps)
-	one, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle,
+	one, _ := compare(ctx, cs, compareOptions{Reps: b.reps, Progress: b.progress, Settle: f.settle, ServerCPU: f.sshdCPU,
 		Before: func(rep int) error { return changeOne(b.tree, defaultTree, rep) }})
 	// The tree now differs from the generated one by the changed file:
 	// the next fleet's first push is checked against what is there now.
@@ -102,7 +103,10 @@ func (b *bench) push(ctx context.Context, f *benchFleet) []Row {
 		b.note("measure %s after the one-file changes: %v", b.tree, err)
 	}
 	measures := func(o []outcome) []Measure { return []Measure{o[0].Measure(), o[1].Measure()} }
-	return rows(measures(first), measures(same), measures(one))
+	out := rows(measures(first), measures(same), measures(one))
+	out = append(out, cpuRows("cpu", f.N, "first push", first, 1, "rsync x N")...)
+	out = append(out, cpuRows("cpu", f.N, "push, nothing changed", same, 1, "rsync x N")...)
+	return append(out, cpuRows("cpu", f.N, "push, one file changed", one, 1, "rsync x N")...)
 }
 
 // checkPushed makes sure both tools really delivered the whole tree to the
@@ -131,18 +135,24 @@ func (b *bench) checkPushed(f *benchFleet, outs []outcome) {
 func (f *benchFleet) rsyncAll(ctx context.Context, src, dest string) (procStats, error) {
 	addrs := f.Addrs()
 	errs := make([]error, len(addrs))
+	cpus := make([]time.Duration, len(addrs))
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, a := range addrs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = command{Args: []string{"rsync", "-a", "--delete", "-e", "ssh -F " + f.SSHConfig,
+			var st procStats
+			st, errs[i] = command{Args: []string{"rsync", "-a", "--delete", "-e", "ssh -F " + f.SSHConfig,
 				src + "/", a + ":" + dest + "/"}, Timeout: pushTimeout}.run(ctx)
+			cpus[i] = st.CPU
 		}()
 	}
 	wg.Wait()
 	st := procStats{Wall: time.Since(start)}
+	for _, c := range cpus {
+		st.CPU += c
+	}
 	for i, err := range errs {
 		if err != nil {
 			return st, fmt.Errorf("rsync to %s: %w", addrs[i], err)

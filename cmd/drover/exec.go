@@ -36,7 +36,7 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(err.Error()+"\n"+execUsage, exitConfig)
 			}
-			cfg, err := config.Load(jobPath, config.LoadOptions{InventoryPath: c.String(flagInventory), HostsOnly: true})
+			cfg, err := loadInAllocation(jobPath, config.LoadOptions{InventoryPath: c.String(flagInventory), HostsOnly: true})
 			if err != nil {
 				return err
 			}

@@ -28,18 +28,22 @@ func withFleetFlags(own ...cli.Flag) []cli.Flag {
 // loadJob loads the job named by the command's one argument, with the
 // hosts from --inventory when given. hostsOnly accepts an inventory file
 // on its own (exec and probe need no job).
+// Inside a Slurm allocation the allocation's nodes are available too
+// (inventory = "slurm", --inventory slurm, or a job without hosts).
 func loadJob(c *cli.Context, hostsOnly bool) (*config.Config, error) {
-	return config.Load(c.Args().First(), config.LoadOptions{
+	return loadInAllocation(c.Args().First(), config.LoadOptions{
 		InventoryPath: c.String(flagInventory),
 		HostsOnly:     hostsOnly,
 	})
 }
 
 // dialOptions are the options every dial of a command's hosts uses;
-// inventory lets a ProxyJump name another host of the inventory.
+// inventory lets a ProxyJump name another host of the inventory. Inside a
+// Slurm allocation its nodes are reached with srun.
 func dialOptions(c *cli.Context, inventory []config.Host) cluster.DialOptions {
 	return cluster.DialOptions{
 		AcceptNewHosts: c.Bool(flagAcceptNewHosts),
 		Inventory:      inventory,
+		Dialers:        slurmDialers(),
 	}
 }

@@ -63,8 +63,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			pushCommand(),
 			probeCommand(),
 			runCommand(),
+			submitCommand(),
 			checkpointsCommand(),
 			agentCommand(),
+			slurmStep(),
 		},
 	}
 	app.OnUsageError = usageError

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -24,13 +25,18 @@ and no host is contacted, so hosts with gpus = "auto" are planned as hosts
 without GPUs and flagged "unprobed".
 
 Formats: table (default), env (export lines and the command for each
-process, ready to paste into a shell on that host), json (for scripts).
+process, ready to paste into a shell on that host), json (for scripts),
+sbatch (the script drover submit would submit; the submit flags apply).
 Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 *_KEY) are shown as **** in every format unless --show-secrets is given.`,
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: string(plan.FormatTable),
-				Usage: "output format: table, env or json"},
+				Usage: "output format: table, env, json or sbatch (the script drover submit submits)"},
 			&cli.BoolFlag{Name: "show-secrets", Usage: "print secret-looking values instead of ****"},
+			&cli.StringFlag{Name: "partition", Usage: "with --format sbatch: as drover submit --partition"},
+			&cli.StringFlag{Name: "time", Usage: "with --format sbatch: as drover submit --time"},
+			&cli.IntFlag{Name: "nodes", Usage: "with --format sbatch: as drover submit --nodes"},
+			&cli.IntFlag{Name: "gpus-per-node", Usage: "with --format sbatch: as drover submit --gpus-per-node"},
 			&cli.BoolFlag{Name: "probe", Usage: `probe gpus = "auto" hosts over SSH first and plan with the GPUs they select`},
 		),
 		Action: planAction,
@@ -42,6 +48,14 @@ func planAction(c *cli.Context) error {
 		return cli.Exit("usage: drover plan [--format table|env|json] [--probe] [--inventory FILE] JOB.toml", exitConfig)
 	}
 	job := c.Args().First()
+	if c.String("format") == "sbatch" {
+		_, script, err := sbatchScript(c, job)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(c.App.Writer, script)
+		return err
+	}
 	format, err := plan.ParseFormat(c.String("format"))
 	if err != nil {
 		return cli.Exit("plan: --format: "+err.Error(), exitConfig)

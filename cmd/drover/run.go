@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/lease"
 )
@@ -29,6 +30,14 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
 			}
+			load, alloc, err := allocation(config.LoadOptions{})
+			if err != nil {
+				return err
+			}
+			restartOffset := 0
+			if alloc != nil {
+				restartOffset = alloc.RestartCount
+			}
 			// First SIGINT/SIGTERM: graceful stop of every process.
 			// Second: kill at once.
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every process")
@@ -40,6 +49,8 @@ func runCommand() *cli.Command {
 				AgentBinary:   bin,
 				PushCacheDir:  cacheDir(),
 				Dial:          dialOptions(c, nil),
+				Allocation:    load.Allocation,
+				RestartOffset: restartOffset,
 				Out:           c.App.Writer,
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),

@@ -1,0 +1,100 @@
+package lighthost_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/cluster/testfleet/lighthost"
+	"github.com/droverhq/drover/cluster/transporttest"
+)
+
+func fleet(t *testing.T, n int) *lighthost.Fleet {
+	t.Helper()
+	f, err := lighthost.NewFleet(t.TempDir(), "lh", n, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+func host(f *lighthost.Fleet, i int) config.Host {
+	h := f.Hosts()[i]
+	return config.Host{Name: h.Name, Address: h.Addr.IP.String(), Port: h.Addr.Port, Transport: config.TransportSSH,
+		User: lighthost.User, IdentityFile: f.KeyFile, KnownHosts: f.KnownHosts}
+}
+
+func dial(t *testing.T, h config.Host) cluster.Transport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	require.NoError(t, err)
+	return tr
+}
+
+// TestConformance: drover's SSH transport to a light host passes the suite
+// every transport passes, so the light hosts behave as OpenSSH's do
+// wherever drover can tell.
+func TestConformance(t *testing.T) {
+	f := fleet(t, 1)
+	transporttest.Run(t, func(t *testing.T) cluster.Transport { return dial(t, host(f, 0)) })
+}
+
+// TestHostsAreApart: each host has its own address, host key and home;
+// a client checking host keys strictly refuses one host's key for another's
+// address.
+func TestHostsAreApart(t *testing.T) {
+	f := fleet(t, 3)
+	homes := map[string]bool{}
+	for i := range 3 {
+		tr := dial(t, host(f, i))
+		fsys, err := tr.FS(context.Background())
+		require.NoError(t, err)
+		home, err := fsys.Home()
+		require.NoError(t, err)
+		homes[home] = true
+		tr.Close()
+	}
+	assert.Len(t, homes, 3, "one home per host")
+
+	wrong := host(f, 0)
+	wrong.Port = f.Hosts()[1].Addr.Port // host 1 answers, with its own key
+	wrong.KnownHosts = t.TempDir() + "/kh"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := cluster.Dial(ctx, wrong, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	var hke *cluster.HostKeyError
+	assert.ErrorAs(t, err, &hke, "unknown host key refused")
+	c := f.Counts()
+	assert.EqualValues(t, 3, c.SFTPs, "one sftp session per host")
+}
+
+// TestCloseKillsRunningCommands: a command (and what it started in the
+// background) still running when the server closes does not outlive it.
+func TestCloseKillsRunningCommands(t *testing.T) {
+	f, err := lighthost.NewFleet(t.TempDir(), "lh", 1, "")
+	require.NoError(t, err)
+	tr := dial(t, host(f, 0))
+	defer tr.Close()
+	var out transporttest.SyncBuffer
+	p, err := tr.Start(context.Background(), cluster.Cmd{Shell: "sleep 300 & echo $!; sleep 301", Stdout: &out})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.HasSuffix(out.String(), "\n") }, 10*time.Second, 10*time.Millisecond)
+	child, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.Eventually(t, func() bool {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		return err != nil || strings.Contains(string(data), ") Z ")
+	}, 10*time.Second, 20*time.Millisecond, "background child %d outlived Close", child)
+	_ = p.Wait()
+}
