@@ -158,7 +158,8 @@ type fleetJob struct {
 	workdir   string // relative to the hosts' home
 }
 
-func newFleetJob(t *testing.T, framework string) *fleetJob {
+// extra holds more [job] lines (hang_timeout = "10s", ...).
+func newFleetJob(t *testing.T, framework string, extra ...string) *fleetJob {
 	t.Helper()
 	code, err := filepath.Abs("pytorch-ddp")
 	require.NoError(t, err)
@@ -187,10 +188,10 @@ restart_backoff = "1s"
 stop_grace = "3s"
 # logs and bytecode of earlier local runs of the example stay home
 exclude = ["runs/", "__pycache__/"]
-
+%s
 [job.env]
 OMP_NUM_THREADS = "1"
-`, name, framework, trainSteps, ckptEvery, stepSleep, code, j.workdir, procsPerHst)
+`, name, framework, trainSteps, ckptEvery, stepSleep, code, j.workdir, procsPerHst, strings.Join(extra, "\n"))
 	require.NoError(t, os.WriteFile(j.jobPath(), []byte(job), 0o644))
 	return j
 }
@@ -417,9 +418,9 @@ type disturbance func(t *testing.T, j *fleetJob, r *droverRun)
 // checks that drover restarted the group exactly once and that training
 // resumed from a checkpoint and ended with the hash want. It returns the
 // run's log directory (runs/<job>-<start>) for further checks.
-func runDisturbed(t *testing.T, framework, want string, hit disturbance) string {
+func runDisturbed(t *testing.T, framework, want string, hit disturbance, extra ...string) string {
 	t.Helper()
-	j := newFleetJob(t, framework)
+	j := newFleetJob(t, framework, extra...)
 	logDir := filepath.Join(j.dir, "runs")
 	r := startDrover(t, j.dir, "run", "--quiet", "--log-dir", logDir, j.jobPath())
 	waitFirstCheckpoint(t, j, r)
@@ -431,8 +432,9 @@ func runDisturbed(t *testing.T, framework, want string, hit disturbance) string 
 	run := runDir(t, logDir)
 	require.Equal(t, []string{"attempt-1", "attempt-2"}, attempts(t, run),
 		"one restart, then success; events:\n%s", events)
-	assert.Contains(t, events, "attempt 2/3: restarting the whole group")
-	assert.Contains(t, events, "attempt 2/3: job "+j.name+" succeeded")
+	// A lost host or a hang adds an attempt to the 3 of max_restarts = 2.
+	assert.Regexp(t, `attempt 2/[34]: restarting the whole group`, events)
+	assert.Regexp(t, `attempt 2/[34]: job `+j.name+` succeeded`, events)
 	assert.Contains(t, events, "succeeded after 2 attempt(s)")
 
 	first := readLog(t, filepath.Join(run, "attempt-1", j.rank0Log()))
@@ -450,7 +452,7 @@ func runDisturbed(t *testing.T, framework, want string, hit disturbance) string 
 	assert.Equal(t, fmt.Sprintf("%sstep-%06d.pt", ckptDir, step), m[1], "checkpoint resumed from")
 	// drover chose the checkpoint and said so: rank 0's host resumes from
 	// its own file (the others from drover's copies of it).
-	assert.Contains(t, events, fmt.Sprintf("attempt 2/3: resuming from checkpoint step-%06d.pt (#", step))
+	assert.Regexp(t, fmt.Sprintf(`attempt 2/[34]: resuming from checkpoint step-%06d\.pt \(#`, step), events)
 	assert.Contains(t, events, m[1]+" on "+fleet.Hosts[0].Name)
 	assert.Equal(t, want, finalHash(t, second),
 		"params after a restart from step %d differ from an undisturbed run's", step)

@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"net"
 	"path"
-	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -21,22 +19,8 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
-	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
 )
-
-// attemptOutcome is how one attempt of the whole group ended.
-type attemptOutcome struct {
-	success     bool
-	interrupted bool
-	// err is a setup failure (connect, probe, push, preflight).
-	err         error
-	setupFailed bool
-	hostLost    bool
-	// exitCode of the first failing process (-1 when it did not exit).
-	exitCode int
-	reason   string
-}
 
 // attempt_ is one start of the whole group.
 type attempt_ struct {
@@ -45,6 +29,9 @@ type attempt_ struct {
 	n, total int
 	restarts int
 	logDir   string
+	// gpuBefore is, per host, the processes on each GPU before the
+	// attempt started (not the job's).
+	gpuBefore map[string]map[int][]int
 }
 
 // hostConn is a connected, prepared host of this attempt.
@@ -64,7 +51,7 @@ func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.
 // again.
 func (a *attempt_) setupFailure(err error) attemptOutcome {
 	a.r.events.printf("%s: %v", a.prefix(), err)
-	return attemptOutcome{err: err, setupFailed: true, exitCode: -1, hostLost: cluster.IsConnectionLost(err)}
+	return setupFailed(err)
 }
 
 func (a *attempt_) run(ctx context.Context) attemptOutcome {
@@ -80,12 +67,12 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	}()
 	if err != nil {
 		if ctx.Err() != nil {
-			return attemptOutcome{interrupted: true}
+			return interrupted()
 		}
 		// connect already waited host_wait (restarts) or tried the
 		// spares: an unreachable host is final here.
 		out := a.setupFailure(err)
-		out.hostLost = false
+		out.kind, out.permanent = outcomeSetupFailed, true
 		return out
 	}
 	if err := a.holdWorkdirs(ctx, conns); err != nil {
@@ -117,7 +104,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
 	pl, err := plan.Build(in)
 	if err == nil {
-		pl, err = a.withIfaces(ctx, conns, in, pl)
+		// in keeps the interfaces: a restart that moves ports builds
+		// the plan again from it.
+		pl, err = a.withIfaces(ctx, conns, &in, pl)
 	}
 	if err != nil {
 		return a.setupFailure(err)
@@ -128,14 +117,24 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err := a.stopLeftovers(ctx, conns, pl); err != nil {
 		return a.setupFailure(err)
 	}
-	if err := a.preflight(ctx, conns, pl); err != nil {
+	moved, err := a.preflight(ctx, conns, pl)
+	if err != nil {
 		return a.setupFailure(err)
 	}
+	if len(moved) > 0 {
+		if pl, err = a.movePorts(in, pl, moved); err != nil {
+			return a.setupFailure(err)
+		}
+	}
 	if ctx.Err() != nil {
-		return attemptOutcome{interrupted: true}
+		return interrupted()
 	}
 	defer a.watchCheckpoints(ctx, conns)()
-	return a.supervise(ctx, conns, pl)
+	out := a.supervise(ctx, conns, pl)
+	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
+		a.waitGPUsReleased(ctx, conns, pl)
+	}
+	return out
 }
 
 // participants are the non-spare hosts in file order, with hosts that were
@@ -174,9 +173,10 @@ func isUnreachable(err error) bool {
 	return cluster.IsUnreachable(err)
 }
 
-// connect dials every host. On a restart, an unreachable host is retried
-// for host_wait and then replaced by a spare; on the first attempt it is
-// replaced at once (or the run fails) so a typo does not cost minutes.
+// connect dials every host. An unreachable host is retried for host_wait
+// and then replaced by a spare, on the first attempt as on a restart (a
+// host rebooting when the run starts is as common as one rebooting during
+// it); a refused key or login fails at once.
 func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
@@ -201,7 +201,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			continue
 		}
 		waited := false
-		for a.n > 1 && isUnreachable(err) && a.r.now().Before(deadline) {
+		for isUnreachable(err) && a.r.now().Before(deadline) {
 			if !waited {
 				a.r.events.printf("%s: %s (%s) unreachable, waiting up to %s for it: %v", a.prefix(), h.Name, h.Address, a.cfg.Job.HostWait, err)
 				waited = true
@@ -317,29 +317,74 @@ func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 }
 
 // selectGPUs probes hosts with gpus = "auto" and applies the selection
-// rules; pinned and GPU-less hosts need no probe.
+// rules; GPU-less hosts need no probe. Hosts with pinned GPUs are probed
+// too, only to learn which processes were on their GPUs before the attempt
+// (see waitGPUsReleased).
 func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]plan.HostGPUs, error) {
 	var mu sync.Mutex
 	out := map[string]plan.HostGPUs{}
+	a.gpuBefore = map[string]map[int][]int{}
 	err := forEach(conns, func(c *hostConn) error {
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
-		if c.host.GPUs.Auto {
+		var before map[int][]int
+		if c.host.GPUs.Auto || len(c.host.GPUs.List) > 0 {
 			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
-			sel, err := gpu.Select(c.host, a.cfg.Job, rep)
-			if err != nil {
-				return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
-			}
-			hg.Indices = sel.Indices
-			if len(sel.Indices) == 0 && rep.Reason != "" {
-				a.r.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", a.prefix(), c.host.Name, rep.Reason)
+			before = gpu.Pids(rep)
+			if c.host.GPUs.Auto {
+				sel, err := gpu.Select(c.host, a.cfg.Job, rep)
+				if err != nil {
+					return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
+				}
+				hg.Indices = sel.Indices
+				if len(sel.Indices) == 0 && rep.Reason != "" {
+					a.r.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", a.prefix(), c.host.Name, rep.Reason)
+				}
 			}
 		}
 		mu.Lock()
 		out[c.host.Name] = hg
+		a.gpuBefore[c.host.Name] = before
 		mu.Unlock()
 		return nil
 	})
 	return out, err
+}
+
+// gpuReleaseWait bounds the wait for a stopped attempt's GPUs to be free.
+const gpuReleaseWait = 30 * time.Second
+
+// waitGPUsReleased waits, after a failed attempt stopped, until NVML shows
+// no process of the job on the job's GPUs, so that the next attempt finds
+// its memory free; a GPU still held when the wait ends is reported with
+// the holding process.
+func (a *attempt_) waitGPUsReleased(ctx context.Context, conns []*hostConn, pl *plan.Plan) {
+	used := map[string][]int{}
+	for _, p := range pl.Processes {
+		for _, g := range p.Visible {
+			if !slices.Contains(used[p.Host.Name], g) {
+				used[p.Host.Name] = append(used[p.Host.Name], g)
+			}
+		}
+	}
+	forEach(conns, func(c *hostConn) error {
+		gpus := used[c.host.Name]
+		if len(gpus) == 0 {
+			return nil
+		}
+		probe := func(ctx context.Context) gpu.HostReport { return remote.ProbeInstalled(ctx, c.t, c.agent) }
+		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
+			a.r.events.printf("%s: GPU %d on %s is still held by pid %d (%s) %s after the stop; the next attempt may not get its memory",
+				a.prefix(), h.GPU, c.host.Name, h.Process.PID, orUnknown(h.Process.Name), gpuReleaseWait)
+		}
+		return nil
+	})
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "name unknown"
+	}
+	return s
 }
 
 func remoteAbs(home, p string) string {
@@ -419,32 +464,26 @@ func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, pl *pla
 }
 
 // preflight checks, per host and before anything starts, that each
-// program can be found and each planned port is free.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
+// program can be found and each planned port is free. On a restart a
+// port still held (by the previous attempt's rendezvous, say) does not
+// fail it: the host's agent finds as many consecutive free ports, and
+// preflight returns their first per host name.
+func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (map[string]int, error) {
 	byHost := map[string][]plan.Process{}
 	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
-	return forEach(conns, func(c *hostConn) error {
+	var mu sync.Mutex
+	moved := map[string]int{}
+	err := forEach(conns, func(c *hostConn) error {
 		procs := byHost[c.host.Name]
 		if len(procs) == 0 {
 			return nil
 		}
-		var ports []string
-		for _, p := range procs {
-			if p.Port > 0 {
-				ports = append(ports, fmt.Sprint(p.Port))
-			}
-		}
-		// The rendezvous port is opened on the host of rank 0 only.
-		if mp := procs[0].Env["MASTER_PORT"]; mp != "" && c.host.Name == pl.Processes[0].Host.Name {
-			ports = append(ports, mp)
-		}
-		sort.Strings(ports)
-		ports = compactStrings(ports)
+		ports := plannedPorts(pl, procs)
 		p := procs[0]
 		var out strings.Builder
-		args := agent.PreflightCommand(c.agent, p.Command[0], ports)
+		args := agent.PreflightCommand(c.agent, p.Command[0], ports, a.n > 1 && len(ports) > 0)
 		proc, err := c.t.Start(ctx, cluster.Cmd{Args: args, Env: p.Env, Dir: p.Workdir, Stdout: &out, Stderr: &out})
 		if err == nil {
 			err = proc.Wait()
@@ -458,8 +497,68 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 			}
 			return fmt.Errorf("preflight on %s: %s", hostLabel(c.host), msg)
 		}
+		for _, line := range strings.Split(out.String(), "\n") {
+			if v, ok := strings.CutPrefix(line, agent.FreePortsPrefix); ok {
+				base, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil || base <= 0 {
+					return fmt.Errorf("preflight on %s: bad answer %q", hostLabel(c.host), line)
+				}
+				mu.Lock()
+				moved[c.host.Name] = base
+				mu.Unlock()
+				a.r.events.printf("%s: port(s) %s held on %s; this attempt uses %s", a.prefix(),
+					strings.Join(ports, ", "), c.host.Name, portRange(base, len(ports)))
+			}
+		}
 		return nil
 	})
+	return moved, err
+}
+
+// plannedPorts are the ports procs (one host's processes) listen on: TF
+// task ports, and the rendezvous port on rank 0's host.
+func plannedPorts(pl *plan.Plan, procs []plan.Process) []string {
+	var ports []string
+	for _, p := range procs {
+		if p.Port > 0 {
+			ports = append(ports, fmt.Sprint(p.Port))
+		}
+	}
+	if mp := procs[0].Env["MASTER_PORT"]; mp != "" && procs[0].Host.Name == pl.Processes[0].Host.Name {
+		ports = append(ports, mp)
+	}
+	if jc := procs[0].Env["JAX_COORDINATOR_ADDRESS"]; jc != "" && procs[0].Host.Name == pl.Processes[0].Host.Name {
+		if _, port, err := net.SplitHostPort(jc); err == nil {
+			ports = append(ports, port)
+		}
+	}
+	sort.Strings(ports)
+	return compactStrings(ports)
+}
+
+func portRange(base, n int) string {
+	if n == 1 {
+		return strconv.Itoa(base)
+	}
+	return fmt.Sprintf("%d-%d", base, base+n-1)
+}
+
+// movePorts rebuilds the plan with the ports preflight found free in place
+// of held ones (see preflight).
+func (a *attempt_) movePorts(in plan.PlanInput, pl *plan.Plan, moved map[string]int) (*plan.Plan, error) {
+	in.BasePorts = map[string]int{}
+	for _, p := range pl.Processes {
+		base, ok := moved[p.Host.Name]
+		if !ok {
+			continue
+		}
+		if a.cfg.Job.Framework == config.TensorFlow {
+			in.BasePorts[p.Address] = base
+		} else {
+			in.MasterPort = base
+		}
+	}
+	return plan.Build(in)
 }
 
 func compactStrings(s []string) []string {
@@ -470,297 +569,4 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
-}
-
-// running is one started process of the attempt.
-type running struct {
-	p       plan.Process
-	ctl     *control
-	started time.Time
-	outs    []io.Closer
-	logFile io.WriteCloser
-	// stderrTail is the end of its stderr, for a root cause when it
-	// fails without an error file.
-	stderrTail *cluster.TailBuffer
-}
-
-type exitMsg struct {
-	i   int
-	err error
-	at  time.Time
-}
-
-// describeExit renders a process's end for events and the summary.
-func describeExit(err error) (text string, code int, lost bool) {
-	if err == nil {
-		return "0", 0, false
-	}
-	var ee *cluster.ExitError
-	if errors.As(err, &ee) {
-		sig := ee.Signal
-		if sig == "" && ee.Code > 128 && ee.Code < 128+65 {
-			// The agent reports a signal death as 128+n, as a shell does.
-			sig = strings.TrimPrefix(unix.SignalName(syscall.Signal(ee.Code-128)), "SIG")
-		}
-		if sig != "" {
-			return fmt.Sprintf("%d (SIG%s)", ee.Code, sig), ee.Code, false
-		}
-		return fmt.Sprint(ee.Code), ee.Code, false
-	}
-	if errors.Is(err, cluster.ErrConnectionLost) {
-		return "host lost", -1, true
-	}
-	return "error: " + err.Error(), -1, true
-}
-
-// supervise starts every process and watches the group until it succeeds,
-// one process fails, or the user interrupts.
-func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
-	a.r.makeLogDir(a.logDir)
-	byHost := map[string]*hostConn{}
-	for _, c := range conns {
-		byHost[c.host.Name] = c
-	}
-	// Sessions live until every process has exited; cancelling closes the
-	// channels, which the agents take as "drover is gone".
-	sctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	for _, p := range pl.Processes {
-		a.r.register(p)
-	}
-	term := logstream.NewSink(a.r.opts.Out)
-	procs := make([]*running, len(pl.Processes))
-	exits := make(chan exitMsg, len(procs))
-	started := 0
-	var startErr error
-	for i, p := range pl.Processes {
-		c := byHost[p.Host.Name]
-		rp := &running{p: p, ctl: newControl(), started: a.r.now()}
-		procs[i] = rp
-		f := a.r.createLog(filepath.Join(a.logDir, p.Name()+".log"))
-		rp.logFile = f
-		fileSink := logstream.NewSink(f)
-		mk := func() io.Writer {
-			fw := logstream.NewPrefixWriter(fileSink, "")
-			rp.outs = append(rp.outs, fw)
-			if a.r.opts.Quiet {
-				return fw
-			}
-			tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
-			rp.outs = append(rp.outs, tw)
-			return io.MultiWriter(fw, tw)
-		}
-		rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
-		stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
-		wd := p.Workdir
-		args := agent.Command(c.agent, agent.RunOptions{
-			Grace:   a.cfg.Job.StopGrace,
-			PIDFile: path.Join(remoteAbs(c.home, wd), pidDir, p.Name()+".pid"),
-			LogFile: path.Join(remoteAbs(c.home, wd), ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
-			Job:     a.cfg.Job.Name,
-			Args:    p.Command,
-			// The agent stops its group when drover falls silent: the
-			// only way it learns of a controller behind a dead link.
-			Heartbeat: heartbeatTimeout,
-		})
-		env := p.Env
-		if len(a.r.opts.Env) > 0 {
-			env = make(map[string]string, len(p.Env)+len(a.r.opts.Env))
-			for k, v := range p.Env {
-				env[k] = v
-			}
-			for k, v := range a.r.opts.Env {
-				env[k] = v
-			}
-		}
-		proc, err := c.t.Start(sctx, cluster.Cmd{Args: args, Env: env, Dir: wd, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
-		if err != nil {
-			startErr = fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
-			break
-		}
-		started++
-		go func() {
-			err := proc.Wait()
-			exits <- exitMsg{i: i, err: err, at: a.r.now()}
-		}()
-	}
-	a.r.events.printf("%s: started %d process(es) on %d host(s)", a.prefix(), started, len(conns))
-
-	out := attemptOutcome{exitCode: -1}
-	finished := make([]bool, len(procs))
-	remaining := started
-	stopping := false
-	var killTimer <-chan time.Time
-	var abandonTimer <-chan time.Time
-	stopAll := func(line string) {
-		for i, rp := range procs {
-			if rp != nil && i < started && !finished[i] {
-				rp.ctl.Send(line)
-			}
-		}
-	}
-	beginStop := func(why string) {
-		if stopping {
-			return
-		}
-		stopping = true
-		n := 0
-		for i := 0; i < started; i++ {
-			if !finished[i] {
-				n++
-			}
-		}
-		if why != "" {
-			a.r.events.printf("%s: %s; stopping %d process(es)", a.prefix(), why, n)
-		}
-		stopAll("stop")
-		killTimer = time.After(a.cfg.Job.StopGrace + 2*time.Second)
-	}
-	if startErr != nil {
-		out.err, out.setupFailed, out.hostLost = startErr, true, cluster.IsConnectionLost(startErr)
-		a.r.events.printf("%s: %v", a.prefix(), startErr)
-		beginStop("")
-	}
-	hard := a.r.opts.Hard
-	ctxDone := ctx.Done()
-	ping := time.NewTicker(heartbeatEvery)
-	defer ping.Stop()
-	for remaining > 0 {
-		select {
-		case m := <-exits:
-			remaining--
-			finished[m.i] = true
-			rp := procs[m.i]
-			for _, w := range rp.outs {
-				if c, ok := w.(io.Closer); ok {
-					c.Close()
-				}
-			}
-			rp.logFile.Close()
-			text, code, lost := describeExit(m.err)
-			a.r.record(rp.p, text, m.at.Sub(rp.started))
-			if stopping {
-				continue
-			}
-			if m.err != nil {
-				out.exitCode, out.hostLost = code, lost
-				out.reason = fmt.Sprintf("%s@%s exited %s", rp.p.Name(), rp.p.Host.Name, text)
-				if cause := a.rootCause(byHost[rp.p.Host.Name], rp, lost); cause != "" {
-					out.reason += ": " + cause
-				}
-				if lost {
-					out.reason = fmt.Sprintf("%s@%s: %s lost: %v", rp.p.Name(), rp.p.Host.Name, hostLabel(rp.p.Host), m.err)
-				}
-				beginStop(out.reason)
-				continue
-			}
-			if a.succeeded(pl, procs, finished) {
-				out.success = true
-				beginStop(a.successNote(procs, finished, started))
-			}
-		case <-ctxDone:
-			ctxDone = nil
-			out.interrupted = true
-			if !stopping {
-				beginStop("interrupted")
-			}
-		case <-hard:
-			hard = nil
-			a.r.events.printf("%s: killing every process now", a.prefix())
-			stopAll("kill")
-			abandonTimer = time.After(5 * time.Second)
-		case <-killTimer:
-			killTimer = nil
-			a.r.events.printf("%s: grace period over; killing what is left", a.prefix())
-			stopAll("kill")
-			abandonTimer = time.After(5 * time.Second)
-		case <-ping.C:
-			for i, rp := range procs {
-				if rp != nil && i < started && !finished[i] {
-					rp.ctl.Ping()
-				}
-			}
-		case <-abandonTimer:
-			// Unreachable hosts never report back; closing the channels
-			// makes their agents stop on their own when they can.
-			a.r.events.printf("%s: %d process(es) did not report their exit; closing their connections", a.prefix(), remaining)
-			cancel()
-			abandonTimer = nil
-		}
-	}
-	for _, rp := range procs {
-		if rp != nil {
-			rp.ctl.Close()
-		}
-	}
-	if out.interrupted {
-		out.success = false
-	}
-	if !out.success && !out.interrupted && out.reason == "" && out.err == nil {
-		out.reason = "the group ended without meeting the success policy"
-	}
-	return out
-}
-
-// rootCause finds and records why a failed process failed (see
-// rootCause), unless its host is gone and cannot say.
-func (a *attempt_) rootCause(c *hostConn, rp *running, lost bool) string {
-	if lost {
-		return ""
-	}
-	var fsys cluster.FS
-	if c != nil {
-		fsys = c.fs
-	}
-	cause := rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
-	a.r.recordCause(rp.p, cause)
-	return cause
-}
-
-// succeeded applies the success policy to the processes that have exited
-// (all with status 0, since any failure stops the group first).
-func (a *attempt_) succeeded(pl *plan.Plan, procs []*running, finished []bool) bool {
-	if a.cfg.Job.Framework != config.TensorFlow {
-		for i := range procs {
-			if !finished[i] {
-				return false
-			}
-		}
-		return true
-	}
-	hasChief := false
-	for _, rp := range procs {
-		if rp.p.Role == "chief" {
-			hasChief = true
-		}
-	}
-	for i, rp := range procs {
-		role := rp.p.Role
-		switch {
-		case role == "chief":
-			if !finished[i] {
-				return false
-			}
-		case role == "worker":
-			mustFinish := a.cfg.Job.SuccessPolicy != "chief" || (!hasChief && rp.p.Index == 0)
-			if mustFinish && !finished[i] {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func (a *attempt_) successNote(procs []*running, finished []bool, started int) string {
-	left := 0
-	for i := 0; i < started; i++ {
-		if !finished[i] {
-			left++
-		}
-	}
-	if left == 0 {
-		return ""
-	}
-	return "success policy met (" + a.cfg.Job.SuccessPolicy + ")"
 }

@@ -69,7 +69,7 @@ func discoverIface(ctx context.Context, t cluster.Transport, addr string) string
 // withIfaces plans again with the interface each host uses to reach the
 // plan's rendezvous address, found on the hosts; the first plan tells which
 // address that is. Unchanged when no host could tell.
-func (a *attempt_) withIfaces(ctx context.Context, conns []*hostConn, in plan.PlanInput, pl *plan.Plan) (*plan.Plan, error) {
+func (a *attempt_) withIfaces(ctx context.Context, conns []*hostConn, in *plan.PlanInput, pl *plan.Plan) (*plan.Plan, error) {
 	ts := make([]cluster.Transport, len(conns))
 	for i, c := range conns {
 		ts[i] = c.t
@@ -78,5 +78,5 @@ func (a *attempt_) withIfaces(ctx context.Context, conns []*hostConn, in plan.Pl
 	if len(in.Ifaces) == 0 {
 		return pl, nil
 	}
-	return plan.Build(in)
+	return plan.Build(*in)
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -166,30 +167,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	start := r.now()
-	logDir := LogRoot(cfg, r.opts.LogDir)
-	r.logRoot = logDir
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create log directory: %w", err)
-	}
 	res := &Result{}
-	// Two runs of a job started within the same second get distinct
-	// directories (-2, -3, ...) rather than overwriting each other's logs.
-	base := filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))
-	for n := 1; ; n++ {
-		res.LogDir = base
-		if n > 1 {
-			res.LogDir = fmt.Sprintf("%s-%d", base, n)
-		}
-		err := os.Mkdir(res.LogDir, 0o755)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrExist) || n >= 1000 {
-			return nil, fmt.Errorf("create log directory: %w", err)
-		}
+	if res.LogDir, err = r.openLogs(cfg); err != nil {
+		return nil, err
 	}
-	r.events.file, _ = os.Create(filepath.Join(res.LogDir, "events.log"))
 	defer func() {
 		if r.events.file != nil {
 			r.events.file.Close()
@@ -199,67 +180,119 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
 	defer releaseLeases()
 
-	restarts := 0
-	total := cfg.Job.MaxRestarts + 1
+	var b budget
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
-			next, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
-			if err != nil {
-				r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
-			} else {
-				cfg = next
-			}
+			cfg = r.reload(cfg, attempt, b.total(cfg.Job))
 		}
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: r.opts.RestartOffset + restarts,
+		total := b.total(cfg.Job)
+		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: r.opts.RestartOffset + b.restarts + b.hostFailures,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		out := a.run(ctx)
-		if ctx.Err() != nil && !out.success {
+		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or
 			// preflight; it is an interruption all the same.
-			out.interrupted = true
+			out = interrupted()
 		}
 		switch {
-		case out.err != nil && attempt == 1 && (config.IsConfigError(out.err) || IsHeld(out.err)):
+		case out.kind == outcomeSetupFailed && attempt == 1 && (config.IsConfigError(out.err) || IsHeld(out.err)):
 			return nil, out.err
-		case out.interrupted:
-			res.Outcome = Interrupted
-			res.Err = context.Cause(ctx)
+		case out.kind == outcomeInterrupted:
 			r.events.printf("interrupted: every process stopped")
-			res.Processes = r.summaries()
-			return res, nil
-		case out.err == nil && out.success:
-			res.Outcome = Succeeded
+			return r.finish(res, Interrupted, context.Cause(ctx)), nil
+		case out.kind == outcomeSucceeded:
 			r.events.printf("attempt %d/%d: job %s succeeded", attempt, total, cfg.Job.Name)
-			res.Processes = r.summaries()
-			return res, nil
+			return r.finish(res, Succeeded, nil), nil
 		}
 		// A failure: decide whether to try again.
-		why := out.err
-		if why == nil {
-			why = errors.New(out.reason)
+		if err := b.spend(cfg.Job, out, attempt); err != nil {
+			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
+			return r.finish(res, Failed, err), nil
 		}
-		retry, permanent := r.retryable(cfg.Job, out)
-		if !retry || restarts >= cfg.Job.MaxRestarts {
-			res.Outcome = Failed
-			switch {
-			case !retry:
-				res.Err = fmt.Errorf("%v; not restarting: %s", why, permanent)
-			default:
-				res.Err = fmt.Errorf("%v; no restarts left (max_restarts = %d)", why, cfg.Job.MaxRestarts)
-			}
-			r.events.printf("job %s failed: %v", cfg.Job.Name, res.Err)
-			res.Processes = r.summaries()
-			return res, nil
-		}
-		restarts++
-		delay := backoff(cfg.Job, restarts)
-		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, total, delay.Round(time.Millisecond))
+		delay := backoff(cfg.Job, b.restarts+b.hostFailures)
+		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, b.total(cfg.Job), delay.Round(time.Millisecond))
 		if err := r.sleep(ctx, delay); err != nil {
-			res.Outcome = Interrupted
-			res.Err = context.Cause(ctx)
-			res.Processes = r.summaries()
-			return res, nil
+			return r.finish(res, Interrupted, context.Cause(ctx)), nil
+		}
+	}
+}
+
+// budget counts the restarts a run has used, by cause: lost hosts and
+// hangs (the fleet's fault) count against max_host_failures, everything
+// else against max_restarts, as JobSet's RestartJobSetAndIgnoreMaxRestarts
+// does for node failures.
+type budget struct {
+	restarts, hostFailures int
+}
+
+// total is the number of attempts the run may take as things stand: each
+// host failure adds one beyond max_restarts + 1.
+func (b budget) total(job config.Job) int { return job.MaxRestarts + 1 + b.hostFailures }
+
+// spend takes a restart for out from the budget, or returns why the run
+// ends here: the policy says not to restart, or the budget is spent.
+func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
+	retry, why := retryable(job, out, attempt)
+	switch {
+	case !retry:
+		return fmt.Errorf("%v; not restarting: %s", out.err, why)
+	case out.kind == outcomeHostLost || out.kind == outcomeHung:
+		if b.hostFailures >= job.MaxHostFailures {
+			return fmt.Errorf("%v; no restarts left for lost hosts and hangs (max_host_failures = %d)", out.err, job.MaxHostFailures)
+		}
+		b.hostFailures++
+	default:
+		if b.restarts >= job.MaxRestarts {
+			return fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.err, job.MaxRestarts)
+		}
+		b.restarts++
+	}
+	return nil
+}
+
+// finish fills in how the run ended and the summary.
+func (r *runner) finish(res *Result, o Outcome, err error) *Result {
+	res.Outcome, res.Err = o, err
+	res.Processes = r.summaries()
+	return res
+}
+
+// reload re-reads the job and inventory before a restart; a file that no
+// longer loads leaves the previous configuration in force.
+func (r *runner) reload(cfg *config.Config, attempt, total int) *config.Config {
+	next, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
+	if err != nil {
+		r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
+		return cfg
+	}
+	return next
+}
+
+// openLogs creates runs/<job>-<start>/ and its events.log, and returns
+// the directory.
+func (r *runner) openLogs(cfg *config.Config) (string, error) {
+	start := r.now()
+	logDir := LogRoot(cfg, r.opts.LogDir)
+	r.logRoot = logDir
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return "", fmt.Errorf("create log directory: %w", err)
+	}
+	// Two runs of a job started within the same second get distinct
+	// directories (-2, -3, ...) rather than overwriting each other's logs.
+	base := filepath.Join(logDir, fmt.Sprintf("%s-%s", cfg.Job.Name, start.Format("20060102-150405")))
+	for n := 1; ; n++ {
+		dir := base
+		if n > 1 {
+			dir = fmt.Sprintf("%s-%d", base, n)
+		}
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			r.events.file, _ = os.Create(filepath.Join(dir, "events.log"))
+			return dir, nil
+		}
+		if !errors.Is(err, fs.ErrExist) || n >= 1000 {
+			return "", fmt.Errorf("create log directory: %w", err)
 		}
 	}
 }
@@ -276,28 +309,25 @@ func backoff(job config.Job, restarts int) time.Duration {
 	return d
 }
 
-// retryable applies restart_policy to how an attempt ended.
-func (r *runner) retryable(job config.Job, out attemptOutcome) (bool, string) {
-	switch job.RestartPolicy {
-	case "never":
+// retryable applies restart_policy and the exit-status lists to how
+// attempt n ended. A setup failure is worth another attempt only on a
+// restart (the first attempt fails fast, so that a typo does not cost
+// minutes) and unless it is a configuration error or marked permanent.
+func retryable(job config.Job, out attemptOutcome, n int) (bool, string) {
+	exited := out.kind == outcomeFailed && out.exitCode > 0
+	switch {
+	case exited && slices.Contains(job.FatalExitCodes, out.exitCode):
+		return false, fmt.Sprintf("exit status %d is in fatal_exit_codes", out.exitCode)
+	case exited && slices.Contains(job.RetryExitCodes, out.exitCode):
+		return true, ""
+	case job.RestartPolicy == config.RestartNever:
 		return false, `restart_policy = "never"`
-	case "exit-code":
-		if out.setupFailed && !out.hostLost {
-			return false, "the group could not be set up (see the error above)"
-		}
-		if out.hostLost || out.exitCode >= 128 || out.exitCode < 0 {
-			return true, ""
-		}
-		if out.exitCode >= 1 && out.exitCode <= 127 {
-			return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
-		}
-		return true, ""
-	default:
-		if out.setupFailed && !out.hostLost {
-			return false, "the group could not be set up (see the error above)"
-		}
-		return true, ""
+	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || config.IsConfigError(out.err) || IsHeld(out.err)):
+		return false, "the group could not be set up (see the error above)"
+	case job.RestartPolicy == config.RestartExitCode && exited && out.exitCode <= 127:
+		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
 	}
+	return true, ""
 }
 
 // register adds p to the summary in plan order.

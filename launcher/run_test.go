@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,37 +46,57 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestRetryable(t *testing.T) {
-	exited := func(code int) attemptOutcome { return attemptOutcome{exitCode: code} }
-	lost := attemptOutcome{exitCode: -1, hostLost: true}
-	setup := attemptOutcome{exitCode: -1, setupFailed: true, err: errors.New("preflight")}
-	setupLost := attemptOutcome{exitCode: -1, setupFailed: true, hostLost: true, err: cluster.ErrConnectionLost}
+	exited := func(code int) attemptOutcome { return attemptOutcome{kind: outcomeFailed, exitCode: code} }
+	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1}
+	hung := attemptOutcome{kind: outcomeHung, exitCode: -1}
+	setup := setupFailed(errors.New("preflight"))
+	setupLost := setupFailed(fmt.Errorf("push to h1: %w", cluster.ErrConnectionLost))
+	setupConfig := setupFailed(config.ConfigErrors{{File: "job.toml", Msg: "bad"}})
+	setupFinal := attemptOutcome{kind: outcomeSetupFailed, exitCode: -1, err: errors.New("h1: auth"), permanent: true}
+	onFailure := config.Job{RestartPolicy: config.RestartOnFailure}
+	lists := config.Job{RestartPolicy: config.RestartExitCode, RetryExitCodes: []int{75}, FatalExitCodes: []int{137}}
+	never := config.Job{RestartPolicy: config.RestartNever, RetryExitCodes: []int{75}}
 	tests := []struct {
-		policy string
-		out    attemptOutcome
-		retry  bool
-		why    string
+		job     config.Job
+		out     attemptOutcome
+		attempt int
+		retry   bool
+		why     string
 	}{
-		{"on-failure", exited(1), true, ""},
-		{"on-failure", exited(137), true, ""},
-		{"on-failure", lost, true, ""},
-		{"on-failure", setup, false, "could not be set up"},
-		{"on-failure", setupLost, true, ""},
-		{"", exited(2), true, ""}, // the default is on-failure
-		{"never", exited(1), false, `restart_policy = "never"`},
-		{"never", lost, false, `restart_policy = "never"`},
-		{"exit-code", exited(1), false, `exit status 1 is permanent under restart_policy = "exit-code"`},
-		{"exit-code", exited(127), false, "exit status 127 is permanent"},
-		{"exit-code", exited(128), true, ""},
-		{"exit-code", exited(137), true, ""},
-		{"exit-code", exited(255), true, ""},
-		{"exit-code", lost, true, ""},
-		{"exit-code", setup, false, "could not be set up"},
-		{"exit-code", setupLost, true, ""},
+		{onFailure, exited(1), 1, true, ""},
+		{onFailure, exited(137), 1, true, ""},
+		{onFailure, lost, 1, true, ""},
+		{onFailure, hung, 1, true, ""},
+		{onFailure, setup, 1, false, "could not be set up"},
+		// A setup error at a restart (a push that failed once) is retried;
+		// configuration errors and refusals are not.
+		{onFailure, setup, 2, true, ""},
+		{onFailure, setupConfig, 2, false, "could not be set up"},
+		{onFailure, setupFinal, 2, false, "could not be set up"},
+		{onFailure, setupLost, 1, true, ""},
+		{config.Job{}, exited(2), 1, true, ""}, // the default is on-failure
+		{config.Job{RestartPolicy: config.RestartNever}, exited(1), 1, false, `restart_policy = "never"`},
+		{config.Job{RestartPolicy: config.RestartNever}, lost, 1, false, `restart_policy = "never"`},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(1), 1, false, `exit status 1 is permanent under restart_policy = "exit-code"`},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(127), 1, false, "exit status 127 is permanent"},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(128), 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(255), 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, lost, 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, setup, 1, false, "could not be set up"},
+		{config.Job{RestartPolicy: config.RestartExitCode}, setupLost, 1, true, ""},
+		// retry_exit_codes and fatal_exit_codes win over the policy.
+		{lists, exited(75), 1, true, ""},
+		{lists, exited(3), 1, false, "exit status 3 is permanent"},
+		{lists, exited(137), 1, false, "exit status 137 is in fatal_exit_codes"},
+		{lists, exited(143), 1, true, ""},
+		{config.Job{FatalExitCodes: []int{2}}, exited(2), 1, false, "exit status 2 is in fatal_exit_codes"},
+		{config.Job{FatalExitCodes: []int{2}}, exited(3), 1, true, ""},
+		{never, exited(75), 1, true, ""},
+		{never, exited(76), 1, false, `restart_policy = "never"`},
 	}
-	r := newRunner(RunOptions{})
 	for _, tt := range tests {
-		retry, why := r.retryable(config.Job{RestartPolicy: tt.policy}, tt.out)
-		assert.Equal(t, tt.retry, retry, "%s %+v", tt.policy, tt.out)
+		retry, why := retryable(tt.job, tt.out, tt.attempt)
+		assert.Equal(t, tt.retry, retry, "%+v %+v attempt %d", tt.job, tt.out, tt.attempt)
 		if tt.why == "" {
 			assert.Empty(t, why)
 		} else {
@@ -81,15 +105,33 @@ func TestRetryable(t *testing.T) {
 	}
 }
 
+// TestBudget: lost hosts and hangs count against max_host_failures, never
+// against max_restarts, and the other way round.
+func TestBudget(t *testing.T) {
+	job := config.Job{MaxRestarts: 1, MaxHostFailures: 2}
+	failed := attemptOutcome{kind: outcomeFailed, exitCode: 1, err: errors.New("worker-1@b exited 1")}
+	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1, err: errors.New("worker-1@b: b lost")}
+	hung := attemptOutcome{kind: outcomeHung, exitCode: -1, err: errors.New("group hung")}
+	var b budget
+	assert.Equal(t, 2, b.total(job))
+	require.NoError(t, b.spend(job, lost, 1))
+	require.NoError(t, b.spend(job, failed, 2))
+	require.NoError(t, b.spend(job, hung, 3))
+	assert.Equal(t, budget{restarts: 1, hostFailures: 2}, b)
+	assert.Equal(t, 4, b.total(job), "each host failure adds an attempt")
+	assert.EqualError(t, b.spend(job, failed, 4), "worker-1@b exited 1; no restarts left (max_restarts = 1)")
+	assert.EqualError(t, b.spend(job, hung, 4), "group hung; no restarts left for lost hosts and hangs (max_host_failures = 2)")
+}
+
 func TestSucceededPolicy(t *testing.T) {
-	proc := func(role string, index int) *running { return &running{p: plan.Process{Role: role, Index: index}} }
+	proc := func(role plan.Role, index int) *running { return &running{p: plan.Process{Role: role, Index: index}} }
 	tfChief := []*running{proc("chief", 0), proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("evaluator", 0)}
 	tfNoChief := []*running{proc("worker", 0), proc("worker", 1), proc("ps", 0)}
 	torch := []*running{proc("worker", 0), proc("worker", 1)}
 	tests := []struct {
 		name      string
 		framework config.Framework
-		policy    string
+		policy    config.SuccessPolicy
 		procs     []*running
 		finished  []bool
 		want      bool
@@ -107,7 +149,11 @@ func TestSucceededPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &attempt_{cfg: &config.Config{Job: config.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
-			assert.Equal(t, tt.want, a.succeeded(nil, tt.procs, tt.finished))
+			procs := make([]*running, len(tt.procs))
+			for i, rp := range tt.procs {
+				procs[i] = &running{p: rp.p, done: tt.finished[i]}
+			}
+			assert.Equal(t, tt.want, a.succeeded(procs))
 		})
 	}
 }
@@ -307,6 +353,146 @@ esac
 		assert.Equal(t, map[string]string{"chief-0": "0", "worker-0": "143 (SIGTERM)", "worker-1": "143 (SIGTERM)", "ps-0": "143 (SIGTERM)"}, exits)
 	})
 
+	t.Run("hang_timeout: a silent group is stopped with its stacks and restarted", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	echo "rank $RANK up"
+	exec /usr/bin/python3 -c '
+import os, signal, time
+def freeze():
+    os.kill(os.getpid(), signal.SIGSTOP)
+def wait_forever():
+    time.sleep(1000)
+freeze() if os.environ["RANK"] == "1" else wait_forever()
+'
+fi
+echo "restart $DROVER_RESTART_COUNT"
+`, nextPort()+"hang_timeout = \"2s\"\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 2, res.Attempts)
+		assert.Regexp(t, `attempt 1/4: group hung: no process showed progress for \d+s \(hang_timeout = 2s\); the last was worker-[01]@[ab] at [0-9:.]+; asking every Python process for its stack`, events)
+		// Each rank's stack is in its own log, the frozen one's too.
+		assert.Regexp(t, `(?s)Fatal Python error: Aborted.*File "<string>", line 6 in wait_forever`, readLog(t, res, 1, "worker-0"))
+		assert.Regexp(t, `(?s)Fatal Python error: Aborted.*File "<string>", line 4 in freeze`, readLog(t, res, 1, "worker-1"))
+		assert.Equal(t, "restart 1\n", readLog(t, res, 2, "worker-1"))
+	})
+
+	t.Run("hang_timeout: touching DROVER_PROGRESS_FILE is progress", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `
+# Silent for 5s, twice hang_timeout, but for the touches.
+i=0; while [ $i -lt 17 ]; do touch "$DROVER_PROGRESS_FILE"; sleep 0.3; i=$((i+1)); done
+echo "done $DROVER_RESTART_COUNT"
+`, nextPort()+"hang_timeout = \"2s\"\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.NotContains(t, events, "hung")
+	})
+
+	t.Run("a restart moves a master_port still held", func(t *testing.T) {
+		// Before the first attempt fails, something outside the job takes
+		// its master_port (here: this test); the restart must not fail
+		// on it.
+		sync := t.TempDir()
+		mp := port + 1
+		go func() {
+			for {
+				if _, err := os.Stat(filepath.Join(sync, "ready")); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			l, err := net.Listen("tcp", fmt.Sprintf(":%d", mp))
+			if !assert.NoError(t, err) {
+				return
+			}
+			t.Cleanup(func() { l.Close() })
+			assert.NoError(t, os.WriteFile(filepath.Join(sync, "held"), nil, 0o644))
+		}()
+		res, _, events := run(t, context.Background(), localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	if [ "$RANK" = 0 ]; then
+		touch "$SYNC/ready"
+		while [ ! -e "$SYNC/held" ]; do sleep 0.05; done
+		exit 3
+	fi
+	sleep 1000
+fi
+echo "port $MASTER_PORT"
+`, nextPort()+"framework = \"pytorch\"\n[job.env]\nSYNC = \""+sync+"\"\n"))
+		require.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 2, res.Attempts)
+		m := regexp.MustCompile(fmt.Sprintf(`attempt 2/4: port\(s\) %d held on a; this attempt uses (\d+)`, mp)).FindStringSubmatch(events)
+		require.NotNil(t, m, "the event names the port used")
+		assert.NotEqual(t, strconv.Itoa(mp), m[1])
+		assert.Equal(t, "port "+m[1]+"\n", readLog(t, res, 2, "worker-0"))
+		assert.Equal(t, "port "+m[1]+"\n", readLog(t, res, 2, "worker-1"), "every process gets the port used")
+	})
+
+	t.Run("a setup error at a restart is retried", func(t *testing.T) {
+		// The first attempt fails and takes the code directory away; the
+		// restart's push fails on it (a setup error); drover must try
+		// again, and once the directory is back the job succeeds.
+		job := localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	if [ "$RANK" = 1 ]; then mv "$CODE" "$CODE.away"; exit 3; fi
+	sleep 1000
+fi
+echo "restart $DROVER_RESTART_COUNT"
+`, nextPort()+"max_restarts = 3\nframework = \"pytorch\"\n[job.env]\nCODE = \"CODEDIR\"\n")
+		code := filepath.Join(filepath.Dir(job), "code")
+		text, err := os.ReadFile(job)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(job, []byte(strings.Replace(string(text), "CODEDIR", code, 1)), 0o644))
+		events := &lineHook{onLine: func(line string) {
+			if strings.Contains(line, "attempt 2/4: scan code directory") {
+				assert.NoError(t, os.Rename(code+".away", code))
+			}
+		}}
+		res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Events: events})
+		require.NoError(t, err)
+		t.Logf("events:\n%s", events.String())
+		assert.Equal(t, Succeeded, res.Outcome, res.Err)
+		assert.Equal(t, 3, res.Attempts)
+		assert.Contains(t, events.String(), "attempt 2/4: scan code directory "+code)
+		assert.Contains(t, events.String(), "attempt 3/4: restarting the whole group")
+		assert.Equal(t, "restart 2\n", readLog(t, res, 3, "worker-1"))
+	})
+
+	t.Run("fatal_exit_codes and retry_exit_codes", func(t *testing.T) {
+		res, _, _ := run(t, context.Background(), localJob(t, `if [ "$RANK" = 1 ]; then exit 2; fi; sleep 1000`,
+			nextPort()+"fatal_exit_codes = [2]\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.EqualError(t, res.Err, "worker-1@b exited 2; not restarting: exit status 2 is in fatal_exit_codes")
+
+		res, _, events := run(t, context.Background(), localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 75; fi
+echo "restart $DROVER_RESTART_COUNT"
+`, nextPort()+"restart_policy = \"never\"\nretry_exit_codes = [75]\n"))
+		assert.Equal(t, Succeeded, res.Outcome, "75 is retried even under restart_policy = never")
+		assert.Equal(t, 2, res.Attempts)
+		assert.Contains(t, events, "worker-1@b exited 75")
+	})
+
+	t.Run("hang_timeout: a slow start is not a hang", func(t *testing.T) {
+		// Silent for 2.5 x hang_timeout before the first line (torch's
+		// import on a loaded host), then healthy.
+		res, _, events := run(t, context.Background(), localJob(t, `sleep 5; echo up; sleep 0.3; echo done`,
+			nextPort()+"hang_timeout = \"2s\"\n"))
+		assert.Equal(t, Succeeded, res.Outcome)
+		assert.Equal(t, 1, res.Attempts)
+		assert.NotContains(t, events, "hung")
+	})
+
+	t.Run("hangs count against max_host_failures", func(t *testing.T) {
+		res, _, events := run(t, context.Background(), localJob(t, `echo up; sleep 1000`,
+			nextPort()+"hang_timeout = \"1s\"\nmax_restarts = 0\nmax_host_failures = 1\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 2, res.Attempts, "max_restarts = 0, yet a hang is restarted once")
+		assert.Contains(t, events, "attempt 2/2: restarting the whole group")
+		assert.ErrorContains(t, res.Err, "no restarts left for lost hosts and hangs (max_host_failures = 1)")
+	})
+
 	t.Run("interrupted", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		job := localJob(t, `echo ready; sleep 1000`, nextPort())
@@ -359,4 +545,28 @@ esac
 		base := filepath.Join(filepath.Dir(job), "runs", "local-20260102-030405")
 		assert.Equal(t, []string{base, base + "-2"}, dirs)
 	})
+}
+
+// lineHook is a goroutine-safe events writer that calls onLine with each
+// line as it is written.
+type lineHook struct {
+	mu     sync.Mutex
+	buf    strings.Builder
+	onLine func(string)
+}
+
+func (h *lineHook) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	h.buf.Write(p)
+	h.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		h.onLine(line)
+	}
+	return len(p), nil
+}
+
+func (h *lineHook) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.buf.String()
 }

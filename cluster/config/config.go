@@ -26,13 +26,16 @@ const (
 	DefaultProcsPerHost      = 1
 	DefaultMasterPort        = 29500
 	DefaultBasePort          = 2222
-	DefaultSuccessPolicy     = "all-workers"
-	DefaultRestartPolicy     = "on-failure"
+	DefaultSuccessPolicy     = SuccessAllWorkers
+	DefaultRestartPolicy     = RestartOnFailure
 	DefaultRestartBackoff    = time.Second
 	DefaultRestartBackoffMax = 30 * time.Second
 	DefaultStopGrace         = 10 * time.Second
 	DefaultHostWait          = 5 * time.Minute
-	DefaultGPUMaxUsedMiB     = 100
+	// DefaultHostFailuresPerRestart: max_host_failures defaults to this
+	// many times max_restarts.
+	DefaultHostFailuresPerRestart = 3
+	DefaultGPUMaxUsedMiB          = 100
 )
 
 // LoadOptions changes where Load takes things from.
@@ -384,11 +387,11 @@ func (w *walker) job(top tbl, dir string) Job {
 		}
 		j.Exclude = pats
 	}
-	if s, ok := w.enum(t, "success_policy", "all-workers", "chief"); ok {
-		j.SuccessPolicy = s
+	if s, ok := w.enum(t, "success_policy", string(SuccessAllWorkers), string(SuccessChief)); ok {
+		j.SuccessPolicy = SuccessPolicy(s)
 	}
-	if s, ok := w.enum(t, "restart_policy", "on-failure", "never", "exit-code"); ok {
-		j.RestartPolicy = s
+	if s, ok := w.enum(t, "restart_policy", string(RestartOnFailure), string(RestartNever), string(RestartExitCode)); ok {
+		j.RestartPolicy = RestartPolicy(s)
 	}
 	if d, ok := w.duration(t, "restart_backoff"); ok {
 		j.RestartBackoff = d
@@ -407,6 +410,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	if d, ok := w.duration(t, "host_wait"); ok {
 		j.HostWait = d
 	}
+	w.recovery(t, &j)
 	if n, ok := w.count(t, "gpu_max_used_mib"); ok {
 		j.GPUMaxUsedMiB = n
 	}
@@ -415,6 +419,26 @@ func (w *walker) job(top tbl, dir string) Job {
 	}
 	j.Roles = w.roles(t, j.Framework)
 	return j
+}
+
+// recovery reads the keys that say how drover recovers from failures
+// beyond restart_policy: hangs, exit-status lists and host failures.
+func (w *walker) recovery(t tbl, j *Job) {
+	if d, ok := w.duration(t, "hang_timeout"); ok {
+		j.HangTimeout = d
+	}
+	j.RetryExitCodes, _ = w.exitCodes(t, "retry_exit_codes")
+	j.FatalExitCodes, _ = w.exitCodes(t, "fatal_exit_codes")
+	for _, c := range j.RetryExitCodes {
+		if slices.Contains(j.FatalExitCodes, c) {
+			w.add(t.key("fatal_exit_codes"), fmt.Sprintf("exit status %d is in both retry_exit_codes and fatal_exit_codes", c),
+				fmt.Sprintf("remove %d from one of the two lists", c))
+		}
+	}
+	j.MaxHostFailures = DefaultHostFailuresPerRestart * j.MaxRestarts
+	if n, ok := w.count(t, "max_host_failures"); ok {
+		j.MaxHostFailures = n
+	}
 }
 
 // checkpointCopies reads the keys of drover's checkpoint copies.

@@ -85,6 +85,7 @@ func TestLoadFullExample(t *testing.T) {
 			RestartBackoffMax: time.Minute,
 			StopGrace:         15 * time.Second,
 			HostWait:          90 * time.Second,
+			MaxHostFailures:   9,
 			GPUMaxUsedMiB:     500,
 			MinGPUs:           1,
 		},
@@ -130,6 +131,7 @@ func TestLoadDefaults(t *testing.T) {
 			RestartBackoffMax: 30 * time.Second,
 			StopGrace:         10 * time.Second,
 			HostWait:          5 * time.Minute,
+			MaxHostFailures:   9,
 			GPUMaxUsedMiB:     100,
 		},
 		// Port 0, user "" and no key files: the transport lets
@@ -357,6 +359,16 @@ var errorCases = []errorCase{
 		line: 5, key: "job.stop_grace", msg: "not a duration", fix: `stop_grace = "10s"`},
 	{name: "duration as number", job: joinParts(jobHead, lns(`host_wait = 300`), hostA),
 		line: 5, key: "job.host_wait", msg: "duration string", fix: `host_wait = "5m"`},
+	{name: "hang_timeout not a duration", job: joinParts(jobHead, lns(`hang_timeout = "ten"`), hostA),
+		line: 5, key: "job.hang_timeout", msg: "not a duration", fix: `hang_timeout = "30m"`},
+	{name: "exit code out of range", job: joinParts(jobHead, lns(`retry_exit_codes = [75, 300]`), hostA),
+		line: 5, key: "job.retry_exit_codes", msg: "element 2 (300) is not an exit status", fix: "137 for SIGKILL"},
+	{name: "exit codes not a list", job: joinParts(jobHead, lns(`fatal_exit_codes = 2`), hostA),
+		line: 5, key: "job.fatal_exit_codes", msg: "array of exit statuses", fix: "fatal_exit_codes = [2, 64]"},
+	{name: "exit code retried and fatal", job: joinParts(jobHead, lns(`retry_exit_codes = [75]`, `fatal_exit_codes = [75]`), hostA),
+		line: 6, key: "job.fatal_exit_codes", msg: "exit status 75 is in both", fix: "remove 75"},
+	{name: "negative max_host_failures", job: joinParts(jobHead, lns(`max_host_failures = -1`), hostA),
+		line: 5, key: "job.max_host_failures", msg: "negative", fix: "max_host_failures = 9"},
 	{name: "negative duration", job: joinParts(jobHead, lns(`restart_backoff = "-1s"`), hostA),
 		line: 5, key: "job.restart_backoff", msg: "negative", fix: `restart_backoff = "1s"`},
 	{name: "backoff max below backoff", job: joinParts(jobHead, lns(`restart_backoff = "1m"`, `restart_backoff_max = "10s"`), hostA),
@@ -625,4 +637,17 @@ func TestLoadHostsOnly(t *testing.T) {
 	_, err = Load(bad, LoadOptions{HostsOnly: true})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "framwork")
+}
+
+func TestLoadRecoveryKeys(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.toml")
+	require.NoError(t, os.WriteFile(job, []byte(joinParts(jobHead, lns(`max_restarts = 2`, `hang_timeout = "90s"`,
+		`retry_exit_codes = [75, 143]`, `fatal_exit_codes = [2]`), hostA)), 0o644))
+	cfg, err := Load(job, LoadOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 90*time.Second, cfg.Job.HangTimeout)
+	assert.Equal(t, []int{75, 143}, cfg.Job.RetryExitCodes)
+	assert.Equal(t, []int{2}, cfg.Job.FatalExitCodes)
+	assert.Equal(t, 6, cfg.Job.MaxHostFailures, "3 x max_restarts by default")
 }

@@ -54,7 +54,9 @@ func KnownFramework(f Framework) bool {
 // legitimately tune them: thread counts and the collective libraries' own
 // settings. A value in [job.env] wins.
 var tunableEnv = map[string]bool{
-	"OMP_NUM_THREADS":                 true,
+	"OMP_NUM_THREADS": true,
+	// Set with hang_timeout, so that a hung rank can be asked for its stack.
+	"PYTHONFAULTHANDLER":              true,
 	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
 	"NCCL_ASYNC_ERROR_HANDLING":       true,
 }

@@ -52,6 +52,10 @@ var jobFields = []field{
 	{"restart_backoff_max", `restart_backoff_max = "30s"`},
 	{"stop_grace", `stop_grace = "10s"`},
 	{"host_wait", `host_wait = "5m"`},
+	{"hang_timeout", `hang_timeout = "30m"`},
+	{"retry_exit_codes", `retry_exit_codes = [75, 143]`},
+	{"fatal_exit_codes", `fatal_exit_codes = [2, 64]`},
+	{"max_host_failures", `max_host_failures = 9`},
 	{"gpu_max_used_mib", `gpu_max_used_mib = 100`},
 	{"min_gpus", `min_gpus = 1`},
 }
@@ -410,6 +414,30 @@ func (w *walker) enum(t tbl, name string, choices ...string) (string, bool) {
 	}
 	w.add(t.key(name), fmt.Sprintf("unknown %s %q", strings.ReplaceAll(name, "_", " "), s), fix)
 	return "", false
+}
+
+// exitCodes reads an array of process exit statuses (1-255).
+func (w *walker) exitCodes(t tbl, name string) ([]int, bool) {
+	v, ok := t.m[name]
+	if !ok {
+		return nil, false
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		w.typeErr(t, name, "an array of exit statuses", v)
+		return nil, false
+	}
+	out := make([]int, 0, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok || n < 1 || n > 255 {
+			w.add(t.key(name), fmt.Sprintf("element %d (%s) is not an exit status between 1 and 255", i+1, show(e)),
+				"write "+t.schema.example(name)+" (a signal's status is 128 + its number: 137 for SIGKILL)")
+			return nil, false
+		}
+		out = append(out, int(n))
+	}
+	return out, true
 }
 
 // strList reads an array of strings; non-strings are reported by index.

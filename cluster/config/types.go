@@ -80,9 +80,9 @@ type Job struct {
 	Exclude []string
 
 	// SuccessPolicy is "all-workers" (default) or "chief" (tensorflow).
-	SuccessPolicy string
+	SuccessPolicy SuccessPolicy
 	// RestartPolicy is "on-failure" (default), "never" or "exit-code".
-	RestartPolicy string
+	RestartPolicy RestartPolicy
 	// RestartBackoff is the first delay between attempts; it doubles up to
 	// RestartBackoffMax.
 	RestartBackoff    time.Duration
@@ -92,6 +92,17 @@ type Job struct {
 	// HostWait is how long an unreachable host is waited for at a restart
 	// before a spare replaces it.
 	HostWait time.Duration
+	// HangTimeout, when positive, is how long the group may go without
+	// any process showing progress (an output line, a touch of
+	// DROVER_PROGRESS_FILE) before it counts as hung and is restarted.
+	HangTimeout time.Duration
+	// RetryExitCodes are exit statuses always worth a restart, and
+	// FatalExitCodes ones never worth it, whatever RestartPolicy says.
+	RetryExitCodes []int
+	FatalExitCodes []int
+	// MaxHostFailures bounds the restarts caused by lost hosts and hangs,
+	// which do not count against MaxRestarts (default 3 x MaxRestarts).
+	MaxHostFailures int
 
 	// GPUMaxUsedMiB: a GPU with more memory in use than this counts as busy.
 	GPUMaxUsedMiB int
@@ -99,6 +110,31 @@ type Job struct {
 	// (0 = no minimum); a host's own min_gpus overrides it.
 	MinGPUs int
 }
+
+// RestartPolicy says which failed attempts drover restarts (restart_policy).
+type RestartPolicy string
+
+// The restart policies.
+const (
+	// RestartOnFailure restarts after any failure.
+	RestartOnFailure RestartPolicy = "on-failure"
+	// RestartNever ends the run at the first failure.
+	RestartNever RestartPolicy = "never"
+	// RestartExitCode treats exit statuses 1-127 as permanent and
+	// 128-255 (signals) and lost hosts as worth a restart.
+	RestartExitCode RestartPolicy = "exit-code"
+)
+
+// SuccessPolicy says when a TensorFlow job has succeeded (success_policy).
+type SuccessPolicy string
+
+// The success policies.
+const (
+	// SuccessAllWorkers: the chief and every worker exited 0.
+	SuccessAllWorkers SuccessPolicy = "all-workers"
+	// SuccessChief: the chief (or worker 0 without one) exited 0.
+	SuccessChief SuccessPolicy = "chief"
+)
 
 // Roles are the TensorFlow replica counts. WorkerAuto means "one worker per
 // GPU/slot left after chief, ps and evaluator are placed".

@@ -111,10 +111,21 @@ func agentPreflightCommand() *cli.Command {
 		ArgsUsage: "-- PROGRAM",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "port", Usage: "a TCP port that must be free (repeatable)"},
+			&cli.BoolFlag{Name: "move-ports", Usage: "when a port is taken, print consecutive free ones instead of failing"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover agent preflight [--port N]... -- PROGRAM", exitConfig)
+				return cli.Exit("usage: drover agent preflight [--port N]... [--move-ports] -- PROGRAM", exitConfig)
+			}
+			if c.Bool("move-ports") {
+				base, err := agent.PreflightMove(c.Args().First(), c.StringSlice("port"))
+				if err != nil {
+					return cli.Exit(err.Error(), exitFailed)
+				}
+				if base > 0 {
+					fmt.Fprintf(c.App.Writer, "%s%d\n", agent.FreePortsPrefix, base)
+				}
+				return nil
 			}
 			if err := agent.Preflight(c.Args().First(), c.StringSlice("port")); err != nil {
 				return cli.Exit(err.Error(), exitFailed)

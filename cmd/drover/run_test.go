@@ -573,7 +573,7 @@ echo "done rank=$RANK"
 	require.Equal(t, 0, d.wait(t, 60*time.Second))
 	stderr = d.stderr.String()
 	assert.Contains(t, stderr, "cd-h3 (10.231.15.13) is back")
-	assert.Contains(t, stderr, "attempt 2/3: job "+j.Name+" succeeded")
+	assert.Contains(t, stderr, "attempt 2/4: job "+j.Name+" succeeded", "a lost host adds an attempt to max_restarts + 1")
 	for i := range 4 {
 		assert.Contains(t, j.logFile(t, 2, fmt.Sprintf("worker-%d", i)), fmt.Sprintf("start rank=%d restart=1\ndone rank=%d\n", i, i))
 	}
@@ -601,7 +601,7 @@ echo "done rank=$RANK"
 	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())
 	stderr := d.stderr.String()
 	assert.Regexp(t, `cd-h2 \(10\.231\.15\.12\) unreachable: .*; replaced by spare cd-h3 \(10\.231\.15\.13\)`, stderr)
-	assert.Contains(t, stderr, "attempt 2/3: job "+j.Name+" succeeded")
+	assert.Contains(t, stderr, "attempt 2/4: job "+j.Name+" succeeded", "a lost host adds an attempt to max_restarts + 1")
 	second := j.logFile(t, 2, "worker-2")
 	assert.Contains(t, second, "start rank=2 world=3 restart=1 host=cd-h3\ndone rank=2\n", "the spare runs the lost host's rank")
 	for i := range 2 {

@@ -29,6 +29,9 @@ Environment (set by drover, or by torchrun for its children):
                           DROVER_RESUME_FROM was fixed when torchrun started.
   CUDA_VISIBLE_DEVICES    non-empty and CUDA available: NCCL on a GPU,
                           otherwise gloo on the CPU.
+  DROVER_PROGRESS_FILE    (with hang_timeout) touched by every rank after
+                          each step: progress for drover's hang detection,
+                          since only rank 0 prints while training.
 
 Output that tests rely on (stdout, flushed):
   every rank:  rank R/W local_rank L on HOST restart=N
@@ -57,6 +60,16 @@ HIDDEN = 64
 
 def log(*args):
     print(*args, flush=True)
+
+
+def touch_progress():
+    """Tell drover this rank made progress (see hang_timeout). A rank
+    blocked in a collective stops touching, and so does a frozen one."""
+    path = os.environ.get("DROVER_PROGRESS_FILE")
+    if path:
+        with open(path, "a"):
+            pass
+        os.utime(path)
 
 
 def parse_args(argv):
@@ -320,6 +333,7 @@ def main(argv):
         loss = loss_fn(ddp(x), y)
         loss.backward()
         opt.step()
+        touch_progress()
         done = step + 1
         if rank == 0 and args.ckpt_every > 0 and (done % args.ckpt_every == 0 or done == args.steps):
             path = save_checkpoint(ckpt_dir, done, model, opt, world, args, args.keep)

@@ -9,6 +9,7 @@
 //
 //	stop   graceful stop: SIGTERM to the group, SIGKILL what is left after the grace
 //	kill   SIGKILL to the group at once (also escalates a graceful stop)
+//	stacks ask every Python process of the group for its stack (see dumpStacks); no stop
 //	ping   (or any other line) proves the controller is alive (see RunOptions.Heartbeat)
 //
 // End of input or a read error (the channel closed because drover exited,
@@ -181,6 +182,8 @@ const (
 	noStop stopKind = iota
 	gracefulStop
 	killStop
+	// dumpStacks is no stop: it asks for the stacks (see dumpStacks).
+	dumpStacks
 )
 
 // request is one reason to stop, from stdin, a signal, the heartbeat or
@@ -302,6 +305,10 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	state := noStop
 	var killAt <-chan time.Time
 	escalate := func(r request) {
+		if r.kind == dumpStacks {
+			g.dumpStacks(notice)
+			return
+		}
 		if r.kind <= state {
 			return
 		}
@@ -312,6 +319,9 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 				_, _ = fmt.Fprintf(logw, MessagePrefix+"%s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, child, grace)
 			}
 			g.signal(syscall.SIGTERM)
+			// A stopped (SIGSTOPped, frozen) process only acts on
+			// SIGTERM once continued.
+			g.signal(syscall.SIGCONT)
 			killAt = time.After(grace)
 		case killStop:
 			if logw != nil {
@@ -380,6 +390,45 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		errR.Close()
 	}
 	return status, nil
+}
+
+// dumpStacks asks every Python process of g for its stack, so that each
+// lands in that process's own output and log: drover sends "stacks" when
+// the group is hung, a moment before it stops it. With faulthandler on
+// (PYTHONFAULTHANDLER, which drover sets), SIGABRT makes Python print
+// every thread's stack and abort, even while blocked in C code (a
+// collective); SIGCONT wakes a frozen (SIGSTOPped) one so that it can.
+// Without faulthandler, py-spy (when on PATH) prints the stack without
+// harming the process; otherwise the process is left alone.
+func (g group) dumpStacks(notice func(format string, args ...any)) {
+	pids, fh := g.pythonMembers()
+	for i, pid := range pids {
+		switch {
+		case fh[i]:
+			notice("group hung: asking Python process %d for its stack (SIGABRT, faulthandler)", pid)
+			noCoreDump(pid)
+			_ = syscall.Kill(pid, syscall.SIGABRT)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		default:
+			pySpyDump(pid, notice)
+		}
+	}
+}
+
+// pySpyDump prints pid's Python stack with py-spy, when it is installed.
+func pySpyDump(pid int, notice func(format string, args ...any)) {
+	bin, err := exec.LookPath("py-spy")
+	if err != nil {
+		notice("group hung: no stack for Python process %d: faulthandler is off and py-spy is not installed", pid)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "dump", "--pid", strconv.Itoa(pid)).CombinedOutput()
+	notice("group hung: stack of Python process %d (py-spy):\n%s", pid, strings.TrimRight(string(out), "\n"))
+	if err != nil {
+		notice("py-spy dump --pid %d: %v", pid, err)
+	}
 }
 
 // gateScript holds the child until the agent has recorded it: it waits for
@@ -518,6 +567,8 @@ func readControl(r io.Reader, reqs chan<- request, heartbeat time.Duration, done
 				ok = send(request{gracefulStop, "stop requested"})
 			case "kill":
 				ok = send(request{killStop, "kill requested"})
+			case "stacks":
+				ok = send(request{dumpStacks, "stacks requested"})
 			}
 			if !ok {
 				return

@@ -3,6 +3,7 @@ package agent
 import (
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -52,7 +53,44 @@ func TestPreflight(t *testing.T) {
 		})
 	}
 	want := []string{"/d", "agent", "preflight", "--port", "29500", "--port", "29501", "--", "python3"}
-	if got := PreflightCommand("/d", "python3", []string{"29500", "29501"}); !reflect.DeepEqual(got, want) {
+	if got := PreflightCommand("/d", "python3", []string{"29500", "29501"}, false); !reflect.DeepEqual(got, want) {
 		t.Errorf("PreflightCommand = %q, want %q", got, want)
+	}
+	want = []string{"/d", "agent", "preflight", "--port", "29500", "--move-ports", "--", "python3"}
+	if got := PreflightCommand("/d", "python3", []string{"29500"}, true); !reflect.DeepEqual(got, want) {
+		t.Errorf("PreflightCommand = %q, want %q", got, want)
+	}
+}
+
+// A restart's preflight moves held ports: two consecutive free ones in
+// place of a held pair, nothing when they are free.
+func TestPreflightMove(t *testing.T) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	base, err := PreflightMove("sh", []string{held, "1"})
+	if err != nil || base <= 0 {
+		t.Fatalf("PreflightMove = %d, %v; want a port", base, err)
+	}
+	for _, p := range []int{base, base + 1} {
+		pl, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			t.Errorf("port %d is not free: %v", p, err)
+			continue
+		}
+		pl.Close()
+	}
+	free, err := FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base, err := PreflightMove("sh", []string{strconv.Itoa(free)}); base != 0 || err != nil {
+		t.Errorf("PreflightMove of a free port = %d, %v; want 0, nil", base, err)
+	}
+	if _, err := PreflightMove("no-such-program-here", []string{held}); err == nil || !strings.Contains(err.Error(), "no-such-program-here") {
+		t.Errorf("a missing program still fails: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -228,6 +229,54 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 	}
 }
 
+// With hang_timeout every process gets its progress file and faulthandler
+// on; [job.env] may turn faulthandler off.
+func TestPlanHangEnv(t *testing.T) {
+	cfg := testConfig(config.PyTorch, cpuHost("b", "10.0.0.2"))
+	cfg.Job.HangTimeout = time.Minute
+	p := mustBuild(t, PlanInput{Config: cfg, HostHome: map[string]string{"b": "/home/u"}})
+	env := p.Processes[0].Env
+	assert.Equal(t, "/home/u/"+cfg.Job.Workdir+"/.drover/progress/worker-0", env["DROVER_PROGRESS_FILE"])
+	assert.Equal(t, "1", env["PYTHONFAULTHANDLER"])
+
+	cfg.Job.Env = map[string]string{"PYTHONFAULTHANDLER": ""}
+	p = mustBuild(t, PlanInput{Config: cfg})
+	assert.Equal(t, "", p.Processes[0].Env["PYTHONFAULTHANDLER"], "[job.env] wins")
+
+	cfg.Job.HangTimeout = 0
+	p = mustBuild(t, PlanInput{Config: cfg})
+	assert.NotContains(t, p.Processes[0].Env, "DROVER_PROGRESS_FILE", "no hang_timeout, no progress file")
+}
+
+// The ports a restart's preflight found free replace the configured ones
+// in every process's environment; the plan of the configured job is
+// unchanged.
+func TestPlanMovedPorts(t *testing.T) {
+	hosts := []config.Host{cpuHost("a", "10.0.0.1"), cpuHost("b", "10.0.0.2")}
+	cfg := testConfig(config.PyTorch, hosts...)
+	p := mustBuild(t, PlanInput{Config: cfg, MasterPort: 41000})
+	for _, pr := range p.Processes {
+		assert.Equal(t, "41000", pr.Env["MASTER_PORT"], pr.Name())
+	}
+	assert.Equal(t, 29500, cfg.Job.MasterPort, "the config is not changed")
+	assert.Equal(t, "29500", mustBuild(t, PlanInput{Config: cfg}).Processes[0].Env["MASTER_PORT"])
+
+	tf := tfConfig(config.Roles{Chief: 1, Worker: 3}, hosts...)
+	tf.Job.ProcsPerHost = 2
+	p = mustBuild(t, PlanInput{Config: tf, BasePorts: map[string]int{"10.0.0.2": 43000}})
+	var ports []int
+	for _, pr := range p.Processes {
+		ports = append(ports, pr.Port)
+		if pr.Host.Name == "b" {
+			assert.GreaterOrEqual(t, pr.Port, 43000, pr.Name())
+			assert.Contains(t, pr.Env["TF_CONFIG"], "10.0.0.2:"+strconv.Itoa(pr.Port))
+		} else {
+			assert.Less(t, pr.Port, 43000, pr.Name())
+		}
+	}
+	t.Logf("ports %v", ports)
+}
+
 // TestEverySetVariableIsReservedOrTunable keeps config's reserved-env table
 // (what [job.env] may not set) in step with what Build sets: a variable
 // the plan sets that is neither reserved nor tunable would be silently
@@ -252,5 +301,14 @@ func everyFramework() []*config.Config {
 	return []*config.Config{
 		testConfig(config.PyTorch, hosts...), testConfig(config.Torchrun, hosts...),
 		tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(config.JAX, hosts...),
+		hangConfig(hosts...),
 	}
+}
+
+// hangConfig is a pytorch job with hang_timeout, which adds
+// DROVER_PROGRESS_FILE and PYTHONFAULTHANDLER.
+func hangConfig(hosts ...config.Host) *config.Config {
+	c := testConfig(config.PyTorch, hosts...)
+	c.Job.HangTimeout = time.Minute
+	return c
 }

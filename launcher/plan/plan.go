@@ -16,14 +16,17 @@ import (
 // Process roles. PyTorch processes are all "worker"s (their index is the
 // global rank); a torchrun job has one "node" per host; TensorFlow roles are
 // the lower-case replica types TF_CONFIG uses.
+type Role string
+
+// The roles a plan gives processes.
 const (
-	RoleWorker    = "worker"
-	RoleNode      = "node"
-	RoleChief     = "chief"
-	RolePS        = "ps"
-	RoleEvaluator = "evaluator"
+	RoleWorker    Role = "worker"
+	RoleNode      Role = "node"
+	RoleChief     Role = "chief"
+	RolePS        Role = "ps"
+	RoleEvaluator Role = "evaluator"
 	// RoleProcess is a JAX process; its index is jax's process_id.
-	RoleProcess = "process"
+	RoleProcess Role = "process"
 )
 
 // Defaults used when a Config arrives without them (config.Load applies
@@ -52,7 +55,7 @@ type Process struct {
 	// Address is how other processes reach this one's host (MASTER_ADDR,
 	// TF_CONFIG entries): Host.Address, or 127.0.0.1 for local hosts.
 	Address string
-	Role    string
+	Role    Role
 	// Index is the process's index within its role: the global rank for
 	// pytorch, the node rank for torchrun, the task index for tensorflow.
 	Index int
@@ -88,7 +91,7 @@ type Process struct {
 
 // Name identifies the process in log prefixes ([worker-3@gpu-b]) and log
 // file names: role and index, stable across restarts.
-func (p Process) Name() string { return p.Role + "-" + strconv.Itoa(p.Index) }
+func (p Process) Name() string { return string(p.Role) + "-" + strconv.Itoa(p.Index) }
 
 // Plan is every process of one attempt of a job. It is pure data, computed
 // without touching the network, so `drover plan` can show what `drover run`
@@ -137,6 +140,12 @@ type PlanInput struct {
 	// collectives do not pick the interface of the default route, which on
 	// hosts with two networks is often not the one the others can reach.
 	Ifaces map[string]string
+	// MasterPort, when non-zero, replaces master_port, and BasePorts
+	// replaces base_port on the given addresses (tensorflow): the ports a
+	// restart's preflight found free when the configured ones were still
+	// held. `drover plan` shows the configured ports.
+	MasterPort int
+	BasePorts  map[string]int
 }
 
 // Variables drover sets from PlanInput.Ifaces.
@@ -153,6 +162,7 @@ type hostSlots struct {
 	gpus     []int
 	cpuSlots int // > 0 only when gpus is empty
 	unprobed bool
+	basePort int // replaces base_port when > 0 (PlanInput.BasePorts)
 }
 
 // Build lays out the processes of one attempt. It is pure: same input, same
@@ -162,6 +172,11 @@ func Build(in PlanInput) (*Plan, error) {
 	cfg := in.Config
 	if cfg == nil {
 		return nil, errors.New("build plan: no config")
+	}
+	if in.MasterPort > 0 {
+		moved := *cfg
+		moved.Job.MasterPort = in.MasterPort
+		cfg = &moved
 	}
 	job := cfg.Job
 	jobFile := cfg.Path
@@ -207,6 +222,7 @@ func Build(in PlanInput) (*Plan, error) {
 			continue
 		}
 		hs := &hostSlots{host: h, index: len(slots), addr: hostAddress(h)}
+		hs.basePort = in.BasePorts[hs.addr]
 		sel, have := in.GPUs[h.Name]
 		switch {
 		case have && (sel.Probed || len(sel.Indices) > 0):
@@ -313,7 +329,7 @@ func commonEnv(pr *Process, in PlanInput) {
 	env := pr.Env
 	env["DROVER_JOB"] = job.Name
 	env["DROVER_HOST"] = pr.Host.Name
-	env["DROVER_ROLE"] = pr.Role
+	env["DROVER_ROLE"] = string(pr.Role)
 	env["DROVER_INDEX"] = strconv.Itoa(pr.Index)
 	env["DROVER_RESTART_COUNT"] = strconv.Itoa(in.RestartCount)
 	env["DROVER_RESUME_FROM"] = in.ResumeFrom
@@ -325,6 +341,24 @@ func commonEnv(pr *Process, in PlanInput) {
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
 	// by default counts fastest first. Make CUDA count like NVML.
 	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+	if job.HangTimeout > 0 {
+		// Progress for scripts that print rarely (see hang_timeout), and
+		// faulthandler on, so that a hung rank's stack can be asked for.
+		env["DROVER_PROGRESS_FILE"] = ProgressFile(pr.Workdir, in.HostHome[pr.Host.Name], pr.Name())
+		env["PYTHONFAULTHANDLER"] = "1"
+	}
+}
+
+// ProgressDir is the directory of DROVER_PROGRESS_FILE on a host: drover
+// creates it before the processes start and watches the files' mtimes.
+func ProgressDir(workdir, home string) string {
+	return checkpointDir(workdir, path.Join(".drover", "progress"), home)
+}
+
+// ProgressFile is DROVER_PROGRESS_FILE for a process: touching it counts
+// as progress for hang_timeout.
+func ProgressFile(workdir, home, name string) string {
+	return path.Join(ProgressDir(workdir, home), name)
 }
 
 // torchElasticEnv gives a pytorch-mode rank the rest of what torchrun's
@@ -514,7 +548,7 @@ type tfSlot struct {
 
 // tfTask is one placed TensorFlow task.
 type tfTask struct {
-	role  string
+	role  Role
 	index int
 	hs    *hostSlots
 	gpu   int // -1: none
@@ -611,7 +645,7 @@ func planTensorFlow(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
 	load := map[*hostSlots]int{}
 	var tasks []tfTask
 	next := 0
-	place := func(role string, n int) {
+	place := func(role Role, n int) {
 		for i := 0; i < n; i++ {
 			s := heavySlots[next]
 			next++
@@ -622,7 +656,7 @@ func planTensorFlow(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
 	place(RoleChief, r.Chief)
 	place(RoleWorker, nWorker)
 	lightNext := 0
-	placeLight := func(role string, n int) {
+	placeLight := func(role Role, n int) {
 		for i := 0; i < n; i++ {
 			var hs *hostSlots
 			if lightNext < len(lightSlots) {
@@ -652,17 +686,20 @@ func planTensorFlow(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
 		port, ok := nextPort[t.hs.addr]
 		if !ok {
 			port = bp
+			if t.hs.basePort > 0 {
+				port = t.hs.basePort
+			}
 		}
 		nextPort[t.hs.addr] = port + 1
 		ports[i] = port
-		clusterSpec[t.role] = append(clusterSpec[t.role], joinHostPort(t.hs.addr, port))
+		clusterSpec[string(t.role)] = append(clusterSpec[string(t.role)], joinHostPort(t.hs.addr, port))
 	}
 
 	procs := make([]Process, 0, len(tasks))
 	for i, t := range tasks {
 		env := map[string]string{}
 		if len(tasks) > 1 {
-			tc, err := TFConfigJSON(clusterSpec, t.role, t.index)
+			tc, err := TFConfigJSON(clusterSpec, string(t.role), t.index)
 			if err != nil {
 				return nil, fmt.Errorf("build TF_CONFIG for %s-%d: %w", t.role, t.index, err)
 			}

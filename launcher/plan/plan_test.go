@@ -293,7 +293,7 @@ func TestTFConfigFormat(t *testing.T) {
 		assert.Equal(t, wantCluster, cl)
 		var task map[string]any
 		require.NoError(t, json.Unmarshal(doc["task"], &task))
-		assert.Equal(t, map[string]any{"type": pr.Role, "index": float64(pr.Index)}, task)
+		assert.Equal(t, map[string]any{"type": string(pr.Role), "index": float64(pr.Index)}, task)
 		var env string
 		require.NoError(t, json.Unmarshal(doc["environment"], &env))
 		assert.Equal(t, "cloud", env)

@@ -227,7 +227,7 @@ func RenderJSON(w io.Writer, p *Plan, opt RenderOptions) error {
 			env[k] = opt.value(k, v)
 		}
 		out.Processes = append(out.Processes, jsonProcess{
-			Name: pr.Name(), Host: pr.Host.Name, Address: pr.Address, Role: pr.Role,
+			Name: pr.Name(), Host: pr.Host.Name, Address: pr.Address, Role: string(pr.Role),
 			Index: pr.Index, Rank: pr.Rank, LocalRank: pr.LocalRank, NodeRank: pr.NodeRank,
 			GPUs:         append([]int{}, pr.GPUs...),
 			GPUsUnprobed: len(pr.GPUs) == 0 && slices.Contains(p.Unprobed, pr.Host.Name),

@@ -1,0 +1,138 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/droverhq/drover/launcher/plan"
+)
+
+// Hang detection (hang_timeout): the group is hung when no process showed
+// progress for that long. Progress is output (any write to the process's
+// stdout or stderr) or a change of the mtime of its DROVER_PROGRESS_FILE,
+// which drover polls on every host; the clock is drover's own, so the
+// hosts' clocks do not matter.
+//
+// The clock starts once every process has shown progress once: start-up
+// (importing torch takes from seconds to minutes, depending on the host's
+// load and filesystem) is not a hang, and a timeout sized for the
+// training loop would otherwise fire on a slow start. A process that
+// never shows any progress leaves the group to its own timeouts.
+
+// stackDumpWait is how long the processes get to print their stacks
+// between "stacks" and "stop": a SIGTERM that arrives while Python is
+// still printing would cut its stack short.
+const stackDumpWait = 2 * time.Second
+
+// hangCheckEvery is how often the group's progress is looked at (and the
+// progress files polled) for a given hang_timeout.
+func hangCheckEvery(timeout time.Duration) time.Duration {
+	return min(max(timeout/10, 100*time.Millisecond), 2*time.Second)
+}
+
+// progressWriter marks its process as progressing at every write.
+type progressWriter struct {
+	rp  *running
+	now func() time.Time
+}
+
+func (w progressWriter) Write(p []byte) (int, error) {
+	w.rp.progress.Store(w.now().UnixNano())
+	return len(p), nil
+}
+
+// lastProgress is the process that showed progress last, and when;
+// started is false while a process that still runs has shown none yet.
+func (s *supervisor) lastProgress() (last *running, at time.Time, started bool) {
+	var latest int64
+	started = true
+	for _, rp := range s.procs {
+		p := rp.progress.Load()
+		if p == 0 && !rp.done {
+			started = false
+		}
+		if last == nil || p > latest {
+			last, latest = rp, p
+		}
+	}
+	return last, time.Unix(0, latest), started
+}
+
+// checkHang ends the attempt as hung when no process showed progress for
+// hang_timeout.
+func (s *supervisor) checkHang() {
+	timeout := s.a.cfg.Job.HangTimeout
+	if s.stopping || len(s.procs) == 0 {
+		return
+	}
+	rp, at, started := s.lastProgress()
+	idle := s.a.r.now().Sub(at)
+	if !started || idle < timeout {
+		return
+	}
+	reason := fmt.Sprintf("group hung: no process showed progress for %s (hang_timeout = %s); the last was %s@%s at %s",
+		idle.Round(time.Second), timeout, rp.p.Name(), rp.p.Host.Name, at.Format("15:04:05.000"))
+	out := attemptOutcome{kind: outcomeHung, err: errors.New(reason), exitCode: -1}
+	s.out, s.stopping = &out, true
+	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
+	s.send("stacks")
+	s.stacksDone = time.After(stackDumpWait)
+}
+
+// prepareProgress creates each host's progress directory, so that a
+// process can touch its DROVER_PROGRESS_FILE.
+func (a *attempt_) prepareProgress(conns []*hostConn) error {
+	if a.cfg.Job.HangTimeout <= 0 {
+		return nil
+	}
+	return forEach(conns, func(c *hostConn) error {
+		dir := plan.ProgressDir(c.host.Workdir, c.home)
+		if err := c.fs.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s on %s: %w", dir, hostLabel(c.host), err)
+		}
+		return nil
+	})
+}
+
+// watchProgressFiles polls every host's progress directory until ctx
+// ends; a file whose mtime changed marks its process as progressing.
+func (s *supervisor) watchProgressFiles(ctx context.Context) {
+	byFile := map[string]*running{}
+	dirs := map[string]*hostConn{}
+	for _, rp := range s.procs {
+		f := rp.p.Env["DROVER_PROGRESS_FILE"]
+		if f == "" {
+			continue
+		}
+		byFile[f] = rp
+		dirs[path.Dir(f)] = s.byHost[rp.p.Host.Name]
+	}
+	seen := map[string]time.Time{}
+	every := hangCheckEvery(s.a.cfg.Job.HangTimeout)
+	for first := true; ; first = false {
+		for dir, c := range dirs {
+			entries, err := c.fs.ReadDir(dir)
+			if err != nil {
+				continue // a lost host shows elsewhere
+			}
+			for _, e := range entries {
+				f := path.Join(dir, e.Name())
+				rp := byFile[f]
+				if rp == nil {
+					continue
+				}
+				old, ok := seen[f]
+				if (ok && !old.Equal(e.ModTime())) || (!ok && !first) {
+					rp.progress.Store(s.a.r.now().UnixNano())
+				}
+				seen[f] = e.ModTime()
+			}
+		}
+		if sleepCtx(ctx, every) != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,495 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/logstream"
+	"github.com/droverhq/drover/launcher/plan"
+)
+
+// outcomeKind is how one attempt of the whole group ended. Exactly one
+// applies; the run loop (runner.run) decides on it what happens next.
+type outcomeKind int
+
+const (
+	// outcomeSucceeded: the success policy was met.
+	outcomeSucceeded outcomeKind = iota
+	// outcomeFailed: a process exited non-zero or was killed, or the
+	// group ended without meeting the success policy.
+	outcomeFailed
+	// outcomeSetupFailed: the group could not be set up (connect, probe,
+	// plan, push, preflight, start).
+	outcomeSetupFailed
+	// outcomeHostLost: a host stopped answering, before or after its
+	// processes started.
+	outcomeHostLost
+	// outcomeHung: no process showed progress for hang_timeout.
+	outcomeHung
+	// outcomeInterrupted: the user stopped the run (ctx cancelled).
+	outcomeInterrupted
+)
+
+func (k outcomeKind) String() string {
+	switch k {
+	case outcomeSucceeded:
+		return "succeeded"
+	case outcomeFailed:
+		return "failed"
+	case outcomeSetupFailed:
+		return "setup failed"
+	case outcomeHostLost:
+		return "host lost"
+	case outcomeHung:
+		return "hung"
+	case outcomeInterrupted:
+		return "interrupted"
+	}
+	return fmt.Sprintf("outcomeKind(%d)", int(k))
+}
+
+// attemptOutcome is how one attempt ended and why.
+type attemptOutcome struct {
+	kind outcomeKind
+	// err says what went wrong; nil when it succeeded or was interrupted.
+	err error
+	// exitCode is the first failing process's exit status; -1 when no
+	// process failed by exiting (setup, lost host, hang).
+	exitCode int
+	// permanent marks a setup failure that another attempt cannot fix
+	// (a configuration error, refused credentials, a host gone for good
+	// after host_wait and the spares).
+	permanent bool
+}
+
+func succeeded() attemptOutcome   { return attemptOutcome{kind: outcomeSucceeded, exitCode: -1} }
+func interrupted() attemptOutcome { return attemptOutcome{kind: outcomeInterrupted, exitCode: -1} }
+
+// setupFailed is the outcome of an error before the group ran. A
+// connection that died on the way is a lost host.
+func setupFailed(err error) attemptOutcome {
+	if cluster.IsConnectionLost(err) {
+		return attemptOutcome{kind: outcomeHostLost, err: err, exitCode: -1}
+	}
+	return attemptOutcome{kind: outcomeSetupFailed, err: err, exitCode: -1}
+}
+
+// running is one started process of the attempt.
+type running struct {
+	p       plan.Process
+	ctl     *control
+	started time.Time
+	outs    []io.Closer
+	logFile io.WriteCloser
+	// stderrTail is the end of its stderr, for a root cause when it
+	// fails without an error file.
+	stderrTail *cluster.TailBuffer
+	done       bool
+	// progress is when it last showed progress (UnixNano, drover's
+	// clock; 0 until it first does); see hang.go.
+	progress atomic.Int64
+}
+
+type exitMsg struct {
+	i   int
+	err error
+	at  time.Time
+}
+
+// supervisor starts the processes of one attempt and watches them until
+// the group has stopped: start, then wait; the first event that ends the
+// attempt (a failure, success, an interrupt) calls stop with its reason,
+// and onExit accounts for each process as it goes.
+type supervisor struct {
+	a      *attempt_
+	pl     *plan.Plan
+	byHost map[string]*hostConn
+	// sessions is the context of every process's session; cancelling it
+	// closes the channels, which the agents take as "drover is gone".
+	sessions context.Context
+	cancel   context.CancelFunc
+
+	procs     []*running // the started ones, in plan order
+	exits     chan exitMsg
+	remaining int
+
+	// out is the outcome once decided (nil while the group runs).
+	out      *attemptOutcome
+	stopping bool
+	// killAt ends the grace period; abandonAt gives up on processes that
+	// never report their exit (their host is gone).
+	killAt, abandonAt <-chan time.Time
+	// stacksDone ends the wait for a hung group's stacks (see checkHang).
+	stacksDone <-chan time.Time
+	// lastPing is when the heartbeat last went out (see checkPaused).
+	lastPing time.Time
+}
+
+func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes))}
+	for _, c := range conns {
+		s.byHost[c.host.Name] = c
+	}
+	s.sessions, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// supervise runs the attempt's group to its end.
+func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
+	a.r.makeLogDir(a.logDir)
+	if err := a.prepareProgress(conns); err != nil {
+		return a.setupFailure(err)
+	}
+	s := newSupervisor(a, conns, pl)
+	defer s.cancel()
+	s.start()
+	if a.cfg.Job.HangTimeout > 0 {
+		go s.watchProgressFiles(s.sessions)
+	}
+	return s.wait(ctx)
+}
+
+// start starts every process of the plan. A process that cannot be
+// started fails the attempt as a setup failure and stops the others.
+func (s *supervisor) start() {
+	for _, p := range s.pl.Processes {
+		s.a.r.register(p)
+	}
+	term := logstream.NewSink(s.a.r.opts.Out)
+	var startErr error
+	for i, p := range s.pl.Processes {
+		rp, err := s.startOne(i, p, term)
+		if rp != nil {
+			s.procs = append(s.procs, rp)
+		}
+		if err != nil {
+			startErr = err
+			break
+		}
+	}
+	s.remaining = len(s.procs)
+	s.a.r.events.printf("%s: started %d process(es) on %d host(s)", s.a.prefix(), len(s.procs), len(s.byHost))
+	if startErr != nil {
+		s.a.r.events.printf("%s: %v", s.a.prefix(), startErr)
+		s.stop(setupFailed(startErr), "")
+	}
+}
+
+// startOne opens p's log and starts p under the agent on its host. It
+// returns the running process only when p started.
+func (s *supervisor) startOne(i int, p plan.Process, term *logstream.Sink) (*running, error) {
+	a := s.a
+	c := s.byHost[p.Host.Name]
+	f := a.r.createLog(filepath.Join(a.logDir, p.Name()+".log"))
+	rp := &running{p: p, ctl: newControl(), started: a.r.now(), logFile: f}
+	fileSink := logstream.NewSink(f)
+	mk := func() io.Writer {
+		fw := logstream.NewPrefixWriter(fileSink, "")
+		rp.outs = append(rp.outs, fw)
+		if a.r.opts.Quiet {
+			return io.MultiWriter(fw, progressWriter{rp, a.r.now})
+		}
+		tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
+		rp.outs = append(rp.outs, tw)
+		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.now})
+	}
+	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
+	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
+	wd := remoteAbs(c.home, p.Workdir)
+	args := agent.Command(c.agent, agent.RunOptions{
+		Grace:   a.cfg.Job.StopGrace,
+		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
+		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
+		Job:     a.cfg.Job.Name,
+		Args:    p.Command,
+		// The agent stops its group when drover falls silent: the
+		// only way it learns of a controller behind a dead link.
+		Heartbeat: heartbeatTimeout,
+	})
+	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Env: a.processEnv(p), Dir: p.Workdir, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		rp.closeLogs()
+		return nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
+	go func() {
+		err := proc.Wait()
+		s.exits <- exitMsg{i: i, err: err, at: a.r.now()}
+	}()
+	return rp, nil
+}
+
+// processEnv is p's environment with the run's extra variables (tests).
+func (a *attempt_) processEnv(p plan.Process) map[string]string {
+	if len(a.r.opts.Env) == 0 {
+		return p.Env
+	}
+	env := make(map[string]string, len(p.Env)+len(a.r.opts.Env))
+	for k, v := range p.Env {
+		env[k] = v
+	}
+	for k, v := range a.r.opts.Env {
+		env[k] = v
+	}
+	return env
+}
+
+func (rp *running) closeLogs() {
+	for _, w := range rp.outs {
+		w.Close()
+	}
+	rp.logFile.Close()
+}
+
+// send writes a control line to every process still running.
+func (s *supervisor) send(line string) {
+	for _, rp := range s.procs {
+		if !rp.done {
+			rp.ctl.Send(line)
+		}
+	}
+}
+
+// ping sends the heartbeat to every process still running.
+func (s *supervisor) ping() {
+	for _, rp := range s.procs {
+		if !rp.done {
+			rp.ctl.Ping()
+		}
+	}
+	s.lastPing = s.a.r.now()
+}
+
+// stop ends the attempt with out (unless an outcome was decided already)
+// and asks every process still running to stop gracefully; why, when
+// set, is said in the event.
+func (s *supervisor) stop(out attemptOutcome, why string) {
+	if s.out == nil {
+		s.out = &out
+	}
+	if s.stopping {
+		return
+	}
+	s.stopping = true
+	s.requestStop(why)
+}
+
+// requestStop asks every process still running to stop gracefully, and
+// starts the grace period.
+func (s *supervisor) requestStop(why string) {
+	if why != "" {
+		s.a.r.events.printf("%s: %s; stopping %d process(es)", s.a.prefix(), why, s.remaining)
+	}
+	s.send("stop")
+	s.killAt = time.After(s.a.cfg.Job.StopGrace + 2*time.Second)
+}
+
+// kill sends SIGKILL to what is left, and gives the processes a few
+// seconds to report before their connections are closed.
+func (s *supervisor) kill(why string) {
+	s.a.r.events.printf("%s: %s", s.a.prefix(), why)
+	s.send("kill")
+	s.abandonAt = time.After(5 * time.Second)
+}
+
+// onExit accounts for one process's end and decides what it means for
+// the group: a failure stops it, the last exit the success policy needs
+// ends it.
+func (s *supervisor) onExit(m exitMsg) {
+	s.remaining--
+	rp := s.procs[m.i]
+	rp.done = true
+	rp.closeLogs()
+	text, code, lost := describeExit(m.err)
+	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
+	if s.stopping {
+		return
+	}
+	if m.err != nil {
+		s.stop(s.failure(rp, m.err, text, code, lost))
+		return
+	}
+	if len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs) {
+		s.stop(succeeded(), s.a.successNote(s.procs))
+	}
+}
+
+// failure is the outcome of rp's failed exit, and the event's reason.
+func (s *supervisor) failure(rp *running, err error, text string, code int, lost bool) (attemptOutcome, string) {
+	who := fmt.Sprintf("%s@%s", rp.p.Name(), rp.p.Host.Name)
+	if lost {
+		reason := fmt.Sprintf("%s: %s lost: %v", who, hostLabel(rp.p.Host), err)
+		return attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: code}, reason
+	}
+	reason := fmt.Sprintf("%s exited %s", who, text)
+	if cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp); cause != "" {
+		reason += ": " + cause
+	}
+	return attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: code}, reason
+}
+
+// wait watches the group until every started process has exited, and
+// returns how the attempt ended.
+func (s *supervisor) wait(ctx context.Context) attemptOutcome {
+	hard := s.a.r.opts.Hard
+	ctxDone := ctx.Done()
+	ping := time.NewTicker(heartbeatEvery)
+	defer ping.Stop()
+	var hangCheck <-chan time.Time
+	if timeout := s.a.cfg.Job.HangTimeout; timeout > 0 {
+		t := time.NewTicker(hangCheckEvery(timeout))
+		defer t.Stop()
+		hangCheck = t.C
+	}
+	s.lastPing = s.a.r.now()
+	for s.remaining > 0 {
+		select {
+		case <-hangCheck:
+			s.checkHang()
+		case <-s.stacksDone:
+			s.stacksDone = nil
+			if s.killAt == nil && s.abandonAt == nil {
+				s.requestStop("hung")
+			}
+		case m := <-s.exits:
+			s.checkPaused()
+			s.onExit(m)
+		case <-ctxDone:
+			ctxDone = nil
+			if s.stacksDone != nil {
+				s.stacksDone = nil
+				s.requestStop("")
+			}
+			s.stop(interrupted(), "interrupted")
+			// An interruption wins over whatever ended the attempt.
+			out := interrupted()
+			s.out = &out
+		case <-hard:
+			hard = nil
+			s.kill("killing every process now")
+		case <-s.killAt:
+			s.killAt = nil
+			s.kill("grace period over; killing what is left")
+		case <-ping.C:
+			s.checkPaused()
+			s.ping()
+		case <-s.abandonAt:
+			// Unreachable hosts never report back; closing the channels
+			// makes their agents stop on their own when they can.
+			s.a.r.events.printf("%s: %d process(es) did not report their exit; closing their connections", s.a.prefix(), s.remaining)
+			s.cancel()
+			s.abandonAt = nil
+		}
+	}
+	for _, rp := range s.procs {
+		rp.ctl.Close()
+	}
+	if s.out == nil {
+		return attemptOutcome{kind: outcomeFailed, exitCode: -1, err: errors.New("the group ended without meeting the success policy")}
+	}
+	return *s.out
+}
+
+// checkPaused notices that drover itself sent no heartbeat for about
+// heartbeatTimeout (it was stopped with Ctrl-Z, or starved): the agents
+// then stop their groups on their own, and the exits that follow are not
+// the job's failure. Such an attempt ends as a lost host would: it counts
+// against max_host_failures, not max_restarts.
+func (s *supervisor) checkPaused() {
+	gap := s.a.r.now().Sub(s.lastPing)
+	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
+		return
+	}
+	reason := fmt.Sprintf("controller stopped sending heartbeats for %s (drover was suspended, e.g. by Ctrl-Z, or starved); the agents stop their groups after %s",
+		gap.Round(time.Second), heartbeatTimeout)
+	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
+}
+
+// rootCause finds and records why a failed process failed (see
+// rootCause).
+func (a *attempt_) rootCause(c *hostConn, rp *running) string {
+	var fsys cluster.FS
+	if c != nil {
+		fsys = c.fs
+	}
+	cause := rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
+	a.r.recordCause(rp.p, cause)
+	return cause
+}
+
+// succeeded applies the success policy to the processes that have exited
+// (all with status 0, since any failure stops the group first).
+func (a *attempt_) succeeded(procs []*running) bool {
+	if a.cfg.Job.Framework != config.TensorFlow {
+		for _, rp := range procs {
+			if !rp.done {
+				return false
+			}
+		}
+		return true
+	}
+	hasChief := false
+	for _, rp := range procs {
+		if rp.p.Role == plan.RoleChief {
+			hasChief = true
+		}
+	}
+	for _, rp := range procs {
+		switch rp.p.Role {
+		case plan.RoleChief:
+			if !rp.done {
+				return false
+			}
+		case plan.RoleWorker:
+			mustFinish := a.cfg.Job.SuccessPolicy != config.SuccessChief || (!hasChief && rp.p.Index == 0)
+			if mustFinish && !rp.done {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (a *attempt_) successNote(procs []*running) string {
+	for _, rp := range procs {
+		if !rp.done {
+			return "success policy met (" + string(a.cfg.Job.SuccessPolicy) + ")"
+		}
+	}
+	return ""
+}
+
+// describeExit renders a process's end for events and the summary.
+func describeExit(err error) (text string, code int, lost bool) {
+	if err == nil {
+		return "0", 0, false
+	}
+	var ee *cluster.ExitError
+	if errors.As(err, &ee) {
+		sig := ee.Signal
+		if sig == "" && ee.Code > 128 && ee.Code < 128+65 {
+			// The agent reports a signal death as 128+n, as a shell does.
+			sig = strings.TrimPrefix(unix.SignalName(syscall.Signal(ee.Code-128)), "SIG")
+		}
+		if sig != "" {
+			return fmt.Sprintf("%d (SIG%s)", ee.Code, sig), ee.Code, false
+		}
+		return fmt.Sprint(ee.Code), ee.Code, false
+	}
+	if errors.Is(err, cluster.ErrConnectionLost) {
+		return "host lost", -1, true
+	}
+	return "error: " + err.Error(), -1, true
+}
