@@ -48,7 +48,7 @@
 // NVML indices, which are the indices nvidia-smi prints; NVML enumerates
 // GPUs in PCI bus order. CUDA's default order is FASTEST_FIRST, which
 // differs from PCI order on hosts with mixed GPU models, so the same index
-// could name another GPU. VisibleDevices therefore sets
+// could name another GPU. The plan (package launcher/plan) therefore sets
 // CUDA_DEVICE_ORDER=PCI_BUS_ID together with CUDA_VISIBLE_DEVICES=indices,
 // which makes CUDA's numbering equal NVML's. Indices were chosen over
 // UUIDs because they match what users wrote and what nvidia-smi shows, and

@@ -25,7 +25,7 @@ type Skip struct {
 type Selection struct {
 	Host string `json:"host"`
 	// Indices are NVML indices in ascending order; they are what
-	// CUDA_VISIBLE_DEVICES gets (see VisibleDevices).
+	// CUDA_VISIBLE_DEVICES gets (package plan sets it).
 	Indices []int `json:"indices"`
 	// Devices are the selected devices, in the order of Indices.
 	Devices []Device `json:"devices"`
@@ -162,20 +162,4 @@ func shortfall(rep HostReport, sel Selection, minGPUs int) error {
 		fmt.Fprintf(&b, "; GPU %d %s", s.Index, s.Why)
 	}
 	return errors.New(b.String())
-}
-
-// VisibleDevices is the environment that makes CUDA see exactly the
-// selected GPUs, numbered as in the job file: CUDA_DEVICE_ORDER=PCI_BUS_ID
-// aligns CUDA's numbering with NVML's (see the package doc for why indices
-// rather than UUIDs). An empty selection hides every GPU, so that a host
-// configured with gpus = [] runs on CPUs even if it has GPUs.
-func VisibleDevices(sel Selection) map[string]string {
-	idx := make([]string, len(sel.Indices))
-	for i, n := range sel.Indices {
-		idx[i] = strconv.Itoa(n)
-	}
-	return map[string]string{
-		"CUDA_DEVICE_ORDER":    "PCI_BUS_ID",
-		"CUDA_VISIBLE_DEVICES": strings.Join(idx, ","),
-	}
 }

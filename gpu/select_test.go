@@ -131,18 +131,3 @@ func TestSelect(t *testing.T) {
 		})
 	}
 }
-
-func TestVisibleDevices(t *testing.T) {
-	tests := []struct {
-		sel  Selection
-		want string
-	}{
-		{Selection{Indices: []int{0, 2, 5}}, "0,2,5"},
-		{Selection{Indices: []int{3}}, "3"},
-		{Selection{}, ""},
-	}
-	for _, tt := range tests {
-		env := VisibleDevices(tt.sel)
-		assert.Equal(t, map[string]string{"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": tt.want}, env)
-	}
-}
