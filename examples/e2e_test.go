@@ -696,10 +696,7 @@ func TestFleetTraining(t *testing.T) {
 	t.Run("moved-host", func(t *testing.T) {
 		want := reference(t)
 		const moved = 2
-		newAddr := "10.231.17.50"
-		if fleet.ClusterHosts()[moved].Address == newAddr { // -count=2
-			newAddr = "10.231.17.51"
-		}
+		newAddr := fleet.SpareAddr(50)
 		oldAddr := fleet.ClusterHosts()[moved].Address
 		move := func(t *testing.T, j *fleetJob, r *droverRun) {
 			t.Helper()

@@ -117,7 +117,7 @@ func TestExecFleet(t *testing.T) {
 	require.Len(t, results, 8)
 	var want []string
 	for i, r := range results {
-		name := fmt.Sprintf("ex-h%d", i)
+		name := fleet.Hosts[i].Name
 		want = append(want, fmt.Sprintf("[%s] %s says hi there", name, name))
 		assert.Equal(t, name, r.Host)
 		if i == 3 {
@@ -127,11 +127,11 @@ func TestExecFleet(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, sortedLines(stdout.String()))
-	assert.Equal(t, "[ex-h3] bad\n", stderr.String())
+	assert.Equal(t, "["+fleet.Hosts[3].Name+"] bad\n", stderr.String())
 	assert.Equal(t, 7, WorstExitCode(results))
 	var sum bytes.Buffer
 	require.NoError(t, WriteExecSummary(&sum, results))
-	assert.Equal(t, "drover exec: 1 of 8 hosts failed:\n  ex-h3: exited 7\n", sum.String())
+	assert.Equal(t, "drover exec: 1 of 8 hosts failed:\n  "+fleet.Hosts[3].Name+": exited 7\n", sum.String())
 
 	// Closing an SSH channel leaves its command running: an interrupted
 	// Exec must stop it, with real signals through real sshd.

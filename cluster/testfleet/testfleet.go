@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,6 +250,20 @@ func Need(t testing.TB, f *Fleet) {
 			return
 		}
 		t.Skip(f.skip)
+	}
+}
+
+// SpareAddr is an address in the fleet's subnet that no host has (last
+// is its last byte), for tests that move a host: the subnet depends on
+// the slot (SlotEnv), so tests never write fleet addresses by hand.
+func (f *Fleet) SpareAddr(last int) string {
+	prefix := f.Hosts[0].Addr[:strings.LastIndexByte(f.Hosts[0].Addr, '.')+1]
+	for {
+		addr := prefix + strconv.Itoa(last)
+		if !slices.ContainsFunc(f.Hosts, func(h Host) bool { return h.Addr == addr }) {
+			return addr
+		}
+		last++
 	}
 }
 

@@ -32,6 +32,10 @@ const (
 
 var fleet *Fleet
 
+// slot is the Main fleet's options as DROVER_TESTFLEET_SLOT moves them:
+// what the tests expect names and addresses to be.
+var slot = slotted(Options{Name: "tf", N: n, Subnet: subnet}, os.Getenv(SlotEnv))
+
 func TestMain(m *testing.M) {
 	if os.Getenv(reaperChildEnv) != "" {
 		os.Exit(m.Run())
@@ -99,15 +103,15 @@ func TestClusterHostsAndInventory(t *testing.T) {
 	require.Len(t, hs, n)
 	for i, h := range hs {
 		assert.Equal(t, config.Host{
-			Name:         fmt.Sprintf("tf-h%d", i),
-			Address:      fmt.Sprintf("10.231.%d.%d", subnet, 10+i),
+			Name:         fmt.Sprintf("%s-h%d", slot.Name, i),
+			Address:      fmt.Sprintf("10.231.%d.%d", slot.Subnet, 10+i),
 			Transport:    config.TransportSSH,
 			User:         "drovertest",
 			Port:         22,
 			IdentityFile: fleet.KeyFile,
 			KnownHosts:   fleet.KnownHosts,
 		}, h)
-		assert.Equal(t, fmt.Sprintf("drover-tf-%d-h%d", subnet, i), fleet.Hosts[i].NetNS)
+		assert.Equal(t, fmt.Sprintf("drover-%s-%d-h%d", slot.Name, slot.Subnet, i), fleet.Hosts[i].NetNS)
 	}
 	assert.FileExists(t, fleet.KeyFile)
 
@@ -210,7 +214,7 @@ func TestHomeIsPrivate(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "absent", out, "host 1 sees host 0's home")
 	assert.NoFileExists(t, "/home/drovertest/private.txt", "host home leaked into the root mount namespace")
-	assert.FileExists(t, filepath.Join(fleet.Dir, "hosts", "tf-h0", "home", "private.txt"))
+	assert.FileExists(t, filepath.Join(fleet.Dir, "hosts", fleet.Hosts[0].Name, "home", "private.txt"))
 }
 
 func TestSFTP(t *testing.T) {
@@ -252,7 +256,7 @@ func TestHostsReachEachOther(t *testing.T) {
 		fleet.KeyFile, fleet.KnownHosts, fleet.Hosts[0].Addr)
 	out, err := sshCmd(ctx, fleet, fleet.Hosts[1].Addr, []string{"-o", "ProxyCommand=" + proxy}, "hostname").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	assert.Equal(t, "tf-h1", strings.TrimSpace(string(out)))
+	assert.Equal(t, fleet.Hosts[1].Name, strings.TrimSpace(string(out)))
 }
 
 func TestCutAndHeal(t *testing.T) {
@@ -272,13 +276,13 @@ func TestCutAndHeal(t *testing.T) {
 	assert.True(t, eventually(10*time.Second, func() bool { return reachable(addr) }), "healed host not reachable within 10s")
 	out2, err := ssh(t, fleet, addr, "hostname")
 	require.NoError(t, err)
-	assert.Equal(t, "tf-h2", out2)
+	assert.Equal(t, fleet.Hosts[2].Name, out2)
 }
 
 func TestMove(t *testing.T) {
 	Need(t, fleet)
 	old := fleet.Hosts[2].Addr
-	newAddr := fmt.Sprintf("10.231.%d.50", subnet)
+	newAddr := fleet.SpareAddr(50)
 
 	// A process started before the move keeps running (its connection to
 	// the old address does not: that is the point of moving).
@@ -299,14 +303,14 @@ func TestMove(t *testing.T) {
 
 	out, err = ssh(t, fleet, newAddr, "hostname; getent hosts $(hostname) | cut -d' ' -f1")
 	require.NoError(t, err, "strict ssh to the new address")
-	assert.Equal(t, "tf-h2\n"+newAddr, out)
+	assert.Equal(t, fleet.Hosts[2].Name+"\n"+newAddr, out)
 	assert.False(t, reachable(old), "old address still answers")
 	inv, err := os.ReadFile(fleet.Inventory)
 	require.NoError(t, err)
 	assert.Contains(t, string(inv), `address = "`+newAddr+`"`)
 	assert.NotContains(t, string(inv), `address = "`+old+`"`)
 	// Other hosts resolve the moved host's name to its new address.
-	got, err := fleet.Exec(0, "getent", "hosts", "tf-h2")
+	got, err := fleet.Exec(0, "getent", "hosts", fleet.Hosts[2].Name)
 	require.NoError(t, err)
 	assert.Equal(t, newAddr, strings.Fields(string(got))[0])
 
@@ -318,15 +322,15 @@ func TestMove(t *testing.T) {
 func TestMoveRejects(t *testing.T) {
 	Need(t, fleet)
 	for _, addr := range []string{
-		"10.231.99.50",                         // another subnet
-		fmt.Sprintf("10.231.%d.1", subnet),     // the bridge
-		fmt.Sprintf("10.231.%d.256", subnet),   // not an address
-		fleet.Hosts[0].Addr,                    // taken
-		"10.231.19.50; touch /tmp/testfleet-x", // not an address at all
+		"10.231.99.50",                            // another subnet
+		fmt.Sprintf("10.231.%d.1", slot.Subnet),   // the bridge
+		fmt.Sprintf("10.231.%d.256", slot.Subnet), // not an address
+		fleet.Hosts[0].Addr,                       // taken
+		"10.231.19.50; touch /tmp/testfleet-x",    // not an address at all
 	} {
 		t.Run(addr, func(t *testing.T) {
 			assert.Error(t, fleet.Move(1, addr))
-			assert.Equal(t, fmt.Sprintf("10.231.%d.11", subnet), fleet.Hosts[1].Addr)
+			assert.Equal(t, fmt.Sprintf("10.231.%d.11", slot.Subnet), fleet.Hosts[1].Addr)
 		})
 	}
 	assert.Error(t, fleet.Move(n, "10.231.19.60"), "index out of range")
@@ -337,7 +341,7 @@ func TestExec(t *testing.T) {
 	Need(t, fleet)
 	out, err := fleet.Exec(1, "sh", "-c", "id -u; hostname; ip -4 -o addr show dev eth0 | awk '{print $4}'")
 	require.NoError(t, err)
-	assert.Equal(t, "0\ntf-h1\n"+fleet.Hosts[1].Addr+"/24\n", string(out))
+	assert.Equal(t, "0\n"+fleet.Hosts[1].Name+"\n"+fleet.Hosts[1].Addr+"/24\n", string(out))
 
 	_, err = fleet.Exec(1, "sh", "-c", "echo oops >&2; exit 3")
 	require.Error(t, err)
@@ -389,9 +393,9 @@ func TestPids(t *testing.T) {
 func netState(t *testing.T) (netns, links []string) {
 	t.Helper()
 	defer func() {
-		netns = slices.DeleteFunc(netns, func(n string) bool { return !strings.Contains(n, fmt.Sprintf("-%d-h", subnet)) })
+		netns = slices.DeleteFunc(netns, func(n string) bool { return !strings.Contains(n, fmt.Sprintf("-%d-h", slot.Subnet)) })
 		links = slices.DeleteFunc(links, func(n string) bool {
-			return !strings.HasPrefix(n, fmt.Sprintf("dt%dx", subnet)) && n != fmt.Sprintf("dtbr%d", subnet)
+			return !strings.HasPrefix(n, fmt.Sprintf("dt%dx", slot.Subnet)) && n != fmt.Sprintf("dtbr%d", slot.Subnet)
 		})
 	}()
 	out, err := exec.Command("ip", "netns", "list").Output()
@@ -448,7 +452,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	nsAfter, linksAfter := netState(t)
 	assert.Equal(t, nsBefore, nsAfter)
 	assert.Equal(t, linksBefore, linksAfter)
-	assert.Contains(t, linksAfter, fmt.Sprintf("dtbr%d", subnet), "bridge still used by fleet tf")
+	assert.Contains(t, linksAfter, fmt.Sprintf("dtbr%d", slot.Subnet), "bridge still used by fleet tf")
 	assert.True(t, eventually(10*time.Second, func() bool { return processGone(sleepPid) }), "process survived Close")
 	for _, p := range pids {
 		assert.True(t, processGone(p), "pid %d survived Close", p)
@@ -484,7 +488,7 @@ func TestScriptIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	nsBefore, linksBefore := netState(t)
-	up := []string{"up", "2", dir, "--name", "tfs", "--subnet", strconv.Itoa(subnet), "--first", "120"}
+	up := []string{"up", "2", dir, "--name", slot.Name + "s", "--subnet", strconv.Itoa(slot.Subnet), "--first", "120"}
 	runScript(t, up...)
 	first, err := os.ReadFile(filepath.Join(dir, "known_hosts"))
 	require.NoError(t, err)
@@ -497,9 +501,9 @@ func TestScriptIdempotent(t *testing.T) {
 	assert.Len(t, linksUp, len(linksBefore)+2)
 
 	f := &Fleet{User: User, KeyFile: filepath.Join(dir, "id_ed25519"), KnownHosts: filepath.Join(dir, "known_hosts")}
-	out, err := ssh(t, f, fmt.Sprintf("10.231.%d.121", subnet), "hostname")
+	out, err := ssh(t, f, fmt.Sprintf("10.231.%d.121", slot.Subnet), "hostname")
 	require.NoError(t, err)
-	assert.Equal(t, "tfs-h1", out)
+	assert.Equal(t, slot.Name+"s-h1", out)
 
 	runScript(t, "down", dir)
 	runScript(t, "down", dir)
@@ -514,9 +518,9 @@ func TestScriptDownHalfBuilt(t *testing.T) {
 	dir := t.TempDir()
 	nsBefore, _ := netState(t)
 	// What a crash right after creating the first namespace leaves.
-	ns := fmt.Sprintf("drover-tfh-%d-h0", subnet)
+	ns := fmt.Sprintf("drover-%sh-%d-h0", slot.Name, slot.Subnet)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "fleet.env"),
-		[]byte(fmt.Sprintf("FLEET_NAME=tfh\nFLEET_SUBNET=%d\nFLEET_N=2\nFLEET_FIRST=130\nFLEET_ID=x\n", subnet)), 0o644))
+		[]byte(fmt.Sprintf("FLEET_NAME=%sh\nFLEET_SUBNET=%d\nFLEET_N=2\nFLEET_FIRST=130\nFLEET_ID=x\n", slot.Name, slot.Subnet)), 0o644))
 	runOK := func(args ...string) {
 		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 		require.NoError(t, err, "%v: %s", args, out)

@@ -39,7 +39,7 @@ func TestExecInterrupt(t *testing.T) {
 			line := fmt.Sprintf(`export DROVER_JOB=%s; %secho "ready $(hostname)"; sleep 1000 & sleep 1001`, j.Name, tc.trap)
 			d := startDroverArgs(t, j, "exec", "--stop-grace", "60s", j.Path, "--", line)
 			n := len(fleet.Hosts)
-			d.waitLines(t, regexp.MustCompile(`(?m)^\[cd-h\d\] ready cd-h\d$`), n, 60*time.Second)
+			d.waitLines(t, regexp.MustCompile(`(?m)^\[`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] ready `+regexp.QuoteMeta(fleetPrefix())+`-h\d$`), n, 60*time.Second)
 			require.GreaterOrEqual(t, len(jobProcs(t, j.Name)), 2*n, "both sleeps on every host")
 			d.signal(t, tc.sig)
 			if tc.second {
@@ -52,7 +52,7 @@ func TestExecInterrupt(t *testing.T) {
 			assert.Contains(t, stderr, fmt.Sprintf("drover: %v: stopping the command on every host (again to kill at once)\n", tc.sig))
 			assert.Contains(t, stderr, fmt.Sprintf("drover exec: %d of %d hosts failed:\n", n, n))
 			for i := range n {
-				assert.Contains(t, stderr, fmt.Sprintf("  cd-h%d: %s\n", i, tc.want))
+				assert.Contains(t, stderr, fmt.Sprintf("  %s: %s\n", fleet.Hosts[i].Name, tc.want))
 			}
 			waitNoJobProcs(t, j.Name, 3*time.Second)
 		})
@@ -93,11 +93,11 @@ func TestInterruptSignalsKeepNohup(t *testing.T) {
 func TestExecTimeout(t *testing.T) {
 	testfleet.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: "true"})
-	line := fmt.Sprintf(`export DROVER_JOB=%s; echo "up $(hostname)"; case $(hostname) in cd-h1) sleep 1000 & sleep 1001;; esac`, j.Name)
+	line := fmt.Sprintf(`export DROVER_JOB=%s; echo "up $(hostname)"; case $(hostname) in `+fleet.Hosts[1].Name+`) sleep 1000 & sleep 1001;; esac`, j.Name)
 	d := startDroverArgs(t, j, "exec", "--timeout", "1s", j.Path, "--", line)
 	require.Equal(t, 124, d.wait(t, 15*time.Second))
 	n := len(fleet.Hosts)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[cd-h\d\] up cd-h\d$`), n, time.Second)
-	assert.Equal(t, "drover exec: 1 of "+fmt.Sprint(n)+" hosts failed:\n  cd-h1: timed out after 1s; stopped with SIGTERM\n", d.stderr.String())
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] up `+regexp.QuoteMeta(fleetPrefix())+`-h\d$`), n, time.Second)
+	assert.Equal(t, "drover exec: 1 of "+fmt.Sprint(n)+" hosts failed:\n  "+fleet.Hosts[1].Name+": timed out after 1s; stopped with SIGTERM\n", d.stderr.String())
 	waitNoJobProcs(t, j.Name, 3*time.Second)
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/droverhq/drover/cluster/testfleet"
 )
 
-// fleet is the package's test fleet: four SSH hosts on 10.231.15.0/24,
+// fleet is the package's test fleet: four SSH hosts on 10.231.15.0/24 (moved by DROVER_TESTFLEET_SLOT),
 // brought up at the first testfleet.Need.
 var fleet *testfleet.Fleet
 

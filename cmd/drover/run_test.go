@@ -397,7 +397,7 @@ sleep 0.5
 echo "done rank=$RANK restart=$DROVER_RESTART_COUNT"
 `, Job: "max_restarts = 3"})
 	d := startDrover(t, j)
-	starts := d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-(\d)@cd-h\d\] start rank=\d restart=0 pid=(\d+)$`), 4, 60*time.Second)
+	starts := d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-(\d)@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] start rank=\d restart=0 pid=(\d+)$`), 4, 60*time.Second)
 
 	// kill -9 worker-2's shell, checked to be the job's process first.
 	var victim int
@@ -413,12 +413,12 @@ echo "done rank=$RANK restart=$DROVER_RESTART_COUNT"
 			assert.Equal(t, "0", p.Env["DROVER_RESTART_COUNT"])
 		}
 	}
-	require.True(t, found, "pid %d printed by worker-2 is not a process of the job on cd-h2", victim)
+	require.True(t, found, "pid %d printed by worker-2 is not a process of the job on "+fleet.Hosts[2].Name, victim)
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 
 	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
 	stderr := d.stderr.String()
-	assert.Contains(t, stderr, "worker-2@cd-h2 exited 137 (SIGKILL); stopping 3 process(es)")
+	assert.Contains(t, stderr, "worker-2@"+fleet.Hosts[2].Name+" exited 137 (SIGKILL); stopping 3 process(es)")
 	assert.Contains(t, stderr, "attempt 2/4: restarting the whole group in 200ms")
 	assert.Contains(t, stderr, "attempt 2/4: job "+j.Name+" succeeded")
 	for i := range 4 {
@@ -431,7 +431,7 @@ echo "done rank=$RANK restart=$DROVER_RESTART_COUNT"
 		second := j.logFile(t, 2, proc)
 		assert.Contains(t, second, fmt.Sprintf("start rank=%d restart=1 ", i), proc)
 		assert.Contains(t, second, fmt.Sprintf("done rank=%d restart=1\n", i), proc)
-		assert.Regexp(t, fmt.Sprintf(`(?m)^%s\s+cd-h%d\s+2\s+0\s`, proc, i), stderr, "summary row")
+		assert.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%s\s+2\s+0\s`, proc, fleet.Hosts[i].Name), stderr, "summary row")
 	}
 	assert.Contains(t, stderr, "succeeded after 2 attempt(s)")
 	assert.Empty(t, jobProcs(t, j.Name), "nothing of the job is left once drover returned")
@@ -450,16 +450,16 @@ sleep 1000
 	require.Equal(t, 1, d.wait(t, 60*time.Second))
 	stderr := d.stderr.String()
 	for n := 1; n <= 3; n++ {
-		assert.Contains(t, stderr, fmt.Sprintf("attempt %d/3: worker-1@cd-h1 exited 3: stderr: broken; stopping 1 process(es)", n))
+		assert.Contains(t, stderr, fmt.Sprintf("attempt %d/3: worker-1@"+fleet.Hosts[1].Name+" exited 3: stderr: broken; stopping 1 process(es)", n))
 		// stdout and stderr are two pipes: their relative order is lost.
 		log := j.logFile(t, n, "worker-1")
 		assert.ElementsMatch(t, []string{fmt.Sprintf("attempt restart=%d rank=1", n-1), "broken"}, strings.Split(strings.TrimSuffix(log, "\n"), "\n"))
 	}
 	assert.NotContains(t, stderr, "attempt 4/")
 	assert.Regexp(t, `(?m)^PROCESS\s+HOST\s+ATTEMPTS\s+EXIT\s+DURATION$`, stderr)
-	assert.Regexp(t, `(?m)^worker-0\s+cd-h0\s+3\s+143 \(SIGTERM\)\s+\S+$`, stderr)
-	assert.Regexp(t, `(?m)^worker-1\s+cd-h1\s+3\s+3\s+\S+$`, stderr)
-	assert.Contains(t, stderr, "failed after 3 attempt(s): worker-1@cd-h1 exited 3: stderr: broken; no restarts left (max_restarts = 2); logs in "+j.runDir(t))
+	assert.Regexp(t, `(?m)^worker-0\s+`+regexp.QuoteMeta(fleet.Hosts[0].Name)+`\s+3\s+143 \(SIGTERM\)\s+\S+$`, stderr)
+	assert.Regexp(t, `(?m)^worker-1\s+`+regexp.QuoteMeta(fleet.Hosts[1].Name)+`\s+3\s+3\s+\S+$`, stderr)
+	assert.Contains(t, stderr, "failed after 3 attempt(s): worker-1@"+fleet.Hosts[1].Name+" exited 3: stderr: broken; no restarts left (max_restarts = 2); logs in "+j.runDir(t))
 	_, err := os.Stat(filepath.Join(j.runDir(t), "attempt-4"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	assert.Empty(t, jobProcs(t, j.Name))
@@ -476,7 +476,7 @@ func TestRunControllerSIGKILLLeavesNothing(t *testing.T) {
 	testfleet.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: sleepForever})
 	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@cd-h\d\] ready rank=\d$`), 4, 60*time.Second)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] ready rank=\d$`), 4, 60*time.Second)
 	require.Len(t, jobProcs(t, j.Name), 4*3, "agent, sh and sleep on each host")
 	d.signal(t, syscall.SIGKILL)
 	assert.Equal(t, 128+int(syscall.SIGKILL), d.wait(t, 5*time.Second))
@@ -493,7 +493,7 @@ sleep 1000 &
 wait
 `})
 	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@cd-h\d\] ready rank=\d$`), 4, 60*time.Second)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] ready rank=\d$`), 4, 60*time.Second)
 	d.signal(t, syscall.SIGINT)
 	require.Equal(t, exitInterrupted, d.wait(t, 2*time.Second+10*time.Second))
 	stderr := d.stderr.String()
@@ -518,7 +518,7 @@ echo "ready rank=$RANK"
 sleep 1000
 `, Job: `stop_grace = "60s"`})
 	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@cd-h\d\] ready rank=\d$`), 2, 60*time.Second)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] ready rank=\d$`), 2, 60*time.Second)
 	d.signal(t, syscall.SIGINT)
 	// The first Ctrl-C asks for a graceful stop, which the workload ignores.
 	deadline := time.Now().Add(10 * time.Second)
@@ -532,7 +532,7 @@ sleep 1000
 	require.Equal(t, exitInterrupted, d.wait(t, 10*time.Second), "a second Ctrl-C does not wait for the 60s grace")
 	assert.Contains(t, d.stderr.String(), "killing every process now")
 	for i := range 2 {
-		assert.Regexp(t, fmt.Sprintf(`(?m)^worker-%d\s+cd-h%d\s+1\s+137 \(SIGKILL\)`, i, i), d.stderr.String())
+		assert.Regexp(t, fmt.Sprintf(`(?m)^worker-%d\s+%s\s+1\s+137 \(SIGKILL\)`, i, fleet.Hosts[i].Name), d.stderr.String())
 	}
 	waitNoJobProcs(t, j.Name, 3*time.Second)
 }
@@ -547,7 +547,7 @@ if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
 echo "done rank=$RANK"
 `, Job: "max_restarts = 2\nhost_wait = \"60s\""})
 	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@cd-h\d\] start rank=\d restart=0$`), 4, 60*time.Second)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] start rank=\d restart=0$`), 4, 60*time.Second)
 	require.NoError(t, fleet.Cut(3))
 	healed := false
 	t.Cleanup(func() {
@@ -561,18 +561,18 @@ echo "done rank=$RANK"
 	// The cut host's agent hears no heartbeat and stops its group too.
 	waitNoJobProcs(t, j.Name, 15*time.Second, 3)
 	stderr := d.stderr.String()
-	assert.Regexp(t, `worker-3@cd-h3: cd-h3 \(10\.231\.15\.13\) lost: .*connection lost`, stderr)
+	assert.Regexp(t, `worker-3@`+regexp.QuoteMeta(fleet.Hosts[3].Name)+`: `+regexp.QuoteMeta(hostLabel(3))+` lost: .*connection lost`, stderr)
 	// drover is now waiting for cd-h3 (host_wait 60s).
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.stderr.String(), "cd-h3 (10.231.15.13) unreachable, waiting up to 1m0s for it") {
-		require.True(t, time.Now().Before(deadline), "drover does not wait for cd-h3:\n%s", d.stderr.String())
+	for !strings.Contains(d.stderr.String(), hostLabel(3)+" unreachable, waiting up to 1m0s for it") {
+		require.True(t, time.Now().Before(deadline), "drover does not wait for "+fleet.Hosts[3].Name+":\n%s", d.stderr.String())
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.NoError(t, fleet.Heal(3))
 	healed = true
 	require.Equal(t, 0, d.wait(t, 60*time.Second))
 	stderr = d.stderr.String()
-	assert.Contains(t, stderr, "cd-h3 (10.231.15.13) is back")
+	assert.Contains(t, stderr, hostLabel(3)+" is back")
 	assert.Contains(t, stderr, "attempt 2/4: job "+j.Name+" succeeded", "a lost host adds an attempt to max_restarts + 1")
 	for i := range 4 {
 		assert.Contains(t, j.logFile(t, 2, fmt.Sprintf("worker-%d", i)), fmt.Sprintf("start rank=%d restart=1\ndone rank=%d\n", i, i))
@@ -594,18 +594,18 @@ echo "done rank=$RANK"
 	writeInventory(t, j.Inventory, hosts)
 
 	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@cd-h[0-2]\] start rank=\d world=3 restart=0 `), 3, 60*time.Second)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h[0-2]\] start rank=\d world=3 restart=0 `), 3, 60*time.Second)
 	require.NoError(t, fleet.Cut(2))
 	t.Cleanup(func() { assert.NoError(t, fleet.Heal(2)) })
 
 	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())
 	stderr := d.stderr.String()
-	assert.Regexp(t, `cd-h2 \(10\.231\.15\.12\) unreachable: .*; replaced by spare cd-h3 \(10\.231\.15\.13\)`, stderr)
+	assert.Regexp(t, regexp.QuoteMeta(hostLabel(2))+` unreachable: .*; replaced by spare `+regexp.QuoteMeta(hostLabel(3)), stderr)
 	assert.Contains(t, stderr, "attempt 2/4: job "+j.Name+" succeeded", "a lost host adds an attempt to max_restarts + 1")
 	second := j.logFile(t, 2, "worker-2")
-	assert.Contains(t, second, "start rank=2 world=3 restart=1 host=cd-h3\ndone rank=2\n", "the spare runs the lost host's rank")
+	assert.Contains(t, second, "start rank=2 world=3 restart=1 host="+fleet.Hosts[3].Name+"\ndone rank=2\n", "the spare runs the lost host's rank")
 	for i := range 2 {
-		assert.Contains(t, j.logFile(t, 2, fmt.Sprintf("worker-%d", i)), fmt.Sprintf("start rank=%d world=3 restart=1 host=cd-h%d\n", i, i))
+		assert.Contains(t, j.logFile(t, 2, fmt.Sprintf("worker-%d", i)), fmt.Sprintf("start rank=%d world=3 restart=1 host=%s\n", i, fleet.Hosts[i].Name))
 	}
 	// The cut host's agent hears no heartbeat and stops its group itself.
 	waitNoJobProcs(t, j.Name, 20*time.Second, 2)
@@ -653,7 +653,7 @@ sleep 1000
 // group restarts (and rank 0's new address becomes MASTER_ADDR).
 func TestRunHostMovedBetweenAttempts(t *testing.T) {
 	testfleet.Need(t, fleet)
-	const newAddr = "10.231.15.60"
+	newAddr := fleet.SpareAddr(60)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT master=$MASTER_ADDR conn=$SSH_CONNECTION"
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then
@@ -668,7 +668,7 @@ echo "done rank=$RANK"
 `, Job: "max_restarts = 2\nhost_wait = \"30s\""})
 	oldAddr := fleet.ClusterHosts()[0].Address
 	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@cd-h\d\] start rank=\d restart=0 master=`+regexp.QuoteMeta(oldAddr)+` `), 2, 60*time.Second)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] start rank=\d restart=0 master=`+regexp.QuoteMeta(oldAddr)+` `), 2, 60*time.Second)
 
 	// cd-h0 (rank 0) comes back with a new address; the user edits the
 	// inventory; then rank 1 fails so that the group restarts.
@@ -718,9 +718,9 @@ ps = 1
 	require.Equal(t, 0, d.wait(t, 60*time.Second))
 	stderr := d.stderr.String()
 	assert.Contains(t, stderr, "success policy met (all-workers); stopping 1 process(es)")
-	assert.Regexp(t, `(?m)^ps-0\s+cd-h\d\s+1\s+143 \(SIGTERM\)`, stderr)
+	assert.Regexp(t, `(?m)^ps-0\s+`+regexp.QuoteMeta(fleetPrefix())+`-h\d\s+1\s+143 \(SIGTERM\)`, stderr)
 	for _, p := range []string{"chief-0", "worker-0", "worker-1"} {
-		assert.Regexp(t, `(?m)^`+p+`\s+cd-h\d\s+1\s+0\s`, stderr)
+		assert.Regexp(t, `(?m)^`+p+`\s+`+regexp.QuoteMeta(fleetPrefix())+`-h\d\s+1\s+0\s`, stderr)
 		role, idx, _ := strings.Cut(p, "-")
 		assert.Contains(t, j.logFile(t, 1, p), role+" "+idx+" finished\n")
 	}
@@ -773,7 +773,7 @@ for i in range(%d):
 		require.True(t, strings.HasSuffix(log, "end\n"), "log ends with a whole line")
 		checkLines("log worker-"+rank, strings.Split(strings.TrimSuffix(log, "\n"), "\n"), rank)
 
-		prefix := fmt.Sprintf("[worker-%d@cd-h%d] ", i, i)
+		prefix := fmt.Sprintf("[worker-%d@%s] ", i, fleet.Hosts[i].Name)
 		var term []string
 		sc := bufio.NewScanner(strings.NewReader(d.stdout.String()))
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -802,11 +802,11 @@ func TestRunPreflightMissingProgram(t *testing.T) {
 	assert.Equal(t, 1, d.wait(t, 60*time.Second))
 	stderr := d.stderr.String()
 	for i := range 2 {
-		assert.Regexp(t, fmt.Sprintf(`preflight on cd-h%d \(10\.231\.15\.1%d\): program no-such-trainer: .*not found`, i, i), stderr)
+		assert.Regexp(t, `preflight on `+regexp.QuoteMeta(hostLabel(i))+`: program no-such-trainer: .*not found`, stderr)
 	}
 	assert.NotContains(t, stderr, "started", "nothing was started")
 	assert.NotContains(t, stderr, "PROCESS", "no summary table without processes")
-	assert.Contains(t, stderr, "failed after 1 attempt(s): preflight on cd-h0")
+	assert.Contains(t, stderr, "failed after 1 attempt(s): preflight on "+fleet.Hosts[0].Name)
 	assert.NotContains(t, stderr, "attempt 2/", "a setup failure is not retried")
 	_, err := os.Stat(filepath.Join(j.runDir(t), "attempt-1"))
 	assert.ErrorIs(t, err, os.ErrNotExist, "no process log was opened")
@@ -836,8 +836,8 @@ func TestRunPreflightPortInUse(t *testing.T) {
 	d := startDrover(t, j)
 	assert.Equal(t, 1, d.wait(t, 60*time.Second))
 	stderr := d.stderr.String()
-	assert.Regexp(t, `preflight on cd-h0 \(10\.231\.15\.10\): port `+port+` is not free: .*address already in use`, stderr)
-	assert.NotContains(t, stderr, "preflight on cd-h1", "the rendezvous port is only needed on rank 0's host")
+	assert.Regexp(t, `preflight on `+regexp.QuoteMeta(hostLabel(0))+`: port `+port+` is not free: .*address already in use`, stderr)
+	assert.NotContains(t, stderr, "preflight on "+fleet.Hosts[1].Name, "the rendezvous port is only needed on rank 0's host")
 	assert.NotContains(t, d.stdout.String(), "should not run")
 	assert.NotContains(t, stderr, "attempt 2/", "a taken port is not retried")
 }
@@ -887,8 +887,8 @@ func TestRunStopsLeftoverGroup(t *testing.T) {
 	d := startDrover(t, j)
 	require.Equal(t, 0, d.wait(t, 60*time.Second))
 	stderr := d.stderr.String()
-	assert.Regexp(t, `attempt 1/4: cd-h0: stopped leftover group \d+ \(sh -c echo "old ready"; sleep 1000\) from job `+j.Name+` started `, stderr)
-	assert.Contains(t, d.stdout.String(), "[worker-0@cd-h0] fresh run\n")
+	assert.Regexp(t, `attempt 1/4: `+regexp.QuoteMeta(fleet.Hosts[0].Name)+`: stopped leftover group \d+ \(sh -c echo "old ready"; sleep 1000\) from job `+j.Name+` started `, stderr)
+	assert.Contains(t, d.stdout.String(), "[worker-0@"+fleet.Hosts[0].Name+"] fresh run\n")
 	select {
 	case err := <-oldDone:
 		var ee *cluster.ExitError
@@ -898,4 +898,15 @@ func TestRunStopsLeftoverGroup(t *testing.T) {
 		t.Fatal("the hand-started agent still runs")
 	}
 	assert.Empty(t, jobProcs(t, j.Name))
+}
+
+// hostLabel is how drover's events name fleet host i: "NAME (ADDR)".
+func hostLabel(i int) string {
+	return fmt.Sprintf("%s (%s)", fleet.Hosts[i].Name, fleet.Hosts[i].Addr)
+}
+
+// fleetPrefix is what the fleet's host names start with ("cd" unless a
+// DROVER_TESTFLEET_SLOT moved the fleet): host i is fleetPrefix()-hI.
+func fleetPrefix() string {
+	return strings.TrimSuffix(fleet.Hosts[0].Name, "-h0")
 }
