@@ -396,13 +396,10 @@ func remoteAbs(home, p string) string {
 
 // push syncs the code directory to every host's workdir (incremental).
 func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
-	// The same rule as `drover push`: excludes, and checkpoints and logs
-	// inside the code directory never pushed, overwritten or deleted.
-	opts := push.ForJob(a.cfg, a.r.logRoot)
-	opts.CacheDir = a.r.opts.PushCacheDir
-	// What is about to run is checked (sizes and mtimes): a file edited
-	// or deleted on a host since the last push is put back.
-	opts.Verify = push.VerifyStat
+	// The same rule as `drover push` (pushOptions). What is about to run
+	// is checked (sizes and mtimes): a file edited or deleted on a host
+	// since the last push is put back.
+	opts := pushOptions(a.cfg, a.r.logRoot, a.r.opts.PushCacheDir, push.VerifyStat)
 	tree, err := push.ScanLocal(a.cfg.Job.Code, opts)
 	if err != nil {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)

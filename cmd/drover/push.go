@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
+	"github.com/droverhq/drover/launcher"
 )
 
 // pushCommand is `drover push JOB.toml`: it syncs the job's code directory
@@ -47,89 +46,44 @@ func pushCommand() *cli.Command {
 	}
 }
 
-// pushOutcome is one host's push, printed in inventory order once all are
-// done so that the output does not depend on which host finished first.
-type pushOutcome struct {
-	res push.Result
-	err error
-}
-
 func pushAll(c *cli.Context, cfg *config.Config, hosts []config.Host) error {
-	// The rule `drover run` pushes by, with its default log directory.
-	opts := push.ForJob(cfg, "")
-	opts.CacheDir = cacheDir()
+	verify := push.VerifyNone
 	if c.Bool("verify") {
-		opts.Verify = push.VerifyContent
+		verify = push.VerifyContent
 	}
-	// The scan runs while the hosts are dialled (it is most of a push's
-	// local work, and the handshakes are waiting on the hosts anyway). A
-	// bad .droverignore or an escaping symlink stops the dials and is
-	// reported alone, before anything is read or written on any host.
-	ctx, cancel := context.WithCancel(c.Context)
-	defer cancel()
-	var tree *push.Tree
-	var scanErr error
-	scanned := make(chan struct{})
-	scanOpts := opts // opts gets the progress display below
-	go func() {
-		defer close(scanned)
-		if tree, scanErr = push.ScanLocal(cfg.Job.Code, scanOpts); scanErr != nil {
-			cancel()
-		}
-	}()
 	display := push.NewDisplay(c.App.ErrWriter)
-	opts.Progress = display.Update
-
-	outcomes := make([]pushOutcome, len(hosts))
-	cluster.DialEach(ctx, hosts, dialOptions(c, cfg.Hosts), func(i int, t cluster.Transport, err error) {
-		h := hosts[i]
-		label := fmt.Sprintf("%s (%s)", h.Name, h.Address)
-		var fsys cluster.FS
-		if t != nil {
-			defer t.Close()
-			// File access opens while the scan finishes (it reads
-			// nothing and writes nothing; a failed scan cancels ctx).
-			if fsys, err = t.FS(ctx); err != nil {
-				err = fmt.Errorf("push to %s: open file access: %w", label, err)
-			}
-		}
-		<-scanned
-		switch {
-		case scanErr != nil:
-			return
-		case err != nil:
-			outcomes[i].err = err // names the host and address already
-			return
-		}
-		outcomes[i].res, outcomes[i].err = push.Sync(ctx, fsys, label, tree, h.Workdir, opts)
+	res, err := launcher.Push(c.Context, cfg, hosts, launcher.PushOptions{
+		Dial:     dialOptions(c, cfg.Hosts),
+		CacheDir: cacheDir(),
+		Verify:   verify,
+		Progress: display.Update,
 	})
 	display.Close()
-	<-scanned
-	if scanErr != nil {
-		return scanErr
+	if err != nil {
+		return err
 	}
-	for _, w := range tree.Warnings {
+	for _, w := range res.Warnings {
 		fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", w)
 	}
-	return reportPush(c.App.Writer, c.App.ErrWriter, hosts, outcomes, c.Context.Err() != nil)
+	return reportPush(c.App.Writer, c.App.ErrWriter, hosts, res.Hosts, c.Context.Err() != nil)
 }
 
 // reportPush prints a summary line per pushed host (stdout) and every
 // host's error and warnings (stderr), and turns failures into exit 1 (130
 // when interrupted).
-func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []pushOutcome, interrupted bool) error {
+func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []launcher.PushOutcome, interrupted bool) error {
 	failed := 0
 	for i, h := range hosts {
 		o := outcomes[i]
-		for _, w := range o.res.Warnings {
+		for _, w := range o.Result.Warnings {
 			fmt.Fprintf(stderr, "%s: warning: %s\n", h.Name, w)
 		}
-		if o.err != nil {
+		if o.Err != nil {
 			failed++
-			fmt.Fprintln(stderr, o.err)
+			fmt.Fprintln(stderr, o.Err)
 			continue
 		}
-		fmt.Fprintf(stdout, "%s: %s\n", h.Name, o.res.Summary())
+		fmt.Fprintf(stdout, "%s: %s\n", h.Name, o.Result.Summary())
 	}
 	switch {
 	case interrupted:
@@ -145,11 +99,11 @@ func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []pushOu
 // commit is finished whatever the signal), its previous tree (stopped
 // before), or, only when the connection failed during the commit, a mix
 // that the next push or run repairs.
-func interruptedPush(hosts []config.Host, outcomes []pushOutcome) string {
+func interruptedPush(hosts []config.Host, outcomes []launcher.PushOutcome) string {
 	var done, kept, mixed []string
 	for i, h := range hosts {
 		var ce *push.CommitError
-		switch err := outcomes[i].err; {
+		switch err := outcomes[i].Err; {
 		case err == nil:
 			done = append(done, h.Name)
 		case errors.As(err, &ce):

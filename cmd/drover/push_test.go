@@ -17,6 +17,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
+	"github.com/droverhq/drover/launcher"
 )
 
 // pushJob writes a job with local hosts (one workdir each) and a code
@@ -174,11 +175,11 @@ func TestPushCommandSameRuleAsRun(t *testing.T) {
 // tree" even of a host whose commit had moved some files.
 func TestInterruptedPushMessage(t *testing.T) {
 	hosts := []config.Host{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
-	outcomes := []pushOutcome{
+	outcomes := []launcher.PushOutcome{
 		{},
-		{err: fmt.Errorf("push to b: %w", context.Canceled)},
-		{err: fmt.Errorf("push to c: %w", &push.CommitError{Err: errors.New("connection lost")})},
-		{err: fmt.Errorf("push to d: %w", context.Canceled)},
+		{Err: fmt.Errorf("push to b: %w", context.Canceled)},
+		{Err: fmt.Errorf("push to c: %w", &push.CommitError{Err: errors.New("connection lost")})},
+		{Err: fmt.Errorf("push to d: %w", context.Canceled)},
 	}
 	var out, errb bytes.Buffer
 	err := reportPush(&out, &errb, hosts, outcomes, true)

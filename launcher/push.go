@@ -1,0 +1,99 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/cluster/push"
+)
+
+// PushOptions configures Push, the fan-out of `drover push`.
+type PushOptions struct {
+	// Dial is how the hosts are reached.
+	Dial cluster.DialOptions
+	// CacheDir is push.Options.CacheDir (the digest cache).
+	CacheDir string
+	// LogRoot is where runs keep their logs ("" = runs/ next to the job
+	// file), which a push never sends, overwrites or deletes.
+	LogRoot string
+	// Verify is how much of what each host holds is checked.
+	Verify push.Verify
+	// Progress, when set, follows each host's push (push.Options.Progress).
+	Progress func(push.Progress)
+}
+
+// PushOutcome is one host's push.
+type PushOutcome struct {
+	Result push.Result
+	Err    error
+}
+
+// PushResult is the whole fan-out: one outcome per host, in the order the
+// hosts were given, and the scan's warnings (skipped links, say).
+type PushResult struct {
+	Hosts    []PushOutcome
+	Warnings []string
+}
+
+// pushOptions is the one rule every push of a job goes by, `drover push`
+// and each attempt of `drover run` alike: the job's excludes, and its
+// checkpoints and logs inside the code directory never pushed, overwritten
+// or deleted (push.ForJob).
+func pushOptions(cfg *config.Config, logRoot, cacheDir string, verify push.Verify) push.Options {
+	opts := push.ForJob(cfg, logRoot)
+	opts.CacheDir = cacheDir
+	opts.Verify = verify
+	return opts
+}
+
+// Push syncs the job's code directory to every host's workdir at once. The
+// scan runs while the hosts are dialled (it is most of a push's local work,
+// and the handshakes are waiting on the hosts anyway). A scan error (a bad
+// .droverignore, an escaping symlink) stops the dials and is returned
+// alone, before anything is read or written on any host; a host's failure
+// is its outcome's Err, after the others finished.
+func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOptions) (*PushResult, error) {
+	opts := pushOptions(cfg, o.LogRoot, o.CacheDir, o.Verify)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var tree *push.Tree
+	var scanErr error
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		if tree, scanErr = push.ScanLocal(cfg.Job.Code, opts); scanErr != nil {
+			cancel()
+		}
+	}()
+	opts.Progress = o.Progress
+	res := &PushResult{Hosts: make([]PushOutcome, len(hosts))}
+	cluster.DialEach(ctx, hosts, o.Dial, func(i int, t cluster.Transport, err error) {
+		h := hosts[i]
+		var fsys cluster.FS
+		if t != nil {
+			defer t.Close()
+			// File access opens while the scan finishes (it reads
+			// nothing and writes nothing; a failed scan cancels ctx).
+			if fsys, err = t.FS(ctx); err != nil {
+				err = fmt.Errorf("push to %s: open file access: %w", hostLabel(h), err)
+			}
+		}
+		<-scanned
+		switch {
+		case scanErr != nil:
+			return
+		case err != nil:
+			res.Hosts[i].Err = err // names the host and address already
+			return
+		}
+		res.Hosts[i].Result, res.Hosts[i].Err = push.Sync(ctx, fsys, hostLabel(h), tree, h.Workdir, opts)
+	})
+	<-scanned
+	if scanErr != nil {
+		return nil, scanErr
+	}
+	res.Warnings = tree.Warnings
+	return res, nil
+}
