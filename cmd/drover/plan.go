@@ -106,7 +106,7 @@ func probeForPlan(c *cli.Context, cfg *config.Config) (map[string]plan.HostGPUs,
 		return nil, fmt.Errorf("find the drover binary to install on hosts: %w", err)
 	}
 	var errs []error
-	for _, r := range probeHosts(c, cfg.Job, cfg.Hosts, auto, bin) {
+	for _, r := range launcher.Probe(c.Context, cfg.Job, auto, dialOptions(c, cfg.Hosts), bin) {
 		if r.Err != nil {
 			errs = append(errs, fmt.Errorf("probe %s: %w", r.Report.Host, r.Err))
 			continue

@@ -6,10 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
-	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher"
 )
 
 // probeCommand is `drover probe JOB.toml`: it shows every host's GPUs and
@@ -42,7 +40,7 @@ func probeCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
 			}
-			results := probeHosts(c, cfg.Job, cfg.Hosts, hosts, bin)
+			results := launcher.Probe(c.Context, cfg.Job, hosts, dialOptions(c, cfg.Hosts), bin)
 			if c.Bool("json") {
 				err = gpu.RenderJSON(c.App.Writer, results)
 			} else {
@@ -63,39 +61,4 @@ func probeCommand() *cli.Command {
 			return nil
 		},
 	}
-}
-
-// probeHosts dials hosts, probes the reachable ones in parallel and selects
-// GPUs on each. An unreachable host is a result with an error, not a
-// reason to stop: the point of probe is to show the whole fleet.
-func probeHosts(c *cli.Context, job config.Job, inventory, hosts []config.Host, bin string) []gpu.HostResult {
-	ts, errs := cluster.DialAll(c.Context, hosts, dialOptions(c, inventory))
-	var up []cluster.Transport
-	for i := range hosts {
-		if errs[i] == nil {
-			up = append(up, ts[i])
-		}
-	}
-	defer func() {
-		for _, t := range up {
-			t.Close()
-		}
-	}()
-	reps := remote.ProbeAll(c.Context, up, remote.FindAgents(bin))
-	results := make([]gpu.HostResult, len(hosts))
-	next := 0
-	for i, h := range hosts {
-		if errs[i] != nil {
-			results[i] = gpu.HostResult{
-				Report: gpu.HostReport{Host: h.Name, Source: gpu.SourceNone, Devices: []gpu.Device{}, Reason: "not probed"},
-				Err:    errs[i], // names the host and address already
-			}
-			continue
-		}
-		rep := reps[next]
-		next++
-		sel, err := gpu.Select(h, job, rep)
-		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
-	}
-	return results
 }
