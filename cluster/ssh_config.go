@@ -153,6 +153,14 @@ func expandSSHTokens(s, host, remoteUser string) string {
 	if rest, ok := strings.CutPrefix(s, "~/"); ok {
 		s = filepath.Join(home, rest)
 	}
+	return expandPercent(s, map[byte]string{
+		'd': home, 'u': currentUser(), 'h': host, 'r': remoteUser,
+	})
+}
+
+// expandPercent replaces ssh_config's %-tokens in s with their values;
+// %% is a %, and an unknown token is left as written.
+func expandPercent(s string, tokens map[byte]string) string {
 	if !strings.Contains(s, "%") {
 		return s
 	}
@@ -163,18 +171,11 @@ func expandSSHTokens(s, host, remoteUser string) string {
 			continue
 		}
 		i++
-		switch s[i] {
-		case 'd':
-			b.WriteString(home)
-		case 'u':
-			b.WriteString(currentUser())
-		case 'h':
-			b.WriteString(host)
-		case 'r':
-			b.WriteString(remoteUser)
-		case '%':
+		if v, ok := tokens[s[i]]; ok {
+			b.WriteString(v)
+		} else if s[i] == '%' {
 			b.WriteByte('%')
-		default:
+		} else {
 			b.WriteByte('%')
 			b.WriteByte(s[i])
 		}

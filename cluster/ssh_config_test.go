@@ -220,3 +220,15 @@ func TestExpandSSHTokens(t *testing.T) {
 		assert.Equal(t, tc.want, expandSSHTokens(tc.in, "host", "remote"), tc.in)
 	}
 }
+
+func TestExpandProxyCommand(t *testing.T) {
+	tgt := sshTarget{alias: "gpu-a", hostname: "10.0.0.5", port: 2222, user: "trainer"}
+	for _, tc := range []struct{ in, want string }{
+		{"ssh -W %h:%p bastion", "ssh -W 10.0.0.5:2222 bastion"},
+		{"nc %h %p # %n as %r", "nc 10.0.0.5 2222 # gpu-a as trainer"},
+		{"echo 100%% %x %", "echo 100% %x %"},
+		{"no tokens", "no tokens"},
+	} {
+		assert.Equal(t, tc.want, expandProxyCommand(tc.in, tgt), tc.in)
+	}
+}

@@ -53,30 +53,9 @@ func startProxyCommand(t sshTarget) (*proxyConn, error) {
 
 // expandProxyCommand expands ssh_config's tokens in a ProxyCommand.
 func expandProxyCommand(s string, t sshTarget) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		i++
-		switch s[i] {
-		case 'h':
-			b.WriteString(t.hostname)
-		case 'p':
-			b.WriteString(strconv.Itoa(t.port))
-		case 'r':
-			b.WriteString(t.user)
-		case 'n':
-			b.WriteString(t.alias)
-		case '%':
-			b.WriteByte('%')
-		default:
-			b.WriteByte('%')
-			b.WriteByte(s[i])
-		}
-	}
-	return b.String()
+	return expandPercent(s, map[byte]string{
+		'h': t.hostname, 'p': strconv.Itoa(t.port), 'r': t.user, 'n': t.alias,
+	})
 }
 
 func (c *proxyConn) Read(p []byte) (int, error) { return c.stdout.Read(p) }
