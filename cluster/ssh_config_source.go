@@ -194,7 +194,7 @@ func loadSSHConfig(opts DialOptions) (*sshConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ssh != "" {
+	if cfg != nil && cfg.ssh != "" {
 		kept, dropped := dropUnevaluable(path, data)
 		if fb, err := ssh_config.Decode(bytes.NewReader(kept)); err == nil {
 			cfg.fallback = fb
@@ -240,20 +240,33 @@ func decodeSSHConfig(path string, data []byte, openssh string) (*sshConfig, []st
 	kept, warnings := dropUnevaluable(path, data)
 	parsed, err2 := ssh_config.Decode(bytes.NewReader(kept))
 	if err2 != nil {
-		return nil, nil, fmt.Errorf("parse ssh config %s: %w", path, err)
+		// Nothing in a file drover cannot read breaks connecting: ssh
+		// itself may read it, and the inventory says where hosts are.
+		warnings = append(warnings, fmt.Sprintf("%s: ignoring the whole file: drover cannot read it (%v), and no OpenSSH client (ssh -G) is installed to ask", path, err2))
+		return nil, warnings, nil
 	}
 	return &sshConfig{path: path, parsed: parsed}, warnings, nil
 }
 
 // dropUnevaluable blanks each Match block whose Match line the library
-// cannot evaluate (its lines become empty, so line numbers stay), and
-// returns a warning naming file and line for each.
+// cannot evaluate, and each Include of a file it cannot evaluate (their
+// lines become empty, so line numbers stay), and returns a warning naming
+// file and line for each.
 func dropUnevaluable(path string, data []byte) ([]byte, []string) {
 	lines := strings.Split(string(data), "\n")
 	var warnings []string
 	dropping := false
 	for i, line := range lines {
 		fields := strings.Fields(strings.ReplaceAll(line, "=", " "))
+		if len(fields) > 0 && strings.EqualFold(fields[0], "Include") && !dropping {
+			// The library reads an included file when it meets the
+			// Include; one it cannot evaluate goes, with a warning.
+			if _, err := ssh_config.Decode(strings.NewReader(strings.TrimSpace(line) + "\n")); err != nil {
+				warnings = append(warnings, fmt.Sprintf("%s:%d: ignoring `%s`: drover cannot evaluate what it includes (%v), and no OpenSSH client (ssh -G) is installed to ask", path, i+1, strings.TrimSpace(line), err))
+				lines[i] = ""
+			}
+			continue
+		}
 		if len(fields) > 0 && (strings.EqualFold(fields[0], "Host") || strings.EqualFold(fields[0], "Match")) {
 			dropping = false
 			if strings.EqualFold(fields[0], "Match") {

@@ -232,3 +232,34 @@ func TestExpandProxyCommand(t *testing.T) {
 		assert.Equal(t, tc.want, expandProxyCommand(tc.in, tgt), tc.in)
 	}
 }
+
+// TestSSHConfigUnevaluableInclude: without an OpenSSH client, an Include
+// of a file drover cannot evaluate (here a VPN check with Match exec) is
+// dropped with a warning naming the line, and the rest of the file still
+// applies. Before, the Include broke every connection.
+func TestSSHConfigUnevaluableInclude(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	dir := t.TempDir()
+	inc := filepath.Join(dir, "vpn")
+	require.NoError(t, os.WriteFile(inc, []byte("Match exec \"true\"\n    User fromexec\n"), 0o600))
+	for _, tc := range []struct {
+		name, file, warn string
+		hostname         string
+	}{
+		{"include", "Include " + inc + "\nHost gpu*\n    HostName %h.example.com\n", "config:1: ignoring `Include " + inc + "`", "gpu1.example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config")
+			require.NoError(t, os.WriteFile(path, []byte(tc.file), 0o600))
+			var warnings []string
+			opts := DialOptions{SSHConfigPath: path, OpenSSH: "none", Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
+			cfg, err := loadSSHConfig(opts)
+			require.NoError(t, err)
+			got, err := resolveTarget(context.Background(), config.Host{Name: "g1", Address: "gpu1"}, cfg)
+			require.NoError(t, err)
+			assert.Equal(t, tc.hostname, got.hostname)
+			require.Len(t, warnings, 1, "%q", warnings)
+			assert.Contains(t, warnings[0], tc.warn)
+		})
+	}
+}
