@@ -61,9 +61,10 @@ func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOp
 	var tree *push.Tree
 	var scanErr error
 	scanned := make(chan struct{})
+	scanOpts := opts // the scan's own copy: opts gets Progress below
 	go func() {
 		defer close(scanned)
-		if tree, scanErr = push.ScanLocal(cfg.Job.Code, opts); scanErr != nil {
+		if tree, scanErr = push.ScanLocal(cfg.Job.Code, scanOpts); scanErr != nil {
 			cancel()
 		}
 	}()
