@@ -206,7 +206,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 				a.r.events.printf("%s: %s (%s) unreachable, waiting up to %s for it: %v", a.prefix(), h.Name, h.Address, a.cfg.Job.HostWait, err)
 				waited = true
 			}
-			if serr := a.r.sleep(ctx, 2*time.Second); serr != nil {
+			if serr := a.r.sleep(ctx, min(2*time.Second, deadline.Sub(a.r.now()))); serr != nil {
 				closeAll()
 				return nil, serr
 			}
@@ -220,7 +220,9 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 				}
 			}
 			var t cluster.Transport
-			t, err = cluster.Dial(ctx, h, opts)
+			wopts := opts
+			wopts.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, deadline.Sub(a.r.now()))
+			t, err = cluster.Dial(ctx, h, wopts)
 			if err == nil {
 				conns[i] = &hostConn{host: h, t: t}
 				a.r.events.printf("%s: %s (%s) is back", a.prefix(), h.Name, h.Address)
@@ -246,6 +248,17 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 		conns[i] = &hostConn{host: spare, t: t}
 	}
 	return conns, nil
+}
+
+// waitDialTimeout bounds a dial made while waiting for an unreachable host
+// by what is left of host_wait (at least a second), so that a short
+// host_wait is not stretched by a full connect timeout to a host that is
+// gone: a spare takes over when the user said it should.
+func waitDialTimeout(timeout, left time.Duration) time.Duration {
+	if timeout <= 0 {
+		timeout = cluster.DefaultConnectTimeout
+	}
+	return max(min(timeout, left), time.Second)
 }
 
 // takeSpare dials the first spare host not already in use.

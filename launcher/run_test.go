@@ -570,3 +570,18 @@ func (h *lineHook) String() string {
 	defer h.mu.Unlock()
 	return h.buf.String()
 }
+
+// TestWaitDialTimeout: a dial while waiting for a lost host never outlasts
+// host_wait by a whole connect timeout (a 2s host_wait used to cost 10s
+// more before the spare took over), nor gets less than a second.
+func TestWaitDialTimeout(t *testing.T) {
+	for _, tc := range []struct{ timeout, left, want time.Duration }{
+		{0, time.Minute, cluster.DefaultConnectTimeout},
+		{10 * time.Second, time.Minute, 10 * time.Second},
+		{10 * time.Second, 3 * time.Second, 3 * time.Second},
+		{10 * time.Second, 0, time.Second},
+		{10 * time.Second, -time.Second, time.Second},
+	} {
+		assert.Equal(t, tc.want, waitDialTimeout(tc.timeout, tc.left), "timeout %s, %s left", tc.timeout, tc.left)
+	}
+}
