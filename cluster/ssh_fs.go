@@ -20,12 +20,19 @@ import (
 // them with errors.Is either way.
 type sftpFS struct {
 	c *sftp.Client
-	t *sshTransport // runs ExtractTar's tar on the same connection
+	t Transport // runs ExtractTar's tar on the same host
 
 	homeOnce sync.Once
 	home     string
 	homeErr  error
 }
+
+// NewSFTPFS is FS over c, an SFTP client whose server runs on t's host,
+// for transports other than SSH that reach a host's files through an
+// sftp-server they start there (slurm: one in a job step on a node that
+// does not share this machine's filesystem). ExtractTar runs the host's tar
+// with t.Start. The caller closes c.
+func NewSFTPFS(c *sftp.Client, t Transport) FS { return &sftpFS{c: c, t: t} }
 
 // abs cleans p. A relative path is sent as it is: sftp-server resolves it
 // against its working directory, which is the login home (or the start

@@ -16,11 +16,17 @@ func (o RunOptions) loadOptions() config.LoadOptions {
 	return config.LoadOptions{InventoryPath: o.InventoryPath, Allocation: o.Allocation}
 }
 
+// sharedFS is a transport that knows whether its host sees this machine's
+// filesystem (the slurm transport, which checks at dial).
+type sharedFS interface{ SharesFS() bool }
+
 // pushTargets are the hosts whose workdir gets the code. Hosts reached over
-// Slurm see this machine's (shared) filesystem, so they all have the same
+// Slurm that see this machine's (shared) filesystem all have the same
 // workdir: it is pushed once, from one goroutine rather than racing with
 // itself, and not at all when the workdir is the code directory itself
-// (code on the shared filesystem, run where it lies).
+// (code on the shared filesystem, run where it lies). A node that does not
+// see it has a workdir of its own and gets its own push, as over SSH, and
+// the events say so.
 func (a *attempt_) pushTargets(conns []*hostConn) []*hostConn {
 	var out []*hostConn
 	seen := map[string]bool{}
@@ -30,6 +36,11 @@ func (a *attempt_) pushTargets(conns []*hostConn) []*hostConn {
 			continue
 		}
 		wd := filepath.Clean(remoteAbs(c.home, c.host.Workdir))
+		if s, ok := c.t.(sharedFS); ok && !s.SharesFS() {
+			a.r.events.printf("%s: workdir %s is not shared with node %s: pushing", a.prefix(), wd, c.host.Name)
+			out = append(out, c)
+			continue
+		}
 		if seen[wd] || sameDir(wd, a.cfg.Job.Code) {
 			continue
 		}

@@ -26,10 +26,8 @@ type Options struct {
 	// node: the drover binary and "slurm-step". It must be at that path on
 	// every node, as it is when drover lives on the shared filesystem.
 	Helper []string
-	// Home is the home directory as the nodes see it. The slurm transport
-	// gives file access through this machine's filesystem, which must be
-	// shared with the nodes (the usual Slurm setup; drover run pushes code
-	// over it only when the workdir is not already there). Default: $HOME.
+	// Home is the home directory, the same path on this machine and on
+	// the nodes. Default: $HOME.
 	Home string
 	// Srun and Scancel are the Slurm commands; default from $PATH.
 	Srun, Scancel string
@@ -38,6 +36,14 @@ type Options struct {
 type transport struct {
 	host config.Host
 	opts Options
+	// remote is set by Dial when the node does not see this machine's
+	// home or workdir: file access then goes through an sftp-server in a
+	// step on the node (see fs.go) instead of this machine's filesystem.
+	remote bool
+
+	mu     sync.Mutex
+	fs     *remoteFS // opened on first use when remote
+	closed bool
 }
 
 // New returns the transport that starts commands on host h (a node of the
@@ -69,11 +75,34 @@ func New(h config.Host, o Options) (cluster.Transport, error) {
 
 func (t *transport) Host() config.Host { return t.host }
 
-// FS is this machine's filesystem rooted at the shared home.
-func (t *transport) FS(context.Context) (cluster.FS, error) { return cluster.NewOSFS(t.opts.Home), nil }
+// FS is this machine's filesystem rooted at the home when the node shares
+// it (the usual case), else the node's own files over SFTP (remoteFS).
+func (t *transport) FS(ctx context.Context) (cluster.FS, error) {
+	if !t.remote {
+		return cluster.NewOSFS(t.opts.Home), nil
+	}
+	return t.remoteFS(ctx)
+}
 
-// Close has nothing to release: each command is its own srun.
-func (t *transport) Close() error { return nil }
+// SharesFS reports whether the node sees this machine's home and the
+// host's workdir (Dial checked), so that a file written here is there:
+// the launcher then pushes the code once for every such node, or not at
+// all when the workdir is the code directory.
+func (t *transport) SharesFS() bool { return !t.remote }
+
+// Close stops the step that serves the node's files, if one was started;
+// each command is its own srun and has nothing to release.
+func (t *transport) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	f := t.fs
+	t.fs = nil
+	t.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f.close()
+}
 
 func (t *transport) dir(d string) string {
 	d, _ = strings.CutPrefix(d, "~/")
@@ -89,9 +118,15 @@ func (t *transport) dir(d string) string {
 // srunArgs is the step for cmd: one task on this node, overlapping the
 // allocation's other steps, quiet so that srun's own notes stay out of the
 // command's stderr.
-func (t *transport) srunArgs(cmd cluster.Cmd) []string {
+func (t *transport) srunArgs(cmd cluster.Cmd, raw bool) []string {
 	args := []string{t.opts.Srun, "--overlap", "--jobid=" + t.opts.JobID, "--nodelist=" + t.host.Address,
 		"--nodes=1", "--ntasks=1", "--quiet", "--kill-on-bad-exit=0", "--job-name=drover", "--export=ALL"}
+	if raw {
+		// slurmstepd passes output on in whole lines unless told not to:
+		// a binary protocol (SFTP) would wait for a newline that never
+		// comes.
+		args = append(args, "--unbuffered")
+	}
 	if cmd.Stdin == nil {
 		args = append(args, "--input=none")
 	}
@@ -110,13 +145,19 @@ func (t *transport) srunArgs(cmd cluster.Cmd) []string {
 // drover reaches the step only as drover decides (Signal), never through
 // srun's own forwarding.
 func (t *transport) Start(ctx context.Context, cmd cluster.Cmd) (cluster.Process, error) {
+	return t.start(ctx, cmd, false)
+}
+
+// start is Start, with output passed on as it comes (raw) rather than in
+// whole lines.
+func (t *transport) start(ctx context.Context, cmd cluster.Cmd, raw bool) (cluster.Process, error) {
 	if err := cluster.CheckCmd(cmd); err != nil {
 		return nil, fmt.Errorf("start on %s: %w", t.host.Name, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start on %s: %w", t.host.Name, err)
 	}
-	args := t.srunArgs(cmd)
+	args := t.srunArgs(cmd, raw)
 	c := exec.Command(args[0], args[1:]...)
 	c.Env = os.Environ()
 	names := make([]string, 0, len(cmd.Env))
@@ -292,51 +333,3 @@ func (p *process) Wait() error {
 	return fmt.Errorf("%s: step of job %s ended without the command's status (%v): %w", host, p.t.opts.JobID, err, cluster.ErrConnectionLost)
 }
 
-// SharedFSError says that a node does not see this machine's filesystem,
-// which the slurm transport relies on for file access and for the step
-// helper.
-type SharedFSError struct {
-	Node, Path string
-	Err        error
-}
-
-func (e *SharedFSError) Error() string {
-	return fmt.Sprintf("node %s does not share %s with this machine (%v): drover inside Slurm needs the home directory, the workdir and the drover binary on a filesystem every node mounts at the same path", e.Node, e.Path, e.Err)
-}
-
-func (e *SharedFSError) Unwrap() error { return e.Err }
-
-// Dial returns the transport to node h once it has shown that it shares
-// this machine's home directory: a file written here must be there, read
-// by the step helper on the node. Without that, pushes and checkpoints
-// would land where no process looks.
-func Dial(ctx context.Context, h config.Host, o Options) (cluster.Transport, error) {
-	tr, err := New(h, o)
-	if err != nil {
-		return nil, err
-	}
-	home := tr.(*transport).opts.Home
-	dir := filepath.Join(home, ".drover")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("connect to %s (slurm): %w", h.Name, err)
-	}
-	f, err := os.CreateTemp(dir, "shared-check-")
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s (slurm): %w", h.Name, err)
-	}
-	marker := f.Name()
-	f.Close()
-	defer os.Remove(marker)
-	var out strings.Builder
-	p, err := tr.Start(ctx, cluster.Cmd{Args: []string{"test", "-f", marker}, Stdout: &out, Stderr: &out})
-	if err == nil {
-		err = p.Wait()
-	}
-	if err != nil {
-		if msg := strings.TrimSpace(out.String()); msg != "" {
-			err = fmt.Errorf("%w: %s", err, msg)
-		}
-		return nil, fmt.Errorf("connect to %s (slurm, job %s): %w", h.Name, o.JobID, &SharedFSError{Node: h.Name, Path: home, Err: err})
-	}
-	return tr, nil
-}

@@ -2,8 +2,11 @@ package slurm
 
 import (
 	"context"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -66,10 +69,63 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) cluster.Transport { return dial(t, job, 1) })
 }
 
-// TestDialNeedsSharedHome: a node that does not see this machine's home
-// (here the fleet user's home, private to each node's namespace) is refused
-// at dial with a SharedFSError, not at the first push or checkpoint.
-func TestDialNeedsSharedHome(t *testing.T) {
+// sharer is what the launcher asks a slurm transport.
+type sharer interface{ SharesFS() bool }
+
+// privateHome makes a directory on node i that this machine does not see:
+// /home/drovertest is each node's own (testfleet binds a private directory
+// over it in the node's namespace). The directory of the same name here is
+// removed at the end, as is the node's.
+func privateHome(t *testing.T, job string, i int) string {
+	t.Helper()
+	dir := filepath.Join("/home", testfleet.User, "not-shared-"+filepath.Base(t.TempDir()))
+	tr := dial(t, job, i)
+	run := func(args ...string) {
+		p, err := tr.Start(context.Background(), cluster.Cmd{Args: args, Dir: "/"})
+		require.NoError(t, err)
+		require.NoError(t, p.Wait(), "%v on %s", args, sl.Nodes[i])
+	}
+	run("mkdir", "-p", dir)
+	t.Cleanup(func() {
+		run("rm", "-rf", dir)
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// dialPrivate dials node i through Dial with its home and workdir on
+// privateHome.
+func dialPrivate(t *testing.T, job string, i int) cluster.Transport {
+	t.Helper()
+	home := privateHome(t, job, i)
+	bin, err := os.Executable()
+	require.NoError(t, err)
+	h := config.Host{Name: sl.Nodes[i], Address: sl.Nodes[i], Transport: config.TransportSlurm, Workdir: "work"}
+	tr, err := Dial(context.Background(), h, Options{JobID: job, Home: home, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}})
+	require.NoError(t, err)
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// TestConformanceNotShared runs the transport suite on a node that does
+// not see this machine's home: its FS is the node's own, over SFTP through
+// a step, and the suite checks that a command on the node sees what the
+// FS wrote there.
+func TestConformanceNotShared(t *testing.T) {
+	slurmtest.Need(t, sl)
+	job := sl.Allocate(t, 3)
+	transporttest.Run(t, func(t *testing.T) cluster.Transport {
+		tr := dialPrivate(t, job, 1)
+		require.False(t, tr.(sharer).SharesFS())
+		return tr
+	})
+}
+
+// TestDialSharedCheck: a node that sees this machine's home and workdir
+// (the test's own home) shares its filesystem; one whose home is private
+// to it does not, gets its files over a step, and the check leaves no
+// marker behind on either side.
+func TestDialSharedCheck(t *testing.T) {
 	slurmtest.Need(t, sl)
 	job := sl.Allocate(t, 3)
 	bin, err := os.Executable()
@@ -82,20 +138,31 @@ func TestDialNeedsSharedHome(t *testing.T) {
 	opts := Options{JobID: job, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}}
 	tr, err := Dial(context.Background(), h, opts)
 	require.NoError(t, err, "the test's own home is shared with every node")
+	assert.True(t, tr.(sharer).SharesFS())
 	require.NoError(t, tr.Close())
 
-	// /home/drovertest is each node's own (testfleet binds a private
-	// directory over it in the node's namespace): made here, it is not
-	// there.
-	private, err := os.MkdirTemp("/home/"+testfleet.User, "not-shared-")
+	// A home seen, a workdir not: not shared.
+	h.Workdir = privateHome(t, job, 2)
+	tr, err = Dial(context.Background(), h, opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(private) })
-	opts.Home = private
-	_, err = Dial(context.Background(), h, opts)
-	var se *SharedFSError
-	require.ErrorAs(t, err, &se)
-	t.Log(err)
-	assert.Equal(t, sl.Nodes[2], se.Node)
-	entries, _ := os.ReadDir(filepath.Join(private, ".drover"))
+	assert.False(t, tr.(sharer).SharesFS(), "workdir %s is the node's own", h.Workdir)
+	fsys, err := tr.FS(context.Background())
+	require.NoError(t, err)
+	w, err := fsys.Create(h.Workdir + "/hello")
+	require.NoError(t, err)
+	_, err = io.WriteString(w, "from the controller")
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	var out strings.Builder
+	p, err := tr.Start(context.Background(), cluster.Cmd{Args: []string{"cat", h.Workdir + "/hello"}, Stdout: &out})
+	require.NoError(t, err)
+	require.NoError(t, p.Wait())
+	assert.Equal(t, "from the controller", out.String(), "the node sees what its FS wrote")
+	_, err = os.Stat(filepath.Join(h.Workdir, "hello"))
+	assert.ErrorIs(t, err, fs.ErrNotExist, "and this machine does not")
+	entries, _ := os.ReadDir(filepath.Join(h.Workdir, ".drover"))
 	assert.Empty(t, entries, "the check leaves no file behind")
+	require.NoError(t, tr.Close())
+	_, err = tr.FS(context.Background())
+	assert.Error(t, err, "a closed transport gives no file access")
 }
