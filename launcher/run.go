@@ -54,9 +54,11 @@ type RunOptions struct {
 	// lease); that run then stops.
 	Force bool
 
-	// Inside a Slurm allocation (see slurm.go): its hosts, and where the
-	// restart count starts.
+	// Inside a Slurm allocation (see slurm.go): its hosts, the job id and
+	// SLURM_RESTART_COUNT (RestartOffset), from which the restart count
+	// continues across a requeue.
 	Allocation    []config.Host
+	SlurmJobID    string
 	RestartOffset int
 }
 
@@ -181,14 +183,16 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer releaseLeases()
 
 	var b budget
+	first := r.firstRestart(cfg)
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		if attempt > 1 {
 			cfg = r.reload(cfg, attempt, b.total(cfg.Job))
 		}
 		total := b.total(cfg.Job)
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: r.opts.RestartOffset + b.restarts + b.hostFailures,
+		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: first + b.restarts + b.hostFailures,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
+		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or

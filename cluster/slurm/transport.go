@@ -332,4 +332,3 @@ func (p *process) Wait() error {
 	}
 	return fmt.Errorf("%s: step of job %s ended without the command's status (%v): %w", host, p.t.opts.JobID, err, cluster.ErrConnectionLost)
 }
-

@@ -98,6 +98,7 @@ func privateHome(t *testing.T, job string, i int) string {
 func dialPrivate(t *testing.T, job string, i int) cluster.Transport {
 	t.Helper()
 	home := privateHome(t, job, i)
+	t.Setenv("HOME", home) // srun passes it on, as it does the real one
 	bin, err := os.Executable()
 	require.NoError(t, err)
 	h := config.Host{Name: sl.Nodes[i], Address: sl.Nodes[i], Transport: config.TransportSlurm, Workdir: "work"}

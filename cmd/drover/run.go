@@ -34,9 +34,9 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			restartOffset := 0
+			restartOffset, slurmJob := 0, ""
 			if alloc != nil {
-				restartOffset = alloc.RestartCount
+				restartOffset, slurmJob = alloc.RestartCount, alloc.JobID
 			}
 			// First SIGINT/SIGTERM: graceful stop of every process.
 			// Second: kill at once.
@@ -50,6 +50,7 @@ func runCommand() *cli.Command {
 				PushCacheDir:  cacheDir(),
 				Dial:          dialOptions(c, nil),
 				Allocation:    load.Allocation,
+				SlurmJobID:    slurmJob,
 				RestartOffset: restartOffset,
 				Out:           c.App.Writer,
 				Events:        c.App.ErrWriter,
