@@ -2,12 +2,14 @@ package slurm
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -78,7 +80,7 @@ type sharer interface{ SharesFS() bool }
 // removed at the end, as is the node's.
 func privateHome(t *testing.T, job string, i int) string {
 	t.Helper()
-	dir := filepath.Join("/home", testfleet.User, "not-shared-"+filepath.Base(t.TempDir()))
+	dir := filepath.Join("/home", testfleet.User, fmt.Sprintf("not-shared-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	tr := dial(t, job, i)
 	run := func(args ...string) {
 		p, err := tr.Start(context.Background(), cluster.Cmd{Args: args, Dir: "/"})

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,7 +60,7 @@ func (j *job) events(t *testing.T, runDir string) string {
 // Slurm steps, the events say so, and every process runs the pushed code.
 func TestSubmitPrivateWorkdir(t *testing.T) {
 	need(t)
-	workdir := filepath.Join("/home", testfleet.User, "wd-"+filepath.Base(t.TempDir()))
+	workdir := filepath.Join("/home", testfleet.User, fmt.Sprintf("wd-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	j := newShellJob(t, workdir, `echo "data=$(cat data.txt) index=$DROVER_INDEX"`, 0)
 	want := "data=pushed-" + filepath.Base(j.dir)
 	j.submit(t)
