@@ -151,6 +151,7 @@ func TestDialSharedCheck(t *testing.T) {
 	assert.False(t, tr.(sharer).SharesFS(), "workdir %s is the node's own", h.Workdir)
 	fsys, err := tr.FS(context.Background())
 	require.NoError(t, err)
+	require.NotEmpty(t, sftpServers(t, 2), "the node's files are served from a step on it")
 	w, err := fsys.Create(h.Workdir + "/hello")
 	require.NoError(t, err)
 	_, err = io.WriteString(w, "from the controller")
@@ -168,4 +169,20 @@ func TestDialSharedCheck(t *testing.T) {
 	require.NoError(t, tr.Close())
 	_, err = tr.FS(context.Background())
 	assert.Error(t, err, "a closed transport gives no file access")
+	assert.Empty(t, sftpServers(t, 2), "Close leaves no sftp-server on the node")
+}
+
+// sftpServers lists the sftp-server processes in node i's namespace.
+func sftpServers(t *testing.T, i int) []int {
+	t.Helper()
+	pids, err := sl.Fleet.Pids(i)
+	require.NoError(t, err)
+	var out []int
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(b), "sftp-server") {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
