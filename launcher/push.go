@@ -28,6 +28,10 @@ type PushOptions struct {
 type PushOutcome struct {
 	Result push.Result
 	Err    error
+	// Skipped says why nothing was pushed to the host: inside a Slurm
+	// allocation, its workdir is another host's on the shared filesystem,
+	// or the code directory itself (see workdirClaims).
+	Skipped string
 }
 
 // PushResult is the whole fan-out: one outcome per host, in the order the
@@ -70,6 +74,7 @@ func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOp
 	}()
 	opts.Progress = o.Progress
 	res := &PushResult{Hosts: make([]PushOutcome, len(hosts))}
+	claims := newWorkdirClaims(cfg.Job.Code)
 	cluster.DialEach(ctx, hosts, o.Dial, func(i int, t cluster.Transport, err error) {
 		h := hosts[i]
 		var fsys cluster.FS
@@ -89,6 +94,13 @@ func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOp
 			res.Hosts[i].Err = err // names the host and address already
 			return
 		}
+		if h.Transport == config.TransportSlurm {
+			// Only a slurm host may share a workdir: others need not
+			// ask their FS for the home (a round trip over SSH).
+			if res.Hosts[i].Skipped = claims.skip(h, t, fsHome(fsys)); res.Hosts[i].Skipped != "" {
+				return
+			}
+		}
 		res.Hosts[i].Result, res.Hosts[i].Err = push.Sync(ctx, fsys, hostLabel(h), tree, h.Workdir, opts)
 	})
 	<-scanned
@@ -97,4 +109,11 @@ func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOp
 	}
 	res.Warnings = tree.Warnings
 	return res, nil
+}
+
+// fsHome is the home directory fsys resolves relative paths against, ""
+// when it cannot say (a slurm host's is always known).
+func fsHome(fsys cluster.FS) string {
+	home, _ := fsys.Home()
+	return home
 }

@@ -1,9 +1,12 @@
 package launcher
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/slurm"
 )
@@ -22,34 +25,70 @@ func (o RunOptions) loadOptions() config.LoadOptions {
 // filesystem (the slurm transport, which checks at dial).
 type sharedFS interface{ SharesFS() bool }
 
-// pushTargets are the hosts whose workdir gets the code. Hosts reached over
-// Slurm that see this machine's (shared) filesystem all have the same
-// workdir: it is pushed once, from one goroutine rather than racing with
-// itself, and not at all when the workdir is the code directory itself
-// (code on the shared filesystem, run where it lies). A node that does not
-// see it has a workdir of its own and gets its own push, as over SSH, and
-// the events say so.
+// pushTargets are the hosts whose workdir gets the code (workdirClaims).
+// A node reached over Slurm that does not see this machine's workdir has
+// one of its own and gets its own push, as over SSH, and the events say so.
 func (a *attempt_) pushTargets(conns []*hostConn) []*hostConn {
 	var out []*hostConn
-	seen := map[string]bool{}
+	claims := newWorkdirClaims(a.cfg.Job.Code)
 	for _, c := range conns {
-		if c.host.Transport != config.TransportSlurm {
-			out = append(out, c)
+		if claims.skip(c.host, c.t, c.home) != "" {
 			continue
 		}
-		wd := filepath.Clean(remoteAbs(c.home, c.host.Workdir))
-		if s, ok := c.t.(sharedFS); ok && !s.SharesFS() {
-			a.r.events.printf("%s: workdir %s is not shared with node %s: pushing", a.prefix(), wd, c.host.Name)
-			out = append(out, c)
-			continue
+		if _, shared := sharedWorkdir(c.host, c.t, c.home); !shared && c.host.Transport == config.TransportSlurm {
+			a.r.events.printf("%s: workdir %s is not shared with node %s: pushing", a.prefix(), remoteAbs(c.home, c.host.Workdir), c.host.Name)
 		}
-		if seen[wd] || sameDir(wd, a.cfg.Job.Code) {
-			continue
-		}
-		seen[wd] = true
 		out = append(out, c)
 	}
 	return out
+}
+
+// sharedWorkdir is the workdir, as this machine sees it, of a host that
+// shares this machine's filesystem: a node reached over Slurm that passed
+// the slurm transport's check at dial. shared is false for every other
+// host, whose workdir is its own.
+func sharedWorkdir(h config.Host, t cluster.Transport, home string) (wd string, shared bool) {
+	if h.Transport != config.TransportSlurm {
+		return "", false
+	}
+	if s, ok := t.(sharedFS); ok && !s.SharesFS() {
+		return "", false
+	}
+	return filepath.Clean(remoteAbs(home, h.Workdir)), true
+}
+
+// workdirClaims is the one rule by which `drover push` and each attempt of
+// `drover run` push to hosts on a shared filesystem: hosts that share one
+// workdir get one push, from one goroutine rather than racing with itself,
+// and none when the workdir is the code directory itself (code on the
+// shared filesystem, run where it lies).
+type workdirClaims struct {
+	code string
+	mu   sync.Mutex
+	by   map[string]string // workdir -> the host that pushes it
+}
+
+func newWorkdirClaims(code string) *workdirClaims {
+	return &workdirClaims{code: code, by: map[string]string{}}
+}
+
+// skip says why host h gets no push of its own, or "" when it does. Safe
+// for concurrent use.
+func (w *workdirClaims) skip(h config.Host, t cluster.Transport, home string) string {
+	wd, shared := sharedWorkdir(h, t, home)
+	if !shared {
+		return ""
+	}
+	if sameDir(wd, w.code) {
+		return fmt.Sprintf("the workdir %s is the code directory", wd)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if by, ok := w.by[wd]; ok {
+		return fmt.Sprintf("the workdir %s is %s's, on the shared filesystem", wd, by)
+	}
+	w.by[wd] = h.Name
+	return ""
 }
 
 // sameDir reports whether a and b are one directory, symbolic links

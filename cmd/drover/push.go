@@ -78,12 +78,15 @@ func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []launch
 		for _, w := range o.Result.Warnings {
 			fmt.Fprintf(stderr, "%s: warning: %s\n", h.Name, w)
 		}
-		if o.Err != nil {
+		switch {
+		case o.Err != nil:
 			failed++
 			fmt.Fprintln(stderr, o.Err)
-			continue
+		case o.Skipped != "":
+			fmt.Fprintf(stdout, "%s: not pushed: %s\n", h.Name, o.Skipped)
+		default:
+			fmt.Fprintf(stdout, "%s: %s\n", h.Name, o.Result.Summary())
 		}
-		fmt.Fprintf(stdout, "%s: %s\n", h.Name, o.Result.Summary())
 	}
 	switch {
 	case interrupted:

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -90,12 +91,13 @@ var restartRE = regexp.MustCompile(`(?m)^restart=([0-9]+)$`)
 
 // TestRequeueRestartCount: a job that failed for good after restarts 0, 1
 // and 2 and is requeued continues with 3, 4, 5, not from
-// SLURM_RESTART_COUNT=1 again.
+// SLURM_RESTART_COUNT=1 again. Rank 0 fails each attempt (and has printed
+// first); the others wait to be stopped with the group.
 func TestRequeueRestartCount(t *testing.T) {
 	need(t)
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o755))
-	j := newShellJob(t, filepath.Join(dir, "work"), `echo "restart=$DROVER_RESTART_COUNT"; exit 3`, 2)
+	j := newShellJob(t, filepath.Join(dir, "work"), `echo "restart=$DROVER_RESTART_COUNT"; if [ "$RANK" = 0 ]; then exit 3; fi; exec sleep 300`, 2)
 	j.submit(t)
 	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
 	defer cancel()
@@ -113,7 +115,7 @@ func TestRequeueRestartCount(t *testing.T) {
 	var counts []string
 	for _, run := range runs {
 		for a := 1; a <= 3; a++ {
-			b, err := os.ReadFile(filepath.Join(run, fmt.Sprintf("attempt-%d", a), "worker-1.log"))
+			b, err := os.ReadFile(filepath.Join(run, fmt.Sprintf("attempt-%d", a), "worker-0.log"))
 			require.NoError(t, err, "batch output:\n%s", j.batchOutput())
 			m := restartRE.FindStringSubmatch(string(b))
 			require.NotNil(t, m, "no restart= line in %s attempt %d:\n%s", run, a, b)
@@ -122,4 +124,30 @@ func TestRequeueRestartCount(t *testing.T) {
 	}
 	assert.Equal(t, []string{"0", "1", "2", "3", "4", "5"}, counts, "DROVER_RESTART_COUNT over both allocations")
 	assert.Contains(t, j.events(t, runs[1]), "its last run used DROVER_RESTART_COUNT=2; continuing from 3")
+}
+
+// TestPushInAllocation: `drover push` in an allocation goes by the rule of
+// `drover run`: nodes that share the workdir get one push between them,
+// not three racing into the same directory; nodes with a workdir of their
+// own get a push each.
+func TestPushInAllocation(t *testing.T) {
+	need(t)
+	push := func(j *job) string {
+		out := filepath.Join(j.dir, "push.out")
+		_, err := sl.Output(context.Background(), "sbatch", "--wait", "--nodes="+strconv.Itoa(nodes), "--output="+out,
+			"--wrap="+droverBin+" push --inventory slurm "+j.path())
+		b, _ := os.ReadFile(out)
+		require.NoError(t, err, "drover push:\n%s", b)
+		return string(b)
+	}
+	shared := newShellJob(t, filepath.Join(t.TempDir(), "work"), "true", 0)
+	out := push(shared)
+	assert.Len(t, regexp.MustCompile(`(?m)^\S+: 2 sent `).FindAllString(out, -1), 1, "one push for the shared workdir:\n%s", out)
+	assert.Len(t, regexp.MustCompile(`(?m)^\S+: not pushed: the workdir \S+ is \S+'s, on the shared filesystem$`).FindAllString(out, -1), nodes-1, out)
+	_, err := os.Stat(filepath.Join(shared.workdir, "run.sh"))
+	assert.NoError(t, err, "the code is in the shared workdir")
+
+	private := newShellJob(t, filepath.Join("/home", testfleet.User, fmt.Sprintf("wd-%d-%d", os.Getpid(), time.Now().UnixNano())), "true", 0)
+	out = push(private)
+	assert.Len(t, regexp.MustCompile(`(?m)^\S+: 2 sent `).FindAllString(out, -1), nodes, "a push per node-local workdir:\n%s", out)
 }
