@@ -13,8 +13,9 @@ import (
 
 // This file is what running inside a Slurm allocation changes in the
 // supervisor, kept apart from it: where hosts come from at every (re)load,
-// and that nodes sharing this machine's filesystem share one copy of the
-// code.
+// that nodes sharing this machine's filesystem share one copy of the code
+// (and nodes that do not get their own), and that the restart count
+// continues across a requeue.
 
 // loadOptions are the options every (re)load of the job file uses.
 func (o RunOptions) loadOptions() config.LoadOptions {
