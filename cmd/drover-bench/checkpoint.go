@@ -19,7 +19,9 @@ import (
 
 // The checkpoint section (issue 15): what copying checkpoints costs
 // training, and how long a lost host takes to replace. It has a fleet of
-// its own, three hosts and a spare on subnet 23, one process per host.
+// its own, three hosts and a spare on subnet -subnet+3 (23 by default), one
+// process per host, named after -fleet-prefix so that a second run on the
+// machine does not collide with it.
 const (
 	ckptBudget  = 4 * time.Minute
 	ckptHosts   = 3
@@ -74,8 +76,9 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	steps := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("training step, %d MB checkpoint every %d steps, copied (checkpoint_copies = 2)", ckptSize>>20, ckptEvery),
 		Baseline: "checkpoint_copies = 1 (no copies)"}
 	lost := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("rank 0's host cut off -> every process running again (spare, host_wait 2s, %d MB staged)", ckptSize>>20)}
-	b.progress("bringing up fleet bck (%d hosts + a spare, 10.231.23.0/24)", ckptHosts)
-	f, err := upFleet(testfleet.Options{Name: "bck", N: ckptHosts + 1, Subnet: 23, TmpfsHomes: !b.diskHomes})
+	opts := testfleet.Options{Name: b.fleetPrefix + "ck", N: ckptHosts + 1, Subnet: b.subnet + 3, TmpfsHomes: !b.diskHomes}
+	b.progress("bringing up fleet %s (%d hosts + a spare, 10.231.%d.0/24)", opts.Name, ckptHosts, opts.Subnet)
+	f, err := upFleet(opts)
 	if err != nil {
 		b.note("checkpoint fleet did not come up: %v", err)
 		steps.Drover, steps.BaselineTime, lost.Drover = na("no fleet"), na("no fleet"), na("no fleet")
@@ -218,8 +221,15 @@ func (b *bench) lostHost(ctx context.Context, f *benchFleet, code string) (time.
 	if err != nil {
 		return 0, err
 	}
+	// A fresh log directory, so a fresh checkpoint record: an earlier
+	// run's record (same -work) would make this run resume, or hold the
+	// checkpoint it saves for one it already knows.
+	logs := filepath.Join(b.work, "ckpt-runs-lost")
+	if err := os.RemoveAll(logs); err != nil {
+		return 0, err
+	}
 	events := &eventRecorder{}
-	cmd := exec.Command(b.drover, "run", "--quiet", "--log-dir", filepath.Join(b.work, "ckpt-runs-lost"), job)
+	cmd := exec.Command(b.drover, "run", "--quiet", "--log-dir", logs, job)
 	cmd.Stderr = events
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 3 * time.Second

@@ -110,9 +110,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	latencyN := fs.Int("latency-n", 8, "fleet size (among -sizes) for the latency section; 0 skips it")
 	sections := fs.String("sections", "fanout,push,failure,latency,scale", "sections to run (fanout, push, failure, latency, scale)")
 	prefix := fs.String("fleet-prefix", "b", "fleets are named PREFIX<N> (another prefix lets a second run share the machine)")
-	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2")
+	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2 and the checkpoint fleet X+3")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
-	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (subnet 23)")
+	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (PREFIXck, subnet -subnet+3)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
