@@ -20,7 +20,7 @@ import (
 // them with errors.Is either way.
 type sftpFS struct {
 	c *sftp.Client
-	t *sshTransport // runs ExtractTar's tar on the same connection
+	t Transport // runs ExtractTar's tar on the same connection
 
 	homeOnce sync.Once
 	home     string

@@ -173,6 +173,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for i, n := range ns {
 		doPush := slices.Contains(ps, n) && b.sections["push"]
 		doFail := n == *failN && b.sections["failure"]
+		if !b.sections["fanout"] && !doPush && !doFail && !(n == *latencyN && b.rtt > 0 && b.sections["latency"]) {
+			continue // no section uses this fleet (e.g. -sections "" -checkpoints)
+		}
 		need := fleetReserve + fanoutBudget/2
 		if remaining(ctx) < need {
 			b.note("N=%d not run: out of time (%s left of the %s deadline)", n, remaining(ctx).Round(time.Second), *deadline)
