@@ -40,8 +40,8 @@ const commandFSExit = 5 * time.Second
 func OpenCommandFS(ctx context.Context, t Transport, args []string) (*CommandFS, error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	var stderr limitedBuffer
-	proc, err := t.Start(ctx, Cmd{Args: args, Stdin: inR, Stdout: outW, Stderr: &stderr})
+	stderr := NewTailBuffer(2 << 10)
+	proc, err := t.Start(ctx, Cmd{Args: args, Stdin: inR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		inW.Close()
 		outR.Close()
@@ -78,25 +78,4 @@ func (f *CommandFS) Close() error {
 		f.out.Close()
 	})
 	return f.err
-}
-
-// limitedBuffer keeps the first 4 KiB written to it, for error messages.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n := 4096 - len(b.buf); n > 0 {
-		b.buf = append(b.buf, p[:min(n, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }

@@ -72,7 +72,7 @@ type Job struct {
 	// drover reads a checkpoint from the host that wrote it while training
 	// runs (each destination receives it at that rate too); 0 is no cap.
 	CheckpointCopyRate int64
-	MaxRestarts      int
+	MaxRestarts        int
 	// ProcsPerHost applies to hosts without GPUs (pytorch, torchrun).
 	ProcsPerHost int
 	MasterPort   int
