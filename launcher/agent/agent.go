@@ -394,41 +394,60 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 
 // dumpStacks asks every Python process of g for its stack, so that each
 // lands in that process's own output and log: drover sends "stacks" when
-// the group is hung, a moment before it stops it. With faulthandler on
-// (PYTHONFAULTHANDLER, which drover sets), SIGABRT makes Python print
-// every thread's stack and abort, even while blocked in C code (a
-// collective); SIGCONT wakes a frozen (SIGSTOPped) one so that it can.
-// Without faulthandler, py-spy (when on PATH) prints the stack without
-// harming the process; otherwise the process is left alone.
+// the group is hung, a moment before it stops it. When the host has
+// py-spy (on the agent's PATH), `py-spy dump --pid PID` prints it without
+// harming the process, native code included; all processes are dumped at
+// once. Where py-spy is missing or fails (a kernel that allows ptrace only
+// of descendants: Ubuntu's default Yama ptrace_scope 1 refuses py-spy, a
+// sibling, without CAP_SYS_PTRACE), faulthandler does it: with
+// PYTHONFAULTHANDLER on (drover sets it), SIGABRT makes Python print every
+// thread's stack and abort, even while blocked in C code (a collective);
+// SIGCONT wakes a frozen (SIGSTOPped) one so that it can. Otherwise the
+// process is left alone.
 func (g group) dumpStacks(notice func(format string, args ...any)) {
 	pids, fh := g.pythonMembers()
+	dumped, said := make([]bool, len(pids)), make([]string, len(pids))
+	if bin, err := exec.LookPath("py-spy"); err == nil {
+		var wg sync.WaitGroup
+		for i, pid := range pids {
+			wg.Add(1)
+			go func() { defer wg.Done(); said[i], dumped[i] = pySpyDump(bin, pid) }()
+		}
+		wg.Wait()
+	}
 	for i, pid := range pids {
+		if said[i] != "" {
+			notice("%s", said[i])
+		}
 		switch {
+		case dumped[i]:
 		case fh[i]:
 			notice("group hung: asking Python process %d for its stack (SIGABRT, faulthandler)", pid)
 			noCoreDump(pid)
 			_ = syscall.Kill(pid, syscall.SIGABRT)
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		default:
-			pySpyDump(pid, notice)
+			notice("group hung: no stack for Python process %d: faulthandler is off and py-spy is not installed or failed", pid)
 		}
 	}
 }
 
-// pySpyDump prints pid's Python stack with py-spy, when it is installed.
-func pySpyDump(pid int, notice func(format string, args ...any)) {
-	bin, err := exec.LookPath("py-spy")
-	if err != nil {
-		notice("group hung: no stack for Python process %d: faulthandler is off and py-spy is not installed", pid)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// pySpyWait bounds one py-spy dump. The agent's loop waits for it (a stop
+// that arrives meanwhile waits too, so that it does not cut the dump
+// short); drover waits stackDumpWait before it asks for the stop.
+const pySpyWait = 5 * time.Second
+
+// pySpyDump is pid's Python stack from the py-spy at bin, as the line to
+// log, and whether py-spy succeeded (else the line says how it failed).
+func pySpyDump(bin string, pid int) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), pySpyWait)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "dump", "--pid", strconv.Itoa(pid)).CombinedOutput()
-	notice("group hung: stack of Python process %d (py-spy):\n%s", pid, strings.TrimRight(string(out), "\n"))
+	text := strings.TrimRight(string(out), "\n")
 	if err != nil {
-		notice("py-spy dump --pid %d: %v", pid, err)
+		return fmt.Sprintf("group hung: py-spy dump --pid %d failed (%v): %s", pid, err, text), false
 	}
+	return fmt.Sprintf("group hung: stack of Python process %d (py-spy):\n%s", pid, text), true
 }
 
 // gateScript holds the child until the agent has recorded it: it waits for
