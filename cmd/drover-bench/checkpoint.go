@@ -75,6 +75,8 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	defer cancel()
 	steps := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("training step, %d MB checkpoint every %d steps, copied (checkpoint_copies = 2)", ckptSize>>20, ckptEvery),
 		Baseline: "checkpoint_copies = 1 (no copies)"}
+	capped := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("training step, copied at checkpoint_copy_rate = %q", ckptRate),
+		Baseline: "checkpoint_copies = 1 (no copies)"}
 	lost := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("rank 0's host cut off -> every process running again (spare, host_wait 2s, %d MB staged)", ckptSize>>20)}
 	opts := testfleet.Options{Name: b.fleetPrefix + "ck", N: ckptHosts + 1, Subnet: b.subnet + 3, TmpfsHomes: !b.diskHomes}
 	b.progress("bringing up fleet %s (%d hosts + a spare, 10.231.%d.0/24)", opts.Name, ckptHosts, opts.Subnet)
@@ -82,7 +84,8 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	if err != nil {
 		b.note("checkpoint fleet did not come up: %v", err)
 		steps.Drover, steps.BaselineTime, lost.Drover = na("no fleet"), na("no fleet"), na("no fleet")
-		return []Row{steps, lost}
+		capped.Drover, capped.BaselineTime = na("no fleet"), na("no fleet")
+		return []Row{steps, capped, lost}
 	}
 	defer f.Close()
 	code := filepath.Join(b.work, "ckpt-code")
@@ -92,26 +95,26 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	if err != nil {
 		b.note("checkpoint workload: %v", err)
 		steps.Drover, steps.BaselineTime, lost.Drover = na("no workload"), na("no workload"), na("no workload")
-		return []Row{steps, lost}
+		capped.Drover, capped.BaselineTime = na("no workload"), na("no workload")
+		return []Row{steps, capped, lost}
 	}
-	var on, off []time.Duration
+	// Each repetition runs every variant once, one after the other, so
+	// that a change in the machine's load hits them alike.
+	variants := []ckptVariant{{copies: 1}, {copies: 2}, {copies: 2, rate: ckptRate}}
+	times := make([][]time.Duration, len(variants))
 	for rep := 0; rep < 2 && ctx.Err() == nil; rep++ {
-		for _, copies := range []int{1, 2} {
-			ds, err := b.stepTimes(ctx, f, code, copies)
+		for i, v := range variants {
+			ds, err := b.stepTimes(ctx, f, code, v)
 			if err != nil {
-				b.note("step time with checkpoint_copies = %d: %s", copies, reason(err))
+				b.note("step time with %s: %s", v, reason(err))
 				continue
 			}
-			med := medianOf(ds)
-			b.progress("  checkpoint_copies = %d: median step %s over %d steps", copies, med, len(ds))
-			if copies == 1 {
-				off = append(off, ds...)
-			} else {
-				on = append(on, ds...)
-			}
+			b.progress("  %s: median step %s over %d steps", v, medianOf(ds), len(ds))
+			times[i] = append(times[i], ds...)
 		}
 	}
-	steps.Drover, steps.BaselineTime = medianOr(on), medianOr(off)
+	steps.Drover, steps.BaselineTime = medianOr(times[1]), medianOr(times[0])
+	capped.Drover, capped.BaselineTime = medianOr(times[2]), medianOr(times[0])
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		b.note("checkpoints: load average %s after the step-time runs; the copy competes for the same cores as training here",
 			strings.Join(strings.Fields(string(la))[:3], " "))
@@ -123,7 +126,32 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	} else {
 		lost.Drover = Measure{Value: d.Seconds(), Unit: Seconds, N: 1}
 	}
-	return []Row{steps, lost}
+	return []Row{steps, capped, lost}
+}
+
+// ckptRate is the capped variant's checkpoint_copy_rate: a 100 MB copy
+// then takes about a second, within the time between two checkpoints.
+const ckptRate = "100MB/s"
+
+// ckptVariant is one way of running the workload for its step times.
+type ckptVariant struct {
+	copies int
+	rate   string // checkpoint_copy_rate, "" for the default
+}
+
+func (v ckptVariant) String() string {
+	if v.rate == "" {
+		return fmt.Sprintf("checkpoint_copies = %d", v.copies)
+	}
+	return fmt.Sprintf("checkpoint_copies = %d, checkpoint_copy_rate = %q", v.copies, v.rate)
+}
+
+// slug names the variant's files.
+func (v ckptVariant) slug() string {
+	if v.rate == "" {
+		return strconv.Itoa(v.copies)
+	}
+	return strconv.Itoa(v.copies) + "-capped"
 }
 
 func medianOr(ds []time.Duration) Measure {
@@ -134,11 +162,14 @@ func medianOr(ds []time.Duration) Measure {
 }
 
 // ckptJob writes the section's job file.
-func ckptJob(path string, f *benchFleet, code, mode string, copies int) error {
+func ckptJob(path string, f *benchFleet, code, mode string, v ckptVariant) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[job]\nname = \"ckpt-bench\"\nframework = \"pytorch\"\ncode = %q\nworkdir = %q\n", code, ckptWorkdir)
 	fmt.Fprintf(&b, "command = [\"python3\", \"ck.py\", %q, \"%d\", \"%d\", \"%d\", \"%d\"]\n", mode, ckptSteps, ckptEvery, ckptSize, ckptWork)
-	fmt.Fprintf(&b, "procs_per_host = 1\ncheckpoint_copies = %d\nmax_restarts = 2\nrestart_backoff = \"0s\"\nstop_grace = \"2s\"\nhost_wait = \"2s\"\n", copies)
+	fmt.Fprintf(&b, "procs_per_host = 1\ncheckpoint_copies = %d\nmax_restarts = 2\nrestart_backoff = \"0s\"\nstop_grace = \"2s\"\nhost_wait = \"2s\"\n", v.copies)
+	if v.rate != "" {
+		fmt.Fprintf(&b, "checkpoint_copy_rate = %q\n", v.rate)
+	}
 	fmt.Fprintf(&b, "\n[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", f.User, f.KeyFile, f.KnownHosts)
 	for i, h := range f.Hosts {
 		fmt.Fprintf(&b, "\n[[host]]\nname = %q\naddress = %q\ngpus = []\n", h.Name, h.Addr)
@@ -151,15 +182,15 @@ func ckptJob(path string, f *benchFleet, code, mode string, copies int) error {
 
 // stepTimes runs the workload to the end once and returns every rank's
 // step times but the first few (start-up).
-func (b *bench) stepTimes(ctx context.Context, f *benchFleet, code string, copies int) ([]time.Duration, error) {
+func (b *bench) stepTimes(ctx context.Context, f *benchFleet, code string, v ckptVariant) ([]time.Duration, error) {
 	if err := f.removeEverywhere(ckptWorkdir); err != nil {
 		return nil, err
 	}
-	job := filepath.Join(b.work, fmt.Sprintf("ckpt-steps-%d.toml", copies))
-	if err := ckptJob(job, f, code, "train", copies); err != nil {
+	job := filepath.Join(b.work, fmt.Sprintf("ckpt-steps-%s.toml", v.slug()))
+	if err := ckptJob(job, f, code, "train", v); err != nil {
 		return nil, err
 	}
-	logs := filepath.Join(b.work, fmt.Sprintf("ckpt-runs-%d", copies))
+	logs := filepath.Join(b.work, fmt.Sprintf("ckpt-runs-%s", v.slug()))
 	_ = os.RemoveAll(logs)
 	st, err := command{Args: []string{b.drover, "run", "--quiet", "--log-dir", logs, job}, Timeout: 2 * time.Minute}.run(ctx)
 	if err != nil {
@@ -177,7 +208,7 @@ func (b *bench) stepTimes(ctx context.Context, f *benchFleet, code string, copie
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no step times in %s (run took %s)", logs, st.Wall.Round(time.Millisecond))
 	}
-	if copies > 1 {
+	if v.copies > 1 {
 		events, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(runs[0])), "events.log"))
 		if n := len(copiedEvent.FindAll(events, -1)); n == 0 {
 			return nil, errors.New("drover copied no checkpoint during the run")
@@ -213,7 +244,7 @@ func (b *bench) lostHost(ctx context.Context, f *benchFleet, code string) (time.
 		return 0, err
 	}
 	job := filepath.Join(b.work, "ckpt-lost.toml")
-	if err := ckptJob(job, f, code, "hold", 2); err != nil {
+	if err := ckptJob(job, f, code, "hold", ckptVariant{copies: 2}); err != nil {
 		return 0, err
 	}
 	argv := []string{"python3", "ck.py", "hold", strconv.Itoa(ckptSteps), strconv.Itoa(ckptEvery), strconv.Itoa(ckptSize), strconv.Itoa(ckptWork)}
