@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -113,6 +114,11 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 			times[i] = append(times[i], ds...)
 		}
 	}
+	for i, v := range variants {
+		if len(times[i]) > 0 {
+			b.note("checkpoints: step time with %s: %s", v, spread(times[i]))
+		}
+	}
 	steps.Drover, steps.BaselineTime = medianOr(times[1]), medianOr(times[0])
 	capped.Drover, capped.BaselineTime = medianOr(times[2]), medianOr(times[0])
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -152,6 +158,21 @@ func (v ckptVariant) slug() string {
 		return strconv.Itoa(v.copies)
 	}
 	return strconv.Itoa(v.copies) + "-capped"
+}
+
+// spread is the mean and 90th percentile of step times beside the
+// median: a copy slows the steps that overlap it (about a third of them
+// here), which the median can hide.
+func spread(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return fmt.Sprintf("median %.1f ms, mean %.1f ms, p90 %.1f ms over %d steps",
+		ms(s[len(s)/2]), ms(sum/time.Duration(len(s))), ms(s[len(s)*9/10]), len(s))
 }
 
 func medianOr(ds []time.Duration) Measure {
