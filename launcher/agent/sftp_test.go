@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,15 +24,45 @@ import (
 // TestSFTPLowPriority: `drover agent sftp --low-priority`, opened as
 // drover opens it for checkpoint copies (cluster.OpenCommandFS), serves
 // files, and every thread of it runs at nice 19 in the idle I/O class.
+// Started as sshd starts it, in a session of its own (setsid), its
+// autogroup gets nice 19 as well; started inside the caller's session, it
+// leaves that session's autogroup alone.
 func TestSFTPLowPriority(t *testing.T) {
+	autogroup := func(pid int) string {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "autogroup"))
+		if err != nil {
+			return "" // a kernel without autogroups
+		}
+		return strings.TrimSpace(string(b))
+	}
+	ours := autogroup(os.Getpid())
+	t.Run("own session", func(t *testing.T) {
+		if _, err := exec.LookPath("setsid"); err != nil {
+			t.Skip("no setsid(1)")
+		}
+		pid := sftpLowPriority(t, []string{"setsid", "--wait"})
+		if ours != "" {
+			assert.True(t, strings.HasSuffix(autogroup(pid), " nice 19"), "autogroup %q", autogroup(pid))
+		}
+	})
+	t.Run("caller's session", func(t *testing.T) {
+		pid := sftpLowPriority(t, nil)
+		assert.Equal(t, ours, autogroup(pid), "the caller's autogroup")
+		assert.Equal(t, ours, autogroup(os.Getpid()), "the caller's autogroup")
+	})
+}
+
+// sftpLowPriority opens the agent's SFTP server through prefix (a command
+// that runs it), checks that it serves and runs at low priority, and
+// returns its pid while it still runs (closed at the test's end).
+func sftpLowPriority(t *testing.T, prefix []string) int {
 	bin := droverBinary(t)
 	tr, err := cluster.NewLocal(config.Host{Name: "here", Transport: config.TransportLocal})
 	require.NoError(t, err)
 	ctx := context.Background()
 	argv := SFTPCommand(bin)
-	fsys, err := cluster.OpenCommandFS(ctx, tr, argv)
+	fsys, err := cluster.OpenCommandFS(ctx, tr, append(slices.Clone(prefix), argv...))
 	require.NoError(t, err)
-	defer fsys.Close()
 
 	dir := t.TempDir()
 	w, err := fsys.Create(filepath.Join(dir, "ck.bin"))
@@ -58,9 +89,12 @@ func TestSFTPLowPriority(t *testing.T) {
 		assert.Equal(t, IOPrioIdle>>ioprioClassShift, int(prio)>>ioprioClassShift, "I/O class of thread %d: %#x", tid, prio)
 	}
 
-	require.NoError(t, fsys.Close())
-	_, err = os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-	assert.True(t, os.IsNotExist(err) || !slices.Equal(cmdline(pid), argv), "the server exits when drover closes it")
+	t.Cleanup(func() {
+		require.NoError(t, fsys.Close())
+		_, err = os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		assert.True(t, os.IsNotExist(err) || !slices.Equal(cmdline(pid), argv), "the server exits when drover closes it")
+	})
+	return pid
 }
 
 // findProcess is the pid of the one process running argv.
