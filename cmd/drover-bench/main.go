@@ -462,7 +462,7 @@ func method(b *bench, sizes []int) []string {
 			"other workload process gone or a zombie, (b) a full set of new `sleep` processes running. \"drover reports it\" "+
 			"is the arrival of drover's `exited ...; stopping` event line on its stderr.", b.kills, pollEvery),
 		fmt.Sprintf("Checkpoints: %d hosts and a spare, one process each, running a stdlib Python workload: each step is "+
-			"%d rounds of sha256 over 1 MiB, timed by the process itself; rank 0 saves a %d MB checkpoint (temp file, rename) "+
+			"%d rounds of sha256 over 1 MiB and a sleep of %d ms (a GPU job's host CPU waiting for its GPU, so that the hosts leave some CPU idle), timed together by the process itself; rank 0 saves a %d MB checkpoint (temp file, rename) "+
 			"every %d steps and keeps two; the save is not timed. Step time is the median over every rank's steps after the 5th, "+
 			"two runs each with checkpoint_copies = 1, 2, and 2 with checkpoint_copy_rate = %q, in turn. drover reads and writes copies "+
 			"through `drover agent sftp --low-priority` (nice 19, idle I/O class) on the hosts. On this machine the hosts, their sshd and drover share the same cores, "+
@@ -471,7 +471,7 @@ func method(b *bench, sizes []int) []string {
 			"host's link (testfleet cut) and times until a process runs again on each host of the new group (the spare included), "+
 			"which takes keepalive detection (about 6 s), the reconnect that fails (bounded by host_wait for a host just lost), the spare's "+
 			"dial and agent install, and staging.",
-			ckptHosts, ckptWork, ckptSize>>20, ckptEvery, ckptRate),
+			ckptHosts, ckptWork, ckptIdleMS, ckptSize>>20, ckptEvery, ckptRate),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
