@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"path/filepath"
 	"sync"
@@ -138,4 +139,71 @@ func TestCopiesGoThroughCopyFS(t *testing.T) {
 	fileEq(t, data, paths["h2"])
 	assert.NotEmpty(t, stageFS.created)
 	assert.Empty(t, group[1].CopyFS.(*recordingFS).created)
+}
+
+// slowFS reads one byte per 5 ms: a copy through it, as through a
+// low-priority server on a host whose CPUs training keeps busy, does not
+// finish before a newer checkpoint supersedes it.
+type slowFS struct {
+	cluster.FS
+	mu    sync.Mutex
+	opens int
+}
+
+func (s *slowFS) Open(p string) (io.ReadCloser, error) {
+	r, err := s.FS.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.opens++
+	s.mu.Unlock()
+	return slowReader{r}, nil
+}
+
+func (s *slowFS) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opens
+}
+
+type slowReader struct{ io.ReadCloser }
+
+func (r slowReader) Read(p []byte) (int, error) {
+	time.Sleep(5 * time.Millisecond)
+	return r.ReadCloser.Read(p[:min(len(p), 1)])
+}
+
+// TestStarvedCopiesRunAtNormalPriority: when starvedAfter low-priority
+// copies in a row were superseded, the next copy goes through the plain FS
+// (normal priority) and finishes, so that a busy host still gets some
+// checkpoints copied.
+func TestStarvedCopiesRunAtNormalPriority(t *testing.T) {
+	hs := newHosts(t, "h0", "h1")
+	m, ev, _ := newManager(t)
+	hosts := hostsOf(hs...)
+	slow := &slowFS{FS: hosts[0].FS}
+	hosts[0].CopyFS = slow
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &watcher{m: m, hosts: hosts, set: Settings{Copies: 2, Keep: 2}, wake: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() { defer close(done); w.copyLoop(ctx) }()
+
+	now := time.Now()
+	for i := 1; i <= starvedAfter; i++ {
+		hs[0].write(t, fmt.Sprintf("step-%d.pt", i), 64<<10, now.Add(time.Duration(i)*time.Second))
+		w.scan(ctx) // supersedes the copy before, if any
+		eventually(t, fmt.Sprintf("copy %d under way at low priority", i), func() bool { return slow.count() == i })
+	}
+	last := hs[0].write(t, "step-3.pt", 64<<10, now.Add(time.Minute))
+	w.scan(ctx)
+	eventually(t, "step-3 copied", func() bool { return len(holders(m, starvedAfter+1)) == 2 })
+	cancel()
+	<-done
+
+	fileEq(t, last, hs[1].copyPath(starvedAfter+1, "step-3.pt"))
+	assert.Equal(t, starvedAfter, slow.count(), "the third copy did not go through CopyFS")
+	assert.Contains(t, ev.String(), "copying checkpoint #3 at normal priority")
+	assert.Equal(t, 0, w.starved, "a copy that finished resets the count")
 }
