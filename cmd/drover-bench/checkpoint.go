@@ -24,17 +24,17 @@ import (
 // process per host, named after -fleet-prefix so that a second run on the
 // machine does not collide with it.
 const (
-	ckptBudget  = 4 * time.Minute
-	ckptHosts   = 3
-	ckptSize    = 100 << 20 // bytes per checkpoint
-	ckptSteps   = 240
-	ckptEvery   = 60 // steps between checkpoints: about every 3 s
-	ckptWork    = 24 // sha256 rounds over 1 MiB per step: tens of ms
+	ckptBudget = 4 * time.Minute
+	ckptHosts  = 3
+	ckptSize   = 100 << 20 // bytes per checkpoint
+	ckptSteps  = 240
+	ckptEvery  = 60 // steps between checkpoints: about every 3 s
+	ckptWork   = 24 // sha256 rounds over 1 MiB per step: tens of ms
 	// ckptIdleMS is the part of each step the process sleeps, as a GPU
 	// job's host CPU waits for its GPU: three hosts on this machine's cores
 	// then leave some CPU idle, as real GPU hosts do, and drover's copies,
 	// which run at the lowest priority, take that rather than training's.
-	ckptIdleMS = 20
+	ckptIdleMS  = 20
 	ckptWorkdir = "bench-ckpt"
 )
 
