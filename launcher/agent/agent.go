@@ -49,6 +49,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -248,7 +249,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		}
 		return code, fmt.Errorf("agent run: start %s: %w", opts.Args[0], err)
 	}
-	g := group{pgid: child, root: 0}
+	g := group{pgid: child, root: 0, helpers: newHelpers()}
 	if opts.Subreaper {
 		g.root = os.Getpid()
 	}
@@ -279,7 +280,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 			// should the agent die; refuse rather than run unaccounted.
 			release(false)
 			_ = syscall.Kill(-child, syscall.SIGKILL)
-			waitChild(child, opts.Subreaper)
+			waitChild(child, opts.Subreaper, g.helpers)
 			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
 		}
 		defer removePidfile(opts.PIDFile, os.Getpid())
@@ -288,7 +289,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	release(true)
 
 	exited := make(chan int, 1)
-	go func() { exited <- waitChild(child, opts.Subreaper) }()
+	go func() { exited <- waitChild(child, opts.Subreaper, g.helpers) }()
 
 	// done releases the request goroutines once Run has returned.
 	done := make(chan struct{})
@@ -411,7 +412,7 @@ func (g group) dumpStacks(notice func(format string, args ...any)) {
 		var wg sync.WaitGroup
 		for i, pid := range pids {
 			wg.Add(1)
-			go func() { defer wg.Done(); said[i], dumped[i] = pySpyDump(bin, pid) }()
+			go func() { defer wg.Done(); said[i], dumped[i] = g.helpers.pySpyDump(bin, pid) }()
 		}
 		wg.Wait()
 	}
@@ -439,11 +440,18 @@ const pySpyWait = 5 * time.Second
 
 // pySpyDump is pid's Python stack from the py-spy at bin, as the line to
 // log, and whether py-spy succeeded (else the line says how it failed).
-func pySpyDump(bin string, pid int) (string, bool) {
+func (h *helpers) pySpyDump(bin string, pid int) (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), pySpyWait)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "dump", "--pid", strconv.Itoa(pid)).CombinedOutput()
-	text := strings.TrimRight(string(out), "\n")
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "dump", "--pid", strconv.Itoa(pid))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := h.start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+		h.done(cmd.Process.Pid)
+	}
+	text := strings.TrimRight(out.String(), "\n")
 	if err != nil {
 		return fmt.Sprintf("group hung: py-spy dump --pid %d failed (%v): %s", pid, err, text), false
 	}
@@ -512,16 +520,18 @@ func start(args []string) (pid int, outR, errR *os.File, release func(bool), err
 }
 
 // waitChild waits for pid and returns its status the way a shell reports
-// it. As a subreaper it reaps any child, so adopted orphans do not pile up
-// as zombies, until pid is among them.
-func waitChild(pid int, anyChild bool) int {
-	target := pid
-	if anyChild {
-		target = -1
-	}
+// it. As a subreaper it reaps any child but the helpers, so adopted
+// orphans do not pile up as zombies, until pid is among them.
+func waitChild(pid int, anyChild bool, h *helpers) int {
 	for {
 		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(target, &ws, 0, nil)
+		var got int
+		var err error
+		if anyChild {
+			got, ws, err = h.reapOne(true)
+		} else {
+			got, err = syscall.Wait4(pid, &ws, 0, nil)
+		}
 		if err == syscall.EINTR {
 			continue
 		}
@@ -671,6 +681,9 @@ func orDiscard(w io.Writer) io.Writer {
 type group struct {
 	pgid int
 	root int
+	// helpers are the agent's own children that reaping must leave alone
+	// (nil: none).
+	helpers *helpers
 }
 
 // prepareErrorFile makes room for a fresh TORCHELASTIC_ERROR_FILE at path
