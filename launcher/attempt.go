@@ -180,7 +180,8 @@ func isUnreachable(err error) bool {
 func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
-	ts, errs := cluster.DialAll(ctx, hosts, opts)
+	deadline := a.r.now().Add(a.cfg.Job.HostWait) // host_wait counts from the first dial
+	ts, errs := a.dialFirst(ctx, hosts, opts)
 	conns := make([]*hostConn, len(hosts))
 	for i := range hosts {
 		if errs[i] == nil {
@@ -194,7 +195,6 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			}
 		}
 	}
-	deadline := a.r.now().Add(a.cfg.Job.HostWait)
 	for i, h := range hosts {
 		err := errs[i]
 		if err == nil {

@@ -44,7 +44,8 @@ func (a *attempt_) checkpoints() (*checkpoint.Manager, error) {
 
 func (a *attempt_) checkpointSettings() checkpoint.Settings {
 	j := a.cfg.Job
-	return checkpoint.Settings{Marker: j.CheckpointMarker, Copies: j.CheckpointCopies, Keep: j.CheckpointKeep, Mirror: j.CheckpointMirror}
+	return checkpoint.Settings{Marker: j.CheckpointMarker, Copies: j.CheckpointCopies, Keep: j.CheckpointKeep,
+		Mirror: j.CheckpointMirror, CopyRate: j.CheckpointCopyRate}
 }
 
 func (a *attempt_) checkpointHosts(conns []*hostConn) []checkpoint.Host {
@@ -71,15 +72,32 @@ func (a *attempt_) stageCheckpoint(ctx context.Context, conns []*hostConn) (map[
 	return paths, err
 }
 
-// watchCheckpoints copies checkpoints while the attempt runs; the returned
-// stop must run before the connections close.
+// watchCheckpoints copies checkpoints while the attempt runs, through
+// each host's low-priority file access (lowPriorityFS); the returned stop
+// must run before the connections close.
 func (a *attempt_) watchCheckpoints(ctx context.Context, conns []*hostConn) (stop func()) {
 	m, err := a.checkpoints()
 	if err != nil {
 		a.r.events.printf("%s: %v; checkpoints are not copied", a.prefix(), err)
 		return func() {}
 	}
-	return m.Watch(ctx, a.checkpointHosts(conns), a.checkpointSettings())
+	hosts := a.checkpointHosts(conns)
+	copyFS := make([]*lowPriorityFS, len(conns))
+	events := func(format string, args ...any) { a.r.events.printf(a.prefix()+": "+format, args...) }
+	for i, c := range conns {
+		copyFS[i] = newLowPriorityFS(ctx, c, events)
+		hosts[i].CopyFS = copyFS[i]
+	}
+	stopWatch := m.Watch(ctx, hosts, a.checkpointSettings())
+	return func() {
+		stopWatch()
+		var wg sync.WaitGroup
+		for _, f := range copyFS {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = f.Close() }()
+		}
+		wg.Wait()
+	}
 }
 
 // ckptState is the runner's part of checkpointing: the record, loaded once.

@@ -126,6 +126,7 @@ type runner struct {
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
 	ckptState
+	lostState
 }
 
 func newRunner(opts RunOptions) *runner {

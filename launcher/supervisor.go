@@ -330,6 +330,7 @@ func (s *supervisor) onExit(m exitMsg) {
 func (s *supervisor) failure(rp *running, err error, text string, code int, lost bool) (attemptOutcome, string) {
 	who := fmt.Sprintf("%s@%s", rp.p.Name(), rp.p.Host.Name)
 	if lost {
+		s.a.r.noteLost(rp.p.Host.Name)
 		reason := fmt.Sprintf("%s: %s lost: %v", who, hostLabel(rp.p.Host), err)
 		return attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: code}, reason
 	}

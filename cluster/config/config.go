@@ -452,6 +452,9 @@ func (w *walker) checkpointCopies(t tbl, j *Job, dir string) {
 	if p, ok := w.localPath(t, "checkpoint_mirror", dir); ok && p != "" {
 		j.CheckpointMirror = p
 	}
+	if r, ok := w.byteRate(t, "checkpoint_copy_rate"); ok {
+		j.CheckpointCopyRate = r
+	}
 }
 
 // command reads job.command, which must be a non-empty array of strings.

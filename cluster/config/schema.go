@@ -39,6 +39,7 @@ var jobFields = []field{
 	{"checkpoint_copies", `checkpoint_copies = 2`},
 	{"checkpoint_keep", `checkpoint_keep = 2`},
 	{"checkpoint_mirror", `checkpoint_mirror = "checkpoint-mirror"`},
+	{"checkpoint_copy_rate", `checkpoint_copy_rate = "50MB/s"`},
 	{"max_restarts", `max_restarts = 3`},
 	{"procs_per_host", `procs_per_host = 2`},
 	{"master_port", `master_port = 29500`},

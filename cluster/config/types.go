@@ -68,7 +68,11 @@ type Job struct {
 	// CheckpointMirror, when set, is an absolute directory on the
 	// controller that gets a copy of every checkpoint as well.
 	CheckpointMirror string
-	MaxRestarts      int
+	// CheckpointCopyRate, when positive, caps in bytes per second how fast
+	// drover reads a checkpoint from the host that wrote it while training
+	// runs (each destination receives it at that rate too); 0 is no cap.
+	CheckpointCopyRate int64
+	MaxRestarts        int
 	// ProcsPerHost applies to hosts without GPUs (pytorch, torchrun).
 	ProcsPerHost int
 	MasterPort   int

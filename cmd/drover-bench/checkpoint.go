@@ -2,13 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,24 +20,31 @@ import (
 
 // The checkpoint section (issue 15): what copying checkpoints costs
 // training, and how long a lost host takes to replace. It has a fleet of
-// its own, three hosts and a spare on subnet 23, one process per host.
+// its own, three hosts and a spare on subnet -subnet+3 (23 by default), one
+// process per host, named after -fleet-prefix so that a second run on the
+// machine does not collide with it.
 const (
-	ckptBudget  = 4 * time.Minute
-	ckptHosts   = 3
-	ckptSize    = 100 << 20 // bytes per checkpoint
-	ckptSteps   = 240
-	ckptEvery   = 60 // steps between checkpoints: about every 3 s
-	ckptWork    = 24 // sha256 rounds over 1 MiB per step: tens of ms
+	ckptBudget = 4 * time.Minute
+	ckptHosts  = 3
+	ckptSize   = 100 << 20 // bytes per checkpoint
+	ckptSteps  = 240
+	ckptEvery  = 60 // steps between checkpoints: about every 3 s
+	ckptWork   = 24 // sha256 rounds over 1 MiB per step: tens of ms
+	// ckptIdleMS is the part of each step the process sleeps, as a GPU
+	// job's host CPU waits for its GPU: three hosts on this machine's cores
+	// then leave some CPU idle, as real GPU hosts do, and drover's copies,
+	// which run at the lowest priority, take that rather than training's.
+	ckptIdleMS  = 20
 	ckptWorkdir = "bench-ckpt"
 )
 
-// ckptScript is the workload: a fixed amount of CPU work per step, timed
-// and printed, with rank 0 saving a 100 MB checkpoint (temp file, rename)
+// ckptScript is the workload: a fixed amount of CPU work and a sleep per
+// step (ckptIdleMS), timed together and printed, with rank 0 saving a 100 MB checkpoint (temp file, rename)
 // every ckptEvery steps and keeping two. The save itself is not timed: it
 // is the same with or without drover's copies. With "hold", rank 0 saves
 // one checkpoint unless it resumes, and every rank then waits.
 const ckptScript = `import hashlib, os, sys, time
-mode, steps, every, size, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+mode, steps, every, size, work, idle = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]) / 1000
 rank = int(os.environ["RANK"])
 ck = os.environ["DROVER_CHECKPOINT_DIR"]
 os.makedirs(ck, exist_ok=True)
@@ -60,6 +68,7 @@ for s in range(1, steps + 1):
     h = hashlib.sha256()
     for _ in range(work):
         h.update(buf)
+    time.sleep(idle)
     print("step %d %.6f" % (s, time.perf_counter() - t), flush=True)
     if blob is not None and s % every == 0:
         save(s)
@@ -73,13 +82,17 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	defer cancel()
 	steps := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("training step, %d MB checkpoint every %d steps, copied (checkpoint_copies = 2)", ckptSize>>20, ckptEvery),
 		Baseline: "checkpoint_copies = 1 (no copies)"}
+	capped := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("training step, copied at checkpoint_copy_rate = %q", ckptRate),
+		Baseline: "checkpoint_copies = 1 (no copies)"}
 	lost := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("rank 0's host cut off -> every process running again (spare, host_wait 2s, %d MB staged)", ckptSize>>20)}
-	b.progress("bringing up fleet bck (%d hosts + a spare, 10.231.23.0/24)", ckptHosts)
-	f, err := upFleet(testfleet.Options{Name: "bck", N: ckptHosts + 1, Subnet: 23, TmpfsHomes: !b.diskHomes})
+	opts := testfleet.Options{Name: b.fleetPrefix + "ck", N: ckptHosts + 1, Subnet: b.subnet + 3, TmpfsHomes: !b.diskHomes}
+	b.progress("bringing up fleet %s (%d hosts + a spare, 10.231.%d.0/24)", opts.Name, ckptHosts, opts.Subnet)
+	f, err := upFleet(opts)
 	if err != nil {
 		b.note("checkpoint fleet did not come up: %v", err)
 		steps.Drover, steps.BaselineTime, lost.Drover = na("no fleet"), na("no fleet"), na("no fleet")
-		return []Row{steps, lost}
+		capped.Drover, capped.BaselineTime = na("no fleet"), na("no fleet")
+		return []Row{steps, capped, lost}
 	}
 	defer f.Close()
 	code := filepath.Join(b.work, "ckpt-code")
@@ -89,26 +102,31 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	if err != nil {
 		b.note("checkpoint workload: %v", err)
 		steps.Drover, steps.BaselineTime, lost.Drover = na("no workload"), na("no workload"), na("no workload")
-		return []Row{steps, lost}
+		capped.Drover, capped.BaselineTime = na("no workload"), na("no workload")
+		return []Row{steps, capped, lost}
 	}
-	var on, off []time.Duration
+	// Each repetition runs every variant once, one after the other, so
+	// that a change in the machine's load hits them alike.
+	variants := []ckptVariant{{copies: 1}, {copies: 2}, {copies: 2, rate: ckptRate}}
+	times := make([][]time.Duration, len(variants))
 	for rep := 0; rep < 2 && ctx.Err() == nil; rep++ {
-		for _, copies := range []int{1, 2} {
-			ds, err := b.stepTimes(ctx, f, code, copies)
+		for i, v := range variants {
+			ds, err := b.stepTimes(ctx, f, code, v)
 			if err != nil {
-				b.note("step time with checkpoint_copies = %d: %s", copies, reason(err))
+				b.note("step time with %s: %s", v, reason(err))
 				continue
 			}
-			med := medianOf(ds)
-			b.progress("  checkpoint_copies = %d: median step %s over %d steps", copies, med, len(ds))
-			if copies == 1 {
-				off = append(off, ds...)
-			} else {
-				on = append(on, ds...)
-			}
+			b.progress("  %s: median step %s over %d steps", v, medianOf(ds), len(ds))
+			times[i] = append(times[i], ds...)
 		}
 	}
-	steps.Drover, steps.BaselineTime = medianOr(on), medianOr(off)
+	for i, v := range variants {
+		if len(times[i]) > 0 {
+			b.note("checkpoints: step time with %s: %s", v, spread(times[i]))
+		}
+	}
+	steps.Drover, steps.BaselineTime = medianOr(times[1]), medianOr(times[0])
+	capped.Drover, capped.BaselineTime = medianOr(times[2]), medianOr(times[0])
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		b.note("checkpoints: load average %s after the step-time runs; the copy competes for the same cores as training here",
 			strings.Join(strings.Fields(string(la))[:3], " "))
@@ -120,7 +138,47 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	} else {
 		lost.Drover = Measure{Value: d.Seconds(), Unit: Seconds, N: 1}
 	}
-	return []Row{steps, lost}
+	return []Row{steps, capped, lost}
+}
+
+// ckptRate is the capped variant's checkpoint_copy_rate: a 100 MB copy
+// then takes about a second, within the time between two checkpoints.
+const ckptRate = "100MB/s"
+
+// ckptVariant is one way of running the workload for its step times.
+type ckptVariant struct {
+	copies int
+	rate   string // checkpoint_copy_rate, "" for the default
+}
+
+func (v ckptVariant) String() string {
+	if v.rate == "" {
+		return fmt.Sprintf("checkpoint_copies = %d", v.copies)
+	}
+	return fmt.Sprintf("checkpoint_copies = %d, checkpoint_copy_rate = %q", v.copies, v.rate)
+}
+
+// slug names the variant's files.
+func (v ckptVariant) slug() string {
+	if v.rate == "" {
+		return strconv.Itoa(v.copies)
+	}
+	return strconv.Itoa(v.copies) + "-capped"
+}
+
+// spread is the mean and 90th percentile of step times beside the
+// median: a copy slows the steps that overlap it (about a third of them
+// here), which the median can hide.
+func spread(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return fmt.Sprintf("median %.1f ms, mean %.1f ms, p90 %.1f ms over %d steps",
+		ms(s[len(s)/2]), ms(sum/time.Duration(len(s))), ms(s[len(s)*9/10]), len(s))
 }
 
 func medianOr(ds []time.Duration) Measure {
@@ -131,11 +189,14 @@ func medianOr(ds []time.Duration) Measure {
 }
 
 // ckptJob writes the section's job file.
-func ckptJob(path string, f *benchFleet, code, mode string, copies int) error {
+func ckptJob(path string, f *benchFleet, code, mode string, v ckptVariant) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[job]\nname = \"ckpt-bench\"\nframework = \"pytorch\"\ncode = %q\nworkdir = %q\n", code, ckptWorkdir)
-	fmt.Fprintf(&b, "command = [\"python3\", \"ck.py\", %q, \"%d\", \"%d\", \"%d\", \"%d\"]\n", mode, ckptSteps, ckptEvery, ckptSize, ckptWork)
-	fmt.Fprintf(&b, "procs_per_host = 1\ncheckpoint_copies = %d\nmax_restarts = 2\nrestart_backoff = \"0s\"\nstop_grace = \"2s\"\nhost_wait = \"2s\"\n", copies)
+	fmt.Fprintf(&b, "command = [\"python3\", \"ck.py\", %q, \"%d\", \"%d\", \"%d\", \"%d\", \"%d\"]\n", mode, ckptSteps, ckptEvery, ckptSize, ckptWork, ckptIdleMS)
+	fmt.Fprintf(&b, "procs_per_host = 1\ncheckpoint_copies = %d\nmax_restarts = 2\nrestart_backoff = \"0s\"\nstop_grace = \"2s\"\nhost_wait = \"2s\"\n", v.copies)
+	if v.rate != "" {
+		fmt.Fprintf(&b, "checkpoint_copy_rate = %q\n", v.rate)
+	}
 	fmt.Fprintf(&b, "\n[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", f.User, f.KeyFile, f.KnownHosts)
 	for i, h := range f.Hosts {
 		fmt.Fprintf(&b, "\n[[host]]\nname = %q\naddress = %q\ngpus = []\n", h.Name, h.Addr)
@@ -148,15 +209,15 @@ func ckptJob(path string, f *benchFleet, code, mode string, copies int) error {
 
 // stepTimes runs the workload to the end once and returns every rank's
 // step times but the first few (start-up).
-func (b *bench) stepTimes(ctx context.Context, f *benchFleet, code string, copies int) ([]time.Duration, error) {
+func (b *bench) stepTimes(ctx context.Context, f *benchFleet, code string, v ckptVariant) ([]time.Duration, error) {
 	if err := f.removeEverywhere(ckptWorkdir); err != nil {
 		return nil, err
 	}
-	job := filepath.Join(b.work, fmt.Sprintf("ckpt-steps-%d.toml", copies))
-	if err := ckptJob(job, f, code, "train", copies); err != nil {
+	job := filepath.Join(b.work, fmt.Sprintf("ckpt-steps-%s.toml", v.slug()))
+	if err := ckptJob(job, f, code, "train", v); err != nil {
 		return nil, err
 	}
-	logs := filepath.Join(b.work, fmt.Sprintf("ckpt-runs-%d", copies))
+	logs := filepath.Join(b.work, fmt.Sprintf("ckpt-runs-%s", v.slug()))
 	_ = os.RemoveAll(logs)
 	st, err := command{Args: []string{b.drover, "run", "--quiet", "--log-dir", logs, job}, Timeout: 2 * time.Minute}.run(ctx)
 	if err != nil {
@@ -174,10 +235,15 @@ func (b *bench) stepTimes(ctx context.Context, f *benchFleet, code string, copie
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no step times in %s (run took %s)", logs, st.Wall.Round(time.Millisecond))
 	}
-	if copies > 1 {
+	if v.copies > 1 {
+		// Copies run at the lowest priority: on a machine that training
+		// (and whatever else runs here) keeps busy they wait, and a newer
+		// checkpoint supersedes them. Say how many finished.
 		events, _ := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(runs[0])), "events.log"))
-		if n := len(copiedEvent.FindAll(events, -1)); n == 0 {
-			return nil, errors.New("drover copied no checkpoint during the run")
+		n, sup := len(copiedEvent.FindAll(events, -1)), bytes.Count(events, []byte("superseded by a newer checkpoint"))
+		b.progress("  %s: %d checkpoint(s) copied, %d copies superseded (%d saved)", v, n, sup, ckptSteps/ckptEvery)
+		if n == 0 {
+			b.note("checkpoints: with %s no copy finished during the run (%d superseded): the machine left the copies no idle CPU", v, sup)
 		}
 	}
 	return out, nil
@@ -210,16 +276,23 @@ func (b *bench) lostHost(ctx context.Context, f *benchFleet, code string) (time.
 		return 0, err
 	}
 	job := filepath.Join(b.work, "ckpt-lost.toml")
-	if err := ckptJob(job, f, code, "hold", 2); err != nil {
+	if err := ckptJob(job, f, code, "hold", ckptVariant{copies: 2}); err != nil {
 		return 0, err
 	}
-	argv := []string{"python3", "ck.py", "hold", strconv.Itoa(ckptSteps), strconv.Itoa(ckptEvery), strconv.Itoa(ckptSize), strconv.Itoa(ckptWork)}
+	argv := []string{"python3", "ck.py", "hold", strconv.Itoa(ckptSteps), strconv.Itoa(ckptEvery), strconv.Itoa(ckptSize), strconv.Itoa(ckptWork), strconv.Itoa(ckptIdleMS)}
 	scanner, err := newProcScanner(f, argv, argv)
 	if err != nil {
 		return 0, err
 	}
+	// A fresh log directory, so a fresh checkpoint record: an earlier
+	// run's record (same -work) would make this run resume, or hold the
+	// checkpoint it saves for one it already knows.
+	logs := filepath.Join(b.work, "ckpt-runs-lost")
+	if err := os.RemoveAll(logs); err != nil {
+		return 0, err
+	}
 	events := &eventRecorder{}
-	cmd := exec.Command(b.drover, "run", "--quiet", "--log-dir", filepath.Join(b.work, "ckpt-runs-lost"), job)
+	cmd := exec.Command(b.drover, "run", "--quiet", "--log-dir", logs, job)
 	cmd.Stderr = events
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 3 * time.Second

@@ -110,9 +110,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	latencyN := fs.Int("latency-n", 8, "fleet size (among -sizes) for the latency section; 0 skips it")
 	sections := fs.String("sections", "fanout,push,failure,latency,scale", "sections to run (fanout, push, failure, latency, scale)")
 	prefix := fs.String("fleet-prefix", "b", "fleets are named PREFIX<N> (another prefix lets a second run share the machine)")
-	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2")
+	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2 and the checkpoint fleet X+3")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
-	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (subnet 23)")
+	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (PREFIXck, subnet -subnet+3)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -173,6 +173,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for i, n := range ns {
 		doPush := slices.Contains(ps, n) && b.sections["push"]
 		doFail := n == *failN && b.sections["failure"]
+		if !b.sections["fanout"] && !doPush && !doFail && !(n == *latencyN && b.rtt > 0 && b.sections["latency"]) {
+			continue // no section uses this fleet (e.g. -sections "" -checkpoints)
+		}
 		need := fleetReserve + fanoutBudget/2
 		if remaining(ctx) < need {
 			b.note("N=%d not run: out of time (%s left of the %s deadline)", n, remaining(ctx).Round(time.Second), *deadline)
@@ -459,14 +462,16 @@ func method(b *bench, sizes []int) []string {
 			"other workload process gone or a zombie, (b) a full set of new `sleep` processes running. \"drover reports it\" "+
 			"is the arrival of drover's `exited ...; stopping` event line on its stderr.", b.kills, pollEvery),
 		fmt.Sprintf("Checkpoints: %d hosts and a spare, one process each, running a stdlib Python workload: each step is "+
-			"%d rounds of sha256 over 1 MiB, timed by the process itself; rank 0 saves a %d MB checkpoint (temp file, rename) "+
+			"%d rounds of sha256 over 1 MiB and a sleep of %d ms (a GPU job's host CPU waiting for its GPU, so that the hosts leave some CPU idle), timed together by the process itself; rank 0 saves a %d MB checkpoint (temp file, rename) "+
 			"every %d steps and keeps two; the save is not timed. Step time is the median over every rank's steps after the 5th, "+
-			"two runs each with checkpoint_copies = 1 and 2. On this machine the hosts, their sshd and drover share the same cores, "+
-			"so the copy's CPU (sftp-server on both hosts, drover) competes with training as it would not on a real fleet. "+
+			"two runs each with checkpoint_copies = 1, 2, and 2 with checkpoint_copy_rate = %q, in turn. drover reads and writes copies "+
+			"through `drover agent sftp --low-priority` (nice 19, idle I/O class) on the hosts. On this machine the hosts, their sshd and drover share the same cores, "+
+			"so the copy's CPU (the agents' SFTP servers, sshd's encryption, drover) competes with training as it would not on a real fleet. "+
 			"Lost host: rank 0 saves one checkpoint and every rank waits; once drover has copied it, the harness cuts rank 0's "+
 			"host's link (testfleet cut) and times until a process runs again on each host of the new group (the spare included), "+
-			"which takes keepalive detection (about 6 s), the reconnect that fails (the dial timeout), host_wait and staging.",
-			ckptHosts, ckptWork, ckptSize>>20, ckptEvery),
+			"which takes keepalive detection (about 6 s), the reconnect that fails (bounded by host_wait for a host just lost), the spare's "+
+			"dial and agent install, and staging.",
+			ckptHosts, ckptWork, ckptIdleMS, ckptSize>>20, ckptEvery, ckptRate),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+

@@ -24,6 +24,7 @@ func agentCommand() *cli.Command {
 			agentPreflightCommand(),
 			agentProbeCommand(),
 			agentVersionCommand(),
+			agentSFTPCommand(),
 		},
 	}
 }
@@ -128,6 +129,33 @@ func agentPreflightCommand() *cli.Command {
 				return nil
 			}
 			if err := agent.Preflight(c.Args().First(), c.StringSlice("port")); err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			return nil
+		},
+	}
+}
+
+// agentSFTPCommand is `drover agent sftp [--low-priority]`: an SFTP server
+// on stdin and stdout, through which drover copies checkpoints at low
+// priority (agent.SFTPCommand).
+func agentSFTPCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sftp",
+		Usage: "serve SFTP on stdin and stdout",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "low-priority", Usage: "run at nice 19 and in the idle I/O class"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("agent sftp takes no arguments, got %q", c.Args().First()), exitConfig)
+			}
+			if c.Bool("low-priority") {
+				if err := agent.LowerPriority(); err != nil {
+					return cli.Exit(err.Error(), exitFailed)
+				}
+			}
+			if err := agent.ServeSFTP(c.App.Reader, os.Stdout); err != nil {
 				return cli.Exit(err.Error(), exitFailed)
 			}
 			return nil

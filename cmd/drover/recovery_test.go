@@ -6,6 +6,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -89,4 +91,39 @@ func TestRunFirstAttemptWaitsForUnreachableHost(t *testing.T) {
 	assert.Contains(t, stderr, fmt.Sprintf("%s (%s) is back", h.Name, h.Address))
 	assert.NotContains(t, stderr, "no spare host left")
 	assert.Contains(t, d.stdout.String(), fmt.Sprintf("[worker-1@%s] hello rank=1\n", h.Name))
+}
+
+// Issue 15: on a hang, a host that has py-spy gets `py-spy dump --pid PID`
+// for every rank, and each stack lands in that rank's log on this machine.
+// Real py-spy cannot be installed on the test machines: a stand-in on the
+// hosts' PATH (pushed with the code, PATH set in [job.env]) records its
+// arguments and prints a made-up stack naming the pid it was asked about.
+func TestRunHangStacksWithPySpy(t *testing.T) {
+	testfleet.Need(t, fleet)
+	name := "runhangstackswithpyspy"
+	bin := "/home/" + fleet.User + "/drover-test/" + name + "/bin"
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `exec python3 -c 'import os, time
+print("rank pid %d" % os.getpid(), flush=True)
+time.sleep(1000)'
+`, Job: fmt.Sprintf("hang_timeout = \"3s\"\nmax_restarts = 0\nmax_host_failures = 0\n\n[job.env]\nPATH = %q", bin+":/usr/bin:/bin")})
+	require.Equal(t, name, j.Name)
+	pyspy := "#!/bin/sh\necho \"$*\" >> \"$(dirname \"$0\")/calls\"\necho 'Thread 0x7f00 (idle): \"MainThread\"'\necho \"    all_reduce (train.py:42) of pid $3\"\n"
+	require.NoError(t, os.MkdirAll(filepath.Join(j.Dir, "code", "bin"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "bin", "py-spy"), []byte(pyspy), 0o755))
+
+	d := startDrover(t, j)
+	assert.NotEqual(t, 0, d.wait(t, 120*time.Second), "a hang with no restart left fails the job")
+	assert.Contains(t, d.stderr.String(), "group hung")
+	for i := range 2 {
+		log := j.logFile(t, 1, fmt.Sprintf("worker-%d", i))
+		m := regexp.MustCompile(`rank pid (\d+)`).FindStringSubmatch(log)
+		require.NotNil(t, m, "worker-%d's log:\n%s", i, log)
+		pid := m[1]
+		assert.Contains(t, log, "stack of Python process "+pid+" (py-spy):", "worker-%d's log", i)
+		assert.Contains(t, log, "all_reduce (train.py:42) of pid "+pid)
+		assert.NotContains(t, log, "Fatal Python error", "py-spy, not faulthandler")
+		calls, err := os.ReadFile(filepath.Join(fleet.Dir, "hosts", fleet.Hosts[i].Name, "home", "drover-test", name, "bin", "calls"))
+		require.NoError(t, err)
+		assert.Equal(t, "dump --pid "+pid+"\n", string(calls), "py-spy's arguments on %s", fleet.Hosts[i].Name)
+	}
 }

@@ -49,6 +49,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -248,7 +249,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		}
 		return code, fmt.Errorf("agent run: start %s: %w", opts.Args[0], err)
 	}
-	g := group{pgid: child, root: 0}
+	g := group{pgid: child, root: 0, helpers: newHelpers()}
 	if opts.Subreaper {
 		g.root = os.Getpid()
 	}
@@ -279,7 +280,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 			// should the agent die; refuse rather than run unaccounted.
 			release(false)
 			_ = syscall.Kill(-child, syscall.SIGKILL)
-			waitChild(child, opts.Subreaper)
+			waitChild(child, opts.Subreaper, g.helpers)
 			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
 		}
 		defer removePidfile(opts.PIDFile, os.Getpid())
@@ -288,7 +289,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	release(true)
 
 	exited := make(chan int, 1)
-	go func() { exited <- waitChild(child, opts.Subreaper) }()
+	go func() { exited <- waitChild(child, opts.Subreaper, g.helpers) }()
 
 	// done releases the request goroutines once Run has returned.
 	done := make(chan struct{})
@@ -394,41 +395,67 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 
 // dumpStacks asks every Python process of g for its stack, so that each
 // lands in that process's own output and log: drover sends "stacks" when
-// the group is hung, a moment before it stops it. With faulthandler on
-// (PYTHONFAULTHANDLER, which drover sets), SIGABRT makes Python print
-// every thread's stack and abort, even while blocked in C code (a
-// collective); SIGCONT wakes a frozen (SIGSTOPped) one so that it can.
-// Without faulthandler, py-spy (when on PATH) prints the stack without
-// harming the process; otherwise the process is left alone.
+// the group is hung, a moment before it stops it. When the host has
+// py-spy (on the agent's PATH), `py-spy dump --pid PID` prints it without
+// harming the process, native code included; all processes are dumped at
+// once. Where py-spy is missing or fails (a kernel that allows ptrace only
+// of descendants: Ubuntu's default Yama ptrace_scope 1 refuses py-spy, a
+// sibling, without CAP_SYS_PTRACE), faulthandler does it: with
+// PYTHONFAULTHANDLER on (drover sets it), SIGABRT makes Python print every
+// thread's stack and abort, even while blocked in C code (a collective);
+// SIGCONT wakes a frozen (SIGSTOPped) one so that it can. Otherwise the
+// process is left alone.
 func (g group) dumpStacks(notice func(format string, args ...any)) {
 	pids, fh := g.pythonMembers()
+	dumped, said := make([]bool, len(pids)), make([]string, len(pids))
+	if bin, err := exec.LookPath("py-spy"); err == nil {
+		var wg sync.WaitGroup
+		for i, pid := range pids {
+			wg.Add(1)
+			go func() { defer wg.Done(); said[i], dumped[i] = g.helpers.pySpyDump(bin, pid) }()
+		}
+		wg.Wait()
+	}
 	for i, pid := range pids {
+		if said[i] != "" {
+			notice("%s", said[i])
+		}
 		switch {
+		case dumped[i]:
 		case fh[i]:
 			notice("group hung: asking Python process %d for its stack (SIGABRT, faulthandler)", pid)
 			noCoreDump(pid)
 			_ = syscall.Kill(pid, syscall.SIGABRT)
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		default:
-			pySpyDump(pid, notice)
+			notice("group hung: no stack for Python process %d: faulthandler is off and py-spy is not installed or failed", pid)
 		}
 	}
 }
 
-// pySpyDump prints pid's Python stack with py-spy, when it is installed.
-func pySpyDump(pid int, notice func(format string, args ...any)) {
-	bin, err := exec.LookPath("py-spy")
-	if err != nil {
-		notice("group hung: no stack for Python process %d: faulthandler is off and py-spy is not installed", pid)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// pySpyWait bounds one py-spy dump. The agent's loop waits for it (a stop
+// that arrives meanwhile waits too, so that it does not cut the dump
+// short); drover waits stackDumpWait before it asks for the stop.
+const pySpyWait = 5 * time.Second
+
+// pySpyDump is pid's Python stack from the py-spy at bin, as the line to
+// log, and whether py-spy succeeded (else the line says how it failed).
+func (h *helpers) pySpyDump(bin string, pid int) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), pySpyWait)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "dump", "--pid", strconv.Itoa(pid)).CombinedOutput()
-	notice("group hung: stack of Python process %d (py-spy):\n%s", pid, strings.TrimRight(string(out), "\n"))
-	if err != nil {
-		notice("py-spy dump --pid %d: %v", pid, err)
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "dump", "--pid", strconv.Itoa(pid))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := h.start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+		h.done(cmd.Process.Pid)
 	}
+	text := strings.TrimRight(out.String(), "\n")
+	if err != nil {
+		return fmt.Sprintf("group hung: py-spy dump --pid %d failed (%v): %s", pid, err, text), false
+	}
+	return fmt.Sprintf("group hung: stack of Python process %d (py-spy):\n%s", pid, text), true
 }
 
 // gateScript holds the child until the agent has recorded it: it waits for
@@ -493,16 +520,18 @@ func start(args []string) (pid int, outR, errR *os.File, release func(bool), err
 }
 
 // waitChild waits for pid and returns its status the way a shell reports
-// it. As a subreaper it reaps any child, so adopted orphans do not pile up
-// as zombies, until pid is among them.
-func waitChild(pid int, anyChild bool) int {
-	target := pid
-	if anyChild {
-		target = -1
-	}
+// it. As a subreaper it reaps any child but the helpers, so adopted
+// orphans do not pile up as zombies, until pid is among them.
+func waitChild(pid int, anyChild bool, h *helpers) int {
 	for {
 		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(target, &ws, 0, nil)
+		var got int
+		var err error
+		if anyChild {
+			got, ws, err = h.reapOne(true)
+		} else {
+			got, err = syscall.Wait4(pid, &ws, 0, nil)
+		}
 		if err == syscall.EINTR {
 			continue
 		}
@@ -652,6 +681,9 @@ func orDiscard(w io.Writer) io.Writer {
 type group struct {
 	pgid int
 	root int
+	// helpers are the agent's own children that reaping must leave alone
+	// (nil: none).
+	helpers *helpers
 }
 
 // prepareErrorFile makes room for a fresh TORCHELASTIC_ERROR_FILE at path

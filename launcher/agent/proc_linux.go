@@ -6,6 +6,9 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>.
@@ -128,11 +131,7 @@ func (g group) reap() {
 		return
 	}
 	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			continue
-		}
+		pid, _, err := g.helpers.reapOne(false)
 		if pid <= 0 || err != nil {
 			return
 		}
@@ -171,4 +170,28 @@ func cmdline(pid int) []string {
 		out[i] = string(p)
 	}
 	return out
+}
+
+// peekExited returns the pid of an exited child without reaping it
+// (waitid WNOWAIT); without block, 0 when none has exited.
+func peekExited(block bool) (int, error) {
+	opts := unix.WEXITED | unix.WNOWAIT
+	if !block {
+		opts |= unix.WNOHANG
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_ALL, 0, &info, opts, nil); err != nil {
+		return 0, err
+	}
+	return int(siginfoPid(&info)), nil
+}
+
+// siginfoPid is si_pid of a SIGCHLD siginfo_t: the first field of the
+// union after si_signo, si_errno and si_code, which is aligned to a
+// pointer (offset 16 on 64-bit Linux, 12 on 32-bit). x/sys/unix keeps the
+// union unexported.
+func siginfoPid(info *unix.Siginfo) int32 {
+	align := unsafe.Sizeof(uintptr(0))
+	off := (3*unsafe.Sizeof(int32(0)) + align - 1) &^ (align - 1)
+	return *(*int32)(unsafe.Add(unsafe.Pointer(info), off))
 }

@@ -20,3 +20,5 @@ func startTicks(int) uint64 { return 0 }
 func liveProcess(pid int, _ uint64) bool { return syscall.Kill(pid, 0) == nil }
 
 func cmdline(int) []string { return nil }
+
+func peekExited(bool) (int, error) { return 0, errNoPeek }

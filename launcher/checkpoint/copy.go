@@ -110,6 +110,7 @@ type copier struct {
 	buf      []byte
 	manifest bytes.Buffer
 	size     int64
+	lim      *limiter
 }
 
 // copyEntry copies the file or directory srcPath (named name) into every
@@ -118,8 +119,9 @@ type copier struct {
 // the total size. A destination that failed has its err set and its
 // temporary directory removed; the error return is for the source (or
 // every destination) failing.
-func copyEntry(ctx context.Context, src cluster.FS, srcLabel, srcPath, name string, dests []*dest) (digest string, size int64, err error) {
-	c := &copier{ctx: ctx, src: src, srcLabel: srcLabel, dests: dests, buf: make([]byte, copyBuffer)}
+// lim, when not nil, holds the reads from the source to its rate.
+func copyEntry(ctx context.Context, src cluster.FS, srcLabel, srcPath, name string, dests []*dest, lim *limiter) (digest string, size int64, err error) {
+	c := &copier{ctx: ctx, src: src, srcLabel: srcLabel, dests: dests, buf: make([]byte, copyBuffer), lim: lim}
 	defer func() {
 		for _, d := range dests {
 			if d.err != nil || err != nil {
@@ -214,7 +216,11 @@ func (c *copier) file(srcPath, rel string) error {
 		}
 	}
 	f := &fanout{ctx: c.ctx, dests: c.live(), h: sha256.New()}
-	n, err := io.CopyBuffer(f, struct{ io.Reader }{r}, c.buf)
+	var in io.Reader = struct{ io.Reader }{r}
+	if c.lim != nil {
+		in = limitedReader{ctx: c.ctx, r: r, l: c.lim}
+	}
+	n, err := io.CopyBuffer(f, in, c.buf)
 	if err != nil {
 		if ctxErr := c.ctx.Err(); ctxErr != nil {
 			return ctxErr

@@ -31,4 +31,8 @@
 //     per host.
 //   - Copies stream through a fixed-size buffer, one checkpoint at a time:
 //     memory does not grow with checkpoint size.
+//   - Copies made while training runs read and write through each Host's
+//     CopyFS (in drover, a low-priority SFTP server on the host) and are
+//     held to Settings.CopyRate; staging, between attempts, uses FS at
+//     full speed.
 package checkpoint

@@ -21,6 +21,20 @@ type Host struct {
 	// Own is the absolute directory of drover's copies on the host
 	// (OwnDir).
 	Own string
+	// CopyFS, when set, is the file access that copies made while
+	// training runs go through, reading on the host that wrote a
+	// checkpoint and writing on the others: drover's low-priority SFTP
+	// server on the host (agent.SFTPCommand), so that the copy yields to
+	// training there. Listing and staging use FS.
+	CopyFS cluster.FS
+}
+
+// copyFS is the file access for copies made while training runs.
+func (h Host) copyFS() cluster.FS {
+	if h.CopyFS != nil {
+		return h.CopyFS
+	}
+	return h.FS
 }
 
 // OwnDir is drover's copy area under a host's absolute workdir.
@@ -37,6 +51,10 @@ type Settings struct {
 	Keep int
 	// Mirror is an absolute directory on the controller, "" for none.
 	Mirror string
+	// CopyRate, when positive, caps in bytes per second how fast a copy
+	// made while training runs reads the checkpoint (checkpoint_copy_rate).
+	// Staging, between attempts, is not capped: nothing else runs then.
+	CopyRate int64
 	// PollEvery is how often a Watcher lists every host's checkpoint_dir;
 	// 0 means DefaultPollEvery.
 	PollEvery time.Duration
@@ -195,7 +213,7 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 	for i, h := range lacking {
 		dests[i] = newDest(h.Name, Copy, h.Name, h.FS, h.Own, e.Seq, e.Name)
 	}
-	digest, size, err := copyEntry(ctx, srcFS, src.String(), src.Path, e.Name, dests)
+	digest, size, err := copyEntry(ctx, srcFS, src.String(), src.Path, e.Name, dests, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +342,7 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 	for k := 1; k < len(hosts) && need > 0; k++ {
 		h := hosts[(srcIdx+k)%len(hosts)]
 		if !holders[h.Name] {
-			dests = append(dests, newDest(h.Name, Copy, h.Name, h.FS, h.Own, seq, e.Name))
+			dests = append(dests, newDest(h.Name, Copy, h.Name, h.copyFS(), h.Own, seq, e.Name))
 			need--
 		}
 	}
@@ -337,7 +355,8 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 		return nil
 	}
 	start := m.now()
-	digest, size, err := copyEntry(ctx, hosts[srcIdx].FS, src.String(), src.Path, e.Name, dests)
+	lim := newLimiter(set.CopyRate, realClock{})
+	digest, size, err := copyEntry(ctx, hosts[srcIdx].copyFS(), src.String(), src.Path, e.Name, dests, lim)
 	if err != nil {
 		return err
 	}

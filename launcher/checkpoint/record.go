@@ -173,8 +173,9 @@ func (d *recordFile) find(seq int) *Entry {
 
 // Saw records written entries that completed (or were first found) now.
 // An entry already in the record (same host, path and stamp) is left
-// alone; an entry of the same name and size written on another host is
-// another holder of that checkpoint (every host saving its own copy);
+// alone; an entry of the same name and size written on another host, while
+// some host still holds it as written, is another holder of that
+// checkpoint (every host saving its own copy);
 // anything else is a new checkpoint, newer than every one before it, in
 // the order given. It returns the new entries.
 func (r *Record) Saw(found []Found, now time.Time) ([]Entry, error) {
@@ -214,12 +215,21 @@ func (d *recordFile) match(f Found) *Entry {
 			}
 			return nil // rewritten under the same name: a new checkpoint
 		}
-		if !f.IsDir && e.Size == f.Size {
+		if !f.IsDir && e.Size == f.Size && e.written() {
 			return e
 		}
 		return nil
 	}
 	return nil
+}
+
+// written reports whether some host still holds e as training wrote it.
+// Only then can the same name and size on another host be that host's own
+// save of it: an entry left only as drover's copies (an earlier run with
+// the same log directory, a host since lost) is a different checkpoint
+// that happens to share the name, as every run's step-20 save does.
+func (e *Entry) written() bool {
+	return slices.ContainsFunc(e.Held, func(l Location) bool { return l.Kind == Written })
 }
 
 // Add notes that loc holds checkpoint seq, with the content digest and

@@ -253,3 +253,34 @@ func TestRecordSameNameRules(t *testing.T) {
 	assert.Empty(t, holders(m, 2), "the first last.pt is gone: overwritten")
 	t.Log(ev)
 }
+
+// TestRecordRerunSameName: a job run again from scratch with the same log
+// directory (so the same record) saves a checkpoint under the name and
+// size of one from the earlier run, which no host writes any more (held,
+// if anywhere, only as drover's copy on a host outside the group). It is a
+// new checkpoint and is copied, not taken for another holder of the old
+// one. drover-bench's lost-host run saw no copy from its second run on.
+func TestRecordRerunSameName(t *testing.T) {
+	hs := newHosts(t, "h0", "h1", "h2")
+	m, ev, _ := newManager(t)
+	set := Settings{Copies: 2, Keep: 2}
+	now := time.Now()
+	hs[0].write(t, "ck-1.bin", 300, now)
+	watchOnce(t, m, hostsOf(hs...), set)
+	require.NoError(t, m.replicate(context.Background(), 1, hostsOf(hs...), set))
+	require.ElementsMatch(t, []string{"written:h0", "copy:h1"}, holders(m, 1))
+
+	// The next run: h1 is now a spare outside the group, h0 starts afresh.
+	require.NoError(t, os.RemoveAll(hs[0].Dir))
+	group := hostsOf(hs[0], hs[2])
+	paths, err := m.Stage(context.Background(), group, set)
+	require.NoError(t, err)
+	require.Nil(t, paths, "nothing of the group holds the old checkpoint")
+	again := hs[0].write(t, "ck-1.bin", 300, now.Add(time.Minute))
+	watchOnce(t, m, group, set)
+	es := m.Record().Entries()
+	require.Len(t, es, 2, "a new checkpoint: %s", ev)
+	assert.Equal(t, []string{"copy:h1"}, holders(m, 1))
+	require.NoError(t, m.replicate(context.Background(), 2, group, set))
+	fileEq(t, again, hs[2].copyPath(2, "ck-1.bin"))
+}

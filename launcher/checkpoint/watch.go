@@ -50,7 +50,17 @@ type watcher struct {
 	copied int // newest seq whose copy finished or was given up
 	cur    int // seq being copied, 0 for none
 	cancel context.CancelFunc
+	// starved counts the copies superseded in a row (copyLoop's only).
+	starved int
 }
+
+// starvedAfter is how many copies in a row a newer checkpoint may
+// supersede before the next one runs at normal priority (FS, not
+// CopyFS): on hosts whose CPUs training keeps busy, a copy at the lowest
+// priority gets no time and would never finish, leaving every checkpoint
+// on its writer alone. So at least one checkpoint in starvedAfter+1 is
+// copied whatever the load.
+const starvedAfter = 2
 
 func (w *watcher) replicating() bool { return w.set.Copies > 1 || w.set.Mirror != "" }
 
@@ -117,7 +127,7 @@ func (w *watcher) copyLoop(ctx context.Context) {
 			w.cur, w.cancel = seq, cancel
 			w.mu.Unlock()
 
-			err := w.m.replicate(cctx, seq, w.hosts, w.set)
+			err := w.m.replicate(cctx, seq, w.copyHosts(seq), w.set)
 			cancel()
 			w.mu.Lock()
 			w.cur, w.cancel = 0, nil
@@ -126,13 +136,30 @@ func (w *watcher) copyLoop(ctx context.Context) {
 			w.mu.Unlock()
 			switch {
 			case err == nil:
+				w.starved = 0
 			case ctx.Err() != nil:
 				return
 			case superseded && errors.Is(err, context.Canceled):
+				w.starved++
 				w.m.events("copy of checkpoint #%d superseded by a newer checkpoint", seq)
 			default:
 				w.m.events("copy of checkpoint #%d: %v", seq, err)
 			}
 		}
 	}
+}
+
+// copyHosts are the hosts as the copy of seq sees them: with their
+// low-priority CopyFS, unless starvedAfter copies in a row were
+// superseded, when this one goes through FS at normal priority.
+func (w *watcher) copyHosts(seq int) []Host {
+	if w.starved < starvedAfter {
+		return w.hosts
+	}
+	w.m.events("the last %d copies were superseded before they finished (the hosts' CPUs are busy and copies run at the lowest priority); copying checkpoint #%d at normal priority", w.starved, seq)
+	hosts := slices.Clone(w.hosts)
+	for i := range hosts {
+		hosts[i].CopyFS = nil
+	}
+	return hosts
 }
