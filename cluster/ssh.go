@@ -559,3 +559,32 @@ func (t *sshTransport) Close() error {
 	}
 	return err
 }
+
+// Ping sends one keepalive@openssh.com request and waits for its reply
+// (OpenSSH answers unknown global requests with a failure, which is a
+// reply all the same). No reply before ctx ends closes the connection: a
+// link that does not answer a keepalive is taken for dead, as keepalive
+// does after KeepAliveCountMax of them.
+func (t *sshTransport) Ping(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return t.lostError(errors.New("connection closed"))
+	default:
+	}
+	replied := make(chan error, 1)
+	go func() {
+		_, _, err := t.client.SendRequest("keepalive@openssh.com", true, nil)
+		replied <- err
+	}()
+	select {
+	case err := <-replied:
+		if err != nil {
+			return t.lostError(err)
+		}
+		return nil
+	case <-ctx.Done():
+		t.markLost(fmt.Errorf("no reply to a keepalive: %w", context.Cause(ctx)))
+		t.client.Close()
+		return t.lostError(ctx.Err())
+	}
+}

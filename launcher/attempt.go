@@ -51,6 +51,9 @@ func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.
 // again.
 func (a *attempt_) setupFailure(err error) attemptOutcome {
 	a.r.events.printf("%s: %v", a.prefix(), err)
+	// What the kept connections know of their hosts (the agent is there,
+	// the code is pushed) is checked again by the next attempt.
+	a.r.pool.forgetPrepared()
 	return setupFailed(err)
 }
 
@@ -59,12 +62,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		return a.setupFailure(err)
 	}
+	// The connections are the runner's (connPool): they outlive the
+	// attempt, and the next one reuses them.
 	conns, err := a.connect(ctx, hosts)
-	defer func() {
-		for _, c := range conns {
-			c.t.Close()
-		}
-	}()
 	if err != nil {
 		if ctx.Err() != nil {
 			return interrupted()
@@ -134,6 +134,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
 		a.waitGPUsReleased(ctx, conns, pl)
 	}
+	if out.kind == outcomeSetupFailed {
+		a.r.pool.forgetPrepared()
+	}
 	return out
 }
 
@@ -173,25 +176,30 @@ func isUnreachable(err error) bool {
 	return cluster.IsUnreachable(err)
 }
 
-// connect dials every host. An unreachable host is retried for host_wait
-// and then replaced by a spare, on the first attempt as on a restart (a
-// host rebooting when the run starts is as common as one rebooting during
-// it); a refused key or login fails at once.
+// connect returns a connection to every host: the one an earlier attempt
+// made when it still answers (connPool.reuse), else a new one. An
+// unreachable host is retried for host_wait and then replaced by a spare,
+// on the first attempt as on a restart (a host rebooting when the run
+// starts is as common as one rebooting during it); a refused key or login
+// fails at once. Every connection made joins the pool.
 func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
-	ts, errs := cluster.DialAll(ctx, hosts, opts)
-	conns := make([]*hostConn, len(hosts))
-	for i := range hosts {
-		if errs[i] == nil {
-			conns[i] = &hostConn{host: hosts[i], t: ts[i]}
+	conns := a.r.pool.reuse(ctx, hosts)
+	var fresh []config.Host
+	var at []int
+	for i, c := range conns {
+		if c == nil {
+			fresh = append(fresh, hosts[i])
+			at = append(at, i)
 		}
 	}
-	closeAll := func() {
-		for _, c := range conns {
-			if c != nil {
-				c.t.Close()
-			}
+	errs := make([]error, len(hosts))
+	ts, ferrs := cluster.DialAll(ctx, fresh, opts)
+	for k, i := range at {
+		if errs[i] = ferrs[k]; errs[i] == nil {
+			conns[i] = &hostConn{host: hosts[i], t: ts[k]}
+			a.r.pool.add(conns[i])
 		}
 	}
 	deadline := a.r.now().Add(a.cfg.Job.HostWait)
@@ -207,7 +215,6 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 				waited = true
 			}
 			if serr := a.r.sleep(ctx, min(2*time.Second, deadline.Sub(a.r.now()))); serr != nil {
-				closeAll()
 				return nil, serr
 			}
 			// Re-read the inventory: the user may be fixing the address
@@ -225,6 +232,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			t, err = cluster.Dial(ctx, h, wopts)
 			if err == nil {
 				conns[i] = &hostConn{host: h, t: t}
+				a.r.pool.add(conns[i])
 				a.r.events.printf("%s: %s (%s) is back", a.prefix(), h.Name, h.Address)
 			}
 		}
@@ -232,12 +240,10 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			continue
 		}
 		if !isUnreachable(err) {
-			closeAll()
 			return nil, err
 		}
 		spare, t, serr := a.takeSpare(ctx, hosts, opts)
 		if serr != nil {
-			closeAll()
 			return nil, fmt.Errorf("%w; %v", err, serr)
 		}
 		a.r.events.printf("%s: %s (%s) unreachable: %v; replaced by spare %s (%s)", a.prefix(), h.Name, h.Address, err, spare.Name, spare.Address)
@@ -246,7 +252,13 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 		// still marked spare would get none and the world would shrink).
 		spare.Spare = false
 		conns[i] = &hostConn{host: spare, t: t}
+		a.r.pool.add(conns[i])
 	}
+	inUse := make([]config.Host, len(conns))
+	for i, c := range conns {
+		inUse[i] = c.host
+	}
+	a.r.pool.keepOnly(inUse)
 	return conns, nil
 }
 
@@ -311,9 +323,14 @@ func hostLabel(h config.Host) string {
 }
 
 // prepareHosts opens file access, learns each home directory and installs
-// the agent.
+// the agent, on connections that an earlier attempt did not prepare
+// already (a kept connection's agent was checked when it was installed;
+// a setup failure makes the next attempt check again, see forgetPrepared).
 func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
+		if c.agent != "" {
+			return nil
+		}
 		fsys, err := c.t.FS(ctx)
 		if err != nil {
 			return fmt.Errorf("open files on %s: %w", hostLabel(c.host), err)

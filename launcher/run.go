@@ -121,13 +121,15 @@ type runner struct {
 	logRoot string
 	// leases are this run's hold on the hosts' workdirs.
 	leases *lease.Holder
+	// pool keeps the connections from one attempt to the next.
+	pool *connPool
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
 	ckptState
 }
 
 func newRunner(opts RunOptions) *runner {
-	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}, pool: newConnPool()}
 	r.agents = remote.FindAgents(opts.AgentBinary)
 	// One read of known_hosts and the ssh config shared by every attempt's
 	// dials, so that what drover skips is warned about once per run.
@@ -177,6 +179,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}()
 
+	// Deferred first, so it runs last: the leases are given back over
+	// these connections.
+	defer r.pool.closeAll()
 	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
 	defer releaseLeases()
 
