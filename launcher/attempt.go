@@ -64,7 +64,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	}
 	// The connections are the runner's (connPool): they outlive the
 	// attempt, and the next one reuses them.
+	steps := a.stepTimer()
 	conns, err := a.connect(ctx, hosts)
+	steps("connect")
 	if err != nil {
 		if ctx.Err() != nil {
 			return interrupted()
@@ -75,9 +77,6 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		out.kind, out.permanent = outcomeSetupFailed, true
 		return out
 	}
-	if err := a.holdWorkdirs(ctx, conns); err != nil {
-		return a.setupFailure(err)
-	}
 	hosts = hosts[:0]
 	for _, c := range conns {
 		hosts = append(hosts, c.host)
@@ -85,46 +84,30 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	cfg := *a.cfg
 	cfg.Hosts = hosts
 
-	if err := a.prepareHosts(ctx, conns); err != nil {
+	// The lease and the agent need nothing but the connection, and the
+	// push nothing but the lease and file access: each starts as soon as
+	// what it needs is there, beside the probe and the plan.
+	if err := a.holdAndPrepare(ctx, conns); err != nil {
 		return a.setupFailure(err)
 	}
-	gpus, err := a.selectGPUs(ctx, conns)
+	steps("lease and agent")
+	pushed := make(chan error, 1)
+	go func() { pushed <- a.push(ctx, conns); steps("push") }()
+	in, pl, err := a.planAttempt(ctx, conns, &cfg)
+	steps("probe, checkpoint, plan, interfaces")
+	if perr := <-pushed; err == nil {
+		err = perr
+	}
 	if err != nil {
 		return a.setupFailure(err)
 	}
-	homes := map[string]string{}
-	for _, c := range conns {
-		homes[c.host.Name] = c.home
-	}
-
-	resume, err := a.stageCheckpoint(ctx, conns)
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
-	pl, err := plan.Build(in)
+	found, err := a.preflight(ctx, conns, pl)
+	steps("preflight")
 	if err == nil {
-		// in keeps the interfaces: a restart that moves ports builds
-		// the plan again from it.
-		pl, err = a.withIfaces(ctx, conns, &in, pl)
+		pl, err = a.replan(in, pl, found)
 	}
 	if err != nil {
 		return a.setupFailure(err)
-	}
-	if err := a.push(ctx, conns); err != nil {
-		return a.setupFailure(err)
-	}
-	if err := a.stopLeftovers(ctx, conns, pl); err != nil {
-		return a.setupFailure(err)
-	}
-	moved, err := a.preflight(ctx, conns, pl)
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	if len(moved) > 0 {
-		if pl, err = a.movePorts(in, pl, moved); err != nil {
-			return a.setupFailure(err)
-		}
 	}
 	if ctx.Err() != nil {
 		return interrupted()
@@ -138,6 +121,55 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		a.r.pool.forgetPrepared()
 	}
 	return out
+}
+
+// stepTimer returns a function that notes in events.log how long the
+// attempt's setup took up to each step it names.
+func (a *attempt_) stepTimer() func(step string) {
+	start := a.r.now()
+	return func(step string) {
+		a.r.events.debugf("%s: setup: %s done after %s", a.prefix(), step, a.r.now().Sub(start).Round(time.Millisecond))
+	}
+}
+
+// holdAndPrepare takes the workdir leases and prepares the hosts (file
+// access, home, agent) at once: neither needs the other.
+func (a *attempt_) holdAndPrepare(ctx context.Context, conns []*hostConn) error {
+	held := make(chan error, 1)
+	go func() { held <- a.holdWorkdirs(ctx, conns) }()
+	perr := a.prepareHosts(ctx, conns)
+	if err := <-held; err != nil {
+		return err // a *lease.HeldError says the run must not go on
+	}
+	return perr
+}
+
+// planAttempt probes the GPUs and stages the newest checkpoint (at once)
+// and builds the plan. in keeps what the plan was built from: preflight's
+// findings (interfaces, moved ports) build it again from in.
+func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config) (plan.PlanInput, *plan.Plan, error) {
+	var resume map[string]string
+	var serr error
+	staged := make(chan struct{})
+	go func() {
+		defer close(staged)
+		resume, serr = a.stageCheckpoint(ctx, conns)
+	}()
+	gpus, err := a.selectGPUs(ctx, conns)
+	<-staged
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return plan.PlanInput{}, nil, err
+	}
+	homes := map[string]string{}
+	for _, c := range conns {
+		homes[c.host.Name] = c.home
+	}
+	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
+	pl, err := plan.Build(in)
+	return in, pl, err
 }
 
 // participants are the non-spare hosts in file order, with hosts that were
@@ -458,88 +490,91 @@ const (
 	heartbeatTimeout = 6 * time.Second
 )
 
-// stopLeftovers stops process groups that an earlier drover left behind
-// on a host (drover SIGKILLed with the agent's channel somehow kept open,
-// or a host that was unreachable when its group should have stopped).
-func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
-	return forEach(conns, func(c *hostConn) error {
-		wd := c.host.Workdir
-		dir := path.Join(remoteAbs(c.home, wd), pidDir)
-		entries, err := c.fs.ReadDir(dir)
-		if err != nil {
-			return nil // no pid directory: nothing ran here
-		}
-		for _, e := range entries {
-			if !strings.HasSuffix(e.Name(), ".pid") {
-				continue
-			}
-			var out strings.Builder
-			args := agent.StopCommand(c.agent, path.Join(dir, e.Name()), a.cfg.Job.StopGrace)
-			p, err := c.t.Start(ctx, cluster.Cmd{Args: args, Stdout: &out, Stderr: &out})
-			if err == nil {
-				err = p.Wait()
-			}
-			if msg := strings.TrimSpace(out.String()); msg != "" {
-				a.r.events.printf("%s: %s: %s", a.prefix(), c.host.Name, msg)
-			}
-			if err != nil {
-				return fmt.Errorf("stop leftover processes on %s: %w", hostLabel(c.host), err)
-			}
-		}
-		return nil
-	})
+// preflightFound is what preflight learnt of the hosts, by host name: the
+// network interface toward the rendezvous address (PlanInput.Ifaces), and
+// the first of the free ports that replace held ones.
+type preflightFound struct {
+	ifaces map[string]string
+	moved  map[string]int
 }
 
-// preflight checks, per host and before anything starts, that each
-// program can be found and each planned port is free. On a restart a
-// port still held (by the previous attempt's rendezvous, say) does not
-// fail it: the host's agent finds as many consecutive free ports, and
-// preflight returns their first per host name.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (map[string]int, error) {
+// preflight stops, per host and before anything starts, the process
+// groups an earlier drover left behind on it (drover SIGKILLed with the
+// agent's channel somehow kept open, or a host that was unreachable when
+// its group should have stopped), finds the host's interface toward the
+// plan's rendezvous address, then checks that each program can be found
+// and each planned port is free: one agent command per host, one
+// exchange. On a restart a port still held (by the previous attempt's
+// rendezvous, say) does not fail it: the host's agent finds as many
+// consecutive free ports.
+func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
 	byHost := map[string][]plan.Process{}
 	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
 	var mu sync.Mutex
-	moved := map[string]int{}
+	found := preflightFound{ifaces: map[string]string{}, moved: map[string]int{}}
 	err := forEach(conns, func(c *hostConn) error {
+		o := agent.PreflightOptions{Leftovers: path.Join(remoteAbs(c.home, c.host.Workdir), pidDir), Grace: a.cfg.Job.StopGrace,
+			RouteTo: pl.RendezvousAddr()}
+		cmd := cluster.Cmd{}
 		procs := byHost[c.host.Name]
-		if len(procs) == 0 {
-			return nil
+		if len(procs) > 0 {
+			o.Program, o.Ports = procs[0].Command[0], plannedPorts(pl, procs)
+			o.MovePorts = a.n > 1 && len(o.Ports) > 0
+			cmd.Env, cmd.Dir = procs[0].Env, procs[0].Workdir
 		}
-		ports := plannedPorts(pl, procs)
-		p := procs[0]
 		var out strings.Builder
-		args := agent.PreflightCommand(c.agent, p.Command[0], ports, a.n > 1 && len(ports) > 0)
-		proc, err := c.t.Start(ctx, cluster.Cmd{Args: args, Env: p.Env, Dir: p.Workdir, Stdout: &out, Stderr: &out})
+		cmd.Args, cmd.Stdout, cmd.Stderr = agent.PreflightCommand(c.agent, o), &out, &out
+		proc, err := c.t.Start(ctx, cmd)
 		if err == nil {
 			err = proc.Wait()
+		}
+		var rest []string
+		for _, line := range strings.Split(out.String(), "\n") {
+			if msg, ok := strings.CutPrefix(line, agent.LeftoverPrefix); ok {
+				a.r.events.printf("%s: %s: %s", a.prefix(), c.host.Name, msg)
+				continue
+			}
+			if v, ok := strings.CutPrefix(line, agent.IfacePrefix); ok {
+				if ifc := ifaceName(v); ifc != "" {
+					mu.Lock()
+					found.ifaces[c.host.Name] = ifc
+					mu.Unlock()
+				}
+				continue
+			}
+			v, ok := strings.CutPrefix(line, agent.FreePortsPrefix)
+			if !ok || err != nil {
+				rest = append(rest, line)
+				continue
+			}
+			base, perr := strconv.Atoi(strings.TrimSpace(v))
+			if perr != nil || base <= 0 {
+				return fmt.Errorf("preflight on %s: bad answer %q", hostLabel(c.host), line)
+			}
+			mu.Lock()
+			found.moved[c.host.Name] = base
+			mu.Unlock()
+			a.r.events.printf("%s: port(s) %s held on %s; this attempt uses %s", a.prefix(),
+				strings.Join(o.Ports, ", "), c.host.Name, portRange(base, len(o.Ports)))
+		}
+		var ee *cluster.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			return fmt.Errorf("preflight on %s: %w", hostLabel(c.host), err) // the connection, not the check
 		}
 		if err != nil {
 			// The agent prints its failure as "drover: ..." (its CLI's
 			// prefix); drover's own message names the host instead.
-			msg := strings.TrimSpace(strings.ReplaceAll("\n"+out.String(), "\ndrover: ", "\n"))
+			msg := strings.TrimSpace(strings.ReplaceAll("\n"+strings.Join(rest, "\n"), "\ndrover: ", "\n"))
 			if msg == "" {
 				msg = err.Error()
 			}
 			return fmt.Errorf("preflight on %s: %s", hostLabel(c.host), msg)
 		}
-		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(line, agent.FreePortsPrefix); ok {
-				base, err := strconv.Atoi(strings.TrimSpace(v))
-				if err != nil || base <= 0 {
-					return fmt.Errorf("preflight on %s: bad answer %q", hostLabel(c.host), line)
-				}
-				mu.Lock()
-				moved[c.host.Name] = base
-				mu.Unlock()
-				a.r.events.printf("%s: port(s) %s held on %s; this attempt uses %s", a.prefix(),
-					strings.Join(ports, ", "), c.host.Name, portRange(base, len(ports)))
-			}
-		}
 		return nil
 	})
-	return moved, err
+	return found, err
 }
 
 // plannedPorts are the ports procs (one host's processes) listen on: TF
@@ -570,12 +605,17 @@ func portRange(base, n int) string {
 	return fmt.Sprintf("%d-%d", base, base+n-1)
 }
 
-// movePorts rebuilds the plan with the ports preflight found free in place
-// of held ones (see preflight).
-func (a *attempt_) movePorts(in plan.PlanInput, pl *plan.Plan, moved map[string]int) (*plan.Plan, error) {
+// replan builds the plan again with what preflight found: each host's
+// interface, and free ports in place of held ones; pl itself when it found
+// neither.
+func (a *attempt_) replan(in plan.PlanInput, pl *plan.Plan, found preflightFound) (*plan.Plan, error) {
+	if len(found.ifaces) == 0 && len(found.moved) == 0 {
+		return pl, nil
+	}
+	in.Ifaces = found.ifaces
 	in.BasePorts = map[string]int{}
 	for _, p := range pl.Processes {
-		base, ok := moved[p.Host.Name]
+		base, ok := found.moved[p.Host.Name]
 		if !ok {
 			continue
 		}

@@ -428,3 +428,14 @@ func (e *eventLog) printf(format string, args ...any) {
 		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" "+msg+"\n")
 	}
 }
+
+// debugf writes to events.log only: detail for whoever studies a run
+// afterwards (how long each setup step of an attempt took), not for the
+// terminal.
+func (e *eventLog) debugf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.file != nil {
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+strings.TrimRight(fmt.Sprintf(format, args...), "\n")+"\n")
+	}
+}

@@ -202,6 +202,7 @@ func (s *supervisor) start() {
 		}()
 	}
 	s.remaining = len(s.procs)
+	s.a.r.events.debugf("%s: setup: processes started", s.a.prefix())
 	s.a.r.events.printf("%s: started %d process(es) on %d host(s)", s.a.prefix(), len(s.procs), len(s.byHost))
 	if startErr != nil {
 		s.a.r.events.printf("%s: %v", s.a.prefix(), startErr)
