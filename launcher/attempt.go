@@ -65,6 +65,8 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	// The connections are the runner's (connPool): they outlive the
 	// attempt, and the next one reuses them.
 	steps := a.stepTimer()
+	sc := a.scan()
+	defer func() { <-sc.done }() // nothing of the attempt outlives it
 	conns, err := a.connect(ctx, hosts)
 	steps("connect")
 	if err != nil {
@@ -92,7 +94,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	}
 	steps("lease and agent")
 	pushed := make(chan error, 1)
-	go func() { pushed <- a.push(ctx, conns); steps("push") }()
+	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
 	in, pl, err := a.planAttempt(ctx, conns, &cfg)
 	steps("probe, checkpoint, plan, interfaces")
 	if perr := <-pushed; err == nil {
@@ -456,13 +458,35 @@ func remoteAbs(home, p string) string {
 	return path.Join(home, p)
 }
 
-// push syncs the code directory to every host's workdir (incremental).
-func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
+// scanned is the local side of an attempt's push: the code directory's
+// tree and the options it was scanned with, once scan's goroutine is done.
+type scanned struct {
+	done chan struct{}
+	tree *push.Tree
+	opts push.Options
+	err  error
+}
+
+// scan scans the code directory in the background: it is local work that
+// needs no host, so it runs while the hosts are connected and prepared.
+func (a *attempt_) scan() *scanned {
 	// The same rule as `drover push` (pushOptions). What is about to run
 	// is checked (sizes and mtimes): a file edited or deleted on a host
 	// since the last push is put back.
-	opts := pushOptions(a.cfg, a.r.logRoot, a.r.opts.PushCacheDir, push.VerifyStat)
-	tree, err := push.ScanLocal(a.cfg.Job.Code, opts)
+	sc := &scanned{done: make(chan struct{}), opts: pushOptions(a.cfg, a.r.logRoot, a.r.opts.PushCacheDir, push.VerifyStat)}
+	opts := sc.opts // the scan's own copy
+	go func() {
+		defer close(sc.done)
+		sc.tree, sc.err = push.ScanLocal(a.cfg.Job.Code, opts)
+	}()
+	return sc
+}
+
+// push syncs the code directory, as sc scanned it, to every host's
+// workdir (incremental).
+func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) error {
+	<-sc.done
+	tree, opts, err := sc.tree, sc.opts, sc.err
 	if err != nil {
 		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
 	}

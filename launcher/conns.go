@@ -42,7 +42,7 @@ func sameEndpoint(a, b config.Host) bool {
 // reuse returns, per host, its kept connection when it still reaches the
 // host and answers a keepalive (all hosts at once), with host updated to
 // this attempt's entry; nil where the host must be dialled. Connections
-// that are dead or point elsewhere are closed and forgotten.
+// that are dead or point elsewhere are closed.
 func (p *connPool) reuse(ctx context.Context, hosts []config.Host) []*hostConn {
 	out := make([]*hostConn, len(hosts))
 	var wg sync.WaitGroup
@@ -63,7 +63,11 @@ func (p *connPool) reuse(ctx context.Context, hosts []config.Host) []*hostConn {
 			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 			defer cancel()
 			if err := cluster.Ping(pctx, c.t); err != nil {
-				p.drop(c)
+				// Closed, but kept until the redial replaces it
+				// (add): a lease renewed meanwhile finds a dead
+				// connection, fails and tries again, rather than
+				// dialling one of its own.
+				c.t.Close()
 				return
 			}
 			p.mu.Lock()
