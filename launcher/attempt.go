@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -41,6 +42,9 @@ type hostConn struct {
 	fs    cluster.FS
 	home  string
 	agent string // remote path of the drover binary
+	// pushed is the Key of the tree the last push over this connection
+	// left on the host ("" before one); see pushAndCheck.
+	pushed string
 }
 
 func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
@@ -86,28 +90,22 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	cfg := *a.cfg
 	cfg.Hosts = hosts
 
-	// The lease and the agent need nothing but the connection, and the
-	// push nothing but the lease and file access: each starts as soon as
-	// what it needs is there, beside the probe and the plan.
-	if err := a.holdAndPrepare(ctx, conns); err != nil {
-		return a.setupFailure(err)
-	}
-	steps("lease and agent")
-	pushed := make(chan error, 1)
-	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
-	in, pl, err := a.planAttempt(ctx, conns, &cfg)
-	steps("probe, checkpoint, plan, interfaces")
-	if perr := <-pushed; err == nil {
-		err = perr
-	}
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	found, err := a.preflight(ctx, conns, pl)
-	steps("preflight")
+	// The agent needs nothing but the connection, the lease nothing but
+	// file access, the push nothing but the lease: each starts as soon as
+	// what it needs is there, beside the others (on a fresh host the
+	// agent's upload and the first push overlap).
+	installed := make(chan error, 1)
+	go func() { installed <- a.installAgents(ctx, conns) }()
+	err = a.openFiles(ctx, conns)
 	if err == nil {
-		pl, err = a.replan(in, pl, found)
+		err = a.holdWorkdirs(ctx, conns)
 	}
+	steps("files and lease")
+	if err != nil {
+		<-installed
+		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
+	}
+	pl, err := a.pushAndCheck(ctx, conns, sc, &cfg, installed, steps)
 	if err != nil {
 		return a.setupFailure(err)
 	}
@@ -125,6 +123,66 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	return out
 }
 
+// pushAndCheck pushes the code while the agents are installed (installed
+// says when) and the attempt plans, then preflights the plan and returns
+// it with what preflight found. On a restart whose code is
+// what the last push over the same connections sent, the push can only
+// repair drift (a file edited on a host): the preflight then runs beside
+// it, and again after it only when it repaired something or the preflight
+// failed (it may have failed for what the push put back).
+func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
+	pushed := make(chan pushOutcome, 1)
+	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
+	err := <-installed
+	steps("agent")
+	var in plan.PlanInput
+	var pl *plan.Plan
+	if err == nil {
+		in, pl, err = a.planAttempt(ctx, conns, cfg)
+		steps("probe, checkpoint, plan")
+	}
+	var found preflightFound
+	ferr := errNotChecked
+	<-sc.done
+	if early := err == nil && sc.err == nil && allPushed(conns, sc.tree.Key()); early {
+		found, ferr = a.preflight(ctx, conns, pl)
+		steps("preflight beside the push")
+	}
+	po := <-pushed
+	if err == nil {
+		err = po.err
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range conns {
+		// Hosts that share a pushed workdir (Slurm) hold the tree too.
+		c.pushed = sc.tree.Key()
+	}
+	if ferr != nil || po.changed {
+		found, ferr = a.preflight(ctx, conns, pl)
+		steps("preflight")
+	}
+	if ferr != nil {
+		return nil, ferr
+	}
+	return a.replan(in, pl, found)
+}
+
+// errNotChecked: no preflight ran yet.
+var errNotChecked = errors.New("not checked")
+
+// allPushed reports whether every connection's last push sent the tree
+// named key.
+func allPushed(conns []*hostConn, key string) bool {
+	for _, c := range conns {
+		if c.pushed != key {
+			return false
+		}
+	}
+	return true
+}
+
 // stepTimer returns a function that notes in events.log how long the
 // attempt's setup took up to each step it names.
 func (a *attempt_) stepTimer() func(step string) {
@@ -132,18 +190,6 @@ func (a *attempt_) stepTimer() func(step string) {
 	return func(step string) {
 		a.r.events.debugf("%s: setup: %s done after %s", a.prefix(), step, a.r.now().Sub(start).Round(time.Millisecond))
 	}
-}
-
-// holdAndPrepare takes the workdir leases and prepares the hosts (file
-// access, home, agent) at once: neither needs the other.
-func (a *attempt_) holdAndPrepare(ctx context.Context, conns []*hostConn) error {
-	held := make(chan error, 1)
-	go func() { held <- a.holdWorkdirs(ctx, conns) }()
-	perr := a.prepareHosts(ctx, conns)
-	if err := <-held; err != nil {
-		return err // a *lease.HeldError says the run must not go on
-	}
-	return perr
 }
 
 // planAttempt probes the GPUs and stages the newest checkpoint (at once)
@@ -356,27 +402,39 @@ func hostLabel(h config.Host) string {
 	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
 }
 
-// prepareHosts opens file access, learns each home directory and installs
-// the agent, on connections that an earlier attempt did not prepare
-// already (a kept connection's agent was checked when it was installed;
-// a setup failure makes the next attempt check again, see forgetPrepared).
-func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
+// openFiles opens file access and learns the home directory on every
+// connection that does not have them yet.
+func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
-		if c.agent != "" {
+		if c.fs != nil {
 			return nil
 		}
 		fsys, err := c.t.FS(ctx)
 		if err != nil {
 			return fmt.Errorf("open files on %s: %w", hostLabel(c.host), err)
 		}
-		c.fs = fsys
-		if c.home, err = fsys.Home(); err != nil {
+		home, err := fsys.Home()
+		if err != nil {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
-		if c.agent, err = remote.Install(ctx, c.t, a.r.agents); err != nil {
-			return err // "install drover agent on <host> (<address>): ..."
-		}
+		c.fs, c.home = fsys, home
 		return nil
+	})
+}
+
+// installAgents installs the agent on every connection that an earlier
+// attempt did not install it over (a kept connection's agent was checked
+// when it was installed; a setup failure makes the next attempt check
+// again, see forgetPrepared). It sets hostConn.agent and nothing else, so
+// it runs beside the other setup steps.
+func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
+	return forEach(conns, func(c *hostConn) error {
+		if c.agent != "" {
+			return nil
+		}
+		var err error
+		c.agent, err = remote.Install(ctx, c.t, a.r.agents)
+		return err // "install drover agent on <host> (<address>): ..."
 	})
 }
 
@@ -477,32 +535,45 @@ func (a *attempt_) scan() *scanned {
 	opts := sc.opts // the scan's own copy
 	go func() {
 		defer close(sc.done)
+		start := a.r.now()
 		sc.tree, sc.err = push.ScanLocal(a.cfg.Job.Code, opts)
+		a.r.events.debugf("%s: setup: scan of %s took %s", a.prefix(), a.cfg.Job.Code, a.r.now().Sub(start).Round(time.Millisecond))
 	}()
 	return sc
 }
 
+// pushOutcome is how an attempt's push went: changed says it sent or
+// deleted anything on any host.
+type pushOutcome struct {
+	changed bool
+	err     error
+}
+
 // push syncs the code directory, as sc scanned it, to every host's
 // workdir (incremental).
-func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) error {
+func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) pushOutcome {
 	<-sc.done
 	tree, opts, err := sc.tree, sc.opts, sc.err
 	if err != nil {
-		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
+		return pushOutcome{err: fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)}
 	}
 	for _, w := range tree.Warnings {
 		a.r.events.printf("%s: push: warning: %s", a.prefix(), w)
 	}
-	return forEach(a.pushTargets(conns), func(c *hostConn) error {
+	var changed atomic.Bool
+	err = forEach(a.pushTargets(conns), func(c *hostConn) error {
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)
 		if err != nil {
 			return err
 		}
+		a.r.events.debugf("%s: setup: push to %s took %s", a.prefix(), c.host.Name, res.Duration.Round(time.Millisecond))
 		if res.FilesSent > 0 || res.FilesDeleted > 0 {
+			changed.Store(true)
 			a.r.events.printf("%s: pushed %d file(s) (%d bytes), deleted %d on %s", a.prefix(), res.FilesSent, res.BytesSent, res.FilesDeleted, c.host.Name)
 		}
 		return nil
 	})
+	return pushOutcome{changed: changed.Load(), err: err}
 }
 
 const pidDir = ".drover/pids"

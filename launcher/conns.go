@@ -132,7 +132,7 @@ func (p *connPool) forgetPrepared() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
-		c.agent = ""
+		c.agent, c.pushed = "", ""
 	}
 }
 

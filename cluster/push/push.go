@@ -146,6 +146,11 @@ type Tree struct {
 	fresh bool
 }
 
+// Key names the tree's content: two scans with the same Key would leave a
+// host holding the same files, modes and mtimes. A caller that pushed a
+// tree can tell from it that the next scan has nothing new to send.
+func (t *Tree) Key() string { return t.key }
+
 // encode sets the tree's manifest, its lines and key.
 func (t *Tree) encode() {
 	t.manifest = encodeTree(t)
