@@ -12,7 +12,7 @@ import (
 // connPool keeps a run's connections from one attempt to the next. Dialling
 // a host, opening its file access and checking its agent cost 10 to 20
 // round trips, which a restart paid on every host when each attempt dialled
-// afresh; a kept connection costs one (a keepalive, see reuse). A host is
+// afresh; a kept connection costs a keepalive at most (see reuse). A host is
 // dialled again only when its connection died or its entry in the inventory
 // now points elsewhere (it moved, see sameEndpoint). The workdir leases
 // ride the same connections (leaseDialer). The run closes the pool at its
@@ -20,8 +20,6 @@ import (
 type connPool struct {
 	mu    sync.Mutex
 	conns map[string]*hostConn // by host name
-	// dials counts the connections the run opened itself (tests).
-	dials int
 }
 
 func newConnPool() *connPool { return &connPool{conns: map[string]*hostConn{}} }
@@ -86,7 +84,6 @@ func (p *connPool) add(c *hostConn) {
 	p.mu.Lock()
 	old := p.conns[c.host.Name]
 	p.conns[c.host.Name] = c
-	p.dials++
 	p.mu.Unlock()
 	if old != nil && old != c {
 		old.t.Close()

@@ -117,3 +117,52 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestSameEndpoint: only what the connection was made with decides
+// whether a kept one still reaches a host as the inventory now says.
+func TestSameEndpoint(t *testing.T) {
+	base := config.Host{Name: "a", Address: "10.0.0.1", Transport: config.TransportSSH, User: "u", Port: 22,
+		IdentityFile: "/k", KnownHosts: "/kh", ProxyJump: "bastion", Workdir: "w", GPUs: config.GPUSpec{Auto: true}}
+	for _, tc := range []struct {
+		name string
+		edit func(h *config.Host)
+		same bool
+	}{
+		{"unchanged", func(*config.Host) {}, true},
+		{"GPUs, env and workdir", func(h *config.Host) {
+			h.GPUs, h.Env, h.Workdir = config.GPUSpec{List: []int{0}}, map[string]string{"X": "1"}, "other"
+		}, true},
+		{"address", func(h *config.Host) { h.Address = "10.0.0.2" }, false},
+		{"port", func(h *config.Host) { h.Port = 2222 }, false},
+		{"user", func(h *config.Host) { h.User = "v" }, false},
+		{"key", func(h *config.Host) { h.IdentityFile = "/k2" }, false},
+		{"known_hosts", func(h *config.Host) { h.KnownHosts = "/kh2" }, false},
+		{"jump host", func(h *config.Host) { h.ProxyJump = "" }, false},
+		{"transport", func(h *config.Host) { h.Transport = config.TransportLocal }, false},
+	} {
+		h := base
+		tc.edit(&h)
+		assert.Equal(t, tc.same, sameEndpoint(base, h), tc.name)
+	}
+}
+
+// A kept connection is reused for the same host; a host whose address
+// changed gets none (it is dialled again) and the old one is closed.
+func TestConnPoolReuse(t *testing.T) {
+	pool := newConnPool()
+	h := config.Host{Name: "a", Address: "local", Transport: config.TransportLocal}
+	tr, err := cluster.NewLocal(h)
+	require.NoError(t, err)
+	c := &hostConn{host: h, t: tr}
+	pool.add(c)
+	got := pool.reuse(context.Background(), []config.Host{h})
+	assert.Same(t, c, got[0])
+	assert.Equal(t, tr, pool.shared(h))
+
+	moved := h
+	moved.Address = "elsewhere"
+	got = pool.reuse(context.Background(), []config.Host{moved})
+	assert.Nil(t, got[0], "a moved host is dialled again")
+	assert.Nil(t, pool.shared(h), "the old connection is forgotten")
+	assert.Nil(t, pool.shared(moved))
+}
