@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -619,12 +620,10 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 			o.MovePorts = a.n > 1 && len(o.Ports) > 0
 			cmd.Env, cmd.Dir = procs[0].Env, procs[0].Workdir
 		}
-		var out strings.Builder
-		cmd.Args, cmd.Stdout, cmd.Stderr = agent.PreflightCommand(c.agent, o), &out, &out
-		proc, err := c.t.Start(ctx, cmd)
-		if err == nil {
-			err = proc.Wait()
-		}
+		// Both streams into one buffer, from two goroutines: a locked one.
+		out := cluster.NewTailBuffer(preflightOutput)
+		cmd.Args, cmd.Stdout, cmd.Stderr = agent.PreflightCommand(c.agent, o), out, out
+		err := runToEnd(ctx, c.t, cmd)
 		var rest []string
 		for _, line := range strings.Split(out.String(), "\n") {
 			if msg, ok := strings.CutPrefix(line, agent.LeftoverPrefix); ok {
@@ -670,6 +669,39 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 		return nil
 	})
 	return found, err
+}
+
+// preflightOutput bounds what preflight keeps of a host's answer.
+const preflightOutput = 64 << 10
+
+// stopWait bounds the wait for a command stopped because ctx ended (see
+// runToEnd) to report its exit.
+const stopWait = 5 * time.Second
+
+// runToEnd runs cmd on t's host and waits for it. When ctx ends first the
+// command is stopped (SIGTERM to its group) rather than left running on
+// the host, as closing its channel would: a preflight stopping leftovers
+// for a run that has just lost its workdir must not go on doing so.
+func runToEnd(ctx context.Context, t cluster.Transport, cmd cluster.Cmd) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	own, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	p, err := t.Start(own, cmd)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		_ = p.Signal(syscall.SIGTERM)
+		time.AfterFunc(stopWait, cancel) // a host that does not answer
+	})
+	defer stop()
+	err = p.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // plannedPorts are the ports procs (one host's processes) listen on: TF
