@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -179,28 +178,53 @@ func Build(in PlanInput) (*Plan, error) {
 		cfg = &moved
 	}
 	job := cfg.Job
-	jobFile := cfg.Path
-	invFile := cfg.InventoryPath
-	if invFile == "" {
-		invFile = jobFile
-	}
-
-	var errs config.ConfigErrors
 	if !config.KnownFramework(job.Framework) {
-		errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.framework",
+		return nil, config.ConfigErrors{&config.ConfigError{File: cfg.Path, Key: "job.framework",
 			Msg: fmt.Sprintf("unknown framework %q", job.Framework),
-			Fix: `use "pytorch", "torchrun", "tensorflow" or "jax"`})
+			Fix: `use "pytorch", "torchrun", "tensorflow" or "jax"`}}
+	}
+	errs := checkJob(cfg)
+	p := &Plan{Job: job.Name, Framework: job.Framework, JobEnv: copyEnv(job.Env)}
+	slots := placeHosts(cfg, in, p)
+	if len(slots) == 0 {
+		invFile := cfg.InventoryPath
+		if invFile == "" {
+			invFile = cfg.Path
+		}
+		errs = append(errs, &config.ConfigError{File: invFile, Key: "host",
+			Msg: "no hosts to run on (every host is a spare, or there are none)",
+			Fix: "add a [[host]] without spare = true"})
+	}
+	if len(errs) > 0 {
 		return nil, errs
 	}
+	var err error
+	if p.Processes, err = frameworkProcesses(cfg, slots); err != nil {
+		return nil, err
+	}
+	if err := checkLocalMix(cfg, p, slots); err != nil {
+		return nil, err
+	}
+	setEnv(p, in, job, len(slots))
+	if err := checkPlanned(cfg, p, in.HostHome); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkJob finds the job-file mistakes that stop any plan: no command, and
+// [job.env] names that are invalid or that drover sets itself.
+func checkJob(cfg *config.Config) config.ConfigErrors {
+	job := cfg.Job
+	var errs config.ConfigErrors
 	if len(job.Command) == 0 {
-		errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.command",
+		errs = append(errs, &config.ConfigError{File: cfg.Path, Key: "job.command",
 			Msg: "no command", Fix: `set command = ["python3", "train.py"] or similar`})
 	}
-	envNames := sortedKeys(job.Env)
-	for _, name := range envNames {
+	for _, name := range sortedKeys(job.Env) {
 		switch {
 		case !config.ValidEnvName(name):
-			errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.env." + name,
+			errs = append(errs, &config.ConfigError{File: cfg.Path, Key: "job.env." + name,
 				Msg: fmt.Sprintf("%q is not a valid environment variable name", name),
 				Fix: "use letters, digits and underscores, not starting with a digit"})
 		case config.ReservedEnv(job.Framework, name):
@@ -208,13 +232,17 @@ func Build(in PlanInput) (*Plan, error) {
 			if name == "CUDA_VISIBLE_DEVICES" {
 				fix += "; choose GPUs with gpus = [...] on each [[host]]"
 			}
-			errs = append(errs, &config.ConfigError{File: jobFile, Key: "job.env." + name,
+			errs = append(errs, &config.ConfigError{File: cfg.Path, Key: "job.env." + name,
 				Msg: fmt.Sprintf("drover sets %s itself for %s jobs", name, job.Framework),
 				Fix: fix})
 		}
 	}
+	return errs
+}
 
-	p := &Plan{Job: job.Name, Framework: job.Framework, JobEnv: copyEnv(job.Env)}
+// placeHosts lists the participating (non-spare) hosts with the GPUs each
+// offers, adding them and notes about spares and unprobed hosts to p.
+func placeHosts(cfg *config.Config, in PlanInput, p *Plan) []*hostSlots {
 	var slots []*hostSlots
 	for _, h := range cfg.Hosts {
 		if h.Spare {
@@ -238,38 +266,34 @@ func Build(in PlanInput) (*Plan, error) {
 			hs.gpus = append([]int(nil), h.GPUs.List...)
 		}
 		if len(hs.gpus) == 0 {
-			hs.cpuSlots = max(job.ProcsPerHost, 1)
+			hs.cpuSlots = max(cfg.Job.ProcsPerHost, 1)
 		}
 		p.Hosts = append(p.Hosts, h)
 		slots = append(slots, hs)
 	}
-	if len(slots) == 0 {
-		errs = append(errs, &config.ConfigError{File: invFile, Key: "host",
-			Msg: "no hosts to run on (every host is a spare, or there are none)",
-			Fix: "add a [[host]] without spare = true"})
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
+	return slots
+}
 
-	var err error
-	switch job.Framework {
+// frameworkProcesses places the processes the way the job's framework
+// lays them out.
+func frameworkProcesses(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
+	switch cfg.Job.Framework {
 	case config.PyTorch:
-		p.Processes = planPyTorch(job, slots)
+		return planPyTorch(cfg.Job, slots), nil
 	case config.Torchrun:
-		p.Processes, err = planTorchrun(cfg, slots)
+		return planTorchrun(cfg, slots)
 	case config.TensorFlow:
-		p.Processes, err = planTensorFlow(cfg, slots)
+		return planTensorFlow(cfg, slots)
 	case config.JAX:
-		p.Processes, err = planJAX(cfg, slots)
+		return planJAX(cfg, slots)
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := checkLocalMix(cfg, p, slots); err != nil {
-		return nil, err
-	}
+	return nil, fmt.Errorf("build plan: framework %q has no placer", cfg.Job.Framework)
+}
 
+// setEnv completes every process's environment, in order of precedence
+// from lowest: drover's common variables, the framework's, the network
+// interface, [job.env], then the host's [host.env].
+func setEnv(p *Plan, in PlanInput, job config.Job, nHosts int) {
 	perHost := map[string]int{}
 	for _, pr := range p.Processes {
 		perHost[pr.Host.Name]++
@@ -280,7 +304,7 @@ func Build(in PlanInput) (*Plan, error) {
 		commonEnv(pr, in)
 		switch job.Framework {
 		case config.PyTorch:
-			torchElasticEnv(pr, in, len(slots), perHost[pr.Host.Name])
+			torchElasticEnv(pr, in, nHosts, perHost[pr.Host.Name])
 		case config.Torchrun:
 			// torchrun's own @record forwards its failed worker's error
 			// file here (dump_error_file), where drover reads the cause.
@@ -297,10 +321,6 @@ func Build(in PlanInput) (*Plan, error) {
 			pr.Env[k] = v
 		}
 	}
-	if err := checkPlanned(cfg, p, in.HostHome); err != nil {
-		return nil, err
-	}
-	return p, nil
 }
 
 // RendezvousAddr is the address every process of p connects to, whose
@@ -538,235 +558,6 @@ func isPython(arg0 string) bool {
 		}
 	}
 	return true
-}
-
-// tfSlot is a place for one TensorFlow task: a GPU, or a CPU slot (gpu -1).
-type tfSlot struct {
-	hs  *hostSlots
-	gpu int
-}
-
-// tfTask is one placed TensorFlow task.
-type tfTask struct {
-	role  Role
-	index int
-	hs    *hostSlots
-	gpu   int // -1: none
-}
-
-// planTensorFlow places chief, workers, ps and evaluator tasks.
-//
-// Every participating host offers slots: one per selected GPU, or
-// procs_per_host on a host without GPUs. Chief and workers take one slot
-// each, GPU slots first in host order, then CPU slots. ps and evaluator
-// tasks need no GPU: they take CPU slots that chief and workers can spare
-// (spread over hosts without GPUs), and any beyond that run beside the
-// other tasks, without a GPU, on the host with the fewest tasks (hosts
-// without GPUs first). worker = "auto" is one worker per slot left after
-// the chief and the ps/evaluator CPU slots.
-func planTensorFlow(cfg *config.Config, slots []*hostSlots) ([]Process, error) {
-	job := cfg.Job
-	r := job.Roles
-	if r.Chief < 0 || r.Worker < 0 || r.PS < 0 || r.Evaluator < 0 {
-		return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles", Msg: "role counts cannot be negative"}
-	}
-	if r.Chief > 1 {
-		return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles.chief",
-			Msg: fmt.Sprintf("%d chiefs; TensorFlow allows one", r.Chief), Fix: "set chief = 1 (or 0 to let worker 0 lead)"}
-	}
-	var gpuSlots, cpuSlots []tfSlot
-	for _, hs := range slots {
-		for _, g := range hs.gpus {
-			gpuSlots = append(gpuSlots, tfSlot{hs, g})
-		}
-	}
-	// CPU slots in host order; ps/evaluator take them round-robin over
-	// hosts so that parameter servers spread out.
-	var cpuHosts []*hostSlots
-	for _, hs := range slots {
-		for k := 0; k < hs.cpuSlots; k++ {
-			cpuSlots = append(cpuSlots, tfSlot{hs, -1})
-		}
-		if hs.cpuSlots > 0 {
-			cpuHosts = append(cpuHosts, hs)
-		}
-	}
-	total := len(gpuSlots) + len(cpuSlots)
-	light := r.PS + r.Evaluator
-	slotsMsg := fmt.Sprintf("the fleet has %d slots: %d GPUs and %d CPU slots (procs_per_host = %d on %d hosts without GPUs)",
-		total, len(gpuSlots), len(cpuSlots), max(job.ProcsPerHost, 1), len(cpuHosts))
-
-	var nWorker, lightOnCPU int
-	if r.WorkerAuto {
-		// Leave at least one worker slot (or the chief's) for the
-		// heavy tasks before ps/evaluator take CPU slots.
-		lightOnCPU = min(light, len(cpuSlots), max(total-r.Chief-1, 0))
-		nWorker = total - lightOnCPU - r.Chief
-	} else {
-		nWorker = r.Worker
-		need := r.Chief + nWorker
-		if need > total {
-			return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles",
-				Msg: fmt.Sprintf("chief = %d and worker = %d need %d slots but %s", r.Chief, nWorker, need, slotsMsg),
-				Fix: fmt.Sprintf(`lower worker to %d or use worker = "auto", or add GPUs/hosts or raise procs_per_host`, max(total-r.Chief, 0))}
-		}
-		lightOnCPU = min(light, len(cpuSlots), total-need)
-	}
-	if r.Chief+nWorker == 0 {
-		return nil, &config.ConfigError{File: cfg.Path, Key: "job.roles",
-			Msg: "no chief and no worker to place; " + slotsMsg,
-			Fix: "set chief = 1 or worker >= 1, and make sure hosts have GPUs or procs_per_host >= 1"}
-	}
-
-	// ps/evaluator CPU slots: round-robin over CPU hosts, from each host's
-	// last slot, so heavy tasks keep taking CPU slots in host order.
-	lightSlots := make([]tfSlot, 0, lightOnCPU)
-	taken := map[*hostSlots]int{}
-	for len(lightSlots) < lightOnCPU {
-		for _, hs := range cpuHosts {
-			if len(lightSlots) == lightOnCPU {
-				break
-			}
-			if taken[hs] < hs.cpuSlots {
-				taken[hs]++
-				lightSlots = append(lightSlots, tfSlot{hs, -1})
-			}
-		}
-	}
-	heavySlots := append([]tfSlot(nil), gpuSlots...)
-	used := map[*hostSlots]int{}
-	for _, s := range cpuSlots {
-		if used[s.hs] < s.hs.cpuSlots-taken[s.hs] {
-			used[s.hs]++
-			heavySlots = append(heavySlots, s)
-		}
-	}
-
-	load := map[*hostSlots]int{}
-	var tasks []tfTask
-	next := 0
-	place := func(role Role, n int) {
-		for i := 0; i < n; i++ {
-			s := heavySlots[next]
-			next++
-			load[s.hs]++
-			tasks = append(tasks, tfTask{role, i, s.hs, s.gpu})
-		}
-	}
-	place(RoleChief, r.Chief)
-	place(RoleWorker, nWorker)
-	lightNext := 0
-	placeLight := func(role Role, n int) {
-		for i := 0; i < n; i++ {
-			var hs *hostSlots
-			if lightNext < len(lightSlots) {
-				hs = lightSlots[lightNext].hs
-				lightNext++
-			} else {
-				hs = leastLoaded(slots, load)
-			}
-			load[hs]++
-			tasks = append(tasks, tfTask{role, i, hs, -1})
-		}
-	}
-	placeLight(RolePS, r.PS)
-	placeLight(RoleEvaluator, r.Evaluator)
-
-	// Ports: base_port on each address, +1 per task there, in task order.
-	// Keyed by address, not host, so local hosts sharing 127.0.0.1 get
-	// distinct ports.
-	nextPort := map[string]int{}
-	bp := job.BasePort
-	if bp <= 0 {
-		bp = defaultBasePort
-	}
-	ports := make([]int, len(tasks))
-	clusterSpec := map[string][]string{}
-	for i, t := range tasks {
-		port, ok := nextPort[t.hs.addr]
-		if !ok {
-			port = bp
-			if t.hs.basePort > 0 {
-				port = t.hs.basePort
-			}
-		}
-		nextPort[t.hs.addr] = port + 1
-		ports[i] = port
-		clusterSpec[string(t.role)] = append(clusterSpec[string(t.role)], joinHostPort(t.hs.addr, port))
-	}
-
-	procs := make([]Process, 0, len(tasks))
-	for i, t := range tasks {
-		env := map[string]string{}
-		if len(tasks) > 1 {
-			tc, err := TFConfigJSON(clusterSpec, string(t.role), t.index)
-			if err != nil {
-				return nil, fmt.Errorf("build TF_CONFIG for %s-%d: %w", t.role, t.index, err)
-			}
-			env["TF_CONFIG"] = tc
-		}
-		var gpus []int
-		if t.gpu >= 0 {
-			gpus = []int{t.gpu}
-		}
-		procs = append(procs, Process{
-			Host: t.hs.host, Address: t.hs.addr, Role: t.role, Index: t.index,
-			Rank: -1, LocalRank: -1, NodeRank: -1, GPUs: gpus, Visible: gpus, Port: ports[i],
-			Command: append([]string(nil), job.Command...), Env: env,
-		})
-	}
-	return procs, nil
-}
-
-// leastLoaded picks the host for a ps/evaluator task that has no CPU slot:
-// hosts without GPUs first, then the fewest tasks, then file order.
-func leastLoaded(slots []*hostSlots, load map[*hostSlots]int) *hostSlots {
-	var best *hostSlots
-	for _, hs := range slots {
-		if best == nil {
-			best = hs
-			continue
-		}
-		bCPU, hCPU := len(best.gpus) == 0, len(hs.gpus) == 0
-		if hCPU != bCPU {
-			if hCPU {
-				best = hs
-			}
-			continue
-		}
-		if load[hs] < load[best] {
-			best = hs
-		}
-	}
-	return best
-}
-
-// TFConfig is the TF_CONFIG document, field for field as Kubeflow's TFJob
-// operator writes it: lower-case replica types mapping to "address:port"
-// lists, the task's type and index, and environment "cloud" (which TF <=
-// 1.3 needs and later versions ignore).
-type TFConfig struct {
-	Cluster     map[string][]string `json:"cluster"`
-	Task        TFTask              `json:"task"`
-	Environment string              `json:"environment"`
-}
-
-// TFTask is the "task" member of TF_CONFIG.
-type TFTask struct {
-	Type  string `json:"type"`
-	Index int    `json:"index"`
-}
-
-// TFConfigJSON renders TF_CONFIG for one task. Roles with no tasks are
-// absent from the cluster; keys come out sorted, as Go's encoding/json (and
-// so the TFJob operator) writes them.
-func TFConfigJSON(clusterSpec map[string][]string, role string, index int) (string, error) {
-	b, err := json.Marshal(TFConfig{
-		Cluster:     clusterSpec,
-		Task:        TFTask{Type: role, Index: index},
-		Environment: "cloud",
-	})
-	return string(b), err
 }
 
 // checkLocalMix refuses plans where a process on a remote host would have
