@@ -267,22 +267,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
 	conns := a.r.pool.reuse(ctx, hosts)
-	var fresh []config.Host
-	var at []int
-	for i, c := range conns {
-		if c == nil {
-			fresh = append(fresh, hosts[i])
-			at = append(at, i)
-		}
-	}
-	errs := make([]error, len(hosts))
-	ts, ferrs := cluster.DialAll(ctx, fresh, opts)
-	for k, i := range at {
-		if errs[i] = ferrs[k]; errs[i] == nil {
-			conns[i] = &hostConn{host: hosts[i], t: ts[k]}
-			a.r.pool.add(conns[i])
-		}
-	}
+	errs := a.dialMissing(ctx, hosts, conns, opts)
 	deadline := a.r.now().Add(a.cfg.Job.HostWait)
 	for i, h := range hosts {
 		err := errs[i]
@@ -341,6 +326,29 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 	}
 	a.r.pool.keepOnly(inUse)
 	return conns, nil
+}
+
+// dialMissing dials, all at once, the hosts that have no connection in
+// conns yet, adds the new ones to conns and the pool, and returns each
+// host's dial error.
+func (a *attempt_) dialMissing(ctx context.Context, hosts []config.Host, conns []*hostConn, opts cluster.DialOptions) []error {
+	var fresh []config.Host
+	var at []int
+	for i, c := range conns {
+		if c == nil {
+			fresh = append(fresh, hosts[i])
+			at = append(at, i)
+		}
+	}
+	errs := make([]error, len(hosts))
+	ts, ferrs := cluster.DialAll(ctx, fresh, opts)
+	for k, i := range at {
+		if errs[i] = ferrs[k]; errs[i] == nil {
+			conns[i] = &hostConn{host: hosts[i], t: ts[k]}
+			a.r.pool.add(conns[i])
+		}
+	}
+	return errs
 }
 
 // waitDialTimeout bounds a dial made while waiting for an unreachable host
