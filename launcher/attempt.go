@@ -56,8 +56,7 @@ func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.
 // again.
 func (a *attempt_) setupFailure(err error) attemptOutcome {
 	a.r.events.printf("%s: %v", a.prefix(), err)
-	// What the kept connections know of their hosts (the agent is there,
-	// the code is pushed) is checked again by the next attempt.
+	// The next attempt dials and checks every host again.
 	a.r.pool.forgetPrepared()
 	return setupFailed(err)
 }
@@ -433,9 +432,9 @@ func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
 
 // installAgents installs the agent on every connection that an earlier
 // attempt did not install it over (a kept connection's agent was checked
-// when it was installed; a setup failure makes the next attempt check
-// again, see forgetPrepared). It sets hostConn.agent and nothing else, so
-// it runs beside the other setup steps.
+// when it was installed; after a setup failure the next attempt starts on
+// new connections, see forgetPrepared). It sets hostConn.agent and nothing
+// else, so it runs beside the other setup steps.
 func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
 		if c.agent != "" {

@@ -121,16 +121,14 @@ func (p *connPool) keepOnly(hosts []config.Host) {
 	}
 }
 
-// forgetPrepared makes the next attempt check each kept connection's host
-// again (agent installed, code pushed) instead of trusting what an earlier
-// attempt found: after a setup failure, something on a host may have
-// changed under the run.
+// forgetPrepared makes the next attempt start over on every host: after a
+// setup failure something on a host may have changed under the run (the
+// agent removed, the file access broken), so the kept connections and
+// what they knew (agent installed, code pushed) are dropped and the hosts
+// dialled again. Setup failures are rare and followed by a backoff; the
+// round trips are saved where restarts are common, after the job failed.
 func (p *connPool) forgetPrepared() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.agent, c.pushed = "", ""
-	}
+	p.closeAll()
 }
 
 // closeAll closes every connection; the run's last step.
