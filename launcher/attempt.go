@@ -123,24 +123,29 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	return out
 }
 
-// pushAndCheck pushes the code while the agents are installed (installed
-// says when) and the attempt plans, then preflights the plan and returns
-// it with what preflight found. On a restart whose code is
-// what the last push over the same connections sent, the push can only
-// repair drift (a file edited on a host): the preflight then runs beside
-// it, and again after it only when it repaired something or the preflight
-// failed (it may have failed for what the push put back).
+// pushAndCheck pushes the code and stages the newest checkpoint while the
+// agents are installed (installed says when) and the GPUs probed, then
+// preflights the plan and returns it with what preflight and the staging
+// found. On a restart whose code is what the last push over the same
+// connections sent, the push can only repair drift (a file edited on a
+// host): the preflight then runs beside it, and again after it only when
+// it repaired something or the preflight failed (it may have failed for
+// what the push put back). The preflight needs nothing of the checkpoint
+// (ports, program and rendezvous do not depend on it): it checks the plan
+// built without it.
 func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
 	pushed := make(chan pushOutcome, 1)
 	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
-	err := <-installed
-	steps("agent")
-	var in plan.PlanInput
-	var pl *plan.Plan
-	if err == nil {
-		in, pl, err = a.planAttempt(ctx, conns, cfg)
-		steps("probe, checkpoint, plan")
-	}
+	var resume map[string]string
+	var serr error
+	staged := make(chan struct{})
+	go func() {
+		defer close(staged)
+		resume, serr = a.stageCheckpoint(ctx, conns)
+		steps("checkpoint")
+	}()
+	in, pl, err := a.planAttempt(ctx, conns, cfg, installed)
+	steps("agent, probe, plan")
 	var found preflightFound
 	ferr := errNotChecked
 	<-sc.done
@@ -149,8 +154,11 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 		steps("preflight beside the push")
 	}
 	po := <-pushed
-	if err == nil {
-		err = po.err
+	<-staged
+	for _, e := range []error{po.err, serr} {
+		if err == nil {
+			err = e
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -166,6 +174,7 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 	if ferr != nil {
 		return nil, ferr
 	}
+	in.HostResumeFrom = resume
 	return a.replan(in, pl, found)
 }
 
@@ -192,22 +201,15 @@ func (a *attempt_) stepTimer() func(step string) {
 	}
 }
 
-// planAttempt probes the GPUs and stages the newest checkpoint (at once)
-// and builds the plan. in keeps what the plan was built from: preflight's
-// findings (interfaces, moved ports) build it again from in.
-func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config) (plan.PlanInput, *plan.Plan, error) {
-	var resume map[string]string
-	var serr error
-	staged := make(chan struct{})
-	go func() {
-		defer close(staged)
-		resume, serr = a.stageCheckpoint(ctx, conns)
-	}()
-	gpus, err := a.selectGPUs(ctx, conns)
-	<-staged
-	if err == nil {
-		err = serr
+// planAttempt waits for the agents (installed), probes the GPUs and
+// builds the plan, without a checkpoint to resume from. in keeps what the
+// plan was built from: the checkpoint and preflight's findings
+// (interfaces, moved ports) build it again from in (replan).
+func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
+	if err := <-installed; err != nil {
+		return plan.PlanInput{}, nil, err
 	}
+	gpus, err := a.selectGPUs(ctx, conns)
 	if err != nil {
 		return plan.PlanInput{}, nil, err
 	}
@@ -215,7 +217,7 @@ func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *conf
 	for _, c := range conns {
 		homes[c.host.Name] = c.home
 	}
-	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
+	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: a.restarts, HostHome: homes}
 	pl, err := plan.Build(in)
 	return in, pl, err
 }
@@ -739,13 +741,10 @@ func portRange(base, n int) string {
 	return fmt.Sprintf("%d-%d", base, base+n-1)
 }
 
-// replan builds the plan again with what preflight found: each host's
-// interface, and free ports in place of held ones; pl itself when it found
-// neither.
+// replan builds the plan again from in (which has the checkpoint now)
+// with what preflight found: each host's interface, and free ports in
+// place of held ones.
 func (a *attempt_) replan(in plan.PlanInput, pl *plan.Plan, found preflightFound) (*plan.Plan, error) {
-	if len(found.ifaces) == 0 && len(found.moved) == 0 {
-		return pl, nil
-	}
 	in.Ifaces = found.ifaces
 	in.BasePorts = map[string]int{}
 	for _, p := range pl.Processes {

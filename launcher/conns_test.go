@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -165,4 +166,28 @@ func TestConnPoolReuse(t *testing.T) {
 	assert.Nil(t, got[0], "a moved host is dialled again")
 	assert.Nil(t, pool.shared(h), "the old connection is forgotten")
 	assert.Nil(t, pool.shared(moved))
+}
+
+// The plan is built before the checkpoint is staged (so that the
+// preflight need not wait for it, issue 20), and rebuilt with it: a
+// restart still resumes every process from the newest checkpoint.
+func TestRunRestartResumesFromStagedCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds drover and runs processes")
+	}
+	bin := buildDrover(t)
+	job := localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	if [ "$RANK" = 0 ]; then mkdir -p ckpt && echo weights >ckpt/step-7.pt; fi
+	exit 3
+fi
+echo "resume=$DROVER_RESUME_FROM"
+`, "master_port = 29685\nmax_restarts = 1\ncheckpoint_dir = \"ckpt\"\n")
+	var out, events bytes.Buffer
+	res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Out: &out, Events: &events})
+	require.NoError(t, err, "events:\n%s", events.String())
+	require.Equal(t, Succeeded, res.Outcome, "events:\n%s", events.String())
+	for _, w := range []string{"worker-0", "worker-1"} {
+		assert.Regexp(t, `^resume=/\S+/step-7\.pt\n$`, readLog(t, res, 2, w), w)
+	}
 }
