@@ -18,7 +18,8 @@ var ifaceNameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
 // and returns them by host name for PlanInput.Ifaces. A host where it
 // cannot tell (no ip command, the command failed) is left out: its
 // collectives then choose for themselves, as without drover. addr "" asks
-// nothing.
+// nothing. It runs agent.IfaceScript over the transport, needing no agent
+// (`drover plan`); `drover run` asks the agent, in its preflight.
 func DiscoverIfaces(ctx context.Context, ts []cluster.Transport, addr string) map[string]string {
 	out := map[string]string{}
 	if addr == "" {
