@@ -49,6 +49,11 @@ type sshTransport struct {
 	jumps  func() // gives back the ProxyJump hops, after client closes
 
 	done chan struct{} // closed once the connection is gone
+	// answered is when a keepalive was last answered (UnixNano), and
+	// fresh how long such an answer vouches for the connection (the
+	// keepalive interval): Ping trusts it rather than ask again.
+	answered atomic.Int64
+	fresh    time.Duration
 
 	mu       sync.Mutex
 	lostWhy  error // first reason the connection died
@@ -71,6 +76,7 @@ func dialSSH(ctx context.Context, h config.Host, opts DialOptions) (Transport, e
 	t := &sshTransport{host: h, addr: addr, client: client, jumps: func() { once.Do(jumps) }, done: make(chan struct{})}
 	go t.watch()
 	if opts.KeepAliveInterval > 0 {
+		t.fresh = opts.KeepAliveInterval
 		go t.keepalive(opts.KeepAliveInterval, opts.KeepAliveCountMax)
 	}
 	return t, nil
@@ -289,6 +295,7 @@ func (t *sshTransport) keepalive(interval time.Duration, max int) {
 				return
 			}
 			missed = 0
+			t.answered.Store(time.Now().UnixNano())
 		case <-ticker.C:
 			if outstanding > 0 {
 				missed++
@@ -558,4 +565,37 @@ func (t *sshTransport) Close() error {
 		err = nil
 	}
 	return err
+}
+
+// Ping sends one keepalive@openssh.com request and waits for its reply
+// (OpenSSH answers unknown global requests with a failure, which is a
+// reply all the same). No reply before ctx ends closes the connection: a
+// link that does not answer a keepalive is taken for dead, as keepalive
+// does after KeepAliveCountMax of them. A keepalive of the connection's
+// own answered within the last keepalive interval is answer enough.
+func (t *sshTransport) Ping(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return t.lostError(errors.New("connection closed"))
+	default:
+	}
+	if last := t.answered.Load(); last > 0 && time.Since(time.Unix(0, last)) < t.fresh {
+		return nil
+	}
+	replied := make(chan error, 1)
+	go func() {
+		_, _, err := t.client.SendRequest("keepalive@openssh.com", true, nil)
+		replied <- err
+	}()
+	select {
+	case err := <-replied:
+		if err != nil {
+			return t.lostError(err)
+		}
+		return nil
+	case <-ctx.Done():
+		t.markLost(fmt.Errorf("no reply to a keepalive: %w", context.Cause(ctx)))
+		t.client.Close()
+		return t.lostError(ctx.Err())
+	}
 }

@@ -443,3 +443,28 @@ func TestSSHMoreCommandsThanMaxSessions(t *testing.T) {
 		assert.NoError(t, procs[i].Wait(), "command %d", i)
 	}
 }
+
+// Ping (what `drover run` asks of a connection it kept from the previous
+// attempt) answers for a live connection; one whose host stopped
+// answering fails within the context's deadline, is closed, and says the
+// connection was lost; so does a closed one.
+func TestSSHPing(t *testing.T) {
+	testfleet.Need(t, fleet)
+	opts := hermetic()
+	opts.KeepAliveInterval = -1 // no keepalive answer to vouch for it: Ping must ask
+	tr := dialHost(t, fleet.ClusterHosts()[6], opts)
+	require.NoError(t, cluster.Ping(context.Background(), tr))
+
+	require.NoError(t, fleet.Cut(6))
+	t.Cleanup(func() { _ = fleet.Heal(6) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := cluster.Ping(ctx, tr)
+	assert.True(t, cluster.IsConnectionLost(err), "%v", err)
+	_, err = tr.Start(context.Background(), cluster.Cmd{Args: []string{"true"}})
+	assert.True(t, cluster.IsConnectionLost(err), "the unanswered connection is closed: %v", err)
+
+	other := dialHost(t, fleet.ClusterHosts()[5], hermetic())
+	require.NoError(t, other.Close())
+	assert.True(t, cluster.IsConnectionLost(cluster.Ping(context.Background(), other)))
+}

@@ -147,3 +147,23 @@ type FS interface {
 // neither, or an environment variable name that is not an identifier.
 // Transports outside this package (slurm) check with it as SSH and local do.
 func CheckCmd(cmd Cmd) error { return checkCmd(cmd) }
+
+// Pinger is a Transport that can tell, in one round trip, whether its
+// connection still answers. A caller that keeps a connection across long
+// gaps (`drover run` keeps its connections from one attempt to the next)
+// pings before reusing it, rather than finding a dead link in the middle of
+// its next operation.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ping checks that t's connection still answers; transports that cannot
+// tell (the local one, whose "connection" cannot die) are taken to be
+// alive. A connection that does not answer before ctx ends is closed and
+// reported lost (IsConnectionLost).
+func Ping(ctx context.Context, t Transport) error {
+	if p, ok := t.(Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -41,6 +43,9 @@ type hostConn struct {
 	fs    cluster.FS
 	home  string
 	agent string // remote path of the drover binary
+	// pushed is the Key of the tree the last push over this connection
+	// left on the host ("" before one); see pushAndCheck.
+	pushed string
 }
 
 func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
@@ -51,6 +56,8 @@ func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.
 // again.
 func (a *attempt_) setupFailure(err error) attemptOutcome {
 	a.r.events.printf("%s: %v", a.prefix(), err)
+	// The next attempt dials and checks every host again.
+	a.r.pool.forgetPrepared()
 	return setupFailed(err)
 }
 
@@ -59,12 +66,13 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		return a.setupFailure(err)
 	}
+	// The connections are the runner's (connPool): they outlive the
+	// attempt, and the next one reuses them.
+	steps := a.stepTimer()
+	sc := a.scan()
+	defer func() { <-sc.done }() // nothing of the attempt outlives it
 	conns, err := a.connect(ctx, hosts)
-	defer func() {
-		for _, c := range conns {
-			c.t.Close()
-		}
-	}()
+	steps("connect")
 	if err != nil {
 		if ctx.Err() != nil {
 			return interrupted()
@@ -75,9 +83,6 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		out.kind, out.permanent = outcomeSetupFailed, true
 		return out
 	}
-	if err := a.holdWorkdirs(ctx, conns); err != nil {
-		return a.setupFailure(err)
-	}
 	hosts = hosts[:0]
 	for _, c := range conns {
 		hosts = append(hosts, c.host)
@@ -85,46 +90,24 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	cfg := *a.cfg
 	cfg.Hosts = hosts
 
-	if err := a.prepareHosts(ctx, conns); err != nil {
-		return a.setupFailure(err)
-	}
-	gpus, err := a.selectGPUs(ctx, conns)
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	homes := map[string]string{}
-	for _, c := range conns {
-		homes[c.host.Name] = c.home
-	}
-
-	resume, err := a.stageCheckpoint(ctx, conns)
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	in := plan.PlanInput{Config: &cfg, GPUs: gpus, RestartCount: a.restarts, HostResumeFrom: resume, HostHome: homes}
-	pl, err := plan.Build(in)
+	// The agent needs nothing but the connection, the lease nothing but
+	// file access, the push nothing but the lease: each starts as soon as
+	// what it needs is there, beside the others (on a fresh host the
+	// agent's upload and the first push overlap).
+	installed := make(chan error, 1)
+	go func() { installed <- a.installAgents(ctx, conns) }()
+	err = a.openFiles(ctx, conns)
 	if err == nil {
-		// in keeps the interfaces: a restart that moves ports builds
-		// the plan again from it.
-		pl, err = a.withIfaces(ctx, conns, &in, pl)
+		err = a.holdWorkdirs(ctx, conns)
 	}
+	steps("files and lease")
+	if err != nil {
+		<-installed
+		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
+	}
+	pl, err := a.pushAndCheck(ctx, conns, sc, &cfg, installed, steps)
 	if err != nil {
 		return a.setupFailure(err)
-	}
-	if err := a.push(ctx, conns); err != nil {
-		return a.setupFailure(err)
-	}
-	if err := a.stopLeftovers(ctx, conns, pl); err != nil {
-		return a.setupFailure(err)
-	}
-	moved, err := a.preflight(ctx, conns, pl)
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	if len(moved) > 0 {
-		if pl, err = a.movePorts(in, pl, moved); err != nil {
-			return a.setupFailure(err)
-		}
 	}
 	if ctx.Err() != nil {
 		return interrupted()
@@ -134,7 +117,109 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
 		a.waitGPUsReleased(ctx, conns, pl)
 	}
+	if out.kind == outcomeSetupFailed {
+		a.r.pool.forgetPrepared()
+	}
 	return out
+}
+
+// pushAndCheck pushes the code and stages the newest checkpoint while the
+// agents are installed (installed says when) and the GPUs probed, then
+// preflights the plan and returns it with what preflight and the staging
+// found. On a restart whose code is what the last push over the same
+// connections sent, the push can only repair drift (a file edited on a
+// host): the preflight then runs beside it, and again after it only when
+// it repaired something or the preflight failed (it may have failed for
+// what the push put back). The preflight needs nothing of the checkpoint
+// (ports, program and rendezvous do not depend on it): it checks the plan
+// built without it.
+func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
+	pushed := make(chan pushOutcome, 1)
+	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
+	var resume map[string]string
+	var serr error
+	staged := make(chan struct{})
+	go func() {
+		defer close(staged)
+		resume, serr = a.stageCheckpoint(ctx, conns)
+		steps("checkpoint")
+	}()
+	in, pl, err := a.planAttempt(ctx, conns, cfg, installed)
+	steps("agent, probe, plan")
+	var found preflightFound
+	ferr := errNotChecked
+	<-sc.done
+	if early := err == nil && sc.err == nil && allPushed(conns, sc.tree.Key()); early {
+		found, ferr = a.preflight(ctx, conns, pl)
+		steps("preflight beside the push")
+	}
+	po := <-pushed
+	<-staged
+	for _, e := range []error{po.err, serr} {
+		if err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range conns {
+		// Hosts that share a pushed workdir (Slurm) hold the tree too.
+		c.pushed = sc.tree.Key()
+	}
+	if ferr != nil || po.changed {
+		found, ferr = a.preflight(ctx, conns, pl)
+		steps("preflight")
+	}
+	if ferr != nil {
+		return nil, ferr
+	}
+	in.HostResumeFrom = resume
+	return a.replan(in, pl, found)
+}
+
+// errNotChecked: no preflight ran yet.
+var errNotChecked = errors.New("not checked")
+
+// allPushed reports whether every connection's last push sent the tree
+// named key.
+func allPushed(conns []*hostConn, key string) bool {
+	for _, c := range conns {
+		if c.pushed != key {
+			return false
+		}
+	}
+	return true
+}
+
+// stepTimer returns a function that notes in events.log how long the
+// attempt's setup took up to each step it names.
+func (a *attempt_) stepTimer() func(step string) {
+	start := a.r.now()
+	return func(step string) {
+		a.r.events.debugf("%s: setup: %s done after %s", a.prefix(), step, a.r.now().Sub(start).Round(time.Millisecond))
+	}
+}
+
+// planAttempt waits for the agents (installed), probes the GPUs and
+// builds the plan, without a checkpoint to resume from. in keeps what the
+// plan was built from: the checkpoint and preflight's findings
+// (interfaces, moved ports) build it again from in (replan).
+func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
+	if err := <-installed; err != nil {
+		return plan.PlanInput{}, nil, err
+	}
+	gpus, err := a.selectGPUs(ctx, conns)
+	if err != nil {
+		return plan.PlanInput{}, nil, err
+	}
+	homes := map[string]string{}
+	for _, c := range conns {
+		homes[c.host.Name] = c.home
+	}
+	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: a.restarts, HostHome: homes}
+	pl, err := plan.Build(in)
+	return in, pl, err
 }
 
 // participants are the non-spare hosts in file order, with hosts that were
@@ -173,28 +258,20 @@ func isUnreachable(err error) bool {
 	return cluster.IsUnreachable(err)
 }
 
-// connect dials every host. An unreachable host is retried for host_wait
-// and then replaced by a spare, on the first attempt as on a restart (a
-// host rebooting when the run starts is as common as one rebooting during
-// it); a refused key or login fails at once.
+// connect returns a connection to every host: the one an earlier attempt
+// made when it still answers (connPool.reuse), else a new one. An
+// unreachable host is retried for host_wait and then replaced by a spare,
+// on the first attempt as on a restart (a host rebooting when the run
+// starts is as common as one rebooting during it); a refused key or login
+// fails at once. Every connection made joins the pool.
 func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
+	lost := a.r.takeLost()
+	a.r.pool.dropHosts(lost)
+	conns := a.r.pool.reuse(ctx, hosts)
 	deadline := a.r.now().Add(a.cfg.Job.HostWait) // host_wait counts from the first dial
-	ts, errs := a.dialFirst(ctx, hosts, opts)
-	conns := make([]*hostConn, len(hosts))
-	for i := range hosts {
-		if errs[i] == nil {
-			conns[i] = &hostConn{host: hosts[i], t: ts[i]}
-		}
-	}
-	closeAll := func() {
-		for _, c := range conns {
-			if c != nil {
-				c.t.Close()
-			}
-		}
-	}
+	errs := a.dialMissing(ctx, hosts, conns, opts, lost)
 	for i, h := range hosts {
 		err := errs[i]
 		if err == nil {
@@ -207,7 +284,6 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 				waited = true
 			}
 			if serr := a.r.sleep(ctx, min(2*time.Second, deadline.Sub(a.r.now()))); serr != nil {
-				closeAll()
 				return nil, serr
 			}
 			// Re-read the inventory: the user may be fixing the address
@@ -225,6 +301,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			t, err = cluster.Dial(ctx, h, wopts)
 			if err == nil {
 				conns[i] = &hostConn{host: h, t: t}
+				a.r.pool.add(conns[i])
 				a.r.events.printf("%s: %s (%s) is back", a.prefix(), h.Name, h.Address)
 			}
 		}
@@ -232,12 +309,10 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			continue
 		}
 		if !isUnreachable(err) {
-			closeAll()
 			return nil, err
 		}
 		spare, t, serr := a.takeSpare(ctx, hosts, opts)
 		if serr != nil {
-			closeAll()
 			return nil, fmt.Errorf("%w; %v", err, serr)
 		}
 		a.r.events.printf("%s: %s (%s) unreachable: %v; replaced by spare %s (%s)", a.prefix(), h.Name, h.Address, err, spare.Name, spare.Address)
@@ -246,8 +321,38 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 		// still marked spare would get none and the world would shrink).
 		spare.Spare = false
 		conns[i] = &hostConn{host: spare, t: t}
+		a.r.pool.add(conns[i])
 	}
+	inUse := make([]config.Host, len(conns))
+	for i, c := range conns {
+		inUse[i] = c.host
+	}
+	a.r.pool.keepOnly(inUse)
 	return conns, nil
+}
+
+// dialMissing dials, all at once, the hosts that have no connection in
+// conns yet (hosts in lost with a dial bounded by host_wait: dialFirst),
+// adds the new ones to conns and the pool, and returns each host's dial
+// error.
+func (a *attempt_) dialMissing(ctx context.Context, hosts []config.Host, conns []*hostConn, opts cluster.DialOptions, lost map[string]bool) []error {
+	var fresh []config.Host
+	var at []int
+	for i, c := range conns {
+		if c == nil {
+			fresh = append(fresh, hosts[i])
+			at = append(at, i)
+		}
+	}
+	errs := make([]error, len(hosts))
+	ts, ferrs := a.dialFirst(ctx, fresh, opts, lost)
+	for k, i := range at {
+		if errs[i] = ferrs[k]; errs[i] == nil {
+			conns[i] = &hostConn{host: hosts[i], t: ts[k]}
+			a.r.pool.add(conns[i])
+		}
+	}
+	return errs
 }
 
 // waitDialTimeout bounds a dial made while waiting for an unreachable host
@@ -310,22 +415,39 @@ func hostLabel(h config.Host) string {
 	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
 }
 
-// prepareHosts opens file access, learns each home directory and installs
-// the agent.
-func (a *attempt_) prepareHosts(ctx context.Context, conns []*hostConn) error {
+// openFiles opens file access and learns the home directory on every
+// connection that does not have them yet.
+func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
+		if c.fs != nil {
+			return nil
+		}
 		fsys, err := c.t.FS(ctx)
 		if err != nil {
 			return fmt.Errorf("open files on %s: %w", hostLabel(c.host), err)
 		}
-		c.fs = fsys
-		if c.home, err = fsys.Home(); err != nil {
+		home, err := fsys.Home()
+		if err != nil {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
-		if c.agent, err = remote.Install(ctx, c.t, a.r.agents); err != nil {
-			return err // "install drover agent on <host> (<address>): ..."
-		}
+		c.fs, c.home = fsys, home
 		return nil
+	})
+}
+
+// installAgents installs the agent on every connection that an earlier
+// attempt did not install it over (a kept connection's agent was checked
+// when it was installed; after a setup failure the next attempt starts on
+// new connections, see forgetPrepared). It sets hostConn.agent and nothing
+// else, so it runs beside the other setup steps.
+func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
+	return forEach(conns, func(c *hostConn) error {
+		if c.agent != "" {
+			return nil
+		}
+		var err error
+		c.agent, err = remote.Install(ctx, c.t, a.r.agents)
+		return err // "install drover agent on <host> (<address>): ..."
 	})
 }
 
@@ -407,29 +529,64 @@ func remoteAbs(home, p string) string {
 	return path.Join(home, p)
 }
 
-// push syncs the code directory to every host's workdir (incremental).
-func (a *attempt_) push(ctx context.Context, conns []*hostConn) error {
+// scanned is the local side of an attempt's push: the code directory's
+// tree and the options it was scanned with, once scan's goroutine is done.
+type scanned struct {
+	done chan struct{}
+	tree *push.Tree
+	opts push.Options
+	err  error
+}
+
+// scan scans the code directory in the background: it is local work that
+// needs no host, so it runs while the hosts are connected and prepared.
+func (a *attempt_) scan() *scanned {
 	// The same rule as `drover push` (pushOptions). What is about to run
 	// is checked (sizes and mtimes): a file edited or deleted on a host
 	// since the last push is put back.
-	opts := pushOptions(a.cfg, a.r.logRoot, a.r.opts.PushCacheDir, push.VerifyStat)
-	tree, err := push.ScanLocal(a.cfg.Job.Code, opts)
+	sc := &scanned{done: make(chan struct{}), opts: pushOptions(a.cfg, a.r.logRoot, a.r.opts.PushCacheDir, push.VerifyStat)}
+	opts := sc.opts // the scan's own copy
+	go func() {
+		defer close(sc.done)
+		start := a.r.now()
+		sc.tree, sc.err = push.ScanLocal(a.cfg.Job.Code, opts)
+		a.r.events.debugf("%s: setup: scan of %s took %s", a.prefix(), a.cfg.Job.Code, a.r.now().Sub(start).Round(time.Millisecond))
+	}()
+	return sc
+}
+
+// pushOutcome is how an attempt's push went: changed says it sent or
+// deleted anything on any host.
+type pushOutcome struct {
+	changed bool
+	err     error
+}
+
+// push syncs the code directory, as sc scanned it, to every host's
+// workdir (incremental).
+func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) pushOutcome {
+	<-sc.done
+	tree, opts, err := sc.tree, sc.opts, sc.err
 	if err != nil {
-		return fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)
+		return pushOutcome{err: fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)}
 	}
 	for _, w := range tree.Warnings {
 		a.r.events.printf("%s: push: warning: %s", a.prefix(), w)
 	}
-	return forEach(a.pushTargets(conns), func(c *hostConn) error {
+	var changed atomic.Bool
+	err = forEach(a.pushTargets(conns), func(c *hostConn) error {
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)
 		if err != nil {
 			return err
 		}
+		a.r.events.debugf("%s: setup: push to %s took %s", a.prefix(), c.host.Name, res.Duration.Round(time.Millisecond))
 		if res.FilesSent > 0 || res.FilesDeleted > 0 {
+			changed.Store(true)
 			a.r.events.printf("%s: pushed %d file(s) (%d bytes), deleted %d on %s", a.prefix(), res.FilesSent, res.BytesSent, res.FilesDeleted, c.host.Name)
 		}
 		return nil
 	})
+	return pushOutcome{changed: changed.Load(), err: err}
 }
 
 const pidDir = ".drover/pids"
@@ -441,88 +598,122 @@ const (
 	heartbeatTimeout = 6 * time.Second
 )
 
-// stopLeftovers stops process groups that an earlier drover left behind
-// on a host (drover SIGKILLed with the agent's channel somehow kept open,
-// or a host that was unreachable when its group should have stopped).
-func (a *attempt_) stopLeftovers(ctx context.Context, conns []*hostConn, pl *plan.Plan) error {
-	return forEach(conns, func(c *hostConn) error {
-		wd := c.host.Workdir
-		dir := path.Join(remoteAbs(c.home, wd), pidDir)
-		entries, err := c.fs.ReadDir(dir)
-		if err != nil {
-			return nil // no pid directory: nothing ran here
-		}
-		for _, e := range entries {
-			if !strings.HasSuffix(e.Name(), ".pid") {
-				continue
-			}
-			var out strings.Builder
-			args := agent.StopCommand(c.agent, path.Join(dir, e.Name()), a.cfg.Job.StopGrace)
-			p, err := c.t.Start(ctx, cluster.Cmd{Args: args, Stdout: &out, Stderr: &out})
-			if err == nil {
-				err = p.Wait()
-			}
-			if msg := strings.TrimSpace(out.String()); msg != "" {
-				a.r.events.printf("%s: %s: %s", a.prefix(), c.host.Name, msg)
-			}
-			if err != nil {
-				return fmt.Errorf("stop leftover processes on %s: %w", hostLabel(c.host), err)
-			}
-		}
-		return nil
-	})
+// preflightFound is what preflight learnt of the hosts, by host name: the
+// network interface toward the rendezvous address (PlanInput.Ifaces), and
+// the first of the free ports that replace held ones.
+type preflightFound struct {
+	ifaces map[string]string
+	moved  map[string]int
 }
 
-// preflight checks, per host and before anything starts, that each
-// program can be found and each planned port is free. On a restart a
-// port still held (by the previous attempt's rendezvous, say) does not
-// fail it: the host's agent finds as many consecutive free ports, and
-// preflight returns their first per host name.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (map[string]int, error) {
+// preflight stops, per host and before anything starts, the process
+// groups an earlier drover left behind on it (drover SIGKILLed with the
+// agent's channel somehow kept open, or a host that was unreachable when
+// its group should have stopped), finds the host's interface toward the
+// plan's rendezvous address, then checks that each program can be found
+// and each planned port is free: one agent command per host, one
+// exchange. On a restart a port still held (by the previous attempt's
+// rendezvous, say) does not fail it: the host's agent finds as many
+// consecutive free ports.
+func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
 	byHost := map[string][]plan.Process{}
 	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
 	var mu sync.Mutex
-	moved := map[string]int{}
+	found := preflightFound{ifaces: map[string]string{}, moved: map[string]int{}}
 	err := forEach(conns, func(c *hostConn) error {
+		o := agent.PreflightOptions{Leftovers: path.Join(remoteAbs(c.home, c.host.Workdir), pidDir), Grace: a.cfg.Job.StopGrace,
+			RouteTo: pl.RendezvousAddr()}
+		cmd := cluster.Cmd{}
 		procs := byHost[c.host.Name]
-		if len(procs) == 0 {
-			return nil
+		if len(procs) > 0 {
+			o.Program, o.Ports = procs[0].Command[0], plannedPorts(pl, procs)
+			o.MovePorts = a.n > 1 && len(o.Ports) > 0
+			cmd.Env, cmd.Dir = procs[0].Env, procs[0].Workdir
 		}
-		ports := plannedPorts(pl, procs)
-		p := procs[0]
-		var out strings.Builder
-		args := agent.PreflightCommand(c.agent, p.Command[0], ports, a.n > 1 && len(ports) > 0)
-		proc, err := c.t.Start(ctx, cluster.Cmd{Args: args, Env: p.Env, Dir: p.Workdir, Stdout: &out, Stderr: &out})
-		if err == nil {
-			err = proc.Wait()
+		// Both streams into one buffer, from two goroutines: a locked one.
+		out := cluster.NewTailBuffer(preflightOutput)
+		cmd.Args, cmd.Stdout, cmd.Stderr = agent.PreflightCommand(c.agent, o), out, out
+		err := runToEnd(ctx, c.t, cmd)
+		var rest []string
+		for _, line := range strings.Split(out.String(), "\n") {
+			if msg, ok := strings.CutPrefix(line, agent.LeftoverPrefix); ok {
+				a.r.events.printf("%s: %s: %s", a.prefix(), c.host.Name, msg)
+				continue
+			}
+			if v, ok := strings.CutPrefix(line, agent.IfacePrefix); ok {
+				if ifc := ifaceName(v); ifc != "" {
+					mu.Lock()
+					found.ifaces[c.host.Name] = ifc
+					mu.Unlock()
+				}
+				continue
+			}
+			v, ok := strings.CutPrefix(line, agent.FreePortsPrefix)
+			if !ok || err != nil {
+				rest = append(rest, line)
+				continue
+			}
+			base, perr := strconv.Atoi(strings.TrimSpace(v))
+			if perr != nil || base <= 0 {
+				return fmt.Errorf("preflight on %s: bad answer %q", hostLabel(c.host), line)
+			}
+			mu.Lock()
+			found.moved[c.host.Name] = base
+			mu.Unlock()
+			a.r.events.printf("%s: port(s) %s held on %s; this attempt uses %s", a.prefix(),
+				strings.Join(o.Ports, ", "), c.host.Name, portRange(base, len(o.Ports)))
+		}
+		var ee *cluster.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			return fmt.Errorf("preflight on %s: %w", hostLabel(c.host), err) // the connection, not the check
 		}
 		if err != nil {
 			// The agent prints its failure as "drover: ..." (its CLI's
 			// prefix); drover's own message names the host instead.
-			msg := strings.TrimSpace(strings.ReplaceAll("\n"+out.String(), "\ndrover: ", "\n"))
+			msg := strings.TrimSpace(strings.ReplaceAll("\n"+strings.Join(rest, "\n"), "\ndrover: ", "\n"))
 			if msg == "" {
 				msg = err.Error()
 			}
 			return fmt.Errorf("preflight on %s: %s", hostLabel(c.host), msg)
 		}
-		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(line, agent.FreePortsPrefix); ok {
-				base, err := strconv.Atoi(strings.TrimSpace(v))
-				if err != nil || base <= 0 {
-					return fmt.Errorf("preflight on %s: bad answer %q", hostLabel(c.host), line)
-				}
-				mu.Lock()
-				moved[c.host.Name] = base
-				mu.Unlock()
-				a.r.events.printf("%s: port(s) %s held on %s; this attempt uses %s", a.prefix(),
-					strings.Join(ports, ", "), c.host.Name, portRange(base, len(ports)))
-			}
-		}
 		return nil
 	})
-	return moved, err
+	return found, err
+}
+
+// preflightOutput bounds what preflight keeps of a host's answer.
+const preflightOutput = 64 << 10
+
+// stopWait bounds the wait for a command stopped because ctx ended (see
+// runToEnd) to report its exit.
+const stopWait = 5 * time.Second
+
+// runToEnd runs cmd on t's host and waits for it. When ctx ends first the
+// command is stopped (SIGTERM to its group) rather than left running on
+// the host, as closing its channel would: a preflight stopping leftovers
+// for a run that has just lost its workdir must not go on doing so.
+func runToEnd(ctx context.Context, t cluster.Transport, cmd cluster.Cmd) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	own, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	p, err := t.Start(own, cmd)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		_ = p.Signal(syscall.SIGTERM)
+		time.AfterFunc(stopWait, cancel) // a host that does not answer
+	})
+	defer stop()
+	err = p.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // plannedPorts are the ports procs (one host's processes) listen on: TF
@@ -553,12 +744,14 @@ func portRange(base, n int) string {
 	return fmt.Sprintf("%d-%d", base, base+n-1)
 }
 
-// movePorts rebuilds the plan with the ports preflight found free in place
-// of held ones (see preflight).
-func (a *attempt_) movePorts(in plan.PlanInput, pl *plan.Plan, moved map[string]int) (*plan.Plan, error) {
+// replan builds the plan again from in (which has the checkpoint now)
+// with what preflight found: each host's interface, and free ports in
+// place of held ones.
+func (a *attempt_) replan(in plan.PlanInput, pl *plan.Plan, found preflightFound) (*plan.Plan, error) {
+	in.Ifaces = found.ifaces
 	in.BasePorts = map[string]int{}
 	for _, p := range pl.Processes {
-		base, ok := moved[p.Host.Name]
+		base, ok := found.moved[p.Host.Name]
 		if !ok {
 			continue
 		}

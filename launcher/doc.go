@@ -1,10 +1,14 @@
 // Package launcher runs a plan on the fleet and keeps it running.
 //
 // Run is the supervisor of `drover run`: each attempt connects to the
-// hosts, holds their workdirs for this run (package lease: a live run of
-// the same workdir makes it refuse, a dead one's group is a leftover),
-// probes their GPUs, builds the plan (package plan), pushes the
-// code, starts every process under the on-host agent and watches the group;
+// hosts (keeping the previous attempt's connections that still answer,
+// conns.go), holds their workdirs for this run (package lease: a live run
+// of the same workdir makes it refuse, a dead one's group is a leftover),
+// probes their GPUs, builds the plan (package plan), pushes the code,
+// preflights every host (leftovers, interface, program, ports: one agent
+// command each), starts every process under the on-host agent at once and
+// watches the group; independent setup steps run side by side, since each
+// waits on the network;
 // when one process dies, it stops them all and starts the next attempt from
 // the newest checkpoint, re-reading the inventory first. Checkpoints are
 // package checkpoint's: before each attempt it stages the newest one onto

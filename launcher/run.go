@@ -123,6 +123,8 @@ type runner struct {
 	logRoot string
 	// leases are this run's hold on the hosts' workdirs.
 	leases *lease.Holder
+	// pool keeps the connections from one attempt to the next.
+	pool *connPool
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
 	ckptState
@@ -130,7 +132,7 @@ type runner struct {
 }
 
 func newRunner(opts RunOptions) *runner {
-	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}}
+	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}, pool: newConnPool()}
 	r.agents = remote.FindAgents(opts.AgentBinary)
 	// One read of known_hosts and the ssh config shared by every attempt's
 	// dials, so that what drover skips is warned about once per run.
@@ -180,6 +182,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 	}()
 
+	// Deferred first, so it runs last: the leases are given back over
+	// these connections.
+	defer r.pool.closeAll()
 	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
 	defer releaseLeases()
 
@@ -426,5 +431,16 @@ func (e *eventLog) printf(format string, args ...any) {
 	io.WriteString(e.w, line)
 	if e.file != nil {
 		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" "+msg+"\n")
+	}
+}
+
+// debugf writes to events.log only: detail for whoever studies a run
+// afterwards (how long each setup step of an attempt took), not for the
+// terminal.
+func (e *eventLog) debugf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.file != nil {
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+strings.TrimRight(fmt.Sprintf(format, args...), "\n")+"\n")
 	}
 }

@@ -27,8 +27,9 @@ func (r *runner) startLeases(ctx context.Context, job string) (_ context.Context
 }
 
 // holdWorkdirs takes the lease of every host's workdir before the
-// attempt touches it (push, leftovers, start), over connections of the
-// holder's own that outlive the attempt. A live run holding one is a
+// attempt touches it (push, leftovers, start), over the run's kept
+// connections (connPool.leaseDialer); on a restart the leases are held
+// already and this costs nothing. A live run holding one is a
 // *lease.HeldError: nothing was changed on any host.
 func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 	targets := make([]lease.Target, len(conns))
@@ -37,9 +38,9 @@ func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 	}
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts
-	dial := func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+	dial := a.r.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
 		return cluster.Dial(ctx, h, opts)
-	}
+	})
 	return a.r.leases.Acquire(ctx, dial, targets)
 }
 

@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -162,25 +163,46 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 	return s.wait(ctx)
 }
 
-// start starts every process of the plan. A process that cannot be
-// started fails the attempt as a setup failure and stops the others.
+// start starts every process of the plan, all at once: each start waits
+// for its host to open a session and run the agent (two round trips),
+// and one after another they would cost two round trips per process. A
+// process that cannot be started fails the attempt as a setup failure and
+// stops the others.
 func (s *supervisor) start() {
 	for _, p := range s.pl.Processes {
 		s.a.r.register(p)
 	}
 	term := logstream.NewSink(s.a.r.opts.Out)
-	var startErr error
+	type started struct {
+		rp   *running
+		proc cluster.Process
+		err  error
+	}
+	res := make([]started, len(s.pl.Processes))
+	var wg sync.WaitGroup
 	for i, p := range s.pl.Processes {
-		rp, err := s.startOne(i, p, term)
-		if rp != nil {
-			s.procs = append(s.procs, rp)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i].rp, res[i].proc, res[i].err = s.startOne(p, term)
+		}()
+	}
+	wg.Wait()
+	var startErr error
+	for _, r := range res {
+		if r.err != nil {
+			startErr = errors.Join(startErr, r.err)
+			continue
 		}
-		if err != nil {
-			startErr = err
-			break
-		}
+		i := len(s.procs)
+		s.procs = append(s.procs, r.rp)
+		go func() {
+			err := r.proc.Wait()
+			s.exits <- exitMsg{i: i, err: err, at: s.a.r.now()}
+		}()
 	}
 	s.remaining = len(s.procs)
+	s.a.r.events.debugf("%s: setup: processes started", s.a.prefix())
 	s.a.r.events.printf("%s: started %d process(es) on %d host(s)", s.a.prefix(), len(s.procs), len(s.byHost))
 	if startErr != nil {
 		s.a.r.events.printf("%s: %v", s.a.prefix(), startErr)
@@ -190,7 +212,7 @@ func (s *supervisor) start() {
 
 // startOne opens p's log and starts p under the agent on its host. It
 // returns the running process only when p started.
-func (s *supervisor) startOne(i int, p plan.Process, term *logstream.Sink) (*running, error) {
+func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, cluster.Process, error) {
 	a := s.a
 	c := s.byHost[p.Host.Name]
 	f := a.r.createLog(filepath.Join(a.logDir, p.Name()+".log"))
@@ -222,13 +244,9 @@ func (s *supervisor) startOne(i int, p plan.Process, term *logstream.Sink) (*run
 	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Env: a.processEnv(p), Dir: p.Workdir, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		rp.closeLogs()
-		return nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
 	}
-	go func() {
-		err := proc.Wait()
-		s.exits <- exitMsg{i: i, err: err, at: a.r.now()}
-	}()
-	return rp, nil
+	return rp, proc, nil
 }
 
 // processEnv is p's environment with the run's extra variables (tests).

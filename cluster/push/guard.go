@@ -76,14 +76,17 @@ func underAny(rel string, roots []string) bool {
 //     in place, which would change the link's target;
 //   - verifying, a file that drifted is sent again, a missing directory
 //     created.
-func (s *syncer) guard(ctx context.Context, p *plan) error {
+//
+// listed, when verifying, is the host's tree as listTree lists it: run
+// starts the listing beside the plan (it needs none of the plan), so that a
+// restart's check costs the longer of the two rather than their sum.
+func (s *syncer) guard(ctx context.Context, p *plan, listed func() (hostView, error)) error {
 	view := hostView{}
 	for rel, info := range p.view {
 		view[rel] = info
 	}
 	if s.opts.Verify != VerifyNone {
-		var err error
-		listed, err := s.listTree(ctx)
+		listed, err := listed()
 		if err != nil {
 			return err
 		}

@@ -146,6 +146,11 @@ type Tree struct {
 	fresh bool
 }
 
+// Key names the tree's content: two scans with the same Key would leave a
+// host holding the same files, modes and mtimes. A caller that pushed a
+// tree can tell from it that the next scan has nothing new to send.
+func (t *Tree) Key() string { return t.key }
+
 // encode sets the tree's manifest, its lines and key.
 func (t *Tree) encode() {
 	t.manifest = encodeTree(t)
@@ -526,12 +531,25 @@ func (s *syncer) remote(rel string) string { return path.Join(s.workdir, rel) }
 
 func (s *syncer) run(ctx context.Context) error {
 	s.report(func(p *Progress) { p.Phase = PhaseCompare })
+	listed := func() (hostView, error) { return nil, nil }
+	if s.opts.Verify != VerifyNone {
+		// Read-only, and the plan does not change what it lists.
+		var view hostView
+		var lerr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			view, lerr = s.listTree(ctx)
+		}()
+		defer func() { <-done }()
+		listed = func() (hostView, error) { <-done; return view, lerr }
+	}
 	p, err := s.plan(ctx)
 	if err != nil {
 		return err
 	}
 	if !p.empty() || s.opts.Verify != VerifyNone {
-		if err := s.guard(ctx, p); err != nil {
+		if err := s.guard(ctx, p, listed); err != nil {
 			return err
 		}
 	}

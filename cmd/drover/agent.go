@@ -102,24 +102,44 @@ func agentStopCommand() *cli.Command {
 	}
 }
 
-// agentPreflightCommand is `drover agent preflight [--port N]... -- PROGRAM`:
-// run in the job's workdir and env before an attempt, it fails with one line
-// per problem when PROGRAM cannot be found or a port is taken.
+// agentPreflightCommand is `drover agent preflight [--stop-leftovers DIR]
+// [--route-to ADDR] [--port N]... -- [PROGRAM]`: run in the job's workdir
+// and env before an attempt, it stops the groups an earlier drover left
+// behind (one line each), names the interface toward ADDR, then fails with one line per problem when PROGRAM cannot be found
+// or a port is taken.
 func agentPreflightCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "preflight",
-		Usage:     "check that PROGRAM can be run here and the ports are free",
-		ArgsUsage: "-- PROGRAM",
+		Usage:     "stop leftover groups, check that PROGRAM can be run here and the ports are free",
+		ArgsUsage: "-- [PROGRAM]",
 		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "stop-leftovers", Usage: "first stop the leftover group of every pidfile in this directory"},
+			&cli.DurationFlag{Name: "grace", Value: agent.DefaultGrace, Usage: "time between SIGTERM and SIGKILL for leftovers"},
+			&cli.StringFlag{Name: "route-to", Usage: "print the network interface that reaches this address"},
 			&cli.StringSliceFlag{Name: "port", Usage: "a TCP port that must be free (repeatable)"},
 			&cli.BoolFlag{Name: "move-ports", Usage: "when a port is taken, print consecutive free ones instead of failing"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return cli.Exit("usage: drover agent preflight [--port N]... [--move-ports] -- PROGRAM", exitConfig)
+			if c.NArg() > 1 {
+				return cli.Exit("usage: drover agent preflight [--stop-leftovers DIR] [--port N]... [--move-ports] -- [PROGRAM]", exitConfig)
 			}
+			if dir := c.String("stop-leftovers"); dir != "" {
+				stopped, err := agent.StopLeftovers(c.Context, dir, c.Duration("grace"))
+				for _, msg := range stopped {
+					fmt.Fprintf(c.App.Writer, "%s%s\n", agent.LeftoverPrefix, msg)
+				}
+				if err != nil {
+					return cli.Exit(err.Error(), exitFailed)
+				}
+			}
+			if addr := c.String("route-to"); addr != "" {
+				if ifc := agent.RouteIface(c.Context, addr); ifc != "" {
+					fmt.Fprintf(c.App.Writer, "%s%s\n", agent.IfacePrefix, ifc)
+				}
+			}
+			program := c.Args().First()
 			if c.Bool("move-ports") {
-				base, err := agent.PreflightMove(c.Args().First(), c.StringSlice("port"))
+				base, err := agent.PreflightMove(program, c.StringSlice("port"))
 				if err != nil {
 					return cli.Exit(err.Error(), exitFailed)
 				}
@@ -128,7 +148,7 @@ func agentPreflightCommand() *cli.Command {
 				}
 				return nil
 			}
-			if err := agent.Preflight(c.Args().First(), c.StringSlice("port")); err != nil {
+			if err := agent.Preflight(program, c.StringSlice("port")); err != nil {
 				return cli.Exit(err.Error(), exitFailed)
 			}
 			return nil

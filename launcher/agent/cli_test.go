@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -262,4 +263,64 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// `agent preflight --stop-leftovers DIR` stops the group of every pidfile
+// in DIR (one "leftover: " line each) before it checks: a port the
+// leftover held is free by then, in the same command, one exchange with
+// the host instead of one per pidfile plus one for the check.
+func TestCLIPreflightStopsLeftoversFirst(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pids")
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	// The leftover holds the port until it is stopped.
+	listen := `import socket, sys, time
+s = socket.socket()
+s.bind(("", int(sys.argv[1])))
+s.listen()
+print("ready", flush=True)
+time.sleep(1000)`
+	script := `python3 -c "$1" "$2" & echo "pid $!"; echo "pid $$"; wait`
+	cmd, stdin, out := startAgent(t, RunOptions{Args: []string{"sh", "-c", script, "sh", listen, port}, PIDFile: filepath.Join(dir, "w0.pid"), Job: "mnist", Grace: time.Minute})
+	defer stdin.Close()
+	pids := pidsIn(out.waitFor(t, "ready", 10*time.Second))
+	if err := agentPreflight(t, "sh", port); err == nil {
+		t.Fatalf("port %s is free while the leftover holds it: the test proves nothing", port)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a pidfile"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	argv := PreflightCommand(droverBinary(t), PreflightOptions{Program: "sh", Ports: []string{port}, Leftovers: dir, Grace: 2 * time.Second})
+	got, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("agent preflight: %v\n%s", err, got)
+	}
+	want := regexp.MustCompile(`(?s)^leftover: stopped leftover group ` + strconv.Itoa(pids[1]) + ` \(sh -c python3 .*\) from job mnist started \S+\n$`)
+	if !want.Match(got) {
+		t.Errorf("agent preflight printed %q", got)
+	}
+	waitExit(t, cmd, 10*time.Second)
+	assertGone(t, pids, 0)
+	if _, err := os.Stat(filepath.Join(dir, "w0.pid")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pidfile not removed: %v", err)
+	}
+
+	// Nothing left: silent; a missing directory is no error either.
+	for _, d := range []string{dir, filepath.Join(dir, "missing")} {
+		argv = PreflightCommand(droverBinary(t), PreflightOptions{Leftovers: d})
+		if again, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil || len(again) != 0 {
+			t.Errorf("preflight over %s: %v, printed %q; want silence", d, err, again)
+		}
+	}
+}
+
+// agentPreflight runs `agent preflight -- program` with port to check.
+func agentPreflight(t *testing.T, program, port string) error {
+	argv := PreflightCommand(droverBinary(t), PreflightOptions{Program: program, Ports: []string{port}})
+	return exec.Command(argv[0], argv[1:]...).Run()
 }

@@ -1,29 +1,103 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 )
 
-// PreflightCommand returns the argv of `drover agent preflight`, which drover
-// runs on each host (in the job's workdir, with its env) before starting
-// anything, so that a missing program or a taken port fails the attempt
-// with a clear message instead of as a crash of one rank. With movePorts,
-// taken ports do not fail it: the agent prints FreePortsPrefix and the
-// first of as many consecutive free ports instead (see FreePorts).
-func PreflightCommand(binary, program string, ports []string, movePorts bool) []string {
+// PreflightOptions say what `drover agent preflight` checks.
+type PreflightOptions struct {
+	// Program must be found from the current directory and PATH; ""
+	// checks none (a host with no process of the job).
+	Program string
+	// Ports must be free.
+	Ports []string
+	// MovePorts: taken ports do not fail the check; the agent prints
+	// FreePortsPrefix and the first of as many consecutive free ports
+	// instead (see FreePorts).
+	MovePorts bool
+	// Leftovers, when set, is a directory of pidfiles (the workdir's
+	// .drover/pids): every group they name that still runs is stopped
+	// first (StopLeftovers, with Grace), and each one stopped is printed
+	// after LeftoverPrefix. The check then sees the ports those groups
+	// held free.
+	Leftovers string
+	Grace     time.Duration
+	// RouteTo, when set, asks which of the host's network interfaces
+	// reaches this address (IfaceScript); the agent prints it after
+	// IfacePrefix, or nothing where it cannot tell.
+	RouteTo string
+}
+
+// PreflightCommand returns the argv of `drover agent preflight`, which
+// drover runs on each host (in the job's workdir, with its env) before
+// starting anything, so that a missing program or a taken port fails the
+// attempt with a clear message instead of as a crash of one rank. One
+// command stops the leftovers and checks, so that a host answers both in
+// one exchange.
+func PreflightCommand(binary string, o PreflightOptions) []string {
 	args := []string{binary, "agent", "preflight"}
-	for _, p := range ports {
+	if o.Leftovers != "" {
+		args = append(args, "--stop-leftovers", o.Leftovers)
+		if o.Grace > 0 {
+			args = append(args, "--grace", o.Grace.String())
+		}
+	}
+	if o.RouteTo != "" {
+		args = append(args, "--route-to", o.RouteTo)
+	}
+	for _, p := range o.Ports {
 		args = append(args, "--port", p)
 	}
-	if movePorts {
+	if o.MovePorts {
 		args = append(args, "--move-ports")
 	}
-	return append(args, "--", program)
+	args = append(args, "--")
+	if o.Program != "" {
+		args = append(args, o.Program)
+	}
+	return args
 }
+
+// IfacePrefix starts the line `drover agent preflight --route-to ADDR`
+// prints: "iface: NAME".
+const IfacePrefix = "iface: "
+
+// IfaceScript prints the name of the host's network interface that
+// reaches $1 (an IP or a name, resolved on the host): the interface
+// holding the address when it is the host's own, else the one its route
+// goes out of. It prints nothing where it cannot tell (no ip command).
+// drover runs it over the transport where no agent is installed (`drover
+// plan`), and the agent runs it for `drover run` (RouteIface).
+const IfaceScript = `a=$1
+ip=$(getent ahostsv4 "$a" 2>/dev/null | awk 'NR == 1 { print $1 }')
+[ -n "$ip" ] || ip=$a
+command -v ip >/dev/null 2>&1 || exit 0
+dev=$(ip -o addr show to "$ip" 2>/dev/null | awk '{ print $2; exit }')
+[ -n "$dev" ] || dev=$(ip route get "$ip" 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
+printf '%s\n' "$dev"`
+
+// RouteIface runs IfaceScript for addr here; "" where it cannot tell.
+// The caller checks that the answer looks like an interface name.
+func RouteIface(ctx context.Context, addr string) string {
+	out, err := exec.CommandContext(ctx, "sh", "-c", IfaceScript, "sh", addr).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// LeftoverPrefix starts each line `drover agent preflight --stop-leftovers`
+// prints about a leftover group it stopped.
+const LeftoverPrefix = "leftover: "
 
 // FreePortsPrefix starts the line `drover agent preflight --move-ports`
 // prints when the ports it was given are taken: "free-ports: BASE".
@@ -96,4 +170,31 @@ func FreePorts(n int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("find %d consecutive free ports: %w", n, last)
+}
+
+// StopLeftovers stops the group of every pidfile (*.pid) in dir that still
+// runs (StopLeftover) and returns what it stopped; a missing dir means
+// nothing ever ran there.
+func StopLeftovers(ctx context.Context, dir string, grace time.Duration) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stop leftovers: %w", err)
+	}
+	var stopped []string
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".pid") {
+			continue
+		}
+		msg, err := StopLeftover(ctx, filepath.Join(dir, e.Name()), grace)
+		if err != nil {
+			return stopped, err
+		}
+		if msg != "" {
+			stopped = append(stopped, msg)
+		}
+	}
+	return stopped, nil
 }

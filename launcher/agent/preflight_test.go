@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPreflight(t *testing.T) {
@@ -53,11 +54,15 @@ func TestPreflight(t *testing.T) {
 		})
 	}
 	want := []string{"/d", "agent", "preflight", "--port", "29500", "--port", "29501", "--", "python3"}
-	if got := PreflightCommand("/d", "python3", []string{"29500", "29501"}, false); !reflect.DeepEqual(got, want) {
+	if got := PreflightCommand("/d", PreflightOptions{Program: "python3", Ports: []string{"29500", "29501"}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("PreflightCommand = %q, want %q", got, want)
 	}
 	want = []string{"/d", "agent", "preflight", "--port", "29500", "--move-ports", "--", "python3"}
-	if got := PreflightCommand("/d", "python3", []string{"29500"}, true); !reflect.DeepEqual(got, want) {
+	if got := PreflightCommand("/d", PreflightOptions{Program: "python3", Ports: []string{"29500"}, MovePorts: true}); !reflect.DeepEqual(got, want) {
+		t.Errorf("PreflightCommand = %q, want %q", got, want)
+	}
+	want = []string{"/d", "agent", "preflight", "--stop-leftovers", "/w/.drover/pids", "--grace", "2s", "--"}
+	if got := PreflightCommand("/d", PreflightOptions{Leftovers: "/w/.drover/pids", Grace: 2 * time.Second}); !reflect.DeepEqual(got, want) {
 		t.Errorf("PreflightCommand = %q, want %q", got, want)
 	}
 }

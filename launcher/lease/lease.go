@@ -9,9 +9,10 @@
 // started) and a renewal count. A link is created atomically and fails
 // when one is there, so of two runs racing for a workdir exactly one
 // wins; it is read back with one request. The holder renews the lease
-// every RenewEvery over a connection of its own, which lives across the
-// run's attempts (each attempt closes its connections; the gap between
-// attempts can be long).
+// every RenewEvery over the connection its Dialer gives it, which must
+// live across the run's attempts (the gap between attempts can be long):
+// `drover run` gives it the run's own kept connection to the host, and
+// the holder closes what the Dialer returned when it gives up on it.
 //
 // Freshness is judged by watching, never by comparing clocks: a run that
 // finds another run's lease reads it again for StaleAfter, and a lease

@@ -1,8 +1,6 @@
 package remote
 
 import (
-	"bytes"
-	"context"
 	"debug/buildinfo"
 	"debug/elf"
 	"fmt"
@@ -12,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
@@ -129,6 +126,23 @@ func (a Agents) For(host string, p Platform) (Binary, error) {
 	return Binary{}, &NoAgentError{Host: host, Platform: p, Have: a.platforms(), Dir: filepath.Dir(a.Self)}
 }
 
+// candidates are the binaries a remote host may have from this drover:
+// every carried agent, and the running drover when it can be one.
+func (a Agents) candidates() []Binary {
+	var bs []Binary
+	for _, p := range CarriedPlatforms {
+		if b, ok := a.Carried[p]; ok {
+			bs = append(bs, b)
+		}
+	}
+	if a.self != nil {
+		if _, ok := a.Carried[a.selfFor]; !ok {
+			bs = append(bs, *a.self)
+		}
+	}
+	return bs
+}
+
 func (a Agents) platforms() []Platform {
 	var ps []Platform
 	for p := range a.Carried {
@@ -168,19 +182,6 @@ func (e *NoAgentError) Error() string {
 	return fmt.Sprintf("host %s is %s and this drover has no agent for it (it has %s): build one with "+
 		"`CGO_ENABLED=0 GOOS=%s GOARCH=%s go build -o %s ./cmd/drover` in drover's source, or run `make build`",
 		e.Host, e.Platform, have, goos, goarch, filepath.Join(e.Dir, AgentName(e.Platform)))
-}
-
-// hostPlatform runs `uname -sm` on the host and maps it to Go's names.
-func hostPlatform(ctx context.Context, t cluster.Transport) (Platform, error) {
-	out, err := output(ctx, t, "uname", "-sm")
-	if err != nil {
-		return "", fmt.Errorf("uname -sm: %w", err)
-	}
-	p, ok := unamePlatform(string(bytes.TrimSpace(out)))
-	if !ok {
-		return "", fmt.Errorf("uname -sm printed %q, want an OS and a machine", strings.TrimSpace(string(out)))
-	}
-	return p, nil
 }
 
 // unamePlatform maps `uname -sm` output ("Linux x86_64") to Go's names.

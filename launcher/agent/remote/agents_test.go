@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -43,8 +44,9 @@ func TestUnamePlatform(t *testing.T) {
 	}
 }
 
-// unameHost is a transport whose `uname -sm` prints a fixed answer; every
-// other call fails, so Install must stop at choosing the agent.
+// unameHost is a transport whose state command (`uname -sm` first) prints
+// a fixed answer; every other call fails, so Install must stop at choosing
+// the agent.
 type unameHost struct {
 	cluster.Transport
 	uname string
@@ -55,7 +57,7 @@ func (u unameHost) Host() config.Host {
 }
 
 func (u unameHost) Start(_ context.Context, c cluster.Cmd) (cluster.Process, error) {
-	if len(c.Args) != 2 || c.Args[0] != "uname" {
+	if len(c.Args) < 3 || c.Args[0] != "sh" || !strings.HasPrefix(c.Args[2], "uname -sm\n") {
 		return nil, errors.New("unexpected command")
 	}
 	_, _ = io.WriteString(c.Stdout, u.uname)

@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/droverhq/drover/cluster"
@@ -64,14 +64,15 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 		return "", fmt.Errorf("install drover agent on %s (%s): %s: %w", h.Name, h.Address, what, err)
 	}
 	// File access and the home do not depend on the platform: they are
-	// asked for beside uname, so that every attempt waits for the longer
-	// of the two rather than their sum (about 4 round trips each).
+	// asked for beside the host's state (platform, agents there), so that
+	// every install waits for the longer of the two rather than their sum.
 	files := make(chan homeFS, 1)
 	go func() { files <- openHome(ctx, t) }()
-	plat, err := hostPlatform(ctx, t)
+	st, err := readHostState(ctx, t, agents)
 	if err != nil {
 		return fail("find the host's platform", err)
 	}
+	plat := st.platform
 	bin, err := agents.For(h.Name, plat)
 	if err != nil {
 		return fail("choose an agent", err)
@@ -82,19 +83,14 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 		return fail(hf.what, hf.err)
 	}
 	rfs, home := hf.fs, hf.home
+	name := "drover-" + sum[:12]
 	dir := path.Join(home, agentDir)
-	dst := path.Join(dir, "drover-"+sum[:12])
-	if fi, err := rfs.Stat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == bin.Size {
-		if checkVersion(ctx, t, h.Name, plat, bin.Path, dst, want) == nil {
-			return dst, nil
-		}
-		// Another build under this name (or a damaged file): replace it.
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fail("stat "+dst, err)
+	dst := path.Join(dir, name)
+	if st.versions[name] == want {
+		return dst, nil
 	}
-	if err := rfs.MkdirAll(dir, 0o755); err != nil {
-		return fail("create "+dir, err)
-	}
+	// Not there, or another build under this name (or a damaged file):
+	// upload and replace it. The state command created dir.
 	tmp := path.Join(dir, ".drover-"+sum[:12]+".tmp-"+randomSuffix())
 	if err := upload(ctx, rfs, bin.Path, tmp); err != nil {
 		_ = rfs.Remove(tmp)
@@ -131,10 +127,62 @@ func openHome(ctx context.Context, t cluster.Transport) homeFS {
 	return homeFS{fs: rfs, home: home}
 }
 
-// checkVersion runs `remote agent version` on the host and compares its
-// answer with want.
+// hostState is what one command told of a host before an install: its
+// platform, and the version each agent already there answers, by file
+// name.
+type hostState struct {
+	platform Platform
+	versions map[string]string
+}
+
+// stateScript prints `uname -sm`, creates the agent directory ($1,
+// relative to the home) and, for each candidate agent ($2...: file name
+// and size) there with that size, "have NAME VERSION" with what it
+// answers to `agent version`: everything an install needs to know in one
+// exchange with the host.
+const stateScript = `uname -sm
+dir=$1
+shift
+mkdir -p "$dir" 2>/dev/null
+while [ $# -ge 2 ]; do
+	f=$dir/$1
+	if [ -f "$f" ] && [ -x "$f" ] && [ "$(wc -c <"$f")" -eq "$2" ]; then
+		v=$("$f" agent version 2>/dev/null) && printf 'have %s %s\n' "$1" "$v"
+	fi
+	shift 2
+done
+exit 0`
+
+// readHostState runs stateScript for every agent agents can offer.
+func readHostState(ctx context.Context, t cluster.Transport, agents Agents) (hostState, error) {
+	args := []string{"sh", "-c", stateScript, "sh", agentDir}
+	for _, b := range agents.candidates() {
+		args = append(args, "drover-"+b.Sum[:12], strconv.FormatInt(b.Size, 10))
+	}
+	out, err := output(ctx, t, args...)
+	if err != nil {
+		return hostState{}, fmt.Errorf("uname -sm: %w", err)
+	}
+	first, rest, _ := strings.Cut(string(out), "\n")
+	p, ok := unamePlatform(strings.TrimSpace(first))
+	if !ok {
+		return hostState{}, fmt.Errorf("uname -sm printed %q, want an OS and a machine", strings.TrimSpace(first))
+	}
+	st := hostState{platform: p, versions: map[string]string{}}
+	for _, l := range strings.Split(rest, "\n") {
+		if have, ok := strings.CutPrefix(l, "have "); ok {
+			name, version, _ := strings.Cut(have, " ")
+			st.versions[name] = version
+		}
+	}
+	return st, nil
+}
+
+// checkVersion makes remote executable and runs `remote agent version` on
+// the host (one command), and compares its answer with want.
 func checkVersion(ctx context.Context, t cluster.Transport, host string, plat Platform, local, remote, want string) error {
-	out, err := output(ctx, t, agent.VersionCommand(remote)...)
+	args := append([]string{"sh", "-c", `chmod 755 "$1" && exec "$@"`, "sh"}, agent.VersionCommand(remote)...)
+	out, err := output(ctx, t, args...)
 	got := strings.TrimSpace(string(out))
 	if err != nil {
 		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote, Err: err}
@@ -147,8 +195,9 @@ func checkVersion(ctx context.Context, t cluster.Transport, host string, plat Pl
 }
 
 // upload copies local to remote with the size known to the writer, so that
-// pkg/sftp pipelines the writes (File.ReadFrom with a sized reader), and
-// makes the result executable.
+// pkg/sftp pipelines the writes (File.ReadFrom with a sized reader). The
+// version check makes it executable (checkVersion): a chmod of its own
+// would cost a round trip.
 func upload(ctx context.Context, rfs cluster.FS, local, remote string) error {
 	f, err := os.Open(local)
 	if err != nil {
@@ -164,10 +213,7 @@ func upload(ctx context.Context, rfs cluster.FS, local, remote string) error {
 		return err
 	}
 	_, cerr := io.Copy(w, &sizedReader{ctx: ctx, r: f, size: fi.Size()})
-	if err := errors.Join(cerr, w.Close()); err != nil {
-		return err
-	}
-	return rfs.Chmod(remote, 0o755)
+	return errors.Join(cerr, w.Close())
 }
 
 // sizedReader stops a copy when ctx is cancelled and tells the writer how
