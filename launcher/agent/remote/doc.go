@@ -17,9 +17,10 @@
 //
 // Agents are named by content (~/.drover/bin/drover-<12 hex of sha256>), so
 // several drover versions coexist and a host that has this one gets nothing
-// uploaded. An upload goes to a temporary name with writes pipelined (a few
-// round trips per MiB instead of one per 32 KiB), is run once (`drover
-// agent version`) and only then renamed into place: a host that cannot
+// uploaded. An upload goes to a temporary name on a command's stdin (one
+// command writes it and runs it once, `drover agent version`; a channel
+// of its own, so that the SFTP session the lease and the push use does
+// not queue behind it) and only then is renamed into place: a host that cannot
 // execute it (wrong loader, noexec home) is a *CannotRunError carrying the
 // loader's words, before any process starts, and a file under the final
 // name that answers another version is replaced.

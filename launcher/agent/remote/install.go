@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -92,12 +94,12 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 	// Not there, or another build under this name (or a damaged file):
 	// upload and replace it. The state command created dir.
 	tmp := path.Join(dir, ".drover-"+sum[:12]+".tmp-"+randomSuffix())
-	if err := upload(ctx, rfs, bin.Path, tmp); err != nil {
+	if err := uploadAndCheck(ctx, t, h.Name, plat, bin.Path, tmp, want); err != nil {
 		_ = rfs.Remove(tmp)
-		return fail("upload to "+tmp, err)
-	}
-	if err := checkVersion(ctx, t, h.Name, plat, bin.Path, tmp, want); err != nil {
-		_ = rfs.Remove(tmp)
+		var ue *uploadError
+		if errors.As(err, &ue) {
+			return fail("upload to "+tmp, ue.err)
+		}
 		return "", fmt.Errorf("install drover agent on %s (%s): %w", h.Name, h.Address, err)
 	}
 	if err := rfs.Rename(tmp, dst); err != nil {
@@ -178,66 +180,97 @@ func readHostState(ctx context.Context, t cluster.Transport, agents Agents) (hos
 	return st, nil
 }
 
-// checkVersion makes remote executable and runs `remote agent version` on
-// the host (one command), and compares its answer with want.
-func checkVersion(ctx context.Context, t cluster.Transport, host string, plat Platform, local, remote, want string) error {
-	args := append([]string{"sh", "-c", `chmod 755 "$1" && exec "$@"`, "sh"}, agent.VersionCommand(remote)...)
-	out, err := output(ctx, t, args...)
-	got := strings.TrimSpace(string(out))
+// uploadScript writes its stdin to $1, makes it executable and runs "$@"
+// (the agent's version command): the upload and its check in one command.
+// A failed write exits uploadFailed, so that a full disk is not taken for
+// an agent that does not run.
+const uploadScript = `cat >"$1" || exit 97
+chmod 755 "$1" || exit 97
+exec "$@"`
+
+// uploadFailed is uploadScript's exit status when the file could not be
+// written.
+const uploadFailed = 97
+
+// uploadError is an upload that did not arrive (as opposed to an agent
+// that arrived and does not run).
+type uploadError struct{ err error }
+
+func (e *uploadError) Error() string { return e.err.Error() }
+func (e *uploadError) Unwrap() error { return e.err }
+
+// uploadAndCheck sends local to remote on a command's stdin, makes it
+// executable and runs `remote agent version` there (uploadScript), and
+// compares its answer with want. The agent goes over a channel of its
+// own rather than the SFTP session: the host's sftp-server answers in
+// order, and an agent of several MiB in its channel's window made every
+// request the run sent beside it (the workdir lease, a first push) wait a
+// round trip more each. One command also saves the round trips of opening,
+// closing and checking the file separately.
+func uploadAndCheck(ctx context.Context, t cluster.Transport, host string, plat Platform, local, remote, want string) error {
+	f, err := os.Open(local)
 	if err != nil {
-		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote, Err: err}
+		return &uploadError{err}
 	}
-	if got != want {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return &uploadError{err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout(fi.Size()))
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	args := append([]string{"sh", "-c", uploadScript, "sh"}, agent.VersionCommand(remote)...)
+	p, err := t.Start(ctx, cluster.Cmd{Args: args, Stdin: &ctxReader{ctx: ctx, r: f}, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		return &uploadError{fmt.Errorf("start sh: %w", err)}
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- p.Wait() }()
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		return &uploadError{ctx.Err()}
+	}
+	got := strings.TrimSpace(stdout.String())
+	var ee *cluster.ExitError
+	switch {
+	case errors.As(err, &ee) && ee.Code == uploadFailed:
+		msg := firstLine(stderr.Bytes())
+		if msg == "" {
+			msg = "the host could not write it"
+		}
+		return &uploadError{fmt.Errorf("%w: %s", err, msg)}
+	case err != nil:
+		if msg := firstLine(stderr.Bytes()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote, Err: err}
+	case got != want:
 		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote,
 			Output: fmt.Sprintf("it answers %q, want %q", got, want)}
 	}
 	return nil
 }
 
-// upload copies local to remote with the size known to the writer, so that
-// pkg/sftp pipelines the writes (File.ReadFrom with a sized reader). The
-// version check makes it executable (checkVersion): a chmod of its own
-// would cost a round trip.
-func upload(ctx context.Context, rfs cluster.FS, local, remote string) error {
-	f, err := os.Open(local)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	w, err := rfs.Create(remote)
-	if err != nil {
-		return err
-	}
-	_, cerr := io.Copy(w, &sizedReader{ctx: ctx, r: f, size: fi.Size()})
-	return errors.Join(cerr, w.Close())
+// uploadTimeout bounds an upload: a step's time plus a minute per 8 MiB,
+// so a slow link still gets an agent across.
+func uploadTimeout(size int64) time.Duration {
+	return stepTimeout + time.Duration(size/(8<<20))*time.Minute
 }
 
-// sizedReader stops a copy when ctx is cancelled and tells the writer how
-// much is coming: pkg/sftp's File.ReadFrom issues concurrent writes only
-// for readers with a Size (or Len), and one 32 KiB write per round trip
-// otherwise.
-type sizedReader struct {
-	ctx  context.Context
-	r    io.Reader
-	size int64
-	read int64
+// ctxReader stops an upload when ctx is cancelled.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
 }
 
-func (s *sizedReader) Read(p []byte) (int, error) {
-	if err := s.ctx.Err(); err != nil {
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
 		return 0, err
 	}
-	n, err := s.r.Read(p)
-	s.read += int64(n)
-	return n, err
+	return c.r.Read(p)
 }
-
-// Size is what remains to be read.
-func (s *sizedReader) Size() int64 { return s.size - s.read }
 
 func fileSum(p string) (string, error) {
 	f, err := os.Open(p)

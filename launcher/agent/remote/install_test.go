@@ -1,7 +1,10 @@
 package remote
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path"
 	"regexp"
@@ -110,4 +113,44 @@ func agentVersion(a Agents) (string, error) {
 		return "", err
 	}
 	return agent.FileVersion(b.Path)
+}
+
+// The agent goes over a command's stdin (not the SFTP session, which the
+// lease and the push share): what arrives is the local file byte for byte.
+// A host that cannot write it (the agent directory read-only) fails the
+// upload, named as such and not as an agent that does not run, and leaves
+// nothing behind.
+func TestFleetInstallUploadOverCommand(t *testing.T) {
+	ts := dialFleet(t)
+	tr := ts[1]
+	agents := selfAgents(t)
+	fsys, err := tr.FS(context.Background())
+	require.NoError(t, err)
+	home, err := fsys.Home()
+	require.NoError(t, err)
+	dir := path.Join(home, agentDir)
+	require.NoError(t, fsys.RemoveAll(dir))
+	require.NoError(t, fsys.MkdirAll(dir, 0o755))
+	require.NoError(t, fsys.Chmod(dir, 0o555))
+	_, err = install(t, tr, agents)
+	require.NoError(t, fsys.Chmod(dir, 0o755))
+	require.Error(t, err)
+	var cre *CannotRunError
+	assert.False(t, errors.As(err, &cre), "a failed write is not an agent that does not run: %v", err)
+	assert.Contains(t, err.Error(), "upload to "+dir)
+	assertOnlyAgents(t, fsys, dir)
+
+	remote, err := install(t, tr, agents)
+	require.NoError(t, err)
+	b, err := agents.For("me", Platform(runtime.GOOS+"/"+runtime.GOARCH))
+	require.NoError(t, err)
+	want, err := os.ReadFile(b.Path)
+	require.NoError(t, err)
+	r, err := fsys.Open(remote)
+	require.NoError(t, err)
+	got, err := io.ReadAll(r)
+	require.NoError(t, r.Close())
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "the installed agent differs from the local one (%d bytes, want %d)", len(got), len(want))
+	assertOnlyAgents(t, fsys, dir)
 }
