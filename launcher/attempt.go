@@ -21,6 +21,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -439,14 +440,18 @@ func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
 // attempt did not install it over (a kept connection's agent was checked
 // when it was installed; after a setup failure the next attempt starts on
 // new connections, see forgetPrepared). It sets hostConn.agent and nothing
-// else, so it runs beside the other setup steps.
+// else (on the host it also creates the workdir's state directory, which
+// the lease would create otherwise), so it runs beside the other setup
+// steps.
 func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
 		if c.agent != "" {
 			return nil
 		}
 		var err error
-		c.agent, err = remote.Install(ctx, c.t, a.r.agents)
+		// The lease, taken beside the install, then finds the
+		// workdir's state directory there (see lease.File).
+		c.agent, err = remote.Install(ctx, c.t, a.r.agents, path.Join(c.host.Workdir, path.Dir(lease.File)))
 		return err // "install drover agent on <host> (<address>): ..."
 	})
 }

@@ -245,13 +245,24 @@ func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
 	if err := l.connect(ctx); err != nil {
 		return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
 	}
-	if err := l.fs.MkdirAll(path.Dir(l.file), 0o755); err != nil {
-		l.close()
-		return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
+	// The usual case, a workdir whose state directory is there (a run
+	// before this one, or the agent's install made it), costs the one
+	// request that creates the lease; only a missing directory is made
+	// first, and only a lease already there goes through take.
+	err := l.fs.Symlink(h.mine(l), l.file)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		err = l.fs.MkdirAll(path.Dir(l.file), 0o755)
+		if err != nil {
+			l.close()
+			return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
+		}
+		err = errors.New("not created yet")
 	}
-	if err := h.take(ctx, l); err != nil {
-		l.close()
-		return err
+	if err != nil {
+		if err := h.take(ctx, l); err != nil {
+			l.close()
+			return err
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -53,7 +53,14 @@ func (e *CannotRunError) Unwrap() error { return e.Err }
 // Install makes the agent for t's host available there and returns its
 // absolute path on the host. For a local host the running drover is used
 // where it is. See the package doc for the steps and their guarantees.
-func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePath string, err error) {
+//
+// dirs, relative to the home unless absolute, are created (mkdir -p) by
+// the command that reads the host's state, which runs anyway: `drover
+// run` passes its workdir's state directory, so that the workdir lease
+// taken beside the install finds it there and costs one request instead
+// of one per missing directory. What fails to be created is left for
+// its user to create (and report).
+func Install(ctx context.Context, t cluster.Transport, agents Agents, dirs ...string) (remotePath string, err error) {
 	h := t.Host()
 	if h.Transport == config.TransportLocal {
 		abs, err := filepath.Abs(agents.Self)
@@ -70,7 +77,7 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents) (remotePat
 	// every install waits for the longer of the two rather than their sum.
 	files := make(chan homeFS, 1)
 	go func() { files <- openHome(ctx, t) }()
-	st, err := readHostState(ctx, t, agents)
+	st, err := readHostState(ctx, t, agents, dirs)
 	if err != nil {
 		return fail("find the host's platform", err)
 	}
@@ -138,14 +145,20 @@ type hostState struct {
 }
 
 // stateScript prints `uname -sm`, creates the agent directory ($1,
-// relative to the home) and, for each candidate agent ($2...: file name
-// and size) there with that size, "have NAME VERSION" with what it
-// answers to `agent version`: everything an install needs to know in one
-// exchange with the host.
+// relative to the home) and the $2 directories after it, and, for each
+// candidate agent (then: file name and size) there with that size, "have
+// NAME VERSION" with what it answers to `agent version`: everything an
+// install needs to know in one exchange with the host.
 const stateScript = `uname -sm
 dir=$1
-shift
+n=$2
+shift 2
 mkdir -p "$dir" 2>/dev/null
+while [ "$n" -gt 0 ]; do
+	mkdir -p -- "$1" 2>/dev/null
+	shift
+	n=$((n - 1))
+done
 while [ $# -ge 2 ]; do
 	f=$dir/$1
 	if [ -f "$f" ] && [ -x "$f" ] && [ "$(wc -c <"$f")" -eq "$2" ]; then
@@ -155,9 +168,11 @@ while [ $# -ge 2 ]; do
 done
 exit 0`
 
-// readHostState runs stateScript for every agent agents can offer.
-func readHostState(ctx context.Context, t cluster.Transport, agents Agents) (hostState, error) {
-	args := []string{"sh", "-c", stateScript, "sh", agentDir}
+// readHostState runs stateScript for every agent agents can offer,
+// creating dirs too.
+func readHostState(ctx context.Context, t cluster.Transport, agents Agents, dirs []string) (hostState, error) {
+	args := []string{"sh", "-c", stateScript, "sh", agentDir, strconv.Itoa(len(dirs))}
+	args = append(args, dirs...)
 	for _, b := range agents.candidates() {
 		args = append(args, "drover-"+b.Sum[:12], strconv.FormatInt(b.Size, 10))
 	}
