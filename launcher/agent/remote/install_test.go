@@ -119,7 +119,7 @@ func agentVersion(a Agents) (string, error) {
 // lease and the push share): what arrives is the local file byte for byte.
 // A host that cannot write it (the agent directory read-only) fails the
 // upload, named as such and not as an agent that does not run, and leaves
-// nothing behind.
+// nothing behind. The state command creates the directories it is given.
 func TestFleetInstallUploadOverCommand(t *testing.T) {
 	ts := dialFleet(t)
 	tr := ts[1]
@@ -140,8 +140,17 @@ func TestFleetInstallUploadOverCommand(t *testing.T) {
 	assert.Contains(t, err.Error(), "upload to "+dir)
 	assertOnlyAgents(t, fsys, dir)
 
-	remote, err := install(t, tr, agents)
+	// The state command creates the directories it is given (a run's
+	// workdir state directory), missing parents included.
+	require.NoError(t, fsys.RemoveAll(path.Join(home, "fresh-wd")))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	remote, err := Install(ctx, tr, agents, "fresh-wd/.drover")
 	require.NoError(t, err)
+	fi, err := fsys.Lstat(path.Join(home, "fresh-wd/.drover"))
+	require.NoError(t, err)
+	assert.True(t, fi.IsDir(), "fresh-wd/.drover is a %v", fi.Mode())
+	require.NoError(t, fsys.RemoveAll(path.Join(home, "fresh-wd")))
 	b, err := agents.For("me", Platform(runtime.GOOS+"/"+runtime.GOARCH))
 	require.NoError(t, err)
 	want, err := os.ReadFile(b.Path)
