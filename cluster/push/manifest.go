@@ -501,22 +501,32 @@ func (s stateSum) String() string {
 // sum, one of format 1 (which promised another file), or one left from
 // another manifest, is no promise.
 func hostSum(fsys cluster.FS, workdir string) stateSum {
+	sum, _ := hostState(fsys, workdir)
+	return sum
+}
+
+// hostState is hostSum, and whether the stat that checked the sum found
+// no manifest.json at all (errNoManifest for readState's ErrNotExist
+// without reading it again: a first push saves a round trip).
+func hostState(fsys cluster.FS, workdir string) (sum stateSum, noManifest bool) {
 	var size int64 = -1
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if info, err := fsys.Stat(path.Join(workdir, manifestName)); err == nil {
+		info, err := fsys.Stat(path.Join(workdir, manifestName))
+		if err == nil {
 			size = info.Size()
 		}
+		noManifest = errors.Is(err, fs.ErrNotExist)
 	}()
 	target, err := fsys.Readlink(path.Join(workdir, sumName))
 	<-done
 	f := strings.Fields(target)
 	if err != nil || len(f) != 4 || f[0] != "v2" || !isKey(f[1]) || !isKey(f[2]) || target != strings.Join(f, " ") ||
 		f[3] != strconv.FormatInt(size, 10) {
-		return stateSum{}
+		return stateSum{}, noManifest
 	}
-	return stateSum{tree: f[1], base: f[2], baseSize: size}
+	return stateSum{tree: f[1], base: f[2], baseSize: size}, noManifest
 }
 
 // writeSum replaces manifest.sum outside a commit, to repair a host whose

@@ -666,7 +666,7 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 			p.hadTmp = true
 		}
 	}()
-	sum := hostSum(s.fs, s.workdir)
+	sum, noManifest := hostState(s.fs, s.workdir)
 	wg.Wait()
 	if sum.tree == s.tree.key && !p.hadTmp {
 		p.unchange = len(s.tree.Files)
@@ -679,7 +679,11 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 		old, base, err = readVouched(s.fs, s.workdir, sum, mm)
 	}
 	vouched := sum.tree != "" && err == nil
-	if !vouched {
+	switch {
+	case !vouched && noManifest:
+		// What readState would find, asked for one round trip sooner.
+		err = fmt.Errorf("%w: %w", errNoManifest, &fs.PathError{Op: "stat", Path: path.Join(s.workdir, manifestName), Err: fs.ErrNotExist})
+	case !vouched:
 		old, p.journal, sum, base, err = readState(s.fs, s.workdir, mm)
 	}
 	if err == nil {
