@@ -544,7 +544,7 @@ func (s *syncer) run(ctx context.Context) error {
 		defer func() { <-done }()
 		listed = func() (hostView, error) { <-done; return view, lerr }
 	}
-	p, err := s.plan(ctx)
+	p, err := s.plan(ctx, listed)
 	if err != nil {
 		return err
 	}
@@ -646,8 +646,10 @@ func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error 
 }
 
 // plan reads the manifest (and checks for leftovers) and compares it with
-// the tree. Without a usable manifest it stats the remote files instead.
-func (s *syncer) plan(ctx context.Context) (*plan, error) {
+// the tree. Without a usable manifest it stats the remote files instead,
+// or, verifying, takes them from the listing of the host's tree (listed),
+// which has them already.
+func (s *syncer) plan(ctx context.Context, listed func() (hostView, error)) (*plan, error) {
 	p := &plan{}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -723,7 +725,16 @@ func (s *syncer) plan(ctx context.Context) (*plan, error) {
 		if !errors.Is(err, fs.ErrNotExist) { // first push: nothing to say
 			s.res.Warnings = append(s.res.Warnings, err.Error())
 		}
-		return p, s.planFromStat(ctx, p)
+		if s.opts.Verify != VerifyNone {
+			// Listed beside the plan: a first push into a fresh
+			// workdir needs no stat of its own.
+			view, err := listed()
+			if err != nil {
+				return nil, err
+			}
+			return p, s.planFromStat(ctx, p, view)
+		}
+		return p, s.planFromStat(ctx, p, nil)
 	default:
 		return nil, err
 	}
@@ -774,19 +785,30 @@ func (s *syncer) planFromManifest(p *plan, old []byte) error {
 
 // planFromStat compares by size, mtime (to the second, as SFTP keeps it)
 // and mode, re-sending whenever unsure. Nothing is deleted: without a
-// manifest push cannot tell its own files from the job's.
-func (s *syncer) planFromStat(ctx context.Context, p *plan) error {
+// manifest push cannot tell its own files from the job's. view, when not
+// nil, is the host's tree as listTree listed it (a nil info: not there);
+// paths it lacks are looked at with Lstat.
+func (s *syncer) planFromStat(ctx context.Context, p *plan, view hostView) error {
 	files, dirs := s.tree.Files, s.tree.Dirs
+	lstat := func(rel string) (fs.FileInfo, error) {
+		if info, ok := view[rel]; ok {
+			if info == nil {
+				return nil, fs.ErrNotExist
+			}
+			return info, nil
+		}
+		return s.fs.Lstat(s.remote(rel))
+	}
 	verdict := make([]int, len(files)) // 0 send, 1 meta, 2 unchanged
 	// The directories are looked at in the same round, for guard.
 	dirInfo := make([]fs.FileInfo, len(dirs))
 	err := forEach(ctx, len(files)+len(dirs), s.opts.concurrency(), func(_ context.Context, i int) error {
 		if i >= len(files) {
-			dirInfo[i-len(files)], _ = s.fs.Lstat(s.remote(dirs[i-len(files)].Path))
+			dirInfo[i-len(files)], _ = lstat(dirs[i-len(files)].Path)
 			return nil
 		}
 		f := &files[i]
-		info, err := s.fs.Lstat(s.remote(f.Path))
+		info, err := lstat(f.Path)
 		if err != nil || !info.Mode().IsRegular() || info.Size() != f.Size ||
 			info.ModTime().Unix() != f.ModTime.Unix() {
 			return nil // send

@@ -31,6 +31,7 @@ var safetyTests = []struct {
 	{"SymlinkedDirReplacedStream", func(e *env) { testSymlinkedDir(e, 2*streamMin) }},
 	{"SymlinkedFileNotChmodded", testSymlinkedFile},
 	{"SymlinkBeforeFirstPush", testSymlinkBeforeFirstPush},
+	{"SymlinkBeforeFirstPushVerified", testSymlinkBeforeFirstPushVerified},
 	{"VerifyRepairsDrift", testVerifyRepairsDrift},
 	{"VerifyRepairsDriftStream", testVerifyRepairsManyFiles},
 	{"CancelledDuringCommitFinishes", func(e *env) { testCancelledDuringCommit(e, 0) }},
@@ -351,4 +352,27 @@ func testSymlinkBeforeFirstPush(e *env) {
 	e.push(nil, Options{})
 	e.requireDataset(dataset)
 	assert.Equal(t, e.pushed(), e.remote())
+}
+
+// testSymlinkBeforeFirstPushVerified is drover run's first push into a
+// workdir with no manifest (VerifyStat), planned from the listing of the
+// host's tree rather than a stat of each path: a directory and a file of
+// the tree that are links on the host are still replaced, never written
+// through, and the commit record is written (the next push finds the tree
+// there and sends nothing).
+func testSymlinkBeforeFirstPushVerified(e *env) {
+	t := e.t
+	writeFiles(t, e.local, map[string]string{"train.py": "t", "notes.txt": "n", "data/README": "ours", "data/sub/x": "x"})
+	dataset := e.dataset()
+	require.NoError(t, e.fs.MkdirAll(e.dir, 0o755))
+	e.linkOver("data", dataset)
+	e.linkOver("notes.txt", path.Join(dataset, "other.txt"))
+	res := e.push(nil, Options{Verify: VerifyStat})
+	assert.Equal(t, 4, res.FilesSent)
+	e.requireDataset(dataset)
+	assert.Equal(t, e.pushed(), e.remote())
+	assert.NotEmpty(t, hostSum(e.fs, e.dir).tree, "the commit record vouches for the tree")
+	res = e.push(nil, Options{})
+	assert.Equal(t, 0, res.FilesSent)
+	assert.Equal(t, 4, res.FilesUnchanged)
 }
