@@ -178,8 +178,10 @@ func TestRunRestartResumesFromStagedCheckpoint(t *testing.T) {
 	bin := buildDrover(t)
 	job := localJob(t, `
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then
-	if [ "$RANK" = 0 ]; then mkdir -p ckpt && echo weights >ckpt/step-7.pt; fi
-	exit 3
+	# Only rank 0 fails, after its checkpoint: a rank that failed first
+	# could have the group stopped before the checkpoint exists.
+	if [ "$RANK" = 0 ]; then mkdir -p ckpt && echo weights >ckpt/step-7.pt; exit 3; fi
+	exec sleep 60
 fi
 echo "resume=$DROVER_RESUME_FROM"
 `, "master_port = 29685\nmax_restarts = 1\ncheckpoint_dir = \"ckpt\"\n")

@@ -291,7 +291,35 @@ func sanitizeName(s string) string {
 
 // job reads the [job] table and applies defaults.
 func (w *walker) job(top tbl, dir string) Job {
-	j := Job{
+	j := defaultJob(dir)
+	t, ok := w.table(top, "job", jobSchema)
+	if !ok {
+		if _, present := top.m["job"]; !present {
+			w.missing(top, "job", "missing [job] table",
+				`add a [job] table with at least name = "mnist", framework = "pytorch" and command = ["python3", "train.py"]`)
+		}
+		return j
+	}
+	w.unknown(t)
+	w.jobIdentity(t, &j)
+	w.jobCode(t, &j, dir)
+	w.jobFiles(t, &j, dir)
+	w.jobLayout(t, &j)
+	w.jobRestarts(t, &j)
+	if n, ok := w.count(t, "gpu_max_used_mib"); ok {
+		j.GPUMaxUsedMiB = n
+	}
+	if n, ok := w.integer(t, "min_gpus", 0, 1024, "between 0 and 1024"); ok {
+		j.MinGPUs = n
+	}
+	j.Roles = w.roles(t, j.Framework)
+	return j
+}
+
+// defaultJob is a job with every default set; dir is the job file's
+// directory, the default code directory.
+func defaultJob(dir string) Job {
+	return Job{
 		Code:              dir,
 		CheckpointDir:     DefaultCheckpointDir,
 		CheckpointCopies:  DefaultCheckpointCopies,
@@ -309,16 +337,10 @@ func (w *walker) job(top tbl, dir string) Job {
 		HostWait:          DefaultHostWait,
 		GPUMaxUsedMiB:     DefaultGPUMaxUsedMiB,
 	}
-	t, ok := w.table(top, "job", jobSchema)
-	if !ok {
-		if _, present := top.m["job"]; !present {
-			w.missing(top, "job", "missing [job] table",
-				`add a [job] table with at least name = "mnist", framework = "pytorch" and command = ["python3", "train.py"]`)
-		}
-		return j
-	}
-	w.unknown(t)
+}
 
+// jobIdentity reads what the job is: name, framework and command.
+func (w *walker) jobIdentity(t tbl, j *Job) {
 	if s, ok := w.name(t, "name", "job"); ok {
 		j.Name = s
 		w.checkJobName(t, s)
@@ -331,7 +353,10 @@ func (w *walker) job(top tbl, dir string) Job {
 		w.missing(t, "framework", "missing framework", `add framework = "pytorch" (or "torchrun", "tensorflow", "jax") under [job]`)
 	}
 	j.Command = w.command(t)
+}
 
+// jobCode reads code, the directory pushed to the hosts, which must exist.
+func (w *walker) jobCode(t tbl, j *Job, dir string) {
 	if s, ok := w.str(t, "code"); ok {
 		if s == "" {
 			w.add(t.key("code"), "must not be empty", `write code = "." for the job file's directory`)
@@ -348,7 +373,11 @@ func (w *walker) job(top tbl, dir string) Job {
 		w.add(t.key("code"), fmt.Sprintf("code %s is not a directory", j.Code),
 			`point code at the directory that holds the training script, e.g. code = "."`)
 	}
+}
 
+// jobFiles reads where the job's files go on the hosts and what is kept
+// of them: workdir, checkpoints and their copies, push exclusions.
+func (w *walker) jobFiles(t tbl, j *Job, dir string) {
 	j.Workdir = "drover/" + j.Name
 	if s, ok := w.remotePath(t, "workdir"); ok {
 		j.Workdir = s
@@ -365,10 +394,20 @@ func (w *walker) job(top tbl, dir string) Job {
 			j.CheckpointMarker = s
 		}
 	}
-	w.checkpointCopies(t, &j, dir)
-	if n, ok := w.count(t, "max_restarts"); ok {
-		j.MaxRestarts = n
+	w.checkpointCopies(t, j, dir)
+	if pats, ok := w.strList(t, "exclude"); ok {
+		for _, p := range pats {
+			if strings.TrimSpace(p) == "" {
+				w.add(t.key("exclude"), "contains an empty pattern", `remove the "" element; patterns look like "data/" or "*.pt"`)
+			}
+		}
+		j.Exclude = pats
 	}
+}
+
+// jobLayout reads how processes are laid out: processes per host, ports
+// and the environment.
+func (w *walker) jobLayout(t tbl, j *Job) {
 	if n, ok := w.integer(t, "procs_per_host", 1, 4096, "between 1 and 4096"); ok {
 		j.ProcsPerHost = n
 	}
@@ -379,13 +418,12 @@ func (w *walker) job(top tbl, dir string) Job {
 		j.BasePort = n
 	}
 	j.Env = w.env(t, "[job.env]", j.Framework)
-	if pats, ok := w.strList(t, "exclude"); ok {
-		for _, p := range pats {
-			if strings.TrimSpace(p) == "" {
-				w.add(t.key("exclude"), "contains an empty pattern", `remove the "" element; patterns look like "data/" or "*.pt"`)
-			}
-		}
-		j.Exclude = pats
+}
+
+// jobRestarts reads when the job succeeds and how it restarts.
+func (w *walker) jobRestarts(t tbl, j *Job) {
+	if n, ok := w.count(t, "max_restarts"); ok {
+		j.MaxRestarts = n
 	}
 	if s, ok := w.enum(t, "success_policy", string(SuccessAllWorkers), string(SuccessChief)); ok {
 		j.SuccessPolicy = SuccessPolicy(s)
@@ -410,15 +448,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	if d, ok := w.duration(t, "host_wait"); ok {
 		j.HostWait = d
 	}
-	w.recovery(t, &j)
-	if n, ok := w.count(t, "gpu_max_used_mib"); ok {
-		j.GPUMaxUsedMiB = n
-	}
-	if n, ok := w.integer(t, "min_gpus", 0, 1024, "between 0 and 1024"); ok {
-		j.MinGPUs = n
-	}
-	j.Roles = w.roles(t, j.Framework)
-	return j
+	w.recovery(t, j)
 }
 
 // recovery reads the keys that say how drover recovers from failures

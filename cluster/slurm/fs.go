@@ -4,14 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
-
-	"github.com/pkg/sftp"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -106,116 +101,32 @@ func (t *transport) sharesFS(ctx context.Context) (bool, error) {
 // distribution keeps it, on the step's stdin and stdout.
 const sftpServerScript = `for p in /usr/lib/openssh/sftp-server /usr/libexec/openssh/sftp-server /usr/lib/ssh/sftp-server /usr/libexec/sftp-server /usr/lib/sftp-server; do if [ -x "$p" ]; then exec "$p"; fi; done; echo "no sftp-server (OpenSSH's) on this node" >&2; exit 127`
 
-// remoteFS is the file access of a node that does not share this
+// remoteFS opens the file access of a node that does not share this
 // machine's filesystem: OpenSSH's sftp-server in a step on the node,
-// speaking SFTP over the step's stdin and stdout, under the same SFTP FS
-// the SSH transport uses (cluster.NewSFTPFS). Push, agent install and
-// checkpoint discovery then work on the node exactly as over SSH, tar
-// streams included (ExtractTar starts tar in a step of its own).
-type remoteFS struct {
-	fs     cluster.FS
-	c      *sftp.Client
-	p      cluster.Process
-	stdin  *io.PipeWriter
-	stderr *cluster.TailBuffer
-	done   chan struct{} // closed once the step has ended
-	err    error         // the step's end, once done
-}
-
-// errStepEnded fails SFTP requests written after the server's step ended.
-var errStepEnded = errors.New("the step serving the node's files ended")
-
+// speaking SFTP over the step's stdin and stdout (cluster.CommandFS, the
+// SFTP FS the SSH transport uses). Push, agent install and checkpoint
+// discovery then work on the node exactly as over SSH, tar streams
+// included (ExtractTar starts tar in a step of its own). The step serves
+// every later call, so it outlives ctx; Close stops it, and nothing is
+// left running on the node.
 func (t *transport) remoteFS(ctx context.Context) (cluster.FS, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.fs != nil {
-		return t.fs.fs, nil
+		return t.fs.FS, nil // the SFTP FS itself, with its optional methods (ExtractTar)
 	}
 	if t.closed {
 		return nil, fmt.Errorf("open file access on %s (slurm): transport closed", t.host.Name)
 	}
-	f, err := t.startSFTP(ctx)
+	// --unbuffered: without it slurmstepd passes on whole lines only,
+	// and an SFTP exchange waits forever.
+	step := func(ctx context.Context, c cluster.Cmd) (cluster.Process, error) {
+		return t.start(context.WithoutCancel(ctx), c, true)
+	}
+	f, err := cluster.OpenCommandFSWith(ctx, t, step, []string{"/bin/sh", "-c", sftpServerScript})
 	if err != nil {
 		return nil, fmt.Errorf("open file access on %s (slurm, job %s) through sftp-server in a step: %w", t.host.Name, t.opts.JobID, err)
 	}
 	t.fs = f
-	return f.fs, nil
-}
-
-// startSFTP starts the server's step and the client over it. The step
-// outlives ctx (the FS serves every later call); Close stops it.
-func (t *transport) startSFTP(ctx context.Context) (*remoteFS, error) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	r := &remoteFS{stdin: inW, stderr: cluster.NewTailBuffer(2 << 10), done: make(chan struct{})}
-	p, err := t.start(context.Background(), cluster.Cmd{Args: []string{"/bin/sh", "-c", sftpServerScript},
-		Stdin: inR, Stdout: outW, Stderr: r.stderr}, true)
-	if err != nil {
-		return nil, err
-	}
-	r.p = p
-	go func() {
-		r.err = p.Wait()
-		outW.CloseWithError(errStepEnded)
-		inR.CloseWithError(errStepEnded)
-		close(r.done)
-	}()
-	type result struct {
-		c   *sftp.Client
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := sftp.NewClientPipe(outR, inW, cluster.SFTPClientOptions()...)
-		ch <- result{c, err}
-	}()
-	select {
-	case res := <-ch:
-		if res.err != nil {
-			r.close()
-			return nil, r.why(res.err)
-		}
-		r.c = res.c
-	case <-ctx.Done():
-		r.close() // ends the step: NewClientPipe then fails
-		<-ch
-		return nil, ctx.Err()
-	}
-	r.fs = cluster.NewSFTPFS(r.c, t)
-	return r, nil
-}
-
-// why adds how the step ended, and what the node said, to a failed start.
-func (r *remoteFS) why(err error) error {
-	select {
-	case <-r.done:
-		if r.err != nil {
-			err = fmt.Errorf("%w (step: %v)", err, r.err)
-		}
-	default:
-	}
-	if msg := strings.TrimSpace(r.stderr.String()); msg != "" {
-		err = fmt.Errorf("%w: %s", err, strings.ReplaceAll(msg, "\n", "; "))
-	}
-	return err
-}
-
-// stopWait bounds how long close waits for sftp-server to exit at the end
-// of its input before the step is killed.
-const stopWait = 5 * time.Second
-
-// close ends the server's input, which makes sftp-server exit, and kills
-// the step if it does not: nothing is left running on the node.
-func (r *remoteFS) close() error {
-	if r.c != nil {
-		r.c.Close()
-	}
-	r.stdin.Close()
-	select {
-	case <-r.done:
-	case <-time.After(stopWait):
-		_ = r.p.Signal(syscall.SIGKILL)
-		<-r.done
-	}
-	return nil
+	return f.FS, nil
 }

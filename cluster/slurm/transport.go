@@ -42,7 +42,7 @@ type transport struct {
 	remote bool
 
 	mu     sync.Mutex
-	fs     *remoteFS // opened on first use when remote
+	fs     *cluster.CommandFS // opened on first use when remote
 	closed bool
 }
 
@@ -101,7 +101,7 @@ func (t *transport) Close() error {
 	if f == nil {
 		return nil
 	}
-	return f.close()
+	return f.Close()
 }
 
 func (t *transport) dir(d string) string {

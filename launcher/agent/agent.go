@@ -203,11 +203,10 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	if len(opts.Args) == 0 || opts.Args[0] == "" {
 		return ExitCannotRun, errors.New("agent run: no command given")
 	}
-	grace := opts.Grace
-	if grace <= 0 {
-		grace = DefaultGrace
+	s := &supervision{opts: opts, grace: opts.Grace, stdout: orDiscard(opts.Stdout), stderr: orDiscard(opts.Stderr)}
+	if s.grace <= 0 {
+		s.grace = DefaultGrace
 	}
-	stdout, stderr := orDiscard(opts.Stdout), orDiscard(opts.Stderr)
 
 	// A write to a closed SSH channel must not kill the agent (Go turns
 	// EPIPE on fds 1 and 2 into death by SIGPIPE unless SIGPIPE is
@@ -217,80 +216,28 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	signal.Notify(pipeSig, syscall.SIGPIPE)
 	defer signal.Stop(pipeSig)
 
-	var logw *lockedWriter
-	if opts.LogFile != "" {
-		if err := os.MkdirAll(filepath.Dir(opts.LogFile), 0o755); err != nil {
-			return ExitCannotRun, fmt.Errorf("agent run: create log directory: %w", err)
-		}
-		f, err := os.OpenFile(opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return ExitCannotRun, fmt.Errorf("agent run: open log: %w", err)
-		}
-		defer f.Close()
-		logw = &lockedWriter{w: f}
+	closeLog, err := s.openLog()
+	if err != nil {
+		return ExitCannotRun, err
 	}
-
+	defer closeLog()
 	if err := prepareErrorFile(opts.ErrorFile); err != nil {
 		return ExitCannotRun, fmt.Errorf("agent run: %w", err)
 	}
-
 	if opts.Subreaper {
 		if err := becomeSubreaper(); err != nil {
 			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
 		}
 	}
 	parent := os.Getppid()
-
-	child, outR, errR, release, err := start(opts.Args)
+	cleanup, code, err := s.start()
 	if err != nil {
-		code := ExitCannotRun
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = ExitNotFound
-		}
-		return code, fmt.Errorf("agent run: start %s: %w", opts.Args[0], err)
+		return code, err
 	}
-	g := group{pgid: child, root: 0, helpers: newHelpers()}
-	if opts.Subreaper {
-		g.root = os.Getpid()
-	}
-	started := time.Now()
-
-	// Output: the log first (it must get every byte even when the channel
-	// is gone or stalled), then the channel, whose errors are ignored.
-	var copiers sync.WaitGroup
-	copiers.Add(2)
-	go func() { defer copiers.Done(); copyOut(outR, stdout, logw) }()
-	go func() { defer copiers.Done(); copyOut(errR, stderr, logw) }()
-	notice := func(format string, args ...any) {
-		msg := fmt.Sprintf(MessagePrefix+format+"\n", args...)
-		_, _ = io.WriteString(stderr, msg)
-		if logw != nil {
-			_, _ = io.WriteString(logw, msg)
-		}
-	}
-
-	if opts.PIDFile != "" {
-		pf := Pidfile{
-			AgentPid: os.Getpid(), AgentStart: startTicks(os.Getpid()),
-			ChildPid: child, ChildStart: startTicks(child), Pgid: child,
-			Job: opts.Job, Argv: opts.Args, Started: started.UTC().Truncate(time.Second),
-		}
-		if err := writePidfile(opts.PIDFile, pf); err != nil {
-			// Without a pidfile a later drover cannot find this group
-			// should the agent die; refuse rather than run unaccounted.
-			release(false)
-			_ = syscall.Kill(-child, syscall.SIGKILL)
-			waitChild(child, opts.Subreaper, g.helpers)
-			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
-		}
-		defer removePidfile(opts.PIDFile, os.Getpid())
-	}
-	// Recorded (or nothing to record): the command may run now.
-	release(true)
+	defer cleanup()
 
 	exited := make(chan int, 1)
-	go func() { exited <- waitChild(child, opts.Subreaper, g.helpers) }()
-
+	go func() { exited <- waitChild(s.child, opts.Subreaper, s.g.helpers) }()
 	// done releases the request goroutines once Run has returned.
 	done := make(chan struct{})
 	defer close(done)
@@ -301,96 +248,202 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	if opts.WatchParent {
 		go watchParent(parent, reqs, done)
 	}
+	status := s.waitCommand(ctx, exited, reqs)
+	s.stopLeftBehind(reqs)
+	s.drain()
+	return status, nil
+}
 
-	status := -1
-	state := noStop
-	var killAt <-chan time.Time
-	escalate := func(r request) {
-		if r.kind == dumpStacks {
-			g.dumpStacks(notice)
-			return
-		}
-		if r.kind <= state {
-			return
-		}
-		state = r.kind
-		switch r.kind {
-		case gracefulStop:
-			if logw != nil {
-				_, _ = fmt.Fprintf(logw, MessagePrefix+"%s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, child, grace)
-			}
-			g.signal(syscall.SIGTERM)
-			// A stopped (SIGSTOPped, frozen) process only acts on
-			// SIGTERM once continued.
-			g.signal(syscall.SIGCONT)
-			killAt = time.After(grace)
-		case killStop:
-			if logw != nil {
-				_, _ = fmt.Fprintf(logw, MessagePrefix+"%s: killing process group %d\n", r.why, child)
-			}
-			g.signal(syscall.SIGKILL)
-			killAt = nil
-		}
+// supervision is one Run's command and its process group: how far a stop
+// has gone, and where notices go.
+type supervision struct {
+	opts           RunOptions
+	grace          time.Duration
+	stdout, stderr io.Writer
+	logw           *lockedWriter // nil without a log file
+
+	child      int
+	g          group
+	outR, errR io.ReadCloser
+	copiers    sync.WaitGroup
+
+	state  stopKind
+	killAt <-chan time.Time
+	ctxEnd <-chan struct{} // ctx.Done() until acted on
+}
+
+// openLog opens the log file (appending) when there is one.
+func (s *supervision) openLog() (closeLog func(), err error) {
+	if s.opts.LogFile == "" {
+		return func() {}, nil
 	}
-	ctxDone := ctx.Done()
+	if err := os.MkdirAll(filepath.Dir(s.opts.LogFile), 0o755); err != nil {
+		return nil, fmt.Errorf("agent run: create log directory: %w", err)
+	}
+	f, err := os.OpenFile(s.opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("agent run: open log: %w", err)
+	}
+	s.logw = &lockedWriter{w: f}
+	return func() { f.Close() }, nil
+}
 
-	// Phase 1: until the command itself exits.
-	for status < 0 {
+// notice writes one of the agent's own lines to stderr and the log.
+func (s *supervision) notice(format string, args ...any) {
+	msg := fmt.Sprintf(MessagePrefix+format+"\n", args...)
+	_, _ = io.WriteString(s.stderr, msg)
+	if s.logw != nil {
+		_, _ = io.WriteString(s.logw, msg)
+	}
+}
+
+// start starts the command held before exec, copies its output, records
+// it in the pidfile and only then lets it run. cleanup removes the
+// pidfile once Run is done.
+func (s *supervision) start() (cleanup func(), code int, err error) {
+	child, outR, errR, release, err := start(s.opts.Args)
+	if err != nil {
+		code := ExitCannotRun
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return nil, code, fmt.Errorf("agent run: start %s: %w", s.opts.Args[0], err)
+	}
+	s.child, s.outR, s.errR = child, outR, errR
+	s.g = group{pgid: child, root: 0, helpers: newHelpers()}
+	if s.opts.Subreaper {
+		s.g.root = os.Getpid()
+	}
+	started := time.Now()
+	// Output: the log first (it must get every byte even when the channel
+	// is gone or stalled), then the channel, whose errors are ignored.
+	s.copiers.Add(2)
+	go func() { defer s.copiers.Done(); copyOut(outR, s.stdout, s.logw) }()
+	go func() { defer s.copiers.Done(); copyOut(errR, s.stderr, s.logw) }()
+
+	cleanup = func() {}
+	if s.opts.PIDFile != "" {
+		pf := Pidfile{
+			AgentPid: os.Getpid(), AgentStart: startTicks(os.Getpid()),
+			ChildPid: child, ChildStart: startTicks(child), Pgid: child,
+			Job: s.opts.Job, Argv: s.opts.Args, Started: started.UTC().Truncate(time.Second),
+		}
+		if err := writePidfile(s.opts.PIDFile, pf); err != nil {
+			// Without a pidfile a later drover cannot find this group
+			// should the agent die; refuse rather than run unaccounted.
+			release(false)
+			_ = syscall.Kill(-child, syscall.SIGKILL)
+			waitChild(child, s.opts.Subreaper, s.g.helpers)
+			return nil, ExitCannotRun, fmt.Errorf("agent run: %w", err)
+		}
+		cleanup = func() { removePidfile(s.opts.PIDFile, os.Getpid()) }
+	}
+	// Recorded (or nothing to record): the command may run now.
+	release(true)
+	return cleanup, 0, nil
+}
+
+// escalate acts on a request: a stack dump, or a stop that goes further
+// than the one under way (SIGTERM, then SIGKILL after the grace).
+func (s *supervision) escalate(r request) {
+	if r.kind == dumpStacks {
+		s.g.dumpStacks(s.notice)
+		return
+	}
+	if r.kind <= s.state {
+		return
+	}
+	s.state = r.kind
+	switch r.kind {
+	case gracefulStop:
+		if s.logw != nil {
+			_, _ = fmt.Fprintf(s.logw, MessagePrefix+"%s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, s.child, s.grace)
+		}
+		s.g.signal(syscall.SIGTERM)
+		// A stopped (SIGSTOPped, frozen) process only acts on
+		// SIGTERM once continued.
+		s.g.signal(syscall.SIGCONT)
+		s.killAt = time.After(s.grace)
+	case killStop:
+		if s.logw != nil {
+			_, _ = fmt.Fprintf(s.logw, MessagePrefix+"%s: killing process group %d\n", r.why, s.child)
+		}
+		s.g.signal(syscall.SIGKILL)
+		s.killAt = nil
+	}
+}
+
+// graceExpired kills what is still running once the grace after SIGTERM
+// is over; what names it in the notice.
+func (s *supervision) graceExpired(what string) {
+	s.notice("%s still running %s after SIGTERM: sending SIGKILL", what, s.grace)
+	s.escalate(request{killStop, "grace expired"})
+}
+
+// waitCommand waits until the command itself exits, acting on requests,
+// ctx and the grace meanwhile, and returns its status.
+func (s *supervision) waitCommand(ctx context.Context, exited <-chan int, reqs <-chan request) int {
+	s.ctxEnd = ctx.Done()
+	for {
 		select {
-		case status = <-exited:
+		case status := <-exited:
+			return status
 		case r := <-reqs:
-			escalate(r)
-		case <-ctxDone:
-			ctxDone = nil
-			escalate(request{gracefulStop, "signalled"})
-		case <-killAt:
-			notice("process group %d still running %s after SIGTERM: sending SIGKILL", child, grace)
-			escalate(request{killStop, "grace expired"})
+			s.escalate(r)
+		case <-s.ctxEnd:
+			s.ctxEnd = nil
+			s.escalate(request{gracefulStop, "signalled"})
+		case <-s.killAt:
+			s.graceExpired(fmt.Sprintf("process group %d", s.child))
 		}
 	}
+}
 
-	// Phase 2: what the command left behind (grandchildren, adopted
-	// orphans) gets the same treatment, on the same clock if a stop was
-	// already under way.
-	if g.alive() {
-		if state == noStop {
-			notice("command exited; stopping processes it left in group %d", child)
-			escalate(request{gracefulStop, "command exited"})
-		}
-		tick := time.NewTicker(pollEvery)
-		for g.alive() {
-			select {
-			case <-tick.C:
-				g.reap()
-			case r := <-reqs:
-				escalate(r)
-			case <-ctxDone:
-				ctxDone = nil
-				escalate(request{gracefulStop, "signalled"})
-			case <-killAt:
-				notice("processes of group %d still running %s after SIGTERM: sending SIGKILL", child, grace)
-				escalate(request{killStop, "grace expired"})
-			}
-			if state == killStop {
-				// SIGKILL cannot be ignored; keep signalling in case
-				// something forked between the scan and the kill.
-				g.signal(syscall.SIGKILL)
-			}
-		}
-		tick.Stop()
-		g.reap()
+// stopLeftBehind gives what the command left behind (grandchildren,
+// adopted orphans) the same treatment, on the same clock if a stop was
+// already under way, until none is left.
+func (s *supervision) stopLeftBehind(reqs <-chan request) {
+	if !s.g.alive() {
+		return
 	}
+	if s.state == noStop {
+		s.notice("command exited; stopping processes it left in group %d", s.child)
+		s.escalate(request{gracefulStop, "command exited"})
+	}
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for s.g.alive() {
+		select {
+		case <-tick.C:
+			s.g.reap()
+		case r := <-reqs:
+			s.escalate(r)
+		case <-s.ctxEnd:
+			s.ctxEnd = nil
+			s.escalate(request{gracefulStop, "signalled"})
+		case <-s.killAt:
+			s.graceExpired(fmt.Sprintf("processes of group %d", s.child))
+		}
+		if s.state == killStop {
+			// SIGKILL cannot be ignored; keep signalling in case
+			// something forked between the scan and the kill.
+			s.g.signal(syscall.SIGKILL)
+		}
+	}
+	s.g.reap()
+}
 
-	// Flush: every byte the group wrote is in the pipes once it is gone.
+// drain waits until every byte the group wrote is copied (it is all in the
+// pipes once the group is gone), for at most outputDrainLimit.
+func (s *supervision) drain() {
 	drained := make(chan struct{})
-	go func() { copiers.Wait(); close(drained) }()
+	go func() { s.copiers.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(outputDrainLimit):
-		outR.Close()
-		errR.Close()
+		s.outR.Close()
+		s.errR.Close()
 	}
-	return status, nil
 }
 
 // dumpStacks asks every Python process of g for its stack, so that each
