@@ -268,10 +268,10 @@ func uploadAndCheck(ctx context.Context, t cluster.Transport, host string, plat 
 	return nil
 }
 
-// uploadTimeout bounds an upload: a step's time plus a minute per 8 MiB,
-// so a slow link still gets an agent across.
+// uploadTimeout bounds an upload: a step's time plus a minute per MiB,
+// so that only a link stalled for good (under 17 KiB/s) gives up on it.
 func uploadTimeout(size int64) time.Duration {
-	return stepTimeout + time.Duration(size/(8<<20))*time.Minute
+	return stepTimeout + time.Duration(size/(1<<20))*time.Minute
 }
 
 // ctxReader stops an upload when ctx is cancelled.
