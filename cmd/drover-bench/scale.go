@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -187,12 +188,23 @@ wait:
 	return r, runErr
 }
 
+// seededAgent is the binary drover installs on a host like this machine:
+// the carried static agent beside it when there is one (make build strips
+// those, so they differ from drover itself), else drover.
+func seededAgent(drover string) string {
+	carried := filepath.Join(filepath.Dir(drover), "drover-agent-linux-"+runtime.GOARCH)
+	if _, err := os.Stat(carried); err == nil {
+		return carried
+	}
+	return drover
+}
+
 // seedAgent puts the drover binary where InstallAgent looks for it on every
 // light host (hard links of one copy), so that the run at scale measures
 // fanning out, not 256 uploads of the same 15 MB (the latency section
 // measures an install).
 func seedAgent(f *lighthost.Fleet, drover string) error {
-	data, err := os.ReadFile(drover)
+	data, err := os.ReadFile(seededAgent(drover))
 	if err != nil {
 		return fmt.Errorf("seed agents: %w", err)
 	}
