@@ -107,8 +107,19 @@ func TestRequeueRestartCount(t *testing.T) {
 	require.NoError(t, sl.WaitState(ctx, j.id, "PENDING"))
 	_, err = sl.Output(ctx, "scontrol", "update", "JobId="+j.id, "StartTime=now")
 	require.NoError(t, err)
+	// squeue can show nothing for a moment while the requeued job is
+	// scheduled again: wait for the second run's directory, then for
+	// the job to end.
+	var runs []string
+	for ctx.Err() == nil {
+		if runs, err = filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*")); err != nil || len(runs) >= 2 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, err)
 	j.wait(t)
-	runs, err := filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*"))
+	runs, err = filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*"))
 	require.NoError(t, err)
 	require.Len(t, runs, 2, "one drover run per allocation; batch output:\n%s", j.batchOutput())
 	slices.Sort(runs)
