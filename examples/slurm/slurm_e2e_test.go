@@ -166,6 +166,22 @@ func (j *job) wait(t *testing.T) {
 	}
 }
 
+// requeue requeues the job by hand, as Slurm does after a node failure or
+// a preemption, and lets it start again two seconds later rather than
+// after Slurm's own delay (its begin time, about two minutes). Not sooner:
+// the requeue revokes the job's credential as of that second, and a batch
+// launched in the same second is killed ("Job credential revoked").
+func (j *job) requeue(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
+	defer cancel()
+	_, err := sl.Output(ctx, "scontrol", "requeue", j.id)
+	require.NoError(t, err, "batch output:\n%s", j.batchOutput())
+	require.NoError(t, sl.WaitState(ctx, j.id, "PENDING"))
+	_, err = sl.Output(ctx, "scontrol", "update", "JobId="+j.id, "StartTime=now+2")
+	require.NoError(t, err)
+}
+
 func (j *job) batchOutput() string {
 	b, _ := os.ReadFile(filepath.Join(j.dir, fmt.Sprintf("slurm-%s-%s.out", j.name, j.id)))
 	return string(b)
@@ -367,15 +383,9 @@ func TestSubmitTraining(t *testing.T) {
 		j.submit(t)
 		j.waitCheckpoint(t)
 		findRank(t, 2, 5)
-		_, err := sl.Output(context.Background(), "scontrol", "requeue", j.id)
-		require.NoError(t, err)
-		// Slurm holds a requeued job back for a while (its begin time);
-		// the test does not wait for that.
+		j.requeue(t)
 		ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
 		defer cancel()
-		require.NoError(t, sl.WaitState(ctx, j.id, "PENDING"))
-		_, err = sl.Output(ctx, "scontrol", "update", "JobId="+j.id, "StartTime=now")
-		require.NoError(t, err)
 		require.NoError(t, sl.WaitState(ctx, j.id, "RUNNING"))
 		j.wait(t)
 		runs, err := filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*"))

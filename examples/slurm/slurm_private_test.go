@@ -95,12 +95,6 @@ var restartRE = regexp.MustCompile(`(?m)^restart=([0-9]+)$`)
 // first); the others wait to be stopped with the group.
 func TestRequeueRestartCount(t *testing.T) {
 	need(t)
-	// Known failure, left for the next session: on a clean CI run the
-	// requeued job is not seen to run a second time (one run directory).
-	// FirstRestart's table test covers the arithmetic meanwhile.
-	if os.Getenv("DROVER_TEST_REQUEUE") == "" {
-		t.Skip("requeue e2e is flaky on a clean machine (the second allocation does not start in time); DROVER_TEST_REQUEUE=1 runs it")
-	}
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o755))
 	j := newShellJob(t, filepath.Join(dir, "work"), `echo "restart=$DROVER_RESTART_COUNT"; if [ "$RANK" = 0 ]; then exit 3; fi; exec sleep 300`, 2)
@@ -108,15 +102,12 @@ func TestRequeueRestartCount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
 	defer cancel()
 	j.wait(t)
-	_, err := sl.Output(ctx, "scontrol", "requeue", j.id)
-	require.NoError(t, err, "batch output:\n%s", j.batchOutput())
-	require.NoError(t, sl.WaitState(ctx, j.id, "PENDING"))
-	_, err = sl.Output(ctx, "scontrol", "update", "JobId="+j.id, "StartTime=now")
-	require.NoError(t, err)
-	// squeue can show nothing for a moment while the requeued job is
-	// scheduled again: wait for the second run's directory, then for
-	// the job to end.
+	j.requeue(t)
+	// The second allocation fails in a few seconds, maybe between two
+	// looks at squeue: wait for its run directory, then for the job to
+	// end.
 	var runs []string
+	var err error
 	for ctx.Err() == nil {
 		if runs, err = filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*")); err != nil || len(runs) >= 2 {
 			break
