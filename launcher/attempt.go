@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -150,7 +151,8 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 	var found preflightFound
 	ferr := errNotChecked
 	<-sc.done
-	if early := err == nil && sc.err == nil && allPushed(conns, sc.tree.Key()); early {
+	fromPush := err == nil && programsFromPush(pl, conns)
+	if early := err == nil && sc.err == nil && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
 		found, ferr = a.preflight(ctx, conns, pl)
 		steps("preflight beside the push")
 	}
@@ -168,7 +170,7 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 		// Hosts that share a pushed workdir (Slurm) hold the tree too.
 		c.pushed = sc.tree.Key()
 	}
-	if ferr != nil || po.changed {
+	if ferr != nil || (po.changed && fromPush) {
 		found, ferr = a.preflight(ctx, conns, pl)
 		steps("preflight")
 	}
@@ -177,6 +179,42 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 	}
 	in.HostResumeFrom = resume
 	return a.replan(in, pl, found)
+}
+
+// programsFromPush reports whether a push can change what preflight finds
+// of pl's programs: one named by a relative path (./train.sh, bin/run),
+// which is looked up in the workdir the push fills, or by an absolute one
+// into a workdir, or a PATH in the plan's environment that has a directory
+// in a workdir. A program found on the host's own PATH (python3, torchrun)
+// is not the push's: its preflight (with the ports, leftovers and the
+// route, none of which the code changes) then runs beside the push, which
+// on a fresh host is still sending, instead of after it. A host whose own
+// PATH leads into the workdir fails that early preflight when the program
+// is not there yet, and preflight runs again after the push.
+func programsFromPush(pl *plan.Plan, conns []*hostConn) bool {
+	homes := map[string]string{}
+	for _, c := range conns {
+		homes[c.host.Name] = c.home
+	}
+	for _, p := range pl.Processes {
+		wd := remoteAbs(homes[p.Host.Name], p.Workdir)
+		prog := p.Command[0]
+		if strings.Contains(prog, "/") && (!path.IsAbs(prog) || within(prog, wd)) {
+			return true
+		}
+		for _, dir := range filepath.SplitList(p.Env["PATH"]) {
+			if !path.IsAbs(dir) || within(dir, wd) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// within reports whether the absolute path p is dir or under it.
+func within(p, dir string) bool {
+	rel, ok := strings.CutPrefix(path.Clean(p), path.Clean(dir))
+	return ok && (rel == "" || strings.HasPrefix(rel, "/"))
 }
 
 // errNotChecked: no preflight ran yet.

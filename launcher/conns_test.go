@@ -16,6 +16,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // countingDials dials SSH hosts for real and counts the connections per
@@ -191,5 +192,38 @@ echo "resume=$DROVER_RESUME_FROM"
 	require.Equal(t, Succeeded, res.Outcome, "events:\n%s", events.String())
 	for _, w := range []string{"worker-0", "worker-1"} {
 		assert.Regexp(t, `^resume=/\S+/step-7\.pt\n$`, readLog(t, res, 2, w), w)
+	}
+}
+
+// Preflight runs beside the push unless the push can change what it finds
+// of the programs.
+func TestProgramsFromPush(t *testing.T) {
+	conns := []*hostConn{{host: config.Host{Name: "h"}, home: "/home/u"}}
+	tests := []struct {
+		name    string
+		program string
+		workdir string
+		path    string
+		want    bool
+	}{
+		{"on the host's PATH", "python3", "wd", "", false},
+		{"absolute, outside the workdir", "/usr/bin/python3", "wd", "", false},
+		{"relative path", "./train.sh", "wd", "", true},
+		{"relative path without ./", "bin/run", "/srv/wd", "", true},
+		{"absolute into a relative workdir", "/home/u/wd/run", "wd", "", true},
+		{"absolute into an absolute workdir", "/srv/wd/bin/run", "/srv/wd", "", true},
+		{"absolute beside the workdir", "/srv/wd2/run", "/srv/wd", "", false},
+		{"PATH outside", "run", "wd", "/usr/local/bin:/usr/bin", false},
+		{"PATH into the workdir", "run", "wd", "/usr/bin:/home/u/wd/bin", true},
+		{"PATH with a relative entry", "run", "wd", "bin:/usr/bin", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := plan.Process{Host: config.Host{Name: "h"}, Workdir: tt.workdir, Command: []string{tt.program, "x"}, Env: map[string]string{}}
+			if tt.path != "" {
+				p.Env["PATH"] = tt.path
+			}
+			assert.Equal(t, tt.want, programsFromPush(&plan.Plan{Processes: []plan.Process{p}}, conns))
+		})
 	}
 }
