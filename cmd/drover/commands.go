@@ -1,0 +1,21 @@
+//go:build !droveragent
+
+package main
+
+import "github.com/urfave/cli/v2"
+
+// commands are drover's commands. A build with the droveragent tag has
+// only `drover agent` (commands_agent.go).
+func commands() []*cli.Command {
+	return []*cli.Command{
+		planCommand(),
+		execCommand(),
+		pushCommand(),
+		probeCommand(),
+		runCommand(),
+		submitCommand(),
+		checkpointsCommand(),
+		agentCommand(),
+		slurmStep(),
+	}
+}
