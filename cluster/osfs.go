@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -66,6 +67,15 @@ func (o osFS) Rename(oldpath, newpath string) error {
 
 func (o osFS) Remove(path string) error    { return os.Remove(o.abs(path)) }
 func (o osFS) RemoveAll(path string) error { return os.RemoveAll(o.abs(path)) }
+
+// RemoveDir removes the empty directory path, and fails on a file, as
+// sftpFS's does (push removes its upload directory with it).
+func (o osFS) RemoveDir(path string) error {
+	if err := syscall.Rmdir(o.abs(path)); err != nil {
+		return &fs.PathError{Op: "rmdir", Path: path, Err: err}
+	}
+	return nil
+}
 
 func (o osFS) Chmod(path string, mode fs.FileMode) error { return os.Chmod(o.abs(path), mode) }
 

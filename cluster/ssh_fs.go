@@ -192,8 +192,17 @@ func (f *sftpFS) Rename(oldpath, newpath string) error {
 	return pathErr("rename", oldpath, err)
 }
 
+// Remove removes a file or an empty directory. pkg/sftp sends a REMOVE
+// and, when that fails, an RMDIR: a directory or a missing path costs two
+// round trips. Callers that know p is a directory use RemoveDir.
 func (f *sftpFS) Remove(p string) error {
 	return pathErr("remove", p, f.c.Remove(f.abs(p)))
+}
+
+// RemoveDir removes the empty directory p with one request (an RMDIR);
+// it fails on a file.
+func (f *sftpFS) RemoveDir(p string) error {
+	return pathErr("rmdir", p, f.c.RemoveDirectory(f.abs(p)))
 }
 
 // RemoveAll removes p and everything below it; a missing p is not an error,

@@ -501,14 +501,24 @@ func (s stateSum) String() string {
 // sum, one of format 1 (which promised another file), or one left from
 // another manifest, is no promise.
 func hostSum(fsys cluster.FS, workdir string) stateSum {
-	sum, _ := hostState(fsys, workdir)
-	return sum
+	return hostState(fsys, workdir).sum
 }
 
-// hostState is hostSum, and whether the stat that checked the sum found
-// no manifest.json at all (errNoManifest for readState's ErrNotExist
-// without reading it again: a first push saves a round trip).
-func hostState(fsys cluster.FS, workdir string) (sum stateSum, noManifest bool) {
+// stateSeen is what one round of requests saw of a host's state files.
+type stateSeen struct {
+	sum stateSum // the sum, when it vouches for the manifest
+	// noManifest: the stat that checked the sum found no manifest.json at
+	// all (errNoManifest for readState's ErrNotExist without reading it
+	// again: a first push saves a round trip).
+	noManifest bool
+	// noSum: there is no manifest.sum at all, so a push need not remove
+	// one (a REMOVE of a missing file costs pkg/sftp two round trips).
+	noSum bool
+}
+
+// hostState is hostSum, and what else its requests learnt (stateSeen).
+func hostState(fsys cluster.FS, workdir string) stateSeen {
+	var noManifest bool
 	var size int64 = -1
 	done := make(chan struct{})
 	go func() {
@@ -521,12 +531,14 @@ func hostState(fsys cluster.FS, workdir string) (sum stateSum, noManifest bool) 
 	}()
 	target, err := fsys.Readlink(path.Join(workdir, sumName))
 	<-done
+	seen := stateSeen{noManifest: noManifest, noSum: errors.Is(err, fs.ErrNotExist)}
 	f := strings.Fields(target)
 	if err != nil || len(f) != 4 || f[0] != "v2" || !isKey(f[1]) || !isKey(f[2]) || target != strings.Join(f, " ") ||
 		f[3] != strconv.FormatInt(size, 10) {
-		return stateSum{}, noManifest
+		return seen
 	}
-	return stateSum{tree: f[1], base: f[2], baseSize: size}, noManifest
+	seen.sum = stateSum{tree: f[1], base: f[2], baseSize: size}
+	return seen
 }
 
 // writeSum replaces manifest.sum outside a commit, to repair a host whose

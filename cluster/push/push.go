@@ -84,6 +84,9 @@ type Options struct {
 	// Verify is how much of what each host holds is checked against its
 	// manifest; see the constants.
 	Verify Verify
+	// NewWorkdir says the workdir was just created and holds nothing
+	// but its .drover state directory.
+	NewWorkdir bool
 }
 
 func (o Options) concurrency() int {
@@ -465,6 +468,9 @@ type syncer struct {
 	// umask), learnt before a large upload; an upload whose mode is that
 	// already needs no chmod. Zero: unknown, chmod every file.
 	createMode fs.FileMode
+	// newWorkdir: Options.NewWorkdir, and look found nothing that says
+	// otherwise. The host's tree is then neither listed nor looked at.
+	newWorkdir bool
 
 	mu       sync.Mutex // guards res and progress
 	res      *Result
@@ -483,6 +489,8 @@ type plan struct {
 	chdirs   []Dir    // existing directories whose mode changed
 	hadTmp   bool     // leftovers of an interrupted push to remove
 	madeTmp  bool     // the upload directory was created (empty) by plan
+	noSum    bool     // the host has no manifest.sum to remove (look)
+	noDelta  bool     // ... nor manifest.delta
 	unchange int
 	// base names the host's base manifest (format 2; base.base is ""
 	// when there is none a delta could go over); delta, when not nil, is
@@ -531,19 +539,8 @@ func (s *syncer) remote(rel string) string { return path.Join(s.workdir, rel) }
 
 func (s *syncer) run(ctx context.Context) error {
 	s.report(func(p *Progress) { p.Phase = PhaseCompare })
-	listed := func() (hostView, error) { return nil, nil }
-	if s.opts.Verify != VerifyNone {
-		// Read-only, and the plan does not change what it lists.
-		var view hostView
-		var lerr error
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			view, lerr = s.listTree(ctx)
-		}()
-		defer func() { <-done }()
-		listed = func() (hostView, error) { <-done; return view, lerr }
-	}
+	listed, wait := s.lister(ctx)
+	defer wait()
 	p, err := s.plan(ctx, listed)
 	if err != nil {
 		return err
@@ -569,7 +566,7 @@ func (s *syncer) run(ctx context.Context) error {
 	}
 	if p.empty() && !p.rewrite {
 		if p.madeTmp {
-			if err := s.fs.Remove(s.remote(tmpDir)); err != nil {
+			if err := s.removeDir(s.remote(tmpDir)); err != nil {
 				return fmt.Errorf("remove %s: %w", tmpDir, err)
 			}
 		}
@@ -595,6 +592,48 @@ func (s *syncer) run(ctx context.Context) error {
 	}
 	s.report(func(pr *Progress) { pr.Phase = PhaseDone })
 	return nil
+}
+
+// lister returns how run gets the host's tree as listTree lists it
+// (Options.Verify), and what waits for the listing to end. The listing is
+// read-only, and the plan does not change what it lists, so it starts at
+// once, beside the plan; but for a workdir the caller says is new, it
+// starts only if look found otherwise (else the tree is not there:
+// emptyView). listed is called from run's goroutine only.
+func (s *syncer) lister(ctx context.Context) (listed func() (hostView, error), wait func()) {
+	if s.opts.Verify == VerifyNone {
+		return func() (hostView, error) { return nil, nil }, func() {}
+	}
+	var view hostView
+	var err error
+	var done chan struct{}
+	start := func() {
+		if done != nil {
+			return
+		}
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			view, err = s.listTree(ctx)
+		}()
+	}
+	if !s.opts.NewWorkdir {
+		start()
+	}
+	listed = func() (hostView, error) {
+		if s.newWorkdir {
+			return s.emptyView(), nil
+		}
+		start()
+		<-done
+		return view, err
+	}
+	wait = func() {
+		if done != nil {
+			<-done
+		}
+	}
+	return listed, wait
 }
 
 // uploadAndMark sends every changed file to its temporary name and marks
@@ -651,25 +690,8 @@ func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error 
 // which has them already.
 func (s *syncer) plan(ctx context.Context, listed func() (hostView, error)) (*plan, error) {
 	p := &plan{}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	// A few round trips, in parallel: a no-op push costs about one.
-	go func() {
-		defer wg.Done()
-		// A tree not pushed from here before is likely a change: its
-		// upload directory is created in this round trip, not in one of
-		// its own after. That fails if one is left from an interrupted
-		// push (or there is no state directory yet).
-		if s.tree.fresh && s.fs.Mkdir(s.remote(tmpDir), 0o755) == nil {
-			p.madeTmp = true
-			return
-		}
-		if _, err := s.fs.Lstat(s.remote(tmpDir)); err == nil {
-			p.hadTmp = true
-		}
-	}()
-	sum, noManifest := hostState(s.fs, s.workdir)
-	wg.Wait()
+	seen := s.look(ctx, p)
+	sum, noManifest := seen.sum, seen.noManifest
 	if sum.tree == s.tree.key && !p.hadTmp {
 		p.unchange = len(s.tree.Files)
 		return p, nil
@@ -725,6 +747,10 @@ func (s *syncer) plan(ctx context.Context, listed func() (hostView, error)) (*pl
 		if !errors.Is(err, fs.ErrNotExist) { // first push: nothing to say
 			s.res.Warnings = append(s.res.Warnings, err.Error())
 		}
+		if s.newWorkdir {
+			// Nothing of the tree there to compare (look).
+			return p, s.planFromStat(ctx, p, s.emptyView())
+		}
 		if s.opts.Verify != VerifyNone {
 			// Listed beside the plan: a first push into a fresh
 			// workdir needs no stat of its own.
@@ -738,6 +764,86 @@ func (s *syncer) plan(ctx context.Context, listed func() (hostView, error)) (*pl
 	default:
 		return nil, err
 	}
+}
+
+// look sends the plan's first requests, all at once so that a push with
+// nothing to do costs one round trip: the host's state (hostState), the
+// upload directory, and, when a change is likely, what lets the push skip
+// requests later: whether there is a delta to remove and, for
+// Options.NewWorkdir, whether the workdir is as new as the caller says.
+func (s *syncer) look(ctx context.Context, p *plan) stateSeen {
+	likely := s.tree.fresh || s.opts.NewWorkdir
+	var seen stateSeen
+	var occupied bool
+	fns := []func() error{
+		func() error { seen = hostState(s.fs, s.workdir); return nil },
+		func() error {
+			// A change is likely: the upload directory is created in
+			// this round trip, not in one of its own after. That fails
+			// if one is left from an interrupted push (or there is no
+			// state directory yet).
+			if likely && s.fs.Mkdir(s.remote(tmpDir), 0o755) == nil {
+				p.madeTmp = true
+				return nil
+			}
+			if _, err := s.fs.Lstat(s.remote(tmpDir)); err == nil {
+				p.hadTmp = true
+			}
+			return nil
+		},
+	}
+	if likely {
+		fns = append(fns, func() error {
+			_, err := s.fs.Lstat(s.remote(deltaName))
+			p.noDelta = errors.Is(err, fs.ErrNotExist)
+			return nil
+		})
+	}
+	if s.opts.NewWorkdir {
+		fns = append(fns, func() error { occupied = s.occupied(ctx); return nil })
+	}
+	_ = parallel(fns...)
+	p.noSum = seen.noSum
+	// The caller's word is taken only where the host agrees: a workdir
+	// with push's state or with a top-level directory of the tree in it
+	// is pushed to as any other.
+	s.newWorkdir = s.opts.NewWorkdir && seen.noManifest && seen.noSum && !occupied
+	return seen
+}
+
+// occupied reports whether the workdir holds any top-level directory of
+// the tree (or one cannot be looked at). Where none is there, nothing
+// below them is either: no symbolic link a push could write through
+// (guard), which is what a caller wrong about Options.NewWorkdir must not
+// make it do. Files of the tree already there are replaced whole (a rename
+// never follows a link).
+func (s *syncer) occupied(ctx context.Context) bool {
+	var top []string
+	for _, d := range s.tree.Dirs {
+		if !strings.Contains(d.Path, "/") {
+			top = append(top, d.Path)
+		}
+	}
+	var found atomic.Bool
+	err := forEach(ctx, len(top), len(top), func(_ context.Context, i int) error {
+		if _, err := s.fs.Lstat(s.remote(top[i])); !errors.Is(err, fs.ErrNotExist) {
+			found.Store(true)
+		}
+		return nil
+	})
+	return found.Load() || err != nil
+}
+
+// emptyView is the host's tree in a new workdir: none of it there.
+func (s *syncer) emptyView() hostView {
+	view := make(hostView, len(s.tree.Files)+len(s.tree.Dirs))
+	for i := range s.tree.Files {
+		view[s.tree.Files[i].Path] = nil
+	}
+	for _, d := range s.tree.Dirs {
+		view[d.Path] = nil
+	}
+	return view
 }
 
 // planFromManifest compares the tree with the host's manifest (format 2,
@@ -1016,8 +1122,13 @@ func (s *syncer) stage(p *plan) error {
 // manifest. They go in parallel: a journal beside a still-valid sum is
 // ignored, and the tree has not changed yet.
 func (s *syncer) markHost(p *plan) error {
-	fns := []func() error{func() error { return removeState(s.fs, s.workdir, sumName) }}
-	if p.delta == nil {
+	// A state file look saw was not there is not removed: a REMOVE of a
+	// missing file costs pkg/sftp a second round trip (an RMDIR).
+	var fns []func() error
+	if !p.noSum {
+		fns = append(fns, func() error { return removeState(s.fs, s.workdir, sumName) })
+	}
+	if p.delta == nil && !p.noDelta {
 		// A delta left over a base with the key of the one written
 		// now (a tree pushed again) would apply to it.
 		fns = append(fns, func() error { return removeState(s.fs, s.workdir, deltaName) })
@@ -1036,6 +1147,21 @@ func (s *syncer) markHost(p *plan) error {
 // is pending in the journal, whatever manifest the host holds.
 func (p *plan) journaled() bool {
 	return p.known && len(p.send)+len(p.meta)+len(p.chdirs) > 0
+}
+
+// dirRemover is an FS that removes an empty directory with one request
+// (cluster's): Remove, which takes a file or a directory, costs pkg/sftp
+// two for a directory (a REMOVE that fails, then an RMDIR).
+type dirRemover interface {
+	RemoveDir(path string) error
+}
+
+// removeDir removes the empty directory name.
+func (s *syncer) removeDir(name string) error {
+	if d, ok := s.fs.(dirRemover); ok {
+		return d.RemoveDir(name)
+	}
+	return s.fs.Remove(name)
 }
 
 // place renames a staged state file over its live name (atomically).
@@ -1111,7 +1237,7 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 		},
 		func() error { return placeSum(s.fs, s.workdir, sum) },
 		func() error {
-			rm := s.fs.Remove
+			rm := s.removeDir
 			if len(p.roots) > 0 {
 				rm = s.fs.RemoveAll
 			}
