@@ -1096,10 +1096,10 @@ func (s *syncer) stage(p *plan) error {
 	} else {
 		files[finalStaged] = s.tree.manifest
 	}
-	switch {
-	case !p.known:
+	if !p.known {
 		files[claimStaged] = encodeManifest(s.pendingManifest(p))
-	case p.journaled():
+	}
+	if p.journaled() {
 		files[pendingStaged] = encodeManifest(s.journal(p))
 	}
 	var fns []func() error
@@ -1116,7 +1116,7 @@ func (s *syncer) stage(p *plan) error {
 
 // markHost readies the host's state before anything in the tree changes:
 // no sum may vouch for the old manifest any more, and every entry about to
-// change is recorded as pending (the staged journal, or a whole manifest
+// change is recorded as pending (the staged journal, and a whole manifest
 // when there was none, moved into place), so that if the push stops now
 // the next one re-sends those entries rather than trusting the old
 // manifest. They go in parallel: a journal beside a still-valid sum is
@@ -1133,20 +1133,27 @@ func (s *syncer) markHost(p *plan) error {
 		// now (a tree pushed again) would apply to it.
 		fns = append(fns, func() error { return removeState(s.fs, s.workdir, deltaName) })
 	}
-	switch {
-	case !p.known:
+	if !p.known {
 		fns = append(fns, func() error { return s.place(claimStaged, manifestName) })
-	case p.journaled():
+	}
+	if p.journaled() {
 		fns = append(fns, func() error { return s.place(pendingStaged, journalName) })
 	}
 	return parallel(fns...)
 }
 
-// journaled says whether commit puts a journal beside the old manifest:
-// when it changes files or directory modes. Every entry it then touches
-// is pending in the journal, whatever manifest the host holds.
+// journaled says whether commit puts a journal beside the manifest: when
+// it changes files, directories or their modes. Every entry it then
+// touches is pending in the journal, whatever manifest the host holds, so
+// the new manifest may land while the tree changes (commit), not after.
+// A first push (!p.known) writes one too, beside the whole pending
+// manifest it starts with: that one owns the new files while they move
+// (a file moved in but not listed would stay, unowned, once gone
+// locally), the journal keeps them pending once the final manifest
+// replaces it, one round trip sooner; and a journal left from an earlier
+// push is replaced, not kept beside the new manifest.
 func (p *plan) journaled() bool {
-	return p.known && len(p.send)+len(p.meta)+len(p.chdirs) > 0
+	return len(p.send)+len(p.meta)+len(p.chdirs)+len(p.mkdirs) > 0
 }
 
 // dirRemover is an FS that removes an empty directory with one request
@@ -1212,8 +1219,8 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 		// or the file would stay, unowned.)
 		err = parallel(func() error { return s.changeTree(ctx, p) }, placeManifest)
 	} else {
-		// Without a journal (a first push's manifest marks what is in
-		// flight), the manifest must follow the tree.
+		// Without a journal (only deletions), the manifest must
+		// follow the tree.
 		if err = s.changeTree(ctx, p); err == nil {
 			err = placeManifest()
 		}
@@ -1296,39 +1303,104 @@ func (s *syncer) changeTree(ctx context.Context, p *plan) error {
 			mkdirs = append(mkdirs, d)
 		}
 	}
-	for _, d := range mkdirs {
-		if err := s.fs.MkdirAll(s.remote(d.Path), 0o755); err != nil {
-			return fileErr("create directory", d.Path, err)
+	if err := s.mkdirs(ctx, mkdirs); err != nil {
+		return err
+	}
+	// A directory mode that leaves the owner able to write and search
+	// (u+wx) is set while the files move in, which it does not stop; the
+	// others last, so that a read-only directory still receives its
+	// files. A moved tree's have theirs from tar.
+	var early, late []Dir
+	for _, d := range append(append([]Dir(nil), mkdirs...), p.chdirs...) {
+		if d.Mode&0o300 == 0o300 {
+			early = append(early, d)
+		} else {
+			late = append(late, d)
 		}
 	}
-	err := forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
-		if moved[p.rootOf(p.send[i].Path)] {
+	err := parallel(
+		func() error {
+			return forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
+				if moved[p.rootOf(p.send[i].Path)] {
+					return nil
+				}
+				return s.rename(p.tmpOf(i), p.send[i].Path)
+			})
+		},
+		func() error {
+			return forEach(ctx, len(p.meta), conc, func(_ context.Context, i int) error {
+				return s.setMeta(p.meta[i])
+			})
+		},
+		func() error { return s.chmodDirs(ctx, early) },
+	)
+	if err != nil {
+		return err
+	}
+	return s.chmodDirs(ctx, late)
+}
+
+// mkdirs creates dirs (sorted by path: parents first) a depth at a time,
+// the directories of one depth in parallel: each then costs one request,
+// its parent being there, and a tree costs a round trip per level, not
+// per directory.
+func (s *syncer) mkdirs(ctx context.Context, dirs []Dir) error {
+	var levels [][]Dir
+	for _, d := range dirs {
+		n := strings.Count(d.Path, "/")
+		for len(levels) <= n {
+			levels = append(levels, nil)
+		}
+		levels[n] = append(levels[n], d)
+	}
+	for _, level := range levels {
+		err := forEach(ctx, len(level), s.opts.concurrency(), func(_ context.Context, i int) error {
+			if err := s.fs.MkdirAll(s.remote(level[i].Path), 0o755); err != nil {
+				return fileErr("create directory", level[i].Path, err)
+			}
 			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return s.rename(p.tmpOf(i), p.send[i].Path)
-	})
-	if err != nil {
-		return err
 	}
-	err = forEach(ctx, len(p.meta), conc, func(_ context.Context, i int) error {
-		f := p.meta[i]
-		if err := s.fs.Chmod(s.remote(f.Path), f.Mode); err != nil {
-			return fileErr("set mode of", f.Path, err)
+	return nil
+}
+
+// setMeta sets the mode and mtime of a file whose content is unchanged:
+// independent requests, one round trip for both.
+func (s *syncer) setMeta(f *File) error {
+	return parallel(
+		func() error {
+			if err := s.fs.Chmod(s.remote(f.Path), f.Mode); err != nil {
+				return fileErr("set mode of", f.Path, err)
+			}
+			return nil
+		},
+		func() error {
+			if err := s.fs.Chtimes(s.remote(f.Path), f.ModTime, f.ModTime); err != nil {
+				return fileErr("set mtime of", f.Path, err)
+			}
+			return nil
+		},
+	)
+}
+
+// chmodDirs sets the modes of dirs in parallel. A directory that is gone
+// is created first: one a journal left pending may never have been
+// created, and one that holds files may be being created by a rename
+// beside this (rename).
+func (s *syncer) chmodDirs(ctx context.Context, dirs []Dir) error {
+	return forEach(ctx, len(dirs), s.opts.concurrency(), func(_ context.Context, i int) error {
+		d := dirs[i]
+		err := s.fs.Chmod(s.remote(d.Path), d.Mode)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err = s.fs.MkdirAll(s.remote(d.Path), 0o755); err == nil {
+				err = s.fs.Chmod(s.remote(d.Path), d.Mode)
+			}
 		}
-		if err := s.fs.Chtimes(s.remote(f.Path), f.ModTime, f.ModTime); err != nil {
-			return fileErr("set mtime of", f.Path, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	// Directory modes last: a read-only directory must still have
-	// received its files. A moved tree's have theirs from tar.
-	chdirs := append(mkdirs, p.chdirs...)
-	return forEach(ctx, len(chdirs), conc, func(_ context.Context, i int) error {
-		if err := s.fs.Chmod(s.remote(chdirs[i].Path), chdirs[i].Mode); err != nil {
-			return fileErr("set mode of directory", chdirs[i].Path, err)
+		if err != nil {
+			return fileErr("set mode of directory", d.Path, err)
 		}
 		return nil
 	})
