@@ -62,6 +62,7 @@ var coreTests = []struct {
 	{"StreamRefusedFallsBack", testStreamRefusedFallsBack},
 	{"EditedDuringStream", testEditedDuringStream},
 	{"StreamTreeBlocked", testStreamTreeBlocked},
+	{"NewWorkdir", testNewWorkdir},
 }
 
 func TestCoreOSFS(t *testing.T) {

@@ -32,6 +32,8 @@ var safetyTests = []struct {
 	{"SymlinkedFileNotChmodded", testSymlinkedFile},
 	{"SymlinkBeforeFirstPush", testSymlinkBeforeFirstPush},
 	{"SymlinkBeforeFirstPushVerified", testSymlinkBeforeFirstPushVerified},
+	{"NewWorkdirWrong", testNewWorkdirWrong},
+	{"NewWorkdirLinked", testNewWorkdirLinked},
 	{"VerifyRepairsDrift", testVerifyRepairsDrift},
 	{"VerifyRepairsDriftStream", testVerifyRepairsManyFiles},
 	{"CancelledDuringCommitFinishes", func(e *env) { testCancelledDuringCommit(e, 0) }},

@@ -1,0 +1,89 @@
+package push
+
+import (
+	"path"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testNewWorkdir: a first push into a workdir that holds only its state
+// directory, said new (Options.NewWorkdir), neither lists nor looks at the
+// host's tree beyond the top-level directories (one round trip, beside
+// the state's), and leaves the same tree and state as any push.
+func testNewWorkdir(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	require.NoError(t, e.fs.MkdirAll(path.Join(e.dir, stateDir), 0o755))
+	c := newCountingFS(e.fs)
+	opts := Options{Verify: VerifyStat, NewWorkdir: true}
+	res := e.push(c, opts)
+	assert.Equal(t, len(v1), res.FilesSent)
+	assert.Zero(t, c.n(opReadDir), "ReadDir calls")
+	// conf, data, deep, lib, scripts; and manifest.delta.
+	assert.Equal(t, 5+1, c.n(opLstat), "Lstat calls")
+	// The journal it wrote, and push-tmp (countingFS hides RemoveDir);
+	// not manifest.sum nor manifest.delta, which are not there.
+	assert.Equal(t, 2, c.n(opRemove), "Remove calls")
+	assert.Equal(t, e.pushed(), e.remote())
+	assert.NotEmpty(t, hostSum(e.fs, e.dir).tree, "the commit record vouches for the tree")
+	res = e.push(nil, Options{Verify: VerifyStat})
+	assert.Zero(t, res.FilesSent)
+	assert.Equal(t, len(v1), res.FilesUnchanged)
+}
+
+// testNewWorkdirWrong: a caller wrong about Options.NewWorkdir never makes
+// a push corrupt anything. Where the workdir holds push's state or a
+// top-level directory of the tree, the push is as any other; where it
+// holds only other files, they are sent again (replaced whole) and
+// nothing the push does not own is deleted.
+func testNewWorkdirWrong(e *env) {
+	t := e.t
+	opts := Options{Verify: VerifyStat, NewWorkdir: true}
+	writeFiles(t, e.local, v1)
+
+	// Files of the tree there, no state: compared, not sent again.
+	for p, content := range v1 {
+		e.writeRemote(p, content)
+	}
+	e.writeRemote("theirs.txt", "job")
+	e.push(nil, Options{Verify: VerifyStat}) // same mtimes, modes as pushed
+	require.NoError(t, e.fs.RemoveAll(path.Join(e.dir, stateDir)))
+	res := e.push(nil, opts)
+	assert.Zero(t, res.FilesSent, "a top-level directory of the tree is there: compared")
+
+	// Pushed before: the manifest says what to send and delete.
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v2')\n"})
+	res = e.push(nil, opts)
+	assert.Equal(t, 1, res.FilesSent)
+	remote := e.remote()
+	assert.Equal(t, "job", remote["theirs.txt"].Content)
+	delete(remote, "theirs.txt")
+	assert.Equal(t, e.pushed(), remote)
+
+	// Only top-level files there, edited on the host, no state: all
+	// sent again, nothing deleted.
+	require.NoError(t, e.fs.RemoveAll(e.dir))
+	e.writeRemote("train.py", "edited on the host")
+	e.writeRemote("theirs.txt", "job")
+	res = e.push(nil, opts)
+	assert.Equal(t, len(v1), res.FilesSent)
+	assert.Zero(t, res.FilesDeleted)
+	remote = e.remote()
+	assert.Equal(t, "job", remote["theirs.txt"].Content)
+	delete(remote, "theirs.txt")
+	assert.Equal(t, e.pushed(), remote)
+}
+
+// testNewWorkdirLinked: a directory of the tree that is a link on the
+// host of a workdir wrongly said new is replaced, never written through.
+func testNewWorkdirLinked(e *env) {
+	t := e.t
+	writeFiles(t, e.local, map[string]string{"train.py": "t", "data/README": "ours", "data/sub/x": "x"})
+	dataset := e.dataset()
+	require.NoError(t, e.fs.MkdirAll(path.Join(e.dir, stateDir), 0o755))
+	e.linkOver("data", dataset)
+	e.push(nil, Options{NewWorkdir: true})
+	e.requireDataset(dataset)
+	assert.Equal(t, e.pushed(), e.remote())
+}
