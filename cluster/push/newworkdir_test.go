@@ -87,3 +87,39 @@ func testNewWorkdirLinked(e *env) {
 	e.requireDataset(dataset)
 	assert.Equal(t, e.pushed(), e.remote())
 }
+
+// testEarlyUploadDrift: a verified push whose manifest names a change
+// uploads it while the host's tree is listed (preUpload); a file the
+// listing finds drifted is sent after it, and is in the journal the push
+// leaves if it stops while moving files in, so that the next push, even
+// unverified, sends it again.
+func testEarlyUploadDrift(e *env) {
+	t := e.t
+	opts := Options{Verify: VerifyStat, CacheDir: t.TempDir()}
+	writeFiles(t, e.local, v1)
+	e.push(nil, opts)
+
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v2')\n"})
+	e.writeRemote("lib/model.py", "edited on the host")
+	c := newCountingFS(e.fs)
+	res := e.push(c, opts)
+	assert.Equal(t, 2, res.FilesSent)
+	assert.Equal(t, 2, c.uploads())
+	assert.Equal(t, e.pushed(), e.remote())
+
+	// Cut after the mark, before any file moved in.
+	writeFiles(t, e.local, map[string]string{"train.py": "print('v3')\n"})
+	e.writeRemote("lib/util/io.py", "edited on the host")
+	tree := e.scan(opts)
+	_, err := Sync(t.Context(), newCutFS(e.fs, 1<<20, 1), "h0", tree, e.dir, opts)
+	var ce *CommitError
+	require.ErrorAs(t, err, &ce)
+	data, err := e.readRemote(journalName)
+	require.NoError(t, err)
+	j, err := decodeManifest([]byte(data))
+	require.NoError(t, err)
+	assert.Contains(t, j.Files, "train.py")
+	assert.Contains(t, j.Files, "lib/util/io.py", "the drifted file is pending too")
+	e.push(nil, Options{})
+	assert.Equal(t, e.pushed(), e.remote())
+}

@@ -23,6 +23,7 @@
 package push
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -471,6 +472,8 @@ type syncer struct {
 	// newWorkdir: Options.NewWorkdir, and look found nothing that says
 	// otherwise. The host's tree is then neither listed nor looked at.
 	newWorkdir bool
+	// pre: what run sent before guard, or nil.
+	pre *preUpload
 
 	mu       sync.Mutex // guards res and progress
 	res      *Result
@@ -544,6 +547,10 @@ func (s *syncer) run(ctx context.Context) error {
 	p, err := s.plan(ctx, listed)
 	if err != nil {
 		return err
+	}
+	if s.uploadsEarly(p) {
+		s.pre = s.startEarly(ctx, p)
+		defer s.pre.wait()
 	}
 	if !p.empty() || s.opts.Verify != VerifyNone {
 		if err := s.guard(ctx, p, listed); err != nil {
@@ -636,6 +643,137 @@ func (s *syncer) lister(ctx context.Context) (listed func() (hostView, error), w
 	return listed, wait
 }
 
+// preUpload is what run sends before guard has the listing of the host's
+// tree (VerifyStat): the files the manifest says changed, and the state
+// files, which need neither. The listing takes about four round trips
+// (open, read, read, close), as long as the upload (create, write, close),
+// so a restart after an edit waits for one of them, not both. Anything
+// the listing adds (a file drifted on the host) is sent after, and the
+// journal staged again if it then lists more. The uploads land in the
+// push's own upload directory, which nothing but a commit moves out: a
+// push that stops before leaves the tree as it was, as ever.
+type preUpload struct {
+	send     []*File       // uploaded to tmpName(i), mode and mtime set
+	landed   chan struct{} // closed once all of their content is there
+	done     chan struct{} // closed once the uploads ended; err says how
+	err      error
+	journal  []byte        // the journal staged, for the plan before guard
+	staged   chan struct{} // closed once the state files are; stageErr
+	stageErr error
+}
+
+// wait waits for everything the preUpload started.
+func (e *preUpload) wait() {
+	<-e.done
+	<-e.staged
+}
+
+// uploadsEarly says whether run uploads before guard (preUpload): when
+// it verifies by listing, the host's manifest named the changes, and the
+// upload directory is new and empty. Only a few files, which go over
+// SFTP: a stream (or the probe of the mode of new files) is decided on
+// the whole of what is sent.
+func (s *syncer) uploadsEarly(p *plan) bool {
+	return s.opts.Verify != VerifyNone && !s.newWorkdir && p.known && p.madeTmp &&
+		len(p.send) > 0 && len(p.send) < min(streamMin, probeMin)
+}
+
+// startEarly starts the preUpload of p (a copy: guard rewrites p).
+func (s *syncer) startEarly(ctx context.Context, p *plan) *preUpload {
+	q := *p
+	e := &preUpload{done: make(chan struct{}), send: append([]*File(nil), p.send...)}
+	if q.journaled() {
+		e.journal = encodeManifest(s.journal(&q))
+	}
+	var total int64
+	for _, f := range e.send {
+		total += f.Size
+	}
+	s.report(func(pr *Progress) { pr.FilesTotal, pr.BytesTotal = len(e.send), total })
+	e.landed, e.done, e.staged = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(e.staged)
+		e.stageErr = s.stage(&q)
+	}()
+	var left atomic.Int64
+	left.Store(int64(len(e.send)))
+	go func() {
+		defer close(e.done)
+		e.err = forEach(ctx, len(e.send), s.opts.concurrency(), func(ctx context.Context, i int) error {
+			return s.upload(ctx, e.send[i], s.remote(tmpName(i)), func() {
+				if left.Add(-1) == 0 {
+					close(e.landed)
+				}
+			})
+		})
+	}()
+	return e
+}
+
+// finishStage waits for the preUpload's staging and stages the journal
+// again if guard made the plan touch more than it lists.
+func (s *syncer) finishStage(p *plan) error {
+	<-s.pre.staged
+	if s.pre.stageErr != nil {
+		return s.pre.stageErr
+	}
+	if j := encodeManifest(s.journal(p)); p.journaled() && !bytes.Equal(j, s.pre.journal) {
+		if err := createWith(s.fs, s.remote(pendingStaged), j); err != nil {
+			return fmt.Errorf("write %s: %w", pendingStaged, err)
+		}
+	}
+	return nil
+}
+
+// uploadRest sends what guard added to the preUpload's files, after them
+// (tmpName(len(pre.send)+j)), and sets p.tmp to where each of p.send
+// waits; written is called once all of their content is there.
+func (s *syncer) uploadRest(ctx context.Context, p *plan, written func()) error {
+	early := make(map[string]string, len(s.pre.send))
+	for i, f := range s.pre.send {
+		early[f.Path] = tmpName(i)
+	}
+	p.tmp = make([]string, len(p.send))
+	var rest []int
+	for i, f := range p.send {
+		if t, ok := early[f.Path]; ok {
+			p.tmp[i] = t
+			continue
+		}
+		p.tmp[i] = tmpName(len(s.pre.send) + len(rest))
+		rest = append(rest, i)
+	}
+	// written once every upload's content is there, the early ones'
+	// and the rest's: len(rest)+1 arrivals.
+	var left atomic.Int64
+	left.Store(int64(len(rest)) + 1)
+	arrived := func() {
+		if left.Add(-1) == 0 {
+			written()
+		}
+	}
+	return parallel(
+		func() error {
+			select {
+			case <-s.pre.landed:
+				arrived()
+				<-s.pre.done
+			case <-s.pre.done:
+				if s.pre.err == nil { // landed too
+					arrived()
+				}
+			}
+			return s.pre.err
+		},
+		func() error {
+			return forEach(ctx, len(rest), s.opts.concurrency(), func(ctx context.Context, j int) error {
+				i := rest[j]
+				return s.upload(ctx, p.send[i], s.remote(p.tmp[i]), arrived)
+			})
+		},
+	)
+}
+
 // uploadAndMark sends every changed file to its temporary name and marks
 // the host (markHost) once their content has arrived; on failure it
 // removes the uploads, leaving the tree as it was.
@@ -649,7 +787,13 @@ func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error 
 	// while their modes and mtimes are set: one round trip fewer, and an
 	// upload that fails to arrive still leaves the state files alone.
 	staged := make(chan error, 1)
-	go func() { staged <- s.stage(p) }()
+	go func() {
+		if s.pre != nil {
+			staged <- s.finishStage(p)
+			return
+		}
+		staged <- s.stage(p)
+	}()
 	var markOnce sync.Once
 	marked := make(chan error, 1)
 	mark := func() {
@@ -977,6 +1121,9 @@ func tmpName(i int) string { return path.Join(tmpDir, fmt.Sprintf("f%06d", i)) }
 // checked unchanged locally), before the last modes and mtimes are set;
 // not at all when an upload fails first.
 func (s *syncer) uploadAll(ctx context.Context, p *plan, written func()) error {
+	if s.pre != nil {
+		return s.uploadRest(ctx, p, written)
+	}
 	if x, ok := s.fs.(extractor); ok && len(p.send) >= streamMin {
 		fallback, err := s.streamAll(ctx, x, p)
 		if !fallback {

@@ -34,6 +34,7 @@ var safetyTests = []struct {
 	{"SymlinkBeforeFirstPushVerified", testSymlinkBeforeFirstPushVerified},
 	{"NewWorkdirWrong", testNewWorkdirWrong},
 	{"NewWorkdirLinked", testNewWorkdirLinked},
+	{"EarlyUploadDrift", testEarlyUploadDrift},
 	{"VerifyRepairsDrift", testVerifyRepairsDrift},
 	{"VerifyRepairsDriftStream", testVerifyRepairsManyFiles},
 	{"CancelledDuringCommitFinishes", func(e *env) { testCancelledDuringCommit(e, 0) }},
