@@ -86,7 +86,17 @@ type Options struct {
 	// manifest; see the constants.
 	Verify Verify
 	// NewWorkdir says the workdir was just created and holds nothing
-	// but its .drover state directory.
+	// but its .drover state directory (the launcher knows it when the
+	// agent install's mkdir -p created it). The push then neither lists
+	// nor stats the host's tree (VerifyStat's listing costs four round
+	// trips): it looks only, beside the state it reads anyway, at the
+	// tree's top-level directories, and sends every file. The host has
+	// the last word: a workdir that holds push's state (manifest or sum)
+	// or a top-level directory of the tree is pushed to as without
+	// NewWorkdir. A caller wrong about the rest (top-level files there)
+	// makes the push send those files again, replacing each whole, and
+	// delete nothing it did not push; it never writes through a link nor
+	// leaves a state that vouches for what is not there.
 	NewWorkdir bool
 }
 
@@ -681,7 +691,8 @@ func (s *syncer) uploadsEarly(p *plan) bool {
 // startEarly starts the preUpload of p (a copy: guard rewrites p).
 func (s *syncer) startEarly(ctx context.Context, p *plan) *preUpload {
 	q := *p
-	e := &preUpload{done: make(chan struct{}), send: append([]*File(nil), p.send...)}
+	e := &preUpload{send: append([]*File(nil), p.send...),
+		landed: make(chan struct{}), done: make(chan struct{}), staged: make(chan struct{})}
 	if q.journaled() {
 		e.journal = encodeManifest(s.journal(&q))
 	}
@@ -690,7 +701,6 @@ func (s *syncer) startEarly(ctx context.Context, p *plan) *preUpload {
 		total += f.Size
 	}
 	s.report(func(pr *Progress) { pr.FilesTotal, pr.BytesTotal = len(e.send), total })
-	e.landed, e.done, e.staged = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(e.staged)
 		e.stageErr = s.stage(&q)
