@@ -48,6 +48,10 @@ type hostConn struct {
 	// pushed is the Key of the tree the last push over this connection
 	// left on the host ("" before one); see pushAndCheck.
 	pushed string
+	// newWorkdir: the agent's install created the workdir (it was not
+	// there), so the first push has nothing on the host to compare. Set
+	// by the install, which runs beside the lease, before its upload.
+	newWorkdir atomic.Bool
 }
 
 func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
@@ -486,10 +490,14 @@ func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
 		if c.agent != "" {
 			return nil
 		}
-		var err error
 		// The lease, taken beside the install, then finds the
 		// workdir's state directory there (see lease.File).
-		c.agent, err = remote.Install(ctx, c.t, a.r.agents, path.Join(c.host.Workdir, path.Dir(lease.File)))
+		wd := c.host.Workdir
+		in, err := remote.InstallWith(ctx, c.t, a.r.agents(), remote.InstallOptions{
+			Dirs: []string{wd, path.Join(wd, path.Dir(lease.File))},
+			Made: func(made []string) { c.newWorkdir.Store(slices.Contains(made, wd)) },
+		})
+		c.agent = in.Path
 		return err // "install drover agent on <host> (<address>): ..."
 	})
 }
