@@ -65,11 +65,12 @@ func Install(ctx context.Context, t cluster.Transport, agents Agents, dirs ...st
 type InstallOptions struct {
 	// Dirs are created on the host (see Install).
 	Dirs []string
-	// Made, when set, is called once the host has said which of Dirs it
-	// did not have (they are created now), before the agent's upload, if
-	// any, is done: `drover run` tells its first push that a workdir is
-	// new, and the push then has nothing to compare.
-	Made func(made []string)
+	// Told, when set, is called once the host has said its home
+	// directory and which of Dirs it did not have (they are created now),
+	// before the agent's upload, if any, is done: `drover run` tells its
+	// first push that a workdir is new (the push then has nothing to
+	// compare), and needs no SFTP request of its own for the home.
+	Told func(home string, made []string)
 }
 
 // Installed is where Install put the agent, and which of the directories
@@ -101,8 +102,8 @@ func InstallWith(ctx context.Context, t cluster.Transport, agents Agents, o Inst
 	if err != nil {
 		return Installed{}, fmt.Errorf("install drover agent on %s (%s): find the host's platform: %w", h.Name, h.Address, err)
 	}
-	if o.Made != nil {
-		o.Made(st.made)
+	if o.Told != nil && st.home != "" {
+		o.Told(st.home, st.made)
 	}
 	bin, err := agents.For(h.Name, st.platform)
 	if err != nil {
@@ -140,7 +141,7 @@ type hostState struct {
 }
 
 // installScript is the whole install in one command. It prints `uname
-// -sm`, "home DIR", creates the agent directory ($1, relative to the home)
+// -sm`, "home DIR" (resolved, as SFTP's realpath says it), creates the agent directory ($1, relative to the home)
 // and the $2 directories after it ("made DIR" for each that was not
 // there), and, for each candidate agent (then: file name and size) there
 // with that size, "have NAME VERSION" with what it answers to `agent
@@ -154,7 +155,7 @@ type hostState struct {
 // pipe, so the agent's bytes are left for cat.
 const installScript = `cd || exit 1
 uname -sm
-printf 'home %s\n' "$(pwd)"
+printf 'home %s\n' "$(pwd -P)"
 dir=$1
 n=$2
 shift 2
