@@ -48,6 +48,26 @@ type hostConn struct {
 	// pushed is the Key of the tree the last push over this connection
 	// left on the host ("" before one); see pushAndCheck.
 	pushed string
+	// What this attempt's agent install learnt of the host, before its
+	// upload: told is closed once it has said (or failed, or had nothing
+	// to do). toldHome is the home directory, so that opening the files
+	// needs no request of its own for it; newWorkdir says the install
+	// created the workdir (it was not there), so the first push has
+	// nothing on the host to compare.
+	told       chan struct{}
+	toldOnce   sync.Once
+	toldHome   string
+	newWorkdir atomic.Bool
+}
+
+// tell records what the install learnt (see hostConn.told); only the
+// first call counts.
+func (c *hostConn) tell(home string, newWorkdir bool) {
+	c.toldOnce.Do(func() {
+		c.toldHome = home
+		c.newWorkdir.Store(newWorkdir)
+		close(c.told)
+	})
 }
 
 func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
@@ -97,6 +117,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	// what it needs is there, beside the others (on a fresh host the
 	// agent's upload and the first push overlap).
 	installed := make(chan error, 1)
+	for _, c := range conns {
+		c.told, c.toldOnce = make(chan struct{}), sync.Once{}
+	}
 	go func() { installed <- a.installAgents(ctx, conns) }()
 	err = a.openFiles(ctx, conns)
 	if err == nil {
@@ -465,13 +488,42 @@ func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
 		if err != nil {
 			return fmt.Errorf("open files on %s: %w", hostLabel(c.host), err)
 		}
-		home, err := fsys.Home()
+		home, err := a.home(ctx, c, fsys)
 		if err != nil {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
 		c.fs, c.home = fsys, home
 		return nil
 	})
+}
+
+// home is c's home directory: what the agent's install said of it, or
+// what fsys says, whichever comes first. The install's command says it
+// about when SFTP has opened, a round trip before an SFTP request for it
+// would answer; on Slurm, where a step takes a while to start, SFTP's
+// answer may come first.
+func (a *attempt_) home(ctx context.Context, c *hostConn, fsys cluster.FS) (string, error) {
+	type answer struct {
+		home string
+		err  error
+	}
+	asked := make(chan answer, 1)
+	go func() {
+		h, err := fsys.Home()
+		asked <- answer{h, err}
+	}()
+	select {
+	case <-c.told:
+		if c.toldHome != "" {
+			return c.toldHome, nil
+		}
+	case r := <-asked:
+		return r.home, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	r := <-asked
+	return r.home, r.err
 }
 
 // installAgents installs the agent on every connection that an earlier
@@ -483,13 +535,18 @@ func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
 // steps.
 func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
+		defer c.tell("", false) // nothing learnt, or failed
 		if c.agent != "" {
 			return nil
 		}
-		var err error
 		// The lease, taken beside the install, then finds the
 		// workdir's state directory there (see lease.File).
-		c.agent, err = remote.Install(ctx, c.t, a.r.agents, path.Join(c.host.Workdir, path.Dir(lease.File)))
+		wd := c.host.Workdir
+		in, err := remote.InstallWith(ctx, c.t, a.r.agents(), remote.InstallOptions{
+			Dirs: []string{wd, path.Join(wd, path.Dir(lease.File))},
+			Told: func(home string, made []string) { c.tell(home, slices.Contains(made, wd)) },
+		})
+		c.agent = in.Path
 		return err // "install drover agent on <host> (<address>): ..."
 	})
 }

@@ -112,8 +112,10 @@ type runner struct {
 	sleep  func(ctx context.Context, d time.Duration) error
 	events *eventLog
 	// agents are the binaries hosts get as their agent (found once, next
-	// to opts.AgentBinary).
-	agents remote.Agents
+	// to opts.AgentBinary). Finding them hashes each (tens of
+	// milliseconds), so it runs beside the config, the scan and the dials
+	// rather than before them; the installs wait for it.
+	agents func() remote.Agents
 
 	mu       sync.Mutex
 	procs    map[string]*ProcSummary // by process name
@@ -133,7 +135,9 @@ type runner struct {
 
 func newRunner(opts RunOptions) *runner {
 	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}, pool: newConnPool()}
-	r.agents = remote.FindAgents(opts.AgentBinary)
+	found := make(chan remote.Agents, 1)
+	go func() { found <- remote.FindAgents(opts.AgentBinary) }()
+	r.agents = sync.OnceValue(func() remote.Agents { return <-found })
 	// One read of known_hosts and the ssh config shared by every attempt's
 	// dials, so that what drover skips is warned about once per run.
 	r.opts.Dial = r.opts.Dial.Shared()

@@ -34,7 +34,8 @@ func (r *runner) startLeases(ctx context.Context, job string) (_ context.Context
 func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 	targets := make([]lease.Target, len(conns))
 	for i, c := range conns {
-		targets[i] = lease.Target{Host: c.host, Workdir: c.host.Workdir}
+		// Absolute: the lease then needs no request for the home.
+		targets[i] = lease.Target{Host: c.host, Workdir: remoteAbs(c.home, c.host.Workdir)}
 	}
 	opts := a.r.opts.Dial
 	opts.Inventory = a.cfg.Hosts

@@ -483,8 +483,8 @@ func method(b *bench, sizes []int) []string {
 			"or different machine distorts least and what carries over to a real fleet, where each host has its own CPU.",
 		fmt.Sprintf("Latency (section latency %s, N=%d): a userspace proxy per host (cluster/testfleet/netdelay) holds every "+
 			"chunk %s in each direction, so a round trip takes %s longer; drover's inventory, OpenSSH's ssh_config and "+
-			"known_hosts point at the proxies. Figures are wall time / RTT (medians of %d runs; drover run once, with %d "+
-			"kills), and \"round trips counted\" are the waits the proxies saw per host: a client chunk after an answer, at least "+
+			"known_hosts point at the proxies. Figures are wall time / RTT (medians of %d runs; the restarts are %d "+
+			"kills in one drover run, the fresh start is the median of that run's and two more), and \"round trips counted\" are the waits the proxies saw per host: a client chunk after an answer, at least "+
 			"the one-way delay after its previous one (pipelined requests are one wait), which a busy machine changes little. "+
 			"A 200-file tree is pushed (untimed first pushes, then nothing changed, then one file changed); agent install "+
 			"is `drover probe` on hosts whose ~/.drover was deleted minus `drover probe` with the agent there; `drover run` "+

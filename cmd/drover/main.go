@@ -57,7 +57,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		EnableBashCompletion: true,
 		// Errors are printed once, by exitCode, never by urfave/cli itself.
 		ExitErrHandler: func(*cli.Context, error) {},
-		Commands:             commands(),
+		Commands:       commands(),
 	}
 	app.OnUsageError = usageError
 	setUsageError(app.Commands)

@@ -303,18 +303,19 @@ func (l *held) connect(ctx context.Context) error {
 		t.Close()
 		return err
 	}
-	home, err := fsys.Home()
-	if err != nil {
-		t.Close()
-		return err
+	dir := l.target.Workdir
+	if !path.IsAbs(dir) {
+		home, err := fsys.Home()
+		if err != nil {
+			t.Close()
+			return err
+		}
+		dir = path.Join(home, dir)
 	}
 	l.mu.Lock()
 	l.t, l.fs = t, fsys
 	l.mu.Unlock()
-	l.dir = l.target.Workdir
-	if !path.IsAbs(l.dir) {
-		l.dir = path.Join(home, l.dir)
-	}
+	l.dir = dir
 	l.file = path.Join(l.dir, File)
 	return nil
 }

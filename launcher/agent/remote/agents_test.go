@@ -44,7 +44,7 @@ func TestUnamePlatform(t *testing.T) {
 	}
 }
 
-// unameHost is a transport whose state command (`uname -sm` first) prints
+// unameHost is a transport whose install command (`uname -sm` first) prints
 // a fixed answer; every other call fails, so Install must stop at choosing
 // the agent.
 type unameHost struct {
@@ -57,7 +57,7 @@ func (u unameHost) Host() config.Host {
 }
 
 func (u unameHost) Start(_ context.Context, c cluster.Cmd) (cluster.Process, error) {
-	if len(c.Args) < 3 || c.Args[0] != "sh" || !strings.HasPrefix(c.Args[2], "uname -sm\n") {
+	if len(c.Args) < 3 || c.Args[0] != "sh" || !strings.Contains(c.Args[2], "\nuname -sm\n") {
 		return nil, errors.New("unexpected command")
 	}
 	_, _ = io.WriteString(c.Stdout, u.uname)

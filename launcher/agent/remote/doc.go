@@ -17,13 +17,18 @@
 //
 // Agents are named by content (~/.drover/bin/drover-<12 hex of sha256>), so
 // several drover versions coexist and a host that has this one gets nothing
-// uploaded. An upload goes to a temporary name on a command's stdin (one
-// command writes it and runs it once, `drover agent version`; a channel
-// of its own, so that the SFTP session the lease and the push use does
-// not queue behind it) and only then is renamed into place: a host that cannot
-// execute it (wrong loader, noexec home) is a *CannotRunError carrying the
-// loader's words, before any process starts, and a file under the final
-// name that answers another version is replaced.
+// uploaded. The whole install is one command (installScript): it prints the
+// host's platform, home and the agents it has, creates the directories the
+// caller asked for (saying which it made), and waits for drover's answer:
+// nothing more to do, or the agent on its stdin. It writes that to a
+// temporary name, runs it once (`drover agent version`) and only then
+// renames it into place: a host that cannot execute it (wrong loader,
+// noexec home) is a *CannotRunError carrying the loader's words, before any
+// process starts, and a file under the final name that answers another
+// version is replaced. One command rather than a state command, an upload
+// and SFTP calls: a fresh host's install costs one command's round trips
+// plus the upload, and the upload goes over a channel of its own, not the
+// SFTP session the lease and the push use.
 //
 // # Probing
 //

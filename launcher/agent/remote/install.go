@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,13 +11,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/launcher/agent"
 )
 
 // agentDir is where Install puts drover binaries, under the login home.
@@ -61,100 +57,111 @@ func (e *CannotRunError) Unwrap() error { return e.Err }
 // of one per missing directory. What fails to be created is left for
 // its user to create (and report).
 func Install(ctx context.Context, t cluster.Transport, agents Agents, dirs ...string) (remotePath string, err error) {
+	in, err := InstallWith(ctx, t, agents, InstallOptions{Dirs: dirs})
+	return in.Path, err
+}
+
+// InstallOptions are Install's extras.
+type InstallOptions struct {
+	// Dirs are created on the host (see Install).
+	Dirs []string
+	// Told, when set, is called once the host has said its home
+	// directory and which of Dirs it did not have (they are created now),
+	// before the agent's upload, if any, is done: `drover run` tells its
+	// first push that a workdir is new (the push then has nothing to
+	// compare), and needs no SFTP request of its own for the home.
+	Told func(home string, made []string)
+}
+
+// Installed is where Install put the agent, and which of the directories
+// it was asked for were not there before.
+type Installed struct {
+	Path string
+	Made []string
+}
+
+// InstallWith is Install with options. Reading the host's state,
+// uploading and checking the agent and moving it into place are one
+// command (installScript): a fresh host costs one command's round trips
+// and the upload, a host that has the agent one command.
+func InstallWith(ctx context.Context, t cluster.Transport, agents Agents, o InstallOptions) (Installed, error) {
 	h := t.Host()
 	if h.Transport == config.TransportLocal {
 		abs, err := filepath.Abs(agents.Self)
 		if err != nil {
-			return "", fmt.Errorf("install drover agent on %s: %w", h.Name, err)
+			return Installed{}, fmt.Errorf("install drover agent on %s: %w", h.Name, err)
 		}
-		return abs, nil
+		return Installed{Path: abs}, nil
 	}
-	fail := func(what string, err error) (string, error) {
-		return "", fmt.Errorf("install drover agent on %s (%s): %s: %w", h.Name, h.Address, what, err)
-	}
-	// File access and the home do not depend on the platform: they are
-	// asked for beside the host's state (platform, agents there), so that
-	// every install waits for the longer of the two rather than their sum.
-	files := make(chan homeFS, 1)
-	go func() { files <- openHome(ctx, t) }()
-	st, err := readHostState(ctx, t, agents, dirs)
+	s, err := startInstall(ctx, t, agents, o.Dirs)
 	if err != nil {
-		return fail("find the host's platform", err)
+		return Installed{}, fmt.Errorf("install drover agent on %s (%s): find the host's platform: %w", h.Name, h.Address, err)
 	}
-	plat := st.platform
-	bin, err := agents.For(h.Name, plat)
+	defer s.stop()
+	st, err := s.state()
 	if err != nil {
-		return fail("choose an agent", err)
+		return Installed{}, fmt.Errorf("install drover agent on %s (%s): find the host's platform: %w", h.Name, h.Address, err)
 	}
-	want, sum := bin.Version, bin.Sum
-	hf := <-files
-	if hf.err != nil {
-		return fail(hf.what, hf.err)
+	if o.Told != nil && st.home != "" {
+		o.Told(st.home, st.made)
 	}
-	rfs, home := hf.fs, hf.home
-	name := "drover-" + sum[:12]
-	dir := path.Join(home, agentDir)
-	dst := path.Join(dir, name)
-	if st.versions[name] == want {
-		return dst, nil
+	bin, err := agents.For(h.Name, st.platform)
+	if err != nil {
+		return Installed{}, fmt.Errorf("install drover agent on %s (%s): choose an agent: %w", h.Name, h.Address, err)
+	}
+	if st.home == "" {
+		return Installed{}, fmt.Errorf("install drover agent on %s (%s): find the home directory: %w", h.Name, h.Address, s.failed("no home directory printed"))
+	}
+	name := "drover-" + bin.Sum[:12]
+	in := Installed{Path: path.Join(st.home, agentDir, name), Made: st.made}
+	if st.versions[name] == bin.Version {
+		return in, s.skip()
 	}
 	// Not there, or another build under this name (or a damaged file):
-	// upload and replace it. The state command created dir.
-	tmp := path.Join(dir, ".drover-"+sum[:12]+".tmp-"+randomSuffix())
-	if err := uploadAndCheck(ctx, t, h.Name, plat, bin.Path, tmp, want); err != nil {
-		_ = rfs.Remove(tmp)
+	// upload and replace it.
+	tmp := ".drover-" + bin.Sum[:12] + ".tmp-" + randomSuffix()
+	if err := s.upload(bin, name, tmp, path.Join(st.home, agentDir, tmp)); err != nil {
 		var ue *uploadError
 		if errors.As(err, &ue) {
-			return fail("upload to "+tmp, ue.err)
+			return Installed{}, fmt.Errorf("install drover agent on %s (%s): upload to %s: %w", h.Name, h.Address, path.Join(st.home, agentDir, tmp), ue.err)
 		}
-		return "", fmt.Errorf("install drover agent on %s (%s): %w", h.Name, h.Address, err)
+		return Installed{}, fmt.Errorf("install drover agent on %s (%s): %w", h.Name, h.Address, err)
 	}
-	if err := rfs.Rename(tmp, dst); err != nil {
-		_ = rfs.Remove(tmp)
-		return fail("rename into "+dst, err)
-	}
-	return dst, nil
+	return in, nil
 }
 
-// homeFS is a host's file access and home directory, or why there are none.
-type homeFS struct {
-	fs   cluster.FS
-	home string
-	what string // the step that failed
-	err  error
-}
-
-func openHome(ctx context.Context, t cluster.Transport) homeFS {
-	rfs, err := t.FS(ctx)
-	if err != nil {
-		return homeFS{what: "open file access", err: err}
-	}
-	home, err := rfs.Home()
-	if err != nil {
-		return homeFS{what: "find home directory", err: err}
-	}
-	return homeFS{fs: rfs, home: home}
-}
-
-// hostState is what one command told of a host before an install: its
-// platform, and the version each agent already there answers, by file
-// name.
+// hostState is what the install command told of a host before an upload:
+// its platform and home, the version each agent already there answers, by
+// file name, and which of the directories asked for it made.
 type hostState struct {
 	platform Platform
+	home     string
 	versions map[string]string
+	made     []string
 }
 
-// stateScript prints `uname -sm`, creates the agent directory ($1,
-// relative to the home) and the $2 directories after it, and, for each
-// candidate agent (then: file name and size) there with that size, "have
-// NAME VERSION" with what it answers to `agent version`: everything an
-// install needs to know in one exchange with the host.
-const stateScript = `uname -sm
+// installScript is the whole install in one command. It prints `uname
+// -sm`, "home DIR" (resolved, as SFTP's realpath says it), creates the agent directory ($1, relative to the home)
+// and the $2 directories after it ("made DIR" for each that was not
+// there), and, for each candidate agent (then: file name and size) there
+// with that size, "have NAME VERSION" with what it answers to `agent
+// version`; then "ready", and reads a line from drover. "skip" (or
+// nothing) ends it there. "NAME TMP VERSION" is followed by the agent
+// itself: it is written to TMP, run (`agent version`), and moved to NAME
+// only if it answers VERSION. Exit statuses: uploadFailed (the file
+// could not be written; why on stderr), cannotRun (it does not run; what
+// it printed on stdout after "ready"), otherVersion (it answers another
+// version, printed the same way). `read` takes one byte at a time from a
+// pipe, so the agent's bytes are left for cat.
+const installScript = `cd || exit 1
+uname -sm
+printf 'home %s\n' "$(pwd -P)"
 dir=$1
 n=$2
 shift 2
 mkdir -p "$dir" 2>/dev/null
 while [ "$n" -gt 0 ]; do
+	[ -d "$1" ] || printf 'made %s\n' "$1"
 	mkdir -p -- "$1" 2>/dev/null
 	shift
 	n=$((n - 1))
@@ -166,46 +173,21 @@ while [ $# -ge 2 ]; do
 	fi
 	shift 2
 done
-exit 0`
+echo ready
+IFS=' ' read -r name tmp want || exit 0
+[ "$name" = skip ] && exit 0
+tmp=$dir/$tmp
+cat >"$tmp" && chmod 755 "$tmp" || { rm -f "$tmp"; exit 97; }
+out=$("$tmp" agent version 2>&1) || { rm -f "$tmp"; printf '%s\n' "$out"; exit 98; }
+[ "$out" = "$want" ] || { rm -f "$tmp"; printf '%s\n' "$out"; exit 99; }
+mv -f "$tmp" "$dir/$name" || { rm -f "$tmp"; exit 97; }`
 
-// readHostState runs stateScript for every agent agents can offer,
-// creating dirs too.
-func readHostState(ctx context.Context, t cluster.Transport, agents Agents, dirs []string) (hostState, error) {
-	args := []string{"sh", "-c", stateScript, "sh", agentDir, strconv.Itoa(len(dirs))}
-	args = append(args, dirs...)
-	for _, b := range agents.candidates() {
-		args = append(args, "drover-"+b.Sum[:12], strconv.FormatInt(b.Size, 10))
-	}
-	out, err := output(ctx, t, args...)
-	if err != nil {
-		return hostState{}, fmt.Errorf("uname -sm: %w", err)
-	}
-	first, rest, _ := strings.Cut(string(out), "\n")
-	p, ok := unamePlatform(strings.TrimSpace(first))
-	if !ok {
-		return hostState{}, fmt.Errorf("uname -sm printed %q, want an OS and a machine", strings.TrimSpace(first))
-	}
-	st := hostState{platform: p, versions: map[string]string{}}
-	for _, l := range strings.Split(rest, "\n") {
-		if have, ok := strings.CutPrefix(l, "have "); ok {
-			name, version, _ := strings.Cut(have, " ")
-			st.versions[name] = version
-		}
-	}
-	return st, nil
-}
-
-// uploadScript writes its stdin to $1, makes it executable and runs "$@"
-// (the agent's version command): the upload and its check in one command.
-// A failed write exits uploadFailed, so that a full disk is not taken for
-// an agent that does not run.
-const uploadScript = `cat >"$1" || exit 97
-chmod 755 "$1" || exit 97
-exec "$@"`
-
-// uploadFailed is uploadScript's exit status when the file could not be
-// written.
-const uploadFailed = 97
+// installScript's exit statuses.
+const (
+	uploadFailed = 97
+	cannotRun    = 98
+	otherVersion = 99
+)
 
 // uploadError is an upload that did not arrive (as opposed to an agent
 // that arrived and does not run).
@@ -213,60 +195,6 @@ type uploadError struct{ err error }
 
 func (e *uploadError) Error() string { return e.err.Error() }
 func (e *uploadError) Unwrap() error { return e.err }
-
-// uploadAndCheck sends local to remote on a command's stdin, makes it
-// executable and runs `remote agent version` there (uploadScript), and
-// compares its answer with want. The agent goes over a channel of its
-// own rather than the SFTP session: the host's sftp-server answers in
-// order, and an agent of several MiB in its channel's window made every
-// request the run sent beside it (the workdir lease, a first push) wait a
-// round trip more each. One command also saves the round trips of opening,
-// closing and checking the file separately.
-func uploadAndCheck(ctx context.Context, t cluster.Transport, host string, plat Platform, local, remote, want string) error {
-	f, err := os.Open(local)
-	if err != nil {
-		return &uploadError{err}
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return &uploadError{err}
-	}
-	ctx, cancel := context.WithTimeout(ctx, uploadTimeout(fi.Size()))
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	args := append([]string{"sh", "-c", uploadScript, "sh"}, agent.VersionCommand(remote)...)
-	p, err := t.Start(ctx, cluster.Cmd{Args: args, Stdin: &ctxReader{ctx: ctx, r: f}, Stdout: &stdout, Stderr: &stderr})
-	if err != nil {
-		return &uploadError{fmt.Errorf("start sh: %w", err)}
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- p.Wait() }()
-	select {
-	case err = <-waited:
-	case <-ctx.Done():
-		return &uploadError{ctx.Err()}
-	}
-	got := strings.TrimSpace(stdout.String())
-	var ee *cluster.ExitError
-	switch {
-	case errors.As(err, &ee) && ee.Code == uploadFailed:
-		msg := firstLine(stderr.Bytes())
-		if msg == "" {
-			msg = "the host could not write it"
-		}
-		return &uploadError{fmt.Errorf("%w: %s", err, msg)}
-	case err != nil:
-		if msg := firstLine(stderr.Bytes()); msg != "" {
-			err = fmt.Errorf("%w: %s", err, msg)
-		}
-		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote, Err: err}
-	case got != want:
-		return &CannotRunError{Host: host, Platform: plat, Agent: local, Remote: remote,
-			Output: fmt.Sprintf("it answers %q, want %q", got, want)}
-	}
-	return nil
-}
 
 // uploadTimeout bounds an upload: a step's time plus a minute per MiB,
 // so that only a link stalled for good (under 17 KiB/s) gives up on it.

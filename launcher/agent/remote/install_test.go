@@ -163,3 +163,38 @@ func TestFleetInstallUploadOverCommand(t *testing.T) {
 	assert.True(t, bytes.Equal(want, got), "the installed agent differs from the local one (%d bytes, want %d)", len(got), len(want))
 	assertOnlyAgents(t, fsys, dir)
 }
+
+// The install says, before its upload, the home (as SFTP's realpath says
+// it) and which of the directories it was given it created: a run's first
+// push into a workdir the install made has nothing to compare.
+func TestFleetInstallTells(t *testing.T) {
+	ts := dialFleet(t)
+	tr := ts[1]
+	fsys, err := tr.FS(context.Background())
+	require.NoError(t, err)
+	home, err := fsys.Home()
+	require.NoError(t, err)
+	require.NoError(t, fsys.RemoveAll(path.Join(home, "told-wd")))
+	require.NoError(t, fsys.MkdirAll(path.Join(home, "old-wd"), 0o755))
+	defer fsys.RemoveAll(path.Join(home, "told-wd"))
+	defer fsys.RemoveAll(path.Join(home, "old-wd"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var toldHome string
+	var toldMade []string
+	dirs := []string{"told-wd", "told-wd/.drover", "old-wd", "old-wd/.drover"}
+	in, err := InstallWith(ctx, tr, selfAgents(t), InstallOptions{Dirs: dirs, Told: func(h string, made []string) {
+		toldHome, toldMade = h, made
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, home, toldHome)
+	want := []string{"told-wd", "told-wd/.drover", "old-wd/.drover"}
+	assert.Equal(t, want, toldMade)
+	assert.Equal(t, want, in.Made)
+	assert.Equal(t, path.Join(home, agentDir), path.Dir(in.Path))
+	for _, d := range dirs {
+		fi, err := fsys.Stat(path.Join(home, d))
+		require.NoError(t, err)
+		assert.True(t, fi.IsDir(), d)
+	}
+}

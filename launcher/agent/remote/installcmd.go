@@ -1,0 +1,222 @@
+package remote
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/droverhq/drover/cluster"
+)
+
+// installCmd is installScript running on a host: its state as the script
+// printed it, and the stdin drover answers on.
+type installCmd struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	t      cluster.Transport
+	proc   cluster.Process
+	stdin  *io.PipeWriter
+	ready  chan struct{} // closed at "ready" or when stdout ends
+	lines  []string      // stdout up to "ready"
+	rest   bytes.Buffer  // stdout after it (the new agent's answer), once read
+	read   chan struct{} // closed when stdout has been read to its end
+	stderr *cluster.TailBuffer
+	waited chan error
+	once   sync.Once
+	err    error // the command's end, once waited
+}
+
+// installOutput bounds what is kept of the command's stderr.
+const installOutput = 16 << 10
+
+// startInstall starts installScript with the candidates agents offers.
+func startInstall(ctx context.Context, t cluster.Transport, agents Agents, dirs []string) (*installCmd, error) {
+	args := []string{"sh", "-c", installScript, "sh", agentDir, strconv.Itoa(len(dirs))}
+	args = append(args, dirs...)
+	for _, b := range agents.candidates() {
+		args = append(args, "drover-"+b.Sum[:12], strconv.FormatInt(b.Size, 10))
+	}
+	// The largest candidate bounds the whole command: an upload's time
+	// depends on the link.
+	var size int64
+	for _, b := range agents.candidates() {
+		size = max(size, b.Size)
+	}
+	c := &installCmd{t: t, ready: make(chan struct{}), read: make(chan struct{}), stderr: cluster.NewTailBuffer(installOutput), waited: make(chan error, 1)}
+	c.ctx, c.cancel = context.WithTimeout(ctx, uploadTimeout(size))
+	r, w := io.Pipe()
+	c.stdin = w
+	out, outW := io.Pipe()
+	go c.readOut(out)
+	p, err := t.Start(c.ctx, cluster.Cmd{Args: args, Stdin: r, Stdout: outW, Stderr: c.stderr})
+	if err != nil {
+		outW.Close()
+		c.cancel()
+		return nil, fmt.Errorf("start sh: %w", err)
+	}
+	c.proc = p
+	go func() {
+		err := p.Wait()
+		outW.Close()
+		r.Close()
+		c.waited <- err
+	}()
+	return c, nil
+}
+
+// readOut splits stdout: lines up to "ready", the rest after.
+func (c *installCmd) readOut(out io.Reader) {
+	defer close(c.read)
+	br := bufio.NewReader(out)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			break
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "ready" {
+			close(c.ready)
+			_, _ = io.Copy(&c.rest, br)
+			return
+		}
+		c.lines = append(c.lines, line)
+	}
+	close(c.ready)
+}
+
+// state waits for the script's state (or its end) and parses it.
+func (c *installCmd) state() (hostState, error) {
+	select {
+	case <-c.ready:
+	case <-c.ctx.Done():
+		return hostState{}, c.ctx.Err()
+	}
+	if len(c.lines) == 0 {
+		return hostState{}, c.failed("uname -sm printed nothing")
+	}
+	p, ok := unamePlatform(strings.TrimSpace(c.lines[0]))
+	if !ok {
+		return hostState{}, fmt.Errorf("uname -sm printed %q, want an OS and a machine", strings.TrimSpace(c.lines[0]))
+	}
+	st := hostState{platform: p, versions: map[string]string{}}
+	for _, l := range c.lines[1:] {
+		switch k, v, _ := strings.Cut(l, " "); k {
+		case "home":
+			st.home = v
+		case "made":
+			st.made = append(st.made, v)
+		case "have":
+			name, version, _ := strings.Cut(v, " ")
+			st.versions[name] = version
+		}
+	}
+	return st, nil
+}
+
+// failed is the error for a script that ended before it was ready.
+func (c *installCmd) failed(what string) error {
+	err := c.wait()
+	if msg := firstLine([]byte(c.stderr.String())); msg != "" {
+		what += ": " + msg
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return errors.New(what)
+}
+
+// skip tells the script no upload follows and waits for its end.
+func (c *installCmd) skip() error {
+	_, _ = io.WriteString(c.stdin, "skip\n")
+	c.stdin.Close()
+	if err := c.wait(); err != nil {
+		return fmt.Errorf("read the host's state: %w", err)
+	}
+	return nil
+}
+
+// wait waits for the command's end (once).
+func (c *installCmd) wait() error {
+	c.once.Do(func() {
+		select {
+		case c.err = <-c.waited:
+		case <-c.ctx.Done():
+			c.err = c.ctx.Err()
+		}
+	})
+	return c.err
+}
+
+// stop ends the command if it is still running (an error on the way).
+func (c *installCmd) stop() {
+	c.stdin.CloseWithError(errors.New("install stopped"))
+	c.cancel()
+}
+
+// upload sends b as name through tmp (remote, on the host): a header
+// line, then the file, then EOF; the script writes, checks and moves it
+// (see installScript).
+func (c *installCmd) upload(b Binary, name, tmp, remote string) error {
+	f, err := os.Open(b.Path)
+	if err != nil {
+		c.stdin.Close()
+		return &uploadError{err}
+	}
+	defer f.Close()
+	go func() {
+		_, err := fmt.Fprintf(c.stdin, "%s %s %s\n", name, tmp, b.Version)
+		if err == nil {
+			_, err = io.Copy(c.stdin, &ctxReader{ctx: c.ctx, r: f})
+		}
+		c.stdin.CloseWithError(err)
+	}()
+	return c.checked(b, remote)
+}
+
+// checked turns the script's end after an upload into Install's errors.
+func (c *installCmd) checked(b Binary, remote string) error {
+	err := c.wait()
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-c.read: // stdout ends with the command
+	case <-c.ctx.Done():
+	}
+	plat := Platform(c.platformLine())
+	said := strings.TrimSpace(c.rest.String())
+	var ee *cluster.ExitError
+	switch {
+	case errors.As(err, &ee) && ee.Code == uploadFailed:
+		msg := firstLine([]byte(c.stderr.String()))
+		if msg == "" {
+			msg = "the host could not write it"
+		}
+		return &uploadError{fmt.Errorf("%w: %s", err, msg)}
+	case errors.As(err, &ee) && ee.Code == otherVersion:
+		return &CannotRunError{Host: c.t.Host().Name, Platform: plat, Agent: b.Path, Remote: remote,
+			Output: fmt.Sprintf("it answers %q, want %q", said, b.Version)}
+	case errors.As(err, &ee) && ee.Code == cannotRun:
+		if msg := firstLine([]byte(said)); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return &CannotRunError{Host: c.t.Host().Name, Platform: plat, Agent: b.Path, Remote: remote, Err: err}
+	}
+	return &uploadError{err} // the connection, or the command stopped
+}
+
+// platformLine is the host's platform as uname said it, for messages.
+func (c *installCmd) platformLine() string {
+	if len(c.lines) == 0 {
+		return ""
+	}
+	p, _ := unamePlatform(strings.TrimSpace(c.lines[0]))
+	return string(p)
+}
