@@ -123,3 +123,21 @@ func testEarlyUploadDrift(e *env) {
 	e.push(nil, Options{})
 	assert.Equal(t, e.pushed(), e.remote())
 }
+
+// testNewWorkdirFailed: a push into a new workdir makes the tree's
+// directories while the files upload; when an upload fails it removes
+// them, leaving the workdir as it was.
+func testNewWorkdirFailed(e *env) {
+	t := e.t
+	writeFiles(t, e.local, v1)
+	require.NoError(t, e.fs.MkdirAll(path.Join(e.dir, stateDir), 0o755))
+	opts := Options{Verify: VerifyStat, NewWorkdir: true}
+	tree := e.scan(opts)
+	writeFiles(t, e.local, map[string]string{"deep/a/b/c/d/e.py": "edited after the scan"})
+	_, err := Sync(t.Context(), e.fs, "h0", tree, e.dir, opts)
+	require.Error(t, err)
+	assert.Equal(t, map[string]entry{}, e.remote(), "the workdir after a failed push")
+	infos, err := e.fs.ReadDir(path.Join(e.dir, stateDir))
+	require.NoError(t, err)
+	assert.Empty(t, infos, "state left by a failed push")
+}

@@ -502,6 +502,7 @@ type plan struct {
 	chdirs   []Dir    // existing directories whose mode changed
 	hadTmp   bool     // leftovers of an interrupted push to remove
 	madeTmp  bool     // the upload directory was created (empty) by plan
+	dirsMade bool     // mkdirs were made during the upload (mkdirsEarly)
 	noSum    bool     // the host has no manifest.sum to remove (look)
 	noDelta  bool     // ... nor manifest.delta
 	unchange int
@@ -797,12 +798,13 @@ func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error 
 	// while their modes and mtimes are set: one round trip fewer, and an
 	// upload that fails to arrive still leaves the state files alone.
 	staged := make(chan error, 1)
+	p.dirsMade = s.newWorkdir && !s.streams(p) && len(p.mkdirs) > 0
 	go func() {
 		if s.pre != nil {
 			staged <- s.finishStage(p)
 			return
 		}
-		staged <- s.stage(p)
+		staged <- parallel(func() error { return s.stage(p) }, func() error { return s.mkdirsEarly(ctx, p) })
 	}()
 	var markOnce sync.Once
 	marked := make(chan error, 1)
@@ -833,6 +835,9 @@ func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error 
 		// Best effort: the connection may be what failed. The next push
 		// removes what is left either way.
 		_ = s.fs.RemoveAll(s.remote(tmpDir))
+		if p.dirsMade {
+			s.unmakeDirs(p.mkdirs)
+		}
 		return err
 	}
 	return nil
@@ -1134,8 +1139,8 @@ func (s *syncer) uploadAll(ctx context.Context, p *plan, written func()) error {
 	if s.pre != nil {
 		return s.uploadRest(ctx, p, written)
 	}
-	if x, ok := s.fs.(extractor); ok && len(p.send) >= streamMin {
-		fallback, err := s.streamAll(ctx, x, p)
+	if s.streams(p) {
+		fallback, err := s.streamAll(ctx, s.fs.(extractor), p)
 		if !fallback {
 			return err
 		}
@@ -1460,8 +1465,10 @@ func (s *syncer) changeTree(ctx context.Context, p *plan) error {
 			mkdirs = append(mkdirs, d)
 		}
 	}
-	if err := s.mkdirs(ctx, mkdirs); err != nil {
-		return err
+	if !p.dirsMade {
+		if err := s.mkdirs(ctx, mkdirs); err != nil {
+			return err
+		}
 	}
 	// A directory mode that leaves the owner able to write and search
 	// (u+wx) is set while the files move in, which it does not stop; the
@@ -1497,11 +1504,35 @@ func (s *syncer) changeTree(ctx context.Context, p *plan) error {
 	return s.chmodDirs(ctx, late)
 }
 
-// mkdirs creates dirs (sorted by path: parents first) a depth at a time,
-// the directories of one depth in parallel: each then costs one request,
-// its parent being there, and a tree costs a round trip per level, not
-// per directory.
-func (s *syncer) mkdirs(ctx context.Context, dirs []Dir) error {
+// mkdirsEarly creates the tree's directories while the files upload, in
+// a push into a new workdir (p.dirsMade), rather than after the mark: their
+// round trips (one per level, mkdirs) then overlap the upload's three.
+// Only there: the workdir holds nothing of the tree (look), so a push that
+// stops before its commit leaves at most empty directories, and removes
+// them when it can (unmakeDirs); a next push owns them, or leaves them as
+// it leaves a job's. Not before a stream, which moves new directories in
+// whole.
+func (s *syncer) mkdirsEarly(ctx context.Context, p *plan) error {
+	if !p.dirsMade {
+		return nil
+	}
+	return s.mkdirs(ctx, p.mkdirs)
+}
+
+// unmakeDirs removes, deepest first, the empty directories mkdirsEarly
+// made for a push that failed. Best effort, as removing its uploads is.
+func (s *syncer) unmakeDirs(dirs []Dir) {
+	levels := byDepth(dirs)
+	for i := len(levels) - 1; i >= 0; i-- {
+		_ = forEach(context.Background(), len(levels[i]), s.opts.concurrency(), func(_ context.Context, j int) error {
+			_ = s.removeDir(s.remote(levels[i][j].Path))
+			return nil
+		})
+	}
+}
+
+// byDepth groups dirs by their depth in the tree, the top level first.
+func byDepth(dirs []Dir) [][]Dir {
 	var levels [][]Dir
 	for _, d := range dirs {
 		n := strings.Count(d.Path, "/")
@@ -1510,7 +1541,21 @@ func (s *syncer) mkdirs(ctx context.Context, dirs []Dir) error {
 		}
 		levels[n] = append(levels[n], d)
 	}
-	for _, level := range levels {
+	return levels
+}
+
+// streams says whether uploadAll sends p's files as one tar stream.
+func (s *syncer) streams(p *plan) bool {
+	_, ok := s.fs.(extractor)
+	return ok && len(p.send) >= streamMin
+}
+
+// mkdirs creates dirs (sorted by path: parents first) a depth at a time,
+// the directories of one depth in parallel: each then costs one request,
+// its parent being there, and a tree costs a round trip per level, not
+// per directory.
+func (s *syncer) mkdirs(ctx context.Context, dirs []Dir) error {
+	for _, level := range byDepth(dirs) {
 		err := forEach(ctx, len(level), s.opts.concurrency(), func(_ context.Context, i int) error {
 			if err := s.fs.MkdirAll(s.remote(level[i].Path), 0o755); err != nil {
 				return fileErr("create directory", level[i].Path, err)

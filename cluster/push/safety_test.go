@@ -34,6 +34,7 @@ var safetyTests = []struct {
 	{"SymlinkBeforeFirstPushVerified", testSymlinkBeforeFirstPushVerified},
 	{"NewWorkdirWrong", testNewWorkdirWrong},
 	{"NewWorkdirLinked", testNewWorkdirLinked},
+	{"NewWorkdirFailed", testNewWorkdirFailed},
 	{"EarlyUploadDrift", testEarlyUploadDrift},
 	{"VerifyRepairsDrift", testVerifyRepairsDrift},
 	{"VerifyRepairsDriftStream", testVerifyRepairsManyFiles},
