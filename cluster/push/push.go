@@ -431,7 +431,9 @@ func hashFiles(files []File) error {
 //
 // On error the tree on the host is the previous one, unless the error is
 // a *CommitError: it came while moving files into place, and each file is
-// either its old or its new version until the next Sync repairs it.
+// either its old or its new version until the next Sync repairs it. (A
+// push into a new workdir, Options.NewWorkdir, whose connection is lost
+// may also leave the tree's directories there, empty: mkdirsEarly.)
 // Cancelling ctx stops a push before its commit (the previous tree stays)
 // but not during it (the new tree is complete, and Sync returns nil).
 func Sync(ctx context.Context, fsys cluster.FS, hostLabel string, tree *Tree, remoteDir string, opts Options) (res Result, err error) {
