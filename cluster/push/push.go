@@ -1526,7 +1526,7 @@ func (s *syncer) mkdirsEarly(ctx context.Context, p *plan) error {
 func (s *syncer) unmakeDirs(dirs []Dir) {
 	levels := byDepth(dirs)
 	for i := len(levels) - 1; i >= 0; i-- {
-		_ = forEach(context.Background(), len(levels[i]), s.opts.concurrency(), func(_ context.Context, j int) error {
+		_ = forEach(context.Background(), len(levels[i]), max(s.opts.concurrency(), dirConcurrency), func(_ context.Context, j int) error {
 			_ = s.removeDir(s.remote(levels[i][j].Path))
 			return nil
 		})
@@ -1558,7 +1558,7 @@ func (s *syncer) streams(p *plan) bool {
 // per directory.
 func (s *syncer) mkdirs(ctx context.Context, dirs []Dir) error {
 	for _, level := range byDepth(dirs) {
-		err := forEach(ctx, len(level), s.opts.concurrency(), func(_ context.Context, i int) error {
+		err := forEach(ctx, len(level), max(s.opts.concurrency(), dirConcurrency), func(_ context.Context, i int) error {
 			if err := s.fs.MkdirAll(s.remote(level[i].Path), 0o755); err != nil {
 				return fileErr("create directory", level[i].Path, err)
 			}
@@ -1595,7 +1595,7 @@ func (s *syncer) setMeta(f *File) error {
 // created, and one that holds files may be being created by a rename
 // beside this (rename).
 func (s *syncer) chmodDirs(ctx context.Context, dirs []Dir) error {
-	return forEach(ctx, len(dirs), s.opts.concurrency(), func(_ context.Context, i int) error {
+	return forEach(ctx, len(dirs), max(s.opts.concurrency(), dirConcurrency), func(_ context.Context, i int) error {
 		d := dirs[i]
 		err := s.fs.Chmod(s.remote(d.Path), d.Mode)
 		if errors.Is(err, fs.ErrNotExist) {

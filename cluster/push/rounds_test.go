@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,6 +236,17 @@ var roundCases = []struct {
 }{
 	{"one file", map[string]string{"train.py": "print('v1')\n"}, 7, 7},
 	{"v1 (directories 5 deep)", v1, 9, 7},
+	{"20 empty directories", emptyDirs(20), 7, 7},
+}
+
+// emptyDirs is a tree of train.py and n empty directories (a path ending
+// in "/" is a directory for pushRounds).
+func emptyDirs(n int) map[string]string {
+	dirs := map[string]string{"train.py": "print('v1')\n"}
+	for i := range n {
+		dirs[fmt.Sprintf("pkg%02d/", i)] = ""
+	}
+	return dirs
 }
 
 // TestPushRounds counts the rounds of requests of the pushes that a
@@ -262,7 +274,13 @@ func TestPushRounds(t *testing.T) {
 // each took.
 func pushRounds(t *testing.T, files map[string]string) (first, change int) {
 	local, home, cache := t.TempDir(), t.TempDir(), t.TempDir()
-	writeFiles(t, local, files)
+	for p, content := range files {
+		if strings.HasSuffix(p, "/") {
+			require.NoError(t, os.MkdirAll(filepath.Join(local, p), 0o755))
+		} else {
+			writeFiles(t, local, map[string]string{p: content})
+		}
+	}
 	require.NoError(t, os.MkdirAll(filepath.Join(home, "work", stateDir), 0o755))
 	opts := Options{Verify: VerifyStat, CacheDir: cache, NewWorkdir: true}
 	push := func() int {
