@@ -1407,17 +1407,31 @@ func (s *syncer) commit(ctx context.Context, p *plan) error {
 			return nil
 		},
 		func() error { return placeSum(s.fs, s.workdir, sum) },
-		func() error {
-			rm := s.removeDir
-			if len(p.roots) > 0 {
-				rm = s.fs.RemoveAll
-			}
-			if err := rm(s.remote(tmpDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("remove %s: %w", tmpDir, err)
-			}
-			return nil
-		},
+		func() error { return s.removeTmp(p) },
 	)
+}
+
+// removeTmp removes the upload directory once commit moved everything out
+// of it: two RMDIRs at most (the staged trees' directory, then it), where
+// RemoveAll lists each (four round trips a directory: twelve for a
+// streamed push, which was most of its commit). Only what a commit cannot
+// leave empty (a tree staged under a new directory whose parent it does
+// not create: an empty parent stays) is removed whole.
+func (s *syncer) removeTmp(p *plan) error {
+	var err error
+	if len(p.roots) > 0 {
+		err = s.removeDir(s.remote(path.Join(tmpDir, treeStage)))
+	}
+	if err == nil {
+		err = s.removeDir(s.remote(tmpDir))
+	}
+	if err != nil && len(p.roots) > 0 {
+		err = s.fs.RemoveAll(s.remote(tmpDir))
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", tmpDir, err)
+	}
+	return nil
 }
 
 // removeGone removes, first in a commit, the links that directories of
@@ -1460,7 +1474,25 @@ func (s *syncer) removeGone(ctx context.Context, p *plan) error {
 // changeTree puts the uploads, directories and modes in place.
 func (s *syncer) changeTree(ctx context.Context, p *plan) error {
 	conc := s.opts.concurrency()
-	moved := s.moveTrees(ctx, p)
+	renames := func(which func(rel string) bool) error {
+		return forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
+			if !which(p.send[i].Path) {
+				return nil
+			}
+			return s.rename(p.tmpOf(i), p.send[i].Path)
+		})
+	}
+	// The files outside the staged trees move in while the trees do: one
+	// round trip fewer (rename makes a parent not there yet).
+	loose := func(rel string) bool { return len(p.roots) > 0 && p.rootOf(rel) == "" }
+	var moved map[string]bool
+	err := parallel(
+		func() error { moved = s.moveTrees(ctx, p); return nil },
+		func() error { return renames(loose) },
+	)
+	if err != nil {
+		return err
+	}
 	var mkdirs []Dir
 	for _, d := range p.mkdirs {
 		if !moved[p.rootOf(d.Path)] {
@@ -1484,14 +1516,9 @@ func (s *syncer) changeTree(ctx context.Context, p *plan) error {
 			late = append(late, d)
 		}
 	}
-	err := parallel(
+	err = parallel(
 		func() error {
-			return forEach(ctx, len(p.send), conc, func(_ context.Context, i int) error {
-				if moved[p.rootOf(p.send[i].Path)] {
-					return nil
-				}
-				return s.rename(p.tmpOf(i), p.send[i].Path)
-			})
+			return renames(func(rel string) bool { return !loose(rel) && !moved[p.rootOf(rel)] })
 		},
 		func() error {
 			return forEach(ctx, len(p.meta), conc, func(_ context.Context, i int) error {
