@@ -1,6 +1,7 @@
 package push
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -171,6 +172,13 @@ func (r *roundFS) RemoveAll(p string) (err error) {
 	return
 }
 
+// ExtractTar: a session opened, tar started, the stream, its end and
+// tar's exit, as through SSH (about six round trips at 50 ms).
+func (r *roundFS) ExtractTar(ctx context.Context, dir string, rd io.Reader) (err error) {
+	r.call("extracttar", dir, 6, func() { err = r.FS.(extractor).ExtractTar(ctx, dir, rd) })
+	return
+}
+
 func (r *roundFS) Create(p string) (w io.WriteCloser, err error) {
 	r.call("create", p, 1, func() { w, err = r.FS.Create(p) })
 	if err != nil {
@@ -237,6 +245,20 @@ var roundCases = []struct {
 	{"one file", map[string]string{"train.py": "print('v1')\n"}, 7, 7},
 	{"v1 (directories 5 deep)", v1, 9, 7},
 	{"20 empty directories", emptyDirs(20), 7, 7},
+	// first: the plan's requests (1), the stream (6), mark (1), trees
+	// and files moved in (1), sum beside removing the staged trees'
+	// directory (1), the upload directory (1).
+	{"streamed (40 files)", manyFiles(40), 11, 7},
+}
+
+// manyFiles is train.py and n files in a few directories: enough to go
+// as one tar stream.
+func manyFiles(n int) map[string]string {
+	files := map[string]string{"train.py": "print('v1')\n"}
+	for i := range n {
+		files[fmt.Sprintf("pkg%d/sub/f%02d.py", i%4, i)] = "x = 1\n"
+	}
+	return files
 }
 
 // emptyDirs is a tree of train.py and n empty directories (a path ending
