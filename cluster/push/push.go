@@ -838,7 +838,7 @@ func (s *syncer) uploadAndMark(ctx context.Context, p *plan, total int64) error 
 		// removes what is left either way.
 		_ = s.fs.RemoveAll(s.remote(tmpDir))
 		if p.dirsMade {
-			s.unmakeDirs(p.mkdirs)
+			s.removeDirs(p.mkdirs)
 		}
 		return err
 	}
@@ -1464,10 +1464,12 @@ func (s *syncer) removeGone(ctx context.Context, p *plan) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range p.rmdirs {
-		// Fails when the job put files there: then the directory stays.
-		_ = s.fs.Remove(s.remote(d))
+	// One fails when the job put files there: then the directory stays.
+	gone := make([]Dir, len(p.rmdirs))
+	for i, d := range p.rmdirs {
+		gone[i] = Dir{Path: d}
 	}
+	s.removeDirs(gone)
 	return nil
 }
 
@@ -1538,7 +1540,7 @@ func (s *syncer) changeTree(ctx context.Context, p *plan) error {
 // round trips (one per level, mkdirs) then overlap the upload's three.
 // Only there: the workdir holds nothing of the tree (look), so a push that
 // stops before its commit leaves at most empty directories, and removes
-// them when it can (unmakeDirs); a next push owns them, or leaves them as
+// them when it can (removeDirs); a next push owns them, or leaves them as
 // it leaves a job's. Not before a stream, which moves new directories in
 // whole.
 func (s *syncer) mkdirsEarly(ctx context.Context, p *plan) error {
@@ -1548,9 +1550,11 @@ func (s *syncer) mkdirsEarly(ctx context.Context, p *plan) error {
 	return s.mkdirs(ctx, p.mkdirs)
 }
 
-// unmakeDirs removes, deepest first, the empty directories mkdirsEarly
-// made for a push that failed. Best effort, as removing its uploads is.
-func (s *syncer) unmakeDirs(dirs []Dir) {
+// removeDirs removes dirs that are empty, a level at a time, deepest
+// first, one RMDIR each: the directories pushed before and gone locally,
+// or those mkdirsEarly made for a push that failed. A directory that is
+// not empty (the job's files), or not a directory, stays.
+func (s *syncer) removeDirs(dirs []Dir) {
 	levels := byDepth(dirs)
 	for i := len(levels) - 1; i >= 0; i-- {
 		_ = forEach(context.Background(), len(levels[i]), max(s.opts.concurrency(), dirConcurrency), func(_ context.Context, j int) error {
