@@ -1,6 +1,7 @@
 package push
 
 import (
+	"io/fs"
 	"path"
 
 	"github.com/stretchr/testify/assert"
@@ -140,4 +141,22 @@ func testNewWorkdirFailed(e *env) {
 	infos, err := e.fs.ReadDir(path.Join(e.dir, stateDir))
 	require.NoError(t, err)
 	assert.Empty(t, infos, "state left by a failed push")
+}
+
+// testRemoveDir: the FS's RemoveDir (dirRemover, which both of
+// cluster's FSs are) removes an empty directory and nothing else.
+func testRemoveDir(e *env) {
+	t := e.t
+	d, ok := e.fs.(dirRemover)
+	require.True(t, ok, "%T removes directories with one request", e.fs)
+	e.writeRemote("full/file", "x")
+	require.NoError(t, e.fs.MkdirAll(path.Join(e.dir, "empty"), 0o755))
+	require.NoError(t, d.RemoveDir(path.Join(e.dir, "empty")))
+	assert.Error(t, d.RemoveDir(path.Join(e.dir, "full")), "a directory with a file in it")
+	assert.Error(t, d.RemoveDir(path.Join(e.dir, "full/file")), "a file")
+	assert.ErrorIs(t, d.RemoveDir(path.Join(e.dir, "gone")), fs.ErrNotExist)
+	remote := e.remote()
+	assert.NotContains(t, remote, "empty")
+	assert.True(t, remote["full"].Dir)
+	assert.Equal(t, "x", remote["full/file"].Content)
 }

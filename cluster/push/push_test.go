@@ -63,6 +63,7 @@ var coreTests = []struct {
 	{"EditedDuringStream", testEditedDuringStream},
 	{"StreamTreeBlocked", testStreamTreeBlocked},
 	{"NewWorkdir", testNewWorkdir},
+	{"RemoveDir", testRemoveDir},
 }
 
 func TestCoreOSFS(t *testing.T) {
