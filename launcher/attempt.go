@@ -675,7 +675,11 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) pus
 	}
 	var changed atomic.Bool
 	err = forEach(a.pushTargets(conns), func(c *hostConn) error {
-		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, opts)
+		o := opts
+		// Known by now on a fresh host (the install's first answer
+		// comes before the lease); false, the safe side, otherwise.
+		o.NewWorkdir = c.newWorkdir.Load()
+		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
 		if err != nil {
 			return err
 		}
