@@ -1,0 +1,42 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The agents `make build` carries (the droveragent tag) answer every
+// `drover agent` command a run sends and have no other command: what a
+// host runs, and a quarter less to upload.
+func TestAgentBuildHasOnlyAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds drover")
+	}
+	bin := filepath.Join(t.TempDir(), "agent")
+	build := exec.Command("go", "build", "-tags", "droveragent", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	out, err = exec.Command(bin, "agent", "version").Output()
+	require.NoError(t, err)
+	assert.Regexp(t, `^drover \S+ \S+/\S+\n$`, string(out))
+	out, err = exec.Command(bin, "agent", "--help").CombinedOutput()
+	require.NoError(t, err)
+	for _, sub := range []string{"run", "stop", "preflight", "probe", "version", "sftp"} {
+		assert.Regexp(t, `(?m)^\s+`+sub+`\b`, string(out), "agent %s", sub)
+	}
+
+	out, err = exec.Command(bin, "run", "job.toml").CombinedOutput()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "drover run in the agent build: %v: %s", err, out)
+	assert.Equal(t, exitConfig, ee.ExitCode())
+	assert.True(t, strings.Contains(string(out), `unknown command "run"`), "%s", out)
+}
