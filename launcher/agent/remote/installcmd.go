@@ -21,7 +21,6 @@ type installCmd struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	t      cluster.Transport
-	proc   cluster.Process
 	stdin  *io.PipeWriter
 	ready  chan struct{} // closed at "ready" or when stdout ends
 	lines  []string      // stdout up to "ready"
@@ -61,7 +60,6 @@ func startInstall(ctx context.Context, t cluster.Transport, agents Agents, dirs 
 		c.cancel()
 		return nil, fmt.Errorf("start sh: %w", err)
 	}
-	c.proc = p
 	go func() {
 		err := p.Wait()
 		outW.Close()
