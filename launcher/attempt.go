@@ -123,6 +123,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	go func() { installed <- a.installAgents(ctx, conns) }()
 	err = a.openFiles(ctx, conns)
 	if err == nil {
+		err = waitTold(ctx, conns)
+	}
+	if err == nil {
 		err = a.holdWorkdirs(ctx, conns)
 	}
 	steps("files and lease")
@@ -526,6 +529,22 @@ func (a *attempt_) home(ctx context.Context, c *hostConn, fsys cluster.FS) (stri
 	return r.home, r.err
 }
 
+// waitTold waits until every install has said whether it made the
+// workdir (see hostConn.told), before the lease: the lease would make a
+// missing workdir itself, and the install would then find it there and
+// the first push list what is a new workdir. The install's answer comes
+// about when SFTP opens, so this seldom waits.
+func waitTold(ctx context.Context, conns []*hostConn) error {
+	for _, c := range conns {
+		select {
+		case <-c.told:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // installAgents installs the agent on every connection that an earlier
 // attempt did not install it over (a kept connection's agent was checked
 // when it was installed; after a setup failure the next attempt starts on
@@ -676,14 +695,16 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) pus
 	var changed atomic.Bool
 	err = forEach(a.pushTargets(conns), func(c *hostConn) error {
 		o := opts
-		// Known by now on a fresh host (the install's first answer
-		// comes before the lease); false, the safe side, otherwise.
 		o.NewWorkdir = c.newWorkdir.Load()
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
 		if err != nil {
 			return err
 		}
-		a.r.events.debugf("%s: setup: push to %s took %s", a.prefix(), c.host.Name, res.Duration.Round(time.Millisecond))
+		fresh := ""
+		if o.NewWorkdir {
+			fresh = " (into a workdir the install made: nothing to compare)"
+		}
+		a.r.events.debugf("%s: setup: push to %s took %s%s", a.prefix(), c.host.Name, res.Duration.Round(time.Millisecond), fresh)
 		if res.FilesSent > 0 || res.FilesDeleted > 0 {
 			changed.Store(true)
 			a.r.events.printf("%s: pushed %d file(s) (%d bytes), deleted %d on %s", a.prefix(), res.FilesSent, res.BytesSent, res.FilesDeleted, c.host.Name)

@@ -104,6 +104,15 @@ master_port = 29671
 	assert.Contains(t, events.String(), "attempt 1/2: worker-1@"+h1+" exited 3")
 	assert.Regexp(t, `attempt 2/2: worker-1@`+h1+`: .* lost`, events.String())
 	assert.Contains(t, out.String(), fmt.Sprintf("[worker-0@%s] done rank=0", h0))
+	// Both hosts' workdirs are new: the install made them, and the first
+	// push compares nothing; the next attempts' pushes do.
+	for _, h := range []string{h0, h1} {
+		assert.Regexp(t, `debug: attempt 1/\d+: setup: push to `+h+` took \S+ \(into a workdir the install made`, string(log))
+		assert.NotRegexp(t, `debug: attempt [23]/\d+: setup: push to `+h+` took \S+ \(into`, string(log))
+	}
+	// sh is on the hosts' PATH, not in the pushed tree: the first
+	// preflight runs beside the first push.
+	assert.Regexp(t, `debug: attempt 1/\d+: setup: preflight beside the push`, string(log))
 	assert.Equal(t, 1, dials.count(h0), "one connection to %s for 3 attempts and its workdir lease", h0)
 	assert.Equal(t, 2, dials.count(h1), "%s: its first connection, and one more after it died", h1)
 }
