@@ -93,24 +93,30 @@ func InstallWith(ctx context.Context, t cluster.Transport, agents Agents, o Inst
 		}
 		return Installed{Path: abs}, nil
 	}
+	fail := func(what string, err error) (Installed, error) {
+		if what != "" {
+			what += ": "
+		}
+		return Installed{}, fmt.Errorf("install drover agent on %s (%s): %s%w", h.Name, h.Address, what, err)
+	}
 	s, err := startInstall(ctx, t, agents, o.Dirs)
 	if err != nil {
-		return Installed{}, fmt.Errorf("install drover agent on %s (%s): find the host's platform: %w", h.Name, h.Address, err)
+		return fail("find the host's platform", err)
 	}
 	defer s.stop()
 	st, err := s.state()
 	if err != nil {
-		return Installed{}, fmt.Errorf("install drover agent on %s (%s): find the host's platform: %w", h.Name, h.Address, err)
+		return fail("find the host's platform", err)
 	}
 	if o.Told != nil && st.home != "" {
 		o.Told(st.home, st.made)
 	}
 	bin, err := agents.For(h.Name, st.platform)
 	if err != nil {
-		return Installed{}, fmt.Errorf("install drover agent on %s (%s): choose an agent: %w", h.Name, h.Address, err)
+		return fail("choose an agent", err)
 	}
 	if st.home == "" {
-		return Installed{}, fmt.Errorf("install drover agent on %s (%s): find the home directory: %w", h.Name, h.Address, s.failed("no home directory printed"))
+		return fail("find the home directory", s.failed("no home directory printed"))
 	}
 	name := "drover-" + bin.Sum[:12]
 	in := Installed{Path: path.Join(st.home, agentDir, name), Made: st.made}
@@ -120,12 +126,13 @@ func InstallWith(ctx context.Context, t cluster.Transport, agents Agents, o Inst
 	// Not there, or another build under this name (or a damaged file):
 	// upload and replace it.
 	tmp := ".drover-" + bin.Sum[:12] + ".tmp-" + randomSuffix()
-	if err := s.upload(bin, name, tmp, path.Join(st.home, agentDir, tmp)); err != nil {
+	remoteTmp := path.Join(st.home, agentDir, tmp)
+	if err := s.upload(bin, name, tmp, remoteTmp); err != nil {
 		var ue *uploadError
 		if errors.As(err, &ue) {
-			return Installed{}, fmt.Errorf("install drover agent on %s (%s): upload to %s: %w", h.Name, h.Address, path.Join(st.home, agentDir, tmp), ue.err)
+			return fail("upload to "+remoteTmp, ue.err)
 		}
-		return Installed{}, fmt.Errorf("install drover agent on %s (%s): %w", h.Name, h.Address, err)
+		return fail("", err)
 	}
 	return in, nil
 }
