@@ -51,7 +51,10 @@ class Terminated(Exception):
 
 
 def log(msg):
-    print(msg, flush=True)
+    # One write per line, so lines of processes sharing a stdout never
+    # interleave (print() under `python3 -u` writes the newline apart).
+    sys.stdout.write(f"{msg}\n")
+    sys.stdout.flush()
 
 
 def share(step, rank, world):

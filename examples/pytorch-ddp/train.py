@@ -59,7 +59,11 @@ HIDDEN = 64
 
 
 def log(*args):
-    print(*args, flush=True)
+    # One write per line: under `python3 -u`, print() writes the text and
+    # its newline separately, and torchrun's workers share one stdout, so
+    # two ranks' lines could interleave mid-line.
+    sys.stdout.write(" ".join(str(a) for a in args) + "\n")
+    sys.stdout.flush()
 
 
 def touch_progress():

@@ -51,7 +51,10 @@ NUM_FEATURES = 16
 
 
 def log(msg):
-    print(msg, flush=True)
+    # One write per line, so lines of processes sharing a stdout never
+    # interleave (print() under `python3 -u` writes the newline apart).
+    sys.stdout.write(f"{msg}\n")
+    sys.stdout.flush()
 
 
 def parse_args(argv):
