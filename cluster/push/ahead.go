@@ -111,16 +111,11 @@ func (s *syncer) startEarly(ctx context.Context, p *plan) *preUpload {
 		defer close(e.staged)
 		e.stageErr = s.stage(&q)
 	}()
-	var left atomic.Int64
-	left.Store(int64(len(e.send)))
+	arrived := countdown(len(e.send), func() { close(e.landed) })
 	go func() {
 		defer close(e.done)
 		e.err = forEach(ctx, len(e.send), s.opts.concurrency(), func(ctx context.Context, i int) error {
-			return s.upload(ctx, e.send[i], s.remote(tmpName(i)), func() {
-				if left.Add(-1) == 0 {
-					close(e.landed)
-				}
-			})
+			return s.upload(ctx, e.send[i], s.remote(tmpName(i)), arrived)
 		})
 	}()
 	return e
@@ -161,13 +156,7 @@ func (s *syncer) uploadRest(ctx context.Context, p *plan, written func()) error 
 	}
 	// written once every upload's content is there, the early ones'
 	// and the rest's: len(rest)+1 arrivals.
-	var left atomic.Int64
-	left.Store(int64(len(rest)) + 1)
-	arrived := func() {
-		if left.Add(-1) == 0 {
-			written()
-		}
-	}
+	arrived := countdown(len(rest)+1, written)
 	return parallel(
 		func() error {
 			select {

@@ -900,16 +900,23 @@ func (s *syncer) uploadAll(ctx context.Context, p *plan, written func()) error {
 	if len(p.send) >= probeMin {
 		s.createMode = s.probeCreateMode()
 	}
-	var left atomic.Int64
-	left.Store(int64(len(p.send)))
-	arrived := func() {
-		if left.Add(-1) == 0 {
-			written()
-		}
-	}
+	arrived := countdown(len(p.send), written)
 	return forEach(ctx, len(p.send), s.opts.concurrency(), func(ctx context.Context, i int) error {
 		return s.upload(ctx, p.send[i], s.remote(tmpName(i)), arrived)
 	})
+}
+
+// countdown returns a function that calls f on its n-th call, from any
+// goroutine: "every upload's content is there" when uploads end in any
+// order.
+func countdown(n int, f func()) func() {
+	var left atomic.Int64
+	left.Store(int64(n))
+	return func() {
+		if left.Add(-1) == 0 {
+			f()
+		}
+	}
 }
 
 // upload sends one file to tmp and sets its mode and mtime; arrived is

@@ -29,7 +29,7 @@ func agentProbeCommand() *cli.Command {
 }
 
 // agentVersionCommand is `drover agent version`, which the installer runs
-// once after an upload (agent.VersionCommand).
+// once after an upload (see agent.Version).
 func agentVersionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",

@@ -28,8 +28,10 @@
 // before an attempt (Preflight), prints its version (Version, which the
 // installer compares after an upload) and reads the host's GPUs
 // (WriteProbe). The argv of each command is built here (Command,
-// StopCommand, PreflightCommand, VersionCommand, ProbeCommand), next to
-// the code it reaches; cmd/drover only declares the flags. The
+// StopCommand, PreflightCommand, ProbeCommand), next to the code it
+// reaches; cmd/drover only declares the flags. `agent version` is the
+// exception: remote's install script runs it, in the shell, beside the
+// upload. The
 // controller's side (choosing, uploading and calling the agent) is the
 // sub-package remote.
 //

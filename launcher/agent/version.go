@@ -7,17 +7,13 @@ import (
 	"runtime/debug"
 )
 
-// VersionCommand returns the argv of `drover agent version`, which the
-// installer runs once on every host after the upload: it proves that the
-// host can execute the binary (the loader's complaint comes back if not)
-// and that the file there is the drover build the controller expects.
-func VersionCommand(binary string) []string {
-	return []string{binary, "agent", "version"}
-}
-
 // Version is the line `drover agent version` prints for this binary:
 // "drover VERSION GOOS/GOARCH", VERSION naming the module version and the
-// commit it was built from.
+// commit it was built from. The installer's script (remote's
+// installScript) runs `agent version` once on every host after an upload:
+// it proves that the host can execute the binary (the loader's complaint
+// comes back if not) and that the file there is the drover build the
+// controller expects.
 func Version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -127,7 +127,7 @@ func InstallWith(ctx context.Context, t cluster.Transport, agents Agents, o Inst
 	// upload and replace it.
 	tmp := ".drover-" + bin.Sum[:12] + ".tmp-" + randomSuffix()
 	remoteTmp := path.Join(st.home, agentDir, tmp)
-	if err := s.upload(bin, name, tmp, remoteTmp); err != nil {
+	if err := s.upload(bin, st.platform, name, tmp, remoteTmp); err != nil {
 		var ue *uploadError
 		if errors.As(err, &ue) {
 			return fail("upload to "+remoteTmp, ue.err)

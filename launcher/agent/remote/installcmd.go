@@ -39,13 +39,11 @@ const installOutput = 16 << 10
 func startInstall(ctx context.Context, t cluster.Transport, agents Agents, dirs []string) (*installCmd, error) {
 	args := []string{"sh", "-c", installScript, "sh", agentDir, strconv.Itoa(len(dirs))}
 	args = append(args, dirs...)
-	for _, b := range agents.candidates() {
-		args = append(args, "drover-"+b.Sum[:12], strconv.FormatInt(b.Size, 10))
-	}
 	// The largest candidate bounds the whole command: an upload's time
 	// depends on the link.
 	var size int64
 	for _, b := range agents.candidates() {
+		args = append(args, "drover-"+b.Sum[:12], strconv.FormatInt(b.Size, 10))
 		size = max(size, b.Size)
 	}
 	c := &installCmd{t: t, ready: make(chan struct{}), read: make(chan struct{}), stderr: cluster.NewTailBuffer(installOutput), waited: make(chan error, 1)}
@@ -158,10 +156,10 @@ func (c *installCmd) stop() {
 	c.cancel()
 }
 
-// upload sends b as name through tmp (remote, on the host): a header
-// line, then the file, then EOF; the script writes, checks and moves it
-// (see installScript).
-func (c *installCmd) upload(b Binary, name, tmp, remote string) error {
+// upload sends b as name through tmp (remote, on the host, whose
+// platform is plat): a header line, then the file, then EOF; the script
+// writes, checks and moves it (see installScript).
+func (c *installCmd) upload(b Binary, plat Platform, name, tmp, remote string) error {
 	f, err := os.Open(b.Path)
 	if err != nil {
 		c.stdin.Close()
@@ -175,11 +173,11 @@ func (c *installCmd) upload(b Binary, name, tmp, remote string) error {
 		}
 		c.stdin.CloseWithError(err)
 	}()
-	return c.checked(b, remote)
+	return c.checked(b, plat, remote)
 }
 
 // checked turns the script's end after an upload into Install's errors.
-func (c *installCmd) checked(b Binary, remote string) error {
+func (c *installCmd) checked(b Binary, plat Platform, remote string) error {
 	err := c.wait()
 	if err == nil {
 		return nil
@@ -188,7 +186,6 @@ func (c *installCmd) checked(b Binary, remote string) error {
 	case <-c.read: // stdout ends with the command
 	case <-c.ctx.Done():
 	}
-	plat := Platform(c.platformLine())
 	said := strings.TrimSpace(c.rest.String())
 	var ee *cluster.ExitError
 	switch {
@@ -208,13 +205,4 @@ func (c *installCmd) checked(b Binary, remote string) error {
 		return &CannotRunError{Host: c.t.Host().Name, Platform: plat, Agent: b.Path, Remote: remote, Err: err}
 	}
 	return &uploadError{err} // the connection, or the command stopped
-}
-
-// platformLine is the host's platform as uname said it, for messages.
-func (c *installCmd) platformLine() string {
-	if len(c.lines) == 0 {
-		return ""
-	}
-	p, _ := unamePlatform(strings.TrimSpace(c.lines[0]))
-	return string(p)
 }
