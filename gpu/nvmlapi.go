@@ -64,7 +64,10 @@ const (
 	ErrorLibraryNotFound  Return = 12
 	ErrorFunctionNotFound Return = 13
 	ErrorGPUIsLost        Return = 15
-	ErrorUnknown          Return = 999
+	// ErrorArgumentVersionMismatch: the driver does not know the
+	// struct version a _v2 call was given.
+	ErrorArgumentVersionMismatch Return = 25
+	ErrorUnknown                 Return = 999
 )
 
 // NoDriverReason is a report's Reason when libnvidia-ml.so.1 cannot be
@@ -72,19 +75,20 @@ const (
 const NoDriverReason = "nvml: " + NVMLLibrary + " not found: no NVIDIA driver"
 
 var returnNames = map[Return]string{
-	Success:               "success",
-	ErrorUninitialized:    "uninitialized",
-	ErrorInvalidArgument:  "invalid argument",
-	ErrorNotSupported:     "not supported",
-	ErrorNoPermission:     "insufficient permissions",
-	ErrorNotFound:         "not found",
-	ErrorInsufficientSize: "insufficient size",
-	ErrorDriverNotLoaded:  "driver not loaded",
-	ErrorTimeout:          "timeout",
-	ErrorLibraryNotFound:  "library not found",
-	ErrorFunctionNotFound: "function not found",
-	ErrorGPUIsLost:        "GPU is lost",
-	ErrorUnknown:          "unknown error",
+	Success:                      "success",
+	ErrorUninitialized:           "uninitialized",
+	ErrorInvalidArgument:         "invalid argument",
+	ErrorNotSupported:            "not supported",
+	ErrorNoPermission:            "insufficient permissions",
+	ErrorNotFound:                "not found",
+	ErrorInsufficientSize:        "insufficient size",
+	ErrorDriverNotLoaded:         "driver not loaded",
+	ErrorTimeout:                 "timeout",
+	ErrorLibraryNotFound:         "library not found",
+	ErrorFunctionNotFound:        "function not found",
+	ErrorGPUIsLost:               "GPU is lost",
+	ErrorArgumentVersionMismatch: "argument version mismatch",
+	ErrorUnknown:                 "unknown error",
 }
 
 // Error names r as NVML's documentation does, without calling into a

@@ -52,12 +52,38 @@ func (d device) GetPCIBusID() (string, gpu.Return) {
 	return cString(buf[pciBusIDAt : pciBusIDAt+pciBusIDSize]), ret
 }
 
+// GetMemoryInfo reads nvmlMemory_v2_t where the driver has it. Its used
+// leaves out the memory the driver and firmware reserve, as nvidia-smi's
+// memory.used does; the first call's used counts that reservation in,
+// which on an idle H200 under driver 580 is 615 MiB, six times
+// gpu_max_used_mib's default, so every idle GPU of that kind read busy.
+// Drivers before R510 have only the first call.
 func (d device) GetMemoryInfo() (gpu.MemoryInfo, gpu.Return) {
+	// nvmlMemory_v2_t: unsigned int version; (padding) unsigned long
+	// long total, reserved, free, used.
+	m := memoryV2{version: memoryV2Version}
+	ret := d.l.call([]string{"nvmlDeviceGetMemoryInfo_v2"}, d.h, uintptr(unsafe.Pointer(&m)))
+	if ret == gpu.Success {
+		return gpu.MemoryInfo{Total: m.total, Used: m.used}, ret
+	}
+	if ret != gpu.ErrorFunctionNotFound && ret != gpu.ErrorArgumentVersionMismatch {
+		return gpu.MemoryInfo{}, ret
+	}
 	// nvmlMemory_t: unsigned long long total, free, used.
-	var m [3]uint64
-	ret := d.l.call([]string{"nvmlDeviceGetMemoryInfo"}, d.h, uintptr(unsafe.Pointer(&m[0])))
-	return gpu.MemoryInfo{Total: m[0], Used: m[2]}, ret
+	var v1 [3]uint64
+	ret = d.l.call([]string{"nvmlDeviceGetMemoryInfo"}, d.h, uintptr(unsafe.Pointer(&v1[0])))
+	return gpu.MemoryInfo{Total: v1[0], Used: v1[2]}, ret
 }
+
+// memoryV2 is nvmlMemory_v2_t; Go lays it out as C does (40 bytes).
+type memoryV2 struct {
+	version                     uint32
+	total, reserved, free, used uint64
+}
+
+// memoryV2Version is nvml.h's nvmlMemory_v2: NVML_STRUCT_VERSION(Memory,
+// 2), the struct's size with the version in the top byte.
+const memoryV2Version = uint32(unsafe.Sizeof(memoryV2{})) | 2<<24
 
 func (d device) GetUtilizationGPU() (uint32, gpu.Return) {
 	// nvmlUtilization_t: unsigned int gpu, memory.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 )
 
@@ -93,4 +94,35 @@ func TestFakeLibraryInitFails(t *testing.T) {
 	assert.Equal(t, "nvml: NVIDIA kernel driver not loaded", rep.Reason)
 	rep = probeWith(t, dir, "FAKE_NVML_INIT=4")
 	assert.Equal(t, "nvml: init: insufficient permissions", rep.Reason)
+}
+
+// Memory in use is what the driver allocated to processes, not what it
+// reserves for itself: read through nvmlDeviceGetMemoryInfo_v2, whose used
+// leaves the reservation out, else through the first call. An idle H200
+// under driver 580 read 615 MiB through the first call (0 in nvidia-smi),
+// and every such GPU was planned as busy.
+func TestFakeLibraryMemoryLeavesOutReserved(t *testing.T) {
+	dir := buildFakeNVML(t)
+	for _, tc := range []struct {
+		v2       string
+		wantUsed int64
+		wantFree []int
+	}{
+		{"", 4, []int{0}},              // _v2 answers: the reservation left out
+		{"missing", 4 + 611, []int{}},  // a driver before R510: the first call's used
+		{"mismatch", 4 + 611, []int{}}, // a driver that knows another struct version
+	} {
+		t.Run("v2="+tc.v2, func(t *testing.T) {
+			rep := probeWith(t, dir, "FAKE_NVML_MEMORY_V2="+tc.v2)
+			require.Len(t, rep.Devices, 2, rep.Reason)
+			assert.Equal(t, tc.wantUsed, rep.Devices[0].MemoryUsedMiB)
+			assert.Equal(t, int64(81559), rep.Devices[0].MemoryTotalMiB)
+			// GPU 1 is busy (processes); GPU 0 is free by the default rule
+			// exactly when the reservation is left out.
+			sel, err := gpu.Select(config.Host{Name: "fake", GPUs: config.GPUSpec{Auto: true}},
+				config.Job{GPUMaxUsedMiB: config.DefaultGPUMaxUsedMiB}, rep)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantFree, sel.Indices)
+		})
+	}
 }

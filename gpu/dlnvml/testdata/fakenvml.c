@@ -15,6 +15,7 @@ _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t size");
 _Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t size");
 _Static_assert(offsetof(nvmlProcessInfo_t, usedGpuMemory) == 8, "usedGpuMemory offset");
 _Static_assert(offsetof(nvmlMemory_t, used) == 16, "nvmlMemory_t.used offset");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40 && offsetof(nvmlMemory_v2_t, used) == 32, "nvmlMemory_v2_t layout");
 
 struct fake { unsigned int index; };
 static struct fake devs[2] = {{0}, {1}};
@@ -72,10 +73,29 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
 	return NVML_SUCCESS;
 }
 
+// As a real driver since R510: the first call's used counts in what the
+// driver reserves (here 611 MiB, as an idle H200 under driver 580 shows
+// 615 MiB used there and 0 in nvidia-smi); _v2 reports it apart.
+#define RESERVED (611ULL << 20)
+static unsigned long long used(nvmlDevice_t d) { return idx(d) ? 30004ULL << 20 : 4ULL << 20; }
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
 	m->total = 81559ULL << 20;
-	m->used = idx(d) ? 30004ULL << 20 : 4ULL << 20;
+	m->used = used(d) + RESERVED;
 	m->free = m->total - m->used;
+	return NVML_SUCCESS;
+}
+
+// FAKE_NVML_MEMORY_V2=missing answers as a driver before R510 would (no
+// such function), =mismatch as one that knows another struct version.
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
+	const char *e = getenv("FAKE_NVML_MEMORY_V2");
+	if (e && strcmp(e, "missing") == 0) return NVML_ERROR_FUNCTION_NOT_FOUND;
+	if ((e && strcmp(e, "mismatch") == 0) || m->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	m->total = 81559ULL << 20;
+	m->reserved = RESERVED;
+	m->used = used(d);
+	m->free = m->total - m->used - m->reserved;
 	return NVML_SUCCESS;
 }
 
