@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // TestCommandFSOverSSH: an FS served by a command drover starts over the
@@ -22,7 +22,7 @@ import (
 // login home, and Close ends the command: nothing is left running on the
 // host.
 func TestCommandFSOverSSH(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	const server = "/usr/lib/openssh/sftp-server"
 	if _, err := os.Stat(server); err != nil {
 		t.Skip("no " + server)

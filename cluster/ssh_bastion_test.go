@@ -18,7 +18,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // bastionTargets is how many hosts sit behind the one jump host.
@@ -91,7 +91,7 @@ func delayedCopy(dst io.Writer, src io.Reader, delay time.Duration) {
 
 // farBastion returns f's hosts with host 0, the bastion, reached through
 // farAway (delay each way) and every host's known_hosts saying so.
-func farBastion(t *testing.T, f *testfleet.Fleet, delay time.Duration) []config.Host {
+func farBastion(t *testing.T, f *fleettest.Fleet, delay time.Duration) []config.Host {
 	t.Helper()
 	hosts := f.ClusterHosts()
 	jumpAddr := farAway(t, net.JoinHostPort(hosts[0].Address, "22"), delay)
@@ -118,7 +118,7 @@ func farBastion(t *testing.T, f *testfleet.Fleet, delay time.Duration) []config.
 // drops the second handshake, and drover dials the bastion again (with
 // backoff) instead of failing the host.
 func TestSSHBastionRetriesDroppedHandshake(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	require.NoError(t, fleet.SetSSHD(0, "MaxStartups 1:100:2\n"))
 	t.Cleanup(func() { assert.NoError(t, fleet.SetSSHD(0, "")) })
 	hosts := farBastion(t, fleet, 40*time.Millisecond)
@@ -151,8 +151,8 @@ func TestSSHBastionRetriesDroppedHandshake(t *testing.T) {
 // all connect at the first try, and each then runs a command and takes a
 // file over SFTP, as exec, push and run do.
 func TestSSHBastionAtScale(t *testing.T) {
-	testfleet.Need(t, fleet)
-	bf, err := testfleet.Up(testfleet.Options{Name: "bj", N: bastionTargets + 1, Subnet: 11, First: 100})
+	fleettest.Need(t, fleet)
+	bf, err := fleettest.Up(fleettest.Options{Name: "bj", N: bastionTargets + 1, Subnet: 11, First: 100})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, bf.Close()) })
 	require.NoError(t, bf.SetSSHD(0, "MaxStartups 10:30:100\n"))

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // sshKeygen runs ssh-keygen, failing t with its output.
@@ -61,7 +61,7 @@ func (c *collect) warn(m string) { c.mu.Lock(); c.msgs = append(c.msgs, m); c.mu
 // by CertificateFile in ssh_config logs in where sshd trusts only the user
 // CA (TrustedUserCAKeys, no authorized_keys).
 func TestSSHCertificates(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	noHome(t)
 	const i = 4
 	h := fleet.ClusterHosts()[i]
@@ -114,7 +114,7 @@ func TestSSHCertificates(t *testing.T) {
 // a key type it does not know) is skipped with one warning naming the file
 // and line, and every host still connects, as with ssh.
 func TestSSHKnownHostsBadLine(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
 	require.NoError(t, os.WriteFile(knownHosts, []byte("10.231.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBROKEN\n"+
 		"10.231.0.2 sk-future-key@example.com AAAAAA==\n"+readFile(t, fleet.KnownHosts)), 0o600))
@@ -140,7 +140,7 @@ func TestSSHKnownHostsBadLine(t *testing.T) {
 // its name hashed when ssh_config says HashKnownHosts yes; OpenSSH finds
 // the entry (ssh-keygen -F) and drover verifies the host by it.
 func TestSSHAcceptNewHashed(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	noHome(t)
 	dir := t.TempDir()
 	knownHosts := filepath.Join(dir, "known_hosts")

@@ -15,7 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // TestSSHConfigMatchExec: an ssh_config with Match exec and Match final
@@ -25,7 +25,7 @@ import (
 // block sets; without one, the blocks are ignored with a warning each and
 // the Host block still applies.
 func TestSSHConfigMatchExec(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	noHome(t)
 	h := fleet.ClusterHosts()[6]
 	cfgFile := filepath.Join(t.TempDir(), "config")
@@ -73,7 +73,7 @@ Match final all
 // bastion setup) is connected through it, and the command is gone once the
 // transport is closed.
 func TestSSHProxyCommand(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	noHome(t)
 	hosts := fleet.ClusterHosts()
 	bastion, target := hosts[0], hosts[3]

@@ -20,14 +20,14 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
 
-var fleet *testfleet.Fleet
+var fleet *fleettest.Fleet
 
 func TestMain(m *testing.M) {
-	os.Exit(testfleet.Main(m, testfleet.Options{Name: "cl", N: 8, Subnet: 11}, &fleet))
+	os.Exit(fleettest.Main(m, fleettest.Options{Name: "cl", N: 8, Subnet: 11}, &fleet))
 }
 
 // hermetic are dial options that ignore the invoking user's ~/.ssh/config
@@ -78,13 +78,13 @@ func hostKey(t *testing.T, i int) ssh.PublicKey {
 }
 
 func TestSSHConformance(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	h := fleet.ClusterHosts()[0]
 	transporttest.Run(t, func(t *testing.T) cluster.Transport { return dialHost(t, h, hermetic()) })
 }
 
 func TestSSHDialAll(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	hosts := fleet.ClusterHosts()
 	// One host that refuses connections: the others must not suffer.
 	bad := hosts[0]
@@ -114,7 +114,7 @@ func TestSSHDialAll(t *testing.T) {
 }
 
 func TestSSHConnectTimeout(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	require.NoError(t, fleet.Cut(7))
 	t.Cleanup(func() { _ = fleet.Heal(7) })
 	opts := hermetic()
@@ -129,7 +129,7 @@ func TestSSHConnectTimeout(t *testing.T) {
 }
 
 func TestSSHUnknownHostRefused(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	h := fleet.ClusterHosts()[1]
 	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts") // missing: nothing known
 	_, err := cluster.Dial(context.Background(), h, hermetic())
@@ -148,7 +148,7 @@ func TestSSHUnknownHostRefused(t *testing.T) {
 }
 
 func TestSSHAcceptNewHosts(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	h := fleet.ClusterHosts()[2]
 	h.KnownHosts = filepath.Join(t.TempDir(), "sub", "known_hosts")
 	opts := hermetic()
@@ -169,7 +169,7 @@ func TestSSHAcceptNewHosts(t *testing.T) {
 }
 
 func TestSSHChangedHostKeyRefused(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	h := fleet.ClusterHosts()[3]
 	// Host 4's key stands in for a wrong key at host 3's address.
 	wrong := hostKey(t, 4)
@@ -199,7 +199,7 @@ func TestSSHChangedHostKeyRefused(t *testing.T) {
 }
 
 func TestSSHHashedKnownHosts(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	h := fleet.ClusterHosts()[4]
 	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
 	line := fmt.Sprintf("%s %s", hashHostname(h.Address), ssh.MarshalAuthorizedKey(hostKey(t, 4)))
@@ -223,7 +223,7 @@ func noHome(t *testing.T) {
 }
 
 func TestSSHAgentAuth(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	noHome(t)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	agent := exec.Command("ssh-agent", "-D", "-a", sock)
@@ -250,7 +250,7 @@ func TestSSHAgentAuth(t *testing.T) {
 }
 
 func TestSSHAuthFailureNamesKeys(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	noHome(t)
 	wrongKey := filepath.Join(t.TempDir(), "id_wrong")
 	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", wrongKey).CombinedOutput()
@@ -277,7 +277,7 @@ func TestSSHAuthFailureNamesKeys(t *testing.T) {
 }
 
 func TestSSHProxyJump(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	hosts := fleet.ClusterHosts()
 	for _, tc := range []struct{ name, jump string }{
 		{"inventory name", fleet.Hosts[0].Name},
@@ -314,7 +314,7 @@ func TestSSHProxyJump(t *testing.T) {
 }
 
 func TestSSHConfigFile(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	noHome(t)
 	hosts := fleet.ClusterHosts()
 	dir := t.TempDir()
@@ -349,7 +349,7 @@ Host *
 }
 
 func TestSSHConnectionLost(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	hosts := fleet.ClusterHosts()
 	victim := dialHost(t, hosts[2], hermetic())
 	healthy := dialHost(t, hosts[3], hermetic())
@@ -401,7 +401,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 }
 
 func TestSSHCloseEndsCommands(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	tr, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[4], hermetic())
 	require.NoError(t, err)
 	p, err := tr.Start(context.Background(), cluster.Cmd{Args: []string{"sleep", "60"}})
@@ -422,7 +422,7 @@ func TestSSHCloseEndsCommands(t *testing.T) {
 // fleet's sshd allows sessions per connection (MaxSessions 100): the extra
 // ones wait for a free slot instead of failing.
 func TestSSHMoreCommandsThanMaxSessions(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	tr := dialHost(t, fleet.ClusterHosts()[6], hermetic())
 	const n = 130
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -449,7 +449,7 @@ func TestSSHMoreCommandsThanMaxSessions(t *testing.T) {
 // answering fails within the context's deadline, is closed, and says the
 // connection was lost; so does a closed one.
 func TestSSHPing(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	opts := hermetic()
 	opts.KeepAliveInterval = -1 // no keepalive answer to vouch for it: Ping must ask
 	tr := dialHost(t, fleet.ClusterHosts()[6], opts)

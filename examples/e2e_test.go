@@ -33,7 +33,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // hostPython is the interpreter that has torch, on this machine and (as the
@@ -59,7 +59,7 @@ const (
 )
 
 var (
-	fleet *testfleet.Fleet
+	fleet *fleettest.Fleet
 	// droverBin is the drover binary TestMain builds from ./cmd/drover
 	// (with -race when this test binary has it); empty under -short.
 	droverBin string
@@ -84,14 +84,14 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		bin, err := testfleet.BuildDrover(dir)
+		bin, err := fleettest.BuildDrover(dir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 			return 1
 		}
 		droverBin = bin
 	}
-	return testfleet.Main(m, testfleet.Options{Name: "e2", N: 4, Subnet: 17}, &fleet)
+	return fleettest.Main(m, fleettest.Options{Name: "e2", N: 4, Subnet: 17}, &fleet)
 }
 
 // trackSources makes go test's result cache depend on the sources these
@@ -143,7 +143,7 @@ func needFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains on the test fleet; skipped with -short")
 	}
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	needTorch(t)
 	needSources(t)
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -55,7 +55,7 @@ func (d *countingDials) last(host string) cluster.Transport {
 // stayed up once, for the attempts and the lease alike, and redial the
 // host whose connection died (cut during the second attempt) once.
 func TestRunKeepsConnections(t *testing.T) {
-	fleet := testfleet.NeedUp(t, testfleet.Options{Name: "kc", N: 2, Subnet: 14, First: 120})
+	fleet := fleettest.NeedUp(t, fleettest.Options{Name: "kc", N: 2, Subnet: 14, First: 120})
 	bin := buildDrover(t)
 	dir := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "code"), 0o755))

@@ -18,7 +18,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
 
@@ -106,7 +106,7 @@ func TestWriteExecSummary(t *testing.T) {
 // (outside TestMain, on addresses .100-.107 of the launcher subnet) so it
 // does not depend on how the rest of this package's tests use the fleet.
 func TestExecFleet(t *testing.T) {
-	fleet := testfleet.NeedUp(t, testfleet.Options{Name: "ex", N: 8, Subnet: 14, First: 100})
+	fleet := fleettest.NeedUp(t, fleettest.Options{Name: "ex", N: 8, Subnet: 14, First: 100})
 
 	var stdout, stderr bytes.Buffer
 	results := Exec(context.Background(), fleet.ClusterHosts(), ExecOptions{

@@ -20,7 +20,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -213,7 +213,7 @@ func TestRenderSummary(t *testing.T) {
 // (InstallAgent uses it in place for local hosts).
 func buildDrover(t *testing.T) string {
 	t.Helper()
-	bin, err := testfleet.BuildDrover(t.TempDir())
+	bin, err := fleettest.BuildDrover(t.TempDir())
 	require.NoError(t, err)
 	return bin
 }

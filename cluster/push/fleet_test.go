@@ -19,13 +19,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
-var fleet *testfleet.Fleet
+var fleet *fleettest.Fleet
 
 func TestMain(m *testing.M) {
-	os.Exit(testfleet.Main(m, testfleet.Options{Name: "pu", N: 3, Subnet: 12}, &fleet))
+	os.Exit(fleettest.Main(m, fleettest.Options{Name: "pu", N: 3, Subnet: 12}, &fleet))
 }
 
 // dial connects to fleet host i with fast keepalives (so a cut link is
@@ -54,7 +54,7 @@ func sftpFS(t *testing.T, tr cluster.Transport) cluster.FS {
 
 // TestCoreSFTP runs the core scenarios over real SFTP to the fleet.
 func TestCoreSFTP(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	fss := make([]cluster.FS, len(fleet.Hosts))
 	for i := range fleet.Hosts {
 		fss[i] = sftpFS(t, dial(t, i))
@@ -73,7 +73,7 @@ func TestCoreSFTP(t *testing.T) {
 // login user's home) and checks the files landed there, as seen by a shell
 // on the host.
 func TestSFTPHomeAndAbsolutePaths(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	tr := dial(t, 2)
 	fsys := sftpFS(t, tr)
 	local := t.TempDir()
@@ -83,16 +83,16 @@ func TestSFTPHomeAndAbsolutePaths(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Sync(context.Background(), fsys, "pu-h2", tree, "~/homejob", Options{})
 	require.NoError(t, err)
-	out, err := fleet.Exec(2, "stat", "-c", "%a %Y %U %s", "/home/"+testfleet.User+"/homejob/train.py")
+	out, err := fleet.Exec(2, "stat", "-c", "%a %Y %U %s", "/home/"+fleettest.User+"/homejob/train.py")
 	require.NoError(t, err)
 	mt, _ := os.Stat(filepath.Join(local, "train.py"))
-	assert.Equal(t, fmt.Sprintf("751 %d %s 9", mt.ModTime().Unix(), testfleet.User), strings.TrimSpace(string(out)))
+	assert.Equal(t, fmt.Sprintf("751 %d %s 9", mt.ModTime().Unix(), fleettest.User), strings.TrimSpace(string(out)))
 }
 
 // TestSFTPParallelHosts syncs one scanned tree to every host at once, as
 // the CLI does.
 func TestSFTPParallelHosts(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	local := t.TempDir()
 	files := map[string]string{}
 	for i := range 200 {
@@ -206,7 +206,7 @@ func mustScan(t *testing.T, dir string) *Tree {
 // TestSFTPConnectionClosedMidTransfer closes the SSH connection while the
 // upload is in flight.
 func TestSFTPConnectionClosedMidTransfer(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	interruptScenario(t, 0, func(tr cluster.Transport) { tr.Close() }, nil)
 }
 
@@ -214,7 +214,7 @@ func TestSFTPConnectionClosedMidTransfer(t *testing.T) {
 // flight: push must fail once keepalives go unanswered, and the host,
 // reconnected, still holds the old tree.
 func TestSFTPLinkCutMidTransfer(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	healed := false
 	t.Cleanup(func() {
 		if !healed {
@@ -228,7 +228,7 @@ func TestSFTPLinkCutMidTransfer(t *testing.T) {
 
 // TestSafetySFTP runs the safety scenarios over real SFTP to the fleet.
 func TestSafetySFTP(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	fss := make([]cluster.FS, len(fleet.Hosts))
 	for i := range fleet.Hosts {
 		fss[i] = sftpFS(t, dial(t, i))
@@ -248,7 +248,7 @@ func fullDisk(t *testing.T, i int, rel string, size int) {
 	t.Helper()
 	pid, err := os.ReadFile(filepath.Join(fleet.Dir, "hosts", fleet.Hosts[i].Name, "sshd.pid"))
 	require.NoError(t, err)
-	dir := path.Join("/home", testfleet.User, rel)
+	dir := path.Join("/home", fleettest.User, rel)
 	ns := []string{"-t", strings.TrimSpace(string(pid)), "-m", "--"}
 	out, err := exec.Command("nsenter", append(ns, "sh", "-c", `mkdir -p "$1" && mount -t tmpfs -o size="$2",mode=0777 drover-full "$1"`,
 		"sh", dir, fmt.Sprint(size))...).CombinedOutput()
@@ -264,7 +264,7 @@ func fullDisk(t *testing.T, i int, rel string, size int) {
 // that failed for it was sent again over SFTP. Both ways the error now
 // says what happened, with the space left, and nothing is sent twice.
 func TestNoSpaceLeft(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	fullDisk(t, 2, "nospace", 256<<10)
 	fsys := sftpFS(t, dial(t, 2))
 	for _, tc := range []struct {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/slurmtest"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest/slurmtest"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
 
@@ -80,7 +80,7 @@ type sharer interface{ SharesFS() bool }
 // removed at the end, as is the node's.
 func privateHome(t *testing.T, job string, i int) string {
 	t.Helper()
-	dir := filepath.Join("/home", testfleet.User, fmt.Sprintf("not-shared-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	dir := filepath.Join("/home", fleettest.User, fmt.Sprintf("not-shared-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	tr := dial(t, job, i)
 	run := func(args ...string) {
 		p, err := tr.Start(context.Background(), cluster.Cmd{Args: args, Dir: "/"})

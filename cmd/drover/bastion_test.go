@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // TestBastionExecPushRun: hosts reached through a ProxyJump host whose
@@ -20,7 +20,7 @@ import (
 // that connection to every host, instead of one handshake per host for
 // MaxStartups to drop.
 func TestBastionExecPushRun(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	require.NoError(t, fleet.SetSSHD(0, "MaxStartups 1:100:2\n"))
 	t.Cleanup(func() { assert.NoError(t, fleet.SetSSHD(0, "")) })
 	bastion := fleet.ClusterHosts()[0].Address

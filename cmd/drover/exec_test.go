@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // Ctrl-C on `drover exec` stops the command on every host before drover
 // exits; closing the SSH channels alone would leave it running there. A
 // second Ctrl-C kills what ignores SIGTERM without waiting out the grace.
 func TestExecInterrupt(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	for _, tc := range []struct {
 		name, trap string
 		sig        syscall.Signal
@@ -91,7 +91,7 @@ func TestInterruptSignalsKeepNohup(t *testing.T) {
 // --timeout stops the command where it hangs, lets the other hosts answer,
 // and exits 124 as timeout(1) does.
 func TestExecTimeout(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: "true"})
 	line := fmt.Sprintf(`export DROVER_JOB=%s; echo "up $(hostname)"; case $(hostname) in `+fleet.Hosts[1].Name+`) sleep 1000 & sleep 1001;; esac`, j.Name)
 	d := startDroverArgs(t, j, "exec", "--timeout", "1s", j.Path, "--", line)

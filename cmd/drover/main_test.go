@@ -6,12 +6,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // fleet is the package's test fleet: four SSH hosts on 10.231.15.0/24 (moved by DROVER_TESTFLEET_SLOT),
-// brought up at the first testfleet.Need.
-var fleet *testfleet.Fleet
+// brought up at the first fleettest.Need.
+var fleet *fleettest.Fleet
 
 // binDir holds the drover binary that fleet tests build once (see
 // droverBinary); TestMain removes it.
@@ -29,7 +29,7 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
-	return testfleet.Main(m, testfleet.Options{Name: "cd", N: 4, Subnet: 15}, &fleet)
+	return fleettest.Main(m, fleettest.Options{Name: "cd", N: 4, Subnet: 15}, &fleet)
 }
 
 var (
@@ -45,7 +45,7 @@ var (
 // in the controller and the agent fail the tests too (see assertNoRace).
 func droverBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() { binPath, binErr = testfleet.BuildDrover(binDir) })
+	binOnce.Do(func() { binPath, binErr = fleettest.BuildDrover(binDir) })
 	if binErr != nil {
 		t.Fatalf("build drover: %v", binErr)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 var (
@@ -24,7 +24,7 @@ var (
 func armAgentBesideDrover(t *testing.T) {
 	t.Helper()
 	bin := droverBinary(t)
-	armOnce.Do(func() { _, armErr = testfleet.BuildAgent(filepath.Dir(bin), "arm64") })
+	armOnce.Do(func() { _, armErr = fleettest.BuildAgent(filepath.Dir(bin), "arm64") })
 	require.NoError(t, armErr)
 }
 
@@ -32,7 +32,7 @@ func armAgentBesideDrover(t *testing.T) {
 // machine cannot execute: drover run reports that host, with the words of
 // its shell, and starts nothing anywhere.
 func TestRunHostCannotRunItsAgent(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	if testing.Short() {
 		t.Skip("cross-builds an agent")
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // Issue 21, item 9: Ctrl-Z on drover for longer than the agents'
@@ -25,7 +25,7 @@ import (
 // such and is not the job's failure: with max_restarts = 0 the job still
 // restarts (it counts against max_host_failures) and succeeds.
 func TestRunControllerSuspendedIsNotAFailure(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT"
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
@@ -62,7 +62,7 @@ echo "done rank=$RANK"
 // waited for host_wait rather than failing at once with "no spare host
 // left".
 func TestRunFirstAttemptWaitsForUnreachableHost(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: "echo \"hello rank=$RANK\"\n", Job: `host_wait = "90s"`})
 	h := fleet.ClusterHosts()[1]
 	require.NoError(t, fleet.Cut(1))
@@ -99,7 +99,7 @@ func TestRunFirstAttemptWaitsForUnreachableHost(t *testing.T) {
 // hosts' PATH (pushed with the code, PATH set in [job.env]) records its
 // arguments and prints a made-up stack naming the pid it was asked about.
 func TestRunHangStacksWithPySpy(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	name := "runhangstackswithpyspy"
 	bin := "/home/" + fleet.User + "/drover-test/" + name + "/bin"
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `exec python3 -c 'import os, time

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 var readyRE = regexp.MustCompile(`(?m)^\[worker-\d@\S+\] ready rank=\d$`)
@@ -68,7 +68,7 @@ func leaseOn(i int, j *fleetJob) bool {
 // message naming the live controller, and change nothing: the first run's
 // processes and code are untouched.
 func TestRunRefusesWhileAnotherRunLives(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever})
 	first := startDrover(t, j)
 	first.waitLines(t, readyRE, 2, 60*time.Second)
@@ -116,7 +116,7 @@ func TestRunRefusesWhileAnotherRunLives(t *testing.T) {
 // TestRunForceTakesOver: --force takes a live run's workdir; that run
 // says who took it, stops and exits 1, and the new run runs.
 func TestRunForceTakesOver(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever})
 	first := startDrover(t, j)
 	first.waitLines(t, readyRE, 2, 60*time.Second)
@@ -141,7 +141,7 @@ func TestRunForceTakesOver(t *testing.T) {
 // controller stops being renewed; the next run sees that, takes the
 // workdir and stops what is left of the old group.
 func TestRunTakesOverFromKilledController(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever})
 	first := startDrover(t, j)
 	first.waitLines(t, readyRE, 2, 60*time.Second)

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // TestRunFullLogDisk is issue 21 item 5: with --log-dir on a full file
@@ -24,7 +24,7 @@ import (
 // every line still reaches the terminal and the hosts' own logs, the
 // processes are never held up, and Ctrl-C stops the job within its grace.
 func TestRunFullLogDisk(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("needs unshare (util-linux)")
 	}
@@ -70,7 +70,7 @@ sleep 1000
 // directory nor its log files, and goes on without local logs instead of
 // ending the job as "could not be set up".
 func TestRunFullLogDiskAtRestart(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	for _, tool := range []string{"unshare", "mkfs.ext4"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s", tool)

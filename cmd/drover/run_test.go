@@ -29,13 +29,13 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // hostHome is where Fleet.Exec sees the login user's home on every host.
-const hostHome = "/home/" + testfleet.User
+const hostHome = "/home/" + fleettest.User
 
 // fleetJob is a job file written for one test: its own inventory (a copy
 // of the fleet's, so a test may edit it), code directory and workdir.
@@ -389,7 +389,7 @@ func countLines(s string, re *regexp.Regexp) int {
 // the whole group; the processes see DROVER_RESTART_COUNT=1 and the job
 // succeeds.
 func TestRunKill9RestartsGroup(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT pid=$$"
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
@@ -440,7 +440,7 @@ echo "done rank=$RANK restart=$DROVER_RESTART_COUNT"
 // Done-when 2: a process that fails every time makes drover exit 1 after
 // max_restarts, with the summary table on stderr.
 func TestRunFailsAfterMaxRestarts(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 echo "attempt restart=$DROVER_RESTART_COUNT rank=$RANK"
 if [ "$RANK" = 1 ]; then echo "broken" >&2; exit 3; fi
@@ -473,7 +473,7 @@ sleep 1000
 // Done-when 3: SIGKILL to drover itself leaves no process of the job on
 // any host within stop_grace and a few seconds.
 func TestRunControllerSIGKILLLeavesNothing(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: sleepForever})
 	d := startDrover(t, j)
 	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] ready rank=\d$`), 4, 60*time.Second)
@@ -485,7 +485,7 @@ func TestRunControllerSIGKILLLeavesNothing(t *testing.T) {
 
 // Done-when 4: Ctrl-C stops every process gracefully and drover exits 130.
 func TestRunInterrupt(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: `
 trap 'echo "rank $RANK got TERM"; exit 143' TERM
 echo "ready rank=$RANK"
@@ -511,7 +511,7 @@ wait
 // Done-when 4, second part: a second Ctrl-C kills at once, without waiting
 // out a stop_grace that the workload ignores SIGTERM through.
 func TestRunSecondInterruptKills(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 trap '' TERM
 echo "ready rank=$RANK"
@@ -540,7 +540,7 @@ sleep 1000
 // Done-when 5: a host whose link is cut mid-run gets the group stopped on
 // the other hosts; once the link is back, the restart succeeds.
 func TestRunHostCutAndHealed(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT"
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
@@ -583,7 +583,7 @@ echo "done rank=$RANK"
 // A host that stays unreachable past host_wait is replaced by the
 // inventory's spare, which takes over its ranks; the job then succeeds.
 func TestRunHostReplacedBySpare(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: `
 echo "start rank=$RANK world=$WORLD_SIZE restart=$DROVER_RESTART_COUNT host=$DROVER_HOST"
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
@@ -617,7 +617,7 @@ echo "done rank=$RANK"
 // host_wait (here 10 minutes) for it could not help. Before authentication
 // errors had a type of their own, this one was taken for an unreachable host.
 func TestRunAuthFailureAtRestartFailsAtOnce(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT"
 if [ "$RANK" = 1 ]; then
@@ -652,7 +652,7 @@ sleep 1000
 // edited during the first attempt, is reached at the new address when the
 // group restarts (and rank 0's new address becomes MASTER_ADDR).
 func TestRunHostMovedBetweenAttempts(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	newAddr := fleet.SpareAddr(60)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT master=$MASTER_ADDR conn=$SSH_CONNECTION"
@@ -699,7 +699,7 @@ echo "done rank=$RANK"
 // Done-when 7: a TensorFlow job whose parameter server never exits
 // succeeds when the chief and workers are done, and the ps is stopped.
 func TestRunTensorFlowStopsPS(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 echo "$DROVER_ROLE $DROVER_INDEX up"
 case "$DROVER_ROLE" in
@@ -731,7 +731,7 @@ ps = 1
 // Done-when 8: every line printed reaches the log file exactly once and
 // whole, and the terminal shows every line with its [proc@host] prefix.
 func TestRunLogsEveryLine(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	const n = 5000
 	j := newFleetJob(t, jobSpec{Hosts: 2, Command: `["/usr/bin/python3", "spew.py"]`})
 	// stdout is block-buffered (8 KiB chunks cut lines anywhere), stderr
@@ -796,7 +796,7 @@ func atoi(s string) int {
 // Done-when 9: preflight stops a job before anything starts when the
 // program is missing on the hosts, naming host and program.
 func TestRunPreflightMissingProgram(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 2, Command: `["no-such-trainer", "--epochs", "1"]`, Job: "max_restarts = 3"})
 	d := startDrover(t, j)
 	assert.Equal(t, 1, d.wait(t, 60*time.Second))
@@ -815,7 +815,7 @@ func TestRunPreflightMissingProgram(t *testing.T) {
 // Done-when 9, second part: a planned port already in use on the rank-0
 // host fails preflight with the port in the message.
 func TestRunPreflightPortInUse(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	const port = "29517"
 	out, err := fleet.Exec(0, "sh", "-c", "/usr/bin/python3 -m http.server "+port+" >/dev/null 2>&1 & echo $!")
 	require.NoError(t, err)
@@ -846,7 +846,7 @@ func TestRunPreflightPortInUse(t *testing.T) {
 // agent alive with the channel still open and no heartbeat) is stopped by
 // the next run of the job, which says so.
 func TestRunStopsLeftoverGroup(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Hosts: 1, Script: "echo fresh run\n"})
 	h := fleet.ClusterHosts()[0]
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,5 +1,5 @@
 // Package slurm_test runs examples/pytorch-ddp on a real Slurm cluster
-// (cluster/slurmtest: munged, slurmctld and a slurmd per test-fleet
+// (internal/fleettest/slurmtest: munged, slurmctld and a slurmd per test-fleet
 // namespace) the way a team that moved from a hand-run fleet would: the
 // same job file, handed to `drover submit`. A worker SIGKILLed after the
 // first checkpoint must be restarted inside the allocation and end with
@@ -28,8 +28,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/slurmtest"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest/slurmtest"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 const (
@@ -63,7 +63,7 @@ func testMain(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "slurm e2e: %v\n", err)
 			return 1
 		}
-		bin, err := testfleet.BuildDrover(dir)
+		bin, err := fleettest.BuildDrover(dir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "slurm e2e: %v\n", err)
 			return 1

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // newShellJob is a job of one process per node that runs command (no
@@ -61,7 +61,7 @@ func (j *job) events(t *testing.T, runDir string) string {
 // Slurm steps, the events say so, and every process runs the pushed code.
 func TestSubmitPrivateWorkdir(t *testing.T) {
 	need(t)
-	workdir := filepath.Join("/home", testfleet.User, fmt.Sprintf("wd-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	workdir := filepath.Join("/home", fleettest.User, fmt.Sprintf("wd-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	j := newShellJob(t, workdir, `echo "data=$(cat data.txt) index=$DROVER_INDEX"`, 0)
 	want := "data=pushed-" + filepath.Base(j.dir)
 	j.submit(t)
@@ -155,7 +155,7 @@ func TestPushInAllocation(t *testing.T) {
 	_, err := os.Stat(filepath.Join(shared.workdir, "run.sh"))
 	assert.NoError(t, err, "the code is in the shared workdir")
 
-	private := newShellJob(t, filepath.Join("/home", testfleet.User, fmt.Sprintf("wd-%d-%d", os.Getpid(), time.Now().UnixNano())), "true", 0)
+	private := newShellJob(t, filepath.Join("/home", fleettest.User, fmt.Sprintf("wd-%d-%d", os.Getpid(), time.Now().UnixNano())), "true", 0)
 	out = push(private)
 	assert.Len(t, regexp.MustCompile(`(?m)^\S+: 2 sent `).FindAllString(out, -1), nodes, "a push per node-local workdir:\n%s", out)
 }

@@ -20,14 +20,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
 
-var fleet *testfleet.Fleet
+var fleet *fleettest.Fleet
 
 func TestMain(m *testing.M) {
-	os.Exit(testfleet.Main(m, testfleet.Options{Name: "ag", N: 2, Subnet: 16}, &fleet))
+	os.Exit(fleettest.Main(m, fleettest.Options{Name: "ag", N: 2, Subnet: 16}, &fleet))
 }
 
 // capture is a concurrency-safe writer whose contents tests can wait on.

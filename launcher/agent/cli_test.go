@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // The tests in this file drive the real `drover agent` CLI: what drover
@@ -30,7 +30,7 @@ var (
 	buildErr  error
 )
 
-// droverBinary builds ./cmd/drover once per test run (testfleet.BuildDrover:
+// droverBinary builds ./cmd/drover once per test run (fleettest.BuildDrover:
 // DROVER_TEST_BINARY names a prebuilt one instead).
 func droverBinary(t *testing.T) string {
 	t.Helper()
@@ -45,7 +45,7 @@ func droverBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		buildPath, buildErr = testfleet.BuildDrover(dir)
+		buildPath, buildErr = fleettest.BuildDrover(dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

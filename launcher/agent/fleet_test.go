@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // These tests run the agent where drover runs it: on fleet hosts over SSH,
@@ -130,7 +130,7 @@ func startRemote(t *testing.T, tr cluster.Transport, remote string, opts RunOpti
 // connection closes, sshd closes the agent's stdin, and the group is
 // stopped within the grace.
 func TestFleetConnectionClosedStopsGroup(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	tr := dial(t, 0)
 	remote := install(t, tr)
 	const marker = "sleep 1031"
@@ -158,7 +158,7 @@ func TestFleetConnectionClosedStopsGroup(t *testing.T) {
 // group; an agent without one runs on until a later drover stops it via
 // its pidfile.
 func TestFleetLinkCut(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	tr := dial(t, 1)
 	remote := install(t, tr)
 	const beat, deaf = "sleep 1041", "sleep 1042"

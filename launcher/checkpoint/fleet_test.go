@@ -14,13 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
-var fleet *testfleet.Fleet
+var fleet *fleettest.Fleet
 
 func TestMain(m *testing.M) {
-	os.Exit(testfleet.Main(m, testfleet.Options{Name: "ck", N: 3, Subnet: 18}, &fleet))
+	os.Exit(fleettest.Main(m, fleettest.Options{Name: "ck", N: 3, Subnet: 18}, &fleet))
 }
 
 // fleetHosts connects to every fleet host over SSH and gives each a fresh
@@ -53,7 +53,7 @@ func writeOn(t *testing.T, i int, h Host, name string, mb int, skew time.Duratio
 	tmp := path.Join(h.Dir, "."+name+".tmp")
 	stamp := time.Now().Add(skew).UTC().Format("2006-01-02 15:04:05")
 	script := fmt.Sprintf(`set -e; head -c %[1]d /dev/urandom > %[2]q; chown %[5]s %[2]q; touch -d %[3]q %[2]q; mv %[2]q %[4]q`,
-		mb<<20, tmp, stamp+" UTC", path.Join(h.Dir, name), testfleet.User)
+		mb<<20, tmp, stamp+" UTC", path.Join(h.Dir, name), fleettest.User)
 	out, err := fleet.Exec(i, "sh", "-c", script)
 	require.NoError(t, err, "%s", out)
 }
@@ -71,7 +71,7 @@ func sumOn(t *testing.T, i int, p string) string {
 // picks h1's (the one it saw complete last, though h0's file looks newer)
 // and puts it on every host.
 func TestFleetCopyStageSkew(t *testing.T) {
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	hosts := fleetHosts(t)
 	m, ev, _ := newManager(t)
 	set := Settings{Copies: 2, Keep: 2, Mirror: t.TempDir(), PollEvery: 100 * time.Millisecond}

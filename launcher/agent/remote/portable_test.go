@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 )
@@ -48,7 +48,7 @@ func builtAgent(t *testing.T, goarch string) string {
 		require.NoError(t, err)
 		built.dir, built.paths = dir, map[string]string{}
 	}
-	p, err := testfleet.BuildAgent(built.dir, goarch)
+	p, err := fleettest.BuildAgent(built.dir, goarch)
 	require.NoError(t, err)
 	built.paths[goarch] = p
 	return p

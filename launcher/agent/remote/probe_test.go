@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
-var fleet *testfleet.Fleet
+var fleet *fleettest.Fleet
 
 // TestMain brings up the fleet, and doubles as drover's agent: Probe
 // installs this test binary on the host and runs `<it> agent version` and
@@ -43,14 +43,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	code := testfleet.Main(m, testfleet.Options{Name: "gp", N: 2, Subnet: 13}, &fleet)
+	code := fleettest.Main(m, fleettest.Options{Name: "gp", N: 2, Subnet: 13}, &fleet)
 	removeBuiltAgents()
 	os.Exit(code)
 }
 
 func dialFleet(t *testing.T) []cluster.Transport {
 	t.Helper()
-	testfleet.Need(t, fleet)
+	fleettest.Need(t, fleet)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ts, errs := cluster.DialAll(ctx, fleet.ClusterHosts(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})

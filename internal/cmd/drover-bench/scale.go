@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/droverhq/drover/cluster/testfleet/lighthost"
+	"github.com/droverhq/drover/internal/fleettest/lighthost"
 )
 
 // Scale goals from issue 20, for exec at N=256.
@@ -43,7 +43,7 @@ func selfCPU() time.Duration {
 }
 
 // scale runs exec, push and run against b.scaleN light hosts (one SSH
-// server in this process, cluster/testfleet/lighthost) and reports
+// server in this process, internal/fleettest/lighthost) and reports
 // drover's wall time, CPU per host and peak memory.
 func (b *bench) scale(ctx context.Context) []Row {
 	n := b.scaleN

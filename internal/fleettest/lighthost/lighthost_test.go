@@ -14,7 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/cluster/testfleet/lighthost"
+	"github.com/droverhq/drover/internal/fleettest/lighthost"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
 

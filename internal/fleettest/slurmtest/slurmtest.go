@@ -1,6 +1,6 @@
 // Package slurmtest gives tests a real Slurm cluster on this machine: munged
 // and slurmctld in the root namespace, and one slurmd per host of a test
-// fleet (cluster/testfleet), each in that host's network namespace under
+// fleet (internal/fleettest), each in that host's network namespace under
 // the host's name and address. Tests submit and run real jobs against it,
 // so the slurm transport, drover submit and the no-orphans promises are
 // checked against Slurm itself, not a mock.
@@ -41,7 +41,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // upTimeout bounds bringing the cluster up after its fleet: slurmd nodes
@@ -50,7 +50,7 @@ const upTimeout = 90 * time.Second
 
 // Options say which cluster a test package wants.
 type Options struct {
-	// Name, N and Subnet are the fleet's (testfleet.Options); the nodes
+	// Name, N and Subnet are the fleet's (fleettest.Options); the nodes
 	// are named like the fleet's hosts, "<Name><slot>-h<i>".
 	Name   string
 	N      int
@@ -62,7 +62,7 @@ type Options struct {
 
 // Cluster is a running Slurm cluster.
 type Cluster struct {
-	Fleet *testfleet.Fleet
+	Fleet *fleettest.Fleet
 	// Dir holds the configuration, state, spool and logs.
 	Dir string
 	// Conf is the slurm.conf path; Env sets SLURM_CONF to it.
@@ -85,7 +85,7 @@ type Cluster struct {
 
 // Available reports why this machine cannot run a test cluster, or nil.
 func Available() error {
-	if err := testfleet.Available(); err != nil {
+	if err := fleettest.Available(); err != nil {
 		return err
 	}
 	for _, tool := range []string{"munged", "slurmctld", "slurmd", "srun", "sbatch", "scancel", "squeue", "scontrol", "sinfo"} {
@@ -148,7 +148,7 @@ func Need(t testing.TB, c *Cluster) {
 
 // slot is the testfleet slot (0 when unset), which also separates ports.
 func slot() int {
-	k, err := strconv.Atoi(os.Getenv(testfleet.SlotEnv))
+	k, err := strconv.Atoi(os.Getenv(fleettest.SlotEnv))
 	if err != nil || k < 0 || k > 7 {
 		return 0
 	}
@@ -160,7 +160,7 @@ func (c *Cluster) up() error {
 	if opts.CPUs == 0 {
 		opts.CPUs = 8
 	}
-	fleet, err := testfleet.Up(testfleet.Options{Name: opts.Name, N: opts.N, Subnet: opts.Subnet})
+	fleet, err := fleettest.Up(fleettest.Options{Name: opts.Name, N: opts.N, Subnet: opts.Subnet})
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // The checkpoint section (issue 15): what copying checkpoints costs
@@ -85,7 +85,7 @@ func (b *bench) checkpoints(ctx context.Context) []Row {
 	capped := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("training step, copied at checkpoint_copy_rate = %q", ckptRate),
 		Baseline: "checkpoint_copies = 1 (no copies)"}
 	lost := Row{Section: "checkpoints", N: ckptHosts, What: fmt.Sprintf("rank 0's host cut off -> every process running again (spare, host_wait 2s, %d MB staged)", ckptSize>>20)}
-	opts := testfleet.Options{Name: b.fleetPrefix + "ck", N: ckptHosts + 1, Subnet: b.subnet + 3, TmpfsHomes: !b.diskHomes}
+	opts := fleettest.Options{Name: b.fleetPrefix + "ck", N: ckptHosts + 1, Subnet: b.subnet + 3, TmpfsHomes: !b.diskHomes}
 	b.progress("bringing up fleet %s (%d hosts + a spare, 10.231.%d.0/24)", opts.Name, ckptHosts, opts.Subnet)
 	f, err := upFleet(opts)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package testfleet gives tests a fleet of real SSH hosts on this machine:
+// Package fleettest gives tests a fleet of real SSH hosts on this machine:
 // each host is an OpenSSH sshd in its own network namespace with its own
 // address, host key and private home directory, reached as the unprivileged
 // user "drovertest". It wraps scripts/testfleet so that SSH, SFTP, network
@@ -7,20 +7,20 @@
 //
 // A test package brings one fleet up for all its tests:
 //
-//	var fleet *testfleet.Fleet
+//	var fleet *fleettest.Fleet
 //
 //	func TestMain(m *testing.M) {
-//		os.Exit(testfleet.Main(m, testfleet.Options{Name: "cl", N: 8, Subnet: 11}, &fleet))
+//		os.Exit(fleettest.Main(m, fleettest.Options{Name: "cl", N: 8, Subnet: 11}, &fleet))
 //	}
 //
 //	func TestX(t *testing.T) {
-//		testfleet.Need(t, fleet) // skips without root; fails under CI=true
+//		fleettest.Need(t, fleet) // skips without root; fails under CI=true
 //		...
 //	}
 //
 // Subnets (the X of 10.231.X.0/24) are assigned per test package so that
 // parallel `go test ./...` runs never collide.
-package testfleet
+package fleettest
 
 import (
 	"bufio"
@@ -230,7 +230,7 @@ func Need(t testing.TB, f *Fleet) {
 	t.Helper()
 	switch {
 	case f == nil:
-		t.Fatal("testfleet: no fleet; call testfleet.Main from TestMain")
+		t.Fatal("testfleet: no fleet; call fleettest.Main from TestMain")
 		return
 	}
 	if testing.Short() {

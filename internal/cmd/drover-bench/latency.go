@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/droverhq/drover/cluster/testfleet/netdelay"
+	"github.com/droverhq/drover/internal/fleettest/netdelay"
 )
 
 // smallTree is the latency section's code directory: a small project, so

@@ -1,4 +1,4 @@
-package testfleet
+package fleettest
 
 import (
 	"bufio"

@@ -62,7 +62,7 @@ type bench struct {
 	fleetPrefix string
 	subnet      int
 	// diskHomes keeps the hosts' homes on this machine's filesystem
-	// rather than a tmpfs (testfleet.Options.TmpfsHomes).
+	// rather than a tmpfs (fleettest.Options.TmpfsHomes).
 	diskHomes bool
 }
 
@@ -200,7 +200,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, n := range ns {
 		if !slices.Contains(ps, n) {
 			b.notes = append(b.notes, fmt.Sprintf("push not run at N=%d: a first push of 70 MB to %d hosts sharing %d cores "+
-				"does not fit the 10-minute budget with repetitions; `go run ./cmd/drover-bench -push-sizes %s` measures it",
+				"does not fit the 10-minute budget with repetitions; `go run ./internal/cmd/drover-bench -push-sizes %s` measures it",
 				n, n, runtime.NumCPU(), joinInts(ns)))
 		}
 	}
@@ -481,7 +481,7 @@ func method(b *bench, sizes []int) []string {
 			"holding every host's sshd listener and so everything its connections start, read with the fleet settled before " +
 			"and after the run; without cgroups, the listeners' own and reaped children's time from /proc/PID/stat) and the wall time against the CPU floor, (tool + sshd CPU) / cores. CPU time is what a busy " +
 			"or different machine distorts least and what carries over to a real fleet, where each host has its own CPU.",
-		fmt.Sprintf("Latency (section latency %s, N=%d): a userspace proxy per host (cluster/testfleet/netdelay) holds every "+
+		fmt.Sprintf("Latency (section latency %s, N=%d): a userspace proxy per host (internal/fleettest/netdelay) holds every "+
 			"chunk %s in each direction, so a round trip takes %s longer; drover's inventory, OpenSSH's ssh_config and "+
 			"known_hosts point at the proxies. Figures are wall time / RTT (medians of %d runs; the restarts are %d "+
 			"kills in one drover run, the fresh start is the median of that run's and two more), and \"round trips counted\" are the waits the proxies saw per host: a client chunk after an answer, at least "+
@@ -493,7 +493,7 @@ func method(b *bench, sizes []int) []string {
 			"slower than one `ssh HOST true`, a push with nothing changed under 2x that, a fresh host running in under 30 "+
 			"round trips, a restart in under 15.", b.rtt, b.latencyN, b.rtt/2, b.rtt, latencyRuns, latencyKills),
 		fmt.Sprintf("Scale (section scale, N=%d): light hosts, one SSH server in the harness process serving one address "+
-			"each (cluster/testfleet/lighthost: x/crypto/ssh's server side, pkg/sftp's server; it passes the transport "+
+			"each (internal/fleettest/lighthost: x/crypto/ssh's server side, pkg/sftp's server; it passes the transport "+
 			"conformance suite). Commands run as this machine's user under %s; the hosts' CPU is the harness's own and "+
 			"its children's less drover's. drover's CPU is wait4's user+sys divided by N, its peak RSS VmHWM; the run "+
 			"(one process per host, so that 256 agents, not 512, share this machine) covers the whole run, its stop "+

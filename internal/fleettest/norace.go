@@ -1,6 +1,6 @@
 //go:build !race
 
-package testfleet
+package fleettest
 
 // raceEnabled: this binary runs without the race detector.
 const raceEnabled = false

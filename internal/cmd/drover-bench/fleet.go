@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/droverhq/drover/cluster/testfleet"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // benchFleet is a test fleet plus what the OpenSSH baselines need to reach
 // it the same way drover does: the same user, key and strict known_hosts.
 type benchFleet struct {
-	*testfleet.Fleet
+	*fleettest.Fleet
 	N int
 	// SSHConfig is an ssh_config file for ssh, pdsh and rsync.
 	SSHConfig string
@@ -27,13 +27,13 @@ const benchShell = "/bin/bash"
 
 // fleetOptions names the fleet of size n: "<prefix><N>" on the given
 // subnet (a default run owns 20..22).
-func fleetOptions(prefix string, subnet, n int, tmpfsHomes bool) testfleet.Options {
-	return testfleet.Options{Name: fmt.Sprintf("%s%d", prefix, n), N: n, Subnet: subnet, TmpfsHomes: tmpfsHomes, Shell: benchShell}
+func fleetOptions(prefix string, subnet, n int, tmpfsHomes bool) fleettest.Options {
+	return fleettest.Options{Name: fmt.Sprintf("%s%d", prefix, n), N: n, Subnet: subnet, TmpfsHomes: tmpfsHomes, Shell: benchShell}
 }
 
 // upFleet brings a fleet up and writes its ssh_config. The caller closes it.
-func upFleet(opts testfleet.Options) (*benchFleet, error) {
-	f, err := testfleet.Up(opts)
+func upFleet(opts fleettest.Options) (*benchFleet, error) {
+	f, err := fleettest.Up(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 //go:build race
 
-package testfleet
+package fleettest
 
 // raceEnabled: this binary runs under the race detector, so the drover
 // binary BuildDrover makes for it is built with it too.
