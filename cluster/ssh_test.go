@@ -20,8 +20,8 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 var fleet *fleettest.Fleet

@@ -18,8 +18,8 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_summary.txt and run_summary.txt")

@@ -16,9 +16,9 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/internal/fleettest/slurmtest"
-	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/fleettest/slurmtest"
 )
 
 // helperEnv makes this test binary the step helper: srun runs it on the

@@ -29,8 +29,8 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/launcher/agent/remote"
 )
 

@@ -28,8 +28,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/internal/fleettest/slurmtest"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/fleettest/slurmtest"
 )
 
 const (

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 var fleet *fleettest.Fleet

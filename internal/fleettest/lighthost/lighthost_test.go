@@ -14,8 +14,8 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/internal/fleettest/lighthost"
 	"github.com/droverhq/drover/cluster/transporttest"
+	"github.com/droverhq/drover/internal/fleettest/lighthost"
 )
 
 func fleet(t *testing.T, n int) *lighthost.Fleet {

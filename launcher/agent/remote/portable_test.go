@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/launcher/agent"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
