@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // User is the unprivileged login user on every fleet host.
@@ -245,11 +246,7 @@ func Need(t testing.TB, f *Fleet) {
 	case f.upErr != nil:
 		t.Fatalf("testfleet: fleet did not come up: %v", f.upErr)
 	case f.skip != "":
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s (CI=true: not skipping)", f.skip)
-			return
-		}
-		t.Skip(f.skip)
+		testenv.Need(t, "a test fleet", errors.New(f.skip))
 	}
 }
 
@@ -276,12 +273,7 @@ func NeedUp(t testing.TB, opts Options) *Fleet {
 	if testing.Short() {
 		t.Skip("testfleet: fleet tests do not run under -short")
 	}
-	if err := Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%v (CI=true: not skipping)", err)
-		}
-		t.Skip(err)
-	}
+	testenv.Need(t, "a test fleet", Available())
 	f, err := Up(opts)
 	if err != nil {
 		t.Fatalf("testfleet: fleet did not come up: %v", err)

@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -120,6 +121,27 @@ func TestEveryPackageHasDoc(t *testing.T) {
 		}
 		if !strings.HasPrefix(doc, want) {
 			t.Errorf("package %s (%s) has no doc comment starting %q: add a doc.go that says what it is for", name, dir, want)
+		}
+	}
+}
+
+// TestSkipsGoThroughTestenv keeps "skip here, fail under CI=true" in one
+// place: a test that reads CI itself is a hand copy of internal/testenv
+// that drifts (nine did, and a dozen skips had no guard at all).
+func TestSkipsGoThroughTestenv(t *testing.T) {
+	for dir, files := range goDirs(t) {
+		if dir == "internal/testenv" || dir == "internal/repo" {
+			continue
+		}
+		for _, p := range files {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), `Getenv("CI")`) {
+				rel, _ := filepath.Rel(root(t), p)
+				t.Errorf(`%s reads $CI itself: use testenv.Need, LookPath or Root, which fail under CI=true`, rel)
+			}
 		}
 	}
 }

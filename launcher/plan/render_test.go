@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -64,10 +65,7 @@ func TestRenderGolden(t *testing.T) {
 // and checks that every variable and every argument reaches the process
 // byte for byte, and that nothing in a value is executed.
 func TestRenderEnvRoundTrip(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
+	sh := testenv.LookPath(t, "sh")
 	dir := t.TempDir()
 	workdir := filepath.Join(dir, "work dir 'quoted'")
 	require.NoError(t, os.Mkdir(workdir, 0o755))
