@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/urfave/cli/v2"
 )
 
@@ -77,6 +78,12 @@ func setUsageError(cmds []*cli.Command) {
 		}
 		setUsageError(c.Subcommands)
 	}
+}
+
+// usage is the usage error of the command c runs: its one-line usage,
+// made from its flags (agent.UsageLine), and exit status 2.
+func usage(c *cli.Context) error {
+	return cli.Exit(agent.UsageLine(c.Command), exitConfig)
 }
 
 // exitCode prints err (once) and maps it to drover's exit statuses:
