@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -78,4 +81,38 @@ func findCommand(cmds []*cli.Command, args []string) *cli.Command {
 		found, cmds = next, next.Subcommands
 	}
 	return found
+}
+
+// TestReadmeCommandTable keeps the README's command table true to the
+// flags: each row's first cell names only flags its command has, and
+// every flag it has but the fleet flags (which the sentence under the
+// table covers) and --help.
+func TestReadmeCommandTable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	app := newApp(io.Discard, io.Discard)
+	rows := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		m := regexp.MustCompile("^\\| `drover ([a-z]+) ").FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		rows++
+		cmd := findCommand(app.Commands, []string{m[1]})
+		require.NotNil(t, cmd, "README's command table has drover %s, which does not exist", m[1])
+		cell := strings.SplitN(line, "` |", 2)[0]
+		real := map[string]bool{}
+		for _, f := range cmd.Flags {
+			name := f.Names()[0]
+			real[name] = true
+			if name == flagInventory || name == flagAcceptNewHosts || f == cli.HelpFlag {
+				continue
+			}
+			assert.Contains(t, cell, "--"+name, "README's row for drover %s leaves out --%s", cmd.Name, name)
+		}
+		for _, f := range regexp.MustCompile(`--([a-z-]+)`).FindAllStringSubmatch(cell, -1) {
+			assert.True(t, real[f[1]], "README's row for drover %s names --%s, which it does not have", cmd.Name, f[1])
+		}
+	}
+	assert.GreaterOrEqual(t, rows, 7, "README.md has no command table")
 }
