@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
@@ -60,6 +61,15 @@ type RunOptions struct {
 	Allocation    []config.Host
 	SlurmJobID    string
 	RestartOffset int
+
+	// Detach runs the job as a detached run (see detached.go): its agents
+	// outlive this process, its state is kept on the hosts.
+	Detach bool
+	// RunID names a detached run (default: NewRunID).
+	RunID string
+	// Ready, for a detached run, is called once every process of the
+	// first attempt that started them all runs.
+	Ready func(runID, logDir string)
 }
 
 // Outcome is how a run ended.
@@ -131,6 +141,7 @@ type runner struct {
 	logFailOnce sync.Once
 	ckptState
 	lostState
+	detachState
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -154,6 +165,11 @@ func newRunner(opts RunOptions) *runner {
 		ev = io.Discard
 	}
 	r.events = &eventLog{w: ev, now: r.now}
+	r.abort = make(chan struct{})
+	r.runID = opts.RunID
+	if r.runID == "" {
+		r.runID = NewRunID(r.now())
+	}
 	if r.opts.Out == nil {
 		r.opts.Out = io.Discard
 	}
@@ -180,6 +196,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if res.LogDir, err = r.openLogs(cfg); err != nil {
 		return nil, err
 	}
+	r.runLogDir = res.LogDir
 	defer func() {
 		if r.events.file != nil {
 			r.events.file.Close()
@@ -191,6 +208,22 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer r.pool.closeAll()
 	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
 	defer releaseLeases()
+	ctx, stopRequested := context.WithCancelCause(ctx)
+	defer stopRequested(nil)
+	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
+		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), Started: r.now().UTC()}
+	r.watchStopRequest(ctx, stopRequested)
+	res, err = r.attempts(ctx, cfg, res)
+	if res == nil {
+		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "failed" })
+		return res, err
+	}
+	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = finalState(res.Outcome) })
+	return res, err
+}
+
+// attempts runs the job's attempts until one ends the run.
+func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) (*Result, error) {
 
 	var b budget
 	first := r.firstRestart(cfg)
@@ -224,6 +257,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 			return r.finish(res, Failed, err), nil
 		}
+		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "restarting" })
 		delay := backoff(cfg.Job, b.restarts+b.hostFailures)
 		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, b.total(cfg.Job), delay.Round(time.Millisecond))
 		if err := r.sleep(ctx, delay); err != nil {

@@ -157,6 +157,9 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 	s := newSupervisor(a, conns, pl)
 	defer s.cancel()
 	s.start()
+	if !s.stopping {
+		s.announceRunning(conns)
+	}
 	if a.cfg.Job.HangTimeout > 0 {
 		go s.watchProgressFiles(s.sessions)
 	}
@@ -231,7 +234,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
 	wd := remoteAbs(c.home, p.Workdir)
-	args := agent.Command(c.agent, agent.RunOptions{
+	ro := agent.RunOptions{
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
 		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
@@ -240,7 +243,13 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// The agent stops its group when drover falls silent: the
 		// only way it learns of a controller behind a dead link.
 		Heartbeat: heartbeatTimeout,
-	})
+	}
+	if a.r.opts.Detach {
+		ro.State, ro.LogFile = a.processFiles(c, p.Name())
+		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
+		ro.ControllerTimeout = a.cfg.Job.ControllerTimeout
+	}
+	args := agent.Command(c.agent, ro)
 	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Env: a.processEnv(p), Dir: p.Workdir, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		rp.closeLogs()
@@ -362,7 +371,7 @@ func (s *supervisor) failure(rp *running, err error, text string, code int, lost
 // wait watches the group until every started process has exited, and
 // returns how the attempt ended.
 func (s *supervisor) wait(ctx context.Context) attemptOutcome {
-	hard := s.a.r.opts.Hard
+	hard, abort := s.a.r.opts.Hard, s.a.r.abort
 	ctxDone := ctx.Done()
 	ping := time.NewTicker(heartbeatEvery)
 	defer ping.Stop()
@@ -398,6 +407,10 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		case <-hard:
 			hard = nil
 			s.kill("killing every process now")
+		case <-abort:
+			abort = nil
+			s.stop(interrupted(), "drover stop --abort")
+			s.kill("killing every process now (drover stop --abort)")
 		case <-s.killAt:
 			s.killAt = nil
 			s.kill("grace period over; killing what is left")

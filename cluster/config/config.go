@@ -465,6 +465,9 @@ func (w *walker) recovery(t tbl, j *Job) {
 	if d, ok := w.duration(t, "hang_timeout"); ok {
 		j.HangTimeout = d
 	}
+	if d, ok := w.duration(t, "controller_timeout"); ok {
+		j.ControllerTimeout = d
+	}
 	j.RetryExitCodes, _ = w.exitCodes(t, "retry_exit_codes")
 	j.FatalExitCodes, _ = w.exitCodes(t, "fatal_exit_codes")
 	for _, c := range j.RetryExitCodes {

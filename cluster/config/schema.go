@@ -54,6 +54,7 @@ var jobFields = []field{
 	{"stop_grace", `stop_grace = "10s"`},
 	{"host_wait", `host_wait = "5m"`},
 	{"hang_timeout", `hang_timeout = "30m"`},
+	{"controller_timeout", `controller_timeout = "1h"`},
 	{"retry_exit_codes", `retry_exit_codes = [75, 143]`},
 	{"fatal_exit_codes", `fatal_exit_codes = [2, 64]`},
 	{"max_host_failures", `max_host_failures = 9`},

@@ -100,6 +100,13 @@ type Job struct {
 	// any process showing progress (an output line, a touch of
 	// DROVER_PROGRESS_FILE) before it counts as hung and is restarted.
 	HangTimeout time.Duration
+	// ControllerTimeout is how long a detached run's agents keep the group
+	// with no supervisor attached before stopping it; 0 (the default)
+	// keeps it for as long as it runs, which is what lets a run outlive
+	// the machine that started it. Foreground runs keep their agents'
+	// few-second heartbeat whatever this says: Ctrl-C and a SIGKILLed
+	// drover must still leave nothing behind.
+	ControllerTimeout time.Duration
 	// RetryExitCodes are exit statuses always worth a restart, and
 	// FatalExitCodes ones never worth it, whatever RestartPolicy says.
 	RetryExitCodes []int

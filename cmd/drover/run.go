@@ -21,10 +21,20 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
 			&cli.BoolFlag{Name: "force", Usage: "take over workdirs that another live drover run holds (that run stops)"},
+			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "return once the run runs; it goes on in the background (see drover status, logs, stop)"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usage(c)
+			}
+			child := detachedChild()
+			if c.Bool("detach") && !child {
+				return startDetached(c)
+			}
+			var ready func(string, string)
+			if child {
+				ignoreSIGPIPE()
+				ready = detachedReady
 			}
 			bin, err := os.Executable()
 			if err != nil {
@@ -54,9 +64,11 @@ func runCommand() *cli.Command {
 				RestartOffset: restartOffset,
 				Out:           c.App.Writer,
 				Events:        c.App.ErrWriter,
-				Quiet:         c.Bool("quiet"),
+				Quiet:         c.Bool("quiet") || child,
 				Hard:          hard,
 				Force:         c.Bool("force"),
+				Detach:        c.Bool("detach"),
+				Ready:         ready,
 			})
 			if err != nil {
 				if ctx.Err() != nil {

@@ -143,6 +143,17 @@ type RunOptions struct {
 	// WatchParent makes the run stop gracefully when the calling process's
 	// parent (the sshd session) goes away, even if stdin stays open.
 	WatchParent bool
+
+	// State, when set, makes this a detached run (see detach.go): the
+	// state record's path. Stdin then carries no control lines.
+	State string
+	// RunID, Attempt, Rank and Name identify the process in State.
+	RunID         string
+	Attempt, Rank int
+	Name          string
+	// ControllerTimeout, for a detached run, stops the group after that
+	// long with no attach client (0: never).
+	ControllerTimeout time.Duration
 }
 
 // Command returns the argv that runs `drover agent run` with o's command-line
@@ -165,6 +176,7 @@ func Command(binary string, o RunOptions) []string {
 	if o.Job != "" {
 		args = append(args, "--"+flagJob, o.Job)
 	}
+	args = append(args, detachedArgs(o)...)
 	args = append(args, "--")
 	return append(args, o.Args...)
 }
@@ -207,6 +219,37 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	if len(opts.Args) == 0 || opts.Args[0] == "" {
 		return ExitCannotRun, errors.New("agent run: no command given")
 	}
+	if opts.State != "" {
+		return runDetached(ctx, opts)
+	}
+	code, _, err := run(ctx, opts, nil)
+	return code, err
+}
+
+// runDetached is Run for a detached agent: the same supervision, recorded
+// in the state file from before the start to the end.
+func runDetached(ctx context.Context, opts RunOptions) (int, error) {
+	det, err := newDetached(opts)
+	if err != nil {
+		return ExitCannotRun, err
+	}
+	opts.Stdin, opts.WatchParent = nil, false
+	code, stopped, err := run(ctx, opts, det)
+	switch {
+	case err != nil:
+		det.end(StateFailed, code, err)
+	case stopped:
+		det.end(StateStopped, code, nil)
+	default:
+		det.end(StateExited, code, nil)
+	}
+	return code, err
+}
+
+// run supervises opts.Args (see Run); det, when set, is the detached
+// run's record. stopped says a stop was asked for before the command
+// exited.
+func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, stopped bool, err error) {
 	s := &supervision{opts: opts, grace: opts.Grace, stdout: orDiscard(opts.Stdout), stderr: orDiscard(opts.Stderr)}
 	if s.grace <= 0 {
 		s.grace = DefaultGrace
@@ -222,21 +265,21 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 
 	closeLog, err := s.openLog()
 	if err != nil {
-		return ExitCannotRun, err
+		return ExitCannotRun, false, err
 	}
 	defer closeLog()
 	if err := prepareErrorFile(opts.ErrorFile); err != nil {
-		return ExitCannotRun, fmt.Errorf("agent run: %w", err)
+		return ExitCannotRun, false, fmt.Errorf("agent run: %w", err)
 	}
 	if opts.Subreaper {
 		if err := becomeSubreaper(); err != nil {
-			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
+			return ExitCannotRun, false, fmt.Errorf("agent run: %w", err)
 		}
 	}
 	parent := os.Getppid()
 	cleanup, code, err := s.start()
 	if err != nil {
-		return code, err
+		return code, false, err
 	}
 	defer cleanup()
 
@@ -252,10 +295,18 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	if opts.WatchParent {
 		go watchParent(parent, reqs, done)
 	}
+	if det != nil {
+		det.running(s.child)
+		go detachedSignals(reqs, done)
+		if opts.ControllerTimeout > 0 {
+			go watchSupervisor(beatFile(det.path), opts.ControllerTimeout, reqs, done)
+		}
+	}
 	status := s.waitCommand(ctx, exited, reqs)
+	stopped = s.state != noStop
 	s.stopLeftBehind(reqs)
 	s.drain()
-	return status, nil
+	return status, stopped, nil
 }
 
 // supervision is one Run's command and its process group: how far a stop

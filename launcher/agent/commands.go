@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -36,6 +37,20 @@ const (
 	flagMovePorts     = "move-ports"
 	flagJSON          = "json"
 	flagLowPriority   = "low-priority"
+
+	cmdAttach = "attach"
+	cmdRuns   = "runs"
+
+	flagState             = "state"
+	flagRunID             = "run-id"
+	flagAttempt           = "attempt"
+	flagRank              = "rank"
+	flagName              = "name"
+	flagControllerTimeout = "controller-timeout"
+	flagDetachedChild     = "detached-child"
+	flagFrom              = "from"
+	flagWorkdir           = "workdir"
+	flagKill              = "kill"
 )
 
 // drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
@@ -53,7 +68,7 @@ func CLI() *cli.Command {
 		Usage:  "runs on hosts; used by drover itself",
 		Hidden: true,
 		Subcommands: []*cli.Command{
-			runCLI(), stopCLI(), preflightCLI(), probeCLI(), versionCLI(), sftpCLI(),
+			runCLI(), stopCLI(), preflightCLI(), probeCLI(), versionCLI(), sftpCLI(), attachCLI(), runsCLI(),
 		},
 	}
 }
@@ -86,6 +101,13 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagPidfile, TakesFile: true, Usage: "record the group here while it runs"},
 			&cli.StringFlag{Name: flagLog, TakesFile: true, Usage: "also append all output to this file"},
 			&cli.StringFlag{Name: flagJob, Usage: "job name, for the pidfile"},
+			&cli.StringFlag{Name: flagState, TakesFile: true, Usage: "run detached, recording the process's state in this file (see agent attach)"},
+			&cli.StringFlag{Name: flagRunID, Usage: "run id, for the state file"},
+			&cli.IntFlag{Name: flagAttempt, Usage: "attempt number, for the state file"},
+			&cli.IntFlag{Name: flagRank, Usage: "rank, for the state file"},
+			&cli.StringFlag{Name: flagName, Usage: "process name, for the state file"},
+			&cli.DurationFlag{Name: flagControllerTimeout, Usage: "detached: stop after this long with no attach client (0: never)"},
+			&cli.BoolFlag{Name: flagDetachedChild, Hidden: true, Usage: "the detached agent itself (set by the launcher)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -95,6 +117,9 @@ func runCLI() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 			defer stop()
 			o := runOptions(c)
+			if o.State != "" && !c.Bool(flagDetachedChild) {
+				return exitWith(Launch(ctx, os.Args, o, c.App.Reader, c.App.Writer, c.App.ErrWriter))
+			}
 			o.ErrorFile = os.Getenv("TORCHELASTIC_ERROR_FILE")
 			o.Stdin, o.Stdout, o.Stderr = c.App.Reader, c.App.Writer, c.App.ErrWriter
 			o.Subreaper, o.WatchParent = true, true
@@ -120,6 +145,68 @@ func runOptions(c *cli.Context) RunOptions {
 		PIDFile:   c.String(flagPidfile),
 		LogFile:   c.String(flagLog),
 		Job:       c.String(flagJob),
+
+		State:             c.String(flagState),
+		RunID:             c.String(flagRunID),
+		Attempt:           c.Int(flagAttempt),
+		Rank:              c.Int(flagRank),
+		Name:              c.String(flagName),
+		ControllerTimeout: c.Duration(flagControllerTimeout),
+	}
+}
+
+// exitWith ends a subcommand with code (nil for 0).
+func exitWith(code int) error {
+	if code != 0 {
+		return cli.Exit("", code)
+	}
+	return nil
+}
+
+// attachCLI is `drover agent attach --state FILE [--from OFFSET]`: a
+// supervisor's channel to a detached process (Attach).
+func attachCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdAttach,
+		Usage: "stream a detached process's output from an offset and pass control lines to its agent",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagState, Required: true, TakesFile: true, Usage: "the process's state file"},
+			&cli.Int64Flag{Name: flagFrom, Usage: "byte offset in its log to stream from"},
+			&cli.DurationFlag{Name: flagHeartbeat, Usage: "detach when no line arrives on stdin for this long (0: off)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+			defer stop()
+			o := AttachOptions{State: c.String(flagState), From: c.Int64(flagFrom), Heartbeat: c.Duration(flagHeartbeat)}
+			return exitWith(Attach(ctx, o, c.App.Reader, c.App.Writer))
+		},
+	}
+}
+
+// runsCLI is `drover agent runs`: what this host knows of detached runs,
+// as JSON (HostReport), for drover status, stop, logs and ps.
+func runsCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdRuns,
+		Usage: "report the detached runs of a workdir, or of this host's index, as JSON",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagWorkdir, TakesFile: true, Usage: "report this workdir's newest run (default: every live run in ~/.drover/runs)"},
+			&cli.StringFlag{Name: flagRunID, Usage: "report this run instead of the newest"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			rep, err := Report(c.String(flagWorkdir), c.String(flagRunID))
+			if err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			enc := json.NewEncoder(c.App.Writer)
+			return enc.Encode(rep)
+		},
 	}
 }
 
@@ -132,10 +219,14 @@ func stopCLI() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagPidfile, Required: true, TakesFile: true, Usage: "pidfile written by agent run"},
 			graceFlag("time between SIGTERM and SIGKILL"),
+			&cli.BoolFlag{Name: flagKill, Usage: "SIGKILL the group at once (drover stop --abort)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
+			}
+			if c.Bool(flagKill) {
+				killLeftoverGroup(c.String(flagPidfile))
 			}
 			msg, err := StopLeftover(c.Context, c.String(flagPidfile), c.Duration(flagGrace))
 			if err != nil {

@@ -225,3 +225,14 @@ func ownsGroup(pf *Pidfile) bool {
 	}
 	return true
 }
+
+// killLeftoverGroup SIGKILLs at once the group the pidfile at path names,
+// if it is still the agent's (`drover stop --abort`); StopLeftover then
+// ends its agent.
+func killLeftoverGroup(path string) {
+	pf, err := readPidfile(path)
+	if err != nil || pf == nil || pf.Pgid <= 1 || !ownsGroup(pf) {
+		return
+	}
+	group{pgid: pf.Pgid}.signal(syscall.SIGKILL)
+}

@@ -1,0 +1,358 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/lease"
+)
+
+// InspectOptions say which job `drover status`, `stop` and `logs` look at:
+// they read the hosts, never the local runs/, so they work from any
+// machine with the job file and SSH access.
+type InspectOptions struct {
+	JobPath       string
+	InventoryPath string
+	Dial          cluster.DialOptions
+	// AgentBinary is the running drover binary (see RunOptions).
+	AgentBinary string
+}
+
+// hostView is one host of the job as `drover agent runs` reported it.
+type hostView struct {
+	host  config.Host
+	t     cluster.Transport
+	fs    cluster.FS
+	home  string
+	agent string
+	wd    string // absolute workdir
+	rep   *agent.HostReport
+	err   error
+}
+
+// inspect connects to every host of the job (spares too: they may stand
+// in for one) and reads what each knows of the workdir's newest run.
+func inspect(ctx context.Context, o InspectOptions) (*config.Config, []*hostView, func(), error) {
+	cfg, err := config.Load(o.JobPath, config.LoadOptions{InventoryPath: o.InventoryPath})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	agents := remote.FindAgents(o.AgentBinary)
+	dial := o.Dial
+	dial.Inventory = cfg.Hosts
+	views := make([]*hostView, len(cfg.Hosts))
+	var wg sync.WaitGroup
+	for i, h := range cfg.Hosts {
+		views[i] = &hostView{host: h}
+		wg.Add(1)
+		go func() { defer wg.Done(); views[i].read(ctx, dial, agents) }()
+	}
+	wg.Wait()
+	closeAll := func() {
+		for _, v := range views {
+			if v.t != nil {
+				v.t.Close()
+			}
+		}
+	}
+	return cfg, views, closeAll, nil
+}
+
+// read connects to v's host and asks its agent for the newest run.
+func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents remote.Agents) {
+	v.t, v.err = cluster.Dial(ctx, v.host, dial)
+	if v.err != nil {
+		return
+	}
+	if v.fs, v.err = v.t.FS(ctx); v.err != nil {
+		return
+	}
+	if v.home, v.err = v.fs.Home(); v.err != nil {
+		return
+	}
+	v.wd = remoteAbs(v.home, v.host.Workdir)
+	if v.agent, v.err = remote.Install(ctx, v.t, agents); v.err != nil {
+		return
+	}
+	v.rep, v.err = v.runs(ctx)
+}
+
+// runs runs `drover agent runs` for v's workdir.
+func (v *hostView) runs(ctx context.Context) (*agent.HostReport, error) {
+	var out, errb bytes.Buffer
+	err := runToEnd(ctx, v.t, cluster.Cmd{Args: agent.RunsCommand(v.agent, v.wd, ""), Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return nil, fmt.Errorf("read runs of %s on %s: %w: %s", v.wd, hostLabel(v.host), err, bytes.TrimSpace(errb.Bytes()))
+	}
+	var rep agent.HostReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return nil, fmt.Errorf("read runs of %s on %s: %w", v.wd, hostLabel(v.host), err)
+	}
+	return &rep, nil
+}
+
+// RunStatus is `drover status --json`; its keys are a stable interface.
+type RunStatus struct {
+	State      string           `json:"state"`
+	RunID      string           `json:"run_id"`
+	Attempt    int              `json:"attempt"`
+	Restarts   int              `json:"restarts"`
+	Checkpoint string           `json:"checkpoint"`
+	Supervisor SupervisorStatus `json:"supervisor"`
+	Processes  []ProcessStatus  `json:"processes"`
+}
+
+// SupervisorStatus is the run's supervisor as the hosts see it.
+type SupervisorStatus struct {
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
+	Alive bool   `json:"alive"`
+}
+
+// ProcessStatus is one process of the run's current attempt.
+type ProcessStatus struct {
+	Name           string  `json:"name"`
+	Rank           int     `json:"rank"`
+	Host           string  `json:"host"`
+	PID            int     `json:"pid"`
+	State          string  `json:"state"`
+	Exit           *int    `json:"exit"`
+	LastOutputAgeS float64 `json:"last_output_age_s"`
+}
+
+// ErrNoRun is a job that has no detached run on any reachable host.
+var ErrNoRun = errors.New("no detached run of this job found on its hosts")
+
+// Status reads the job's newest detached run from its hosts. It changes
+// nothing on them.
+func Status(ctx context.Context, o InspectOptions) (*RunStatus, error) {
+	_, views, closeAll, err := inspect(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	return summarize(views)
+}
+
+// summarize folds the hosts' reports into the run's status; a host that
+// could not be read is an error only when none could.
+func summarize(views []*hostView) (*RunStatus, error) {
+	var rec *agent.RunRecord
+	var errs []error
+	for _, v := range views {
+		if v.err != nil {
+			errs = append(errs, v.err)
+			continue
+		}
+		if r := v.rep.Run; r != nil && (rec == nil || r.Updated.After(rec.Updated)) {
+			rec = r
+		}
+	}
+	if rec == nil {
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		return nil, ErrNoRun
+	}
+	st := &RunStatus{State: rec.State, RunID: rec.RunID, Attempt: rec.Attempt, Restarts: rec.Restarts, Checkpoint: rec.Checkpoint,
+		Supervisor: SupervisorStatus{Host: rec.SupervisorHost, PID: rec.SupervisorPid}, Processes: []ProcessStatus{}}
+	for _, v := range views {
+		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != rec.RunID {
+			continue
+		}
+		if supervisorAlive(v.rep, rec) {
+			st.Supervisor.Alive = true
+		}
+		for _, p := range v.rep.Processes {
+			st.Processes = append(st.Processes, processStatus(v.host.Name, p))
+		}
+	}
+	sort.Slice(st.Processes, func(i, j int) bool { return st.Processes[i].Rank < st.Processes[j].Rank })
+	if !isFinal(st.State) && !st.Supervisor.Alive {
+		st.State = "unsupervised"
+	}
+	return st, nil
+}
+
+// supervisorAlive reports whether rep's workdir lease is the record's
+// supervisor's and was renewed lately (by the host's own clock).
+func supervisorAlive(rep *agent.HostReport, rec *agent.RunRecord) bool {
+	var owner lease.Owner
+	if rep.Lease == "" || json.Unmarshal([]byte(rep.Lease), &owner) != nil {
+		return false
+	}
+	return owner.PID == rec.SupervisorPid && owner.Host == rec.SupervisorHost && rep.LeaseAgeS < leaseStale.Seconds()
+}
+
+// leaseStale is how old a lease may be and its holder still count as
+// alive: lease.Options' default StaleAfter.
+const leaseStale = 12 * time.Second
+
+func isFinal(state string) bool {
+	return state == "succeeded" || state == "failed" || state == "stopped"
+}
+
+// processStatus is p's row: running only while its agent runs.
+func processStatus(host string, p agent.ProcReport) ProcessStatus {
+	ps := ProcessStatus{Name: p.Name, Rank: p.Rank, Host: host, PID: p.Pid, State: "running", Exit: p.Exit,
+		LastOutputAgeS: float64(int64(p.LastOutputAgeS*10)) / 10}
+	switch {
+	case p.State.State == agent.StateStopped:
+		ps.State = "stopped"
+	case p.Final() || !p.Alive:
+		ps.State = "exited"
+	}
+	return ps
+}
+
+// RenderStatus writes st for people.
+func RenderStatus(w io.Writer, st *RunStatus) {
+	alive := "gone"
+	if st.Supervisor.Alive {
+		alive = "alive"
+	}
+	fmt.Fprintf(w, "run %s: %s, attempt %d, %d restart(s)\n", st.RunID, st.State, st.Attempt, st.Restarts)
+	fmt.Fprintf(w, "supervisor: %s pid %d (%s)\n", st.Supervisor.Host, st.Supervisor.PID, alive)
+	if st.Checkpoint != "" {
+		fmt.Fprintf(w, "checkpoint: %s\n", st.Checkpoint)
+	}
+	fmt.Fprintf(w, "%-12s %4s  %-16s %8s  %-8s %4s  %s\n", "PROCESS", "RANK", "HOST", "PID", "STATE", "EXIT", "LAST OUTPUT")
+	for _, p := range st.Processes {
+		exit := "-"
+		if p.Exit != nil {
+			exit = fmt.Sprint(*p.Exit)
+		}
+		fmt.Fprintf(w, "%-12s %4d  %-16s %8d  %-8s %4s  %.1fs ago\n", p.Name, p.Rank, p.Host, p.PID, p.State, exit, p.LastOutputAgeS)
+	}
+}
+
+// stopWaitPoll is how often `drover stop` reads the hosts while it waits.
+const stopWaitPoll = 500 * time.Millisecond
+
+// Stop stops the job's newest detached run from any machine: it asks the
+// supervisor (a stop file in the run's directory on every host), and
+// stops through the agents what is still running when the supervisor is
+// gone or does not act within stop_grace. It returns once no process of
+// the run is left on any host.
+func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) error {
+	cfg, views, closeAll, err := inspect(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	st, err := summarize(views)
+	if err != nil {
+		return err
+	}
+	what := "stop"
+	if abort {
+		what = "abort"
+	}
+	for _, v := range views {
+		if v.err == nil && v.rep.Run != nil && v.rep.Run.RunID == st.RunID {
+			_ = writeFile(v.fs, path.Join(v.wd, agent.RunDir(st.RunID), agent.StopFile), what+"\n")
+		}
+	}
+	if st.Supervisor.Alive {
+		fmt.Fprintf(events, "asked the supervisor (%s pid %d) to stop run %s\n", st.Supervisor.Host, st.Supervisor.PID, st.RunID)
+		if left := waitGone(ctx, views, st.RunID, cfg.Job.StopGrace+5*time.Second); left == 0 {
+			return nil
+		}
+	}
+	fmt.Fprintf(events, "stopping run %s through its agents\n", st.RunID)
+	stopThroughAgents(ctx, views, st.RunID, cfg.Job.StopGrace, abort)
+	if left := waitGone(ctx, views, st.RunID, cfg.Job.StopGrace+10*time.Second); left > 0 {
+		return fmt.Errorf("stop run %s: %d process(es) still running", st.RunID, left)
+	}
+	markStopped(views, st.RunID)
+	return ctx.Err()
+}
+
+// waitGone waits up to limit until no process of run id is alive on any
+// host, and returns how many are left.
+func waitGone(ctx context.Context, views []*hostView, id string, limit time.Duration) int {
+	deadline := time.Now().Add(limit)
+	for {
+		left := 0
+		for _, v := range views {
+			if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != id {
+				continue
+			}
+			rep, err := v.runs(ctx)
+			if err != nil {
+				continue
+			}
+			v.rep = rep
+			for _, p := range rep.Processes {
+				if p.Alive {
+					left++
+				}
+			}
+		}
+		if left == 0 || time.Now().After(deadline) || sleepCtx(ctx, stopWaitPoll) != nil {
+			return left
+		}
+	}
+}
+
+// stopThroughAgents stops every live process of run id with `drover agent
+// stop` on its host (SIGTERM, SIGKILL after grace; abort: SIGKILL now).
+func stopThroughAgents(ctx context.Context, views []*hostView, id string, grace time.Duration, abort bool) {
+	var wg sync.WaitGroup
+	for _, v := range views {
+		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != id {
+			continue
+		}
+		for _, p := range v.rep.Processes {
+			if !p.Alive {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				args := agent.StopCommand(v.agent, path.Join(v.wd, pidDir, p.Name+".pid"), grace)
+				if abort {
+					args = append(args, "--kill")
+				}
+				_ = runToEnd(ctx, v.t, cluster.Cmd{Args: args, Stdout: io.Discard, Stderr: io.Discard})
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// markStopped records run id as stopped on the hosts whose record still
+// says otherwise (its supervisor was gone).
+func markStopped(views []*hostView, id string) {
+	for _, v := range views {
+		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != id || isFinal(v.rep.Run.State) {
+			continue
+		}
+		rec := *v.rep.Run
+		rec.State, rec.Updated = "stopped", time.Now().UTC()
+		data, _ := json.MarshalIndent(rec, "", "  ")
+		_ = writeRecord(&hostConn{host: v.host, fs: v.fs}, v.wd, id, data)
+	}
+}
+
+// writeFile writes text to p over fsys.
+func writeFile(fsys cluster.FS, p, text string) error {
+	w, err := fsys.Create(p)
+	if err != nil {
+		return err
+	}
+	_, werr := io.WriteString(w, text)
+	return errors.Join(werr, w.Close())
+}
