@@ -75,8 +75,12 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 		hosts[i] = c.host.Name
 	}
 	r.runRec.Hosts = hosts
-	data, _ := json.MarshalIndent(r.record, "", "  ")
+	data, err := json.MarshalIndent(r.runRec, "", "  ")
 	r.connMu.Unlock()
+	if err != nil {
+		r.events.printf("warning: record run %s: %v", r.runID, err)
+		return
+	}
 	_ = forEach(conns, func(c *hostConn) error {
 		if c.fs == nil {
 			return nil

@@ -1,0 +1,229 @@
+package main
+
+// Fleet tests of detached runs (issue 26): drover run -d, status, logs,
+// stop, from other sessions and directories than the one that started
+// the run.
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
+	"github.com/droverhq/drover/launcher"
+)
+
+// numberedScript prints a numbered line every 0.2 s, forever.
+const numberedScript = `
+i=0
+while true; do
+  echo "n=$i rank=$RANK restart=$DROVER_RESTART_COUNT pid=$$"
+  i=$((i+1))
+  sleep 0.2
+done
+`
+
+// droverIn runs one drover command to its end in dir, with the job's own
+// HOME as startDrover gives it, and returns its output and status.
+func droverIn(t *testing.T, j *fleetJob, dir string, within time.Duration, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(droverBinary(t), args...)
+	cmd.Dir = dir
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "HOME="+filepath.Join(j.Dir, "home"))
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("drover %v: %v", args, err)
+		}
+		assertNoRace(t, errb.String())
+		return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("drover %v still running after %s\nstdout:\n%s\nstderr:\n%s", args, within, out.String(), errb.String())
+		return "", "", -1
+	}
+}
+
+// status is `drover status JOB --json` from a directory of its own.
+func status(t *testing.T, j *fleetJob) launcher.RunStatus {
+	t.Helper()
+	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path, "--json")
+	if code != 0 {
+		out, err := fleet.Exec(0, "sh", "-c", "ls -la "+hostHome+"/"+j.Workdir+"/.drover/runs/*/; cat "+hostHome+"/"+j.Workdir+"/.drover/runs/*/run.json")
+		t.Logf("host 0: %s %v", out, err)
+	}
+	require.Equal(t, 0, code, "drover status: %s", errs)
+	var st launcher.RunStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	return st
+}
+
+// waitStatus polls status until ok holds, failing after within.
+func waitStatus(t *testing.T, j *fleetJob, within time.Duration, what string, ok func(st launcher.RunStatus) bool) launcher.RunStatus {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st := status(t, j)
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed %s within %s; last: %+v", what, within, st)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// running counts st's processes in state running.
+func running(st launcher.RunStatus) int {
+	n := 0
+	for _, p := range st.Processes {
+		if p.State == "running" {
+			n++
+		}
+	}
+	return n
+}
+
+// startDetachedRun starts `drover run -d` in a session of its own (setsid),
+// checks that it returns 0 with the run id, kills that whole session, and
+// returns the background supervisor's pid (killed at cleanup).
+func startDetachedRun(t *testing.T, j *fleetJob) int {
+	t.Helper()
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+	assert.Regexp(t, `run \S+ started in the background`, d.stdout.String())
+	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String())
+	require.NotNil(t, m, d.stdout.String())
+	sup, _ := strconv.Atoi(m[1])
+	t.Cleanup(func() { _ = syscall.Kill(sup, syscall.SIGKILL) })
+	// The session that started it is gone entirely.
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	sid, err := unix.Getsid(sup)
+	require.NoError(t, err, "the background supervisor died with the session that started it")
+	assert.NotEqual(t, d.cmd.Process.Pid, sid, "the supervisor has a session of its own")
+	return sup
+}
+
+func testenvSetsid(t *testing.T) string {
+	t.Helper()
+	return testenv.LookPath(t, "setsid")
+}
+
+// Done-when 1, 2, 3 and 5: a detached run survives the session that
+// started it, restarts a killed rank with nobody attached, shows one
+// rank's lines, and stops from another directory.
+func TestRunDetachedStatusLogsStop(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3"})
+	sup := startDetachedRun(t, j)
+
+	st := waitStatus(t, j, 30*time.Second, "6 running", func(st launcher.RunStatus) bool { return running(st) == 6 })
+	assert.Equal(t, "running", st.State)
+	assert.Equal(t, 1, st.Attempt)
+	assert.Equal(t, 0, st.Restarts)
+	assert.True(t, st.Supervisor.Alive, "supervisor: %+v", st.Supervisor)
+	assert.Equal(t, sup, st.Supervisor.PID)
+	require.Len(t, st.Processes, 6)
+
+	// SIGKILL rank 3 with nobody attached: the background supervisor
+	// restarts the group.
+	var victim int
+	for _, p := range st.Processes {
+		if p.Rank == 3 {
+			victim = p.PID
+		}
+	}
+	require.NotZero(t, victim)
+	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+	st = waitStatus(t, j, 30*time.Second, "restarts 1 and 6 running", func(st launcher.RunStatus) bool {
+		return st.Restarts == 1 && st.State == "running" && running(st) == 6
+	})
+	assert.Equal(t, 2, st.Attempt)
+
+	// Rank 3's lines, and no other rank's.
+	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "3")
+	require.Equal(t, 0, code, errs)
+	assert.Regexp(t, `(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=1 `, out)
+	assert.NotRegexp(t, `rank=[^3]`, out)
+
+	// drover stop from another directory, with no runs/ there.
+	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+	st = status(t, j)
+	assert.Equal(t, "stopped", st.State)
+	assert.Equal(t, 0, running(st))
+}
+
+// With the supervisor SIGKILLed the group runs on, unsupervised, and
+// drover stop stops it through the agents.
+func TestRunDetachedSupervisorGone(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
+	sup := startDetachedRun(t, j)
+	waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+
+	st := waitStatus(t, j, 30*time.Second, "unsupervised", func(st launcher.RunStatus) bool { return st.State == "unsupervised" })
+	assert.Equal(t, 2, running(st))
+	assert.False(t, st.Supervisor.Alive)
+	first, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+	require.Equal(t, 0, code, errs)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		again, _, _ := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+		if len(again) > len(first) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the numbered lines stopped growing with no supervisor")
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "through its agents")
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+	assert.Equal(t, "stopped", status(t, j).State)
+}
+
+// controller_timeout: agents stop the group that long after the last
+// supervisor went.
+func TestRunDetachedControllerTimeout(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: `controller_timeout = "2s"`})
+	sup := startDetachedRun(t, j)
+	waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+	waitNoJobProcs(t, j.Name, 30*time.Second)
+	st := status(t, j)
+	for _, p := range st.Processes {
+		assert.Equal(t, "stopped", p.State, "%+v", p)
+	}
+}
