@@ -81,18 +81,23 @@ func runCommand() *cli.Command {
 				return err
 			}
 			launcher.RenderSummary(c.App.ErrWriter, res)
-			switch res.Outcome {
-			case launcher.Succeeded:
-				return nil
-			case launcher.Interrupted:
-				if lost := (*lease.LostError)(nil); errors.As(res.Err, &lost) {
-					// Another run took over with --force: this one failed.
-					return cli.Exit(lost.Error(), exitFailed)
-				}
-				return cli.Exit("", exitInterrupted)
-			default:
-				return cli.Exit("", exitFailed)
-			}
+			return runExit(res)
 		},
+	}
+}
+
+// runExit is drover run's exit for how the run ended.
+func runExit(res *launcher.Result) error {
+	switch res.Outcome {
+	case launcher.Succeeded:
+		return nil
+	case launcher.Interrupted:
+		if lost := (*lease.LostError)(nil); errors.As(res.Err, &lost) {
+			// Another run took over with --force: this one failed.
+			return cli.Exit(lost.Error(), exitFailed)
+		}
+		return cli.Exit("", exitInterrupted)
+	default:
+		return cli.Exit("", exitFailed)
 	}
 }

@@ -102,7 +102,7 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagLog, TakesFile: true, Usage: "also append all output to this file"},
 			&cli.StringFlag{Name: flagJob, Usage: "job name, for the pidfile"},
 			&cli.StringFlag{Name: flagState, TakesFile: true, Usage: "run detached, recording the process's state in this file (see agent attach)"},
-			&cli.StringFlag{Name: flagRunID, Usage: "run id, for the state file"},
+			&cli.StringFlag{Name: flagRunID, Usage: "run `ID`, for the state file"},
 			&cli.IntFlag{Name: flagAttempt, Usage: "attempt number, for the state file"},
 			&cli.IntFlag{Name: flagRank, Usage: "rank, for the state file"},
 			&cli.StringFlag{Name: flagName, Usage: "process name, for the state file"},
@@ -171,7 +171,7 @@ func attachCLI() *cli.Command {
 		Usage: "stream a detached process's output from an offset and pass control lines to its agent",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagState, Required: true, TakesFile: true, Usage: "the process's state file"},
-			&cli.Int64Flag{Name: flagFrom, Usage: "byte offset in its log to stream from"},
+			&cli.Int64Flag{Name: flagFrom, Usage: "byte `OFFSET` in its log to stream from"},
 			&cli.DurationFlag{Name: flagHeartbeat, Usage: "detach when no line arrives on stdin for this long (0: off)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -193,8 +193,8 @@ func runsCLI() *cli.Command {
 		Name:  cmdRuns,
 		Usage: "report the detached runs of a workdir, or of this host's index, as JSON",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagWorkdir, TakesFile: true, Usage: "report this workdir's newest run (default: every live run in ~/.drover/runs)"},
-			&cli.StringFlag{Name: flagRunID, Usage: "report this run instead of the newest"},
+			&cli.StringFlag{Name: flagWorkdir, TakesFile: true, Usage: "report the newest run of this workdir `DIR` (default: every live run in ~/.drover/runs)"},
+			&cli.StringFlag{Name: flagRunID, Usage: "report this run `ID` instead of the newest"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {

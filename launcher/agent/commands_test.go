@@ -37,6 +37,25 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, cmdRun, c.Command.Name)
 		assert.Equal(t, o, runOptions(c))
 	})
+	t.Run("run detached", func(t *testing.T) {
+		o := RunOptions{Args: []string{"sh", "w.sh"}, Grace: 2 * time.Second, LogFile: "/w/.drover/runs/r1/attempt-2/worker-3.log",
+			State: "/w/.drover/runs/r1/attempt-2/worker-3.json", RunID: "r1", Attempt: 2, Rank: 3, Name: "worker-3",
+			ControllerTimeout: time.Hour}
+		c := parseAgent(t, Command("drover", o))
+		assert.Equal(t, o, runOptions(c))
+	})
+	t.Run("attach", func(t *testing.T) {
+		o := AttachOptions{State: "/w/s.json", From: 12345, Heartbeat: 6 * time.Second}
+		c := parseAgent(t, AttachCommand("drover", o))
+		assert.Equal(t, cmdAttach, c.Command.Name)
+		assert.Equal(t, o, AttachOptions{State: c.String(flagState), From: c.Int64(flagFrom), Heartbeat: c.Duration(flagHeartbeat)})
+	})
+	t.Run("runs", func(t *testing.T) {
+		c := parseAgent(t, RunsCommand("drover", "/w", "r1"))
+		assert.Equal(t, cmdRuns, c.Command.Name)
+		assert.Equal(t, "/w", c.String(flagWorkdir))
+		assert.Equal(t, "r1", c.String(flagRunID))
+	})
 	t.Run("run defaults", func(t *testing.T) {
 		o := RunOptions{Args: []string{"true"}}
 		got := runOptions(parseAgent(t, Command("drover", o)))
@@ -82,11 +101,13 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] -- CMD [ARGS...]",
-		"usage: drover agent stop --pidfile FILE [--grace DURATION]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--state FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] -- CMD [ARGS...]",
+		"usage: drover agent stop --pidfile FILE [--grace DURATION] [--kill]",
 		"usage: drover agent preflight [--stop-leftovers DIR] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
+		"usage: drover agent attach --state FILE [--from OFFSET] [--heartbeat DURATION]",
+		"usage: drover agent runs [--workdir DIR] [--run-id ID]",
 	}, got)
 }
