@@ -342,7 +342,7 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 				tinfo, terr = os.Stat(target)
 			}
 			isDir := terr == nil && tinfo.IsDir()
-			if s.m.excludedSelf(strings.Split(childRel, "/"), isDir) {
+			if s.m.ExcludedSelf(strings.Split(childRel, "/"), isDir) {
 				continue
 			}
 			link, _ := os.Readlink(childReal)
@@ -365,7 +365,7 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 				}
 			}
 			info, src = tinfo, target
-		} else if s.m.excludedSelf(strings.Split(childRel, "/"), info.IsDir()) {
+		} else if s.m.ExcludedSelf(strings.Split(childRel, "/"), info.IsDir()) {
 			continue
 		}
 		switch {
