@@ -157,6 +157,9 @@ type Tree struct {
 	// hosts are likely to need changes (and a push creates its upload
 	// directory early).
 	fresh bool
+	// open holds a slot per file a push of this tree has open, every
+	// host's push together (openBudget, openSource).
+	open chan struct{}
 }
 
 // Key names the tree's content: two scans with the same Key would leave a
@@ -242,7 +245,7 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	if err := s.walk(root, "", []string{root}); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
-	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m}
+	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m, open: make(chan struct{}, openBudget())}
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
 	cacheFile, dirty := "", false
@@ -406,6 +409,9 @@ func hashFiles(files []File) error {
 		}
 		r, err := os.Open(f.src)
 		if err != nil {
+			if cluster.IsTooManyOpenFiles(err) {
+				return cluster.NameOpenFiles("hash "+f.Path, err)
+			}
 			return fmt.Errorf("hash %s: %w", f.Path, err)
 		}
 		defer r.Close()
@@ -922,11 +928,11 @@ func countdown(n int, f func()) func() {
 // upload sends one file to tmp and sets its mode and mtime; arrived is
 // called between the two, once the content is there.
 func (s *syncer) upload(ctx context.Context, f *File, tmp string, arrived func()) error {
-	src, err := os.Open(f.src)
+	src, done, err := s.tree.openSource(ctx, f)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", f.Path, err)
+		return err
 	}
-	defer src.Close()
+	defer done()
 	w, err := s.fs.Create(tmp)
 	if err != nil {
 		return fileErr("upload", f.Path, err)
