@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -274,21 +273,6 @@ func (c *copier) finish(d *dest) error {
 		return err
 	}
 	return d.fs.Rename(d.tmp, d.final)
-}
-
-// readDigest is the digest of the copy in dir (<own>/<seq>), or "" when
-// there is no whole copy there.
-func readDigest(fsys cluster.FS, dir string) string {
-	r, err := fsys.Open(path.Join(dir, ManifestName))
-	if err != nil {
-		return ""
-	}
-	defer r.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, bufio.NewReader(io.LimitReader(r, 16<<20))); err != nil {
-		return ""
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // prune removes drover's copies in own beyond the newest keep, except
