@@ -2,9 +2,11 @@ package checkpoint
 
 import (
 	"context"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -105,4 +108,59 @@ func TestFleetStageVerifiesCopies(t *testing.T) {
 		assert.Equal(t, want, sumOn(t, i, again[h.Name]), "%s resumes from what h0 wrote", h.Name)
 	}
 	require.Len(t, m.Record().Entries(), 1, "the fifo is not a checkpoint")
+}
+
+// syncFS records, in order, each file of a copy flushed to disk (Sync on
+// what Create returned) and each rename: a real local FS underneath.
+type syncFS struct {
+	cluster.FS
+	mu  sync.Mutex
+	log []string
+}
+
+func (s *syncFS) note(what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, what)
+}
+
+func (s *syncFS) Create(p string) (io.WriteCloser, error) {
+	w, err := s.FS.Create(p)
+	if err != nil {
+		return nil, err
+	}
+	return &syncWriter{WriteCloser: w, fs: s, path: path.Base(p)}, nil
+}
+
+func (s *syncFS) Rename(oldpath, newpath string) error {
+	s.note("rename " + path.Base(oldpath))
+	return s.FS.Rename(oldpath, newpath)
+}
+
+type syncWriter struct {
+	io.WriteCloser
+	fs   *syncFS
+	path string
+}
+
+func (w *syncWriter) Sync() error {
+	w.fs.note("sync " + w.path)
+	return w.WriteCloser.(interface{ Sync() error }).Sync()
+}
+
+// TestCopyIsOnDiskBeforeItsRename: every file of a copy, and its
+// MANIFEST, is flushed to disk before the rename that says the copy is
+// whole; a crash after it cannot leave a whole-looking copy of lost data.
+func TestCopyIsOnDiskBeforeItsRename(t *testing.T) {
+	hs := newHosts(t, "h0", "h1")
+	m, _, _ := newManager(t)
+	set := Settings{Marker: "DONE", Copies: 1, Keep: 2}
+	hs[0].writeShard(t, "step-3", "weights")
+	rec := &syncFS{FS: hs[1].FS}
+	hosts := hostsOf(hs...)
+	hosts[1].FS = rec
+	watchOnce(t, m, hosts, set)
+	_, err := m.Stage(context.Background(), hosts, set)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"sync DONE", "sync shard.bin", "sync MANIFEST", "rename 000001.tmp"}, rec.log)
 }
