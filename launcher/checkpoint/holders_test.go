@@ -112,9 +112,10 @@ func TestFleetSameNameOnSeveralHosts(t *testing.T) {
 	polls := &countingFS{FS: hosts[0].FS, dir: hosts[0].Dir}
 	hosts[0].FS = polls
 	for i := range 2 {
+		require.NoError(t, hosts[i].FS.MkdirAll(hosts[i].Dir, 0o755)) // as the login user
 		dir := path.Join(hosts[i].Dir, "step-10")
-		script := fmt.Sprintf(`set -e; mkdir -p %[1]q; head -c %[2]d /dev/urandom > %[1]q/shard.bin; touch %[1]q/DONE; chown -R %[3]s %[4]q`,
-			dir, 1000*(i+1), fleettest.User, path.Dir(hosts[i].Dir))
+		script := fmt.Sprintf(`set -e; mkdir %[1]q; head -c %[2]d /dev/urandom > %[1]q/shard.bin; touch %[1]q/DONE; chown -R %[3]s %[1]q`,
+			dir, 1000*(i+1), fleettest.User)
 		out, err := fleet.Exec(i, "sh", "-c", script)
 		require.NoError(t, err, "%s", out)
 	}
