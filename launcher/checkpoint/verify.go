@@ -157,10 +157,31 @@ func (c *copier) stamp(d *dest) error {
 		return err
 	}
 	t := truncSecond(mi.ModTime()).Add(-time.Second)
-	for _, rel := range c.rels {
-		if err := d.fs.Chtimes(path.Join(d.tmp, rel), t, t); err != nil {
-			return err
-		}
+	// Many at once: over SFTP each is a round trip, and a checkpoint may
+	// be thousands of files.
+	work := make(chan string)
+	errs := make(chan error, stampWorkers)
+	for range stampWorkers {
+		go func() {
+			var first error
+			for rel := range work {
+				if err := d.fs.Chtimes(path.Join(d.tmp, rel), t, t); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
 	}
-	return nil
+	for _, rel := range c.rels {
+		work <- rel
+	}
+	close(work)
+	var all []error
+	for range stampWorkers {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
+
+// stampWorkers is how many modification times stamp sets at once.
+const stampWorkers = 16

@@ -164,3 +164,46 @@ func TestCopyIsOnDiskBeforeItsRename(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"sync DONE", "sync shard.bin", "sync MANIFEST", "rename 000001.tmp"}, rec.log)
 }
+
+// openFS counts the opens of one file.
+type openFS struct {
+	cluster.FS
+	path  string
+	opens int
+}
+
+func (o *openFS) Open(p string) (io.ReadCloser, error) {
+	if p == o.path {
+		o.opens++
+	}
+	return o.FS.Open(p)
+}
+
+// TestVerifyReadsOnlyWhatChanged: checking a whole copy before a restart
+// reads its MANIFEST and stats its files, and reads no file whole, not
+// even the one written in the same second as the MANIFEST (a single-file
+// checkpoint of many GiB would be read at every restart); a file touched
+// since is read and checked.
+func TestVerifyReadsOnlyWhatChanged(t *testing.T) {
+	hs := newHosts(t, "h0", "h1")
+	m, _, _ := newManager(t)
+	set := Settings{Copies: 1, Keep: 2}
+	hosts := hostsOf(hs...)
+	hs[0].write(t, "big.pt", 1<<20, time.Now())
+	watchOnce(t, m, hosts, set)
+	paths, err := m.Stage(context.Background(), hosts, set)
+	require.NoError(t, err)
+	counted := &openFS{FS: hosts[1].FS, path: paths["h1"]}
+	hosts[1].FS = counted
+
+	_, err = m.Stage(context.Background(), hosts, set)
+	require.NoError(t, err)
+	assert.Zero(t, counted.opens, "a whole copy is not read again")
+
+	now := time.Now()
+	require.NoError(t, os.Chtimes(paths["h1"], now, now))
+	_, err = m.Stage(context.Background(), hosts, set)
+	require.NoError(t, err)
+	assert.Equal(t, 1, counted.opens, "a file touched since the copy is read and checked")
+	assert.Contains(t, holders(m, 1), "copy:h1", "its content is unchanged: the copy stays")
+}
