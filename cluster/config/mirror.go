@@ -9,10 +9,6 @@ import (
 	"github.com/droverhq/drover/cluster/ignore"
 )
 
-// IgnoreFile is the gitignore-syntax file in the code directory whose
-// patterns push skips, besides job.exclude.
-const IgnoreFile = ".droverignore"
-
 // checkCheckpointMirror refuses a checkpoint_mirror that can only go
 // wrong: the root, the job file's directory ("."), the code directory,
 // the log directory, or a directory inside the code directory that the
@@ -43,7 +39,7 @@ func (w *walker) checkCheckpointMirror(t tbl, j *Job, dir string) {
 	case err == nil && filepath.IsLocal(rel) && !within(logs, m) && !pushExcludes(code, j.Exclude, filepath.ToSlash(rel)):
 		msg = fmt.Sprintf("checkpoint_mirror %s is inside the code directory %s and not excluded from the push: drover's copies would be pushed to every host at every restart", show(raw), code)
 		fix = fmt.Sprintf("add %q to exclude under [job] (or to %s), or write checkpoint_mirror = %q, outside the code directory",
-			filepath.ToSlash(rel)+"/", IgnoreFile, outside)
+			filepath.ToSlash(rel)+"/", ignore.File, outside)
 	default:
 		return
 	}
@@ -62,8 +58,8 @@ func within(dir, p string) bool {
 // are the push's to report; here they exclude nothing.
 func pushExcludes(code string, exclude []string, rel string) bool {
 	m := ignore.NewMatcher()
-	if data, err := os.ReadFile(filepath.Join(code, IgnoreFile)); err == nil {
-		_ = m.Add(IgnoreFile, strings.Split(string(data), "\n"))
+	if data, err := os.ReadFile(filepath.Join(code, ignore.File)); err == nil {
+		_ = m.Add(ignore.File, strings.Split(string(data), "\n"))
 	}
 	_ = m.Add("job.exclude", exclude)
 	return m.Excluded(rel, true)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster/ignore"
 )
 
 // refusalCases are checkpoint settings that can only go wrong (issue 30
@@ -36,10 +38,10 @@ var refusalCases = []struct {
 	{name: "checkpoint_mirror is . beside a code directory", lines: lns(`code = "src"`, `checkpoint_mirror = "."`), files: map[string]string{"src/": ""}, line: 6},
 	{name: "checkpoint_mirror is the log directory", lines: lns(`checkpoint_mirror = "runs"`), line: 5},
 	{name: "checkpoint_mirror inside the code directory", lines: lns(`checkpoint_mirror = "ckpt/mirror"`), line: 5},
-	{name: "checkpoint_mirror excluded, then included again", lines: lns(`checkpoint_mirror = "mirror"`, `exclude = ["!mirror/"]`), files: map[string]string{IgnoreFile: "mirror*/\n"}, line: 5},
+	{name: "checkpoint_mirror excluded, then included again", lines: lns(`checkpoint_mirror = "mirror"`, `exclude = ["!mirror/"]`), files: map[string]string{ignore.File: "mirror*/\n"}, line: 5},
 	{name: "checkpoint_mirror inside an excluded directory", lines: lns(`checkpoint_mirror = "ckpt/mirror"`, `exclude = ["ckpt/", "!ckpt/mirror"]`), want: ""},
 	{name: "checkpoint_mirror excluded by job.exclude", lines: lns(`checkpoint_mirror = "ckpt/mirror"`, `exclude = ["ckpt/"]`), want: ""},
-	{name: "checkpoint_mirror excluded by .droverignore", lines: lns(`checkpoint_mirror = "mirror"`), files: map[string]string{IgnoreFile: "/mirror/\n"}, want: ""},
+	{name: "checkpoint_mirror excluded by .droverignore", lines: lns(`checkpoint_mirror = "mirror"`), files: map[string]string{ignore.File: "/mirror/\n"}, want: ""},
 	{name: "checkpoint_mirror in the log directory", lines: lns(`checkpoint_mirror = "runs/mirror"`), want: ""},
 	{name: "checkpoint_mirror beside the code", lines: lns(`checkpoint_mirror = "../j-mirror"`), want: ""},
 }

@@ -10,6 +10,10 @@ import (
 	"strings"
 )
 
+// File is the gitignore-syntax file in the code directory whose patterns
+// a push skips, besides job.exclude.
+const File = ".droverignore"
+
 // StateDir is the directory at the root of a workdir where drover keeps
 // its own state (push's manifest, checkpoint copies): never pushed.
 const StateDir = ".drover"

@@ -42,6 +42,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/cluster/ignore"
 )
 
 // DefaultConcurrency is how many files are in flight per host when
@@ -51,7 +52,7 @@ const DefaultConcurrency = 16
 
 // IgnoreFile is the name of the gitignore-syntax file in the code directory
 // whose patterns push skips.
-const IgnoreFile = ".droverignore"
+const IgnoreFile = ignore.File
 
 // Options tune a push. The zero value pushes everything but .git with
 // DefaultConcurrency and no progress reports.
