@@ -169,10 +169,14 @@ func handshake(ctx context.Context, conn net.Conn, tgt sshTarget, opts DialOptio
 	hk, err := newHostKeyChecker(tgt, opts.AcceptNewHosts, opts.KnownHosts, opts.Warn)
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return nil, NameOpenFiles("read known hosts", err)
 	}
 	auth := loadAuth(tgt, opts.AgentSocket)
 	defer auth.close()
+	if auth.err != nil {
+		conn.Close()
+		return nil, auth.err
+	}
 	var authStarted atomic.Bool
 	config := &ssh.ClientConfig{
 		User:              tgt.user,
@@ -240,6 +244,9 @@ type handshakeState struct {
 func describeDialError(err error, timeout time.Duration) error {
 	var ne net.Error
 	switch {
+	case IsTooManyOpenFiles(err):
+		// This machine's limit, not the host's state: not unreachable.
+		return NameOpenFiles("open a connection", err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return unreachable(fmt.Errorf("connection refused (is sshd listening on that port?): %w", err))
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -109,6 +108,7 @@ type copier struct {
 	dests    []*dest
 	buf      []byte
 	manifest bytes.Buffer
+	rels     []string // the files written, as the MANIFEST names them
 	size     int64
 	lim      *limiter
 }
@@ -232,13 +232,19 @@ func (c *copier) file(srcPath, rel string) error {
 	}
 	for _, d := range c.live() {
 		if d.w != nil {
-			if err := d.w.Close(); err != nil {
-				d.fail(err)
+			// On the disk before the rename that says the copy is whole.
+			err := cluster.Fsync(d.w)
+			if cerr := d.w.Close(); err == nil {
+				err = cerr
 			}
 			d.w = nil
+			if err != nil {
+				d.fail(err)
+			}
 		}
 	}
 	c.size += n
+	c.rels = append(c.rels, rel)
 	fmt.Fprintf(&c.manifest, "%s %d %x\n", strconv.Quote(rel), n, f.h.Sum(nil))
 	return nil
 }
@@ -253,28 +259,20 @@ func (c *copier) finish(d *dest) error {
 		w.Close()
 		return err
 	}
+	if err := cluster.Fsync(w); err != nil {
+		w.Close()
+		return err
+	}
 	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := c.stamp(d); err != nil {
 		return err
 	}
 	if err := d.fs.RemoveAll(d.final); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return d.fs.Rename(d.tmp, d.final)
-}
-
-// readDigest is the digest of the copy in dir (<own>/<seq>), or "" when
-// there is no whole copy there.
-func readDigest(fsys cluster.FS, dir string) string {
-	r, err := fsys.Open(path.Join(dir, ManifestName))
-	if err != nil {
-		return ""
-	}
-	defer r.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, bufio.NewReader(io.LimitReader(r, 16<<20))); err != nil {
-		return ""
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // prune removes drover's copies in own beyond the newest keep, except

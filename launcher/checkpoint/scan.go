@@ -44,7 +44,8 @@ func IsTempName(name string) bool {
 }
 
 // Scan lists the complete entries directly under dir on one host, in name
-// order; none when dir does not exist. Symbolic links are not entries. With a marker, only directories
+// order; none when dir does not exist. Only regular files and directories
+// are entries: symbolic links, fifos, sockets and devices are not. With a marker, only directories
 // containing that file count: frameworks that save a checkpoint as several
 // files write the marker last.
 //
@@ -66,6 +67,12 @@ func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Fou
 		// A link ("latest" -> step-20.pt) points at an entry listed in
 		// its own right; counting it would copy that checkpoint twice.
 		if IsTempName(e.Name()) || e.Mode()&fs.ModeSymlink != 0 {
+			continue
+		}
+		// Nor is a fifo, socket or device: one taken for the newest
+		// checkpoint blocked the open() of every process resuming
+		// from it.
+		if !e.Mode().IsRegular() && !e.IsDir() {
 			continue
 		}
 		f := Found{Host: host, Name: e.Name(), Path: path.Join(dir, e.Name()), Size: e.Size(), ModTime: e.ModTime(), IsDir: e.IsDir()}
