@@ -71,3 +71,26 @@ func BuildAgent(dir, goarch string) (string, error) {
 	}
 	return out, nil
 }
+
+// BuildSFTPProxy builds internal/fleettest/sftpproxy, the hostile SFTP
+// server, into dir and returns its path. A test installs it on one host
+// with SetSSHD(i, "Subsystem sftp PROXY CONFIG\n") (a Subsystem line in
+// the extra lines replaces the fleet's own): that host then lists the
+// crafted names CONFIG says, as a compromised host could.
+func BuildSFTPProxy(dir string) (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("build sftpproxy: cannot locate the module root")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(dir, "sftpproxy")
+	cmd := exec.Command(gobin, "build", "-o", bin, "./internal/fleettest/sftpproxy")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build sftpproxy: %w\n%s", err, out)
+	}
+	return bin, nil
+}
