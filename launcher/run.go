@@ -405,7 +405,7 @@ func RenderSummary(w io.Writer, res *Result) {
 	}
 	for _, p := range res.Processes {
 		if p.Cause != "" {
-			fmt.Fprintf(w, "root cause: %s on %s: %s\n", p.Name, p.Host, p.Cause)
+			fmt.Fprintf(w, "root cause: %s on %s: %s\n", p.Name, p.Host, cluster.Escape(p.Cause))
 		}
 	}
 	switch res.Outcome {
@@ -414,7 +414,7 @@ func RenderSummary(w io.Writer, res *Result) {
 	case Interrupted:
 		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
 	default:
-		fmt.Fprintf(w, "failed after %d attempt(s): %v; logs in %s\n", res.Attempts, res.Err, res.LogDir)
+		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, cluster.Escape(fmt.Sprint(res.Err)), res.LogDir)
 	}
 }
 

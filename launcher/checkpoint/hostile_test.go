@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -144,4 +145,39 @@ func filesOn(t *testing.T, i int, home, wd string) []string {
 	require.NoError(t, err, "%s", out)
 	keep, _ := filepath.Rel(home, path.Join(wd, ".drover"))
 	return linesOutside(string(out), keep)
+}
+
+// TestHostileScanNames has h0 list, beside a real checkpoint, names that
+// are not entries ("x/.." and "" as pkg/sftp hands them on, one holding
+// NUL) and one that is a valid name made to forge lines and clear the
+// screen. Scan keeps the real one and the valid one, refuses the others
+// with errors naming h0 and each name quoted, and what drover shows of the
+// valid one is escaped.
+func TestHostileScanNames(t *testing.T) {
+	fleettest.Need(t, fleet)
+	h := fleetHosts(t)[0]
+	writeOn(t, 0, h, "step-1.pt", 1, 0)
+	forged := "\x1b[2J\n12:00:00.000 forged event"
+	hostileSFTP(t, 0, []proxyRule{{Dir: h.Dir, Names: []proxyName{{Name: "x/..", Dir: true}, {Name: ""}, {Name: "a\x00b"}, {Name: forged}}}})
+	dir := h.Dir
+	h = fleetHosts(t)[0]
+	h.Dir = dir
+
+	found, err := Scan(context.Background(), h.FS, h.Name, h.Dir, "")
+	var names []string
+	for _, f := range found {
+		names = append(names, f.Name)
+	}
+	assert.ElementsMatch(t, []string{"step-1.pt", forged}, names)
+	require.Error(t, err)
+	for _, want := range []string{`listed ".."`, `listed "."`, `listed "a\x00b"`} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Contains(t, err.Error(), h.Name+" listed")
+	assert.NotContains(t, err.Error(), "\x00")
+
+	var b strings.Builder
+	require.NoError(t, Render(&b, []Entry{{Seq: 1, Name: forged}}, time.UTC))
+	assert.NotContains(t, b.String(), "\x1b")
+	assert.Contains(t, b.String(), `\x1b[2J\n12:00:00.000 forged event`)
 }
