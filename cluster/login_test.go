@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,31 +15,11 @@ import (
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
-// loginShell makes shell fleet host i's login shell for the fleet's user,
-// until the test ends: a copy of /etc/passwd that says so is mounted over
-// it where that host's sshd and its logins see it.
+// loginShell makes shell fleet host i's login shell until the test ends.
 func loginShell(t *testing.T, i int, shell string) {
 	t.Helper()
-	b, err := os.ReadFile("/etc/passwd")
-	require.NoError(t, err)
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		if f := strings.Split(l, ":"); len(f) == 7 && f[0] == fleettest.User {
-			f[6] = shell
-			l = strings.Join(f, ":")
-		}
-		lines = append(lines, l)
-	}
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o755))
-	passwd := filepath.Join(dir, "passwd")
-	require.NoError(t, os.WriteFile(passwd, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
-	out, err := fleet.ExecInLogins(i, "mount", "--bind", passwd, "/etc/passwd")
-	require.NoError(t, err, "%s", out)
-	t.Cleanup(func() {
-		out, err := fleet.ExecInLogins(i, "umount", "/etc/passwd")
-		assert.NoError(t, err, "%s", out)
-	})
+	require.NoError(t, fleet.SetLoginShell(i, shell))
+	t.Cleanup(func() { assert.NoError(t, fleet.SetLoginShell(i, "")) })
 }
 
 // bashrc gives fleet host i's user a ~/.bashrc (bash reads it for a
