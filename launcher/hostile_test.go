@@ -2,8 +2,10 @@ package launcher
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // forged is what a hostile host puts in a checkpoint name or its output:
@@ -47,4 +50,33 @@ func TestRootCauseEscaped(t *testing.T) {
 	require.NoError(t, os.WriteFile(ef, []byte(`{"message": "RuntimeError: \u001b[2J boom"}`), 0o644))
 	assert.Equal(t, `RuntimeError: \x1b[2J boom`, rootCause(cluster.NewOSFS(dir), ef, ""))
 	assert.Equal(t, `stderr: \x1b]0;owned\a`, rootCause(nil, "", "\x1b]0;owned\a\n"))
+}
+
+// pathTransport runs every command with dir first in its PATH: a host
+// whose `ip` is dir's.
+type pathTransport struct {
+	cluster.Transport
+	dir string
+}
+
+func (p pathTransport) Start(ctx context.Context, cmd cluster.Cmd) (cluster.Process, error) {
+	cmd.Env = map[string]string{"PATH": p.dir + ":" + os.Getenv("PATH")}
+	return p.Transport.Start(ctx, cmd)
+}
+
+// TestDiscoverIfaceBounded: a host whose answer to the interface question
+// is 8 MB on one line is left out after a few KiB, not read whole.
+func TestDiscoverIfaceBounded(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ip"), []byte("#!/bin/sh\nprintf '1: '; head -c 8000000 /dev/zero | tr '\\0' x; echo ' inet'\n"), 0o755))
+	local, err := cluster.NewLocal(config.Host{Name: "h0", Transport: config.TransportLocal})
+	require.NoError(t, err)
+	defer local.Close()
+	tr := pathTransport{local, dir}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got := DiscoverIfaces(context.Background(), []cluster.Transport{tr}, "127.0.0.1")
+	runtime.ReadMemStats(&after)
+	assert.Empty(t, got)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "the answer was read to its bound only")
 }
