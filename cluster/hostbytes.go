@@ -70,6 +70,18 @@ func Escape(s string) string {
 	return b.String()
 }
 
+// EscapeLines is Escape for text whose lines are meant (an error listing
+// several problems): each line is escaped, the newlines between them kept.
+// The terminal is safe; a host's own text should still be escaped where it
+// is quoted, so that it cannot start a line.
+func EscapeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = Escape(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // unsafeRune reports runes a terminal acts on rather than shows.
 func unsafeRune(r rune) bool {
 	if r == '\t' {
