@@ -75,7 +75,8 @@ func TestHostileCheckpointNamesStayContained(t *testing.T) {
 	// h0's checkpoint_dir is deep below its workdir, so that climbing from
 	// it reaches as high on h1 as h1's copy area is deep.
 	hosts[0].Dir = path.Join(wd, "a", "b", "c", "d", "ck")
-	out, err := fleet.Exec(0, "sh", "-c", fmt.Sprintf(`set -e; mkdir -p %[1]q/step-1; echo weights > %[1]q/step-1/w.pt; echo PWNED > %[2]q/.bashrc; chown -R %[3]s %[2]q`,
+	require.NoError(t, hosts[0].FS.MkdirAll(path.Join(hosts[0].Dir, "step-1"), 0o755)) // as the login user
+	out, err := fleet.Exec(0, "sh", "-c", fmt.Sprintf(`set -e; echo weights > %[1]q/step-1/w.pt; echo PWNED > %[2]q/.bashrc; chown -R %[3]s %[2]q`,
 		hosts[0].Dir, wd, fleettest.User))
 	require.NoError(t, err, "%s", out)
 	up := []proxyName{{Name: "x/..", Dir: true}}
