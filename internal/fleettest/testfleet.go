@@ -121,6 +121,11 @@ type Fleet struct {
 	lazyOnce    sync.Once
 	lazyStarted bool
 
+	// The hostile SFTP server (HostileSFTP), built once per fleet.
+	proxyOnce sync.Once
+	proxyBin  string
+	proxyErr  error
+
 	mu       sync.Mutex
 	closed   bool
 	reaper   *exec.Cmd

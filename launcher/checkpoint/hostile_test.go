@@ -2,14 +2,12 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,46 +18,12 @@ import (
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
-// proxyRule is one rule of internal/fleettest/sftpproxy: the listing of
-// Dir, from its Skip+1-th opening on, once, gets Names added.
-type proxyRule struct {
-	Dir   string      `json:"dir"`
-	Skip  int         `json:"skip"`
-	Names []proxyName `json:"names"`
-}
-
-type proxyName struct {
-	Name string `json:"name"`
-	Dir  bool   `json:"dir"`
-}
-
-var proxyBuild struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
-
 // hostileSFTP makes fleet host i's sftp Subsystem the hostile proxy with
 // rules, until the test ends. Connections opened after it see the rules.
-func hostileSFTP(t *testing.T, i int, rules []proxyRule) {
+func hostileSFTP(t *testing.T, i int, rules []fleettest.SFTPRule) {
 	t.Helper()
-	proxyBuild.once.Do(func() {
-		proxyBuild.dir, proxyBuild.err = os.MkdirTemp("", "drover-sftpproxy-")
-		if proxyBuild.err == nil {
-			proxyBuild.err = os.Chmod(proxyBuild.dir, 0o755) // the login user runs it
-		}
-		if proxyBuild.err == nil {
-			proxyBuild.bin, proxyBuild.err = fleettest.BuildSFTPProxy(proxyBuild.dir)
-		}
-	})
-	require.NoError(t, proxyBuild.err)
-	b, err := json.Marshal(rules)
-	require.NoError(t, err)
-	conf := filepath.Join(proxyBuild.dir, fmt.Sprintf("rules-%d.json", i))
-	require.NoError(t, os.WriteFile(conf, b, 0o644))
-	require.NoError(t, fleet.SetSSHD(i, fmt.Sprintf("Subsystem sftp %s %s\n", proxyBuild.bin, conf)))
-	t.Cleanup(func() { assert.NoError(t, fleet.SetSSHD(i, "")) })
+	require.NoError(t, fleet.HostileSFTP(i, rules))
+	t.Cleanup(func() { assert.NoError(t, fleet.HostileSFTP(i, nil)) })
 }
 
 // TestHostileCheckpointNamesStayContained is the attack of issue 30: h0
@@ -79,10 +43,10 @@ func TestHostileCheckpointNamesStayContained(t *testing.T) {
 	out, err := fleet.Exec(0, "sh", "-c", fmt.Sprintf(`set -e; echo weights > %[1]q/step-1/w.pt; echo PWNED > %[2]q/.bashrc; chown -R %[3]s %[2]q`,
 		hosts[0].Dir, wd, fleettest.User))
 	require.NoError(t, err, "%s", out)
-	up := []proxyName{{Name: "x/..", Dir: true}}
-	rules := []proxyRule{{Dir: path.Join(hosts[0].Dir, "step-1"), Names: up}, {Dir: hosts[0].Dir, Skip: 1, Names: up}}
+	up := []fleettest.SFTPName{{Name: "x/..", Dir: true}}
+	rules := []fleettest.SFTPRule{{Dir: path.Join(hosts[0].Dir, "step-1"), Names: up}, {Dir: hosts[0].Dir, Skip: 1, Names: up}}
 	for d := path.Dir(hosts[0].Dir); d != wd; d = path.Dir(d) {
-		rules = append(rules, proxyRule{Dir: d, Names: up})
+		rules = append(rules, fleettest.SFTPRule{Dir: d, Names: up})
 	}
 	hostileSFTP(t, 0, rules)
 	// Reconnect (new SFTP sessions go through the proxy), same workdir.
@@ -159,7 +123,7 @@ func TestHostileScanNames(t *testing.T) {
 	h := fleetHosts(t)[0]
 	writeOn(t, 0, h, "step-1.pt", 1, 0)
 	forged := "\x1b[2J\n12:00:00.000 forged event"
-	hostileSFTP(t, 0, []proxyRule{{Dir: h.Dir, Names: []proxyName{{Name: "x/..", Dir: true}, {Name: ""}, {Name: "a\x00b"}, {Name: forged}}}})
+	hostileSFTP(t, 0, []fleettest.SFTPRule{{Dir: h.Dir, Names: []fleettest.SFTPName{{Name: "x/..", Dir: true}, {Name: ""}, {Name: "a\x00b"}, {Name: forged}}}})
 	dir := h.Dir
 	h = fleetHosts(t)[0]
 	h.Dir = dir

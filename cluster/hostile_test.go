@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -73,6 +74,37 @@ func TestSFTPLoginShellNamed(t *testing.T) {
 			} else {
 				assert.Contains(t, err.Error(), "the login shell printed output for a non-interactive session")
 			}
+		})
+	}
+}
+
+// TestHostileRemoveAll: a server that lists "" (which pkg/sftp hands on as
+// ".") or "x/.." (as "..") inside a directory drover removes made
+// RemoveAll recurse without end, a stack overflow that killed the
+// controller, or remove the directory above. It is refused, naming the
+// host, and the directory above is untouched.
+func TestHostileRemoveAll(t *testing.T) {
+	fleettest.Need(t, fleet)
+	const i = 5
+	h := fleet.ClusterHosts()[i]
+	for _, name := range []string{"", "x/.."} {
+		t.Run(strconv.Quote(name), func(t *testing.T) {
+			base := "/home/drovertest/hostile-rm"
+			out, err := fleet.Exec(i, "sh", "-c", "mkdir -p "+base+"/victim/sub && echo keep > "+base+"/keep && chown -R drovertest "+base)
+			require.NoError(t, err, "%s", out)
+			t.Cleanup(func() { _, _ = fleet.Exec(i, "rm", "-rf", base) })
+			require.NoError(t, fleet.HostileSFTP(i, []fleettest.SFTPRule{{Dir: base + "/victim/sub", Names: []fleettest.SFTPName{{Name: name, Dir: true}}}}))
+			t.Cleanup(func() { assert.NoError(t, fleet.HostileSFTP(i, nil)) })
+			tr := dialHost(t, h, hermetic())
+			fsys, err := tr.FS(context.Background())
+			require.NoError(t, err)
+			err = fsys.RemoveAll(base + "/victim")
+			var bad *cluster.BadNameError
+			require.True(t, errors.As(err, &bad), "%v", err)
+			assert.Equal(t, h.Name, bad.Host)
+			out, err = fleet.Exec(i, "cat", base+"/keep")
+			require.NoError(t, err)
+			assert.Equal(t, "keep\n", string(out))
 		})
 	}
 }
