@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -31,8 +30,12 @@ type BadNameError struct {
 }
 
 func (e *BadNameError) Error() string {
+	name := strconv.Quote(e.Name)
+	if len(e.Name) > 256 {
+		name = strconv.Quote(e.Name[:256]) + fmt.Sprintf("... %d more bytes", len(e.Name)-256)
+	}
 	return fmt.Sprintf("%s listed %s in %s, which is not a file name (empty, . or .., or holding / or NUL); refused, nothing was written for it",
-		e.Host, strconv.Quote(e.Name), Escape(e.Dir))
+		e.Host, name, Escape(e.Dir))
 }
 
 // CheckName returns a *BadNameError when name, listed by host in dir, is
@@ -189,7 +192,3 @@ func (e *TooMuchOutputError) Error() string {
 	return fmt.Sprintf("%s: %s printed more than %d bytes, more than it can mean; stopped there (check the login shell's rc files on the host for output): %s",
 		e.Host, e.What, e.Limit, e.Quote)
 }
-
-// ErrLineTooLong is what a bounded line read returns for a line longer
-// than its limit.
-var ErrLineTooLong = errors.New("line too long")

@@ -18,6 +18,9 @@ func TestCheckName(t *testing.T) {
 			assert.NotContains(t, err.Error(), "\x00", "the name is quoted in the message")
 		}
 	}
+	long := CheckName("h1", "/ck", strings.Repeat("a/", 10000)).Error()
+	assert.Contains(t, long, "... 19744 more bytes")
+	assert.Less(t, len(long), 1024)
 	for _, good := range []string{"step-10.pt", "...", "..a", ".hidden", "\x1b[2J\nforged", "a b"} {
 		assert.NoError(t, CheckName("h1", "/ck", good), "%q is one entry", good)
 	}
