@@ -3,7 +3,7 @@
 // crafted entries ("..", "x/..", names holding NUL, newlines or terminal
 // escapes) to the directory listings it is told to, as a compromised host
 // could. Tests install it as one fleet host's sftp Subsystem
-// (fleettest.Fleet.SetSSHD with fleettest.SFTPProxy).
+// (fleettest.Fleet.HostileSFTP).
 //
 // Usage: sftpproxy CONFIG.json [SFTP-SERVER]. CONFIG is a JSON list of
 // rules {"dir": "/abs/path", "skip": N, "names": [{"name": "..", "dir":
@@ -45,12 +45,11 @@ type rule struct {
 
 // proxy is the state shared by the two directions.
 type proxy struct {
-	mu       sync.Mutex
-	rules    []*rule
-	opendir  map[uint32]string // request id -> path
-	handles  map[string]*rule  // handle -> rule to apply at its first READDIR
-	readdir  map[uint32]*rule  // request id -> rule to apply to its NAME
-	firstDir map[string]bool   // handle already listed once
+	mu      sync.Mutex
+	rules   []*rule
+	opendir map[uint32]string // request id -> path
+	handles map[string]*rule  // handle -> rule to apply at its first READDIR
+	readdir map[uint32]*rule  // request id -> rule to apply to its NAME
 }
 
 func main() {
@@ -68,7 +67,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	p := &proxy{opendir: map[uint32]string{}, handles: map[string]*rule{}, readdir: map[uint32]*rule{}, firstDir: map[string]bool{}}
+	p := &proxy{opendir: map[uint32]string{}, handles: map[string]*rule{}, readdir: map[uint32]*rule{}}
 	if err := json.Unmarshal(b, &p.rules); err != nil {
 		return fmt.Errorf("%s: %w", os.Args[1], err)
 	}
