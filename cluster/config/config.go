@@ -411,6 +411,7 @@ func (w *walker) jobFiles(t tbl, j *Job, dir string) {
 		}
 		j.Exclude = pats
 	}
+	w.checkCheckpointMirror(t, j, dir)
 }
 
 // jobLayout reads how processes are laid out: processes per host, ports
