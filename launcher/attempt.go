@@ -36,6 +36,9 @@ type attempt_ struct {
 	// gpuBefore is, per host, the processes on each GPU before the
 	// attempt started (not the job's).
 	gpuBefore map[string]map[int][]int
+	// adopt, on the first attempt of a run that adopts a live group,
+	// is that group (see adopt.go).
+	adopt *adoption
 }
 
 // hostConn is a connected, prepared host of this attempt.
@@ -132,6 +135,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		<-installed
 		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
+	}
+	if a.adopt != nil {
+		return a.adoptGroup(ctx, conns, &cfg, installed)
 	}
 	pl, err := a.pushAndCheck(ctx, conns, sc, &cfg, installed, steps)
 	if err != nil {

@@ -36,6 +36,8 @@ func NewRunID(now time.Time) string {
 type detachState struct {
 	runID     string
 	runLogDir string
+	// adopting is the earlier run this one takes over (nil: none).
+	adopting  *adoption
 	readyOnce sync.Once
 	// abort is closed when `drover stop --abort` asked for the group to
 	// be killed at once.

@@ -49,25 +49,10 @@ func inspect(ctx context.Context, o InspectOptions) (*config.Config, []*hostView
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	agents := remote.FindAgents(o.AgentBinary)
 	dial := o.Dial
 	dial.Inventory = cfg.Hosts
-	views := make([]*hostView, len(cfg.Hosts))
-	var wg sync.WaitGroup
-	for i, h := range cfg.Hosts {
-		views[i] = &hostView{host: h}
-		wg.Add(1)
-		go func() { defer wg.Done(); views[i].read(ctx, dial, agents) }()
-	}
-	wg.Wait()
-	closeAll := func() {
-		for _, v := range views {
-			if v.t != nil {
-				v.t.Close()
-			}
-		}
-	}
-	return cfg, views, closeAll, nil
+	views := readViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary))
+	return cfg, views, func() { closeViews(views) }, nil
 }
 
 // read connects to v's host and asks its agent for the newest run.
@@ -149,17 +134,7 @@ func Status(ctx context.Context, o InspectOptions) (*RunStatus, error) {
 // summarize folds the hosts' reports into the run's status; a host that
 // could not be read is an error only when none could.
 func summarize(views []*hostView) (*RunStatus, error) {
-	var rec *agent.RunRecord
-	var errs []error
-	for _, v := range views {
-		if v.err != nil {
-			errs = append(errs, v.err)
-			continue
-		}
-		if r := v.rep.Run; r != nil && (rec == nil || r.Updated.After(rec.Updated)) {
-			rec = r
-		}
-	}
+	rec, errs := newestRecord(views)
 	if rec == nil {
 		if len(errs) > 0 {
 			return nil, errors.Join(errs...)

@@ -212,6 +212,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer stopRequested(nil)
 	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
 		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), Started: r.now().UTC()}
+	if ad := r.findAdoptable(ctx, cfg); ad != nil {
+		r.adopt(ad, res)
+		r.adopting = ad
+	} else if r.opts.Detach {
+		_ = os.WriteFile(filepath.Join(res.LogDir, runIDFile), []byte(r.runID+"\n"), 0o644)
+	}
 	r.watchStopRequest(ctx, stopRequested)
 	res, err = r.attempts(ctx, cfg, res)
 	if res == nil {
@@ -227,14 +233,21 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 
 	var b budget
 	first := r.firstRestart(cfg)
-	for attempt := 1; ; attempt++ {
+	start := 1
+	if ad := r.adopting; ad != nil {
+		start, first, b.restarts = ad.rec.Attempt, 0, ad.rec.Restarts
+	}
+	for attempt := start; ; attempt++ {
 		res.Attempts = attempt
-		if attempt > 1 {
+		if attempt > start {
 			cfg = r.reload(cfg, attempt, b.total(cfg.Job))
 		}
 		total := b.total(cfg.Job)
 		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: first + b.restarts + b.hostFailures,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
+		if attempt == start {
+			a.adopt = r.adopting
+		}
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
@@ -243,7 +256,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 			out = interrupted()
 		}
 		switch {
-		case out.kind == outcomeSetupFailed && attempt == 1 && (config.IsConfigError(out.err) || IsHeld(out.err)):
+		case out.kind == outcomeSetupFailed && attempt == start && (config.IsConfigError(out.err) || IsHeld(out.err)):
 			return nil, out.err
 		case out.kind == outcomeInterrupted:
 			r.events.printf("interrupted: every process stopped")
@@ -253,7 +266,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 			return r.finish(res, Succeeded, nil), nil
 		}
 		// A failure: decide whether to try again.
-		if err := b.spend(cfg.Job, out, attempt); err != nil {
+		if err := b.spend(cfg.Job, out, attempt-start+1); err != nil {
 			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 			return r.finish(res, Failed, err), nil
 		}

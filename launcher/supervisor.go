@@ -218,7 +218,13 @@ func (s *supervisor) start() {
 func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, cluster.Process, error) {
 	a := s.a
 	c := s.byHost[p.Host.Name]
-	f := a.r.createLog(filepath.Join(a.logDir, p.Name()+".log"))
+	localLog := filepath.Join(a.logDir, p.Name()+".log")
+	var f io.WriteCloser
+	if a.adopt != nil {
+		f = a.r.appendLog(localLog)
+	} else {
+		f = a.r.createLog(localLog)
+	}
 	rp := &running{p: p, ctl: newControl(), started: a.r.now(), logFile: f}
 	fileSink := logstream.NewSink(f)
 	mk := func() io.Writer {
@@ -250,6 +256,9 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		ro.ControllerTimeout = a.cfg.Job.ControllerTimeout
 	}
 	args := agent.Command(c.agent, ro)
+	if a.adopt != nil {
+		args = a.attachArgs(c, p, localLog)
+	}
 	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Env: a.processEnv(p), Dir: p.Workdir, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		rp.closeLogs()

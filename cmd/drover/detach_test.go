@@ -227,3 +227,83 @@ func TestRunDetachedControllerTimeout(t *testing.T) {
 		assert.Equal(t, "stopped", p.State, "%+v", p)
 	}
 }
+
+// numbers are the n= values of rank's lines in out, in order.
+func numbers(t *testing.T, out string, rank int) []int {
+	t.Helper()
+	var ns []int
+	for _, m := range regexp.MustCompile(`(?m)n=(\d+) rank=`+strconv.Itoa(rank)+` `).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// assertConsecutive checks that ns is 0, 1, 2, ... with nothing lost or
+// doubled.
+func assertConsecutive(t *testing.T, ns []int, what string) {
+	t.Helper()
+	require.NotEmpty(t, ns, what)
+	for i, n := range ns {
+		if n != i {
+			t.Fatalf("%s: line %d has n=%d (lost or doubled lines): %v", what, i, n, ns)
+		}
+	}
+}
+
+// Done-when 4: the supervisor SIGKILLed, the group runs on; drover run -d
+// adopts it with the attempt unchanged, restarts a rank killed after that,
+// and every line of the attempt is in the logs exactly once.
+func TestRunDetachedAdopt(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3"})
+	sup := startDetachedRun(t, j)
+	st := waitStatus(t, j, 30*time.Second, "6 running", func(st launcher.RunStatus) bool { return running(st) == 6 })
+	id := st.RunID
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+	require.Equal(t, 0, code, errs)
+	atKill := len(numbers(t, out, 0))
+	// 15 s of lines (one every 0.2 s) with no supervisor.
+	deadline := time.Now().Add(60 * time.Second)
+	for len(numbers(t, out, 0)) < atKill+75 {
+		require.True(t, time.Now().Before(deadline), "rank 0 stopped printing with no supervisor: %d lines", len(numbers(t, out, 0)))
+		time.Sleep(500 * time.Millisecond)
+		out, _, _ = droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+	}
+
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+	assert.Regexp(t, `adopting attempt 1 of run `+id+` \(supervisor \S+ pid `+strconv.Itoa(sup)+` gone since \d\d:\d\d:\d\d\)`, d.stderr.String())
+	sup2 := 0
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+		sup2, _ = strconv.Atoi(m[1])
+		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+	}
+	st = waitStatus(t, j, 30*time.Second, "a live supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	assert.Equal(t, id, st.RunID)
+	assert.Equal(t, 1, st.Attempt, "adopted, not restarted")
+	assert.Equal(t, 0, st.Restarts)
+	assert.Equal(t, sup2, st.Supervisor.PID)
+	assert.Equal(t, 6, running(st))
+
+	var victim int
+	for _, p := range st.Processes {
+		if p.Rank == 3 {
+			victim = p.PID
+		}
+	}
+	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+	waitStatus(t, j, 30*time.Second, "restarted by the new supervisor", func(st launcher.RunStatus) bool {
+		return st.Restarts == 1 && st.Attempt == 2 && running(st) == 6
+	})
+
+	out, errs, code = droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0", "--attempt", "1")
+	require.Equal(t, 0, code, errs)
+	assertConsecutive(t, numbers(t, out, 0), "drover logs --rank 0 --attempt 1")
+	assertConsecutive(t, numbers(t, j.logFile(t, 1, "worker-0"), 0), "local attempt-1/worker-0.log across the adoption")
+
+	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+}

@@ -1,0 +1,183 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/plan"
+)
+
+// Re-adoption: `drover run -d JOB` finds on the hosts a detached run whose
+// group still runs (its supervisor was SIGKILLed, its machine is asleep
+// for good) and takes it over as it is: the same run id, attempt, restart
+// count and checkpoint record. It takes the workdir leases as any run does
+// (a live supervisor still refuses it, exit 2; --force takes over), then,
+// instead of pushing, checking and starting, attaches to every process
+// (agent attach) from where this machine's log of it ends, so that each
+// line lands in the run's logs once.
+
+// adoption is the live group of an earlier detached run to take over.
+type adoption struct {
+	rec agent.RunRecord
+	// gone says whose supervision ended, and when, for the event.
+	gone string
+}
+
+// runIDFile, in a detached run's local directory, names its run, so that
+// a supervisor adopting it on the same machine appends to its logs.
+const runIDFile = "run-id"
+
+// findAdoptable looks on the job's hosts for a detached run that is not
+// over and has a live process: nil when there is none (or this is not a
+// detached run).
+func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) *adoption {
+	if !r.opts.Detach {
+		return nil
+	}
+	dial := r.opts.Dial
+	dial.Inventory = cfg.Hosts
+	views := readViews(ctx, cfg.Hosts, dial, r.agents())
+	defer closeViews(views)
+	rec, _ := newestRecord(views)
+	if rec == nil || isFinal(rec.State) {
+		return nil
+	}
+	var alive bool
+	var leaseAge float64 = -1
+	for _, v := range views {
+		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != rec.RunID {
+			continue
+		}
+		for _, p := range v.rep.Processes {
+			alive = alive || p.Alive
+		}
+		if v.rep.Lease != "" && (leaseAge < 0 || v.rep.LeaseAgeS < leaseAge) {
+			leaseAge = v.rep.LeaseAgeS
+		}
+	}
+	if !alive {
+		return nil
+	}
+	since := rec.Updated.Local()
+	if leaseAge >= 0 {
+		since = r.now().Add(-time.Duration(leaseAge * float64(time.Second)))
+	}
+	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}
+}
+
+// readViews reads every host's report of its workdir's newest run.
+func readViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents) []*hostView {
+	views := make([]*hostView, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		views[i] = &hostView{host: h}
+		wg.Add(1)
+		go func() { defer wg.Done(); views[i].read(ctx, dial, agents) }()
+	}
+	wg.Wait()
+	return views
+}
+
+func closeViews(views []*hostView) {
+	for _, v := range views {
+		if v.t != nil {
+			v.t.Close()
+		}
+	}
+}
+
+// newestRecord is the run record most lately updated on any host, and the
+// hosts that could not be read.
+func newestRecord(views []*hostView) (*agent.RunRecord, []error) {
+	var rec *agent.RunRecord
+	var errs []error
+	for _, v := range views {
+		if v.err != nil {
+			errs = append(errs, v.err)
+			continue
+		}
+		if r := v.rep.Run; r != nil && (rec == nil || r.Updated.After(rec.Updated)) {
+			rec = r
+		}
+	}
+	return rec, errs
+}
+
+// adopt makes this run the adopted one: its id and record, and, when this
+// machine has the run's directory, that directory (res.LogDir) instead of
+// the new one, so that its logs go on where they stopped.
+func (r *runner) adopt(ad *adoption, res *Result) {
+	r.runID = ad.rec.RunID
+	r.runRec = ad.rec
+	r.runRec.SupervisorHost, r.runRec.SupervisorPid = supervisorHost(), os.Getpid()
+	dirs, _ := filepath.Glob(filepath.Join(r.logRoot, "*", runIDFile))
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		old := filepath.Dir(f)
+		if err != nil || strings.TrimSpace(string(b)) != ad.rec.RunID || old == res.LogDir {
+			continue
+		}
+		ev, err := os.OpenFile(filepath.Join(old, "events.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return
+		}
+		r.events.mu.Lock()
+		if r.events.file != nil {
+			r.events.file.Close()
+		}
+		r.events.file = ev
+		r.events.mu.Unlock()
+		_ = os.RemoveAll(res.LogDir)
+		res.LogDir, r.runLogDir = old, old
+		return
+	}
+	_ = os.WriteFile(filepath.Join(res.LogDir, runIDFile), []byte(ad.rec.RunID+"\n"), 0o644)
+}
+
+// adoptGroup is an attempt that takes over the adopted run's live group
+// instead of starting one: the plan is built as for a start (it names the
+// processes and their environment) but nothing is pushed, checked or
+// started; every process is attached to (see startOne).
+func (a *attempt_) adoptGroup(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) attemptOutcome {
+	_, pl, err := a.planAttempt(ctx, conns, cfg, installed)
+	if err != nil {
+		return a.setupFailure(err)
+	}
+	a.r.events.printf("adopting attempt %d of run %s (%s)", a.n, a.r.runID, a.adopt.gone)
+	defer a.watchCheckpoints(ctx, conns)()
+	return a.supervise(ctx, conns, pl)
+}
+
+// attachArgs is the command that attaches to p's detached process, from
+// where this machine's log of it ends.
+func (a *attempt_) attachArgs(c *hostConn, p plan.Process, localLog string) []string {
+	var from int64
+	if fi, err := os.Stat(localLog); err == nil {
+		from = fi.Size()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		a.r.events.printf("%s: %v; streaming %s from its start", a.prefix(), err, p.Name())
+	}
+	st, _ := a.processFiles(c, p.Name())
+	return agent.AttachCommand(c.agent, agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout})
+}
+
+// appendLog opens a process's local log for appending (an adopted run's).
+func (r *runner) appendLog(file string) *logFileWriter {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		r.logWriteFailed(filepath.Dir(filepath.Dir(file)), err)
+		f = nil
+	}
+	return &logFileWriter{f: f, r: r}
+}
