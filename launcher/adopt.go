@@ -15,6 +15,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -180,4 +181,29 @@ func (r *runner) appendLog(file string) *logFileWriter {
 		f = nil
 	}
 	return &logFileWriter{f: f, r: r}
+}
+
+// handOver, when another drover took a detached run over with --force
+// (ctx ended with a *lease.LostError), lets go of the group without
+// stopping it: the channels close, the attach clients detach, and the
+// agents keep the group for the new supervisor. It reports whether it did.
+func (s *supervisor) handOver(ctx context.Context) bool {
+	var lost *lease.LostError
+	if !s.a.r.opts.Detach || !errors.As(context.Cause(ctx), &lost) {
+		return false
+	}
+	out := interrupted()
+	s.out, s.stopping = &out, true
+	s.a.r.events.printf("%s: handing the group over; it keeps running", s.a.prefix())
+	for _, rp := range s.procs {
+		rp.ctl.Close()
+	}
+	return true
+}
+
+// handedOver reports whether the run ended because another drover took
+// it over (its record is then the new supervisor's to write).
+func handedOver(ctx context.Context) bool {
+	var lost *lease.LostError
+	return errors.As(context.Cause(ctx), &lost)
 }

@@ -220,6 +220,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	}
 	r.watchStopRequest(ctx, stopRequested)
 	res, err = r.attempts(ctx, cfg, res)
+	if handedOver(ctx) {
+		return res, err
+	}
 	if res == nil {
 		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "failed" })
 		return res, err

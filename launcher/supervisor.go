@@ -405,6 +405,9 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.onExit(m)
 		case <-ctxDone:
 			ctxDone = nil
+			if s.handOver(ctx) {
+				continue
+			}
 			if s.stacksDone != nil {
 				s.stacksDone = nil
 				s.requestStop("")

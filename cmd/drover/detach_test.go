@@ -307,3 +307,42 @@ func TestRunDetachedAdopt(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	waitNoJobProcs(t, j.Name, 5*time.Second)
 }
+
+// A live supervisor makes a second drover run -d exit 2 naming it; with
+// --force the second takes the group over as it is and the first lets go
+// of it without stopping it.
+func TestRunDetachedSecondSupervisor(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
+	sup := startDetachedRun(t, j)
+	before := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+
+	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	assert.Equal(t, 2, code, errs)
+	assert.Contains(t, errs, "pid "+strconv.Itoa(sup))
+
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", "--force", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+	assert.Contains(t, d.stderr.String(), "adopting attempt 1 of run "+before.RunID)
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+		sup2, _ := strconv.Atoi(m[1])
+		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+	}
+	// The first supervisor lets go and exits; the group is untouched.
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(sup, 0) == nil {
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(sup, &ws, syscall.WNOHANG, nil)
+		require.True(t, time.Now().Before(deadline), "the first supervisor still runs after the takeover")
+		time.Sleep(200 * time.Millisecond)
+	}
+	after := waitStatus(t, j, 30*time.Second, "the new supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	assert.Equal(t, 1, after.Attempt)
+	require.Equal(t, 2, running(after))
+	for i := range before.Processes {
+		assert.Equal(t, before.Processes[i].PID, after.Processes[i].PID, "the same processes, not restarted")
+	}
+	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+}
