@@ -42,17 +42,18 @@ const runIDFile = "run-id"
 // findAdoptable looks on the job's hosts for a detached run that is not
 // over and has a live process: nil when there is none (or this is not a
 // detached run).
-func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) *adoption {
+func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
 	if !r.opts.Detach {
-		return nil
+		return nil, true
 	}
 	dial := r.opts.Dial
 	dial.Inventory = cfg.Hosts
 	views := readViews(ctx, cfg.Hosts, dial, r.agents())
 	defer closeViews(views)
-	rec, _ := newestRecord(views)
+	rec, errs := newestRecord(views)
+	answered = len(errs) == 0
 	if rec == nil || isFinal(rec.State) {
-		return nil
+		return nil, answered
 	}
 	var alive bool
 	var leaseAge float64 = -1
@@ -68,13 +69,13 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) *adoptio
 		}
 	}
 	if !alive {
-		return nil
+		return nil, answered
 	}
 	since := rec.Updated.Local()
 	if leaseAge >= 0 {
 		since = r.now().Add(-time.Duration(leaseAge * float64(time.Second)))
 	}
-	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}
+	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}, answered
 }
 
 // readViews reads every host's report of its workdir's newest run.
@@ -195,10 +196,48 @@ func (s *supervisor) handOver(ctx context.Context) bool {
 	out := interrupted()
 	s.out, s.stopping = &out, true
 	s.a.r.events.printf("%s: handing the group over; it keeps running", s.a.prefix())
+	s.detachAll()
+	return true
+}
+
+// letGo ends a detached run's attempt because this supervisor lost its
+// processes (why), not because they ended: it detaches from all of them
+// and the run attaches again (attemptOutcome.reattach).
+func (s *supervisor) letGo(why string) {
+	out := attemptOutcome{kind: outcomeHostLost, err: errors.New(why), exitCode: -1, reattach: true}
+	s.out, s.stopping = &out, true
+	s.a.r.events.printf("%s: %s; detaching, the group keeps running", s.a.prefix(), why)
+	s.detachAll()
+}
+
+// detachAll closes every channel without a stop: the attach clients let
+// go, the agents keep their processes.
+func (s *supervisor) detachAll() {
 	for _, rp := range s.procs {
+		rp.letGo = true
 		rp.ctl.Close()
 	}
-	return true
+}
+
+// reattachWait is how often a supervisor that lost its processes looks
+// for them again, for up to host_wait.
+const reattachEvery = 2 * time.Second
+
+// waitReattach looks for attempt n of this run on the hosts again after
+// the supervisor lost it, for up to host_wait: the adoption to attach
+// with, or nil when its processes are gone or the hosts stay away.
+func (r *runner) waitReattach(ctx context.Context, cfg *config.Config, n int) *adoption {
+	deadline := r.now().Add(cfg.Job.HostWait)
+	for {
+		ad, answered := r.findAdoptable(ctx, cfg)
+		if ad != nil && ad.rec.RunID == r.runID && ad.rec.Attempt == n {
+			ad.gone = "re-attaching: " + ad.gone
+			return ad
+		}
+		if answered || !r.now().Before(deadline) || r.sleep(ctx, reattachEvery) != nil {
+			return nil
+		}
+	}
 }
 
 // handedOver reports whether the run ended because another drover took

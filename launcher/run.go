@@ -212,7 +212,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer stopRequested(nil)
 	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
 		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), Started: r.now().UTC()}
-	if ad := r.findAdoptable(ctx, cfg); ad != nil {
+	if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
 		r.adopt(ad, res)
 		r.adopting = ad
 	} else if r.opts.Detach {
@@ -248,9 +248,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		total := b.total(cfg.Job)
 		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: first + b.restarts + b.hostFailures,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
-		if attempt == start {
-			a.adopt = r.adopting
-		}
+		a.adopt, r.adopting = r.adopting, nil
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
@@ -267,6 +265,12 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		case out.kind == outcomeSucceeded:
 			r.events.printf("attempt %d/%d: job %s succeeded", attempt, total, cfg.Job.Name)
 			return r.finish(res, Succeeded, nil), nil
+		}
+		if out.reattach {
+			if r.adopting = r.waitReattach(ctx, cfg, attempt); r.adopting != nil {
+				attempt-- // the same attempt, attached again
+				continue
+			}
 		}
 		// A failure: decide whether to try again.
 		if err := b.spend(cfg.Job, out, attempt-start+1); err != nil {

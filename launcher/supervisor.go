@@ -74,6 +74,10 @@ type attemptOutcome struct {
 	// (a configuration error, refused credentials, a host gone for good
 	// after host_wait and the spares).
 	permanent bool
+	// reattach marks a detached run's attempt that ended because this
+	// supervisor lost its processes' channels (a dead link, a machine
+	// asleep), not because they ended: the run attaches again.
+	reattach bool
 }
 
 func succeeded() attemptOutcome   { return attemptOutcome{kind: outcomeSucceeded, exitCode: -1} }
@@ -99,6 +103,9 @@ type running struct {
 	// fails without an error file.
 	stderrTail *cluster.TailBuffer
 	done       bool
+	// letGo: the supervisor detached from it while it runs on (its log
+	// keeps no partial last line: the next attach sends it again).
+	letGo bool
 	// progress is when it last showed progress (UnixNano, drover's
 	// clock; 0 until it first does); see hang.go.
 	progress atomic.Int64
@@ -283,8 +290,10 @@ func (a *attempt_) processEnv(p plan.Process) map[string]string {
 }
 
 func (rp *running) closeLogs() {
-	for _, w := range rp.outs {
-		w.Close()
+	if !rp.letGo {
+		for _, w := range rp.outs {
+			w.Close()
+		}
 	}
 	rp.logFile.Close()
 }
@@ -347,6 +356,9 @@ func (s *supervisor) onExit(m exitMsg) {
 	s.remaining--
 	rp := s.procs[m.i]
 	rp.done = true
+	if s.a.r.opts.Detach && !s.stopping && cluster.IsConnectionLost(m.err) {
+		s.letGo(fmt.Sprintf("lost the channel to %s@%s: %v", rp.p.Name(), rp.p.Host.Name, m.err))
+	}
 	rp.closeLogs()
 	text, code, lost := describeExit(m.err)
 	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
@@ -454,6 +466,10 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 func (s *supervisor) checkPaused() {
 	gap := s.a.r.now().Sub(s.lastPing)
 	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
+		return
+	}
+	if s.a.r.opts.Detach {
+		s.letGo(fmt.Sprintf("this supervisor was silent for %s (suspended, or the machine slept)", gap.Round(time.Second)))
 		return
 	}
 	reason := fmt.Sprintf("controller stopped sending heartbeats for %s (drover was suspended, e.g. by Ctrl-Z, or starved); the agents stop their groups after %s",

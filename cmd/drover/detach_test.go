@@ -346,3 +346,67 @@ func TestRunDetachedSecondSupervisor(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	waitNoJobProcs(t, j.Name, 5*time.Second)
 }
+
+// channelProcs are the job's processes on the hosts that hang on a
+// supervisor's channel (attach clients), not the detached agents and
+// their groups.
+func channelProcs(t *testing.T, job string) []hostProc {
+	t.Helper()
+	var out []hostProc
+	for _, p := range jobProcs(t, job) {
+		if strings.Contains(p.Cmdline, " agent attach ") || (strings.Contains(p.Cmdline, " agent run ") && !strings.Contains(p.Cmdline, "--detached-child")) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitFile polls a local file until it matches re.
+func waitFile(t *testing.T, file string, re *regexp.Regexp, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		b, _ := os.ReadFile(file)
+		if re.Match(b) {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never matched %s within %s:\n%s", file, re, within, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Laptop sleep: the background supervisor stopped (SIGSTOP) for longer
+// than the heartbeat loses its channels; woken, it attaches to the same
+// attempt again, and its local log has every line once.
+func TestRunDetachedSupervisorSuspended(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
+	sup := startDetachedRun(t, j)
+	st := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	require.NoError(t, syscall.Kill(sup, syscall.SIGSTOP))
+	deadline := time.Now().Add(30 * time.Second)
+	for len(channelProcs(t, j.Name)) > 0 {
+		require.True(t, time.Now().Before(deadline), "attach clients still there with the supervisor stopped: %v", channelProcs(t, j.Name))
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, syscall.Kill(sup, syscall.SIGCONT))
+	events := filepath.Join(j.runDir(t), "events.log")
+	waitFile(t, events, regexp.MustCompile(`adopting attempt 1 of run `+st.RunID+` \(re-attaching`), 60*time.Second)
+	after := waitStatus(t, j, 30*time.Second, "supervised again", func(st launcher.RunStatus) bool { return st.Supervisor.Alive && running(st) == 2 })
+	assert.Equal(t, 1, after.Attempt)
+	assert.Equal(t, 0, after.Restarts)
+	for i := range st.Processes {
+		assert.Equal(t, st.Processes[i].PID, after.Processes[i].PID, "the same processes, not restarted")
+	}
+	local := filepath.Join(j.runDir(t), "attempt-1", "worker-0.log")
+	b, _ := os.ReadFile(local)
+	have := len(numbers(t, string(b), 0))
+	text := waitFile(t, local, regexp.MustCompile(`n=`+strconv.Itoa(have+10)+` rank=0 `), 30*time.Second)
+	assertConsecutive(t, numbers(t, text, 0), "local worker-0.log across the suspension")
+
+	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+}
