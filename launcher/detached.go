@@ -78,7 +78,9 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	}
 	r.runRec.Hosts = hosts
 	data, err := json.MarshalIndent(r.runRec, "", "  ")
+	rec := r.runRec
 	r.connMu.Unlock()
+	r.noteLocally(rec)
 	if err != nil {
 		r.events.printf("warning: record run %s: %v", r.runID, err)
 		return

@@ -74,7 +74,8 @@ func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents re
 	v.rep, v.err = v.runs(ctx)
 }
 
-// runs runs `drover agent runs` for v's workdir.
+// runs runs `drover agent runs` for v's workdir (its host's index when
+// v.wd is "").
 func (v *hostView) runs(ctx context.Context) (*agent.HostReport, error) {
 	var out, errb bytes.Buffer
 	err := runToEnd(ctx, v.t, cluster.Cmd{Args: agent.RunsCommand(v.agent, v.wd, ""), Stdout: &out, Stderr: &errb})

@@ -16,6 +16,7 @@ func commands() []*cli.Command {
 		statusCommand(),
 		stopCommand(),
 		logsCommand(),
+		psCommand(),
 		submitCommand(),
 		checkpointsCommand(),
 		agentCommand(),

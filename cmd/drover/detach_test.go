@@ -151,6 +151,7 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	assert.True(t, st.Supervisor.Alive, "supervisor: %+v", st.Supervisor)
 	assert.Equal(t, sup, st.Supervisor.PID)
 	require.Len(t, st.Processes, 6)
+	assertPs(t, j, st.RunID)
 
 	// SIGKILL rank 3 with nobody attached: the background supervisor
 	// restarts the group.
@@ -409,4 +410,26 @@ func TestRunDetachedSupervisorSuspended(t *testing.T) {
 	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
 	waitNoJobProcs(t, j.Name, 5*time.Second)
+}
+
+// assertPs checks that drover ps lists run id as this machine's, and
+// drover ps --inventory as live on the job's three hosts.
+func assertPs(t *testing.T, j *fleetJob, id string) {
+	t.Helper()
+	for _, args := range [][]string{{"ps", "--json"}, {"ps", "--json", "--inventory", j.Inventory}} {
+		out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, args...)
+		require.Equal(t, 0, code, "%v: %s", args, errs)
+		var rows []launcher.PsRow
+		require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+		var found *launcher.PsRow
+		for i := range rows {
+			if rows[i].RunID == id {
+				found = &rows[i]
+			}
+		}
+		require.NotNil(t, found, "%v: %s", args, out)
+		assert.Equal(t, "running", found.State, "%v", args)
+		assert.Equal(t, 1, found.Attempt, "%v", args)
+		assert.Len(t, found.Hosts, 3, "%v", args)
+	}
 }

@@ -193,7 +193,7 @@ func runsCLI() *cli.Command {
 		Name:  cmdRuns,
 		Usage: "report the detached runs of a workdir, or of this host's index, as JSON",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagWorkdir, TakesFile: true, Usage: "report the newest run of this workdir `DIR` (default: every live run in ~/.drover/runs)"},
+			&cli.StringFlag{Name: flagWorkdir, TakesFile: true, Usage: "report the newest run of this workdir `DIR` (default: every live run in ~/.drover/live)"},
 			&cli.StringFlag{Name: flagRunID, Usage: "report this run `ID` instead of the newest"},
 		},
 		Action: func(c *cli.Context) error {

@@ -14,7 +14,7 @@ package agent
 //     resumes at a byte offset, so no line is lost or doubled;
 //   - a small state record (State, the --state file): run id, attempt,
 //     rank, pids, state, exit status;
-//   - an index entry ~/.drover/runs/<run>.<process> (a link to the state
+//   - an index entry ~/.drover/live/<run>.<process> (a link to the state
 //     record) while it runs, so that `drover ps --inventory` finds every
 //     live run on a host whoever started it.
 //
@@ -135,7 +135,7 @@ func touch(path string) {
 
 // IndexDir is where a host keeps one entry per live detached process,
 // relative to the login user's home.
-const IndexDir = ".drover/runs"
+const IndexDir = ".drover/live"
 
 // indexEntry is this process's entry in the host's index.
 func (st *State) indexEntry() string {
