@@ -26,6 +26,11 @@ type LogsOptions struct {
 	// Follow keeps printing what the processes write, across restarts,
 	// until ctx ends or the run has ended.
 	Follow bool
+	// FromEnd skips what the logs hold already (drover attach).
+	FromEnd bool
+	// Events, when set, receives a line at each change of the run's
+	// state or attempt while following.
+	Events io.Writer
 }
 
 // logsPoll is how often --follow reads the hosts' logs.
@@ -64,8 +69,15 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 		return fmt.Errorf("run %s has no attempt %d", st.RunID, attempt)
 	}
 	sink := logstream.NewSink(w)
+	lastState := st.State
 	for {
 		srcs := logSources(views, st.RunID, attempt, lo, sink)
+		if lo.FromEnd {
+			for _, s := range srcs {
+				s.skipToEnd()
+			}
+			lo.FromEnd = false // a new attempt's logs are printed whole
+		}
 		for {
 			for _, s := range srcs {
 				s.copy()
@@ -79,6 +91,10 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 				return nil
 			}
 			next, err := summarize(refresh(ctx, views))
+			if err == nil && lo.Events != nil && (next.State != lastState || next.Attempt != attempt) {
+				fmt.Fprintf(lo.Events, "%s run %s: %s, attempt %d, %d restart(s)\n", time.Now().Format("15:04:05.000"), next.RunID, next.State, next.Attempt, next.Restarts)
+				lastState = next.State
+			}
 			if err == nil && (next.Attempt != attempt || isFinal(next.State)) {
 				for _, s := range srcs {
 					s.copy()
@@ -137,6 +153,13 @@ func logSources(views []*hostView, id string, attempt int, lo LogsOptions, sink 
 		}
 	}
 	return out
+}
+
+// skipToEnd moves s past what its log holds now.
+func (s *logSource) skipToEnd() {
+	if fi, err := s.v.fs.Stat(s.file); err == nil {
+		s.offset = fi.Size()
+	}
 }
 
 // copy prints what the log gained since the last call.

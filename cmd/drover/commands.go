@@ -17,6 +17,7 @@ func commands() []*cli.Command {
 		stopCommand(),
 		logsCommand(),
 		psCommand(),
+		attachCommand(),
 		submitCommand(),
 		checkpointsCommand(),
 		agentCommand(),

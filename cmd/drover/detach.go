@@ -288,3 +288,31 @@ func noArgsHere(c *cli.Context) error {
 	}
 	return nil
 }
+
+func attachCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "attach",
+		Usage:     "watch the job's detached run live (its lines and changes of state); Ctrl-C detaches only",
+		ArgsUsage: "JOB.toml",
+		Flags:     withFleetFlags(&cli.BoolFlag{Name: "history", Usage: "print the current attempt's lines so far first"}),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usage(c)
+			}
+			o, err := inspectOptions(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
+			defer stop()
+			lo := launcher.LogsOptions{Follow: true, FromEnd: !c.Bool("history"), Events: c.App.ErrWriter}
+			err = launcher.Logs(ctx, o, lo, c.App.Writer)
+			if ctx.Err() != nil {
+				job := c.Args().First()
+				fmt.Fprintf(c.App.ErrWriter, "detached; the run goes on\n  re-attach: drover attach %s\n  stop:      drover stop %s\n", job, job)
+				return nil
+			}
+			return err
+		},
+	}
+}

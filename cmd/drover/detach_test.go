@@ -162,11 +162,21 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 		}
 	}
 	require.NotZero(t, victim)
+	// drover attach shows the live lines and the restart; Ctrl-C only
+	// detaches it.
+	att := startDroverArgs(t, j, "attach", j.Path)
+	att.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=0 `), 30*time.Second)
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 	st = waitStatus(t, j, 30*time.Second, "restarts 1 and 6 running", func(st launcher.RunStatus) bool {
 		return st.Restarts == 1 && st.State == "running" && running(st) == 6
 	})
 	assert.Equal(t, 2, st.Attempt)
+	att.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=1 `), 30*time.Second)
+	att.signal(t, syscall.SIGINT)
+	require.Equal(t, 0, att.wait(t, 10*time.Second))
+	assert.Contains(t, att.stderr.String(), "re-attach: drover attach")
+	assert.Regexp(t, `run \S+: (restarting|running), attempt 2`, att.stderr.String())
+	follow := startDroverArgs(t, j, "logs", j.Path, "--follow", "--rank", "0")
 
 	// Rank 3's lines, and no other rank's.
 	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "3")
@@ -181,6 +191,9 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	st = status(t, j)
 	assert.Equal(t, "stopped", st.State)
 	assert.Equal(t, 0, running(st))
+	// logs --follow ends with the run, its last lines printed.
+	require.Equal(t, 0, follow.wait(t, 30*time.Second))
+	assert.Regexp(t, `(?m)^\[worker-0@\S+\] n=\d+ rank=0 restart=1 `, follow.stdout.String())
 }
 
 // With the supervisor SIGKILLed the group runs on, unsupervised, and
