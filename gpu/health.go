@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // Health is what a GPU says about its own soundness: the counters and
@@ -75,13 +77,9 @@ var throttleNames = []struct {
 	{ThrottleHWSlowdown, "hardware slowdown", throttleFixCooling + " and power supply"},
 }
 
-// DefaultIgnoreXIDs are the Xids NVIDIA documents as caused by the
-// application or the user rather than the GPU (13 graphics engine
-// exception, 31 MMU fault, 43 GPU stopped processing, 45 preemptive
-// cleanup, 68 video processor exception, 109 context switch timeout):
-// a job's own bug raises them, and fencing a sound GPU for it would
-// shrink the fleet for nothing.
-var DefaultIgnoreXIDs = []int{13, 31, 43, 45, 68, 109}
+// DefaultIgnoreXIDs are the job's ignore_xids by default: the Xids the
+// application or the user causes (see config.DefaultIgnoreXIDs).
+var DefaultIgnoreXIDs = config.DefaultIgnoreXIDs
 
 // HealthPolicy is what makes a finding critical: every Xid not in
 // IgnoreXIDs is.
