@@ -36,6 +36,8 @@ type attempt_ struct {
 	// gpuBefore is, per host, the processes on each GPU before the
 	// attempt started (not the job's).
 	gpuBefore map[string]map[int][]int
+	// progress is what the crash-loop breaker learns (progress.go).
+	progress attemptProgress
 }
 
 // hostConn is a connected, prepared host of this attempt.
@@ -140,9 +142,11 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return interrupted()
 	}
-	defer a.watchCheckpoints(ctx, conns)()
+	stopWatch := a.watchCheckpoints(ctx, conns)
 	out := a.supervise(ctx, conns, pl)
+	stopWatch()
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
+		a.checkProgress(ctx, conns)
 		a.waitGPUsReleased(ctx, conns, pl)
 	}
 	if out.kind == outcomeSetupFailed {
@@ -204,6 +208,7 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 		return nil, ferr
 	}
 	in.HostResumeFrom = resume
+	a.noteResumed(resume)
 	return a.replan(in, pl, found)
 }
 

@@ -193,6 +193,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer releaseLeases()
 
 	var b budget
+	var stuck breaker
 	first := r.firstRestart(cfg)
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
@@ -220,7 +221,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return r.finish(res, Succeeded, nil), nil
 		}
 		// A failure: decide whether to try again.
-		if err := b.spend(cfg.Job, out, attempt); err != nil {
+		err := b.spend(cfg.Job, out, attempt)
+		if err == nil {
+			err = stuck.judge(cfg.Job.MaxRestartsWithoutProgress, a.progress, out.err)
+		}
+		if err != nil {
 			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 			return r.finish(res, Failed, err), nil
 		}
