@@ -92,7 +92,7 @@ func TestLoadFullExample(t *testing.T) {
 			MaxRestartsWithoutProgress: 3,
 			Health:                     "enforce",
 			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
-			MinGPUs:            1,
+			MinGPUs:                    1,
 		},
 		Hosts: []Host{
 			ssh(Host{Name: "gpu-a", Address: "10.0.0.11", Transport: TransportSSH, GPUs: GPUSpec{Auto: true}, Line: 35}),
