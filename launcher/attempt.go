@@ -136,6 +136,10 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
 	}
 	pl, err := a.pushAndCheck(ctx, conns, sc, &cfg, installed, steps)
+	var ue *UnhealthyError
+	if errors.As(err, &ue) && ctx.Err() == nil {
+		return a.keepOut(ue)
+	}
 	if err != nil {
 		return a.setupFailure(err)
 	}
@@ -277,6 +281,9 @@ func (a *attempt_) stepTimer() func(step string) {
 // (interfaces, moved ports) build it again from in (replan).
 func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
 	if err := <-installed; err != nil {
+		return plan.PlanInput{}, nil, err
+	}
+	if err := a.healthGate(ctx, conns); err != nil {
 		return plan.PlanInput{}, nil, err
 	}
 	gpus, err := a.selectGPUs(ctx, conns)

@@ -131,6 +131,7 @@ type runner struct {
 	logFailOnce sync.Once
 	ckptState
 	lostState
+	healthState
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -205,6 +206,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
+		if out.kind == outcomeFenced && ctx.Err() == nil {
+			// A spare stands in for a host the health gate kept out:
+			// the same attempt again, not a restart.
+			attempt--
+			continue
+		}
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or
 			// preflight; it is an interruption all the same.

@@ -42,6 +42,9 @@ const (
 	outcomeHung
 	// outcomeInterrupted: the user stopped the run (ctx cancelled).
 	outcomeInterrupted
+	// outcomeFenced: the health gate kept hosts out before anything
+	// started and spares stand in for them: set the attempt up again.
+	outcomeFenced
 )
 
 func (k outcomeKind) String() string {
@@ -58,6 +61,8 @@ func (k outcomeKind) String() string {
 		return "hung"
 	case outcomeInterrupted:
 		return "interrupted"
+	case outcomeFenced:
+		return "hosts kept out"
 	}
 	return fmt.Sprintf("outcomeKind(%d)", int(k))
 }
@@ -137,10 +142,15 @@ type supervisor struct {
 	stacksDone <-chan time.Time
 	// lastPing is when the heartbeat last went out (see checkPaused).
 	lastPing time.Time
+	// health receives the GPU health reads while the group runs, and
+	// warned holds the warnings already printed (see onHealth).
+	health chan healthRead
+	warned map[string]bool
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
-	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes))}
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
+		health: make(chan healthRead), warned: map[string]bool{}}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
@@ -159,6 +169,9 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 	s.start()
 	if a.cfg.Job.HangTimeout > 0 {
 		go s.watchProgressFiles(s.sessions)
+	}
+	if a.cfg.Job.Health != config.HealthOff {
+		s.watchHealth(s.sessions, s.health)
 	}
 	return s.wait(ctx)
 }
@@ -377,6 +390,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		select {
 		case <-hangCheck:
 			s.checkHang()
+		case h := <-s.health:
+			s.onHealth(h)
 		case <-s.stacksDone:
 			s.stacksDone = nil
 			if s.killAt == nil && s.abandonAt == nil {

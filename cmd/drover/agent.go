@@ -23,6 +23,7 @@ func agentCommand() *cli.Command {
 			agentStopCommand(),
 			agentPreflightCommand(),
 			agentProbeCommand(),
+			agentHealthCommand(),
 			agentVersionCommand(),
 			agentSFTPCommand(),
 		},

@@ -28,6 +28,27 @@ func agentProbeCommand() *cli.Command {
 	}
 }
 
+// agentHealthCommand is `drover agent health --json`: this host's GPUs
+// with their health counters and the Xids of its kernel log
+// (agent.WriteHealth). drover runs it before each attempt and every few
+// seconds while one runs.
+func agentHealthCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "health",
+		Usage: "print this host's GPU health (ECC, remapped rows, throttling, PCIe link, Xids) as JSON",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (the only format)"},
+			&cli.DurationFlag{Name: "xid-wait", Usage: "listen this long for NVML's Xid events before answering"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("agent health takes no arguments, got %q", c.Args().First()), exitConfig)
+			}
+			return agent.WriteHealth(c.Context, c.App.Writer, c.Duration("xid-wait"))
+		},
+	}
+}
+
 // agentVersionCommand is `drover agent version`, which the installer runs
 // once after an upload (see agent.Version).
 func agentVersionCommand() *cli.Command {

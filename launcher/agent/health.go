@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/droverhq/drover/gpu"
+)
+
+// HealthCommand returns the argv of `drover agent health --json`, which
+// prints this host's GPU health (see WriteHealth). xidWait > 0 makes it
+// listen that long for NVML's Xid events before it answers.
+func HealthCommand(binary string, xidWait time.Duration) []string {
+	return []string{binary, "agent", "health", "--json", "--xid-wait=" + xidWait.String()}
+}
+
+// smiTimeout bounds each nvidia-smi run of a health read: nvidia-smi hangs
+// on a wedged GPU, and a hung read must not hold up the gate.
+const smiTimeout = 30 * time.Second
+
+// WriteHealth reads this host's GPUs with their health (gpu.Health) over
+// NVML, or through nvidia-smi's --query-gpu health fields where NVML
+// cannot be loaded, adds the Xids of the kernel log, and writes the
+// report as JSON. It runs on the host because nvidia-smi and the kernel
+// log are there: one command per read, not one per query.
+func WriteHealth(ctx context.Context, w io.Writer, xidWait time.Duration) error {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	rep := probeNVML(host, xidWait)
+	if rep.Source != gpu.SourceNVML {
+		rep = healthSMI(ctx, host, rep.Reason)
+	}
+	addKernelXIDs(ctx, &rep)
+	if err := json.NewEncoder(w).Encode(rep); err != nil {
+		return fmt.Errorf("agent health: write report: %w", err)
+	}
+	return nil
+}
+
+// healthSMI reads the GPUs and their health through nvidia-smi; why is
+// NVML's reason for not answering, kept in the report.
+func healthSMI(ctx context.Context, host, why string) gpu.HostReport {
+	none := gpu.HostReport{Host: host, Source: gpu.SourceNone, Devices: []gpu.Device{}, Reason: why}
+	gpus, err := runTool(ctx, gpu.SMIQueries.GPUs)
+	if err != nil && len(gpus) == 0 {
+		none.Reason = joinReason(why, "nvidia-smi: "+err.Error())
+		return none
+	}
+	// A lost GPU makes nvidia-smi exit non-zero with a line about it
+	// among the rows of the others: keep the rows.
+	var rows [][]byte
+	for _, l := range bytes.Split(gpus, []byte("\n")) {
+		if bytes.Count(l, []byte(",")) == 7 {
+			rows = append(rows, l)
+		}
+	}
+	rep, err := gpu.ReportFromSMI(host, gpu.SMIOutputs{GPUs: bytes.Join(rows, []byte("\n"))})
+	if err != nil {
+		none.Reason = joinReason(why, err.Error())
+		return none
+	}
+	rep.Reason = joinReason(why, rep.Reason)
+	out, err := runTool(ctx, gpu.SMIHealthQuery)
+	health, lost, perr := gpu.ParseSMIHealth(out)
+	switch {
+	case perr != nil:
+		rep.Reason = joinReason(rep.Reason, "nvidia-smi health: "+perr.Error())
+	case err != nil && len(health) == 0 && len(lost) == 0:
+		rep.Reason = joinReason(rep.Reason, "nvidia-smi health: "+err.Error())
+	default:
+		gpu.AddSMIHealth(&rep, health, lost)
+	}
+	return rep
+}
+
+// runTool runs args and returns its standard output, also when it exited
+// non-zero (nvidia-smi does when a GPU is lost, and still prints the
+// others).
+func runTool(ctx context.Context, args []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, smiTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		if msg := strings.TrimSpace(firstLine(stderr.String() + "\n" + stdout.String())); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		if errors.Is(err, exec.ErrNotFound) {
+			err = errors.New("not found")
+		}
+	}
+	return stdout.Bytes(), err
+}
+
+// addKernelXIDs adds the "NVRM: Xid" lines of the kernel log to rep. The
+// log is read whole every time; the controller tells new events from old
+// by their Key. Where it cannot be read the report says why, and Xids
+// come from NVML's events alone (or not at all without NVML).
+func addKernelXIDs(ctx context.Context, rep *gpu.HostReport) {
+	out, source, err := kernelLog(ctx)
+	if err != nil {
+		if rep.XIDSource == "" {
+			rep.XIDReason = joinReason(rep.XIDReason, "kernel log: "+err.Error())
+		}
+		return
+	}
+	rep.XIDs = append(rep.XIDs, gpu.ParseKernelXIDs(out, rep.Devices)...)
+	if rep.XIDSource == "" {
+		rep.XIDSource, rep.XIDReason = source, ""
+	} else {
+		rep.XIDSource += " and " + source
+	}
+}
+
+// kernelLog returns the kernel log's Xid lines: from /dev/kmsg, else from
+// dmesg (which reads the same buffer through syslog(2), and which a host
+// may let more users run).
+func kernelLog(ctx context.Context) ([]byte, string, error) {
+	out, kerr := readKmsg()
+	if kerr == nil {
+		return out, "kernel log", nil
+	}
+	out, derr := runTool(ctx, []string{"dmesg"})
+	if derr == nil {
+		return out, "kernel log (dmesg)", nil
+	}
+	return nil, "", fmt.Errorf("read /dev/kmsg: %v; dmesg: %v (reading it needs root, CAP_SYSLOG or kernel.dmesg_restrict = 0)", kerr, derr)
+}
+
+func joinReason(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return ""
+}

@@ -1,0 +1,264 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent/remote"
+)
+
+// The GPU health gate (the job's health key): before each attempt every
+// GPU host's agent reads its GPUs' health (gpu.Health, and the Xids of
+// the kernel log or NVML's events), and again every healthEvery while the
+// attempt runs. Under "enforce" a host with a critical finding is kept
+// out of the group for the rest of the run, as a lost host is: before
+// the attempt a spare takes its place (without one the run fails before
+// anything starts); while it runs the group stops and restarts without
+// it, counted against max_host_failures. Warnings, and every finding
+// under "warn", are events.
+
+// healthEvery is how often a running attempt's hosts are read: an Xid 79
+// stops the group within this plus a read and a stop.
+const healthEvery = 3 * time.Second
+
+// healthState is the runner's memory of GPU health across attempts.
+type healthState struct {
+	healthMu sync.Mutex
+	// xidsSeen holds, per host, the Keys of the Xids already judged; the
+	// run's first read of a host only records them (they happened
+	// before the run, and the counters say whether they left damage).
+	xidsSeen map[string]map[string]bool
+	// fenced are the hosts kept out for the rest of the run.
+	fenced map[string]gpu.Finding
+}
+
+// newXIDs returns the Xids of xs not seen on host before, and marks them.
+func (h *healthState) newXIDs(host string, xs []gpu.XID) []gpu.XID {
+	h.healthMu.Lock()
+	defer h.healthMu.Unlock()
+	if h.xidsSeen == nil {
+		h.xidsSeen = map[string]map[string]bool{}
+	}
+	seen, known := h.xidsSeen[host]
+	if !known {
+		seen = map[string]bool{}
+		h.xidsSeen[host] = seen
+	}
+	var out []gpu.XID
+	for _, x := range xs {
+		if !seen[x.Key] {
+			seen[x.Key] = true
+			if known {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}
+
+// fence keeps host out for the rest of the run.
+func (h *healthState) fence(host string, f gpu.Finding) {
+	h.healthMu.Lock()
+	defer h.healthMu.Unlock()
+	if h.fenced == nil {
+		h.fenced = map[string]gpu.Finding{}
+	}
+	if _, ok := h.fenced[host]; !ok {
+		h.fenced[host] = f
+	}
+}
+
+func (h *healthState) fencedFor(host string) (gpu.Finding, bool) {
+	h.healthMu.Lock()
+	defer h.healthMu.Unlock()
+	f, ok := h.fenced[host]
+	return f, ok
+}
+
+// UnhealthyError is a gate that kept hosts out of the group: Findings
+// holds the first critical finding of each, in host order.
+type UnhealthyError struct {
+	Findings []gpu.Finding
+}
+
+func (e *UnhealthyError) Error() string {
+	parts := make([]string, len(e.Findings))
+	for i, f := range e.Findings {
+		parts[i] = f.String()
+	}
+	return "GPU health: " + strings.Join(parts, "; ")
+}
+
+// hasGPUs says whether h may have GPUs to read: gpus = [] is a CPU host.
+func hasGPUs(h config.Host) bool { return h.GPUs.Auto || len(h.GPUs.List) > 0 }
+
+// findings judges a health read of host: the counters, and the Xids not
+// judged before.
+func (a *attempt_) findings(rep gpu.HostReport) []gpu.Finding {
+	rep.XIDs = a.r.newXIDs(rep.Host, rep.XIDs)
+	return gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: a.cfg.Job.IgnoreXIDs})
+}
+
+// warn prints a finding as a warning event; a critical one names the
+// mode that lets it train.
+func (a *attempt_) warn(f gpu.Finding) {
+	note := ""
+	if f.Critical {
+		note = ` (critical; health = "warn" lets it train)`
+	}
+	a.r.events.printf("%s: warning: GPU health: %s%s", a.prefix(), f, note)
+}
+
+// healthGate reads every GPU host's health before the attempt starts.
+// Under "enforce" hosts with a critical finding (or fenced earlier in the
+// run) make it return an *UnhealthyError; a host whose health cannot be
+// read is let through with an event (the probe decides about its GPUs).
+func (a *attempt_) healthGate(ctx context.Context, conns []*hostConn) error {
+	mode := a.cfg.Job.Health
+	if mode == config.HealthOff {
+		return nil
+	}
+	bad := make([]*gpu.Finding, len(conns))
+	forEach(conns, func(c *hostConn) error {
+		i := slices.Index(conns, c)
+		if f, ok := a.r.fencedFor(c.host.Name); ok && mode == config.HealthEnforce {
+			bad[i] = &f
+			return nil
+		}
+		if !hasGPUs(c.host) {
+			return nil
+		}
+		rep, err := remote.Health(ctx, c.t, c.agent, 0)
+		if err != nil {
+			a.r.events.printf("%s: %v; going on without its health", a.prefix(), err)
+			return nil
+		}
+		for _, f := range a.findings(rep) {
+			if f.Critical && mode == config.HealthEnforce {
+				if bad[i] == nil {
+					bad[i] = &f
+				}
+				a.r.events.printf("%s: GPU health: %s", a.prefix(), f)
+				continue
+			}
+			a.warn(f)
+		}
+		return nil
+	})
+	ue := &UnhealthyError{}
+	for _, f := range bad {
+		if f != nil {
+			ue.Findings = append(ue.Findings, *f)
+		}
+	}
+	if len(ue.Findings) == 0 {
+		return nil
+	}
+	return ue
+}
+
+// keepOut handles a gate's *UnhealthyError: each host is fenced and a
+// spare takes its place, and the attempt is set up again (outcomeFenced);
+// without a spare for every one the run fails before anything starts.
+func (a *attempt_) keepOut(ue *UnhealthyError) attemptOutcome {
+	a.r.pool.forgetPrepared()
+	for _, f := range ue.Findings {
+		a.r.fence(f.Host, f)
+		spare, ok := a.freeSpare()
+		if !ok {
+			err := fmt.Errorf("%w; health = \"enforce\" keeps %s out and no spare host is left: fix the GPU, add a host with spare = true, or set health = \"warn\" to train on it anyway",
+				ue, f.Host)
+			a.r.events.printf("%s: %v", a.prefix(), err)
+			return attemptOutcome{kind: outcomeSetupFailed, err: err, exitCode: -1, permanent: true}
+		}
+		orig := a.r.standsFor(f.Host)
+		a.r.replaced[orig] = spare.Name
+		a.r.events.printf("%s: %s kept out (GPU health: %s %s); replaced by spare %s", a.prefix(), f.Host, f.GPU, f.What, spare.Name)
+	}
+	return attemptOutcome{kind: outcomeFenced, exitCode: -1, err: ue}
+}
+
+// freeSpare is the first spare host that is not in use, replaced or
+// fenced.
+func (a *attempt_) freeSpare() (config.Host, bool) {
+	used := map[string]bool{}
+	for _, v := range a.r.replaced {
+		used[v] = true
+	}
+	for _, h := range a.cfg.Hosts {
+		if _, bad := a.r.fencedFor(h.Name); h.Spare && !used[h.Name] && !bad {
+			return h, true
+		}
+	}
+	return config.Host{}, false
+}
+
+// standsFor is the inventory host that name stands in for: itself, or the
+// host a spare of that name replaced.
+func (r *runner) standsFor(name string) string {
+	for orig, sp := range r.replaced {
+		if sp == name {
+			return orig
+		}
+	}
+	return name
+}
+
+// healthRead is one read of a running attempt's host.
+type healthRead struct {
+	host string
+	rep  gpu.HostReport
+	err  error
+}
+
+// watchHealth reads every GPU host's health every healthEvery until ctx
+// ends, and hands each read to out.
+func (s *supervisor) watchHealth(ctx context.Context, out chan<- healthRead) {
+	for _, c := range s.byHost {
+		if !hasGPUs(c.host) {
+			continue
+		}
+		go func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				rep, err := remote.Health(ctx, c.t, c.agent, healthEvery)
+				select {
+				case out <- healthRead{host: c.host.Name, rep: rep, err: err}:
+				case <-ctx.Done():
+					return
+				}
+				if err := sleepCtx(ctx, healthEvery-time.Since(start)); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// onHealth judges a read while the attempt runs: under "enforce" a
+// critical finding fences the host and stops the group (a host failure);
+// warnings are printed once per attempt.
+func (s *supervisor) onHealth(h healthRead) {
+	if h.err != nil || s.stopping {
+		return
+	}
+	for _, f := range s.a.findings(h.rep) {
+		if f.Critical && s.a.cfg.Job.Health == config.HealthEnforce {
+			s.a.r.fence(h.host, f)
+			reason := fmt.Sprintf("GPU health: %s; health = \"enforce\" keeps %s out: the group restarts without it", f, h.host)
+			s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
+			return
+		}
+		if key := f.String(); !s.warned[key] {
+			s.warned[key] = true
+			s.a.warn(f)
+		}
+	}
+}
