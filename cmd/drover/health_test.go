@@ -151,6 +151,17 @@ func TestHealthGateECC(t *testing.T) {
 		assert.Contains(t, j.logFile(t, 1, "worker-5"), "world=6 ")
 	})
 
+	t.Run("enforce without a spare", func(t *testing.T) {
+		j := newFleetJob(t, jobSpec{Script: script})
+		writeGPUInventory(t, j, -1)
+		d := startDrover(t, j)
+		require.Equal(t, 1, d.wait(t, 90*time.Second), d.stderr.String())
+		stderr := d.stderr.String()
+		assert.Regexp(t, eccEvent+` \(ecc.errors.uncorrected.volatile.total\) \(fix: reset the GPU \(nvidia-smi -r\) or reboot the host; if errors come back, replace the GPU\); `+
+			`health = "enforce" keeps `+regexp.QuoteMeta(fleet.Hosts[1].Name)+` out and no spare host is left`, stderr)
+		assert.NotContains(t, stderr, "started", "nothing started")
+	})
+
 	t.Run("warn", func(t *testing.T) {
 		j := newFleetJob(t, jobSpec{Script: script, Job: `health = "warn"`})
 		writeGPUInventory(t, j, 3)
@@ -209,6 +220,8 @@ if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
 		regexp.QuoteMeta(fleet.Hosts[1].Name)+` out: the group restarts without it; stopping \d+ process`), 10*time.Second)
 	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())
 	stderr := d.stderr.String()
+	t.Logf("events:\n%s", stderr)
 	assert.Contains(t, stderr, "replaced by spare "+fleet.Hosts[3].Name)
+	assert.Contains(t, stderr, "attempt 2/2: job "+j.Name+" succeeded", "counted against max_host_failures: one attempt added")
 	assert.Equal(t, hostNames(0, 2, 3), rankHosts(t, j, 2, 6))
 }
