@@ -218,11 +218,19 @@ type healthRead struct {
 	err  error
 }
 
-// watchHealth reads every GPU host's health every healthEvery until ctx
-// ends, and hands each read to out.
+// watchHealth reads the health of every host whose processes use GPUs
+// every healthEvery until ctx ends, and hands each read to out. Hosts
+// planned without GPUs (a CPU host with gpus = "auto") are not read: one
+// command every few seconds for nothing.
 func (s *supervisor) watchHealth(ctx context.Context, out chan<- healthRead) {
+	withGPUs := map[string]bool{}
+	for _, p := range s.pl.Processes {
+		if len(p.Visible) > 0 {
+			withGPUs[p.Host.Name] = true
+		}
+	}
 	for _, c := range s.byHost {
-		if !hasGPUs(c.host) {
+		if !withGPUs[c.host.Name] {
 			continue
 		}
 		go func() {
