@@ -146,6 +146,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return interrupted()
 	}
+	a.progress.ran = true
 	stopWatch := a.watchCheckpoints(ctx, conns)
 	out := a.supervise(ctx, conns, pl)
 	stopWatch()

@@ -18,6 +18,9 @@ import (
 
 // attemptProgress is what the breaker learns of one attempt.
 type attemptProgress struct {
+	// ran says the group was started: an attempt that failed during
+	// setup neither counts nor breaks a series.
+	ran bool
 	// resumed is the checkpoint the attempt resumed from; nil for none.
 	resumed *checkpoint.Entry
 	// newer says a newer checkpoint appeared before the attempt ended.
@@ -68,6 +71,9 @@ type breaker struct {
 // judge takes a failed attempt's progress into account and returns why
 // the run must stop, or nil. lastFailure is the attempt's error.
 func (b *breaker) judge(limit int, p attemptProgress, lastFailure error) error {
+	if !p.ran {
+		return nil
+	}
 	if limit <= 0 || p.resumed == nil || p.newer {
 		b.inARow = 0
 		return nil

@@ -18,17 +18,18 @@ func TestBreakerJudge(t *testing.T) {
 	from := &checkpoint.Entry{Seq: 1, Name: "step-10"}
 	fail := errors.New("worker-0@a exited 1")
 	var b breaker
-	assert.NoError(t, b.judge(2, attemptProgress{}, fail), "from scratch: not judged")
-	assert.NoError(t, b.judge(2, attemptProgress{resumed: from}, fail))
-	assert.NoError(t, b.judge(2, attemptProgress{resumed: from, newer: true}, fail), "progress resets the count")
-	assert.NoError(t, b.judge(2, attemptProgress{resumed: from}, fail))
-	err := b.judge(2, attemptProgress{resumed: from}, fail)
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true}, fail), "from scratch: not judged")
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from}, fail))
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from, newer: true}, fail), "progress resets the count")
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from}, fail))
+	assert.NoError(t, b.judge(2, attemptProgress{}, fail), "a setup failure neither counts nor resets")
+	err := b.judge(2, attemptProgress{ran: true, resumed: from}, fail)
 	require.Error(t, err)
 	assert.Equal(t, "2 restarts in a row made no progress: every attempt resumed from step-10 and failed before a newer checkpoint; "+
 		"last failure: worker-0@a exited 1 (fix the failure, or raise max_restarts_without_progress = 2)", err.Error())
 	var off breaker
 	for range 5 {
-		assert.NoError(t, off.judge(0, attemptProgress{resumed: from}, fail), "0 turns it off")
+		assert.NoError(t, off.judge(0, attemptProgress{ran: true, resumed: from}, fail), "0 turns it off")
 	}
 }
 
