@@ -81,10 +81,14 @@ var throttleNames = []struct {
 // application or the user causes (see config.DefaultIgnoreXIDs).
 var DefaultIgnoreXIDs = config.DefaultIgnoreXIDs
 
-// HealthPolicy is what makes a finding critical: every Xid not in
-// IgnoreXIDs is.
+// HealthPolicy is what makes a finding critical (every Xid not in
+// IgnoreXIDs is), and when a reading means nothing.
 type HealthPolicy struct {
 	IgnoreXIDs []int
+	// Idle says the GPUs are not working (before an attempt): a PCIe
+	// link generation below its maximum is then power saving (an idle
+	// A100 drops to gen 1), not a fault, and is not reported.
+	Idle bool
 }
 
 // Finding is one thing wrong with one GPU of one host.
@@ -121,7 +125,7 @@ func CheckHealth(rep HostReport, p HealthPolicy) []Finding {
 	}
 	for _, d := range rep.Devices {
 		if d.Health != nil {
-			checkDevice(fmt.Sprintf("GPU %d", d.Index), *d.Health, add)
+			checkDevice(fmt.Sprintf("GPU %d", d.Index), *d.Health, p.Idle, add)
 		}
 	}
 	for _, x := range rep.XIDs {
@@ -152,7 +156,7 @@ func CheckHealth(rep HostReport, p HealthPolicy) []Finding {
 }
 
 // checkDevice adds the findings of one GPU's counters.
-func checkDevice(g string, h Health, add func(gpu string, crit bool, what, fix string)) {
+func checkDevice(g string, h Health, idle bool, add func(gpu string, crit bool, what, fix string)) {
 	if h.ECCVolatile != nil && *h.ECCVolatile > 0 {
 		add(g, true, fmt.Sprintf("%d uncorrectable ECC error(s) since the driver loaded (ecc.errors.uncorrected.volatile.total)", *h.ECCVolatile),
 			"reset the GPU (nvidia-smi -r) or reboot the host; if errors come back, replace the GPU")
@@ -178,9 +182,9 @@ func checkDevice(g string, h Health, add func(gpu string, crit bool, what, fix s
 	if h.PCIeWidth != nil && h.PCIeWidthMax != nil && *h.PCIeWidth < *h.PCIeWidthMax {
 		add(g, false, fmt.Sprintf("PCIe link x%d of x%d", *h.PCIeWidth, *h.PCIeWidthMax), "reseat the GPU or check its riser and slot")
 	}
-	if h.PCIeGen != nil && h.PCIeGenMax != nil && *h.PCIeGen < *h.PCIeGenMax {
-		add(g, false, fmt.Sprintf("PCIe link gen %d of %d (an idle GPU may lower it to save power)", *h.PCIeGen, *h.PCIeGenMax),
-			"if it stays low under load, check the slot and BIOS PCIe settings")
+	if !idle && h.PCIeGen != nil && h.PCIeGenMax != nil && *h.PCIeGen < *h.PCIeGenMax {
+		add(g, false, fmt.Sprintf("PCIe link gen %d of %d while the job runs", *h.PCIeGen, *h.PCIeGenMax),
+			"check the slot and the BIOS PCIe settings; if it only happens between steps, ignore it")
 	}
 }
 

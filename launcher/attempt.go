@@ -284,10 +284,14 @@ func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *conf
 	if err := <-installed; err != nil {
 		return plan.PlanInput{}, nil, err
 	}
-	if err := a.healthGate(ctx, conns); err != nil {
-		return plan.PlanInput{}, nil, err
-	}
+	// The health gate and the GPU probe are a command each per host:
+	// side by side, the gate costs no round trip of its own.
+	gate := make(chan error, 1)
+	go func() { gate <- a.healthGate(ctx, conns) }()
 	gpus, err := a.selectGPUs(ctx, conns)
+	if gerr := <-gate; gerr != nil {
+		return plan.PlanInput{}, nil, gerr // a spare may stand in: before the probe's error
+	}
 	if err != nil {
 		return plan.PlanInput{}, nil, err
 	}

@@ -100,10 +100,10 @@ func (e *UnhealthyError) Error() string {
 func hasGPUs(h config.Host) bool { return h.GPUs.Auto || len(h.GPUs.List) > 0 }
 
 // findings judges a health read of host: the counters, and the Xids not
-// judged before.
-func (a *attempt_) findings(rep gpu.HostReport) []gpu.Finding {
+// judged before. idle says the read was taken before the attempt started.
+func (a *attempt_) findings(rep gpu.HostReport, idle bool) []gpu.Finding {
 	rep.XIDs = a.r.newXIDs(rep.Host, rep.XIDs)
-	return gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: a.cfg.Job.IgnoreXIDs})
+	return gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: a.cfg.Job.IgnoreXIDs, Idle: idle})
 }
 
 // warn prints a finding as a warning event; a critical one names the
@@ -140,7 +140,7 @@ func (a *attempt_) healthGate(ctx context.Context, conns []*hostConn) error {
 			a.r.events.printf("%s: %v; going on without its health", a.prefix(), err)
 			return nil
 		}
-		for _, f := range a.findings(rep) {
+		for _, f := range a.findings(rep, true) {
 			if f.Critical && mode == config.HealthEnforce {
 				if bad[i] == nil {
 					bad[i] = &f
@@ -257,7 +257,7 @@ func (s *supervisor) onHealth(h healthRead) {
 	if h.err != nil || s.stopping {
 		return
 	}
-	for _, f := range s.a.findings(h.rep) {
+	for _, f := range s.a.findings(h.rep, false) {
 		if f.Critical && s.a.cfg.Job.Health == config.HealthEnforce {
 			s.a.r.fence(h.host, f)
 			reason := fmt.Sprintf("GPU health: %s; health = \"enforce\" keeps %s out: the group restarts without it", f, h.host)

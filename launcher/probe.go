@@ -65,7 +65,7 @@ func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 		sel, err := gpu.Select(h, job, rep)
 		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
 		if health {
-			results[i].Findings = gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: job.IgnoreXIDs})
+			results[i].Findings = gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: job.IgnoreXIDs, Idle: true})
 			if results[i].Findings == nil {
 				results[i].Findings = []gpu.Finding{}
 			}
