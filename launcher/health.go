@@ -2,13 +2,17 @@ package launcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"path"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent/remote"
@@ -16,17 +20,19 @@ import (
 
 // The GPU health gate (the job's health key): before each attempt every
 // GPU host's agent reads its GPUs' health (gpu.Health, and the Xids of
-// the kernel log or NVML's events), and again every healthEvery while the
-// attempt runs. Under "enforce" a host with a critical finding is kept
+// the kernel log or NVML's events), and while the attempt runs the agent
+// of each host's first GPU process reads it every healthEvery into a file
+// that drover reads over its file access (no SSH session of its own). Under "enforce" a host with a critical finding is kept
 // out of the group for the rest of the run, as a lost host is: before
 // the attempt a spare takes its place (without one the run fails before
 // anything starts); while it runs the group stops and restarts without
 // it, counted against max_host_failures. Warnings, and every finding
 // under "warn", are events.
 
-// healthEvery is how often a running attempt's hosts are read: an Xid 79
-// stops the group within this plus a read and a stop.
-const healthEvery = 3 * time.Second
+// healthEvery is how often a running attempt's hosts are read (by the
+// agent) and their reports looked at (by drover): an Xid 79 stops the
+// group within about two of these and a stop.
+const healthEvery = 2 * time.Second
 
 // healthState is the runner's memory of GPU health across attempts.
 type healthState struct {
@@ -218,36 +224,66 @@ type healthRead struct {
 	err  error
 }
 
-// watchHealth reads the health of every host whose processes use GPUs
-// every healthEvery until ctx ends, and hands each read to out. Hosts
-// planned without GPUs (a CPU host with gpus = "auto") are not read: one
-// command every few seconds for nothing.
-func (s *supervisor) watchHealth(ctx context.Context, out chan<- healthRead) {
-	withGPUs := map[string]bool{}
+// healthWatchers are, by host, the process whose agent watches the
+// host's GPU health (agent.RunOptions.HealthFile): the first one of each
+// host that the plan gives GPUs. Hosts planned without GPUs (a CPU host
+// with gpus = "auto") are not watched.
+func (s *supervisor) healthWatchers() map[string]string {
+	out := map[string]string{}
+	if s.a.cfg.Job.Health == config.HealthOff {
+		return out
+	}
 	for _, p := range s.pl.Processes {
-		if len(p.Visible) > 0 {
-			withGPUs[p.Host.Name] = true
+		if _, ok := out[p.Host.Name]; !ok && len(p.Visible) > 0 {
+			out[p.Host.Name] = p.Name()
 		}
 	}
-	for _, c := range s.byHost {
-		if !withGPUs[c.host.Name] {
-			continue
-		}
+	return out
+}
+
+// healthFile is where the watching agent of attempt n writes the host's
+// health, under its workdir wd.
+func healthFile(wd string, n int) string {
+	return path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", n), "health.json")
+}
+
+// watchHealth reads each watched host's health file every healthEvery,
+// over the host's file access, until ctx ends, and hands each read to
+// out. A file not written yet (the watch starts with the process) is
+// skipped.
+func (s *supervisor) watchHealth(ctx context.Context, out chan<- healthRead) {
+	for host := range s.healthWatchers() {
+		c := s.byHost[host]
+		file := healthFile(remoteAbs(c.home, c.host.Workdir), s.a.n)
 		go func() {
-			for ctx.Err() == nil {
-				start := time.Now()
-				rep, err := remote.Health(ctx, c.t, c.agent, healthEvery)
-				select {
-				case out <- healthRead{host: c.host.Name, rep: rep, err: err}:
-				case <-ctx.Done():
-					return
+			for sleepCtx(ctx, healthEvery) == nil {
+				rep, err := readHealthFile(c.fs, file)
+				if err != nil {
+					continue
 				}
-				if err := sleepCtx(ctx, healthEvery-time.Since(start)); err != nil {
+				rep.Host = host
+				select {
+				case out <- healthRead{host: host, rep: rep}:
+				case <-ctx.Done():
 					return
 				}
 			}
 		}()
 	}
+}
+
+// readHealthFile reads one report the health watch wrote.
+func readHealthFile(fsys cluster.FS, file string) (gpu.HostReport, error) {
+	f, err := fsys.Open(file)
+	if err != nil {
+		return gpu.HostReport{}, err
+	}
+	defer f.Close()
+	var rep gpu.HostReport
+	if err := json.NewDecoder(io.LimitReader(f, 4<<20)).Decode(&rep); err != nil {
+		return gpu.HostReport{}, fmt.Errorf("read %s: %w", file, err)
+	}
+	return rep, nil
 }
 
 // onHealth judges a read while the attempt runs: under "enforce" a

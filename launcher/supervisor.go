@@ -146,6 +146,8 @@ type supervisor struct {
 	// warned holds the warnings already printed (see onHealth).
 	health chan healthRead
 	warned map[string]bool
+	// watchers are the processes whose agents watch GPU health, by host.
+	watchers map[string]string
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
@@ -154,6 +156,7 @@ func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
+	s.watchers = s.healthWatchers()
 	s.sessions, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -244,7 +247,12 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
 	wd := remoteAbs(c.home, p.Workdir)
+	var health string
+	if s.watchers[p.Host.Name] == p.Name() {
+		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
+	}
 	args := agent.Command(c.agent, agent.RunOptions{
+		HealthFile: health, HealthEvery: healthEvery,
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
 		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,6 +45,8 @@ func agentRunCommand() *cli.Command {
 			&cli.StringFlag{Name: "pidfile", Usage: "record the group here while it runs"},
 			&cli.StringFlag{Name: "log", Usage: "also append all output to this file"},
 			&cli.StringFlag{Name: "job", Usage: "job name, for the pidfile"},
+			&cli.StringFlag{Name: "health-file", Usage: "also watch this host's GPU health, writing each read to this file"},
+			&cli.DurationFlag{Name: "health-every", Value: 2 * time.Second, Usage: "how often --health-file is written"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -60,6 +63,8 @@ func agentRunCommand() *cli.Command {
 				LogFile:     c.String("log"),
 				ErrorFile:   os.Getenv("TORCHELASTIC_ERROR_FILE"),
 				Job:         c.String("job"),
+				HealthFile:  c.String("health-file"),
+				HealthEvery: c.Duration("health-every"),
 				Stdin:       c.App.Reader,
 				Stdout:      c.App.Writer,
 				Stderr:      c.App.ErrWriter,

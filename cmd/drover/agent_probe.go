@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -39,10 +41,20 @@ func agentHealthCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (the only format)"},
 			&cli.DurationFlag{Name: "xid-wait", Usage: "listen this long for NVML's Xid events before answering"},
+			&cli.DurationFlag{Name: "watch", Usage: "read again at this interval until stopped, writing each report to --out"},
+			&cli.StringFlag{Name: "out", Usage: "with --watch: the file each report replaces"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("agent health takes no arguments, got %q", c.Args().First()), exitConfig)
+			}
+			if every := c.Duration("watch"); every > 0 {
+				if c.String("out") == "" {
+					return cli.Exit("agent health --watch needs --out FILE", exitConfig)
+				}
+				ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+				defer stop()
+				return agent.WatchHealth(ctx, c.String("out"), every)
 			}
 			return agent.WriteHealth(c.Context, c.App.Writer, c.Duration("xid-wait"))
 		},

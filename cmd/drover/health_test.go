@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -224,4 +225,12 @@ if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
 	assert.Contains(t, stderr, "replaced by spare "+fleet.Hosts[3].Name)
 	assert.Contains(t, stderr, "attempt 2/2: job "+j.Name+" succeeded", "counted against max_host_failures: one attempt added")
 	assert.Equal(t, hostNames(0, 2, 3), rankHosts(t, j, 2, 6))
+	// Each host's health watch ran beside its first process (the report
+	// drover read), and ended with it: nothing of the job is left.
+	for _, i := range []int{0, 1, 2} {
+		rep, err := hostFile(t, i, path.Join(j.Workdir, ".drover/logs/attempt-1/health.json"))
+		require.NoError(t, err)
+		assert.Contains(t, rep, `"source":"nvidia-smi"`, "host %d", i)
+	}
+	assert.Empty(t, jobProcs(t, j.Name), "every agent waits for its health watch to end")
 }

@@ -141,6 +141,11 @@ type RunOptions struct {
 	// WatchParent makes the run stop gracefully when the calling process's
 	// parent (the sshd session) goes away, even if stdin stays open.
 	WatchParent bool
+	// HealthFile, when set, makes the agent run the host's GPU health
+	// watch (WatchHealth) beside the command, every HealthEvery, writing
+	// to this file; drover asks it of one process per host.
+	HealthFile  string
+	HealthEvery time.Duration
 }
 
 // Command returns the argv that runs `drover agent run` with o's command-line
@@ -162,6 +167,9 @@ func Command(binary string, o RunOptions) []string {
 	}
 	if o.Job != "" {
 		args = append(args, "--job", o.Job)
+	}
+	if o.HealthFile != "" {
+		args = append(args, "--health-file", o.HealthFile, "--health-every", o.HealthEvery.String())
 	}
 	args = append(args, "--")
 	return append(args, o.Args...)
@@ -237,6 +245,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		return code, err
 	}
 	defer cleanup()
+	defer s.watchHealth()()
 
 	exited := make(chan int, 1)
 	go func() { exited <- waitChild(s.child, opts.Subreaper, s.g.helpers) }()

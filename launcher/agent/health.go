@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/droverhq/drover/gpu"
@@ -32,6 +34,14 @@ const smiTimeout = 30 * time.Second
 // report as JSON. It runs on the host because nvidia-smi and the kernel
 // log are there: one command per read, not one per query.
 func WriteHealth(ctx context.Context, w io.Writer, xidWait time.Duration) error {
+	if err := json.NewEncoder(w).Encode(readHealth(ctx, xidWait)); err != nil {
+		return fmt.Errorf("agent health: write report: %w", err)
+	}
+	return nil
+}
+
+// readHealth is one read of this host's GPU health (see WriteHealth).
+func readHealth(ctx context.Context, xidWait time.Duration) gpu.HostReport {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "localhost"
@@ -41,10 +51,43 @@ func WriteHealth(ctx context.Context, w io.Writer, xidWait time.Duration) error 
 		rep = healthSMI(ctx, host, rep.Reason)
 	}
 	addKernelXIDs(ctx, &rep)
-	if err := json.NewEncoder(w).Encode(rep); err != nil {
-		return fmt.Errorf("agent health: write report: %w", err)
+	return rep
+}
+
+// WatchHealth reads this host's GPU health every `every` and writes each
+// report to file (through a temporary file and a rename, so a reader
+// never sees half of one), until ctx ends or the process that started it
+// goes away. The agent that runs a job's first process on a host starts
+// it (RunOptions.HealthFile); drover reads the file over the file access
+// it already has, so watching a host costs no SSH session: an 8-GPU
+// host's ranks and file access already fill sshd's default MaxSessions.
+// Where NVML answers, each read listens `every` for Xid events.
+func WatchHealth(ctx context.Context, file string, every time.Duration) error {
+	parent := os.Getppid()
+	for ctx.Err() == nil && os.Getppid() == parent {
+		start := time.Now()
+		b, err := json.Marshal(readHealth(ctx, every))
+		if err != nil {
+			return fmt.Errorf("agent health: encode report: %w", err)
+		}
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("agent health: write %s: %w", tmp, err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			return fmt.Errorf("agent health: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(every - time.Since(start)):
+		}
 	}
 	return nil
+}
+
+// HealthWatchCommand is the argv of the health watch (WatchHealth).
+func HealthWatchCommand(binary, file string, every time.Duration) []string {
+	return []string{binary, "agent", "health", "--watch=" + every.String(), "--out", file}
 }
 
 // healthSMI reads the GPUs and their health through nvidia-smi; why is
@@ -156,4 +199,34 @@ func firstLine(s string) string {
 		}
 	}
 	return ""
+}
+
+// watchHealth starts the health watch of RunOptions.HealthFile as a
+// helper (its own process, so that the nvidia-smi and NVML reader runs it
+// makes are its children, not the subreaping agent's) and returns what
+// stops it. A watch that cannot start is said once and the command runs
+// on: health is drover's concern, not the job's.
+func (s *supervision) watchHealth() (stop func()) {
+	if s.opts.HealthFile == "" {
+		return func() {}
+	}
+	self, err := os.Executable()
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(s.opts.HealthFile), 0o755)
+	}
+	var cmd *exec.Cmd
+	if err == nil {
+		args := HealthWatchCommand(self, s.opts.HealthFile, max(s.opts.HealthEvery, time.Second))
+		cmd = exec.Command(args[0], args[1:]...)
+		err = s.g.helpers.start(cmd)
+	}
+	if err != nil {
+		s.notice("GPU health is not watched on this host: %v", err)
+		return func() {}
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		s.g.helpers.done(cmd.Process.Pid)
+	}
 }
