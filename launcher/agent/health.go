@@ -21,8 +21,11 @@ import (
 // prints this host's GPU health (see WriteHealth). xidWait > 0 makes it
 // listen that long for NVML's Xid events before it answers.
 func HealthCommand(binary string, xidWait time.Duration) []string {
-	return []string{binary, "agent", "health", "--json", "--xid-wait=" + xidWait.String()}
+	return []string{binary, cmdAgent, cmdHealth, "--" + flagJSON, "--" + flagXIDWait, xidWait.String()}
 }
+
+// DefaultHealthEvery is how often a health watch reads by default.
+const DefaultHealthEvery = 2 * time.Second
 
 // smiTimeout bounds each nvidia-smi run of a health read: nvidia-smi hangs
 // on a wedged GPU, and a hung read must not hold up the gate.
@@ -87,7 +90,7 @@ func WatchHealth(ctx context.Context, file string, every time.Duration) error {
 
 // HealthWatchCommand is the argv of the health watch (WatchHealth).
 func HealthWatchCommand(binary, file string, every time.Duration) []string {
-	return []string{binary, "agent", "health", "--watch=" + every.String(), "--out", file}
+	return []string{binary, cmdAgent, cmdHealth, "--" + flagWatch, every.String(), "--" + flagOut, file}
 }
 
 // healthSMI reads the GPUs and their health through nvidia-smi; why is
@@ -216,7 +219,11 @@ func (s *supervision) watchHealth() (stop func()) {
 	}
 	var cmd *exec.Cmd
 	if err == nil {
-		args := HealthWatchCommand(self, s.opts.HealthFile, max(s.opts.HealthEvery, time.Second))
+		every := s.opts.HealthEvery
+		if every <= 0 {
+			every = DefaultHealthEvery
+		}
+		args := HealthWatchCommand(self, s.opts.HealthFile, max(every, time.Second))
 		cmd = exec.Command(args[0], args[1:]...)
 		err = s.g.helpers.start(cmd)
 	}
