@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/droverhq/drover/cluster/config"
 )
@@ -310,7 +311,7 @@ func ParseKernelXIDs(out []byte, devs []Device) []XID {
 		if err != nil {
 			continue
 		}
-		x := XID{GPU: -1, PCI: strings.ToUpper(m[1]), Code: code, Text: strings.TrimSpace(m[3]), Key: line}
+		x := XID{GPU: -1, PCI: strings.ToUpper(m[1]), Code: code, Text: printable(strings.TrimSpace(m[3]), xidTextMax), Key: line}
 		for _, d := range devs {
 			if samePCI(d.PCIBusID, m[1]) {
 				x.GPU = d.Index
@@ -319,6 +320,26 @@ func ParseKernelXIDs(out []byte, devs []Device) []XID {
 		xs = append(xs, x)
 	}
 	return xs
+}
+
+// xidTextMax bounds the kernel's text of an Xid kept in a finding.
+const xidTextMax = 200
+
+// printable is s with anything a terminal would act on (control
+// characters, invalid UTF-8) replaced by '?', cut to max bytes: the text
+// comes from a host's kernel log and ends up in drover's events.
+func printable(s string, max int) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, s)
+	if len(s) > max {
+		s = strings.ToValidUTF8(s[:max], "") + "..."
+	}
+	return s
 }
 
 // samePCI compares a full bus id ("00000000:3B:00.0") with the kernel's

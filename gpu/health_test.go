@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -96,4 +97,10 @@ func TestKernelXIDs(t *testing.T) {
 	assert.Equal(t, "GPU 0000:99:00", fs[1].GPU)
 	assert.False(t, fs[2].Critical, "13 is in the default ignore_xids")
 	assert.Contains(t, fs[2].What, "in ignore_xids")
+
+	// The text comes from a host: nothing in it reaches a terminal raw.
+	xs = ParseKernelXIDs([]byte("NVRM: Xid (PCI:0000:3b:00): 79, \x1b]0;owned\x07 fell off\u202e"+strings.Repeat("x", 300)), devs)
+	require.Len(t, xs, 1)
+	assert.True(t, strings.HasPrefix(xs[0].Text, "?]0;owned? fell off?x"), xs[0].Text)
+	assert.LessOrEqual(t, len(xs[0].Text), xidTextMax+3)
 }
