@@ -10,7 +10,7 @@ import (
 
 // RenderHealth writes `drover probe --health`'s table: every health
 // counter of every GPU ("-" where the GPU does not report it), then per
-// host where its Xids were read from and its findings.
+// host where its Xids were read from, each Xid, and its findings.
 func RenderHealth(w io.Writer, results []HostResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tGPU\tECC VOLATILE\tECC AGGREGATE\tRETIRED PENDING\tREMAP PENDING\tREMAP FAILED\tTHROTTLE\tPCIE")
@@ -35,6 +35,13 @@ func RenderHealth(w io.Writer, results []HostResult) error {
 			src = "not read: " + r.Report.XIDReason
 		}
 		fmt.Fprintf(&b, "%s: %d Xid(s) (%s)\n", r.Report.Host, len(r.Report.XIDs), src)
+		for _, x := range r.Report.XIDs {
+			g := fmt.Sprintf("GPU %d", x.GPU)
+			if x.GPU < 0 {
+				g = "GPU " + x.PCI
+			}
+			fmt.Fprintf(&b, "  Xid %d on %s: %s\n", x.Code, g, x.Text)
+		}
 		for _, f := range r.Findings {
 			kind := "warning"
 			if f.Critical {

@@ -65,7 +65,11 @@ func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 		sel, err := gpu.Select(h, job, rep)
 		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
 		if health {
-			results[i].Findings = gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: job.IgnoreXIDs, Idle: true})
+			// The kernel log's Xids are listed, not judged: a run judges
+			// only those that appear after it started.
+			counters := rep
+			counters.XIDs = nil
+			results[i].Findings = gpu.CheckHealth(counters, gpu.HealthPolicy{IgnoreXIDs: job.IgnoreXIDs, Idle: true})
 			if results[i].Findings == nil {
 				results[i].Findings = []gpu.Finding{}
 			}

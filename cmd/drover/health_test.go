@@ -130,12 +130,11 @@ func (d *droverProc) waitStderr(t *testing.T, re *regexp.Regexp, within time.Dur
 // count.
 func TestHealthGateECC(t *testing.T) {
 	fleettest.Need(t, fleet)
+	var state [4]string
 	for i := range 4 {
-		state := fakeGPUs(t, i)
-		if i == 1 {
-			require.NoError(t, os.WriteFile(filepath.Join(state, "ecc1"), []byte("1\n"), 0o644))
-		}
+		state[i] = fakeGPUs(t, i)
 	}
+	require.NoError(t, os.WriteFile(filepath.Join(state[1], "ecc1"), []byte("1\n"), 0o644))
 	script := `echo "rank=$RANK world=$WORLD_SIZE host=$DROVER_HOST gpus=$CUDA_VISIBLE_DEVICES"`
 	eccEvent := regexp.QuoteMeta(fleet.Hosts[1].Name + " GPU 1: 1 uncorrectable ECC error(s) since the driver loaded")
 
@@ -177,6 +176,9 @@ func TestHealthGateECC(t *testing.T) {
 	t.Run("probe --health", func(t *testing.T) {
 		j := newFleetJob(t, jobSpec{Script: script})
 		writeGPUInventory(t, j, 3)
+		// An Xid from before: listed, not judged (a run judges only new ones).
+		require.NoError(t, os.WriteFile(filepath.Join(state[0], "kmsg"),
+			[]byte("[   50.0] NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"), 0o644))
 		d := startDroverArgs(t, j, "probe", j.Path, "--health")
 		require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
 		out := d.stdout.String()
@@ -184,7 +186,9 @@ func TestHealthGateECC(t *testing.T) {
 		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(fleet.Hosts[1].Name)+`\s+1\s+1\s+0\s+-\s+no\s+no\s+0x0\s+gen 5/5 x16/16\s*$`, out, "h2's GPU 1: ECC count 1")
 		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(fleet.Hosts[1].Name)+`\s+0\s+0\s+0\s`, out)
 		assert.Contains(t, out, "critical: "+fleet.Hosts[1].Name+" GPU 1: 1 uncorrectable ECC error(s)")
-		assert.Contains(t, out, fleet.Hosts[0].Name+": 0 Xid(s) (kernel log (dmesg))")
+		assert.Contains(t, out, fleet.Hosts[0].Name+": 1 Xid(s) (kernel log (dmesg))\n  Xid 79 on GPU 0: pid=1, GPU has fallen off the bus.\n")
+		assert.NotContains(t, out, "critical: "+fleet.Hosts[0].Name)
+		assert.Contains(t, out, fleet.Hosts[2].Name+": 0 Xid(s) (kernel log (dmesg))")
 	})
 }
 
