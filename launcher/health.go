@@ -177,18 +177,28 @@ func (a *attempt_) keepOut(ue *UnhealthyError) attemptOutcome {
 	a.r.pool.forgetPrepared()
 	for _, f := range ue.Findings {
 		a.r.fence(f.Host, f)
-		spare, ok := a.freeSpare()
+		spare, ok := a.standIn(f.Host)
 		if !ok {
 			err := fmt.Errorf("%w; health = \"enforce\" keeps %s out and no spare host is left: fix the GPU, add a host with spare = true, or set health = \"warn\" to train on it anyway",
 				ue, f.Host)
 			a.r.events.printf("%s: %v", a.prefix(), err)
 			return attemptOutcome{kind: outcomeSetupFailed, err: err, exitCode: -1, permanent: true}
 		}
-		orig := a.r.standsFor(f.Host)
-		a.r.replaced[orig] = spare.Name
-		a.r.events.printf("%s: %s kept out (GPU health: %s %s); replaced by spare %s", a.prefix(), f.Host, f.GPU, f.What, spare.Name)
+		a.r.events.printf("%s: %s kept out (GPU health: %s %s); replaced by spare %s", a.prefix(), f.Host, f.GPU, f.What, spare)
 	}
 	return attemptOutcome{kind: outcomeFenced, exitCode: -1, err: ue}
+}
+
+// standIn makes the first free spare stand in for host (a participant,
+// or a spare standing in for one) from the next setup on, and returns its
+// name; false when no spare is free.
+func (a *attempt_) standIn(host string) (string, bool) {
+	spare, ok := a.freeSpare()
+	if !ok {
+		return "", false
+	}
+	a.r.replaced[a.r.standsFor(host)] = spare.Name
+	return spare.Name, true
 }
 
 // freeSpare is the first spare host that is not in use, replaced or
@@ -297,6 +307,11 @@ func (s *supervisor) onHealth(h healthRead) {
 		if f.Critical && s.a.cfg.Job.Health == config.HealthEnforce {
 			s.a.r.fence(h.host, f)
 			reason := fmt.Sprintf("GPU health: %s; health = \"enforce\" keeps %s out: the group restarts without it", f, h.host)
+			// Its spare is chosen now, so that the restart sets up
+			// (pushes to, stages the checkpoint on) the spare, not it.
+			if spare, ok := s.a.standIn(h.host); ok {
+				reason += ", on spare " + spare
+			}
 			s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
 			return
 		}

@@ -222,11 +222,12 @@ if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
 
 	appendKmsg("[  101.5] NVRM: Xid (PCI:0000:19:00): 79, pid=4242, name=python3, GPU has fallen off the bus.")
 	d.waitStderr(t, regexp.MustCompile(`GPU health: `+regexp.QuoteMeta(fleet.Hosts[1].Name)+` GPU 1: Xid 79 .*; health = "enforce" keeps `+
-		regexp.QuoteMeta(fleet.Hosts[1].Name)+` out: the group restarts without it; stopping \d+ process`), 10*time.Second)
+		regexp.QuoteMeta(fleet.Hosts[1].Name)+` out: the group restarts without it, on spare `+regexp.QuoteMeta(fleet.Hosts[3].Name)+`; stopping \d+ process`), 10*time.Second)
 	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())
 	stderr := d.stderr.String()
 	t.Logf("events:\n%s", stderr)
-	assert.Contains(t, stderr, "replaced by spare "+fleet.Hosts[3].Name)
+	assert.NotRegexp(t, `attempt 2/2: pushed .* on `+regexp.QuoteMeta(fleet.Hosts[1].Name)+`\n`, stderr, "the restart does not set up the host kept out")
+	assert.NotContains(t, stderr, "kept out (GPU health", "its spare was chosen at the stop: no setup to redo")
 	assert.Contains(t, stderr, "attempt 2/2: job "+j.Name+" succeeded", "counted against max_host_failures: one attempt added")
 	assert.Equal(t, hostNames(0, 2, 3), rankHosts(t, j, 2, 6))
 	// Each host's health watch ran beside its first process (the report
