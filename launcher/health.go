@@ -231,7 +231,6 @@ func (r *runner) standsFor(name string) string {
 type healthRead struct {
 	host string
 	rep  gpu.HostReport
-	err  error
 }
 
 // healthWatchers are, by host, the process whose agent watches the
@@ -300,7 +299,7 @@ func readHealthFile(fsys cluster.FS, file string) (gpu.HostReport, error) {
 // critical finding fences the host and stops the group (a host failure);
 // warnings are printed once per attempt.
 func (s *supervisor) onHealth(h healthRead) {
-	if h.err != nil || s.stopping {
+	if s.stopping {
 		return
 	}
 	for _, f := range s.a.findings(h.rep, false) {
