@@ -39,6 +39,8 @@ type attempt_ struct {
 	// adopt, on the first attempt of a run that adopts a live group,
 	// is that group (see adopt.go).
 	adopt *adoption
+	// progress is what the crash-loop breaker learns (progress.go).
+	progress attemptProgress
 }
 
 // hostConn is a connected, prepared host of this attempt.
@@ -140,15 +142,22 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		return a.adoptGroup(ctx, conns, &cfg, installed)
 	}
 	pl, err := a.pushAndCheck(ctx, conns, sc, &cfg, installed, steps)
+	var ue *UnhealthyError
+	if errors.As(err, &ue) && ctx.Err() == nil {
+		return a.keepOut(ue)
+	}
 	if err != nil {
 		return a.setupFailure(err)
 	}
 	if ctx.Err() != nil {
 		return interrupted()
 	}
-	defer a.watchCheckpoints(ctx, conns)()
+	a.progress.ran = true
+	stopWatch := a.watchCheckpoints(ctx, conns)
 	out := a.supervise(ctx, conns, pl)
+	stopWatch()
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
+		a.checkProgress(ctx, conns)
 		a.waitGPUsReleased(ctx, conns, pl)
 	}
 	if out.kind == outcomeSetupFailed {
@@ -210,6 +219,7 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 		return nil, ferr
 	}
 	in.HostResumeFrom = resume
+	a.noteResumed(resume)
 	return a.replan(in, pl, found)
 }
 
@@ -280,7 +290,14 @@ func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *conf
 	if err := <-installed; err != nil {
 		return plan.PlanInput{}, nil, err
 	}
+	// The health gate and the GPU probe are a command each per host:
+	// side by side, the gate costs no round trip of its own.
+	gate := make(chan error, 1)
+	go func() { gate <- a.healthGate(ctx, conns) }()
 	gpus, err := a.selectGPUs(ctx, conns)
+	if gerr := <-gate; gerr != nil {
+		return plan.PlanInput{}, nil, gerr // a spare may stand in: before the probe's error
+	}
 	if err != nil {
 		return plan.PlanInput{}, nil, err
 	}

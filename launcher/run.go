@@ -142,6 +142,7 @@ type runner struct {
 	ckptState
 	lostState
 	detachState
+	healthState
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -235,6 +236,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) (*Result, error) {
 
 	var b budget
+	var stuck breaker
 	first := r.firstRestart(cfg)
 	start := 1
 	if ad := r.adopting; ad != nil {
@@ -251,6 +253,12 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		a.adopt, r.adopting = r.adopting, nil
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
+		if out.kind == outcomeFenced && ctx.Err() == nil {
+			// A spare stands in for a host the health gate kept out:
+			// the same attempt again, not a restart.
+			attempt--
+			continue
+		}
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or
 			// preflight; it is an interruption all the same.
@@ -273,7 +281,11 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 			}
 		}
 		// A failure: decide whether to try again.
-		if err := b.spend(cfg.Job, out, attempt-start+1); err != nil {
+		err := b.spend(cfg.Job, out, attempt-start+1)
+		if err == nil {
+			err = stuck.judge(cfg.Job.MaxRestartsWithoutProgress, a.progress, out.err)
+		}
+		if err != nil {
 			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 			return r.finish(res, Failed, err), nil
 		}

@@ -42,6 +42,9 @@ const (
 	outcomeHung
 	// outcomeInterrupted: the user stopped the run (ctx cancelled).
 	outcomeInterrupted
+	// outcomeFenced: the health gate kept hosts out before anything
+	// started and spares stand in for them: set the attempt up again.
+	outcomeFenced
 )
 
 func (k outcomeKind) String() string {
@@ -58,6 +61,8 @@ func (k outcomeKind) String() string {
 		return "hung"
 	case outcomeInterrupted:
 		return "interrupted"
+	case outcomeFenced:
+		return "hosts kept out"
 	}
 	return fmt.Sprintf("outcomeKind(%d)", int(k))
 }
@@ -144,13 +149,21 @@ type supervisor struct {
 	stacksDone <-chan time.Time
 	// lastPing is when the heartbeat last went out (see checkPaused).
 	lastPing time.Time
+	// health receives the GPU health reads while the group runs, and
+	// warned holds the warnings already printed (see onHealth).
+	health chan healthRead
+	warned map[string]bool
+	// watchers are the processes whose agents watch GPU health, by host.
+	watchers map[string]string
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
-	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes))}
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
+		health: make(chan healthRead), warned: map[string]bool{}}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
+	s.watchers = s.healthWatchers()
 	s.sessions, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -169,6 +182,9 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 	}
 	if a.cfg.Job.HangTimeout > 0 {
 		go s.watchProgressFiles(s.sessions)
+	}
+	if a.cfg.Job.Health != config.HealthOff {
+		s.watchHealth(s.sessions, s.health)
 	}
 	return s.wait(ctx)
 }
@@ -247,7 +263,12 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
 	wd := remoteAbs(c.home, p.Workdir)
+	var health string
+	if s.watchers[p.Host.Name] == p.Name() {
+		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
+	}
 	ro := agent.RunOptions{
+		HealthFile: health, HealthEvery: healthEvery,
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
 		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
@@ -407,6 +428,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		select {
 		case <-hangCheck:
 			s.checkHang()
+		case h := <-s.health:
+			s.onHealth(h)
 		case <-s.stacksDone:
 			s.stacksDone = nil
 			if s.killAt == nil && s.abandonAt == nil {

@@ -154,6 +154,11 @@ type RunOptions struct {
 	// ControllerTimeout, for a detached run, stops the group after that
 	// long with no attach client (0: never).
 	ControllerTimeout time.Duration
+	// HealthFile, when set, makes the agent run the host's GPU health
+	// watch (WatchHealth) beside the command, every HealthEvery, writing
+	// to this file; drover asks it of one process per host.
+	HealthFile  string
+	HealthEvery time.Duration
 }
 
 // Command returns the argv that runs `drover agent run` with o's command-line
@@ -177,6 +182,9 @@ func Command(binary string, o RunOptions) []string {
 		args = append(args, "--"+flagJob, o.Job)
 	}
 	args = append(args, detachedArgs(o)...)
+	if o.HealthFile != "" {
+		args = append(args, "--"+flagHealthFile, o.HealthFile, "--"+flagHealthEvery, o.HealthEvery.String())
+	}
 	args = append(args, "--")
 	return append(args, o.Args...)
 }
@@ -282,6 +290,7 @@ func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, sto
 		return code, false, err
 	}
 	defer cleanup()
+	defer s.watchHealth()()
 
 	exited := make(chan int, 1)
 	go func() { exited <- waitChild(s.child, opts.Subreaper, s.g.helpers) }()

@@ -23,6 +23,7 @@ const (
 	cmdStop      = "stop"
 	cmdPreflight = "preflight"
 	cmdProbe     = "probe"
+	cmdHealth    = "health"
 	cmdVersion   = "version"
 	cmdSFTP      = "sftp"
 
@@ -51,6 +52,11 @@ const (
 	flagFrom              = "from"
 	flagWorkdir           = "workdir"
 	flagKill              = "kill"
+	flagHealthFile        = "health-file"
+	flagHealthEvery       = "health-every"
+	flagXIDWait           = "xid-wait"
+	flagWatch             = "watch"
+	flagOut               = "out"
 )
 
 // drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
@@ -68,7 +74,7 @@ func CLI() *cli.Command {
 		Usage:  "runs on hosts; used by drover itself",
 		Hidden: true,
 		Subcommands: []*cli.Command{
-			runCLI(), stopCLI(), preflightCLI(), probeCLI(), versionCLI(), sftpCLI(), attachCLI(), runsCLI(),
+			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(), attachCLI(), runsCLI(),
 		},
 	}
 }
@@ -108,6 +114,8 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagName, Usage: "process name, for the state file"},
 			&cli.DurationFlag{Name: flagControllerTimeout, Usage: "detached: stop after this long with no attach client (0: never)"},
 			&cli.BoolFlag{Name: flagDetachedChild, Hidden: true, Usage: "the detached agent itself (set by the launcher)"},
+			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
+			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -146,6 +154,8 @@ func runOptions(c *cli.Context) RunOptions {
 		LogFile:   c.String(flagLog),
 		Job:       c.String(flagJob),
 
+		HealthFile:        c.String(flagHealthFile),
+		HealthEvery:       c.Duration(flagHealthEvery),
 		State:             c.String(flagState),
 		RunID:             c.String(flagRunID),
 		Attempt:           c.Int(flagAttempt),
@@ -328,6 +338,42 @@ func probeCLI() *cli.Command {
 				return err
 			}
 			return WriteProbe(c.App.Writer, c.Bool(flagJSON))
+		},
+	}
+}
+
+// healthCLI is `drover agent health`: this host's GPUs with their health
+// counters and the Xids of its kernel log (WriteHealth), which drover
+// reads before each attempt; with --watch, the same every interval into a
+// file (WatchHealth), which the agent of a host's first GPU process runs
+// while the job does.
+func healthCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdHealth,
+		Usage: "print this host's GPU health (ECC, remapped rows, throttling, PCIe link, Xids) as JSON",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: flagJSON, Usage: "print the report as JSON (the only format)"},
+			&cli.DurationFlag{Name: flagXIDWait, Usage: "listen this long for NVML's Xid events before answering"},
+			&cli.DurationFlag{Name: flagWatch, Usage: "read again every `INTERVAL` until stopped, writing each report to --" + flagOut},
+			&cli.StringFlag{Name: flagOut, TakesFile: true, Usage: "with --" + flagWatch + ": the `FILE` each report replaces"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			every := c.Duration(flagWatch)
+			if every <= 0 {
+				return WriteHealth(c.Context, c.App.Writer, c.Duration(flagXIDWait))
+			}
+			if c.String(flagOut) == "" {
+				return cli.Exit("--"+flagWatch+" needs --"+flagOut+"\n"+UsageLine(c.Command), exitUsage)
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+			defer stop()
+			if err := WatchHealth(ctx, c.String(flagOut), every); err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			return nil
 		},
 	}
 }
