@@ -125,16 +125,29 @@ func writeRecord(c *hostConn, wd, id string, data []byte) error {
 }
 
 // newestCheckpoint names the newest checkpoint in the run's record ("" for
-// none).
+// none, or before the record is loaded).
 func (r *runner) newestCheckpoint() string {
-	if r.ckptRec == nil {
+	rec, err := r.checkpointRecord(r.runRec.Job)
+	if err != nil || rec == nil {
 		return ""
 	}
-	e := r.ckptRec.Entries()
+	e := rec.Entries()
 	if len(e) == 0 {
 		return ""
 	}
 	return e[len(e)-1].Name
+}
+
+// noteCheckpoint writes the run record again when a newer checkpoint was
+// recorded since it was last written, so that status shows it.
+func (r *runner) noteCheckpoint() {
+	name := r.newestCheckpoint()
+	r.connMu.Lock()
+	changed := name != "" && name != r.runRec.Checkpoint && r.conns != nil
+	r.connMu.Unlock()
+	if changed {
+		r.setRecord(nil, func(rec *agent.RunRecord) { rec.Checkpoint = name })
+	}
 }
 
 // readyPoll bounds how long a detached run's first attempt may take to
@@ -203,6 +216,7 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 			if err := sleepCtx(ctx, stopPoll); err != nil {
 				return
 			}
+			r.noteCheckpoint()
 			r.connMu.Lock()
 			conns := r.conns
 			r.connMu.Unlock()

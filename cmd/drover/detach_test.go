@@ -36,6 +36,22 @@ while true; do
 done
 `
 
+// checkpointingScript is numberedScript that resumes its count from
+// DROVER_RESUME_FROM and, on rank 0, checkpoints the count every 20 lines.
+const checkpointingScript = `
+i=0
+if [ -n "$DROVER_RESUME_FROM" ]; then i=$(cat "$DROVER_RESUME_FROM"); fi
+mkdir -p "$DROVER_CHECKPOINT_DIR"
+while true; do
+  echo "n=$i rank=$RANK restart=$DROVER_RESTART_COUNT pid=$$"
+  i=$((i+1))
+  if [ "$RANK" = 0 ] && [ $((i % 20)) = 0 ]; then
+    echo $i > "$DROVER_CHECKPOINT_DIR/.tmp" && mv "$DROVER_CHECKPOINT_DIR/.tmp" "$DROVER_CHECKPOINT_DIR/step-$(printf %06d $i)"
+  fi
+  sleep 0.2
+done
+`
+
 // droverIn runs one drover command to its end in dir, with the job's own
 // HOME as startDrover gives it, and returns its output and status.
 func droverIn(t *testing.T, j *fleetJob, dir string, within time.Duration, args ...string) (stdout, stderr string, code int) {
@@ -141,7 +157,7 @@ func testenvSetsid(t *testing.T) string {
 // rank's lines, and stops from another directory.
 func TestRunDetachedStatusLogsStop(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3"})
+	j := newFleetJob(t, jobSpec{Script: checkpointingScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3\ncheckpoint_dir = \"ckpt\""})
 	sup := startDetachedRun(t, j)
 
 	st := waitStatus(t, j, 30*time.Second, "6 running", func(st launcher.RunStatus) bool { return running(st) == 6 })
@@ -162,6 +178,7 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 		}
 	}
 	require.NotZero(t, victim)
+	ckpt := waitStatus(t, j, 30*time.Second, "a checkpoint", func(st launcher.RunStatus) bool { return st.Checkpoint != "" }).Checkpoint
 	// drover attach shows the live lines and the restart; Ctrl-C only
 	// detaches it.
 	att := startDroverArgs(t, j, "attach", j.Path)
@@ -183,6 +200,14 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=1 `, out)
 	assert.NotRegexp(t, `rank=[^3]`, out)
+	// Restarted from the newest checkpoint: rank 0 counts on from it.
+	out, errs, code = droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+	require.Equal(t, 0, code, errs)
+	ns := numbers(t, out, 0)
+	require.NotEmpty(t, ns)
+	resumed, _ := strconv.Atoi(strings.TrimLeft(strings.TrimPrefix(st.Checkpoint, "step-"), "0"))
+	assert.Equal(t, resumed, ns[0], "attempt 2 starts at checkpoint %s (seen before the kill: %s)", st.Checkpoint, ckpt)
+	assert.GreaterOrEqual(t, ns[0], 20)
 
 	// drover stop from another directory, with no runs/ there.
 	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
