@@ -262,6 +262,10 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	}
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
+	if a.r.opts.Detach {
+		// An attach client sends stdout and stderr as one stream.
+		stdout = io.MultiWriter(stdout, rp.stderrTail)
+	}
 	wd := remoteAbs(c.home, p.Workdir)
 	var health string
 	if s.watchers[p.Host.Name] == p.Name() {

@@ -241,7 +241,9 @@ func runDetached(ctx context.Context, opts RunOptions) (int, error) {
 	if err != nil {
 		return ExitCannotRun, err
 	}
-	opts.Stdin, opts.WatchParent = nil, false
+	// Its stdin is the launcher's pipe (the command's environment, if
+	// any), never control lines: see Launch.
+	opts.WatchParent = false
 	code, stopped, err := run(ctx, opts, det)
 	switch {
 	case err != nil:
@@ -298,7 +300,7 @@ func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, sto
 	done := make(chan struct{})
 	defer close(done)
 	reqs := make(chan request)
-	if opts.Stdin != nil {
+	if opts.Stdin != nil && det == nil {
 		go readControl(opts.Stdin, reqs, opts.Heartbeat, done)
 	}
 	if opts.WatchParent {

@@ -30,6 +30,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -254,8 +255,17 @@ func Launch(ctx context.Context, argv []string, o RunOptions, stdin io.Reader, s
 		return ExitCannotRun
 	}
 	_ = os.Remove(o.State)
+	br := bufio.NewReader(stdin)
+	env, err := launchEnv(o, br)
+	if err != nil {
+		fmt.Fprintf(stderr, "agent run: %v\n", err)
+		return ExitCannotRun
+	}
 	child := append([]string{argv[0], argv[1], argv[2], "--" + flagDetachedChild}, argv[3:]...)
 	cmd := exec.Command(self, child[1:]...)
+	if env != nil {
+		cmd.Stdin = bytes.NewReader(env)
+	}
 	var errOut strings.Builder
 	cmd.Stderr = &limitedWriter{w: &errOut, n: 16 << 10}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -266,8 +276,15 @@ func Launch(ctx context.Context, argv []string, o RunOptions, stdin io.Reader, s
 	if code, ok := waitStarted(ctx, cmd, o.State, &errOut, stderr); !ok {
 		return code
 	}
-	return Attach(ctx, AttachOptions{State: o.State, Heartbeat: o.Heartbeat}, stdin, stdout)
+	return Attach(ctx, AttachOptions{State: o.State, Heartbeat: o.Heartbeat}, br, stdout)
 }
+
+// launchEnv is what the detached agent gets on its stdin from the
+// launcher (nil: nothing); the rest of br is control lines, for the attach
+// client. The command's environment reaches the agent in its SSH
+// session's environment, which the detached agent inherits: nothing to
+// forward.
+func launchEnv(RunOptions, *bufio.Reader) ([]byte, error) { return nil, nil }
 
 // waitStarted waits until the detached agent cmd has recorded in state
 // that it started the command (ok), or failed to (its status, said on
