@@ -82,7 +82,7 @@ func TestRunRefusesWhileAnotherRunLives(t *testing.T) {
 		d := startDrover(t, second)
 		require.Equal(t, exitConfig, d.wait(t, 60*time.Second), "second run of %s; stderr:\n%s", second.Name, d.stderr.String())
 		stderr := d.stderr.String()
-		assert.Contains(t, stderr, fmt.Sprintf("drover: workdir %s/%s on %s, %s is in use by the drover run of job %q (controller %s, pid %d, since ",
+		assert.Contains(t, stderr, fmt.Sprintf("drover: workdir %s/%s on %s, %s is in use by the drover run of job %q (controller %s, pid %d, run id ",
 			hostHome, j.Workdir, fleet.Hosts[0].Name, fleet.Hosts[1].Name, j.Name, ctl, first.cmd.Process.Pid), second.Name)
 		assert.Contains(t, stderr, "pass --force to take over", second.Name)
 		assert.NotContains(t, stderr, "leftover", second.Name)
@@ -124,7 +124,7 @@ func TestRunForceTakesOver(t *testing.T) {
 
 	second := startDrover(t, j, "--force")
 	require.Equal(t, exitFailed, first.wait(t, 60*time.Second), first.stderr.String())
-	assert.Regexp(t, `\S+: the drover run of job "`+j.Name+fmt.Sprintf(`" \(controller [^,]+, pid %d, since [^)]+\) took over workdir %s/%s \(--force\); stopping this run`, second.cmd.Process.Pid, hostHome, j.Workdir), first.stderr.String())
+	assert.Regexp(t, `\S+: the drover run of job "`+j.Name+fmt.Sprintf(`" \(controller [^,]+, pid %d, run id [0-9a-f]+, since [^)]+\) took over workdir %s/%s \(--force\); stopping this run without restarting`, second.cmd.Process.Pid, hostHome, j.Workdir), first.stderr.String())
 	second.waitLines(t, readyRE, 2, 60*time.Second)
 	assert.Contains(t, second.stderr.String(), fmt.Sprintf("%s: taking over workdir %s/%s from the drover run of job %q", fleet.Hosts[0].Name, hostHome, j.Workdir, j.Name))
 	now := pidsOf(jobProcs(t, j.Name))
@@ -152,7 +152,7 @@ func TestRunTakesOverFromKilledController(t *testing.T) {
 	second := startDrover(t, j)
 	second.waitLines(t, readyRE, 2, 60*time.Second)
 	stderr := second.stderr.String()
-	assert.Regexp(t, fmt.Sprintf(`%s: the lease of the drover run of job "%s" \(controller [^,]+, pid %d, since [^)]+\) on workdir %s/%s was not renewed for \S+: that controller is gone`,
+	assert.Regexp(t, fmt.Sprintf(`%s: the lease of the drover run of job "%s" \(controller [^,]+, pid %d, run id [0-9a-f]+, since [^)]+\) on workdir %s/%s was not renewed for \S+: that controller is gone`,
 		fleet.Hosts[0].Name, j.Name, first.cmd.Process.Pid, hostHome, j.Workdir), stderr)
 	assert.NotContains(t, stderr, "in use by")
 	second.signal(t, syscall.SIGINT)
