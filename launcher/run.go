@@ -204,6 +204,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
+		if lost := lostLease(ctx, out.err); lost != nil {
+			return r.finish(res, Failed, lost), nil
+		}
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or
 			// preflight; it is an interruption all the same.
@@ -224,10 +227,19 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 			return r.finish(res, Failed, err), nil
 		}
+		if lost := r.checkLeases(ctx); lost != nil {
+			return r.finish(res, Failed, lost), nil
+		}
 		delay := backoff(cfg.Job, b.restarts+b.hostFailures)
 		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, b.total(cfg.Job), delay.Round(time.Millisecond))
 		if err := r.sleep(ctx, delay); err != nil {
+			if lost := lostLease(ctx, nil); lost != nil {
+				return r.finish(res, Failed, lost), nil
+			}
 			return r.finish(res, Interrupted, context.Cause(ctx)), nil
+		}
+		if lost := r.checkLeases(ctx); lost != nil {
+			return r.finish(res, Failed, lost), nil
 		}
 	}
 }

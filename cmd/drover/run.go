@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -9,7 +8,6 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
-	"github.com/droverhq/drover/launcher/lease"
 )
 
 func runCommand() *cli.Command {
@@ -73,12 +71,13 @@ func runCommand() *cli.Command {
 			case launcher.Succeeded:
 				return nil
 			case launcher.Interrupted:
-				if lost := (*lease.LostError)(nil); errors.As(res.Err, &lost) {
-					// Another run took over with --force: this one failed.
-					return cli.Exit(lost.Error(), exitFailed)
-				}
 				return cli.Exit("", exitInterrupted)
 			default:
+				if launcher.IsLost(res.Err) {
+					// Another run took over with --force: this one
+					// failed, and says who took over.
+					return cli.Exit(res.Err.Error(), exitFailed)
+				}
 				return cli.Exit("", exitFailed)
 			}
 		},

@@ -114,17 +114,24 @@ func TestRunRefusesWhileAnotherRunLives(t *testing.T) {
 }
 
 // TestRunForceTakesOver: --force takes a live run's workdir; that run
-// says who took it, stops and exits 1, and the new run runs.
+// says who took it (controller, pid, run id), exits 1 without restarting,
+// and never stops the new run's processes: the new run runs undisturbed
+// in its first attempt (issue 30 item 4: both runs used to spend their
+// restarts stopping each other's groups as leftovers).
 func TestRunForceTakesOver(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever})
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever, Job: "max_restarts = 5"})
 	first := startDrover(t, j)
 	first.waitLines(t, readyRE, 2, 60*time.Second)
 	old := pidsOf(jobProcs(t, j.Name))
 
 	second := startDrover(t, j, "--force")
 	require.Equal(t, exitFailed, first.wait(t, 60*time.Second), first.stderr.String())
-	assert.Regexp(t, `\S+: the drover run of job "`+j.Name+fmt.Sprintf(`" \(controller [^,]+, pid %d, run id [0-9a-f]+, since [^)]+\) took over workdir %s/%s \(--force\); stopping this run without restarting`, second.cmd.Process.Pid, hostHome, j.Workdir), first.stderr.String())
+	stderr := first.stderr.String()
+	assert.Regexp(t, `\S+: the drover run of job "`+j.Name+fmt.Sprintf(`" \(controller [^,]+, pid %d, run id [0-9a-f]+, since [^)]+\) took over workdir %s/%s \(--force\); stopping this run without restarting`, second.cmd.Process.Pid, hostHome, j.Workdir), stderr)
+	assert.NotContains(t, stderr, "restarting the whole group", "the displaced run does not restart")
+	assert.NotContains(t, stderr, "attempt 2/")
+	assert.NotContains(t, stderr, "leftover", "the displaced run stops nothing as a leftover")
 	second.waitLines(t, readyRE, 2, 60*time.Second)
 	assert.Contains(t, second.stderr.String(), fmt.Sprintf("%s: taking over workdir %s/%s from the drover run of job %q", fleet.Hosts[0].Name, hostHome, j.Workdir, j.Name))
 	now := pidsOf(jobProcs(t, j.Name))
@@ -132,9 +139,105 @@ func TestRunForceTakesOver(t *testing.T) {
 	for _, p := range old {
 		assert.NotContains(t, now, p, "the first run's processes are gone")
 	}
+	// The first run is gone; the second's processes are the ones it
+	// started in its first attempt, and it never saw one fail.
+	assert.Equal(t, now, pidsOf(jobProcs(t, j.Name)))
 	second.signal(t, syscall.SIGINT)
 	require.Equal(t, exitInterrupted, second.wait(t, 30*time.Second))
+	s2 := second.stderr.String()
+	assert.NotContains(t, s2, "attempt 2/", "the new run was never disturbed")
+	assert.NotContains(t, s2, "exited 143")
 	waitNoJobProcs(t, j.Name, 5*time.Second)
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
+// TestRunThreeForcedRunsOneWins: three `drover run --force` of a running
+// job, started at once, end with exactly one of them running: the others
+// exit 1 naming who took over, and the job's processes on the hosts are
+// that one's (issue 30 item 4: all three used to start processes).
+func TestRunThreeForcedRunsOneWins(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever, Job: "max_restarts = 5"})
+	first := startDrover(t, j)
+	first.waitLines(t, readyRE, 2, 60*time.Second)
+	var forced []*droverProc
+	for range 3 {
+		forced = append(forced, startDrover(t, j, "--force"))
+	}
+	require.Equal(t, exitFailed, first.wait(t, 60*time.Second), first.stderr.String())
+	var winner *droverProc
+	deadline := time.Now().Add(90 * time.Second)
+	for exited := 0; exited < 2; {
+		require.True(t, time.Now().Before(deadline), "two of the forced runs should have given up")
+		exited = 0
+		for _, d := range forced {
+			select {
+			case <-d.done:
+				exited++
+			default:
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, d := range forced {
+		select {
+		case <-d.done:
+			assert.Equal(t, exitFailed, d.code, d.stderr.String())
+			assert.Regexp(t, `took over workdir \S+ \(--force\); stopping this run without restarting`, d.stderr.String())
+		default:
+			require.Nil(t, winner, "exactly one forced run is left")
+			winner = d
+		}
+	}
+	require.NotNil(t, winner)
+	winner.waitLines(t, readyRE, 2, 60*time.Second)
+	require.Eventually(t, func() bool { return len(jobProcs(t, j.Name)) == 2*3 }, 30*time.Second, 100*time.Millisecond,
+		"one group of the job runs, the winner's")
+	for i := range 2 {
+		out, err := fleet.Exec(i, "readlink", path.Join(hostHome, j.Workdir, ".drover/lease"))
+		require.NoError(t, err)
+		assert.Contains(t, string(out), fmt.Sprintf(`"pid":%d,`, winner.cmd.Process.Pid), fleet.Hosts[i].Name)
+	}
+	winner.signal(t, syscall.SIGINT)
+	require.Equal(t, exitInterrupted, winner.wait(t, 30*time.Second), winner.stderr.String())
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+}
+
+// TestRunSetupFailureGivesLeaseBack: a run that ends during setup (here a
+// missing program, found by preflight) removes its leases: they used to
+// stay and cost the next run a wait for them to go stale (issue 30 item
+// 5).
+func TestRunSetupFailureGivesLeaseBack(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Command: `["no-such-trainer"]`})
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	require.Contains(t, d.stderr.String(), "program no-such-trainer")
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
+// TestRunLeasePathNotALink: a regular file where the lease goes is named
+// as such, and --force replaces it (it used to fail every later run,
+// --force included).
+func TestRunLeasePathNotALink(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: "echo done\n"})
+	file := path.Join(hostHome, j.Workdir, ".drover/lease")
+	_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", fmt.Sprintf("mkdir -p %s && echo junk > %s", path.Dir(file), file))
+	require.NoError(t, err)
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Contains(t, d.stderr.String(), fmt.Sprintf("%s: the workdir lease %s is a regular file (5 bytes), not drover's lease", fleet.Hosts[0].Name, file))
+	assert.Contains(t, d.stderr.String(), "pass --force to replace it")
+
+	d = startDrover(t, j, "--force")
+	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Contains(t, d.stderr.String(), "not drover's lease; replacing it (--force)")
+	assert.False(t, leaseOn(0, j), "given back")
 }
 
 // TestRunTakesOverFromKilledController: the lease of a SIGKILLed

@@ -240,6 +240,9 @@ func New(self Owner, opts Options) *Holder {
 	return &Holder{self: self, opts: opts.withDefaults(), held: map[string]*held{}, ctx: ctx, cancel: cancel}
 }
 
+// ID is this run's id, as its leases hold it.
+func (h *Holder) ID() string { return h.self.ID }
+
 // held is one lease of ours and the connection that renews it. Only its
 // renewal goroutine uses it once acquired, except that Release may close
 // the connection under mu to cut short an operation stuck on a dead link.
