@@ -107,8 +107,12 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 }
 
 type runner struct {
-	opts   RunOptions
-	now    func() time.Time
+	opts RunOptions
+	now  func() time.Time
+	// mono is the time since the run started on the monotonic clock,
+	// which a step of the wall clock does not move: what measures how
+	// long something took or was silent (hangs, heartbeats) reads it.
+	mono   func() time.Duration
 	sleep  func(ctx context.Context, d time.Duration) error
 	events *eventLog
 	// agents are the binaries hosts get as their agent (found once, next
@@ -141,6 +145,8 @@ func newRunner(opts RunOptions) *runner {
 	// One read of known_hosts and the ssh config shared by every attempt's
 	// dials, so that what drover skips is warned about once per run.
 	r.opts.Dial = r.opts.Dial.Shared()
+	start := time.Now()
+	r.mono = func() time.Duration { return time.Since(start) }
 	r.now = opts.Now
 	if r.now == nil {
 		r.now = time.Now
