@@ -697,6 +697,12 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) pus
 		o := opts
 		o.NewWorkdir = c.newWorkdir.Load()
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
+		// As `drover push` shows them: what did not stop the push but
+		// the user should hear of (the tar fallback, a link left alone
+		// on the host).
+		for _, w := range res.Warnings {
+			a.r.events.printf("%s: push to %s: warning: %s", a.prefix(), c.host.Name, w)
+		}
 		if err != nil {
 			return err
 		}

@@ -263,3 +263,26 @@ func TestRunTakesOverFromKilledController(t *testing.T) {
 	waitNoJobProcs(t, j.Name, 5*time.Second)
 	assert.False(t, strings.Contains(second.stderr.String(), "killing"), "stopped within the grace period")
 }
+
+// TestRunShowsPushWarnings: `drover run` shows each host's push warnings
+// as `drover push` does (issue 30 item 10: the tar fallback, or a link
+// left alone on the host, was silent under run).
+func TestRunShowsPushWarnings(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: "echo done\n"})
+	require.NoError(t, os.MkdirAll(filepath.Join(j.Dir, "code", "lib"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "lib", "x.py"), []byte("x = 1\n"), 0o644))
+	d := startDrover(t, j)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	require.NotContains(t, d.stderr.String(), ": warning:")
+	// The pushed directory replaced by a link on the host, and deleted
+	// here: push leaves the link and what it points to alone, with a
+	// warning.
+	wd := path.Join(hostHome, j.Workdir)
+	_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", fmt.Sprintf("mkdir -p %s/elsewhere && rm -r %s/lib && ln -s %s/elsewhere %s/lib", wd, wd, wd, wd))
+	require.NoError(t, err)
+	require.NoError(t, os.RemoveAll(filepath.Join(j.Dir, "code", "lib")))
+	d = startDrover(t, j)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Regexp(t, `attempt 1/\d+: push to `+fleet.Hosts[0].Name+`: warning: lib is a symbolic link on the host`, d.stderr.String())
+}
