@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path"
 	"path/filepath"
@@ -140,6 +141,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return interrupted()
 	}
+	a.noteMembership(pl)
 	defer a.watchCheckpoints(ctx, conns)()
 	out := a.supervise(ctx, conns, pl)
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
@@ -149,6 +151,44 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		a.r.pool.forgetPrepared()
 	}
 	return out
+}
+
+// noteMembership says which hosts left (or joined) the inventory since the
+// last attempt that ran, and what that did to the world size: an edit of
+// the inventory between attempts silently changed the job's size before.
+func (a *attempt_) noteMembership(pl *plan.Plan) {
+	inv := map[string]bool{}
+	for _, h := range a.cfg.Hosts {
+		inv[h.Name] = true
+	}
+	var names []string
+	for _, h := range pl.Hosts {
+		names = append(names, h.Name)
+	}
+	prev := a.r.lastHosts
+	if prev != nil {
+		var left, joined []string
+		for _, h := range prev {
+			if !inv[h] {
+				left = append(left, h)
+			}
+		}
+		spares := slices.Collect(maps.Values(a.r.replaced))
+		for _, h := range names {
+			if !slices.Contains(prev, h) && !slices.Contains(spares, h) {
+				joined = append(joined, h)
+			}
+		}
+		for _, c := range []struct {
+			hosts []string
+			what  string
+		}{{left, "left"}, {joined, "joined"}} {
+			if len(c.hosts) > 0 {
+				a.r.events.printf("%s: %s %s the inventory: world size %d -> %d", a.prefix(), strings.Join(c.hosts, ", "), c.what, a.r.lastWorld, len(pl.Processes))
+			}
+		}
+	}
+	a.r.lastHosts, a.r.lastWorld = names, len(pl.Processes)
 }
 
 // pushAndCheck pushes the code and stages the newest checkpoint while the

@@ -131,6 +131,10 @@ type runner struct {
 	leases *lease.Holder
 	// pool keeps the connections from one attempt to the next.
 	pool *connPool
+	// lastHosts and lastWorld are the hosts and world size of the last
+	// attempt that got as far as its plan (see noteMembership).
+	lastHosts []string
+	lastWorld int
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
 	ckptState
