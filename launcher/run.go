@@ -287,10 +287,13 @@ func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
 	return nil
 }
 
-// finish fills in how the run ended and the summary.
+// finish fills in how the run ended and the summary, and writes the
+// summary to events.log too: the terminal that should show it may be
+// gone (`drover run ... 2>&1 | head -1`).
 func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 	res.Outcome, res.Err = o, err
 	res.Processes = r.summaries()
+	r.events.summary(res)
 	return res
 }
 
@@ -460,6 +463,16 @@ func (e *eventLog) printf(format string, args ...any) {
 	io.WriteString(e.w, line)
 	if e.file != nil {
 		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" "+msg+"\n")
+	}
+}
+
+// summary writes the end-of-run table (RenderSummary) to events.log.
+func (e *eventLog) summary(res *Result) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.file != nil {
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" summary:\n")
+		RenderSummary(e.file, res)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -40,6 +41,12 @@ func runCommand() *cli.Command {
 			// Second: kill at once.
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every process")
 			defer stop()
+			ctx, stdoutGone := context.WithCancelCause(ctx)
+			defer stdoutGone(nil)
+			out := watchEPIPE(c.App.Writer, func() {
+				fmt.Fprintf(c.App.ErrWriter, "drover: %v\n", errStdoutGone)
+				stdoutGone(errStdoutGone)
+			})
 			res, err := launcher.Run(ctx, launcher.RunOptions{
 				JobPath:       c.Args().First(),
 				InventoryPath: c.String(flagInventory),
@@ -50,7 +57,7 @@ func runCommand() *cli.Command {
 				Allocation:    load.Allocation,
 				SlurmJobID:    slurmJob,
 				RestartOffset: restartOffset,
-				Out:           c.App.Writer,
+				Out:           out,
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),
 				Hard:          hard,

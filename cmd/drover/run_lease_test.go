@@ -7,8 +7,10 @@ package main
 // controller was SIGKILLed is a leftover the next run cleans up.
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -21,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -285,4 +288,54 @@ func TestRunShowsPushWarnings(t *testing.T) {
 	d = startDrover(t, j)
 	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
 	assert.Regexp(t, `attempt 1/\d+: push to `+fleet.Hosts[0].Name+`: warning: lib is a symbolic link on the host`, d.stderr.String())
+}
+
+// TestRunStdoutClosed: `drover run job.toml | head -1`: when the reader of
+// drover's standard output exits, drover stops the group as Ctrl-C does,
+// gives its leases back and writes the summary to events.log, instead of
+// dying of SIGPIPE at its next write (issue 30 item 10).
+func TestRunStdoutClosed(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `echo "ready rank=$RANK"; while :; do echo tick; sleep 0.2; done`})
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	cmd := exec.Command(droverBinary(t), "run", j.Path, "--log-dir", j.LogRoot)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "HOME="+filepath.Join(j.Dir, "home"))
+	var stderr transporttest.SyncBuffer
+	cmd.Stdout, cmd.Stderr = pw, &stderr
+	require.NoError(t, cmd.Start())
+	pw.Close()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		killJob(t, j.Name)
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err, stderr.String())
+	require.Regexp(t, `^\[worker-\d@\S+\] `, line)
+	pr.Close() // head -1 exits
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("drover still runs with its stdout closed:\n%s", stderr.String())
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.False(t, ws.Signaled(), "drover died of %v: %v\n%s", ws.Signal(), err, stderr.String())
+	assert.Equal(t, exitInterrupted, cmd.ProcessState.ExitCode(), stderr.String())
+	assert.Contains(t, stderr.String(), "drover: standard output closed")
+	waitNoJobProcs(t, j.Name, 10*time.Second)
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+	events, err := os.ReadFile(filepath.Join(j.runDir(t), "events.log"))
+	require.NoError(t, err)
+	assert.Contains(t, string(events), "PROCESS")
+	assert.Contains(t, string(events), "interrupted in attempt 1; logs in ")
 }
