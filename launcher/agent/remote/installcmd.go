@@ -205,9 +205,10 @@ func (c *installCmd) failed(what string) error {
 	return errors.New(what)
 }
 
-// skip tells the script no upload follows and waits for its end.
-func (c *installCmd) skip() error {
-	_, _ = io.WriteString(c.stdin, "skip\n")
+// skip tells the script no upload follows (name, the agent there, is the
+// one in use) and waits for its end.
+func (c *installCmd) skip(name string) error {
+	_, _ = io.WriteString(c.stdin, "skip "+name+"\n")
 	c.stdin.Close()
 	if err := c.wait(); err != nil {
 		return fmt.Errorf("read the host's state: %w", err)
