@@ -97,7 +97,7 @@ func (a *attempt_) prepareProgress(conns []*hostConn) error {
 	}
 	return forEach(conns, func(c *hostConn) error {
 		dir := plan.ProgressDir(c.host.Workdir, c.home)
-		if err := c.fs.MkdirAll(dir, 0o755); err != nil {
+		if err := c.fs.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("create %s on %s: %w", dir, hostLabel(c.host), err)
 		}
 		return nil

@@ -339,3 +339,35 @@ func TestRunStdoutClosed(t *testing.T) {
 	assert.Contains(t, string(events), "PROCESS")
 	assert.Contains(t, string(events), "interrupted in attempt 1; logs in ")
 }
+
+// TestRunDroverDirPrivate: what a run leaves under a workdir's .drover on
+// a host (process logs, error files, pidfiles) is the login user's only:
+// the directories 0700, the logs 0600 (issue 30 item 10). A .drover made
+// by an older drover (0755) is made private too.
+func TestRunDroverDirPrivate(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: "echo secret; echo oops >&2; exit 3\n", Job: "max_restarts = 0"})
+	wd := path.Join(hostHome, j.Workdir)
+	_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", "umask 022 && mkdir -p "+wd+"/.drover")
+	require.NoError(t, err)
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	out, err := fleet.Exec(0, "find", wd+"/.drover", "-printf", `%y %m %P\n`)
+	require.NoError(t, err)
+	t.Logf("%s", out)
+	var logs int
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		kind, rest, _ := strings.Cut(line, " ")
+		mode, name, _ := strings.Cut(rest, " ")
+		switch kind {
+		case "d":
+			assert.Equal(t, "700", mode, "directory .drover/%s", name)
+		case "f":
+			if strings.HasPrefix(name, "logs/") || strings.HasPrefix(name, "errors/") {
+				assert.Equal(t, "600", mode, "file .drover/%s", name)
+				logs++
+			}
+		}
+	}
+	assert.Positive(t, logs, "the process's log is there")
+}

@@ -299,7 +299,7 @@ func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
 	// first, and only a lease already there goes through take.
 	err := l.fs.Symlink(h.mine(l), l.file)
 	if err != nil && errors.Is(err, fs.ErrNotExist) {
-		err = l.fs.MkdirAll(path.Dir(l.file), 0o755)
+		err = l.fs.MkdirAll(path.Dir(l.file), 0o700) // .drover: the login user's only
 		if err != nil {
 			l.close()
 			return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)

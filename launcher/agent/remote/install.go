@@ -152,7 +152,8 @@ type hostState struct {
 // "missing CMD..." and "path PATH" when the login PATH lacks a command it
 // needs, then `uname -sm`, "home DIR" (resolved, as SFTP's realpath says it), creates the agent directory ($1, relative to the home)
 // and the $2 directories after it ("made DIR" for each that was not
-// there), and, for each candidate agent (then: file name and size) there
+// there; a workdir's .drover is made the login user's only, as what goes
+// in it, logs and tracebacks, is), and, for each candidate agent (then: file name and size) there
 // with that size, "have NAME VERSION" with what it answers to `agent
 // version`; then "ready", and reads a line from drover. "skip NAME" (or
 // nothing) ends it there. "NAME TMP VERSION" is followed by the agent
@@ -185,6 +186,7 @@ mkdir -p "$dir" 2>/dev/null
 while [ "$n" -gt 0 ]; do
 	[ -d "$1" ] || printf 'made %s\n' "$1"
 	mkdir -p -- "$1" 2>/dev/null
+	case $1 in .drover | */.drover) chmod 700 -- "$1" 2>/dev/null ;; esac
 	shift
 	n=$((n - 1))
 done
