@@ -52,6 +52,9 @@ func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 // processes in turn. A lease taken is a *lease.LostError, said as an
 // event: the run then ends without restarting.
 func (r *runner) checkLeases(ctx context.Context) error {
+	if lost := lostLease(ctx, nil); lost != nil {
+		return lost // a renewal found it first, and said so
+	}
 	err := r.leases.Check(ctx)
 	var le *lease.LostError
 	if !errors.As(err, &le) {

@@ -371,3 +371,34 @@ func TestRunDroverDirPrivate(t *testing.T) {
 	}
 	assert.Positive(t, logs, "the process's log is there")
 }
+
+// TestRunLeaseChangedUnderRun: a live run whose lease vanished says so at
+// once (an event) and puts it back; one whose lease another run took
+// stops, naming it, and exits 1 without restarting (issue 30 item 5).
+func TestRunLeaseChangedUnderRun(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: sleepForever, Job: "max_restarts = 3"})
+	d := startDrover(t, j)
+	d.waitLines(t, readyRE, 1, 60*time.Second)
+	file := path.Join(hostHome, j.Workdir, ".drover/lease")
+	asUser := func(script string) {
+		t.Helper()
+		_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", script)
+		require.NoError(t, err)
+	}
+	asUser("rm " + file)
+	said := fleet.Hosts[0].Name + ": the workdir lease " + file + " vanished under this run"
+	require.Eventually(t, func() bool { return strings.Contains(d.stderr.String(), said) }, 30*time.Second, 50*time.Millisecond, "said: %s", said)
+	require.Eventually(t, func() bool { return leaseOn(0, j) }, 30*time.Second, 50*time.Millisecond, "put back")
+
+	taker := `{"id":"0badc0ffee","job":"someone","host":"elsewhere","pid":4242,"since":"2026-01-02T03:04:05Z"}`
+	asUser(fmt.Sprintf("ln -s '%s' %s.new && mv -f %s.new %s", taker, file, file, file))
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Contains(t, d.stderr.String(), fmt.Sprintf(`%s: the drover run of job "someone" (controller elsewhere, pid 4242, run id 0badc0ffee, since 2026-01-02T03:04:05Z) took over workdir %s/%s (--force); stopping this run without restarting`,
+		fleet.Hosts[0].Name, hostHome, j.Workdir))
+	assert.NotContains(t, d.stderr.String(), "restarting the whole group")
+	waitNoJobProcs(t, j.Name, 10*time.Second)
+	out, err := fleet.Exec(0, "readlink", file)
+	require.NoError(t, err)
+	assert.Equal(t, taker+"\n", string(out), "the taker's lease is left alone")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -126,10 +127,14 @@ func (h *Holder) verify(fsys cluster.FS, l *held) (ours bool, err error) {
 // whom) or the host did not answer.
 func (h *Holder) restore(fsys cluster.FS, l *held, old string) (ours bool, err error) {
 	if old == "" {
-		if err := fsys.Symlink(h.mine(l), l.file); err != nil {
-			return false, nil
+		err := fsys.Symlink(h.mine(l), l.file)
+		if errors.Is(err, fs.ErrNotExist) {
+			// .drover itself went (removed by hand): make it again.
+			if err = fsys.MkdirAll(path.Dir(l.file), 0o700); err == nil {
+				err = fsys.Symlink(h.mine(l), l.file)
+			}
 		}
-		return true, nil
+		return err == nil, nil
 	}
 	ok, err := h.replace(fsys, l, old)
 	if err != nil {
