@@ -260,11 +260,14 @@ func (c *installCmd) checked(b Binary, plat Platform, remote string) error {
 	if err == nil {
 		return nil
 	}
+	said := ""
 	select {
 	case <-c.read: // stdout ends with the command
+		said = strings.TrimSpace(string(c.rest.Bytes()))
 	case <-c.ctx.Done():
+		// Stopped (cut, or timed out): stdout may still be being read
+		// into rest, which must not be read meanwhile.
 	}
-	said := strings.TrimSpace(string(c.rest.Bytes()))
 	var ee *cluster.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.Code == uploadFailed:
