@@ -223,6 +223,46 @@ func TestRunSetupFailureGivesLeaseBack(t *testing.T) {
 	}
 }
 
+// TestRunFailedInstallGivesLeaseBack: a run whose agent install fails
+// (here the host's agent directory is read-only) removes the leases it
+// took beside the install (issue 30 item 5).
+func TestRunFailedInstallGivesLeaseBack(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: "echo done\n"})
+	bin := path.Join(hostHome, ".drover/bin")
+	_, err := fleet.Exec(1, "sh", "-c", fmt.Sprintf("rm -rf %s && mkdir -p %s && chown %s %s && chmod 555 %s", bin, bin, fleettest.User, bin, bin))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = fleet.Exec(1, "chmod", "755", bin) })
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	require.Contains(t, d.stderr.String(), "install drover agent on "+fleet.Hosts[1].Name)
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
+// TestRunInterruptedInSetupGivesLeaseBack: SIGTERM while the run is
+// still setting up (here pushing a large code directory, right after the
+// lease was taken) removes the leases as an interrupt of a running group
+// does (issue 30 item 5).
+func TestRunInterruptedInSetupGivesLeaseBack(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever})
+	big := make([]byte, 256<<10)
+	for i := range 400 {
+		require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", fmt.Sprintf("blob%03d.bin", i)), big, 0o644))
+	}
+	d := startDrover(t, j)
+	require.Eventually(t, func() bool { return leaseOn(0, j) }, 60*time.Second, 5*time.Millisecond, "the run takes its lease")
+	d.signal(t, syscall.SIGTERM)
+	require.Equal(t, exitInterrupted, d.wait(t, 60*time.Second), d.stderr.String())
+	t.Logf("stderr:\n%s", d.stderr.String())
+	require.NotContains(t, d.stderr.String(), "started", "interrupted before anything started")
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
 // TestRunLeasePathNotALink: a regular file where the lease goes is named
 // as such, and --force replaces it (it used to fail every later run,
 // --force included).
@@ -394,7 +434,7 @@ func TestRunLeaseChangedUnderRun(t *testing.T) {
 	taker := `{"id":"0badc0ffee","job":"someone","host":"elsewhere","pid":4242,"since":"2026-01-02T03:04:05Z"}`
 	asUser(fmt.Sprintf("ln -s '%s' %s.new && mv -f %s.new %s", taker, file, file, file))
 	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
-	assert.Contains(t, d.stderr.String(), fmt.Sprintf(`%s: the drover run of job "someone" (controller elsewhere, pid 4242, run id 0badc0ffee, since 2026-01-02T03:04:05Z) took over workdir %s/%s (--force); stopping this run without restarting`,
+	assert.Contains(t, d.stderr.String(), fmt.Sprintf(`%s: the drover run of job "someone" (controller elsewhere, pid 4242, run id 0badc0ffee, since 2026-01-02T03:04:05Z) took over workdir %s/%s; stopping this run without restarting`,
 		fleet.Hosts[0].Name, hostHome, j.Workdir))
 	assert.NotContains(t, d.stderr.String(), "restarting the whole group")
 	waitNoJobProcs(t, j.Name, 10*time.Second)

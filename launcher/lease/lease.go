@@ -162,7 +162,11 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("%s: %s took over workdir %s (--force); stopping this run without restarting", e.Host, e.By, e.Dir)
+	how := ""
+	if e.By.Forced {
+		how = " (--force)"
+	}
+	return fmt.Sprintf("%s: %s took over workdir %s%s; stopping this run without restarting", e.Host, e.By, e.Dir, how)
 }
 
 // NotLeaseError is a lease path holding something drover did not put
