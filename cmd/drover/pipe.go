@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"os"
 	"os/signal"
 	"sync"
 	"sync/atomic"
@@ -28,8 +29,11 @@ type epipeWriter struct {
 
 // watchEPIPE makes a write to a closed pipe an error instead of SIGPIPE
 // (process-wide: cmd/drover is the program) and wraps w as epipeWriter.
+// SIGPIPE is caught (and dropped), not ignored: an ignored signal stays
+// ignored in the processes drover starts on a local host, whose own
+// pipelines (`yes | head`) expect to die of it.
 func watchEPIPE(w io.Writer, stop func()) io.Writer {
-	signal.Ignore(syscall.SIGPIPE)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	return &epipeWriter{w: w, stop: stop}
 }
 
