@@ -29,8 +29,9 @@
 // Several --force runs at once must end with exactly one of them, not
 // with each holding some hosts: a forced run takes a lease from anyone but
 // a forced run that started after it (Outranks), and takes its own back
-// from an older run that renamed over it; so the newest forced run wins
-// every host and the others give up.
+// from a run that started before it and renamed over it (a renewal that
+// raced the takeover); so the newest forced run wins every host and the
+// others give up.
 package lease
 
 import (
@@ -92,10 +93,12 @@ func (o Owner) String() string {
 // broken by run id). Any total order would leave one winner among forced
 // runs; this one makes it the newest, the one the user started last.
 func (o Owner) Outranks(self Owner) bool {
-	if !o.Forced {
-		return false
-	}
-	return o.Start > self.Start || (o.Start == self.Start && o.ID > self.ID)
+	return o.Forced && !o.startedBefore(self)
+}
+
+// startedBefore orders runs by start, ties broken by run id.
+func (o Owner) startedBefore(self Owner) bool {
+	return o.Start < self.Start || (o.Start == self.Start && o.ID < self.ID)
 }
 
 // Decode reads a lease link's target (an agent checks it, see

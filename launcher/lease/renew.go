@@ -85,8 +85,8 @@ func (h *Holder) reconnect(ctx context.Context, l *held) cluster.FS {
 // verify reads l's lease and reports whether it is ours, after putting it
 // back when it vanished or holds something that is not a drover lease
 // (each said as an event: the run goes on, but someone touched its
-// workdir), and taking it back from a run that a forced run outranks (an
-// older run's renewal that renamed over our takeover). A lease that
+// workdir), and, for a forced run, taking it back from a run that started
+// before it (an older run's renewal that renamed over our takeover). A lease that
 // another run holds and may hold is a *LostError. ours is false, with no
 // error, when the host did not answer: the next renewal tries again.
 func (h *Holder) verify(fsys cluster.FS, l *held) (ours bool, err error) {
@@ -114,7 +114,10 @@ func (h *Holder) verify(fsys cluster.FS, l *held) (ours bool, err error) {
 	case o.ID == "":
 		h.opts.Logf("%s: the workdir lease %s was replaced under this run by a link that is not drover's (%.60q); putting it back", l.name, l.file, cur)
 		return h.restore(fsys, l, cur)
-	case h.self.Forced && !o.Outranks(h.self):
+	case h.self.Forced && o.startedBefore(h.self):
+		// An older run's late renewal renamed over our takeover. A
+		// newer run yields nothing: a forced one outranks us, and an
+		// ordinary one took a lease we had let go stale.
 		h.opts.Logf("%s: %s wrote over this run's lease on workdir %s; taking it back (--force)", l.name, o, l.dir)
 		return h.restore(fsys, l, cur)
 	}

@@ -183,3 +183,25 @@ func TestLeaseChangedUnderRunIsSaid(t *testing.T) {
 	}
 	require.NoError(t, h.Check(context.Background()))
 }
+
+// A forced run whose lease a newer, ordinary run took (it had let the
+// lease go stale: its link was down) yields: it takes back only from
+// runs older than itself, so the two never fight.
+func TestForcedRunYieldsToNewerRun(t *testing.T) {
+	tg, file := target(t)
+	ctx := context.Background()
+	t0 := time.Now()
+	force, _ := holderAt(t, "job", t0, forced(slow))
+	require.NoError(t, force.Acquire(ctx, dialLocal, []Target{tg}))
+	newer := Self("job", t0.Add(time.Minute))
+	require.NoError(t, os.Remove(file))
+	require.NoError(t, os.Symlink(newer.encode(), file))
+
+	var le *LostError
+	require.ErrorAs(t, force.Check(ctx), &le)
+	assert.Equal(t, newer.ID, le.By.ID)
+	assert.NotContains(t, le.Error(), "(--force)", "the newer run was not forced")
+	got, err := os.Readlink(file)
+	require.NoError(t, err)
+	assert.Equal(t, newer.ID, decode(got).ID, "left alone")
+}
