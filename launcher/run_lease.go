@@ -42,7 +42,9 @@ func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 	dial := a.r.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
 		return cluster.Dial(ctx, h, opts)
 	})
-	return a.r.leases.Acquire(ctx, dial, targets)
+	err := a.r.leases.Acquire(ctx, dial, targets)
+	a.r.leases.Keep(targets)
+	return err
 }
 
 // checkLeases reads every lease of the run before a restart (see

@@ -233,6 +233,7 @@ type Holder struct {
 
 	mu       sync.Mutex
 	held     map[string]*held // by host name + workdir
+	gone     []*held          // dropped by Keep, maybe still giving back
 	lostOnce sync.Once
 	// ctx ends at Release: renewals stop, blocked dials give up.
 	ctx    context.Context
@@ -267,6 +268,9 @@ type held struct {
 	lost *LostError
 	// op serialises the renewals and Check on this lease.
 	op sync.Mutex
+	// dropped is closed when the run no longer uses the host (Keep):
+	// the lease is given back then rather than at Release.
+	dropped chan struct{}
 }
 
 func key(t Target) string { return t.Host.Name + "\x00" + t.Workdir }
@@ -296,7 +300,7 @@ func (h *Holder) Acquire(ctx context.Context, dial Dialer, targets []Target) err
 }
 
 func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
-	l := &held{name: tg.Host.Name, target: tg, dial: dial}
+	l := &held{name: tg.Host.Name, target: tg, dial: dial, dropped: make(chan struct{})}
 	if err := l.connect(ctx); err != nil {
 		return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
 	}
@@ -329,6 +333,25 @@ func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
 	h.wg.Add(1)
 	go h.renewLoop(l)
 	return nil
+}
+
+// Keep gives back, now, the leases of every workdir not in targets: a
+// host that left the inventory, or was replaced by a spare, is no longer
+// this run's to hold, and another run may want it.
+func (h *Holder) Keep(targets []Target) {
+	want := map[string]bool{}
+	for _, tg := range targets {
+		want[key(tg)] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, l := range h.held {
+		if !want[k] {
+			delete(h.held, k)
+			h.gone = append(h.gone, l)
+			close(l.dropped)
+		}
+	}
 }
 
 // update takes a held host's address as this attempt resolved it (the

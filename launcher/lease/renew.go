@@ -31,6 +31,9 @@ func (h *Holder) renewLoop(l *held) {
 		case <-h.ctx.Done():
 			h.giveBack(l)
 			return
+		case <-l.dropped:
+			h.giveBack(l)
+			return
 		case <-tick.C:
 		}
 		if err := h.renew(l); err != nil {
@@ -232,6 +235,9 @@ func (h *Holder) Release() {
 	// Cut short whatever is stuck on a dead link.
 	h.mu.Lock()
 	for _, l := range h.held {
+		l.close()
+	}
+	for _, l := range h.gone {
 		l.close()
 	}
 	h.mu.Unlock()

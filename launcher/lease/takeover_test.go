@@ -205,3 +205,28 @@ func TestForcedRunYieldsToNewerRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, newer.ID, decode(got).ID, "left alone")
 }
+
+// Keep gives back at once the lease of a workdir the run no longer uses
+// (its host left the inventory) and keeps renewing the others.
+func TestKeepGivesBackDroppedHosts(t *testing.T) {
+	wd := filepath.Join(t.TempDir(), "wd")
+	hosts := []Target{
+		{Host: config.Host{Name: "h0", Address: "local", Transport: config.TransportLocal}, Workdir: wd + "0"},
+		{Host: config.Host{Name: "h1", Address: "local", Transport: config.TransportLocal}, Workdir: wd + "1"},
+	}
+	h, _ := holder(t, "job", fast)
+	ctx := context.Background()
+	require.NoError(t, h.Acquire(ctx, dialLocal, hosts))
+	h.Keep(hosts[:1])
+	require.Eventually(t, func() bool {
+		_, err := os.Lstat(filepath.Join(hosts[1].Workdir, File))
+		return os.IsNotExist(err)
+	}, 10*time.Second, 5*time.Millisecond, "h1's lease given back")
+	before, err := os.Readlink(filepath.Join(hosts[0].Workdir, File))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		now, err := os.Readlink(filepath.Join(hosts[0].Workdir, File))
+		return err == nil && now != before
+	}, 10*time.Second, 5*time.Millisecond, "h0's lease still renewed")
+	require.NoError(t, h.Check(ctx))
+}
