@@ -104,8 +104,8 @@ type running struct {
 	// fails without an error file.
 	stderrTail *cluster.TailBuffer
 	done       bool
-	// progress is when it last showed progress (UnixNano, drover's
-	// clock; 0 until it first does); see hang.go.
+	// progress is when it last showed progress (runner.mono, plus one;
+	// 0 until it first does); see hang.go.
 	progress atomic.Int64
 }
 
@@ -140,8 +140,9 @@ type supervisor struct {
 	killAt, abandonAt <-chan time.Time
 	// stacksDone ends the wait for a hung group's stacks (see checkHang).
 	stacksDone <-chan time.Time
-	// lastPing is when the heartbeat last went out (see checkPaused).
-	lastPing time.Time
+	// lastPing is when the heartbeat last went out (see checkPaused), on
+	// runner.mono's clock.
+	lastPing time.Duration
 	// health receives the GPU health reads while the group runs, and
 	// warned holds the warnings already printed (see onHealth).
 	health chan healthRead
@@ -238,11 +239,11 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		fw := logstream.NewPrefixWriter(fileSink, "")
 		rp.outs = append(rp.outs, fw)
 		if a.r.opts.Quiet {
-			return io.MultiWriter(fw, progressWriter{rp, a.r.now})
+			return io.MultiWriter(fw, progressWriter{rp, a.r.mono})
 		}
 		tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
 		rp.outs = append(rp.outs, tw)
-		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.now})
+		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.mono})
 	}
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
@@ -308,7 +309,7 @@ func (s *supervisor) ping() {
 			rp.ctl.Ping()
 		}
 	}
-	s.lastPing = s.a.r.now()
+	s.lastPing = s.a.r.mono()
 }
 
 // stop ends the attempt with out (unless an outcome was decided already)
@@ -393,7 +394,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		defer t.Stop()
 		hangCheck = t.C
 	}
-	s.lastPing = s.a.r.now()
+	s.lastPing = s.a.r.mono()
 	for s.remaining > 0 {
 		select {
 		case <-hangCheck:
@@ -450,7 +451,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 // the job's failure. Such an attempt ends as a lost host would: it counts
 // against max_host_failures, not max_restarts.
 func (s *supervisor) checkPaused() {
-	gap := s.a.r.now().Sub(s.lastPing)
+	gap := s.a.r.mono() - s.lastPing
 	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
 		return
 	}
