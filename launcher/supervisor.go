@@ -111,8 +111,8 @@ type running struct {
 	// letGo: the supervisor detached from it while it runs on (its log
 	// keeps no partial last line: the next attach sends it again).
 	letGo bool
-	// progress is when it last showed progress (UnixNano, drover's
-	// clock; 0 until it first does); see hang.go.
+	// progress is when it last showed progress (runner.mono, plus one;
+	// 0 until it first does); see hang.go.
 	progress atomic.Int64
 }
 
@@ -147,8 +147,9 @@ type supervisor struct {
 	killAt, abandonAt <-chan time.Time
 	// stacksDone ends the wait for a hung group's stacks (see checkHang).
 	stacksDone <-chan time.Time
-	// lastPing is when the heartbeat last went out (see checkPaused).
-	lastPing time.Time
+	// lastPing is when the heartbeat last went out (see checkPaused), on
+	// runner.mono's clock.
+	lastPing time.Duration
 	// health receives the GPU health reads while the group runs, and
 	// warned holds the warnings already printed (see onHealth).
 	health chan healthRead
@@ -254,11 +255,11 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		fw := logstream.NewPrefixWriter(fileSink, "")
 		rp.outs = append(rp.outs, fw)
 		if a.r.opts.Quiet {
-			return io.MultiWriter(fw, progressWriter{rp, a.r.now})
+			return io.MultiWriter(fw, progressWriter{rp, a.r.mono})
 		}
 		tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
 		rp.outs = append(rp.outs, tw)
-		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.now})
+		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.mono})
 	}
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
@@ -339,7 +340,7 @@ func (s *supervisor) ping() {
 			rp.ctl.Ping()
 		}
 	}
-	s.lastPing = s.a.r.now()
+	s.lastPing = s.a.r.mono()
 }
 
 // stop ends the attempt with out (unless an outcome was decided already)
@@ -427,7 +428,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		defer t.Stop()
 		hangCheck = t.C
 	}
-	s.lastPing = s.a.r.now()
+	s.lastPing = s.a.r.mono()
 	for s.remaining > 0 {
 		select {
 		case <-hangCheck:
@@ -491,7 +492,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 // the job's failure. Such an attempt ends as a lost host would: it counts
 // against max_host_failures, not max_restarts.
 func (s *supervisor) checkPaused() {
-	gap := s.a.r.now().Sub(s.lastPing)
+	gap := s.a.r.mono() - s.lastPing
 	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
 		return
 	}

@@ -33,6 +33,8 @@ const (
 	flagLog           = "log"
 	flagJob           = "job"
 	flagStopLeftovers = "stop-leftovers"
+	flagLease         = "lease"
+	flagLeaseID       = "lease-id"
 	flagRouteTo       = "route-to"
 	flagPort          = "port"
 	flagMovePorts     = "move-ports"
@@ -262,6 +264,8 @@ func preflightCLI() *cli.Command {
 		ArgsUsage: "-- [PROGRAM]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagStopLeftovers, TakesFile: true, Usage: "first stop the leftover group of every pidfile in this `DIR`"},
+			&cli.StringFlag{Name: flagLease, TakesFile: true, Usage: "stop leftovers only while this lease link `FILE` holds --lease-id's lease"},
+			&cli.StringFlag{Name: flagLeaseID, Usage: "the run `ID` that must hold --lease"},
 			graceFlag("time between SIGTERM and SIGKILL for leftovers"),
 			&cli.StringFlag{Name: flagRouteTo, Usage: "print the network interface that reaches this `ADDR`"},
 			&cli.StringSliceFlag{Name: flagPort, Usage: "a TCP `PORT` that must be free (repeatable)"},
@@ -286,6 +290,8 @@ func preflightOptions(c *cli.Context) PreflightOptions {
 		Leftovers: c.String(flagStopLeftovers),
 		Grace:     c.Duration(flagGrace),
 		RouteTo:   c.String(flagRouteTo),
+		Lease:     c.String(flagLease),
+		LeaseID:   c.String(flagLeaseID),
 	}
 }
 
@@ -293,6 +299,12 @@ func preflightOptions(c *cli.Context) PreflightOptions {
 // then the program and ports.
 func preflightAction(c *cli.Context, o PreflightOptions) error {
 	if o.Leftovers != "" {
+		if o.Lease != "" {
+			if ours, holds := CheckLease(o.Lease, o.LeaseID); !ours {
+				fmt.Fprintf(c.App.Writer, "%s%s\n", LeaseTakenPrefix, holds)
+				return cli.Exit(fmt.Sprintf("not stopping leftovers in %s: the workdir lease %s is no longer this run's", o.Leftovers, o.Lease), exitFailed)
+			}
+		}
 		stopped, err := StopLeftovers(c.Context, o.Leftovers, o.Grace)
 		for _, msg := range stopped {
 			fmt.Fprintf(c.App.Writer, "%s%s\n", LeftoverPrefix, msg)
