@@ -78,6 +78,8 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	}
 	r.runRec.Hosts = hosts
 	data, err := json.MarshalIndent(r.runRec, "", "  ")
+	// One newline, added here: the hosts' writes share data.
+	data = append(data, '\n')
 	rec := r.runRec
 	r.connMu.Unlock()
 	r.noteLocally(rec)
@@ -97,7 +99,7 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	})
 }
 
-// writeRecord writes data as run id's record in workdir wd over c, and
+// writeRecord writes data (JSON and a newline) as run id's record in workdir wd over c, and
 // points the newest-run link at it.
 func writeRecord(c *hostConn, wd, id string, data []byte) error {
 	dir := path.Join(wd, agent.RunDir(id))
@@ -109,7 +111,7 @@ func writeRecord(c *hostConn, wd, id string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	_, werr := w.Write(append(data, '\n'))
+	_, werr := w.Write(data)
 	if err := errors.Join(werr, w.Close()); err != nil {
 		return err
 	}

@@ -319,6 +319,7 @@ func markStopped(views []*hostView, id string) {
 		rec := *v.rep.Run
 		rec.State, rec.Updated = "stopped", time.Now().UTC()
 		data, _ := json.MarshalIndent(rec, "", "  ")
+		data = append(data, '\n')
 		_ = writeRecord(&hostConn{host: v.host, fs: v.fs}, v.wd, id, data)
 	}
 }
