@@ -331,7 +331,7 @@ func isUnreachable(err error) bool {
 // fails at once. Every connection made joins the pool.
 func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
-	opts.Inventory = a.cfg.Hosts
+	opts.Inventory = config.Endpoints(a.cfg.Hosts)
 	lost := a.r.takeLost()
 	a.r.pool.dropHosts(lost)
 	conns := a.r.pool.reuse(ctx, hosts)
@@ -363,7 +363,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			var t cluster.Transport
 			wopts := opts
 			wopts.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, deadline.Sub(a.r.now()))
-			t, err = cluster.Dial(ctx, h, wopts)
+			t, err = cluster.Dial(ctx, h.Endpoint(), wopts)
 			if err == nil {
 				conns[i] = &hostConn{host: h, t: t}
 				a.r.pool.add(conns[i])
@@ -445,7 +445,7 @@ func (a *attempt_) takeSpare(ctx context.Context, inUse []config.Host, opts clus
 		if !h.Spare || used[h.Name] {
 			continue
 		}
-		t, err := cluster.Dial(ctx, h, opts)
+		t, err := cluster.Dial(ctx, h.Endpoint(), opts)
 		if err != nil {
 			lastErr = err
 			continue

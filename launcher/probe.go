@@ -14,7 +14,7 @@ import (
 // GPUs on each. An unreachable host is a result with an error, not a
 // reason to stop: the point of probe is to show the whole fleet.
 func Probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluster.DialOptions, bin string) []gpu.HostResult {
-	ts, errs := cluster.DialAll(ctx, hosts, dial)
+	ts, errs := cluster.DialAll(ctx, config.Endpoints(hosts), dial)
 	var up []cluster.Transport
 	for i := range hosts {
 		if errs[i] == nil {

@@ -75,7 +75,7 @@ func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOp
 	opts.Progress = o.Progress
 	res := &PushResult{Hosts: make([]PushOutcome, len(hosts))}
 	claims := newWorkdirClaims(cfg.Job.Code)
-	cluster.DialEach(ctx, hosts, o.Dial, func(i int, t cluster.Transport, err error) {
+	cluster.DialEach(ctx, config.Endpoints(hosts), o.Dial, func(i int, t cluster.Transport, err error) {
 		h := hosts[i]
 		var fsys cluster.FS
 		if t != nil {
