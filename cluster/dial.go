@@ -85,7 +85,7 @@ type DialOptions struct {
 	// are written to standard error.
 	Warn func(msg string)
 	// Dialers reach hosts of transports that other packages provide, by
-	// Host.Transport: TransportSlurm (package cluster/slurm) needs the
+	// Endpoint.Transport: "slurm" (package cluster/slurm) needs the
 	// allocation drover runs in, which only the caller knows.
 	Dialers map[string]func(ctx context.Context, h Endpoint) (Transport, error)
 }
