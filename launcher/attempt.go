@@ -585,7 +585,7 @@ func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[strin
 			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
 			before = gpu.Pids(rep)
 			if c.host.GPUs.Auto {
-				sel, err := gpu.Select(c.host, a.cfg.Job, rep)
+				sel, err := gpu.Select(c.host.Name, gpuPolicy(c.host, a.cfg.Job), rep)
 				if err != nil {
 					return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
 				}

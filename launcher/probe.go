@@ -39,7 +39,7 @@ func Probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 		}
 		rep := reps[next]
 		next++
-		sel, err := gpu.Select(h, job, rep)
+		sel, err := gpu.Select(h.Name, gpuPolicy(h, job), rep)
 		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
 	}
 	return results

@@ -114,8 +114,8 @@ func TestFakeLibraryMemoryLeavesOutReserved(t *testing.T) {
 			assert.Equal(t, int64(81559), rep.Devices[0].MemoryTotalMiB)
 			// GPU 1 is busy (processes); GPU 0 is free by the default rule
 			// exactly when the reservation is left out.
-			sel, err := gpu.Select(config.Host{Name: "fake", GPUs: config.GPUSpec{Auto: true}},
-				config.Job{GPUMaxUsedMiB: config.DefaultGPUMaxUsedMiB}, rep)
+			sel, err := gpu.Select("fake", gpu.Policy{GPUs: gpu.Spec{Auto: true},
+				MaxUsedMiB: config.DefaultGPUMaxUsedMiB}, rep)
 			require.NoError(t, err)
 			assert.Equal(t, tc.wantFree, sel.Indices)
 		})
