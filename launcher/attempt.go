@@ -668,7 +668,7 @@ func (a *attempt_) scan() *scanned {
 	go func() {
 		defer close(sc.done)
 		start := a.r.now()
-		sc.tree, sc.err = push.ScanLocal(a.cfg.Job.Code, opts)
+		sc.tree, sc.err = scanLocal(a.cfg.Job.Code, opts)
 		a.r.events.debugf("%s: setup: scan of %s took %s", a.prefix(), a.cfg.Job.Code, a.r.now().Sub(start).Round(time.Millisecond))
 	}()
 	return sc

@@ -15,11 +15,14 @@ import (
 // other packages of the module, on the packages after them. Data flows
 // one way: the transports reach hosts described by a cluster.Endpoint,
 // and the job file (cluster/config) converts its hosts to that, so a
-// transport never learns the job file's shape.
+// transport never learns the job file's shape; the push takes a push.Job
+// and reports a bad pattern as its own error, which the launcher makes
+// the job file's ConfigError.
 var apart = map[string][]string{
 	"cluster":               {"cluster/config"},
 	"cluster/transporttest": {"cluster/config"},
 	"cluster/ignore":        {"cluster/config"},
+	"cluster/push":          {"cluster/config"},
 }
 
 // TestPackagesStayApart walks each package of apart through its shipped
