@@ -147,7 +147,7 @@ func soundHealth() gpu.Health {
 // and draws no finding.
 func TestFakeLibraryHealth(t *testing.T) {
 	dir := buildFakeNVML(t)
-	policy := gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs}
+	policy := gpu.HealthPolicy{IgnoreXIDs: config.DefaultIgnoreXIDs}
 	for _, tc := range []struct {
 		sick     string
 		critical bool

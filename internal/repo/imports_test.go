@@ -17,12 +17,14 @@ import (
 // and the job file (cluster/config) converts its hosts to that, so a
 // transport never learns the job file's shape; the push takes a push.Job
 // and reports a bad pattern as its own error, which the launcher makes
-// the job file's ConfigError.
+// the job file's ConfigError; gpu knows GPUs, not hosts or jobs, and
+// selects by a gpu.Policy the launcher builds.
 var apart = map[string][]string{
 	"cluster":               {"cluster/config"},
 	"cluster/transporttest": {"cluster/config"},
 	"cluster/ignore":        {"cluster/config"},
 	"cluster/push":          {"cluster/config"},
+	"gpu":                   {"cluster/config"},
 }
 
 // TestPackagesStayApart walks each package of apart through its shipped
