@@ -47,7 +47,7 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 		return nil, true
 	}
 	dial := r.opts.Dial
-	dial.Inventory = cfg.Hosts
+	dial.Inventory = config.Endpoints(cfg.Hosts)
 	views := readViews(ctx, cfg.Hosts, dial, r.agents())
 	defer closeViews(views)
 	rec, errs := newestRecord(views)

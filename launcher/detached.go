@@ -36,9 +36,12 @@ func NewRunID(now time.Time) string {
 type detachState struct {
 	runID     string
 	runLogDir string
-	// adopting is the earlier run this one takes over (nil: none).
-	adopting  *adoption
-	readyOnce sync.Once
+	// adopting is the earlier run this one takes over (nil: none), and
+	// firstAttempt the number of this run's first attempt (the adopted
+	// one's, else 1).
+	adopting     *adoption
+	firstAttempt int
+	readyOnce    sync.Once
 	// abort is closed when `drover stop --abort` asked for the group to
 	// be killed at once.
 	abort     chan struct{}

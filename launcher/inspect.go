@@ -50,14 +50,14 @@ func inspect(ctx context.Context, o InspectOptions) (*config.Config, []*hostView
 		return nil, nil, nil, err
 	}
 	dial := o.Dial
-	dial.Inventory = cfg.Hosts
+	dial.Inventory = config.Endpoints(cfg.Hosts)
 	views := readViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary))
 	return cfg, views, func() { closeViews(views) }, nil
 }
 
 // read connects to v's host and asks its agent for the newest run.
 func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents remote.Agents) {
-	v.t, v.err = cluster.Dial(ctx, v.host, dial)
+	v.t, v.err = cluster.Dial(ctx, v.host.Endpoint(), dial)
 	if v.err != nil {
 		return
 	}

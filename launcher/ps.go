@@ -88,7 +88,7 @@ func HostRuns(ctx context.Context, inventory string, dial cluster.DialOptions, a
 	if err != nil {
 		return nil, err
 	}
-	dial.Inventory = cfg.Hosts
+	dial.Inventory = config.Endpoints(cfg.Hosts)
 	agents := remote.FindAgents(agentBinary)
 	byRun := map[string]*PsRow{}
 	var errs []string
@@ -124,7 +124,7 @@ func HostRuns(ctx context.Context, inventory string, dial cluster.DialOptions, a
 // indexOf asks host h's agent for its index of live runs.
 func indexOf(ctx context.Context, h config.Host, dial cluster.DialOptions, agents remote.Agents) (*agent.HostReport, error) {
 	v := &hostView{host: h}
-	if v.t, v.err = cluster.Dial(ctx, h, dial); v.err != nil {
+	if v.t, v.err = cluster.Dial(ctx, h.Endpoint(), dial); v.err != nil {
 		return nil, v.err
 	}
 	defer v.t.Close()
