@@ -122,7 +122,7 @@ func newestRecord(views []*hostView) (*agent.RunRecord, []error) {
 func (r *runner) adopt(ad *adoption, res *Result) {
 	r.runID = ad.rec.RunID
 	r.runRec = ad.rec
-	r.runRec.SupervisorHost, r.runRec.SupervisorPid = supervisorHost(), os.Getpid()
+	r.runRec.SupervisorHost, r.runRec.SupervisorPid, r.runRec.SupervisorVersion = supervisorHost(), os.Getpid(), agent.Version()
 	dirs, _ := filepath.Glob(filepath.Join(r.logRoot, "*", runIDFile))
 	for _, f := range dirs {
 		b, err := os.ReadFile(f)

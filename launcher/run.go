@@ -222,7 +222,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	ctx, stopRequested := context.WithCancelCause(ctx)
 	defer stopRequested(nil)
 	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
-		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), Started: r.now().UTC()}
+		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), SupervisorVersion: agent.Version(), Started: r.now().UTC()}
 	if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
 		r.adopt(ad, res)
 		r.adopting = ad

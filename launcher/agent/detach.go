@@ -76,6 +76,9 @@ type State struct {
 	Log        string    `json:"log"`
 	Started    time.Time `json:"started"`
 	Ended      time.Time `json:"ended,omitzero"`
+	// Version is the agent's (Version), so that a run outliving an
+	// upgrade says which drover keeps each process.
+	Version string `json:"version"`
 }
 
 // Final reports whether the record will not change any more.
@@ -159,7 +162,7 @@ func newDetached(o RunOptions) (*detached, error) {
 	d := &detached{path: o.State, st: State{
 		RunID: o.RunID, Job: o.Job, Attempt: o.Attempt, Rank: o.Rank, Name: o.Name,
 		AgentPid: os.Getpid(), AgentStart: startTicks(os.Getpid()), State: StateStarting,
-		Log: o.LogFile, Started: time.Now().UTC(),
+		Log: o.LogFile, Started: time.Now().UTC(), Version: Version(),
 	}}
 	if err := writeJSON(d.path, d.st); err != nil {
 		return nil, fmt.Errorf("agent run: %w", err)
@@ -504,12 +507,14 @@ type RunRecord struct {
 	Attempt  int    `json:"attempt"`
 	Restarts int    `json:"restarts"`
 	// Checkpoint names the newest checkpoint drover knows of ("" none).
-	Checkpoint     string    `json:"checkpoint"`
-	SupervisorHost string    `json:"supervisor_host"`
-	SupervisorPid  int       `json:"supervisor_pid"`
-	Hosts          []string  `json:"hosts"`
-	Started        time.Time `json:"started"`
-	Updated        time.Time `json:"updated"`
+	Checkpoint     string `json:"checkpoint"`
+	SupervisorHost string `json:"supervisor_host"`
+	SupervisorPid  int    `json:"supervisor_pid"`
+	// SupervisorVersion is the supervising drover's version (Version).
+	SupervisorVersion string    `json:"supervisor_version"`
+	Hosts             []string  `json:"hosts"`
+	Started           time.Time `json:"started"`
+	Updated           time.Time `json:"updated"`
 }
 
 // ProcReport is one process as a host sees it now.
