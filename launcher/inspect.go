@@ -243,7 +243,11 @@ func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) e
 	}
 	if st.Supervisor.Alive {
 		fmt.Fprintf(events, "asked the supervisor (%s pid %d) to stop run %s\n", st.Supervisor.Host, st.Supervisor.PID, st.RunID)
-		if left := waitGone(ctx, views, st.RunID, cfg.Job.StopGrace+5*time.Second); left == 0 {
+		limit := cfg.Job.StopGrace + 5*time.Second
+		if abort {
+			limit = 10 * time.Second
+		}
+		if left := waitGone(ctx, views, st.RunID, limit); left == 0 {
 			return nil
 		}
 	}

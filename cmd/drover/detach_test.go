@@ -471,3 +471,16 @@ func assertPs(t *testing.T, j *fleetJob, id string) {
 		assert.Len(t, found.Hosts, 3, "%v", args)
 	}
 }
+
+// drover stop --abort kills at once: the processes ignore SIGTERM and
+// stop_grace is longer than the stop is given.
+func TestRunDetachedStopAbort(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: "trap '' TERM\n" + numberedScript, Hosts: 2, Job: `stop_grace = "5m"`})
+	startDetachedRun(t, j)
+	waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", "--abort", j.Path)
+	require.Equal(t, 0, code, errs)
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+	assert.Equal(t, "stopped", status(t, j).State)
+}
