@@ -398,6 +398,13 @@ func Attach(ctx context.Context, o AttachOptions, stdin io.Reader, stdout io.Wri
 			}
 			return ExitCannotRun
 		}
+		if rerr == nil && agentGone(o.State, cur) {
+			// Killed (OOM, kill -9): what its command left is a
+			// leftover for the next attempt's preflight (the pidfile).
+			// Reported as a SIGKILL.
+			fmt.Fprintf(stdout, "%sthe detached agent (pid %d) died without recording how its command ended\n", MessagePrefix, cur.AgentPid)
+			return 128 + int(syscall.SIGKILL)
+		}
 		select {
 		case <-gone:
 			return ExitDetached
@@ -406,6 +413,17 @@ func Attach(ctx context.Context, o AttachOptions, stdin io.Reader, stdout io.Wri
 		case <-time.After(launchPoll):
 		}
 	}
+}
+
+// agentGone reports whether the agent of the record cur (read from state)
+// died before recording an end: it is not running, and the record, read
+// again after looking, is still not final.
+func agentGone(state string, cur *State) bool {
+	if isAgent(cur.AgentPid, cur.AgentStart) {
+		return false
+	}
+	again, err := ReadState(state)
+	return err == nil && !again.Final()
 }
 
 // attachControl reads control lines and signals the agent of st; every

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,4 +109,34 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 	assert.Equal(t, 137, *final.Exit)
 	_, err = os.Lstat(index)
 	assert.True(t, errors.Is(err, os.ErrNotExist), "the index entry goes with the process")
+}
+
+// An attach client whose detached agent is killed (kill -9) does not wait
+// for a record that will never be final: it says so and exits 137.
+func TestAttachAgentKilled(t *testing.T) {
+	bin := droverBinary(t)
+	dir := t.TempDir()
+	state, log := filepath.Join(dir, "w.json"), filepath.Join(dir, "w.log")
+	argv := Command(bin, RunOptions{Args: []string{"sh", "-c", `echo started; exec sleep 1000`}, LogFile: log, State: state, RunID: "r1", Name: "worker-0"})
+	launcher := exec.Command(argv[0], argv[1:]...)
+	launcher.Env = append(os.Environ(), "HOME="+filepath.Join(dir, "home"))
+	in, err := launcher.StdinPipe()
+	require.NoError(t, err)
+	var out capture
+	launcher.Stdout = &out
+	require.NoError(t, launcher.Start())
+	out.waitFor(t, "started\n", 10*time.Second)
+	st, err := ReadState(state)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(-st.Pid, syscall.SIGKILL); in.Close() })
+	require.NoError(t, syscall.Kill(st.AgentPid, syscall.SIGKILL))
+	done := make(chan error, 1)
+	go func() { done <- launcher.Wait() }()
+	select {
+	case err := <-done:
+		assert.Equal(t, 137, exitCode(t, err))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the attach client still waits for an agent that was killed")
+	}
+	assert.Contains(t, out.String(), MessagePrefix+"the detached agent (pid "+strconv.Itoa(st.AgentPid)+") died")
 }
