@@ -484,3 +484,33 @@ func TestRunDetachedStopAbort(t *testing.T) {
 	waitNoJobProcs(t, j.Name, 5*time.Second)
 	assert.Equal(t, "stopped", status(t, j).State)
 }
+
+// A process that dies while nobody supervises is handled when a
+// supervisor is back: the adopting one finds it exited and restarts the
+// group.
+func TestRunDetachedDeathWhileUnsupervised(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: "max_restarts = 3"})
+	sup := startDetachedRun(t, j)
+	st := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+	require.NoError(t, syscall.Kill(st.Processes[1].PID, syscall.SIGKILL))
+	st = waitStatus(t, j, 30*time.Second, "rank 1 exited, unsupervised", func(st launcher.RunStatus) bool {
+		return st.State == "unsupervised" && running(st) == 1
+	})
+	assert.Equal(t, 0, st.Restarts, "nobody restarts it while nobody supervises")
+
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+		sup2, _ := strconv.Atoi(m[1])
+		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+	}
+	assert.Contains(t, d.stderr.String(), "adopting attempt 1 of run "+st.RunID)
+	waitStatus(t, j, 60*time.Second, "restarted", func(st launcher.RunStatus) bool {
+		return st.Restarts == 1 && st.Attempt == 2 && running(st) == 2 && st.Supervisor.Alive
+	})
+	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+}
