@@ -31,7 +31,7 @@ func (c *committer) repairSum(p *plan) {
 	}
 }
 
-// Where run stages the state files for commit, under tmpDir.
+// Where the commit stages its state files, under tmpDir.
 const (
 	finalStaged   = tmpDir + "/manifest-final.json"   // the new manifest ...
 	deltaStaged   = tmpDir + "/manifest.delta"        // ... or the delta over the host's
@@ -67,6 +67,47 @@ func (c *committer) stage(p *plan) error {
 	return parallel(fns...)
 }
 
+// earlyStage is the commit's state files staged beside a preUpload,
+// before guard: the journal it staged is that of the plan before guard.
+type earlyStage struct {
+	journal []byte        // the journal staged
+	staged  chan struct{} // closed once the state files are; err says how
+	err     error
+}
+
+// wait waits for the staging to end.
+func (es *earlyStage) wait() { <-es.staged }
+
+// stageEarly starts staging p's state files (a copy of p: guard rewrites
+// it) beside a preUpload.
+func (c *committer) stageEarly(p *plan) *earlyStage {
+	q := *p
+	es := &earlyStage{staged: make(chan struct{})}
+	if q.journaled() {
+		es.journal = encodeManifest(c.journal(&q))
+	}
+	go func() {
+		defer close(es.staged)
+		es.err = c.stage(&q)
+	}()
+	return es
+}
+
+// finishStage waits for the early staging and stages the journal
+// again if guard made the plan touch more than it lists.
+func (c *committer) finishStage(p *plan, es *earlyStage) error {
+	<-es.staged
+	if es.err != nil {
+		return es.err
+	}
+	if j := encodeManifest(c.journal(p)); p.journaled() && !bytes.Equal(j, es.journal) {
+		if err := createWith(c.fs, c.remote(pendingStaged), j); err != nil {
+			return fmt.Errorf("write %s: %w", pendingStaged, err)
+		}
+	}
+	return nil
+}
+
 // markHost readies the host's state before anything in the tree changes:
 // no sum may vouch for the old manifest any more, and every entry about to
 // change is recorded as pending (the staged journal, and a whole manifest
@@ -95,6 +136,46 @@ func (c *committer) markHost(p *plan) error {
 	return parallel(fns...)
 }
 
+// journal lists the entries commit is about to change, all pending; read
+// over the old manifest it tells the next push what it cannot trust.
+func (c *committer) journal(p *plan) *manifest {
+	m := newManifest()
+	c.markPending(m, p)
+	return m
+}
+
+// pendingManifest is the whole manifest a first push (no usable one on
+// the host) starts with, the entries it changes pending: it owns the new
+// files while they move, so that none stays unowned if the push stops.
+func (c *committer) pendingManifest(p *plan) *manifest {
+	m := newManifest()
+	for i := range c.tree.Files {
+		f := &c.tree.Files[i]
+		m.Files[f.Path] = fileEntry(f)
+	}
+	c.markPending(m, p)
+	return m
+}
+
+// markPending puts in m every entry p changes, pending and without a
+// digest, so that no push trusts them until a commit has finished.
+func (c *committer) markPending(m *manifest, p *plan) {
+	for _, f := range append(append([]*File(nil), p.send...), p.meta...) {
+		e := fileEntry(f)
+		e.Pending = true
+		e.SHA256 = ""
+		m.Files[f.Path] = e
+	}
+	for _, d := range append(append([]Dir(nil), p.mkdirs...), p.chdirs...) {
+		m.Dirs[d.Path] = manifestDir{Mode: d.Mode, Pending: true}
+	}
+}
+
+// fileEntry is f as the manifest lists it.
+func fileEntry(f *File) manifestFile {
+	return manifestFile{SHA256: f.SHA256, Size: f.Size, Mode: f.Mode, MTime: f.ModTime.UnixNano()}
+}
+
 // place renames a staged state file over its live name (atomically).
 func (c *committer) place(staged, name string) error {
 	if err := c.fs.Rename(c.remote(staged), c.remote(name)); err != nil {
@@ -103,7 +184,7 @@ func (c *committer) place(staged, name string) error {
 	return nil
 }
 
-// commit moves the uploads into place, on a host run has marked. The order
+// commit moves the uploads into place, on a host uploadAndMark has marked. The order
 // of the state files is what keeps a host's state trustworthy: sum removed
 // and journal written (markHost, once every upload's content arrived),
 // tree changed and manifest in place, then sum written. A sum on the host
@@ -154,29 +235,6 @@ func (c *committer) commit(ctx context.Context, p *plan) error {
 		func() error { return placeSum(c.fs, c.workdir, sum) },
 		func() error { return c.removeTmp(p) },
 	)
-}
-
-// removeTmp removes the upload directory once commit moved everything out
-// of it: two RMDIRs at most (the staged trees' directory, then it), where
-// RemoveAll lists each (four round trips a directory: twelve for a
-// streamed push, which was most of its commit). Only what a commit cannot
-// leave empty (a tree staged under a new directory whose parent it does
-// not create: an empty parent stays) is removed whole.
-func (c *committer) removeTmp(p *plan) error {
-	var err error
-	if len(p.roots) > 0 {
-		err = c.removeDir(c.remote(path.Join(tmpDir, treeStage)))
-	}
-	if err == nil {
-		err = c.removeDir(c.remote(tmpDir))
-	}
-	if err != nil && len(p.roots) > 0 {
-		err = c.fs.RemoveAll(c.remote(tmpDir))
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", tmpDir, err)
-	}
-	return nil
 }
 
 // removeGone removes, first in a commit, the links that directories of
@@ -278,6 +336,41 @@ func (c *committer) changeTree(ctx context.Context, p *plan) error {
 	return c.chmodDirs(ctx, late)
 }
 
+// moveTrees moves each staged tree into place with one rename and
+// returns the roots it moved. A root that cannot be moved (the host has a
+// directory of that name with files in it, or the parent is gone) is left
+// for commit to move file by file.
+func (c *committer) moveTrees(ctx context.Context, p *plan) map[string]bool {
+	ok := make([]bool, len(p.roots))
+	_ = forEach(ctx, len(p.roots), c.opts.concurrency(), func(_ context.Context, i int) error {
+		r := p.roots[i]
+		ok[i] = c.fs.Rename(c.remote(path.Join(tmpDir, treeStage, r)), c.remote(r)) == nil
+		return nil
+	})
+	moved := make(map[string]bool, len(p.roots))
+	for i, r := range p.roots {
+		if ok[i] {
+			moved[r] = true
+		}
+	}
+	return moved
+}
+
+// rename moves one upload into place, recreating its parent directory if
+// someone removed it on the host since the last push.
+func (c *committer) rename(tmp, rel string) error {
+	err := c.fs.Rename(c.remote(tmp), c.remote(rel))
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = c.fs.MkdirAll(path.Dir(c.remote(rel)), 0o755); err == nil {
+			err = c.fs.Rename(c.remote(tmp), c.remote(rel))
+		}
+	}
+	if err != nil {
+		return fileErr("move into place", rel, err)
+	}
+	return nil
+}
+
 // setMeta sets the mode and mtime of a file whose content is unchanged:
 // independent requests, one round trip for both.
 func (c *committer) setMeta(f *File) error {
@@ -317,73 +410,27 @@ func (c *committer) chmodDirs(ctx context.Context, dirs []Dir) error {
 	})
 }
 
-// moveTrees moves each staged tree into place with one rename and
-// returns the roots it moved. A root that cannot be moved (the host has a
-// directory of that name with files in it, or the parent is gone) is left
-// for commit to move file by file.
-func (c *committer) moveTrees(ctx context.Context, p *plan) map[string]bool {
-	ok := make([]bool, len(p.roots))
-	_ = forEach(ctx, len(p.roots), c.opts.concurrency(), func(_ context.Context, i int) error {
-		r := p.roots[i]
-		ok[i] = c.fs.Rename(c.remote(path.Join(tmpDir, treeStage, r)), c.remote(r)) == nil
-		return nil
-	})
-	moved := make(map[string]bool, len(p.roots))
-	for i, r := range p.roots {
-		if ok[i] {
-			moved[r] = true
-		}
+// removeTmp removes the upload directory once commit moved everything out
+// of it: two RMDIRs at most (the staged trees' directory, then it), where
+// RemoveAll lists each (four round trips a directory: twelve for a
+// streamed push, which was most of its commit). Only what a commit cannot
+// leave empty (a tree staged under a new directory whose parent it does
+// not create: an empty parent stays) is removed whole.
+func (c *committer) removeTmp(p *plan) error {
+	var err error
+	if len(p.roots) > 0 {
+		err = c.removeDir(c.remote(path.Join(tmpDir, treeStage)))
 	}
-	return moved
-}
-
-// rename moves one upload into place, recreating its parent directory if
-// someone removed it on the host since the last push.
-func (c *committer) rename(tmp, rel string) error {
-	err := c.fs.Rename(c.remote(tmp), c.remote(rel))
-	if errors.Is(err, fs.ErrNotExist) {
-		if err = c.fs.MkdirAll(path.Dir(c.remote(rel)), 0o755); err == nil {
-			err = c.fs.Rename(c.remote(tmp), c.remote(rel))
-		}
+	if err == nil {
+		err = c.removeDir(c.remote(tmpDir))
 	}
-	if err != nil {
-		return fileErr("move into place", rel, err)
+	if err != nil && len(p.roots) > 0 {
+		err = c.fs.RemoveAll(c.remote(tmpDir))
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", tmpDir, err)
 	}
 	return nil
-}
-
-func (c *committer) pendingManifest(p *plan) *manifest {
-	m := newManifest()
-	for i := range c.tree.Files {
-		f := &c.tree.Files[i]
-		m.Files[f.Path] = fileEntry(f)
-	}
-	c.markPending(m, p)
-	return m
-}
-
-// journal lists the entries commit is about to change, all pending; read
-// over the old manifest it tells the next push what it cannot trust.
-func (c *committer) journal(p *plan) *manifest {
-	m := newManifest()
-	c.markPending(m, p)
-	return m
-}
-
-func (c *committer) markPending(m *manifest, p *plan) {
-	for _, f := range append(append([]*File(nil), p.send...), p.meta...) {
-		e := fileEntry(f)
-		e.Pending = true
-		e.SHA256 = ""
-		m.Files[f.Path] = e
-	}
-	for _, d := range append(append([]Dir(nil), p.mkdirs...), p.chdirs...) {
-		m.Dirs[d.Path] = manifestDir{Mode: d.Mode, Pending: true}
-	}
-}
-
-func fileEntry(f *File) manifestFile {
-	return manifestFile{SHA256: f.SHA256, Size: f.Size, Mode: f.Mode, MTime: f.ModTime.UnixNano()}
 }
 
 // CommitError is a push that failed while it moved the uploaded files
@@ -401,44 +448,3 @@ func (e *CommitError) Error() string {
 }
 
 func (e *CommitError) Unwrap() error { return e.Err }
-
-// earlyStage is the commit's state files staged beside a preUpload,
-// before guard: the journal it staged is that of the plan before guard.
-type earlyStage struct {
-	journal []byte        // the journal staged
-	staged  chan struct{} // closed once the state files are; err says how
-	err     error
-}
-
-// wait waits for the staging to end.
-func (es *earlyStage) wait() { <-es.staged }
-
-// stageEarly starts staging p's state files (a copy of p: guard rewrites
-// it) beside a preUpload.
-func (c *committer) stageEarly(p *plan) *earlyStage {
-	q := *p
-	es := &earlyStage{staged: make(chan struct{})}
-	if q.journaled() {
-		es.journal = encodeManifest(c.journal(&q))
-	}
-	go func() {
-		defer close(es.staged)
-		es.err = c.stage(&q)
-	}()
-	return es
-}
-
-// finishStage waits for the early staging and stages the journal
-// again if guard made the plan touch more than it lists.
-func (c *committer) finishStage(p *plan, es *earlyStage) error {
-	<-es.staged
-	if es.err != nil {
-		return es.err
-	}
-	if j := encodeManifest(c.journal(p)); p.journaled() && !bytes.Equal(j, es.journal) {
-		if err := createWith(c.fs, c.remote(pendingStaged), j); err != nil {
-			return fmt.Errorf("write %s: %w", pendingStaged, err)
-		}
-	}
-	return nil
-}

@@ -20,6 +20,46 @@
 // are, even when pushed before), Options.Protect (checkpoint_dir and the
 // log directory, ForJob), drover's own .drover/, and anything behind a
 // symbolic link it did not create (guard).
+//
+// # The phases of one host's push
+//
+// Sync runs four phases in order (hostPush.run, in this file), each a
+// narrow type in its own file, handed the value the one before made, so
+// that the push reads top-down and no phase calls back into another:
+//
+//  1. Scan (tree.go, scan.go): what is here and there. ScanLocal scans
+//     and hashes the code directory once for every host (Tree). scanHost
+//     asks one host, in one round trip (look), for its state files, its
+//     upload directory and, for Options.NewWorkdir, the tree's top-level
+//     directories; it reads the manifest the sum names (readManifest)
+//     and, verifying, starts listing the host's tree (lister). Value:
+//     hostScan.
+//  2. Plan (pushplan.go, guard.go): what changes. planner compares the
+//     host's manifest with the tree (planFromManifest, once per manifest
+//     for every host: manifestMemo) or, without one, the host's files by
+//     size and mtime (planFromStat); guard then rewrites the plan around
+//     symbolic links on the host and, verifying, files that drifted.
+//     Value: plan.
+//  3. Upload (upload.go, stream.go): move the bytes. uploader sends
+//     plan.send to temporary names in .drover/push-tmp, modes and mtimes
+//     set: one SFTP transfer each, or one tar stream for many
+//     (streamAll, which stages new directories whole). It adds to the
+//     plan where each file waits (plan.tmp, plan.roots).
+//  4. Commit (commit.go): journal, rename, manifest. committer stages the
+//     state files while the upload runs (stage), marks the host once the
+//     content has arrived (markHost: sum removed, journal in place), then
+//     moves the uploads into place and writes the manifest or delta, and
+//     the sum last (commit).
+//
+// The phases share only hostPush: the FS and workdir, the tree, the
+// options, and the tally (Result and Progress, under one lock). Where two
+// overlap to save round trips, run shows it: the listing runs beside the
+// plan; a verified push with few changes starts its upload and the
+// commit's staging before guard (preUpload, stageEarly); the staging
+// runs beside the upload and the mark goes as soon as the content is
+// there (uploadAndMark); and a push into a new workdir creates its
+// directories while its files upload (mkdirsEarly). Each says why what it
+// moves forward keeps a push's guarantees.
 package push
 
 import (
@@ -171,17 +211,17 @@ func cleanWorkdir(dir string) (string, error) {
 	return path.Clean(dir), nil
 }
 
-// run is one host's push, as its four phases, each a value of its own
-// file handed what the one before found: scan (scan.go), plan (pushplan.go,
-// guard.go), upload (upload.go, stream.go), commit (commit.go). Where two
-// phases overlap to save round trips, this is where it shows.
+// run is one host's push as its four phases (see the package doc), each
+// a value of its own file handed what the one before found, so that the
+// order of a push's requests, and where two phases overlap to save round
+// trips, shows here and only here.
 func (e *hostPush) run(ctx context.Context) error {
 	e.report(func(p *Progress) { p.Phase = PhaseCompare })
-	// Scan: what the host holds. The listing of its tree (VerifyStat)
+	// 1. Scan: what the host holds. The listing of its tree (VerifyStat)
 	// runs on beside the plan, which reads it in guard.
 	h := scanHost(ctx, e)
 	defer h.wait()
-	// Plan: what changes, from the host's manifest or from its files.
+	// 2. Plan: what changes, from the host's manifest or from its files.
 	pl := &planner{hostPush: e, scan: h}
 	p, err := pl.plan(ctx)
 	if err != nil {
@@ -211,7 +251,7 @@ func (e *hostPush) run(ctx context.Context) error {
 	}
 	e.result(func(r *Result) { r.FilesUnchanged = p.unchange + len(p.meta) })
 	e.report(func(pr *Progress) { pr.FilesTotal, pr.BytesTotal = len(p.send), p.bytes() })
-	// Upload: the changed files, to their temporary names.
+	// 3. Upload: the changed files, to their temporary names.
 	if err := up.prepare(p); err != nil {
 		return err
 	}
@@ -222,7 +262,7 @@ func (e *hostPush) run(ctx context.Context) error {
 	if err := uploadAndMark(ctx, up, c, p, stage); err != nil {
 		return err
 	}
-	// Commit: the uploads into place, and the state that vouches for them.
+	// 4. Commit: the uploads into place, and the state that vouches for them.
 	e.report(func(pr *Progress) { pr.Phase = PhaseCommit })
 	// Once files start moving, cancelling (Ctrl-C) no longer stops them:
 	// the commit is renames on the host, with no content left to send,

@@ -60,6 +60,8 @@ type plan struct {
 	view hostView
 }
 
+// tmpOf is where send[i] waits in the upload directory: a stream and a
+// preUpload decide it (tmp), a plain upload uses its index.
 func (p *plan) tmpOf(i int) string {
 	if p.tmp != nil {
 		return p.tmp[i]
@@ -77,6 +79,8 @@ func (p *plan) rootOf(rel string) string {
 	return ""
 }
 
+// empty says whether the plan changes nothing in the tree, so that the
+// push ends after its checks without uploading or committing.
 func (p *plan) empty() bool {
 	return len(p.send)+len(p.meta)+len(p.deletes)+len(p.rmdirs)+len(p.mkdirs)+len(p.chdirs) == 0
 }

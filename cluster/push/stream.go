@@ -114,6 +114,8 @@ func (up *uploader) writeTar(ctx context.Context, w io.Writer, p *plan) error {
 	return bw.Flush()
 }
 
+// tarFile writes f into the stream under name, from the tree's bounded
+// open files (openSource), failing if it changed since the scan.
 func (up *uploader) tarFile(ctx context.Context, tw *tar.Writer, f *File, name string, buf []byte) error {
 	src, done, err := up.tree.openSource(ctx, f)
 	if err != nil {
@@ -161,6 +163,8 @@ func checkUnchanged(src *os.File, f *File, n int64) error {
 	return nil
 }
 
+// changedErr says f changed while pushed: the scan's digest no longer
+// holds, and pushing again scans it again.
 func changedErr(f *File) error {
 	return fmt.Errorf("upload %s: the file changed while it was being pushed; push again", f.Path)
 }

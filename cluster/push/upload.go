@@ -53,27 +53,6 @@ func (up *uploader) prepare(p *plan) error {
 	return nil
 }
 
-// probeMin is the upload size (in files) from which a push learns the
-// host's mode for new files first: three requests once, to save one per
-// file (of the six an upload takes) on the files that already get it.
-const probeMin = 32
-
-// probeCreateMode creates, stats and removes an empty file in tmpDir and
-// returns the mode it got, or zero when any step fails.
-func (up *uploader) probeCreateMode() fs.FileMode {
-	name := up.remote(path.Join(tmpDir, "mode-probe"))
-	if err := createWith(up.fs, name, nil); err != nil {
-		return 0
-	}
-	info, err := up.fs.Lstat(name)
-	if rerr := up.fs.Remove(name); err != nil || rerr != nil {
-		return 0
-	}
-	return info.Mode().Perm()
-}
-
-func tmpName(i int) string { return path.Join(tmpDir, fmt.Sprintf("f%06d", i)) }
-
 // uploadAll sends every changed file to its temporary name, with its mode
 // and mtime already set so that the rename is all that is left: many files
 // as one tar stream where the host can take it, else one SFTP transfer
@@ -100,6 +79,12 @@ func (up *uploader) uploadAll(ctx context.Context, p *plan, written func()) erro
 	return forEach(ctx, len(p.send), up.opts.concurrency(), func(ctx context.Context, i int) error {
 		return up.upload(ctx, p.send[i], up.remote(tmpName(i)), arrived)
 	})
+}
+
+// streams says whether uploadAll sends p's files as one tar stream.
+func (up *uploader) streams(p *plan) bool {
+	_, ok := up.fs.(extractor)
+	return ok && len(p.send) >= streamMin
 }
 
 // upload sends one file to tmp and sets its mode and mtime; arrived is
@@ -175,13 +160,30 @@ func (r *sendReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// streams says whether uploadAll sends p's files as one tar stream.
-func (up *uploader) streams(p *plan) bool {
-	_, ok := up.fs.(extractor)
-	return ok && len(p.send) >= streamMin
+// probeMin is the upload size (in files) from which a push learns the
+// host's mode for new files first: three requests once, to save one per
+// file (of the six an upload takes) on the files that already get it.
+const probeMin = 32
+
+// probeCreateMode creates, stats and removes an empty file in tmpDir and
+// returns the mode it got, or zero when any step fails.
+func (up *uploader) probeCreateMode() fs.FileMode {
+	name := up.remote(path.Join(tmpDir, "mode-probe"))
+	if err := createWith(up.fs, name, nil); err != nil {
+		return 0
+	}
+	info, err := up.fs.Lstat(name)
+	if rerr := up.fs.Remove(name); err != nil || rerr != nil {
+		return 0
+	}
+	return info.Mode().Perm()
 }
 
-// preUpload is what run sends before guard has the listing of the host's
+// tmpName is the temporary name of the i-th upload: short, and unique
+// within the push's own upload directory whatever the file's path.
+func tmpName(i int) string { return path.Join(tmpDir, fmt.Sprintf("f%06d", i)) }
+
+// preUpload is what a push sends before guard has the listing of the host's
 // tree (VerifyStat): the files the manifest says changed, and the state
 // files, which need neither. The listing takes about four round trips
 // (open, read, read, close), as long as the upload (create, write, close),
@@ -201,7 +203,7 @@ type preUpload struct {
 // wait waits for the uploads the preUpload started.
 func (e *preUpload) wait() { <-e.done }
 
-// early says whether run uploads before guard (preUpload): when
+// early says whether the push uploads before guard (preUpload): when
 // it verifies by listing, the host's manifest named the changes, and the
 // upload directory is new and empty. Only a few files, which go over
 // SFTP: a stream (or the probe of the mode of new files) is decided on
