@@ -1,5 +1,8 @@
 package push
 
+// What the phases of a push share (hostPush) and the progress they report
+// (tally).
+
 import (
 	"context"
 	"path"
@@ -8,10 +11,13 @@ import (
 	"github.com/droverhq/drover/cluster"
 )
 
-// hostPush is what the four phases of one Sync share, and all they share: the
-// host's FS and workdir, the tree, the options, and the tally of what was
-// done. Each phase reads it and passes its own findings forward as values
-// (hostScan, plan); only the tally changes, under its lock.
+// hostPush is one host's push (Sync; its phases in run): what its four
+// phases share, and all they share: the host's FS and workdir, the tree,
+// the options, the tally of what was done, and the directory requests
+// more than one phase makes. Each phase passes its own findings forward
+// as values (hostScan, plan) rather than leaving them here, so that what
+// a phase reads shows in what it is handed; only the tally changes, under
+// its lock.
 type hostPush struct {
 	fs      cluster.FS
 	workdir string
