@@ -87,7 +87,8 @@ func (h *hostScan) readManifest() {
 // read-only, and the plan does not change what it lists, so it starts at
 // once, beside the plan; but for a workdir the caller says is new, it
 // starts only if look found otherwise (else the tree is not there:
-// emptyView). listed is called from the push's own goroutine only (hostPush.run).
+// emptyView). listed is called from the push's own goroutine only
+// (hostPush.run).
 func (h *hostScan) lister(ctx context.Context) (listed func() (hostView, error), wait func()) {
 	if h.opts.Verify == VerifyNone {
 		return func() (hostView, error) { return nil, nil }, func() {}
@@ -124,7 +125,7 @@ func (h *hostScan) lister(ctx context.Context) (listed func() (hostView, error),
 	return listed, wait
 }
 
-// look sends the plan's first requests, all at once so that a push with
+// look sends the push's first requests, all at once so that a push with
 // nothing to do costs one round trip: the host's state (hostState), the
 // upload directory, and, when a change is likely, what lets the push skip
 // requests later: whether there is a delta to remove and, for

@@ -183,16 +183,16 @@ func (up *uploader) probeCreateMode() fs.FileMode {
 // within the push's own upload directory whatever the file's path.
 func tmpName(i int) string { return path.Join(tmpDir, fmt.Sprintf("f%06d", i)) }
 
-// preUpload is what a push sends before guard has the listing of the host's
-// tree (VerifyStat): the files the manifest says changed, and the state
-// files, which need neither. The listing takes about four round trips
+// preUpload is what a push sends before guard has the listing of the
+// host's tree (VerifyStat): the files the manifest says changed, which
+// need none of it (nor do the commit's state files, staged beside them:
+// committer.stageEarly). The listing takes about four round trips
 // (open, read, read, close), as long as the upload (create, write, close),
 // so a restart after an edit waits for one of them, not both. Anything
 // the listing adds (a file drifted on the host) is sent after, and the
 // journal staged again if it then lists more. The uploads land in the
 // push's own upload directory, which nothing but a commit moves out: a
 // push that stops before leaves the tree as it was, as ever.
-// The commit stages its state files beside it (committer.stageEarly).
 type preUpload struct {
 	send   []*File       // uploaded to tmpName(i), mode and mtime set
 	landed chan struct{} // closed once all of their content is there
