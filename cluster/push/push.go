@@ -229,9 +229,13 @@ func (e *hostPush) run(ctx context.Context) error {
 	}
 	c := &committer{hostPush: e}
 	if p.resum {
+		// Up to date but for the lost sum: the commit's only write,
+		// made as soon as the plan knows, as it always was.
 		c.repairSum(p)
 	}
 	up := &uploader{hostPush: e, newWorkdir: h.newWorkdir}
+	// What goes beside the upload: the commit's state files, and the
+	// directories of a push into a new workdir (mkdirsEarly).
 	stage := func() error {
 		return parallel(func() error { return c.stage(p) }, func() error { return up.mkdirsEarly(ctx, p) })
 	}
