@@ -209,7 +209,9 @@ func TestBuildJAX(t *testing.T) {
 }
 
 // TestReadmeListsEveryVariable keeps README.md's "What each process gets"
-// table complete: every variable any framework's plan sets appears in it.
+// table complete: every variable any framework's plan sets appears in it,
+// or in docs/frameworks.md's table of what every process gets by default
+// (while the README moves into docs/, either place documents it).
 func TestReadmeListsEveryVariable(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
@@ -219,6 +221,14 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 	end := strings.Index(readme[start+1:], "\n## ")
 	require.Greater(t, end, 0)
 	table := readme[start : start+1+end]
+	fw, err := os.ReadFile(filepath.Join("..", "..", "docs", "frameworks.md"))
+	require.NoError(t, err)
+	defaults := string(fw)
+	start = strings.Index(defaults, "## What every process gets")
+	require.GreaterOrEqual(t, start, 0, "docs/frameworks.md has no section \"What every process gets\"")
+	end = strings.Index(defaults[start+1:], "\n## ")
+	require.Greater(t, end, 0)
+	table += defaults[start : start+1+end]
 	for _, cfg := range everyFramework() {
 		p := mustBuild(t, PlanInput{Config: cfg})
 		for _, pr := range p.Processes {
@@ -311,4 +321,19 @@ func hangConfig(hosts ...config.Host) *config.Config {
 	c := testConfig(config.PyTorch, hosts...)
 	c.Job.HangTimeout = time.Minute
 	return c
+}
+
+// Every process of every framework gets PYTHONUNBUFFERED=1 (its stdout is
+// a pipe, and Python would hold print() back in 8 KiB blocks), and
+// [job.env] may replace it.
+func TestPlanUnbufferedEveryFramework(t *testing.T) {
+	for _, cfg := range everyFramework() {
+		p := mustBuild(t, PlanInput{Config: cfg})
+		for _, pr := range p.Processes {
+			assert.Equal(t, "1", pr.Env["PYTHONUNBUFFERED"], "%s: %s", cfg.Job.Framework, pr.Name())
+		}
+		cfg.Job.Env = map[string]string{"PYTHONUNBUFFERED": ""}
+		p = mustBuild(t, PlanInput{Config: cfg})
+		assert.Equal(t, "", p.Processes[0].Env["PYTHONUNBUFFERED"], "%s: [job.env] wins", cfg.Job.Framework)
+	}
 }
