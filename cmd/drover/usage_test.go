@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestUsageErrorsExit2: every way of calling drover wrongly exits with the
@@ -27,4 +29,21 @@ func TestUsageErrorsExit2(t *testing.T) {
 		assert.Equal(t, exitConfig, code, "%v: stderr %q", tc.args, errb.String())
 		assert.Contains(t, errb.String(), tc.msg, "%v", tc.args)
 	}
+}
+
+// drover --version and drover version print the same: the build's line
+// (as `agent version` prints it), its commit and Go release, and the
+// agent each platform's hosts would get.
+func TestVersionFlagAndCommand(t *testing.T) {
+	var flagOut, cmdOut, errOut bytes.Buffer
+	require.Equal(t, exitOK, run([]string{"drover", "--version"}, &flagOut, &errOut), errOut.String())
+	require.Equal(t, exitOK, run([]string{"drover", "version"}, &cmdOut, &errOut), errOut.String())
+	assert.Equal(t, flagOut.String(), cmdOut.String())
+	lines := strings.Split(strings.TrimSpace(cmdOut.String()), "\n")
+	require.GreaterOrEqual(t, len(lines), 4, cmdOut.String())
+	assert.Regexp(t, `^drover \S+ \S+/\S+$`, lines[0])
+	assert.Regexp(t, `^commit: `, lines[1])
+	assert.Regexp(t, `^go: go1\.`, lines[2])
+	assert.Regexp(t, `^agent`, lines[3])
+	assert.Equal(t, exitConfig, run([]string{"drover", "version", "x"}, &cmdOut, &errOut))
 }
