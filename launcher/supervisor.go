@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,11 @@ type running struct {
 	// progress is when it last showed progress (UnixNano, drover's
 	// clock; 0 until it first does); see hang.go.
 	progress atomic.Int64
+	// cause is what went wrong with it in this attempt (its own failure,
+	// a worker's, an early finish) and causeAt when drover saw it; the
+	// summary orders causes by that time (see setCause).
+	cause   string
+	causeAt time.Time
 }
 
 type exitMsg struct {
@@ -137,10 +143,23 @@ type supervisor struct {
 	stacksDone <-chan time.Time
 	// lastPing is when the heartbeat last went out (see checkPaused).
 	lastPing time.Time
+
+	// workers are torchrun workers' ends as their agents report them.
+	workers chan workerMsg
+	// early are exits 0 while others still ran, not yet named; earlyAt
+	// names them (earlyFinishWait); earlySaid: the attempt's first event
+	// was one.
+	early     []earlyFinish
+	earlyAt   <-chan time.Time
+	earlySaid bool
+	// stopWaits are the stops, through their hosts, of what dead agents
+	// left (stopLeftBy); the attempt ends after them.
+	stopWaits sync.WaitGroup
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
-	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes))}
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
+		workers: make(chan workerMsg, 64)}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
@@ -230,6 +249,15 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	}
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
+	torchrun := a.cfg.Job.Framework == config.Torchrun
+	if torchrun {
+		stderr = io.MultiWriter(stderr, &workerLines{rp: rp, out: s.workers, now: a.r.now})
+	}
+	envLine, err := agent.EnvLine(a.processEnv(p))
+	if err != nil {
+		rp.closeLogs()
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
 	wd := remoteAbs(c.home, p.Workdir)
 	args := agent.Command(c.agent, agent.RunOptions{
 		Grace:   a.cfg.Job.StopGrace,
@@ -240,8 +268,16 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// The agent stops its group when drover falls silent: the
 		// only way it learns of a controller behind a dead link.
 		Heartbeat: heartbeatTimeout,
+		// The rank's environment goes over the agent's stdin, set only
+		// on the command's exec: not in the agent's environ, nor in
+		// the login shell's command line.
+		EnvFromStdin: true,
+		// torchrun's workers are watched where they die, not where
+		// torchrun (and its 300 s exit barrier) reports them.
+		WatchWorkers: torchrun,
 	})
-	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Env: a.processEnv(p), Dir: p.Workdir, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
+	stdin := io.MultiReader(bytes.NewReader(envLine), rp.ctl)
+	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Dir: p.Workdir, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		rp.closeLogs()
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
@@ -326,22 +362,63 @@ func (s *supervisor) kill(why string) {
 // the group: a failure stops it, the last exit the success policy needs
 // ends it.
 func (s *supervisor) onExit(m exitMsg) {
+	// A worker's report is written before its agent exits: act on it
+	// first, whichever channel the select picked.
+	s.drainWorkers()
 	s.remaining--
 	rp := s.procs[m.i]
 	rp.done = true
 	rp.closeLogs()
 	text, code, lost := describeExit(m.err)
 	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
+	defer func() {
+		if rp.cause != "" {
+			s.a.r.recordCause(rp.p, rp.cause, rp.causeAt)
+		}
+	}()
+	if how, died := agentDied(m.err); died {
+		s.stopLeftBy(rp, how)
+	}
 	if s.stopping {
+		if m.err != nil && !lost && !stoppedByDrover(m.err) {
+			// A victim, most likely (a peer's connection closed):
+			// listed after the cause, not as it.
+			rp.setCause(fmt.Sprintf("exited %s%s", text, colon(s.a.rootCause(s.byHost[rp.p.Host.Name], rp))), m.at)
+		}
 		return
 	}
 	if m.err != nil {
+		s.flushEarly()
 		s.stop(s.failure(rp, m.err, text, code, lost))
 		return
 	}
 	if len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs) {
+		s.early, s.earlyAt = nil, nil // the end of a healthy run: no event
 		s.stop(succeeded(), s.a.successNote(s.procs))
+		return
 	}
+	if s.remaining > 0 {
+		s.noteEarly(rp, m.at)
+	}
+}
+
+// drainWorkers acts on every worker report already queued.
+func (s *supervisor) drainWorkers() {
+	for {
+		select {
+		case wm := <-s.workers:
+			s.onWorkerExit(wm)
+		default:
+			return
+		}
+	}
+}
+
+// stoppedByDrover reports an exit that drover's stop explains: SIGTERM
+// or SIGKILL (143, 137), as the agent reports them.
+func stoppedByDrover(err error) bool {
+	var ee *cluster.ExitError
+	return errors.As(err, &ee) && (ee.Code == 143 || ee.Code == 137)
 }
 
 // failure is the outcome of rp's failed exit, and the event's reason.
@@ -353,9 +430,9 @@ func (s *supervisor) failure(rp *running, err error, text string, code int, lost
 		return attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: code}, reason
 	}
 	reason := fmt.Sprintf("%s exited %s", who, text)
-	if cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp); cause != "" {
-		reason += ": " + cause
-	}
+	cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp)
+	reason += colon(cause)
+	rp.setCause(cause, s.a.r.now())
 	return attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: code}, reason
 }
 
@@ -385,6 +462,10 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		case m := <-s.exits:
 			s.checkPaused()
 			s.onExit(m)
+		case wm := <-s.workers:
+			s.onWorkerExit(wm)
+		case <-s.earlyAt:
+			s.flushEarly()
 		case <-ctxDone:
 			ctxDone = nil
 			if s.stacksDone != nil {
@@ -415,6 +496,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 	for _, rp := range s.procs {
 		rp.ctl.Close()
 	}
+	s.stopWaits.Wait()
 	if s.out == nil {
 		return attemptOutcome{kind: outcomeFailed, exitCode: -1, err: errors.New("the group ended without meeting the success policy")}
 	}
@@ -436,16 +518,13 @@ func (s *supervisor) checkPaused() {
 	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
 }
 
-// rootCause finds and records why a failed process failed (see
-// rootCause).
+// rootCause finds why a failed process failed (see rootCause).
 func (a *attempt_) rootCause(c *hostConn, rp *running) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs
 	}
-	cause := rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
-	a.r.recordCause(rp.p, cause)
-	return cause
+	return rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
 }
 
 // succeeded applies the success policy to the processes that have exited

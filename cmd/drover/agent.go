@@ -43,6 +43,8 @@ func agentRunCommand() *cli.Command {
 			&cli.StringFlag{Name: "pidfile", Usage: "record the group here while it runs"},
 			&cli.StringFlag{Name: "log", Usage: "also append all output to this file"},
 			&cli.StringFlag{Name: "job", Usage: "job name, for the pidfile"},
+			&cli.BoolFlag{Name: "env-stdin", Usage: "read CMD's environment (a JSON object) from the first line of stdin"},
+			&cli.BoolFlag{Name: "watch-workers", Usage: "report each exit of CMD's children (torchrun's workers); the first abnormal one fails the run"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -52,18 +54,20 @@ func agentRunCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 			defer stop()
 			code, err := agent.Run(ctx, agent.RunOptions{
-				Args:        c.Args().Slice(),
-				Grace:       c.Duration("grace"),
-				Heartbeat:   c.Duration("heartbeat"),
-				PIDFile:     c.String("pidfile"),
-				LogFile:     c.String("log"),
-				ErrorFile:   os.Getenv("TORCHELASTIC_ERROR_FILE"),
-				Job:         c.String("job"),
-				Stdin:       c.App.Reader,
-				Stdout:      c.App.Writer,
-				Stderr:      c.App.ErrWriter,
-				Subreaper:   true,
-				WatchParent: true,
+				Args:         c.Args().Slice(),
+				Grace:        c.Duration("grace"),
+				Heartbeat:    c.Duration("heartbeat"),
+				PIDFile:      c.String("pidfile"),
+				LogFile:      c.String("log"),
+				ErrorFile:    os.Getenv("TORCHELASTIC_ERROR_FILE"),
+				Job:          c.String("job"),
+				EnvFromStdin: c.Bool("env-stdin"),
+				WatchWorkers: c.Bool("watch-workers"),
+				Stdin:        c.App.Reader,
+				Stdout:       c.App.Writer,
+				Stderr:       c.App.ErrWriter,
+				Subreaper:    true,
+				WatchParent:  true,
 			})
 			if err != nil {
 				return cli.Exit(err.Error(), code)
