@@ -96,7 +96,7 @@ func (s *supervisor) onWorkerExit(m workerMsg) {
 	cause := s.a.workerCause(c, m.w)
 	switch {
 	case m.rp.done:
-	case s.stopping && m.w.Abnormal():
+	case s.stopping && m.w.Abnormal() && !s.stoppedWorker(m.w):
 		m.rp.setCause(fmt.Sprintf("%s %s%s", m.who(), m.w.How(), colon(cause)), m.at)
 	case s.stopping:
 	case !m.w.Abnormal():
@@ -162,7 +162,7 @@ func (s *supervisor) flushEarly() {
 	for _, e := range s.early {
 		s.a.r.events.printf("%s: %s (exit 0 at %s)", s.a.prefix(), e.what, e.at.Format("15:04:05.000"))
 		if !s.earlySaid {
-			s.earlySaid = true
+			s.earlySaid, s.firstEvent = true, e.what
 			e.rp.setCause(e.what+": the attempt's first event", e.at)
 			if e.rp.done { // its exit is recorded already
 				s.a.r.recordCause(e.rp.p, e.rp.cause, e.rp.causeAt)
@@ -222,4 +222,10 @@ func (s *supervisor) stopLeftBy(rp *running, how string) {
 			s.a.r.events.printf("%s: %s: %s", s.a.prefix(), rp.p.Host.Name, said)
 		}
 	}()
+}
+
+// stoppedWorker reports a worker's end that drover's own stop explains:
+// SIGTERM or SIGKILL, or any end once the run was interrupted.
+func (s *supervisor) stoppedWorker(w agent.WorkerExit) bool {
+	return w.Signal == "TERM" || w.Signal == "KILL" || (s.out != nil && s.out.kind == outcomeInterrupted)
 }

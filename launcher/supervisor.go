@@ -149,9 +149,10 @@ type supervisor struct {
 	// early are exits 0 while others still ran, not yet named; earlyAt
 	// names them (earlyFinishWait); earlySaid: the attempt's first event
 	// was one.
-	early     []earlyFinish
-	earlyAt   <-chan time.Time
-	earlySaid bool
+	early      []earlyFinish
+	earlyAt    <-chan time.Time
+	earlySaid  bool
+	firstEvent string
 	// stopWaits are the stops, through their hosts, of what dead agents
 	// left (stopLeftBy); the attempt ends after them.
 	stopWaits sync.WaitGroup
@@ -380,10 +381,14 @@ func (s *supervisor) onExit(m exitMsg) {
 		s.stopLeftBy(rp, how)
 	}
 	if s.stopping {
-		if m.err != nil && !lost && !stoppedByDrover(m.err) {
+		if m.err != nil && !lost && !stoppedByDrover(m.err) && (s.out == nil || s.out.kind != outcomeInterrupted) {
 			// A victim, most likely (a peer's connection closed):
 			// listed after the cause, not as it.
-			rp.setCause(fmt.Sprintf("exited %s%s", text, colon(s.a.rootCause(s.byHost[rp.p.Host.Name], rp))), m.at)
+			if cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp); cause == "" {
+				rp.setCause("exited "+text, m.at)
+			} else if !torchStopped(cause) {
+				rp.setCause(cause, m.at)
+			}
 		}
 		return
 	}
@@ -421,6 +426,12 @@ func stoppedByDrover(err error) bool {
 	return errors.As(err, &ee) && (ee.Code == 143 || ee.Code == 137)
 }
 
+// torchStopped reports a cause that says torch's elastic agent (torchrun)
+// was signalled: drover's stop, not a failure of its own.
+func torchStopped(cause string) bool {
+	return strings.Contains(cause, "SignalException: Process ")
+}
+
 // failure is the outcome of rp's failed exit, and the event's reason.
 func (s *supervisor) failure(rp *running, err error, text string, code int, lost bool) (attemptOutcome, string) {
 	who := fmt.Sprintf("%s@%s", rp.p.Name(), rp.p.Host.Name)
@@ -433,6 +444,10 @@ func (s *supervisor) failure(rp *running, err error, text string, code int, lost
 	cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp)
 	reason += colon(cause)
 	rp.setCause(cause, s.a.r.now())
+	if s.firstEvent != "" {
+		// A desync: the failing rank is most likely a victim.
+		reason += "; the attempt's first event: " + s.firstEvent
+	}
 	return attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: code}, reason
 }
 
