@@ -87,4 +87,3 @@ exec sleep 1000`
 		t.Errorf("the report is not in words:\n%s", out.String())
 	}
 }
-
