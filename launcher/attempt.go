@@ -342,6 +342,14 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 		if err == nil {
 			continue
 		}
+		if a.n == 1 {
+			if name, ok := unresolvable(err); ok {
+				// A typo, not a host rebooting: waiting host_wait
+				// (5 minutes by default) would not make it resolve.
+				return nil, fmt.Errorf("%s: address %q does not resolve (%w); fix the address of host %s in %s",
+					h.Name, name, err, h.Name, a.cfg.InventoryPath)
+			}
+		}
 		waited := false
 		for isUnreachable(err) && a.r.now().Before(deadline) {
 			if !waited {
@@ -897,4 +905,15 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
+}
+
+// unresolvable reports a dial that failed because the host's name does
+// not exist in DNS (NXDOMAIN; not a resolver that timed out or is
+// unreachable, which may pass), and the name.
+func unresolvable(err error) (string, bool) {
+	var de *net.DNSError
+	if errors.As(err, &de) && de.IsNotFound {
+		return de.Name, true
+	}
+	return "", false
 }
