@@ -421,7 +421,7 @@ func (s *supervision) start() (cleanup func(), code int, err error) {
 // than the one under way (SIGTERM, then SIGKILL after the grace).
 func (s *supervision) escalate(r request) {
 	if r.kind == dumpStacks {
-		s.g.dumpStacks(s.notice)
+		s.g.dumpStacks(s.notice, s.environ)
 		return
 	}
 	if r.kind <= s.state {
@@ -533,11 +533,12 @@ func (s *supervision) drain() {
 // PYTHONFAULTHANDLER on (drover sets it), SIGABRT makes Python print every
 // thread's stack and abort, even while blocked in C code (a collective);
 // SIGCONT wakes a frozen (SIGSTOPped) one so that it can. Otherwise the
-// process is left alone.
-func (g group) dumpStacks(notice func(format string, args ...any)) {
+// process is left alone. py-spy is looked up on the command's PATH
+// (environ: the login PATH, or PATH from [job.env]).
+func (g group) dumpStacks(notice func(format string, args ...any), environ []string) {
 	pids, fh := g.pythonMembers()
 	dumped, said := make([]bool, len(pids)), make([]string, len(pids))
-	if bin, err := exec.LookPath("py-spy"); err == nil {
+	if bin, err := lookPath("py-spy", environ); err == nil {
 		var wg sync.WaitGroup
 		for i, pid := range pids {
 			wg.Add(1)
