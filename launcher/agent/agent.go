@@ -21,6 +21,16 @@
 //
 // Run with Subreaper (Linux; the CLI sets it), the agent also adopts
 // descendants that left the group (setsid, double fork) and stops them too.
+// CMD dies with the agent (a parent-death signal), so that an agent
+// killed outright leaves at most what CMD started in its group, which
+// `drover agent stop` finds through the pidfile.
+//
+// With --env-stdin the first line on stdin, before any control line, is
+// CMD's environment as a JSON object (EnvLine): the rank's variables are
+// set on CMD's exec only, never in the agent's own environment. With
+// --watch-workers the agent reports, one line each (WorkerExit.Line), the
+// exit of every child of CMD that carries a RANK (torchrun's workers), and
+// the first abnormal one stops the group and becomes the agent's status.
 //
 // # The rest of the agent
 //
