@@ -14,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // TestCommandFSOverSSH: an FS served by a command drover starts over the
@@ -24,9 +25,8 @@ import (
 func TestCommandFSOverSSH(t *testing.T) {
 	fleettest.Need(t, fleet)
 	const server = "/usr/lib/openssh/sftp-server"
-	if _, err := os.Stat(server); err != nil {
-		t.Skip("no " + server)
-	}
+	_, err := os.Stat(server)
+	testenv.Need(t, server+" (openssh-server)", err)
 	tr, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[2], hermetic())
 	require.NoError(t, err)
 	defer tr.Close()

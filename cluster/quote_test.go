@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,11 +35,8 @@ func TestShellQuote(t *testing.T) {
 func TestShellQuoteRoundTrip(t *testing.T) {
 	words := []string{"", " ", "it's", `"q"`, "$(echo x)", "`echo x`", "$HOME", "a\nb\n", "\\", "'", "''", "\\'", "*", "~", "-n", "!x", "#c", "x=y", "%s", "ü ✓", "\t", "{a,b}", "[ab]", "a;b|c&d>e<f"}
 	for _, shell := range []string{"sh", "bash", "dash"} {
-		path, err := exec.LookPath(shell)
-		if err != nil {
-			continue
-		}
 		t.Run(shell, func(t *testing.T) {
+			path := testenv.LookPath(t, shell)
 			for _, w := range words {
 				out, err := exec.Command(path, "-c", "printf '%s' "+ShellQuote(w)).Output()
 				require.NoError(t, err, "word %q", w)

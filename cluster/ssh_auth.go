@@ -21,6 +21,10 @@ type authSet struct {
 	tried   []string // "agent $SOCK (2 keys)", "/home/u/.ssh/id_ed25519"
 	skipped []string // "/x/id_rsa: encrypted (add it to ssh-agent)"
 	agent   net.Conn // closed once the handshake is over
+	// err is a failure of this machine's, not of a key: out of file
+	// descriptors (TooManyOpenFilesError). The dial fails with it rather
+	// than with "no usable key".
+	err error
 }
 
 // close releases the agent connection, needed only during authentication.
@@ -46,6 +50,10 @@ func loadAuth(t sshTarget, agentSock string) *authSet {
 	}
 	if agentSock != "" && agentSock != "none" {
 		conn, err := net.Dial("unix", agentSock)
+		if IsTooManyOpenFiles(err) {
+			a.err = NameOpenFiles("connect to ssh-agent "+agentSock, err)
+			return a
+		}
 		if err != nil {
 			a.skipped = append(a.skipped, fmt.Sprintf("agent %s: %v", agentSock, err))
 		} else {
@@ -62,6 +70,11 @@ func loadAuth(t sshTarget, agentSock string) *authSet {
 	}
 	for _, path := range t.identityFiles {
 		data, err := os.ReadFile(path)
+		if IsTooManyOpenFiles(err) {
+			a.err = NameOpenFiles("read identity file "+path, err)
+			a.close()
+			return a
+		}
 		if err != nil {
 			if t.explicitIdentity || !errors.Is(err, fs.ErrNotExist) {
 				a.skipped = append(a.skipped, fmt.Sprintf("%s: %v", path, err))

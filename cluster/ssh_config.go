@@ -87,34 +87,8 @@ func resolveTarget(ctx context.Context, h config.Host, cfg *sshConfig) (sshTarge
 		t.port = 22
 	}
 	expand := func(s string) string { return expandSSHTokens(s, t.hostname, t.user) }
-	switch {
-	case h.IdentityFile != "":
-		t.identityFiles = []string{h.IdentityFile}
-		t.explicitIdentity = true
-	case len(getAll("IdentityFile")) > 0:
-		for _, f := range getAll("IdentityFile") {
-			t.identityFiles = append(t.identityFiles, expand(f))
-		}
-		t.explicitIdentity = true
-	default:
-		if home, err := os.UserHomeDir(); err == nil {
-			for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
-				t.identityFiles = append(t.identityFiles, filepath.Join(home, ".ssh", n))
-			}
-		}
-	}
-	switch {
-	case h.KnownHosts != "":
-		t.knownHosts = []string{h.KnownHosts}
-	case get("UserKnownHostsFile") != "":
-		for _, f := range strings.Fields(get("UserKnownHostsFile")) {
-			t.knownHosts = append(t.knownHosts, expand(f))
-		}
-	default:
-		if home, err := os.UserHomeDir(); err == nil {
-			t.knownHosts = []string{filepath.Join(home, ".ssh", "known_hosts")}
-		}
-	}
+	t.identityFiles, t.explicitIdentity = identityFiles(h.IdentityFile, getAll, expand)
+	t.knownHosts = knownHostsFiles(h.KnownHosts, get, expand)
 	for _, f := range getAll("CertificateFile") {
 		t.certificateFiles = append(t.certificateFiles, expand(f))
 	}
@@ -132,6 +106,48 @@ func resolveTarget(ctx context.Context, h config.Host, cfg *sshConfig) (sshTarge
 		}
 	}
 	return t, lookupErr
+}
+
+// identityFiles is where a host's keys come from: the inventory's
+// identity_file, else the ssh config's IdentityFile lines, else OpenSSH's
+// default keys. explicit says the user named them, so a missing one is
+// reported rather than skipped as a default that does not exist.
+func identityFiles(inventory string, getAll func(string) []string, expand func(string) string) (files []string, explicit bool) {
+	switch {
+	case inventory != "":
+		return []string{inventory}, true
+	case len(getAll("IdentityFile")) > 0:
+		for _, f := range getAll("IdentityFile") {
+			files = append(files, expand(f))
+		}
+		return files, true
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
+			files = append(files, filepath.Join(home, ".ssh", n))
+		}
+	}
+	return files, false
+}
+
+// knownHostsFiles is where a host's key is checked: the inventory's
+// known_hosts, else the ssh config's UserKnownHostsFile, else
+// ~/.ssh/known_hosts.
+func knownHostsFiles(inventory string, get func(string) string, expand func(string) string) []string {
+	switch {
+	case inventory != "":
+		return []string{inventory}
+	case get("UserKnownHostsFile") != "":
+		var files []string
+		for _, f := range strings.Fields(get("UserKnownHostsFile")) {
+			files = append(files, expand(f))
+		}
+		return files
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return []string{filepath.Join(home, ".ssh", "known_hosts")}
+	}
+	return nil
 }
 
 // currentUser is ssh's default login name.

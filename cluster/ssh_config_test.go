@@ -3,12 +3,12 @@ package cluster
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/kevinburke/ssh_config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,9 +129,7 @@ Match final all
 `), 0o600))
 	h := config.Host{Name: "g1", Address: "gpu1"}
 	t.Run("ssh -G", func(t *testing.T) {
-		if _, err := exec.LookPath("ssh"); err != nil {
-			t.Skip("no OpenSSH client here")
-		}
+		testenv.LookPath(t, "ssh") // openssh-client
 		var warnings []string
 		opts := DialOptions{SSHConfigPath: path, Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
 		cfg, err := loadSSHConfig(opts)

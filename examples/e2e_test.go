@@ -34,6 +34,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // hostPython is the interpreter that has torch, on this machine and (as the
@@ -129,12 +130,7 @@ func needSources(t *testing.T) {
 // needTorch skips t when torch is missing, and fails it under CI=true.
 func needTorch(t *testing.T) {
 	t.Helper()
-	if err := torchErr(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%v (CI=true: not skipping)", err)
-		}
-		t.Skip(err)
-	}
+	testenv.Need(t, "python3 with torch", torchErr())
 }
 
 // needFleet is everything a fleet training test needs.

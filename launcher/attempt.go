@@ -763,7 +763,7 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 		if len(procs) > 0 {
 			o.Program, o.Ports = procs[0].Command[0], plannedPorts(pl, procs)
 			o.MovePorts = a.n > 1 && len(o.Ports) > 0
-			cmd.Env, cmd.Dir = procs[0].Env, procs[0].Workdir
+			cmd.Env, cmd.Dir = preflightEnv(procs[0].Env), procs[0].Workdir
 		}
 		// Both streams into one buffer, from two goroutines: a locked one.
 		out := cluster.NewTailBuffer(preflightOutput)
@@ -916,4 +916,17 @@ func unresolvable(err error) (string, bool) {
 		return de.Name, true
 	}
 	return "", false
+}
+
+// preflightEnv is what of a process's environment its host's preflight
+// gets: PATH alone, the one variable finding the program depends on. The
+// preflight's environment travels on the login shell's command line,
+// which other users of the host can read while the shell starts; the
+// rest ([job.env] tokens among it) reaches only the processes, over their
+// agents' stdin (agent.EnvLine).
+func preflightEnv(env map[string]string) map[string]string {
+	if p, ok := env["PATH"]; ok {
+		return map[string]string{"PATH": p}
+	}
+	return nil
 }

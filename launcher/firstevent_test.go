@@ -49,3 +49,11 @@ func TestWorkerLinesParsesReportsAcrossWrites(t *testing.T) {
 	assert.Equal(t, at, m.at)
 	assert.True(t, strings.HasPrefix(report, agent.MessagePrefix+"worker rank 3 (local rank 1, pid 42) killed by SIGKILL (137); report {"), report)
 }
+
+// The preflight, whose environment rides on the login shell's command
+// line, gets PATH alone: no [job.env] token ever appears on a command line.
+func TestPreflightEnvIsPathOnly(t *testing.T) {
+	assert.Equal(t, map[string]string{"PATH": "/opt/py/bin:/usr/bin"},
+		preflightEnv(map[string]string{"PATH": "/opt/py/bin:/usr/bin", "HF_TOKEN": "tok-1", "RANK": "3"}))
+	assert.Nil(t, preflightEnv(map[string]string{"HF_TOKEN": "tok-1"}))
+}

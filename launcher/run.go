@@ -417,7 +417,7 @@ func RenderSummary(w io.Writer, res *Result) {
 	case Interrupted:
 		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
 	default:
-		fmt.Fprintf(w, "failed after %d attempt(s): %v; logs in %s\n", res.Attempts, res.Err, res.LogDir)
+		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, cluster.Escape(fmt.Sprint(res.Err)), res.LogDir)
 	}
 }
 
@@ -430,8 +430,11 @@ type eventLog struct {
 	now  func() time.Time
 }
 
+// An event is one line: control characters in it (a newline, an escape
+// sequence in a checkpoint name or in a host's output) are escaped, so a
+// host can neither forge a line nor drive the terminal.
 func (e *eventLog) printf(format string, args ...any) {
-	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
+	msg := cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))
 	line := e.now().Format("15:04:05.000") + " " + msg + "\n"
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -448,7 +451,7 @@ func (e *eventLog) debugf(format string, args ...any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.file != nil {
-		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+strings.TrimRight(fmt.Sprintf(format, args...), "\n")+"\n")
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))+"\n")
 	}
 }
 
@@ -468,6 +471,6 @@ func writeCauses(w io.Writer, procs []ProcSummary) {
 		if i > 0 {
 			label = "then"
 		}
-		fmt.Fprintf(w, "%s: %s on %s: %s\n", label, p.Name, p.Host, p.Cause)
+		fmt.Fprintf(w, "%s: %s on %s: %s\n", label, p.Name, p.Host, cluster.Escape(p.Cause))
 	}
 }

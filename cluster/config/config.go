@@ -130,32 +130,7 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		cfg.FromAllocation, cfg.InventoryPath = true, jobAbs
 		cfg.Hosts = slices.Clone(opts.Allocation)
 	case doc["inventory"] != nil:
-		inv, ok := w.str(top, "inventory")
-		if !ok {
-			break
-		}
-		if _, has := doc["host"]; has {
-			w.add("inventory", "the job file has both inventory and [[host]] tables",
-				fmt.Sprintf("keep the hosts in one place: move the [[host]] tables into %s, or remove the inventory line", inv))
-		}
-		if _, has := doc["ssh"]; has {
-			w.add("ssh", "[ssh] must be in the inventory file, next to the hosts it applies to",
-				fmt.Sprintf("move the [ssh] table into %s", inv))
-		}
-		if strings.TrimSpace(inv) == "" {
-			w.add("inventory", "must name a file", `write inventory = "fleet.toml" (relative to the job file), or remove the line`)
-			break
-		}
-		shown, abs := inv, inv
-		if !filepath.IsAbs(inv) {
-			shown = filepath.Join(filepath.Dir(jobPath), inv)
-			abs = filepath.Join(filepath.Dir(jobAbs), inv)
-		}
-		hostsAbs = abs
-		hw, htop = loadInventory(shown, abs, read, &errs, func(msg string) *ConfigError {
-			return &ConfigError{File: jobPath, Line: lines.lineOf("inventory"), Key: "inventory", Msg: msg,
-				Fix: "check the path; a relative inventory path is relative to the job file's directory"}
-		})
+		hw, htop, hostsAbs = w.namedInventory(top, jobPath, jobAbs, read)
 	default:
 		hw, htop, hostsAbs = w, top, jobAbs
 	}
@@ -174,6 +149,39 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		return nil, errs
 	}
 	return cfg, nil
+}
+
+// namedInventory loads the inventory file the job file names (inventory =
+// "fleet.toml"), relative to the job file, and reports a job file that
+// also holds hosts or [ssh] of its own.
+func (w *walker) namedInventory(top tbl, jobPath, jobAbs string, read readFunc) (*walker, tbl, string) {
+	doc := top.m
+	inv, ok := w.str(top, "inventory")
+	if !ok {
+		return nil, tbl{}, ""
+	}
+	if _, has := doc["host"]; has {
+		w.add("inventory", "the job file has both inventory and [[host]] tables",
+			fmt.Sprintf("keep the hosts in one place: move the [[host]] tables into %s, or remove the inventory line", inv))
+	}
+	if _, has := doc["ssh"]; has {
+		w.add("ssh", "[ssh] must be in the inventory file, next to the hosts it applies to",
+			fmt.Sprintf("move the [ssh] table into %s", inv))
+	}
+	if strings.TrimSpace(inv) == "" {
+		w.add("inventory", "must name a file", `write inventory = "fleet.toml" (relative to the job file), or remove the line`)
+		return nil, tbl{}, ""
+	}
+	shown, abs := inv, inv
+	if !filepath.IsAbs(inv) {
+		shown = filepath.Join(filepath.Dir(jobPath), inv)
+		abs = filepath.Join(filepath.Dir(jobAbs), inv)
+	}
+	hw, htop := loadInventory(shown, abs, read, w.errs, func(msg string) *ConfigError {
+		return &ConfigError{File: jobPath, Line: w.lines.lineOf("inventory"), Key: "inventory", Msg: msg,
+			Fix: "check the path; a relative inventory path is relative to the job file's directory"}
+	})
+	return hw, htop, abs
 }
 
 // loadInventory reads and parses an inventory file; readErr builds the
@@ -403,6 +411,7 @@ func (w *walker) jobFiles(t tbl, j *Job, dir string) {
 		}
 		j.Exclude = pats
 	}
+	w.checkCheckpointMirror(t, j, dir)
 }
 
 // jobLayout reads how processes are laid out: processes per host, ports

@@ -10,9 +10,14 @@ import (
 // line where the file defines it. Table headers are recorded too ("job",
 // "host[2]"), so a missing key can be reported at its table.
 //
-// BurntSushi/toml's MetaData knows key positions only internally, so after
-// the file has parsed, this small scanner walks it once more and notes
-// where every key and header is. It never fails: on input it does not
+// Why a scanner of our own: BurntSushi/toml (v1.6.0, checked when the
+// question came up) records each key's position in MetaData's unexported
+// keyInfo map and shows it only inside a ParseError; MetaData, Key and
+// Position give no way to ask "where is job.name". And that map is keyed by
+// the dotted path without an index, so the keys of [[host]] tables
+// overwrite each other: host[2].address and host[5].address are one entry,
+// the last. So after the file has parsed, this small scanner walks it once
+// more and notes where every key and header is. It never fails: on input it does not
 // understand it skips ahead, because its only job is better line numbers.
 type keyLines map[string]int
 

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
+
+	"github.com/droverhq/drover/cluster/ignore"
 )
 
 // Checks of values that are well-formed TOML and of the right type but
@@ -54,16 +57,7 @@ func (w *walker) checkCheckpointDir(t tbl, ckpt string, workdirs ...string) {
 // the given workdirs (relative to home; home may be unknown, ""), or "".
 func CheckpointDirProblem(ckpt, home string, workdirs ...string) string {
 	if !path.IsAbs(ckpt) {
-		c := path.Clean(ckpt)
-		if c == "." {
-			return fmt.Sprintf("checkpoint_dir %s is the workdir itself", show(ckpt))
-		}
-		for _, part := range strings.Split(c, "/") {
-			if part != ".." {
-				return ""
-			}
-		}
-		return fmt.Sprintf("checkpoint_dir %s is above the workdir", show(ckpt))
+		return relativeCheckpointDirProblem(ckpt, workdirs)
 	}
 	c := path.Clean(ckpt)
 	above := func(dir string) bool { return c == dir || c == "/" || strings.HasPrefix(dir, c+"/") }
@@ -80,6 +74,9 @@ func CheckpointDirProblem(ckpt, home string, workdirs ...string) string {
 		if c == wd {
 			return fmt.Sprintf("checkpoint_dir %s is the workdir itself", show(ckpt))
 		}
+		if own := path.Join(wd, ignore.StateDir); c == own || strings.HasPrefix(c, own+"/") {
+			return ownDirProblem(ckpt)
+		}
 	}
 	if c == "/" || (home != "" && above(path.Clean(home))) {
 		return fmt.Sprintf("checkpoint_dir %s is the home directory or above it", show(ckpt))
@@ -90,6 +87,40 @@ func CheckpointDirProblem(ckpt, home string, workdirs ...string) string {
 		}
 	}
 	return ""
+}
+
+// relativeCheckpointDirProblem is CheckpointDirProblem for a checkpoint_dir
+// relative to the workdir: the workdir itself or above it, drover's own
+// directory in it, or, from a workdir relative to the home directory, a
+// place outside the home's tree, which only an absolute path says on
+// purpose ("../../../data" from drover/j is the home's parent's data).
+func relativeCheckpointDirProblem(ckpt string, workdirs []string) string {
+	c := path.Clean(ckpt)
+	switch {
+	case c == ".":
+		return fmt.Sprintf("checkpoint_dir %s is the workdir itself", show(ckpt))
+	case c == ignore.StateDir || strings.HasPrefix(c, ignore.StateDir+"/"):
+		return ownDirProblem(ckpt)
+	case !slices.ContainsFunc(strings.Split(c, "/"), func(p string) bool { return p != ".." }):
+		return fmt.Sprintf("checkpoint_dir %s is above the workdir", show(ckpt))
+	}
+	for _, wd := range workdirs {
+		if path.IsAbs(wd) {
+			continue
+		}
+		if j := path.Join(wd, c); j == ".." || strings.HasPrefix(j, "../") {
+			return fmt.Sprintf("checkpoint_dir %s is outside the home directory (the workdir %s is relative to the home, and %s leads out of it)", show(ckpt), show(wd), show(ckpt))
+		}
+	}
+	return ""
+}
+
+// ownDirProblem is a checkpoint_dir that is (or is inside) <workdir>/.drover,
+// where drover keeps its copies of checkpoints: each copy was taken for a
+// new checkpoint and copied into itself, and checkpoint_keep's pruning of
+// drover's copies deleted the user's own checkpoints.
+func ownDirProblem(ckpt string) string {
+	return fmt.Sprintf("checkpoint_dir %s is inside the workdir's .drover, where drover keeps its own copies of checkpoints (copies would nest forever and pruning them would delete yours)", show(ckpt))
 }
 
 // LocateLines fills in the line of configuration errors found after

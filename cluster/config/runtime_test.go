@@ -74,6 +74,8 @@ func TestCheckpointDirProblemWithHome(t *testing.T) {
 		{"/home", "/home/u", "drover/j", "the home directory or above it"},
 		{"/home/u/drover/j", "/home/u", "drover/j", "is the workdir itself"},
 		{"/home/u/drover", "/home/u", "drover/j", "is above the workdir /home/u/drover/j"},
+		{"/home/u/drover/j/.drover/checkpoints", "/home/u", "drover/j", "inside the workdir's .drover"},
+		{"/home/u/drover/j/.droverx", "/home/u", "drover/j", ""},
 		{"/home/u/ckpt", "/home/u", "drover/j", ""},
 		{"/home/u2", "/home/u", "drover/j", ""},
 		{"/home/u", "", "drover/j", ""}, // home not known yet: the plan checks again

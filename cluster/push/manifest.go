@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/ignore"
 )
 
 // Layout of push's state inside the remote workdir. Only these paths are
@@ -31,7 +32,7 @@ import (
 // every host. manifest.sum names both, so a push whose tree is the one
 // named has nothing to do, and learns it from a few bytes.
 const (
-	stateDir = ".drover"
+	stateDir = ignore.StateDir
 	// manifestName holds the base manifest (format 2 below; the name is
 	// from format 1, which was JSON, and still read).
 	manifestName = stateDir + "/manifest.json"

@@ -42,6 +42,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/cluster/ignore"
 )
 
 // DefaultConcurrency is how many files are in flight per host when
@@ -51,7 +52,7 @@ const DefaultConcurrency = 16
 
 // IgnoreFile is the name of the gitignore-syntax file in the code directory
 // whose patterns push skips.
-const IgnoreFile = ".droverignore"
+const IgnoreFile = ignore.File
 
 // Options tune a push. The zero value pushes everything but .git with
 // DefaultConcurrency and no progress reports.
@@ -157,6 +158,9 @@ type Tree struct {
 	// hosts are likely to need changes (and a push creates its upload
 	// directory early).
 	fresh bool
+	// open holds a slot per file a push of this tree has open, every
+	// host's push together (openBudget, openSource).
+	open chan struct{}
 }
 
 // Key names the tree's content: two scans with the same Key would leave a
@@ -242,7 +246,7 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	if err := s.walk(root, "", []string{root}); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
-	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m}
+	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m, open: make(chan struct{}, openBudget())}
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
 	cacheFile, dirty := "", false
@@ -342,7 +346,7 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 				tinfo, terr = os.Stat(target)
 			}
 			isDir := terr == nil && tinfo.IsDir()
-			if s.m.excludedSelf(strings.Split(childRel, "/"), isDir) {
+			if s.m.ExcludedSelf(strings.Split(childRel, "/"), isDir) {
 				continue
 			}
 			link, _ := os.Readlink(childReal)
@@ -365,7 +369,7 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 				}
 			}
 			info, src = tinfo, target
-		} else if s.m.excludedSelf(strings.Split(childRel, "/"), info.IsDir()) {
+		} else if s.m.ExcludedSelf(strings.Split(childRel, "/"), info.IsDir()) {
 			continue
 		}
 		switch {
@@ -406,6 +410,9 @@ func hashFiles(files []File) error {
 		}
 		r, err := os.Open(f.src)
 		if err != nil {
+			if cluster.IsTooManyOpenFiles(err) {
+				return cluster.NameOpenFiles("hash "+f.Path, err)
+			}
 			return fmt.Errorf("hash %s: %w", f.Path, err)
 		}
 		defer r.Close()
@@ -922,11 +929,11 @@ func countdown(n int, f func()) func() {
 // upload sends one file to tmp and sets its mode and mtime; arrived is
 // called between the two, once the content is there.
 func (s *syncer) upload(ctx context.Context, f *File, tmp string, arrived func()) error {
-	src, err := os.Open(f.src)
+	src, done, err := s.tree.openSource(ctx, f)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", f.Path, err)
+		return err
 	}
-	defer src.Close()
+	defer done()
 	w, err := s.fs.Create(tmp)
 	if err != nil {
 		return fileErr("upload", f.Path, err)

@@ -119,11 +119,11 @@ func (s *syncer) writeTar(ctx context.Context, w io.Writer, p *plan) error {
 }
 
 func (s *syncer) tarFile(ctx context.Context, tw *tar.Writer, f *File, name string, buf []byte) error {
-	src, err := os.Open(f.src)
+	src, done, err := s.tree.openSource(ctx, f)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", f.Path, err)
+		return err
 	}
-	defer src.Close()
+	defer done()
 	err = tw.WriteHeader(&tar.Header{
 		Typeflag: tar.TypeReg,
 		Name:     name,

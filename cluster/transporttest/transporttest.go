@@ -453,6 +453,12 @@ func testFS(t *testing.T, tr cluster.Transport) {
 		assert.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
 	})
 
+	testFSDirs(t, fsys, dir)
+	testFSLinksAndRemoval(t, fsys, dir)
+}
+
+// testFSDirs checks MkdirAll and ReadDir.
+func testFSDirs(t *testing.T, fsys cluster.FS, dir string) {
 	t.Run("MkdirAllReadDir", func(t *testing.T) {
 		require.NoError(t, fsys.MkdirAll(dir+"/d/e/f", 0o755))
 		require.NoError(t, fsys.MkdirAll(dir+"/d/e/f", 0o755), "MkdirAll of an existing directory")
@@ -478,6 +484,11 @@ func testFS(t *testing.T, tr cluster.Transport) {
 		assert.Equal(t, fs.FileMode(0o700), fi.Mode().Perm())
 	})
 
+}
+
+// testFSLinksAndRemoval checks symbolic links, removal and the errors for
+// missing paths, and concurrent writes.
+func testFSLinksAndRemoval(t *testing.T, fsys cluster.FS, dir string) {
 	t.Run("Symlink", func(t *testing.T) {
 		const target = "0123abcd 4567" // stored as given, never resolved
 		require.NoError(t, fsys.Symlink(target, dir+"/link"))

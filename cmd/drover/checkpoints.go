@@ -19,7 +19,7 @@ func checkpointsCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover checkpoints JOB.toml", exitConfig)
+				return usage(c)
 			}
 			cfg, err := loadJob(c, false)
 			if err != nil {

@@ -62,5 +62,5 @@ gpus = []
 
 	code, _, errOut = drover()
 	assert.Equal(t, exitConfig, code)
-	assert.Contains(t, errOut, "usage: drover checkpoints JOB.toml")
+	assert.Contains(t, errOut, "usage: drover checkpoints [--log-dir LOG_DIR] [--inventory FILE] [--accept-new-hosts] JOB.toml")
 }

@@ -24,6 +24,10 @@ func TestPlanRuntimeConfigErrors(t *testing.T) {
 			"job.toml:6: job.base_port: worker-2 on c would listen on port 65536: tasks on one host take base_port, base_port + 1, ..., and 65536 is past 65535 (write base_port = 65533 or lower)"},
 		{"checkpoint_dir the workdir", head + "checkpoint_dir = \".\"\n[job.roles]\nworker = 1\n" + host,
 			`job.toml:6: job.checkpoint_dir: checkpoint_dir "." is the workdir itself`},
+		{"checkpoint_dir inside .drover", head + "checkpoint_dir = \".drover/checkpoints\"\n[job.roles]\nworker = 1\n" + host,
+			`job.toml:6: job.checkpoint_dir: checkpoint_dir ".drover/checkpoints" is inside the workdir's .drover`},
+		{"checkpoint_mirror inside the code", head + "checkpoint_mirror = \"mirror\"\n[job.roles]\nworker = 1\n" + host,
+			`job.toml:6: job.checkpoint_mirror: checkpoint_mirror "mirror" is inside the code directory`},
 		{"NUL in an argument", "[job]\nname = \"p\"\nframework = \"pytorch\"\ncommand = [\"python3\", \"a\\u0000b\"]\n" + host,
 			"job.toml:4: job.command: element 2 contains a NUL byte"},
 	} {

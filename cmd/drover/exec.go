@@ -7,9 +7,8 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
 )
-
-const execUsage = "usage: drover exec [--hosts h1,h2] [--inventory FILE] [--accept-new-hosts] [--timeout D] [--stop-grace D] JOB.toml -- 'SHELL LINE' | CMD ARGS..."
 
 // execCommand is `drover exec JOB.toml -- CMD ARGS...`: run an ad-hoc
 // command on every host of the job at once (pdsh-like), e.g. to install
@@ -25,7 +24,7 @@ func execCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "exec",
 		Usage:     "run a command on every host at once",
-		ArgsUsage: "JOB.toml -- CMD [ARGS...]",
+		ArgsUsage: "JOB.toml -- 'SHELL LINE' | CMD [ARGS...]",
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "only these hosts (comma-separated names); spare hosts run only when named here"},
 			&cli.DurationFlag{Name: "timeout", Usage: "stop the command on a host where it runs longer than this (exit status 124 there); 0: no limit"},
@@ -34,7 +33,7 @@ func execCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			jobPath, args, err := splitExecArgs(c.Args().Slice())
 			if err != nil {
-				return cli.Exit(err.Error()+"\n"+execUsage, exitConfig)
+				return cli.Exit(err.Error()+"\n"+agent.UsageLine(c.Command), exitConfig)
 			}
 			cfg, err := loadInAllocation(jobPath, config.LoadOptions{InventoryPath: c.String(flagInventory), HostsOnly: true})
 			if err != nil {

@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var updateLayout = flag.Bool("update-layout", false, "rewrite README.md's Layout table from go list")
+var updateLayout = flag.Bool("update-layout", false, "rewrite docs/architecture.md's Layout table from go list")
 
 const (
 	module      = "github.com/droverhq/drover/"
-	layoutBegin = "<!-- layout: made by `go test ./cmd/drover -run TestReadmeLayout -update-layout` from go list; do not edit -->\n"
+	layoutBegin = "<!-- layout: made by `go test ./cmd/drover -run TestLayoutTable -update-layout` from go list; do not edit -->\n"
 	layoutEnd   = "<!-- /layout -->\n"
 )
 
@@ -87,25 +87,25 @@ func layoutTable(pkgs []pkgInfo) string {
 	return b.String()
 }
 
-// TestReadmeLayout keeps README.md's Layout table equal to what go list
-// says: every package, its doc's first sentence and the module packages it
+// TestLayoutTable keeps the Layout table of docs/architecture.md (the
+// package map) equal to what go list says: every package, its doc's first sentence and the module packages it
 // imports, in data-flow order.
-func TestReadmeLayout(t *testing.T) {
+func TestLayoutTable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list over the module")
 	}
 	want := layoutTable(layered(listPackages(t)))
-	readmePath := filepath.Join("..", "..", "README.md")
-	b, err := os.ReadFile(readmePath)
+	docPath := filepath.Join("..", "..", "docs", "architecture.md")
+	b, err := os.ReadFile(docPath)
 	require.NoError(t, err)
 	i, j := bytes.Index(b, []byte(layoutBegin)), bytes.Index(b, []byte(layoutEnd))
-	require.True(t, i >= 0 && j > i, "README.md has no layout block")
+	require.True(t, i >= 0 && j > i, "docs/architecture.md has no layout block")
 	if *updateLayout {
 		b = slices.Concat(b[:i], []byte(want), b[j+len(layoutEnd):])
-		require.NoError(t, os.WriteFile(readmePath, b, 0o644))
+		require.NoError(t, os.WriteFile(docPath, b, 0o644))
 		return
 	}
-	assert.Equal(t, want, string(b[i:j+len(layoutEnd)]), "README.md's Layout is stale: go test ./cmd/drover -run TestReadmeLayout -update-layout")
+	assert.Equal(t, want, string(b[i:j+len(layoutEnd)]), "docs/architecture.md's Layout is stale: go test ./cmd/drover -run TestLayoutTable -update-layout")
 }
 
 // TestLayering: the transports and the job file know nothing of GPUs,

@@ -12,7 +12,9 @@ import (
 	"os/signal"
 	"strings"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/urfave/cli/v2"
 )
 
@@ -93,6 +95,12 @@ func setUsageError(cmds []*cli.Command) {
 	}
 }
 
+// usage is the usage error of the command c runs: its one-line usage,
+// made from its flags (agent.UsageLine), and exit status 2.
+func usage(c *cli.Context) error {
+	return cli.Exit(agent.UsageLine(c.Command), exitConfig)
+}
+
 // exitCode prints err (once) and maps it to drover's exit statuses:
 // 2 for a configuration or usage error, the carried code for cli.ExitCoder,
 // 1 otherwise.
@@ -103,7 +111,7 @@ func exitCode(err error, stderr io.Writer) int {
 	var ce cli.ExitCoder
 	if errors.As(err, &ce) {
 		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "drover:", msg)
+			fmt.Fprintln(stderr, "drover:", cluster.EscapeLines(msg))
 		}
 		return ce.ExitCode()
 	}
@@ -111,7 +119,9 @@ func exitCode(err error, stderr io.Writer) int {
 		// Errors the plan found know their key, not its line.
 		err = config.LocateLines(err)
 	}
-	fmt.Fprintln(stderr, "drover:", err)
+	// An error may quote a host: no control character of it reaches the
+	// terminal, though its lines stay lines.
+	fmt.Fprintln(stderr, "drover:", cluster.EscapeLines(err.Error()))
 	if config.IsConfigError(err) {
 		return exitConfig
 	}

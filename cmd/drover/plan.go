@@ -47,7 +47,7 @@ Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 
 func planAction(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return cli.Exit("usage: drover plan [--format table|env|json] [--probe] [--inventory FILE] JOB.toml", exitConfig)
+		return usage(c)
 	}
 	job := c.Args().First()
 	if c.String("format") == "sbatch" {

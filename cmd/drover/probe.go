@@ -26,7 +26,7 @@ func probeCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover probe [--inventory FILE] [--hosts h1,h2] [--json] JOB.toml", exitConfig)
+				return usage(c)
 			}
 			cfg, err := loadJob(c, true)
 			if err != nil {

@@ -31,7 +31,7 @@ func pushCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover push [--inventory FILE] [--hosts h1,h2] [--verify] [--accept-new-hosts] JOB.toml", exitConfig)
+				return usage(c)
 			}
 			cfg, err := loadJob(c, false)
 			if err != nil {

@@ -24,7 +24,7 @@ func runCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover run JOB.toml", exitConfig)
+				return usage(c)
 			}
 			bin, err := os.Executable()
 			if err != nil {

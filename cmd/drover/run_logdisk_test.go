@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // TestRunFullLogDisk is issue 21 item 5: with --log-dir on a full file
@@ -25,10 +26,8 @@ import (
 // processes are never held up, and Ctrl-C stops the job within its grace.
 func TestRunFullLogDisk(t *testing.T) {
 	fleettest.Need(t, fleet)
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("needs unshare (util-linux)")
-	}
-	const n = 3000 // 3000 lines of about 100 bytes: far more than the disk holds
+	testenv.LookPath(t, "unshare") // util-linux
+	const n = 3000                 // 3000 lines of about 100 bytes: far more than the disk holds
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: fmt.Sprintf(`
 i=0
 while [ $i -lt %d ]; do
@@ -71,11 +70,8 @@ sleep 1000
 // ending the job as "could not be set up".
 func TestRunFullLogDiskAtRestart(t *testing.T) {
 	fleettest.Need(t, fleet)
-	for _, tool := range []string{"unshare", "mkfs.ext4"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
+	testenv.LookPath(t, "unshare")   // util-linux
+	testenv.LookPath(t, "mkfs.ext4") // e2fsprogs
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT"
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then

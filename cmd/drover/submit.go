@@ -28,7 +28,7 @@ script without submitting.`,
 		Flags: submitFlags(),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("usage: drover submit [--partition P] [--time T] [--nodes N] [--gpus-per-node G] JOB.toml", exitConfig)
+				return usage(c)
 			}
 			cfg, script, err := sbatchScript(c, c.Args().First())
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // versionCommand is `drover version` (see launcher.WriteVersion).
@@ -21,7 +22,7 @@ func versionCommand() *cli.Command {
 // printVersion is `drover version` and `drover --version`.
 func printVersion(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return cli.Exit(fmt.Sprintf("version takes no arguments, got %q", c.Args().First()), exitConfig)
+		return cli.Exit(fmt.Sprintf("version takes no arguments, got %q\n%s", c.Args().First(), agent.UsageLine(c.Command)), exitConfig)
 	}
 	self, err := os.Executable()
 	if err != nil {

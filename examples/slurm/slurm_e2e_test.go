@@ -30,6 +30,7 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/fleettest/slurmtest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 const (
@@ -77,10 +78,7 @@ func need(t *testing.T) {
 	t.Helper()
 	slurmtest.Need(t, sl)
 	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch").CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("python3 cannot import torch: %v: %s (CI=true: not skipping)", err, out)
-		}
-		t.Skipf("python3 cannot import torch: %v: %s", err, out)
+		testenv.Need(t, "python3 with torch", fmt.Errorf("%w: %s", err, bytes.TrimSpace(out)))
 	}
 	require.NotEmpty(t, droverBin, "drover was not built")
 }

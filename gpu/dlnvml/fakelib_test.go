@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // buildFakeNVML compiles testdata/fakenvml.c into dir/libnvidia-ml.so.1.
@@ -23,13 +24,7 @@ func buildFakeNVML(t *testing.T) string {
 	if runtime.GOOS != "linux" {
 		t.Skip("NVML is loaded on Linux only")
 	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip("no C compiler to build the fake libnvidia-ml.so.1")
-	}
+	cc := testenv.LookPath(t, "cc") // builds the fake libnvidia-ml.so.1
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
 	require.NoError(t, err, "find go-nvml's nvml.h")
 	include := filepath.Join(strings.TrimSpace(string(out)), "pkg", "nvml")

@@ -23,6 +23,8 @@ import (
 // with a tolerance. Set DROVER_GPU_EXPECT_PROCS=1 while a CUDA program
 // runs to require that the probe sees it.
 func TestProbeAgreesWithNvidiaSMI(t *testing.T) {
+	// A GPU is hardware, not a package .ci/run can install: this test
+	// runs where one is, and skips (CI=true or not) where none is.
 	if _, err := os.Stat("/dev/nvidiactl"); err != nil {
 		t.Skip("no NVIDIA driver here (/dev/nvidiactl missing)")
 	}

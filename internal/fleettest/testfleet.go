@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // User is the unprivileged login user on every fleet host.
@@ -120,6 +121,11 @@ type Fleet struct {
 	lazyOpts    Options
 	lazyOnce    sync.Once
 	lazyStarted bool
+
+	// The hostile SFTP server (HostileSFTP), built once per fleet.
+	proxyOnce sync.Once
+	proxyBin  string
+	proxyErr  error
 
 	mu       sync.Mutex
 	closed   bool
@@ -245,11 +251,7 @@ func Need(t testing.TB, f *Fleet) {
 	case f.upErr != nil:
 		t.Fatalf("testfleet: fleet did not come up: %v", f.upErr)
 	case f.skip != "":
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s (CI=true: not skipping)", f.skip)
-			return
-		}
-		t.Skip(f.skip)
+		testenv.Need(t, "a test fleet", errors.New(f.skip))
 	}
 }
 
@@ -276,12 +278,7 @@ func NeedUp(t testing.TB, opts Options) *Fleet {
 	if testing.Short() {
 		t.Skip("testfleet: fleet tests do not run under -short")
 	}
-	if err := Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%v (CI=true: not skipping)", err)
-		}
-		t.Skip(err)
-	}
+	testenv.Need(t, "a test fleet", Available())
 	f, err := Up(opts)
 	if err != nil {
 		t.Fatalf("testfleet: fleet did not come up: %v", err)
@@ -702,4 +699,44 @@ func readEnv(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("read fleet state %s: %w", path, err)
 	}
 	return env, nil
+}
+
+// SetLoginShell makes shell the login shell of the fleet's user on host i
+// only: a copy of /etc/passwd that says so is bind-mounted over it in the
+// mount namespace host i's sshd and its logins share (ExecInLogins), so
+// that later logins to that host run it. "" undoes it. Tests give a host
+// bash (with a chatty .bashrc), nologin or /bin/false this way, and undo
+// it in a Cleanup.
+func (f *Fleet) SetLoginShell(i int, shell string) error {
+	if shell == "" {
+		if _, err := f.ExecInLogins(i, "umount", "/etc/passwd"); err != nil {
+			return fmt.Errorf("restore the login shell of %s: %w", f.Hosts[i].Name, err)
+		}
+		return nil
+	}
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for k, l := range lines {
+		if fs := strings.Split(l, ":"); len(fs) == 7 && fs[0] == User {
+			fs[6] = shell
+			lines[k] = strings.Join(fs, ":")
+		}
+	}
+	f.mu.Lock()
+	if err := f.check(i); err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	passwd := filepath.Join(f.hostDir(i), "passwd")
+	f.mu.Unlock()
+	if err := os.WriteFile(passwd, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("set the login shell of %s: %w", f.Hosts[i].Name, err)
+	}
+	if _, err := f.ExecInLogins(i, "mount", "--bind", passwd, "/etc/passwd"); err != nil {
+		return fmt.Errorf("set the login shell of %s to %s: %w", f.Hosts[i].Name, shell, err)
+	}
+	return nil
 }

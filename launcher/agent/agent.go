@@ -37,9 +37,11 @@
 // Besides run, the agent stops leftovers (StopLeftover), checks a host
 // before an attempt (Preflight), prints its version (Version, which the
 // installer compares after an upload) and reads the host's GPUs
-// (WriteProbe). The argv of each command is built here (Command,
-// StopCommand, PreflightCommand, ProbeCommand), next to the code it
-// reaches; cmd/drover only declares the flags. `agent version` is the
+// (WriteProbe). Each subcommand is owned here whole (commands.go): CLI
+// declares its flags and reads them, Command, StopCommand,
+// PreflightCommand, ProbeCommand and SFTPCommand build the argv the
+// controller sends from the same names, and UsageLine prints its usage
+// from its flags; cmd/drover only mounts CLI. `agent version` is the
 // exception: remote's install script runs it, in the shell, beside the
 // upload. The
 // controller's side (choosing, uploading and calling the agent) is the
@@ -168,30 +170,30 @@ type RunOptions struct {
 }
 
 // Command returns the argv that runs `drover agent run` with o's command-line
-// fields, binary being the drover binary on the host. It is the single place
-// that knows the agent's flags, so the launcher never writes them by hand.
+// fields, binary being the drover binary on the host, with the flags runCLI
+// declares (commands.go), so the launcher never writes them by hand.
 func Command(binary string, o RunOptions) []string {
-	args := []string{binary, "agent", "run"}
+	args := []string{binary, cmdAgent, cmdRun}
 	if o.Grace > 0 {
-		args = append(args, "--grace", o.Grace.String())
+		args = append(args, "--"+flagGrace, o.Grace.String())
 	}
 	if o.Heartbeat > 0 {
-		args = append(args, "--heartbeat", o.Heartbeat.String())
+		args = append(args, "--"+flagHeartbeat, o.Heartbeat.String())
 	}
 	if o.PIDFile != "" {
-		args = append(args, "--pidfile", o.PIDFile)
+		args = append(args, "--"+flagPidfile, o.PIDFile)
 	}
 	if o.LogFile != "" {
-		args = append(args, "--log", o.LogFile)
+		args = append(args, "--"+flagLog, o.LogFile)
 	}
 	if o.Job != "" {
-		args = append(args, "--job", o.Job)
+		args = append(args, "--"+flagJob, o.Job)
 	}
 	if o.EnvFromStdin {
-		args = append(args, "--env-stdin")
+		args = append(args, "--"+flagEnvStdin)
 	}
 	if o.WatchWorkers {
-		args = append(args, "--watch-workers")
+		args = append(args, "--"+flagWatchWorkers)
 	}
 	args = append(args, "--")
 	return append(args, o.Args...)
@@ -200,9 +202,9 @@ func Command(binary string, o RunOptions) []string {
 // StopCommand returns the argv of `drover agent stop` for pidfile, which
 // stops a leftover group (see StopLeftover) and prints what it stopped.
 func StopCommand(binary, pidfile string, grace time.Duration) []string {
-	args := []string{binary, "agent", "stop", "--pidfile", pidfile}
+	args := []string{binary, cmdAgent, cmdStop, "--" + flagPidfile, pidfile}
 	if grace > 0 {
-		args = append(args, "--grace", grace.String())
+		args = append(args, "--"+flagGrace, grace.String())
 	}
 	return args
 }

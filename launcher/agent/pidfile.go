@@ -136,22 +136,7 @@ func StopLeftover(ctx context.Context, path string, grace time.Duration) (string
 	gone := func() bool {
 		return (!agentAlive || !liveProcess(pf.AgentPid, pf.AgentStart)) && (!groupAlive || !g.alive())
 	}
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	var ctxErr error
-wait:
-	for !gone() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			break wait
-		case <-ctx.Done():
-			ctxErr = ctx.Err()
-			break wait
-		}
-	}
+	ctxErr := waitUntil(ctx, gone, limit)
 	if !gone() {
 		// No orphans: what ignored SIGTERM, and an agent that hangs,
 		// are killed, even when the caller gave up waiting.
@@ -165,13 +150,7 @@ wait:
 			time.Sleep(pollEvery)
 		}
 	}
-	what := "leftover group " + fmt.Sprint(pf.Pgid) + " (" + strings.Join(pf.Argv, " ") + ")"
-	if pf.Job != "" {
-		what += " from job " + pf.Job
-	}
-	if !pf.Started.IsZero() {
-		what += " started " + pf.Started.UTC().Format(time.RFC3339)
-	}
+	what := pf.describe()
 	if ctxErr != nil {
 		return "", fmt.Errorf("stop %s: %w", what, ctxErr)
 	}
@@ -179,6 +158,38 @@ wait:
 		return "", fmt.Errorf("stop %s: processes survive SIGKILL", what)
 	}
 	return "stopped " + what, nil
+}
+
+// waitUntil polls done every pollEvery until it holds or limit passes
+// (nil), or ctx ends (its error).
+func waitUntil(ctx context.Context, done func() bool, limit time.Duration) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for !done() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// describe names the group pf records for the messages of StopLeftover:
+// its pgid, command, job and start.
+func (pf *Pidfile) describe() string {
+	what := "leftover group " + fmt.Sprint(pf.Pgid) + " (" + strings.Join(pf.Argv, " ") + ")"
+	if pf.Job != "" {
+		what += " from job " + pf.Job
+	}
+	if !pf.Started.IsZero() {
+		what += " started " + pf.Started.UTC().Format(time.RFC3339)
+	}
+	return what
 }
 
 // isAgent reports whether pid is a live drover agent (its command line

@@ -44,21 +44,21 @@ type PreflightOptions struct {
 // command stops the leftovers and checks, so that a host answers both in
 // one exchange.
 func PreflightCommand(binary string, o PreflightOptions) []string {
-	args := []string{binary, "agent", "preflight"}
+	args := []string{binary, cmdAgent, cmdPreflight}
 	if o.Leftovers != "" {
-		args = append(args, "--stop-leftovers", o.Leftovers)
+		args = append(args, "--"+flagStopLeftovers, o.Leftovers)
 		if o.Grace > 0 {
-			args = append(args, "--grace", o.Grace.String())
+			args = append(args, "--"+flagGrace, o.Grace.String())
 		}
 	}
 	if o.RouteTo != "" {
-		args = append(args, "--route-to", o.RouteTo)
+		args = append(args, "--"+flagRouteTo, o.RouteTo)
 	}
 	for _, p := range o.Ports {
-		args = append(args, "--port", p)
+		args = append(args, "--"+flagPort, p)
 	}
 	if o.MovePorts {
-		args = append(args, "--move-ports")
+		args = append(args, "--"+flagMovePorts)
 	}
 	args = append(args, "--")
 	if o.Program != "" {

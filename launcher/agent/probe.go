@@ -12,7 +12,7 @@ import (
 // ProbeCommand returns the argv of `drover agent probe --json`, which
 // prints this host's GPUs as read over NVML (see WriteProbe).
 func ProbeCommand(binary string) []string {
-	return []string{binary, "agent", "probe", "--json"}
+	return []string{binary, cmdAgent, cmdProbe, "--" + flagJSON}
 }
 
 // WriteProbe reads this host's GPUs over NVML and writes the report to w:

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -52,9 +53,7 @@ func fakePySpy(t *testing.T, fails bool) (calls string) {
 // stack lands in the log; when py-spy fails or is missing, faulthandler's
 // SIGABRT prints the stacks instead.
 func TestStacksPySpy(t *testing.T) {
-	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testenv.LookPath(t, "/usr/bin/python3")
 	for _, tt := range []struct {
 		name       string
 		pyspy      bool // a py-spy on PATH

@@ -18,7 +18,7 @@ import (
 // listing use) cannot be reniced from the controller: drover does not know
 // its pid, and its path differs between distributions.
 func SFTPCommand(binary string) []string {
-	return []string{binary, "agent", "sftp", "--low-priority"}
+	return []string{binary, cmdAgent, cmdSFTP, "--" + flagLowPriority}
 }
 
 // niceLowest is the nice value of a low-priority agent: the lowest

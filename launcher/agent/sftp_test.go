@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // TestSFTPLowPriority: `drover agent sftp --low-priority`, opened as
@@ -37,9 +37,7 @@ func TestSFTPLowPriority(t *testing.T) {
 	}
 	ours := autogroup(os.Getpid())
 	t.Run("own session", func(t *testing.T) {
-		if _, err := exec.LookPath("setsid"); err != nil {
-			t.Skip("no setsid(1)")
-		}
+		testenv.LookPath(t, "setsid")
 		pid := sftpLowPriority(t, []string{"setsid", "--wait"})
 		if ours != "" {
 			assert.True(t, strings.HasSuffix(autogroup(pid), " nice 19"), "autogroup %q", autogroup(pid))

@@ -5,21 +5,20 @@ package agent
 import (
 	"context"
 	"io"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // A hung group's Python processes print their stacks on "stacks", a frozen
 // (SIGSTOPped) one included, and a frozen process stops on a graceful stop
 // at once rather than only at SIGKILL after the grace.
 func TestStacksAndFrozenProcesses(t *testing.T) {
-	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	testenv.LookPath(t, "/usr/bin/python3")
 	tests := []struct {
 		name   string
 		script string

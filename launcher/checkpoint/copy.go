@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -109,6 +108,7 @@ type copier struct {
 	dests    []*dest
 	buf      []byte
 	manifest bytes.Buffer
+	rels     []string // the files written, as the MANIFEST names them
 	size     int64
 	lim      *limiter
 }
@@ -121,6 +121,11 @@ type copier struct {
 // every destination) failing.
 // lim, when not nil, holds the reads from the source to its rate.
 func copyEntry(ctx context.Context, src cluster.FS, srcLabel, srcPath, name string, dests []*dest, lim *limiter) (digest string, size int64, err error) {
+	// The destination is <seq>/<name> under drover's own area, built by
+	// drover; name came from a host's listing, so it must stay one entry.
+	if err := cluster.CheckName(srcLabel, path.Dir(srcPath), name); err != nil {
+		return "", 0, err
+	}
 	c := &copier{ctx: ctx, src: src, srcLabel: srcLabel, dests: dests, buf: make([]byte, copyBuffer), lim: lim}
 	defer func() {
 		for _, d := range dests {
@@ -192,6 +197,12 @@ func (c *copier) entry(srcPath, rel string, fi fs.FileInfo) error {
 			return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
 		}
 		for _, k := range kids {
+			// A name the source lists ("..", "", "x/..") would take the
+			// copy out of <seq>.tmp on every destination: refuse the
+			// checkpoint rather than skip part of it.
+			if err := cluster.CheckName(c.srcLabel, srcPath, k.Name()); err != nil {
+				return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
+			}
 			if err := c.entry(path.Join(srcPath, k.Name()), path.Join(rel, k.Name()), k); err != nil {
 				return err
 			}
@@ -232,13 +243,19 @@ func (c *copier) file(srcPath, rel string) error {
 	}
 	for _, d := range c.live() {
 		if d.w != nil {
-			if err := d.w.Close(); err != nil {
-				d.fail(err)
+			// On the disk before the rename that says the copy is whole.
+			err := cluster.Fsync(d.w)
+			if cerr := d.w.Close(); err == nil {
+				err = cerr
 			}
 			d.w = nil
+			if err != nil {
+				d.fail(err)
+			}
 		}
 	}
 	c.size += n
+	c.rels = append(c.rels, rel)
 	fmt.Fprintf(&c.manifest, "%s %d %x\n", strconv.Quote(rel), n, f.h.Sum(nil))
 	return nil
 }
@@ -253,28 +270,20 @@ func (c *copier) finish(d *dest) error {
 		w.Close()
 		return err
 	}
+	if err := cluster.Fsync(w); err != nil {
+		w.Close()
+		return err
+	}
 	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := c.stamp(d); err != nil {
 		return err
 	}
 	if err := d.fs.RemoveAll(d.final); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return d.fs.Rename(d.tmp, d.final)
-}
-
-// readDigest is the digest of the copy in dir (<own>/<seq>), or "" when
-// there is no whole copy there.
-func readDigest(fsys cluster.FS, dir string) string {
-	r, err := fsys.Open(path.Join(dir, ManifestName))
-	if err != nil {
-		return ""
-	}
-	defer r.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, bufio.NewReader(io.LimitReader(r, 16<<20))); err != nil {
-		return ""
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // prune removes drover's copies in own beyond the newest keep, except

@@ -25,7 +25,13 @@
 //   - drover's copies live in <workdir>/.drover/checkpoints/<seq>/<name> on
 //     hosts and <mirror>/<seq>/<name> on the controller, each with a
 //     MANIFEST (sizes and sha256 of every file) that says the copy is whole
-//     and lets a host that already holds the same content be skipped.
+//     and lets a host that already holds the same content be skipped. A
+//     copy is fsynced before it is renamed into place, and checked against
+//     its MANIFEST before anything resumes from it (verifyCopy): one
+//     damaged since is sent again, never handed out.
+//   - One name saved on several hosts (each its own shard or copy) is one
+//     checkpoint with several holders, and each of them resumes from its
+//     own; only a name saved again on one host is a new checkpoint.
 //     drover never writes to, deletes or changes anything in the user's
 //     checkpoint_dir; of its own copies it keeps the newest checkpoint_keep
 //     per host.

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -107,7 +108,9 @@ func scanAll(ctx context.Context, hosts []Host, marker string) (found [][]Found,
 
 // reconcile brings the record up to date with what the hosts hold now:
 // entries drover has no record of are added (oldest first by their own
-// host's clock), and locations on these hosts that are gone are dropped.
+// host's clock), and locations on these hosts that are gone are dropped,
+// drover's copies among them that no longer match their MANIFEST
+// (verifyCopy): staging then sends a whole copy again.
 func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) error {
 	found, ok, errs := scanAll(ctx, hosts, set.Marker)
 	var unknown []Found
@@ -131,26 +134,36 @@ func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) err
 	for i, h := range hosts {
 		byName[h.Name] = i
 	}
+	var gone []seqLoc
 	for _, e := range m.rec.Entries() {
 		for _, l := range e.Held {
-			gone := false
-			switch i, in := byName[l.Host]; {
+			i, in := byName[l.Host]
+			var fsys cluster.FS
+			switch {
+			case l.Kind == Mirror && set.Mirror == "":
+				gone = append(gone, seqLoc{e.Seq, l})
+				continue
 			case l.Kind == Mirror:
-				gone = set.Mirror == "" || readDigest(m.mirror, path.Dir(l.Path)) == ""
+				fsys = m.mirror
 			case !in:
+				continue
 			case l.Kind == Written:
-				gone = ok[i] && !present[l]
-			case l.Kind == Copy:
-				gone = readDigest(hosts[i].FS, path.Dir(l.Path)) != e.Digest
-			}
-			if gone {
-				if err := m.rec.Drop(e.Seq, l); err != nil {
-					return err
+				if ok[i] && !present[l] {
+					gone = append(gone, seqLoc{e.Seq, l})
 				}
+				continue
+			default:
+				fsys = hosts[i].FS
+			}
+			if err := verifyCopy(fsys, path.Dir(l.Path), e.Digest); err != nil {
+				if !errors.Is(err, errNoCopy) {
+					m.events("drover's copy of checkpoint %s (#%d) at %s is damaged: %v; it is not resumed from (staged again where needed)", e.Name, e.Seq, l, err)
+				}
+				gone = append(gone, seqLoc{e.Seq, l})
 			}
 		}
 	}
-	return nil
+	return m.rec.dropAll(gone)
 }
 
 // Stage picks the newest checkpoint in the record that these hosts or the
@@ -208,17 +221,9 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 		return paths, nil
 	}
 	start := m.now()
-	src, srcFS := sources[0], m.fsOf(sources[0], hosts)
-	dests := make([]*dest, len(lacking))
-	for i, h := range lacking {
-		dests[i] = newDest(h.Name, Copy, h.Name, h.FS, h.Own, e.Seq, e.Name)
-	}
-	digest, size, err := copyEntry(ctx, srcFS, src.String(), src.Path, e.Name, dests, nil)
+	dests, src, digest, size, err := m.stageFrom(ctx, e, sources, hosts, lacking)
 	if err != nil {
 		return nil, err
-	}
-	if e.Digest != "" && digest != e.Digest {
-		return nil, fmt.Errorf("checkpoint %s (#%d) read from %s does not match the copy drover made of it (sha256 of MANIFEST %s, recorded %s)", e.Name, e.Seq, src, digest, e.Digest)
 	}
 	var names []string
 	for _, d := range dests {
@@ -235,6 +240,37 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 	m.events("resuming from checkpoint %s (#%d, seen %s): %s; staged %s from %s onto %s in %s", e.Name, e.Seq,
 		e.Seen.Format(time.RFC3339), where(hosts, paths), human(size), src, strings.Join(names, ", "), m.now().Sub(start).Round(time.Millisecond))
 	return paths, nil
+}
+
+// stageFrom copies e onto the lacking hosts from the first of sources
+// that gives drover's copy of it back: the checkpoint read from drover's
+// copy on a host or in the mirror must have the digest recorded for it,
+// and one that does not is dropped from the record and the next source
+// tried. (A user's own entry read where it was written is what it is: a
+// checkpoint several hosts wrote may differ from host to host.)
+func (m *Manager) stageFrom(ctx context.Context, e Entry, sources []Location, hosts, lacking []Host) ([]*dest, Location, string, int64, error) {
+	var errs []error
+	for _, src := range sources {
+		dests := make([]*dest, len(lacking))
+		for i, h := range lacking {
+			dests[i] = newDest(h.Name, Copy, h.Name, h.FS, h.Own, e.Seq, e.Name)
+		}
+		digest, size, err := copyEntry(ctx, m.fsOf(src, hosts), src.String(), src.Path, e.Name, dests, nil)
+		if err == nil && src.Kind != Written && e.Digest != "" && digest != e.Digest {
+			err = fmt.Errorf("checkpoint %s (#%d) read from %s does not match the copy drover made of it (sha256 of MANIFEST %s, recorded %s)", e.Name, e.Seq, src, digest, e.Digest)
+			if derr := m.rec.Drop(e.Seq, src); derr != nil {
+				return nil, src, "", 0, derr
+			}
+		}
+		if err == nil {
+			return dests, src, digest, size, nil
+		}
+		if ctx.Err() != nil {
+			return nil, src, "", 0, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, Location{}, "", 0, errors.Join(errs...)
 }
 
 // where says which path each host resumes from: "P on h0, Q on h1, h2".
@@ -355,7 +391,7 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 	}
 	if set.Mirror != "" {
 		if _, ok := e.holder(Mirror, ""); !ok {
-			dests = append(dests, newDest("mirror", Mirror, "", m.mirror, set.Mirror, seq, e.Name))
+			dests = append(dests, newDest("mirror", Mirror, "", cluster.NewRootFS(set.Mirror), set.Mirror, seq, e.Name))
 		}
 	}
 	if len(dests) == 0 {

@@ -76,6 +76,9 @@ type Record struct {
 	max  int
 	mu   sync.Mutex
 	data recordFile
+	// work counts the entries Saw looked at: tests check that it grows
+	// linearly with the entries, not with their square.
+	work int
 }
 
 type recordFile struct {
@@ -137,12 +140,19 @@ func (r *Record) update(fn func(d *recordFile) bool) error {
 const maxEntries = 1000
 
 func (r *Record) saveLocked() error {
-	for i := 0; len(r.data.Entries) > r.max && i < len(r.data.Entries); {
-		if len(r.data.Entries[i].Held) == 0 {
-			r.data.Entries = slices.Delete(r.data.Entries, i, i+1)
-			continue
+	if excess := len(r.data.Entries) - r.max; excess > 0 {
+		// Oldest first, in one pass: forget entries held nowhere until
+		// the record is back within bounds.
+		kept := r.data.Entries[:0]
+		for _, e := range r.data.Entries {
+			if excess > 0 && len(e.Held) == 0 {
+				excess--
+				continue
+			}
+			kept = append(kept, e)
 		}
-		i++
+		clear(r.data.Entries[len(kept):])
+		r.data.Entries = kept
 	}
 	b, err := json.MarshalIndent(&r.data, "", "  ")
 	if err != nil {
@@ -173,27 +183,36 @@ func (d *recordFile) find(seq int) *Entry {
 
 // Saw records written entries that completed (or were first found) now.
 // An entry already in the record (same host, path and stamp) is left
-// alone; an entry of the same name and size written on another host, while
-// some host still holds it as written, is another holder of that
-// checkpoint (every host saving its own copy);
+// alone, however many polls see it again; an entry of a name that the
+// newest checkpoint of that name lacks on this host, while some host still
+// holds that checkpoint as written, is another holder of it (every host
+// saving its own part or copy of one checkpoint, at about the same time);
 // anything else is a new checkpoint, newer than every one before it, in
 // the order given. It returns the new entries.
+//
+// The matching goes through an index built once per call, so a
+// checkpoint_dir of tens of thousands of entries costs time linear in
+// their number, not its square (every poll lists every entry again).
 func (r *Record) Saw(found []Found, now time.Time) ([]Entry, error) {
 	var added []Entry
 	err := r.update(func(d *recordFile) bool {
 		changed := false
+		idx := d.index(&r.work)
 		for _, f := range found {
-			if e := d.match(f); e != nil {
+			r.work++
+			loc := Location{Kind: Written, Host: f.Host, Path: f.Path, Stamp: f.Stamp}
+			if e := idx.match(f, loc); e != nil {
 				if _, ok := e.holder(Written, f.Host); !ok {
-					e.Held = append(e.Held, Location{Kind: Written, Host: f.Host, Path: f.Path, Stamp: f.Stamp})
+					e.Held = append(e.Held, loc)
+					idx.at[loc] = e
 					changed = true
 				}
 				continue
 			}
-			e := &Entry{Seq: d.Next, Name: f.Name, Size: f.Size, Seen: now,
-				Held: []Location{{Kind: Written, Host: f.Host, Path: f.Path, Stamp: f.Stamp}}}
+			e := &Entry{Seq: d.Next, Name: f.Name, Size: f.Size, Seen: now, Held: []Location{loc}}
 			d.Next++
 			d.Entries = append(d.Entries, e)
+			idx.at[loc], idx.last[f.Name] = e, e
 			added = append(added, *e)
 			changed = true
 		}
@@ -202,23 +221,47 @@ func (r *Record) Saw(found []Found, now time.Time) ([]Entry, error) {
 	return added, err
 }
 
-// match is the entry f is a version of, or nil for a new checkpoint.
-func (d *recordFile) match(f Found) *Entry {
-	for i := len(d.Entries) - 1; i >= 0; i-- {
-		e := d.Entries[i]
-		if e.Name != f.Name {
-			continue
-		}
-		if l, ok := e.holder(Written, f.Host); ok {
-			if l.Path == f.Path && l.Stamp == f.Stamp {
-				return e
+// recordIndex finds in constant time the entry a Found belongs to.
+type recordIndex struct {
+	// at is the entry holding each written location (host, path, stamp).
+	at map[Location]*Entry
+	// last is the newest entry of each name.
+	last map[string]*Entry
+}
+
+// index builds the recordIndex of d, adding the entries visited to work.
+func (d *recordFile) index(work *int) *recordIndex {
+	idx := &recordIndex{at: make(map[Location]*Entry, len(d.Entries)), last: make(map[string]*Entry, len(d.Entries))}
+	for _, e := range d.Entries {
+		*work++
+		idx.last[e.Name] = e
+		for _, l := range e.Held {
+			if l.Kind == Written {
+				idx.at[l] = e
 			}
-			return nil // rewritten under the same name: a new checkpoint
 		}
-		if !f.IsDir && e.Size == f.Size && e.written() {
-			return e
-		}
+	}
+	return idx
+}
+
+// match is the entry f (at loc) is a version of, or nil for a new
+// checkpoint. A location already recorded is always found in the entry
+// that holds it: a checkpoint written on several hosts never becomes a
+// new entry at every poll (it did, flipping between its holders, while a
+// copy of each "new" one ran).
+func (idx *recordIndex) match(f Found, loc Location) *Entry {
+	if e := idx.at[loc]; e != nil {
+		return e
+	}
+	e := idx.last[f.Name]
+	if e == nil {
 		return nil
+	}
+	if _, ok := e.holder(Written, f.Host); ok {
+		return nil // rewritten under the same name on this host: a new checkpoint
+	}
+	if e.written() {
+		return e // this host's part of a checkpoint other hosts hold
 	}
 	return nil
 }
@@ -250,6 +293,35 @@ func (r *Record) Add(seq int, loc Location, digest string, size int64) error {
 		}
 		e.Held = append(e.Held, loc)
 		return true
+	})
+}
+
+// seqLoc is one location of checkpoint seq.
+type seqLoc struct {
+	seq int
+	loc Location
+}
+
+// dropAll drops every location in gone, saving once: a reconcile that
+// finds thousands of entries gone must not rewrite the record for each.
+func (r *Record) dropAll(gone []seqLoc) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	drop := map[int][]Location{}
+	for _, g := range gone {
+		drop[g.seq] = append(drop[g.seq], g.loc)
+	}
+	return r.update(func(d *recordFile) bool {
+		changed := false
+		for _, e := range d.Entries {
+			if locs := drop[e.Seq]; len(locs) > 0 {
+				n := len(e.Held)
+				e.Held = slices.DeleteFunc(e.Held, func(l Location) bool { return slices.Contains(locs, l) })
+				changed = changed || len(e.Held) != n
+			}
+		}
+		return changed
 	})
 }
 

@@ -44,12 +44,15 @@ func IsTempName(name string) bool {
 }
 
 // Scan lists the complete entries directly under dir on one host, in name
-// order; none when dir does not exist. Symbolic links are not entries. With a marker, only directories
+// order; none when dir does not exist. Only regular files and directories
+// are entries: symbolic links, fifos, sockets and devices are not. With a marker, only directories
 // containing that file count: frameworks that save a checkpoint as several
 // files write the marker last.
 //
 // Drover only reads here: the user's checkpoints are never deleted or
-// modified.
+// modified. A name that is not one directory entry ("..", "", holding "/"
+// or NUL: only a hostile or broken server lists one) is left out, and the
+// error, beside the entries, names each (*cluster.BadNameError).
 func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Found, error) {
 	entries, err := fsys.ReadDir(dir)
 	if err != nil {
@@ -59,13 +62,24 @@ func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Fou
 		return nil, fmt.Errorf("list checkpoints on %s in %s: %w", host, dir, err)
 	}
 	var out []Found
+	var bad []error
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if err := cluster.CheckName(host, dir, e.Name()); err != nil {
+			bad = append(bad, err)
+			continue
+		}
 		// A link ("latest" -> step-20.pt) points at an entry listed in
 		// its own right; counting it would copy that checkpoint twice.
 		if IsTempName(e.Name()) || e.Mode()&fs.ModeSymlink != 0 {
+			continue
+		}
+		// Nor is a fifo, socket or device: one taken for the newest
+		// checkpoint blocked the open() of every process resuming
+		// from it.
+		if !e.Mode().IsRegular() && !e.IsDir() {
 			continue
 		}
 		f := Found{Host: host, Name: e.Name(), Path: path.Join(dir, e.Name()), Size: e.Size(), ModTime: e.ModTime(), IsDir: e.IsDir()}
@@ -82,7 +96,7 @@ func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Fou
 		}
 		out = append(out, f)
 	}
-	return out, nil
+	return out, errors.Join(bad...)
 }
 
 // ByModTime sorts entries of one host oldest first (ties by path), the

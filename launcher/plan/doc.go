@@ -41,6 +41,6 @@
 // it may not set a variable drover sets for the rendezvous or identity
 // (config.ReservedEnv: a configuration error, not a silent override either way),
 // but replaces drover's tunable defaults (config.TunableEnv: OMP_NUM_THREADS,
-// NCCL_*, GLOO_*). README.md's table lists every variable; a test keeps
-// it complete.
+// NCCL_*, GLOO_*). docs/environment.md's table lists every variable; a
+// test keeps it complete.
 package plan

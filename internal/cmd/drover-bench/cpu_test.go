@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,9 +40,7 @@ func TestVmHWM(t *testing.T) {
 // it and that nobody in the group waits for (what the listeners' cutime
 // misses).
 func TestCPUGroupCountsWhatItsMembersStart(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for cgroups")
-	}
+	testenv.Root(t, "cgroups")
 	// The parent waits for a signal on stdin before it starts its busy,
 	// orphaned child, so it is in the group first.
 	cmd := exec.Command("sh", "-c", `read go; (i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done > "$0") & exit 0`, t.TempDir()+"/done")
@@ -52,7 +51,7 @@ func TestCPUGroupCountsWhatItsMembersStart(t *testing.T) {
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		t.Skipf("no cgroup cpu accounting here: %v", err)
+		testenv.Need(t, "cgroup cpu accounting", err)
 	}
 	defer g.remove()
 	before, err := g.usage()

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // upTimeout bounds bringing the cluster up after its fleet: slurmd nodes
@@ -139,10 +140,7 @@ func Need(t testing.TB, c *Cluster) {
 	case c.upErr != nil:
 		t.Fatalf("slurmtest: cluster did not come up: %v", c.upErr)
 	case c.skip != "":
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s (CI=true: not skipping)", c.skip)
-		}
-		t.Skip(c.skip)
+		testenv.Need(t, "a Slurm test cluster", errors.New(c.skip))
 	}
 }
 

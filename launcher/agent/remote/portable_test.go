@@ -21,6 +21,7 @@ import (
 
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
@@ -75,9 +76,7 @@ func TestStaticAgentInEmptyChroot(t *testing.T) {
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skip("runs the linux/amd64 agent")
 	}
-	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
-		t.Skip("chroot needs root")
-	}
+	testenv.Root(t, "chroot")
 	bin := builtAgent(t, "amd64")
 	root := t.TempDir()
 	b, err := os.ReadFile(bin)
@@ -246,13 +245,7 @@ func TestStaticAgentReadsNVMLThroughReader(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("runs a linux agent")
 	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip("no C compiler to build the fake libnvidia-ml.so.1")
-	}
+	cc := testenv.LookPath(t, "cc") // builds the fake libnvidia-ml.so.1
 	bin := builtAgent(t, runtime.GOARCH)
 	mod, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
 	require.NoError(t, err)

@@ -1,0 +1,292 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// The agent's subcommands and flags are named here once. CLI declares the
+// flags with these names and reads them into RunOptions and
+// PreflightOptions; Command, StopCommand, PreflightCommand, ProbeCommand
+// and SFTPCommand write the argv a controller sends with the same names
+// from the same options, so the two sides cannot drift apart (a test
+// parses every argv they build back into the options it was built from).
+const (
+	cmdAgent     = "agent"
+	cmdRun       = "run"
+	cmdStop      = "stop"
+	cmdPreflight = "preflight"
+	cmdProbe     = "probe"
+	cmdVersion   = "version"
+	cmdSFTP      = "sftp"
+
+	flagGrace         = "grace"
+	flagHeartbeat     = "heartbeat"
+	flagPidfile       = "pidfile"
+	flagLog           = "log"
+	flagJob           = "job"
+	flagStopLeftovers = "stop-leftovers"
+	flagRouteTo       = "route-to"
+	flagPort          = "port"
+	flagMovePorts     = "move-ports"
+	flagJSON          = "json"
+	flagLowPriority   = "low-priority"
+	flagEnvStdin      = "env-stdin"
+	flagWatchWorkers  = "watch-workers"
+)
+
+// drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// CLI is `drover agent`: the commands drover runs on hosts over the
+// transport. cmd/drover mounts it as it is. Hidden because people never
+// type them.
+func CLI() *cli.Command {
+	return &cli.Command{
+		Name:   cmdAgent,
+		Usage:  "runs on hosts; used by drover itself",
+		Hidden: true,
+		Subcommands: []*cli.Command{
+			runCLI(), stopCLI(), preflightCLI(), probeCLI(), versionCLI(), sftpCLI(),
+		},
+	}
+}
+
+// graceFlag is --grace, which run, stop and preflight share.
+func graceFlag(usage string) cli.Flag {
+	return &cli.DurationFlag{Name: flagGrace, Value: DefaultGrace, Usage: usage}
+}
+
+// noArgs is the usage error of a subcommand that takes no arguments.
+func noArgs(c *cli.Context) error {
+	if c.NArg() > 0 {
+		name := strings.TrimPrefix(c.Command.HelpName, c.App.Name+" ")
+		return cli.Exit(fmt.Sprintf("%s takes no arguments, got %q\n%s", name, c.Args().First(), UsageLine(c.Command)), exitUsage)
+	}
+	return nil
+}
+
+// runCLI is `drover agent run -- CMD...`, the supervisor that keeps a
+// training process from outliving the drover that started it (see Run for
+// the stdin protocol).
+func runCLI() *cli.Command {
+	return &cli.Command{
+		Name:      cmdRun,
+		Usage:     "run CMD in its own process group and stop the group when drover goes away",
+		ArgsUsage: "-- CMD [ARGS...]",
+		Flags: []cli.Flag{
+			graceFlag("time between SIGTERM and SIGKILL"),
+			&cli.DurationFlag{Name: flagHeartbeat, Usage: "stop when no line arrives on stdin for this long (0: off)"},
+			&cli.StringFlag{Name: flagPidfile, TakesFile: true, Usage: "record the group here while it runs"},
+			&cli.StringFlag{Name: flagLog, TakesFile: true, Usage: "also append all output to this file"},
+			&cli.StringFlag{Name: flagJob, Usage: "job name, for the pidfile"},
+			&cli.BoolFlag{Name: flagEnvStdin, Usage: "read CMD's environment (a JSON object) from the first line of stdin"},
+			&cli.BoolFlag{Name: flagWatchWorkers, Usage: "report each exit of CMD's children (torchrun's workers); the first abnormal one fails the run"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return cli.Exit(UsageLine(c.Command), exitUsage)
+			}
+			// SIGHUP too: the agent may hold a terminal when run by hand.
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+			defer stop()
+			o := runOptions(c)
+			o.ErrorFile = os.Getenv("TORCHELASTIC_ERROR_FILE")
+			o.Stdin, o.Stdout, o.Stderr = c.App.Reader, c.App.Writer, c.App.ErrWriter
+			o.Subreaper, o.WatchParent = true, true
+			code, err := Run(ctx, o)
+			if err != nil {
+				return cli.Exit(err.Error(), code)
+			}
+			if code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
+		},
+	}
+}
+
+// runOptions reads what `drover agent run`'s command line says: the
+// fields Command writes.
+func runOptions(c *cli.Context) RunOptions {
+	return RunOptions{
+		Args:      c.Args().Slice(),
+		Grace:     c.Duration(flagGrace),
+		Heartbeat: c.Duration(flagHeartbeat),
+		PIDFile:   c.String(flagPidfile),
+		LogFile:   c.String(flagLog),
+		Job:       c.String(flagJob),
+
+		EnvFromStdin: c.Bool(flagEnvStdin),
+		WatchWorkers: c.Bool(flagWatchWorkers),
+	}
+}
+
+// stopCLI is `drover agent stop --pidfile PATH`: it stops a group an
+// earlier drover left behind and says so, or does nothing.
+func stopCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdStop,
+		Usage: "stop the leftover process group a pidfile names, if it still runs",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagPidfile, Required: true, TakesFile: true, Usage: "pidfile written by agent run"},
+			graceFlag("time between SIGTERM and SIGKILL"),
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			msg, err := StopLeftover(c.Context, c.String(flagPidfile), c.Duration(flagGrace))
+			if err != nil {
+				return err
+			}
+			if msg != "" {
+				fmt.Fprintln(c.App.Writer, msg)
+			}
+			return nil
+		},
+	}
+}
+
+// preflightCLI is `drover agent preflight`: run in the job's workdir and
+// env before an attempt, it stops the groups an earlier drover left
+// behind (one line each), names the interface toward --route-to, then
+// fails with one line per problem when PROGRAM cannot be found or a port
+// is taken (see PreflightCommand).
+func preflightCLI() *cli.Command {
+	return &cli.Command{
+		Name:      cmdPreflight,
+		Usage:     "stop leftover groups, check that PROGRAM can be run here and the ports are free",
+		ArgsUsage: "-- [PROGRAM]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagStopLeftovers, TakesFile: true, Usage: "first stop the leftover group of every pidfile in this `DIR`"},
+			graceFlag("time between SIGTERM and SIGKILL for leftovers"),
+			&cli.StringFlag{Name: flagRouteTo, Usage: "print the network interface that reaches this `ADDR`"},
+			&cli.StringSliceFlag{Name: flagPort, Usage: "a TCP `PORT` that must be free (repeatable)"},
+			&cli.BoolFlag{Name: flagMovePorts, Usage: "when a port is taken, print consecutive free ones instead of failing"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return cli.Exit(UsageLine(c.Command), exitUsage)
+			}
+			return preflightAction(c, preflightOptions(c))
+		},
+	}
+}
+
+// preflightOptions reads what `drover agent preflight`'s command line
+// says: the fields PreflightCommand writes.
+func preflightOptions(c *cli.Context) PreflightOptions {
+	return PreflightOptions{
+		Program:   c.Args().First(),
+		Ports:     c.StringSlice(flagPort),
+		MovePorts: c.Bool(flagMovePorts),
+		Leftovers: c.String(flagStopLeftovers),
+		Grace:     c.Duration(flagGrace),
+		RouteTo:   c.String(flagRouteTo),
+	}
+}
+
+// preflightAction does what o says, in that order: leftovers, the route,
+// then the program and ports.
+func preflightAction(c *cli.Context, o PreflightOptions) error {
+	if o.Leftovers != "" {
+		stopped, err := StopLeftovers(c.Context, o.Leftovers, o.Grace)
+		for _, msg := range stopped {
+			fmt.Fprintf(c.App.Writer, "%s%s\n", LeftoverPrefix, msg)
+		}
+		if err != nil {
+			return cli.Exit(err.Error(), exitFailed)
+		}
+	}
+	if o.RouteTo != "" {
+		if ifc := RouteIface(c.Context, o.RouteTo); ifc != "" {
+			fmt.Fprintf(c.App.Writer, "%s%s\n", IfacePrefix, ifc)
+		}
+	}
+	if o.MovePorts {
+		base, err := PreflightMove(o.Program, o.Ports)
+		if err != nil {
+			return cli.Exit(err.Error(), exitFailed)
+		}
+		if base > 0 {
+			fmt.Fprintf(c.App.Writer, "%s%d\n", FreePortsPrefix, base)
+		}
+		return nil
+	}
+	if err := Preflight(o.Program, o.Ports); err != nil {
+		return cli.Exit(err.Error(), exitFailed)
+	}
+	return nil
+}
+
+// probeCLI is `drover agent probe`: this host's GPUs over NVML
+// (WriteProbe). drover runs it on each host with --json.
+func probeCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdProbe,
+		Usage: "print this host's GPUs as read over NVML",
+		Description: "Reads NVML on this host. With --json it prints the report drover's " +
+			"`probe`, `plan` and `run` consume; without, a table.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: flagJSON, Usage: "print the report as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			return WriteProbe(c.App.Writer, c.Bool(flagJSON))
+		},
+	}
+}
+
+// versionCLI is `drover agent version`, which the installer runs once
+// after an upload (see Version).
+func versionCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdVersion,
+		Usage: "print this drover's version and platform",
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintln(c.App.Writer, Version())
+			return err
+		},
+	}
+}
+
+// sftpCLI is `drover agent sftp [--low-priority]`: an SFTP server on stdin
+// and stdout, through which drover copies checkpoints at low priority
+// (SFTPCommand).
+func sftpCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdSFTP,
+		Usage: "serve SFTP on stdin and stdout",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: flagLowPriority, Usage: "run at nice 19 and in the idle I/O class"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			if c.Bool(flagLowPriority) {
+				if err := LowerPriority(); err != nil {
+					return cli.Exit(err.Error(), exitFailed)
+				}
+			}
+			if err := ServeSFTP(c.App.Reader, os.Stdout); err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			return nil
+		},
+	}
+}

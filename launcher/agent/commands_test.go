@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+)
+
+// parseAgent parses argv (as Command and friends build it, binary first)
+// with the agent's own CLI and returns the context the subcommand's
+// action would get, without running the action.
+func parseAgent(t *testing.T, argv []string) *cli.Context {
+	t.Helper()
+	agent := CLI()
+	var got *cli.Context
+	for _, sub := range agent.Subcommands {
+		sub.Action = func(c *cli.Context) error { got = c; return nil }
+	}
+	app := &cli.App{Name: "drover", Commands: []*cli.Command{agent}, Writer: io.Discard, ErrWriter: io.Discard}
+	require.NoError(t, app.RunContext(context.Background(), argv), "%q", argv)
+	require.NotNil(t, got, "%q reached no subcommand", argv)
+	return got
+}
+
+// Every argv the controller builds parses, with the agent's own flags,
+// back into the options it was built from: one spec, two directions.
+func TestAgentArgvRoundTrip(t *testing.T) {
+	t.Run("run", func(t *testing.T) {
+		o := RunOptions{Args: []string{"python3", "-u", "train.py", "--lr", "0.1"}, Grace: 7 * time.Second,
+			Heartbeat: 6 * time.Second, PIDFile: "/w/.drover/pids/a.json", LogFile: "/w/.drover/logs/a.log", Job: "mnist",
+			EnvFromStdin: true, WatchWorkers: true}
+		c := parseAgent(t, Command("drover", o))
+		assert.Equal(t, cmdRun, c.Command.Name)
+		assert.Equal(t, o, runOptions(c))
+	})
+	t.Run("run defaults", func(t *testing.T) {
+		o := RunOptions{Args: []string{"true"}}
+		got := runOptions(parseAgent(t, Command("drover", o)))
+		assert.Equal(t, DefaultGrace, got.Grace, "an unset grace is the agent's default")
+		got.Grace = 0
+		assert.Equal(t, o, got)
+	})
+	t.Run("stop", func(t *testing.T) {
+		c := parseAgent(t, StopCommand("drover", "/w/.drover/pids/a.json", 3*time.Second))
+		assert.Equal(t, cmdStop, c.Command.Name)
+		assert.Equal(t, "/w/.drover/pids/a.json", c.String(flagPidfile))
+		assert.Equal(t, 3*time.Second, c.Duration(flagGrace))
+	})
+	t.Run("preflight", func(t *testing.T) {
+		o := PreflightOptions{Program: "python3", Ports: []string{"29500", "29501"}, MovePorts: true,
+			Leftovers: "/w/.drover/pids", Grace: 4 * time.Second, RouteTo: "10.0.0.11"}
+		c := parseAgent(t, PreflightCommand("drover", o))
+		assert.Equal(t, cmdPreflight, c.Command.Name)
+		assert.Equal(t, o, preflightOptions(c))
+	})
+	t.Run("preflight, nothing to check", func(t *testing.T) {
+		got := preflightOptions(parseAgent(t, PreflightCommand("drover", PreflightOptions{})))
+		assert.Equal(t, PreflightOptions{Grace: DefaultGrace}, got)
+	})
+	t.Run("probe", func(t *testing.T) {
+		c := parseAgent(t, ProbeCommand("drover"))
+		assert.Equal(t, cmdProbe, c.Command.Name)
+		assert.True(t, c.Bool(flagJSON))
+	})
+	t.Run("sftp", func(t *testing.T) {
+		c := parseAgent(t, SFTPCommand("drover"))
+		assert.Equal(t, cmdSFTP, c.Command.Name)
+		assert.True(t, c.Bool(flagLowPriority))
+	})
+}
+
+// UsageLine is made from the flags: every visible flag, its placeholder,
+// required ones bare, repeatable ones marked, and the arguments last.
+func TestUsageLine(t *testing.T) {
+	var got []string
+	for _, sub := range CLI().Subcommands {
+		sub.HelpName = "drover agent " + sub.Name
+		got = append(got, UsageLine(sub))
+	}
+	assert.Equal(t, []string{
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] -- CMD [ARGS...]",
+		"usage: drover agent stop --pidfile FILE [--grace DURATION]",
+		"usage: drover agent preflight [--stop-leftovers DIR] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
+		"usage: drover agent probe [--json]",
+		"usage: drover agent version",
+		"usage: drover agent sftp [--low-priority]",
+	}, got)
+}
