@@ -83,7 +83,7 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION]",
 		"usage: drover agent preflight [--stop-leftovers DIR] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",

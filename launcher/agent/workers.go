@@ -90,10 +90,12 @@ func ParseWorkerExit(line string) (WorkerExit, bool) {
 }
 
 // workerExited acts on a worker's end: it is reported in the command's
-// stderr and log, and the first abnormal one stops the group at once.
+// stderr and log, and the first abnormal one before any stop stops the
+// group at once.
 func (s *supervision) workerExited(w WorkerExit) {
 	s.notice("%s", strings.TrimPrefix(w.Line(), MessagePrefix))
-	if !w.Abnormal() || s.failed != nil {
+	if !w.Abnormal() || s.failed != nil || s.state != noStop {
+		// A worker that dies of a stop under way is that stop's doing.
 		return
 	}
 	s.failed = &w
