@@ -92,8 +92,11 @@ func (m workerMsg) who() string {
 // exited 0 while the group runs may be an early finish; one that fails
 // once the group is stopping is a victim, listed after the cause.
 func (s *supervisor) onWorkerExit(m workerMsg) {
-	c := s.byHost[m.rp.p.Host.Name]
-	cause := s.a.workerCause(c, m.w)
+	var cause string
+	if m.w.Abnormal() && !m.rp.done && (!s.stopping || !s.stoppedWorker(m.w)) {
+		// Read only for a failure to name (one request to its host).
+		cause = s.a.workerCause(s.byHost[m.rp.p.Host.Name], m.w)
+	}
 	switch {
 	case m.rp.done:
 	case s.stopping && m.w.Abnormal() && !s.stoppedWorker(m.w):
