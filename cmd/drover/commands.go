@@ -22,5 +22,6 @@ func commands() []*cli.Command {
 		checkpointsCommand(),
 		agentCommand(),
 		slurmStep(),
+		versionCommand(),
 	}
 }

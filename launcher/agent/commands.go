@@ -54,6 +54,8 @@ const (
 	flagFrom              = "from"
 	flagWorkdir           = "workdir"
 	flagKill              = "kill"
+	flagEnvStdin          = "env-stdin"
+	flagWatchWorkers      = "watch-workers"
 	flagHealthFile        = "health-file"
 	flagHealthEvery       = "health-every"
 	flagXIDWait           = "xid-wait"
@@ -109,6 +111,8 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagPidfile, TakesFile: true, Usage: "record the group here while it runs"},
 			&cli.StringFlag{Name: flagLog, TakesFile: true, Usage: "also append all output to this file"},
 			&cli.StringFlag{Name: flagJob, Usage: "job name, for the pidfile"},
+			&cli.BoolFlag{Name: flagEnvStdin, Usage: "read CMD's environment (a JSON object) from the first line of stdin"},
+			&cli.BoolFlag{Name: flagWatchWorkers, Usage: "report each exit of CMD's children (torchrun's workers); the first abnormal one fails the run"},
 			&cli.StringFlag{Name: flagState, TakesFile: true, Usage: "run detached, recording the process's state in this file (see agent attach)"},
 			&cli.StringFlag{Name: flagRunID, Usage: "run `ID`, for the state file"},
 			&cli.IntFlag{Name: flagAttempt, Usage: "attempt number, for the state file"},
@@ -156,6 +160,8 @@ func runOptions(c *cli.Context) RunOptions {
 		LogFile:   c.String(flagLog),
 		Job:       c.String(flagJob),
 
+		EnvFromStdin:      c.Bool(flagEnvStdin),
+		WatchWorkers:      c.Bool(flagWatchWorkers),
 		HealthFile:        c.String(flagHealthFile),
 		HealthEvery:       c.Duration(flagHealthEvery),
 		State:             c.String(flagState),

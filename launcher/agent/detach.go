@@ -283,11 +283,19 @@ func Launch(ctx context.Context, argv []string, o RunOptions, stdin io.Reader, s
 }
 
 // launchEnv is what the detached agent gets on its stdin from the
-// launcher (nil: nothing); the rest of br is control lines, for the attach
-// client. The command's environment reaches the agent in its SSH
-// session's environment, which the detached agent inherits: nothing to
-// forward.
-func launchEnv(RunOptions, *bufio.Reader) ([]byte, error) { return nil, nil }
+// launcher (nil: nothing): the first line of br when the controller sends
+// the command's environment there (--env-stdin). The rest of br is
+// control lines, for the attach client.
+func launchEnv(o RunOptions, br *bufio.Reader) ([]byte, error) {
+	if !o.EnvFromStdin {
+		return nil, nil
+	}
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return nil, fmt.Errorf("read the command's environment from stdin: %w", err)
+	}
+	return line, nil
+}
 
 // waitStarted waits until the detached agent cmd has recorded in state
 // that it started the command (ok), or failed to (its status, said on
