@@ -19,6 +19,12 @@
 // same way, and the agent exits with CMD's status: its exit code, or
 // 128+signal when a signal killed it (137 for SIGKILL), as a shell reports.
 //
+// A detached run (`agent run --state FILE`, see detach.go) is the
+// exception: its agent leaves the channel's session, end of input only
+// detaches the attach client that takes the channel's place, and the group
+// runs on until it ends, is stopped, or no supervisor attached for
+// --controller-timeout.
+//
 // Run with Subreaper (Linux; the CLI sets it), the agent also adopts
 // descendants that left the group (setsid, double fork) and stops them too.
 // CMD dies with the agent (a parent-death signal), so that an agent
