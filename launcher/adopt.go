@@ -48,7 +48,7 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 	}
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	views := readViews(ctx, cfg.Hosts, dial, r.agents())
+	views := readViews(ctx, cfg.Hosts, dial, r.agents(), false)
 	defer closeViews(views)
 	rec, errs := newestRecord(views)
 	answered = len(errs) == 0
@@ -78,14 +78,15 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}, answered
 }
 
-// readViews reads every host's report of its workdir's newest run.
-func readViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents) []*hostView {
+// readViews reads every host's report of its workdir's newest run (with
+// file access on each when files).
+func readViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents, files bool) []*hostView {
 	views := make([]*hostView, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
 		views[i] = &hostView{host: h}
 		wg.Add(1)
-		go func() { defer wg.Done(); views[i].read(ctx, dial, agents) }()
+		go func() { defer wg.Done(); views[i].read(ctx, dial, agents, files) }()
 	}
 	wg.Wait()
 	return views

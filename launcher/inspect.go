@@ -44,30 +44,37 @@ type hostView struct {
 
 // inspect connects to every host of the job (spares too: they may stand
 // in for one) and reads what each knows of the workdir's newest run.
-func inspect(ctx context.Context, o InspectOptions) (*config.Config, []*hostView, func(), error) {
+// files opens file access on every host too (stop and logs need it;
+// status, which must answer fast, does not).
+func inspect(ctx context.Context, o InspectOptions, files bool) (*config.Config, []*hostView, func(), error) {
 	cfg, err := config.Load(o.JobPath, config.LoadOptions{InventoryPath: o.InventoryPath})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	dial := o.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	views := readViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary))
+	views := readViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary), files)
 	return cfg, views, func() { closeViews(views) }, nil
 }
 
-// read connects to v's host and asks its agent for the newest run.
-func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents remote.Agents) {
+// read connects to v's host and asks its agent for the newest run; with
+// files it opens file access too. Without, the workdir stays as the
+// inventory says (the agent runs in the home, where a relative one is).
+func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents remote.Agents, files bool) {
 	v.t, v.err = cluster.Dial(ctx, v.host.Endpoint(), dial)
 	if v.err != nil {
 		return
 	}
-	if v.fs, v.err = v.t.FS(ctx); v.err != nil {
-		return
+	v.wd = v.host.Workdir
+	if files {
+		if v.fs, v.err = v.t.FS(ctx); v.err != nil {
+			return
+		}
+		if v.home, v.err = v.fs.Home(); v.err != nil {
+			return
+		}
+		v.wd = remoteAbs(v.home, v.host.Workdir)
 	}
-	if v.home, v.err = v.fs.Home(); v.err != nil {
-		return
-	}
-	v.wd = remoteAbs(v.home, v.host.Workdir)
 	if v.agent, v.err = remote.Install(ctx, v.t, agents); v.err != nil {
 		return
 	}
@@ -124,7 +131,7 @@ var ErrNoRun = errors.New("no detached run of this job found on its hosts")
 // Status reads the job's newest detached run from its hosts. It changes
 // nothing on them.
 func Status(ctx context.Context, o InspectOptions) (*RunStatus, error) {
-	_, views, closeAll, err := inspect(ctx, o)
+	_, views, closeAll, err := inspect(ctx, o, false)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +230,7 @@ const stopWaitPoll = 500 * time.Millisecond
 // gone or does not act within stop_grace. It returns once no process of
 // the run is left on any host.
 func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) error {
-	cfg, views, closeAll, err := inspect(ctx, o)
+	cfg, views, closeAll, err := inspect(ctx, o, true)
 	if err != nil {
 		return err
 	}

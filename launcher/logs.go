@@ -49,7 +49,7 @@ type logSource struct {
 // own files, each line prefixed as the live stream is ([worker-3@h2]):
 // it needs neither the local runs/ nor a live supervisor.
 func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) error {
-	_, views, closeAll, err := inspect(ctx, o)
+	_, views, closeAll, err := inspect(ctx, o, true)
 	if err != nil {
 		return err
 	}
