@@ -24,6 +24,9 @@ const (
 	cmdProbe     = "probe"
 	cmdVersion   = "version"
 	cmdSFTP      = "sftp"
+	cmdTop       = "top"
+	cmdNetListen = "net-listen"
+	cmdNetSend   = "net-send"
 
 	flagGrace         = "grace"
 	flagHeartbeat     = "heartbeat"
@@ -36,6 +39,13 @@ const (
 	flagMovePorts     = "move-ports"
 	flagJSON          = "json"
 	flagLowPriority   = "low-priority"
+	flagWorkdir       = "workdir"
+	flagEvery         = "every"
+	flagAddr          = "addr"
+	flagAccept        = "accept"
+	flagTimeout       = "timeout"
+	flagTo            = "to"
+	flagDuration      = "duration"
 )
 
 // drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
@@ -54,6 +64,7 @@ func CLI() *cli.Command {
 		Hidden: true,
 		Subcommands: []*cli.Command{
 			runCLI(), stopCLI(), preflightCLI(), probeCLI(), versionCLI(), sftpCLI(),
+			topCLI(), netListenCLI(), netSendCLI(),
 		},
 	}
 }
@@ -282,4 +293,33 @@ func sftpCLI() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// topCLI is `drover agent top --workdir DIR [--every 1s]`: this host's
+// GPUs and the job's processes as JSON lines, one per interval while
+// stdin stays open (see Top). `drover top` runs it on every host.
+func topCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdTop,
+		Usage: "print this host's GPUs and the job's processes as JSON, every interval",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagWorkdir, Required: true, TakesFile: true, Usage: "the job's workdir on this host"},
+			&cli.DurationFlag{Name: flagEvery, Usage: "print a sample this often until stdin ends (0: one sample)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			if err := Top(c.Context, topOptions(c), c.App.Reader, c.App.Writer); err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			return nil
+		},
+	}
+}
+
+// topOptions reads what `drover agent top`'s command line says: the
+// fields TopCommand writes.
+func topOptions(c *cli.Context) TopOptions {
+	return TopOptions{Workdir: c.String(flagWorkdir), Every: c.Duration(flagEvery)}
 }

@@ -66,6 +66,24 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, cmdProbe, c.Command.Name)
 		assert.True(t, c.Bool(flagJSON))
 	})
+	t.Run("top", func(t *testing.T) {
+		o := TopOptions{Workdir: "runs/mnist", Every: time.Second}
+		c := parseAgent(t, TopCommand("drover", o))
+		assert.Equal(t, cmdTop, c.Command.Name)
+		assert.Equal(t, o, topOptions(c))
+	})
+	t.Run("net-listen", func(t *testing.T) {
+		o := NetListenOptions{Addr: "10.0.0.12", Accept: 3, Timeout: time.Minute}
+		c := parseAgent(t, NetListenCommand("drover", o))
+		assert.Equal(t, cmdNetListen, c.Command.Name)
+		assert.Equal(t, o, netListenOptions(c))
+	})
+	t.Run("net-send", func(t *testing.T) {
+		o := NetSendOptions{To: "10.0.0.12:4000", Duration: 2 * time.Second}
+		c := parseAgent(t, NetSendCommand("drover", o))
+		assert.Equal(t, cmdNetSend, c.Command.Name)
+		assert.Equal(t, o, netSendOptions(c))
+	})
 	t.Run("sftp", func(t *testing.T) {
 		c := parseAgent(t, SFTPCommand("drover"))
 		assert.Equal(t, cmdSFTP, c.Command.Name)
@@ -88,5 +106,8 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent probe [--json]",
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
+		"usage: drover agent top --workdir FILE [--every DURATION]",
+		"usage: drover agent net-listen [--addr IP] [--accept N] [--timeout DURATION]",
+		"usage: drover agent net-send --to IP:PORT [--duration DURATION]",
 	}, got)
 }
