@@ -12,6 +12,7 @@ func commands() []*cli.Command {
 		execCommand(),
 		pushCommand(),
 		probeCommand(),
+		topCommand(),
 		runCommand(),
 		submitCommand(),
 		checkpointsCommand(),

@@ -361,10 +361,11 @@ func commonEnv(pr *Process, in PlanInput) {
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
 	// by default counts fastest first. Make CUDA count like NVML.
 	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+	// Progress for scripts that print rarely (touching it counts for
+	// hang_timeout) and the step drover top shows (a line "step=N").
+	env["DROVER_PROGRESS_FILE"] = ProgressFile(pr.Workdir, in.HostHome[pr.Host.Name], pr.Name())
 	if job.HangTimeout > 0 {
-		// Progress for scripts that print rarely (see hang_timeout), and
 		// faulthandler on, so that a hung rank's stack can be asked for.
-		env["DROVER_PROGRESS_FILE"] = ProgressFile(pr.Workdir, in.HostHome[pr.Host.Name], pr.Name())
 		env["PYTHONFAULTHANDLER"] = "1"
 	}
 }
@@ -376,7 +377,8 @@ func ProgressDir(workdir, home string) string {
 }
 
 // ProgressFile is DROVER_PROGRESS_FILE for a process: touching it counts
-// as progress for hang_timeout.
+// as progress for hang_timeout, and its last "step=N" is the step drover
+// top shows.
 func ProgressFile(workdir, home, name string) string {
 	return path.Join(ProgressDir(workdir, home), name)
 }
