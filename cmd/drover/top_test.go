@@ -212,7 +212,7 @@ func TestTopMetricsAndCutHost(t *testing.T) {
 	waitMetric(t, url, "drover_gpu_utilization_percent", gpu0, func(v float64) bool { return v == 87 }, 10*time.Second)
 	fams := scrape(t, url)
 	for name, want := range map[string]float64{
-		"drover_gpu_memory_used_bytes":  70123 * (1 << 20),
+		"drover_gpu_memory_used_bytes":   70123 * (1 << 20),
 		"drover_gpu_temperature_celsius": 40,
 		"drover_gpu_power_watts":         127.31,
 	} {
