@@ -59,6 +59,8 @@ var jobFields = []field{
 	{"max_host_failures", `max_host_failures = 9`},
 	{"gpu_max_used_mib", `gpu_max_used_mib = 100`},
 	{"min_gpus", `min_gpus = 1`},
+	{"min_bandwidth", `min_bandwidth = "10Gbit"`},
+	{"preflight", `preflight = ["net"]`},
 }
 
 var roleFields = []field{
