@@ -13,6 +13,7 @@ func commands() []*cli.Command {
 		pushCommand(),
 		probeCommand(),
 		topCommand(),
+		checkCommand(),
 		runCommand(),
 		submitCommand(),
 		checkpointsCommand(),

@@ -41,7 +41,7 @@ const (
 	flagLowPriority   = "low-priority"
 	flagWorkdir       = "workdir"
 	flagEvery         = "every"
-	flagAddr          = "addr"
+	flagIface         = "iface"
 	flagAccept        = "accept"
 	flagTimeout       = "timeout"
 	flagTo            = "to"

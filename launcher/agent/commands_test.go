@@ -73,7 +73,7 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, o, topOptions(c))
 	})
 	t.Run("net-listen", func(t *testing.T) {
-		o := NetListenOptions{Addr: "10.0.0.12", Accept: 3, Timeout: time.Minute}
+		o := NetListenOptions{Iface: "eth0", Accept: 3, Timeout: time.Minute}
 		c := parseAgent(t, NetListenCommand("drover", o))
 		assert.Equal(t, cmdNetListen, c.Command.Name)
 		assert.Equal(t, o, netListenOptions(c))
@@ -107,7 +107,7 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
 		"usage: drover agent top --workdir FILE [--every DURATION]",
-		"usage: drover agent net-listen [--addr IP] [--accept N] [--timeout DURATION]",
+		"usage: drover agent net-listen [--iface INTERFACE] [--accept N] [--timeout DURATION]",
 		"usage: drover agent net-send --to IP:PORT [--duration DURATION]",
 	}, got)
 }

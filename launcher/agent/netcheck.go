@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -44,8 +45,9 @@ const (
 
 // NetListenOptions are `drover agent net-listen`'s flags.
 type NetListenOptions struct {
-	// Addr is the address to listen on (the job's interface's); "" all.
-	Addr string
+	// Iface is the network interface whose address to listen on (the
+	// one the job's collectives use); "" listens on every address.
+	Iface string
 	// Accept is how many measurements to serve before exiting (0: until
 	// stdin ends or Timeout).
 	Accept int
@@ -76,8 +78,8 @@ type NetResult struct {
 // NetListenCommand returns the argv of `drover agent net-listen`.
 func NetListenCommand(binary string, o NetListenOptions) []string {
 	argv := []string{binary, cmdAgent, cmdNetListen}
-	if o.Addr != "" {
-		argv = append(argv, "--"+flagAddr, o.Addr)
+	if o.Iface != "" {
+		argv = append(argv, "--"+flagIface, o.Iface)
 	}
 	if o.Accept > 0 {
 		argv = append(argv, "--"+flagAccept, strconv.Itoa(o.Accept))
@@ -98,7 +100,7 @@ func netListenCLI() *cli.Command {
 		Name:  cmdNetListen,
 		Usage: "accept link measurements that present the token read from stdin",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagAddr, Usage: "listen on this `IP` (default: every address)"},
+			&cli.StringFlag{Name: flagIface, Usage: "listen on this `INTERFACE`'s address (default: every address)"},
 			&cli.IntFlag{Name: flagAccept, Usage: "exit after this many measurements (0: when stdin ends)"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 5 * time.Minute, Usage: "exit after this long"},
 		},
@@ -115,7 +117,7 @@ func netListenCLI() *cli.Command {
 }
 
 func netListenOptions(c *cli.Context) NetListenOptions {
-	return NetListenOptions{Addr: c.String(flagAddr), Accept: c.Int(flagAccept), Timeout: c.Duration(flagTimeout)}
+	return NetListenOptions{Iface: c.String(flagIface), Accept: c.Int(flagAccept), Timeout: c.Duration(flagTimeout)}
 }
 
 func netSendCLI() *cli.Command {
@@ -172,9 +174,13 @@ func NetListen(ctx context.Context, o NetListenOptions, stdin io.Reader, w io.Wr
 		_, _ = io.Copy(io.Discard, in)
 		cancel()
 	}()
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(o.Addr, "0"))
+	ip, err := ifaceIP(o.Iface)
 	if err != nil {
-		return fmt.Errorf("listen on %q: %w", o.Addr, err)
+		return err
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.Iface, err)
 	}
 	go func() {
 		<-ctx.Done()
@@ -185,19 +191,7 @@ func NetListen(ctx context.Context, o NetListenOptions, stdin io.Reader, w io.Wr
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	served := make(chan bool)
-	go func() {
-		n := 0
-		for ok := range served {
-			if ok {
-				n++
-			}
-			if o.Accept > 0 && n >= o.Accept {
-				cancel()
-			}
-		}
-	}()
-	defer close(served)
+	var served atomic.Int64
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -206,13 +200,44 @@ func NetListen(ctx context.Context, o NetListenOptions, stdin io.Reader, w io.Wr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok := serveMeasurement(ctx, conn, tok)
-			select {
-			case served <- ok:
-			case <-ctx.Done():
+			if serveMeasurement(ctx, conn, tok) && o.Accept > 0 && served.Add(1) >= int64(o.Accept) {
+				cancel()
 			}
 		}()
 	}
+}
+
+// ifaceIP is the first address of interface name (IPv4 first), "" for
+// no name.
+func ifaceIP(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", fmt.Errorf("find interface %s: %w", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("read the addresses of %s: %w", name, err)
+	}
+	var v6 string
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok || n.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		if n.IP.To4() != nil {
+			return n.IP.String(), nil
+		}
+		if v6 == "" {
+			v6 = n.IP.String()
+		}
+	}
+	if v6 == "" {
+		return "", fmt.Errorf("interface %s has no address", name)
+	}
+	return v6, nil
 }
 
 // serveMeasurement answers one sender: its token, its pings, then its

@@ -21,7 +21,7 @@ func startListener(t *testing.T, token string, accept int) (string, func() error
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- NetListen(context.Background(), NetListenOptions{Addr: "127.0.0.1", Accept: accept, Timeout: time.Minute}, inR, outW)
+		done <- NetListen(context.Background(), NetListenOptions{Iface: "lo", Accept: accept, Timeout: time.Minute}, inR, outW)
 		outW.Close()
 	}()
 	_, err := io.WriteString(inW, token+"\n")
@@ -72,7 +72,7 @@ func TestNetListenAcceptEnds(t *testing.T) {
 	done := make(chan error, 1)
 	pr, pw := io.Pipe()
 	go func() {
-		done <- NetListen(context.Background(), NetListenOptions{Addr: "127.0.0.1", Accept: 1, Timeout: time.Minute}, inR, pw)
+		done <- NetListen(context.Background(), NetListenOptions{Iface: "lo", Accept: 1, Timeout: time.Minute}, inR, pw)
 		pw.Close()
 	}()
 	_, _ = io.WriteString(inW, "tok\n")

@@ -10,14 +10,8 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 )
 
-// Escape makes a string a host sent safe to print: control and other
-// non-graphic characters become Go escapes (\x1b, \u202e), quotes and
-// backslashes stay as they are.
-func Escape(s string) string {
-	q := strconv.QuoteToGraphic(s)
-	q = q[1 : len(q)-1]
-	return strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(q)
-}
+// Escape makes a string a host sent safe to print (launcher.EscapeHost).
+func Escape(s string) string { return launcher.EscapeHost(s) }
 
 // throttleNames are the clock event reasons worth a flag (nvml.h's
 // nvmlClocksEventReason bits); idle and application clocks are not.
