@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,4 +98,37 @@ func TestCheckNetNamesSlowHost(t *testing.T) {
 			assert.NotContains(t, stderr, h.Name+" runs at", "only the slow host fails")
 		}
 	}
+}
+
+// preflight = ["net"]: a host under min_bandwidth is swapped for the
+// spare before anything starts, and the job runs on the others; without
+// a spare the run fails before anything starts, naming the host.
+func TestRunPreflightNetSwapsSlowHost(t *testing.T) {
+	fleettest.Need(t, fleet)
+	limitEgress(t, 2, "50mbit")
+	slow := fleet.Hosts[2].Name
+	spec := jobSpec{Script: `echo "rank=$RANK host=$DROVER_HOST"`, Job: "min_bandwidth = \"100Mbit\"\npreflight = [\"net\"]"}
+	j := newFleetJob(t, spec)
+	hosts := fleet.ClusterHosts()
+	hosts[3].Spare = true
+	writeInventory(t, j.Inventory, hosts)
+	d := startDrover(t, j)
+	require.Equal(t, 0, d.wait(t, 120*time.Second), "stderr:\n%s", d.stderr.String())
+	stderr := d.stderr.String()
+	assert.Contains(t, stderr, "network check: slowest host "+slow)
+	assert.Contains(t, stderr, slow+" kept out by the network check; replaced by spare "+fleet.Hosts[3].Name)
+	var ran []string
+	for r := range 3 {
+		m := regexp.MustCompile(`host=(\S+)`).FindStringSubmatch(j.logFile(t, 1, fmt.Sprintf("worker-%d", r)))
+		require.NotNil(t, m, "rank %d", r)
+		ran = append(ran, m[1])
+	}
+	assert.ElementsMatch(t, []string{fleet.Hosts[0].Name, fleet.Hosts[1].Name, fleet.Hosts[3].Name}, ran)
+
+	j2 := newFleetJob(t, spec)
+	writeInventory(t, j2.Inventory, fleet.ClusterHosts()[:3])
+	d = startDrover(t, j2)
+	assert.Equal(t, 1, d.wait(t, 120*time.Second), "stderr:\n%s", d.stderr.String())
+	assert.Regexp(t, slow+` runs at [0-9.]+ Mbit/s .*below min_bandwidth .*keeps `+slow+` out: no spare host left`, d.stderr.String())
+	assert.NotContains(t, d.stdout.String(), "rank=", "nothing started")
 }
