@@ -384,7 +384,7 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 	}
 	if set.Mirror != "" {
 		if _, ok := e.holder(Mirror, ""); !ok {
-			dests = append(dests, newDest("mirror", Mirror, "", m.mirror, set.Mirror, seq, e.Name))
+			dests = append(dests, newDest("mirror", Mirror, "", cluster.NewRootFS(set.Mirror), set.Mirror, seq, e.Name))
 		}
 	}
 	if len(dests) == 0 {
