@@ -145,15 +145,15 @@ func startListeners(ctx context.Context, peers []*netPeer, token string, n int) 
 func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	var stderr limitedBuffer
+	stderr := cluster.NewHeadBuffer(4096, nil)
 	argv := agent.NetListenCommand(p.agent, agent.NetListenOptions{Iface: p.iface, Accept: n, Timeout: 10 * time.Minute})
-	proc, err := p.t.Start(ctx, cluster.Cmd{Args: argv, Stdin: inR, Stdout: outW, Stderr: &stderr})
+	proc, err := p.t.Start(ctx, cluster.Cmd{Args: argv, Stdin: inR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent net-listen on %s: %w", p.host.Name, err)
 	}
 	go func() {
 		werr := proc.Wait()
-		outW.CloseWithError(fmt.Errorf("drover agent net-listen on %s ended: %v %s", p.host.Name, werr, strings.TrimSpace(stderr.String())))
+		outW.CloseWithError(fmt.Errorf("drover agent net-listen on %s ended: %v %s", p.host.Name, werr, stderr.Quote(4096)))
 	}()
 	go func() {
 		<-ctx.Done()
@@ -164,7 +164,7 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 	}
 	line := make(chan lineOrErr, 1)
 	go func() {
-		s, err := bufio.NewReader(outR).ReadString('\n')
+		s, err := bufio.NewReader(io.LimitReader(outR, 4096)).ReadString('\n')
 		line <- lineOrErr{line: []byte(s), err: err}
 		_, _ = io.Copy(io.Discard, outR)
 	}()
@@ -195,18 +195,18 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 
 // sendOne measures the link from p to to.
 func sendOne(ctx context.Context, p, to *netPeer, token string, d time.Duration) (agent.NetResult, error) {
-	var out strings.Builder
-	var stderr limitedBuffer
+	out := cluster.NewHeadBuffer(64<<10, nil)
+	stderr := cluster.NewHeadBuffer(4096, nil)
 	argv := agent.NetSendCommand(p.agent, agent.NetSendOptions{To: to.addr, Duration: d})
 	cctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	err := runToEnd(cctx, p.t, cluster.Cmd{Args: argv, Stdin: strings.NewReader(token + "\n"), Stdout: &out, Stderr: &stderr})
+	err := runToEnd(cctx, p.t, cluster.Cmd{Args: argv, Stdin: strings.NewReader(token + "\n"), Stdout: out, Stderr: stderr})
 	var res agent.NetResult
 	if err != nil {
-		return res, fmt.Errorf("%s to %s: %w: %s", p.host.Name, to.host.Name, err, strings.TrimSpace(stderr.String()))
+		return res, fmt.Errorf("%s to %s: %w: %s", p.host.Name, to.host.Name, err, stderr.Quote(4096))
 	}
-	if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
-		return res, fmt.Errorf("%s to %s: read drover agent net-send's result %q: %w", p.host.Name, to.host.Name, out.String(), err)
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return res, fmt.Errorf("%s to %s: read drover agent net-send's result %s: %w", p.host.Name, to.host.Name, out.Quote(200), err)
 	}
 	return res, nil
 }

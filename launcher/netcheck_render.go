@@ -7,16 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 )
-
-// EscapeHost makes text a host sent safe to print on a terminal: control
-// and other non-graphic characters become Go escapes (\x1b, \u202e);
-// quotes and backslashes stay as they are.
-func EscapeHost(s string) string {
-	q := strconv.QuoteToGraphic(s)
-	return strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(q[1 : len(q)-1])
-}
 
 // shortRate is a rate for a matrix cell: "9.41G", "50.1M".
 func shortRate(bps float64) string {
@@ -66,19 +59,19 @@ func RenderNet(w io.Writer, rep *NetReport) error {
 	fmt.Fprintln(w)
 	for _, h := range rep.Hosts {
 		if h.Err != "" {
-			fmt.Fprintf(w, "%s: not measured: %s\n", h.Name, EscapeHost(h.Err))
+			fmt.Fprintf(w, "%s: not measured: %s\n", h.Name, cluster.Escape(h.Err))
 			continue
 		}
 		ifc := h.Iface
 		if ifc == "" {
 			ifc = "its address"
 		}
-		fmt.Fprintf(w, "%s (%s): %s (out %s, in %s), round trip %.0f us\n", h.Name, EscapeHost(ifc),
+		fmt.Fprintf(w, "%s (%s): %s (out %s, in %s), round trip %.0f us\n", h.Name, cluster.Escape(ifc),
 			config.FormatBandwidth(h.Rate), config.FormatBandwidth(h.Out), config.FormatBandwidth(h.In), h.RTTMicros)
 	}
 	for _, l := range rep.Links {
 		if l.Err != "" {
-			fmt.Fprintf(w, "link %s to %s failed: %s\n", l.From, l.To, EscapeHost(l.Err))
+			fmt.Fprintf(w, "link %s to %s failed: %s\n", l.From, l.To, cluster.Escape(l.Err))
 		}
 	}
 	if rep.Slowest != "" {

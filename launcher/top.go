@@ -176,15 +176,15 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 	stdinR, stdinW := io.Pipe()
 	defer stdinW.Close()
 	outR, outW := io.Pipe()
-	var stderr limitedBuffer
+	stderr := cluster.NewHeadBuffer(4096, nil)
 	p, err := t.Start(ctx, cluster.Cmd{Args: agent.TopCommand(bin, agent.TopOptions{Workdir: h.Workdir, Every: o.Every}),
-		Stdin: stdinR, Stdout: outW, Stderr: &stderr})
+		Stdin: stdinR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent top on %s: %w", h.Name, err)
 	}
 	go func() {
 		werr := p.Wait()
-		outW.CloseWithError(fmt.Errorf("drover agent top on %s ended: %v %s", h.Name, werr, stderr.String()))
+		outW.CloseWithError(fmt.Errorf("drover agent top on %s ended: %v %s", h.Name, werr, stderr.Quote(4096)))
 	}()
 	lines := make(chan lineOrErr)
 	go readLines(ctx, outR, lines)
@@ -242,26 +242,4 @@ func readLines(ctx context.Context, r io.Reader, out chan<- lineOrErr) {
 		err = io.ErrUnexpectedEOF
 	}
 	send(lineOrErr{err: err})
-}
-
-// limitedBuffer keeps the first 4 KiB written to it, for an error
-// message; safe for concurrent use.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := 4096 - len(b.buf); room > 0 {
-		b.buf = append(b.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }

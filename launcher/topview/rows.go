@@ -6,12 +6,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
-// Escape makes a string a host sent safe to print (launcher.EscapeHost).
-func Escape(s string) string { return launcher.EscapeHost(s) }
+// Escape makes a string a host sent safe to print (cluster.Escape).
+func Escape(s string) string { return cluster.Escape(s) }
 
 // throttleNames are the clock event reasons worth a flag (nvml.h's
 // nvmlClocksEventReason bits); idle and application clocks are not.
