@@ -131,6 +131,23 @@ func TestTopOnceJSON(t *testing.T) {
 	}
 }
 
+// An inventory on its own (no job) is watched too: GPUs, no processes.
+func TestTopOnceInventory(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: "true"})
+	topSMI(t, 0, j.Workdir)
+	j.Path = j.Inventory
+	var v launcher.TopView
+	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
+	require.Len(t, v.Hosts, 4)
+	for _, h := range v.Hosts {
+		assert.True(t, h.Reachable, "%s: %s", h.Host, h.Error)
+		assert.Empty(t, h.Procs)
+	}
+	assert.Len(t, v.Hosts[0].GPUs, 2)
+	assert.Equal(t, "no nvidia-smi on this host's PATH (no NVIDIA driver)", v.Hosts[1].GPUError)
+}
+
 // metricsAddr waits for drover top to say where it serves its metrics.
 func metricsAddr(t *testing.T, d *droverProc) string {
 	t.Helper()

@@ -156,6 +156,9 @@ func (t *topper) sample(ctx context.Context) TopSample {
 // smiGPUs reads the GPUs and their compute processes through nvidia-smi,
 // which every NVIDIA driver installs.
 func smiGPUs(ctx context.Context) ([]TopGPU, error) {
+	if _, err := exec.LookPath("nvidia-smi"); err != nil {
+		return nil, errors.New("no nvidia-smi on this host's PATH (no NVIDIA driver)")
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu="+smiQueryGPU, "--format=csv,noheader,nounits").Output()
@@ -235,6 +238,9 @@ func num(s string) *float64 {
 // procs reads the job's pidfiles, and each process's log and progress
 // file.
 func (t *topper) procs(now time.Time) []TopProc {
+	if t.workdir == "" {
+		return nil // an inventory without a job: GPUs only
+	}
 	dir := filepath.Join(t.workdir, ".drover", "pids")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
