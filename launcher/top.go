@@ -40,6 +40,8 @@ type TopHost struct {
 	GPUs     []agent.TopGPU  `json:"gpus"`
 	GPUError string          `json:"gpu_error,omitempty"`
 	Procs    []agent.TopProc `json:"procs"`
+	// Health holds findings of GPUs not listed (a lost one).
+	Health []agent.TopFinding `json:"health,omitempty"`
 }
 
 // TopView is what `drover top` shows: every host of the job, in file
@@ -205,7 +207,7 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 				return fmt.Errorf("read drover agent top's sample from %s: %w", h.Name, err)
 			}
 			th.mu.Lock()
-			th.state = TopHost{Host: h.Name, Reachable: true, LastSeen: time.Now(), GPUs: s.GPUs, GPUError: s.GPUError, Procs: s.Procs}
+			th.state = TopHost{Host: h.Name, Reachable: true, LastSeen: time.Now(), GPUs: s.GPUs, GPUError: s.GPUError, Procs: s.Procs, Health: s.Health}
 			th.mu.Unlock()
 			th.signal()
 			silent.Reset(topRedial)

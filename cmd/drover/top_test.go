@@ -19,17 +19,21 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher"
 )
 
-// topSMI gives fleet host i two GPUs through a stand-in nvidia-smi first
-// on its login PATH (a directory bind-mounted over /usr/local/bin in the
-// mount namespace of the host's logins only), answering drover top's
-// query in the forms a real H200 printed (gpu/testdata/h200): GPU 1 is
-// thermally throttled (0x40) with one uncorrectable ECC error, and every
-// process that workdir's pidfiles name holds GPU 0.
+// topSMI gives fleet host i two GPUs through a stand-in nvidia-smi (and
+// an empty dmesg) first on its login PATH: a directory bind-mounted over
+// /usr/local/bin in the mount namespace of the host's logins only, as
+// health_test's fakeGPUs does. It answers drover top's query in the forms
+// a real H200 printed (gpu/testdata/h200): GPU 1 is thermally throttled
+// (0x40) with one uncorrectable ECC error, and every process that
+// workdir's pidfiles name holds GPU 0. It answers the probe's and the
+// health watch's queries too (the same ECC error), so that a job can run
+// on those GPUs.
 func topSMI(t *testing.T, i int, workdir string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "drover-top-smi-")
@@ -45,10 +49,20 @@ case "$1" in
 	for f in "$HOME"/%[2]s/.drover/pids/*.pid; do
 		[ -f "$f" ] && sed -n 's/.*"child_pid": *\([0-9]*\).*/GPU-h%[1]d-0, \1/p' "$f"
 	done ;;
+--query-compute-apps=*) ;;
+--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,pci.bus_id,driver_version)
+	echo "0, GPU-h%[1]d-0, NVIDIA H200, 143771, 0, 0, 00000000:18:00.0, 580.159.04"
+	echo "1, GPU-h%[1]d-1, NVIDIA H200, 143771, 0, 0, 00000000:19:00.0, 580.159.04" ;;
+--query-gpu=%[3]s)
+	echo "0, 0, 0, [N/A], No, No, 0x0000000000000000, 5, 5, 16, 16"
+	echo "1, 1, 0, [N/A], No, No, 0x0000000000000040, 5, 5, 16, 16" ;;
+--query-gpu=index,mig.mode.current) printf '0, [N/A]\n1, [N/A]\n' ;;
+"") echo "| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |" ;;
 *) echo "stand-in nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;;
 esac
-`, i, workdir)
+`, i, workdir, gpu.SMIHealthFields)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(smi), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "dmesg"), []byte("#!/bin/sh\n"), 0o755))
 	_, err = fleet.ExecInLogins(i, "mount", "--bind", dir, "/usr/local/bin")
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -128,6 +142,35 @@ func TestTopOnceJSON(t *testing.T) {
 		assert.Equal(t, 91.0, *g1.TempC)
 		assert.Equal(t, uint64(0x40), *g1.Throttle)
 		assert.Equal(t, 1.0, *g1.ECCVolatile)
+	}
+}
+
+// While a job runs on GPUs, top shows what the run's health watch found
+// (its report in the workdir) with the GPU: here GPU 1's uncorrectable
+// ECC error, a critical finding that health = "warn" lets train.
+func TestTopShowsHealthWatch(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: stepScript, Hosts: 1, Job: `health = "warn"`})
+	topSMI(t, 0, j.Workdir)
+	h0 := fleet.ClusterHosts()[0]
+	inv := fmt.Sprintf("[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n\n[[host]]\nname = %q\naddress = %q\ngpus = \"auto\"\n",
+		fleet.User, fleet.KeyFile, fleet.KnownHosts, h0.Name, h0.Address)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(inv), 0o644))
+	d := startDrover(t, j)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 2, 60*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var v launcher.TopView
+		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json", "--hosts", fleet.Hosts[0].Name), &v))
+		require.Len(t, v.Hosts, 1)
+		if gs := v.Hosts[0].GPUs; len(gs) == 2 && len(gs[1].Health) > 0 {
+			assert.Empty(t, gs[0].Health)
+			assert.True(t, gs[1].Health[0].Critical)
+			assert.Contains(t, gs[1].Health[0].What, "1 uncorrectable ECC error(s)")
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no health finding on GPU 1 after 30s: %+v", v.Hosts[0])
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 

@@ -37,6 +37,10 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, cmdRun, c.Command.Name)
 		assert.Equal(t, o, runOptions(c))
 	})
+	t.Run("run with a health watch", func(t *testing.T) {
+		o := RunOptions{Args: []string{"true"}, Grace: time.Second, HealthFile: "/w/.drover/logs/attempt-1/health.json", HealthEvery: 2 * time.Second}
+		assert.Equal(t, o, runOptions(parseAgent(t, Command("drover", o))))
+	})
 	t.Run("run defaults", func(t *testing.T) {
 		o := RunOptions{Args: []string{"true"}}
 		got := runOptions(parseAgent(t, Command("drover", o)))
@@ -65,6 +69,19 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		c := parseAgent(t, ProbeCommand("drover"))
 		assert.Equal(t, cmdProbe, c.Command.Name)
 		assert.True(t, c.Bool(flagJSON))
+	})
+	t.Run("health", func(t *testing.T) {
+		c := parseAgent(t, HealthCommand("drover", 3*time.Second))
+		assert.Equal(t, cmdHealth, c.Command.Name)
+		assert.True(t, c.Bool(flagJSON))
+		assert.Equal(t, 3*time.Second, c.Duration(flagXIDWait))
+		assert.Zero(t, c.Duration(flagWatch))
+	})
+	t.Run("health watch", func(t *testing.T) {
+		c := parseAgent(t, HealthWatchCommand("drover", "/w/health.json", 2*time.Second))
+		assert.Equal(t, cmdHealth, c.Command.Name)
+		assert.Equal(t, 2*time.Second, c.Duration(flagWatch))
+		assert.Equal(t, "/w/health.json", c.String(flagOut))
 	})
 	t.Run("top", func(t *testing.T) {
 		o := TopOptions{Workdir: "runs/mnist", Every: time.Second}
@@ -100,10 +117,11 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION]",
-		"usage: drover agent preflight [--stop-leftovers DIR] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
+		"usage: drover agent preflight [--stop-leftovers DIR] [--lease FILE] [--lease-id ID] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",
+		"usage: drover agent health [--json] [--xid-wait DURATION] [--watch INTERVAL] [--out FILE]",
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
 		"usage: drover agent top --workdir FILE [--every DURATION]",

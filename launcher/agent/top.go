@@ -28,6 +28,9 @@ type TopSample struct {
 	// GPUError says why GPUs could not be read ("" when they were).
 	GPUError string    `json:"gpu_error,omitempty"`
 	Procs    []TopProc `json:"procs"`
+	// Health holds the health findings of GPUs not in GPUs (a lost one),
+	// see addHealth.
+	Health []TopFinding `json:"health,omitempty"`
 }
 
 // TopGPU is one GPU as nvidia-smi reports it. A nil pointer is a value
@@ -46,6 +49,9 @@ type TopGPU struct {
 	ECCVolatile *float64 `json:"ecc_uncorrected_volatile,omitempty"`
 	// PIDs are the compute processes on the GPU.
 	PIDs []int `json:"pids,omitempty"`
+	// Health holds what the run's health watch found on this GPU (see
+	// addHealth); nothing while no job runs.
+	Health []TopFinding `json:"health,omitempty"`
 }
 
 // TopProc is one process of the job on this host, found by the pidfile
@@ -150,6 +156,7 @@ func (t *topper) sample(ctx context.Context) TopSample {
 	for i, p := range s.Procs {
 		s.Procs[i].GPUs = uniqueInts(byGroup[p.Pid])
 	}
+	t.addHealth(&s)
 	return s
 }
 

@@ -32,11 +32,12 @@ var (
 	descPower      = prometheus.NewDesc("drover_gpu_power_watts", "GPU power draw.", gpuLabels, nil)
 	descThrottle   = prometheus.NewDesc("drover_gpu_throttle_reasons", "Clock event (throttle) reasons bitmask, as nvml.h's nvmlClocksEventReason bits.", gpuLabels, nil)
 	descECC        = prometheus.NewDesc("drover_gpu_ecc_uncorrected_volatile", "Uncorrectable ECC errors since the driver loaded.", gpuLabels, nil)
+	descFindings   = prometheus.NewDesc("drover_gpu_health_findings", "What the run's GPU health watch found on the GPU, by severity (critical, warning).", append(gpuLabels, "severity"), nil)
 	descProcUp     = prometheus.NewDesc("drover_process_running", "1 while the process runs (any state but gone or zombie).", procLabels, nil)
 	descOutputAge  = prometheus.NewDesc("drover_process_output_age_seconds", "Seconds since the process's log last grew.", procLabels, nil)
 	descStep       = prometheus.NewDesc("drover_process_step", "The last step=N the process wrote to DROVER_PROGRESS_FILE.", procLabels, nil)
 	descStepRate   = prometheus.NewDesc("drover_process_steps_per_second", "Steps per second between the last two steps seen.", procLabels, nil)
-	allDescs       = []*prometheus.Desc{descHostUp, descUtil, descMemUsed, descMemTotal, descTemp, descPower, descThrottle, descECC, descProcUp, descOutputAge, descStep, descStepRate}
+	allDescs       = []*prometheus.Desc{descHostUp, descUtil, descMemUsed, descMemTotal, descTemp, descPower, descThrottle, descECC, descFindings, descProcUp, descOutputAge, descStep, descStepRate}
 	bytesPerMiB    = float64(1 << 20)
 	notRunningProc = map[string]bool{"gone": true, "zombie": true}
 )
@@ -85,6 +86,18 @@ func collectGPU(ch chan<- prometheus.Metric, job string, h launcher.TopHost, g a
 	put(descECC, g.ECCVolatile, 1)
 	if g.Throttle != nil {
 		ch <- prometheus.MustNewConstMetric(descThrottle, prometheus.GaugeValue, float64(*g.Throttle), labels...)
+	}
+	if g.Health != nil {
+		crit, warn := 0.0, 0.0
+		for _, f := range g.Health {
+			if f.Critical {
+				crit++
+			} else {
+				warn++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descFindings, prometheus.GaugeValue, crit, append(labels, "critical")...)
+		ch <- prometheus.MustNewConstMetric(descFindings, prometheus.GaugeValue, warn, append(labels, "warning")...)
 	}
 }
 

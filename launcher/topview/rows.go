@@ -27,7 +27,9 @@ var throttleNames = []struct {
 	{0x80, "power-brake"},
 }
 
-// Flags are a GPU's throttle and health flags, "-" when there are none.
+// Flags are a GPU's throttle reasons and, while a job runs, what its
+// health watch found (a critical finding marked "!"); "-" when there
+// are none.
 func Flags(g agent.TopGPU) string {
 	var f []string
 	if g.Throttle != nil {
@@ -37,13 +39,27 @@ func Flags(g agent.TopGPU) string {
 			}
 		}
 	}
-	if g.ECCVolatile != nil && *g.ECCVolatile > 0 {
-		f = append(f, fmt.Sprintf("ecc-uncorrected=%g", *g.ECCVolatile))
+	if g.ECCVolatile != nil && *g.ECCVolatile > 0 && len(g.Health) == 0 {
+		f = append(f, fmt.Sprintf("ecc-uncorrected=%g", *g.ECCVolatile)) // the health watch says it better
 	}
+	f = append(f, findings(g.Health)...)
 	if len(f) == 0 {
 		return "-"
 	}
 	return strings.Join(f, ",")
+}
+
+// findings are health findings as flags: a critical one marked "!".
+func findings(fs []agent.TopFinding) []string {
+	var out []string
+	for _, h := range fs {
+		if h.Critical {
+			out = append(out, "!"+h.What)
+		} else {
+			out = append(out, h.What)
+		}
+	}
+	return out
 }
 
 // Ranks names the processes using GPU g of host h ("worker-0"), "-" for
@@ -98,6 +114,9 @@ func Rows(v launcher.TopView) []string {
 		}
 		if !h.Reachable {
 			continue
+		}
+		if len(h.Health) > 0 {
+			out = append(out, fmt.Sprintf("%-16s health: %s", name, Escape(strings.Join(findings(h.Health), "; "))))
 		}
 		for _, g := range h.GPUs {
 			out = append(out, fmt.Sprintf(gpuRow, name, strconv.Itoa(g.Index), optNum(g.UtilPct, "%.0f%%"), mem(g),
