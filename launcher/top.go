@@ -179,11 +179,12 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 	defer stdinW.Close()
 	outR, outW := io.Pipe()
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	p, err := t.Start(ctx, cluster.Cmd{Args: agent.TopCommand(bin, agent.TopOptions{Workdir: h.Workdir, Every: o.Every}),
-		Stdin: stdinR, Stdout: outW, Stderr: stderr})
+	argv := agent.TopCommand(bin, agent.TopOptions{Workdir: h.Workdir, Every: o.Every, Heartbeat: topHeartbeat})
+	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdin: stdinR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent top on %s: %w", h.Name, err)
 	}
+	go heartbeat(ctx, stdinW, o.Every)
 	go func() {
 		werr := p.Wait()
 		outW.CloseWithError(fmt.Errorf("drover agent top on %s ended: %v %s", h.Name, werr, stderr.Quote(4096)))
@@ -211,6 +212,27 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 			th.mu.Unlock()
 			th.signal()
 			silent.Reset(topRedial)
+		}
+	}
+}
+
+// topHeartbeat is how long a host's sampler goes on without hearing from
+// drover (agent.TopOptions.Heartbeat).
+const topHeartbeat = 10 * time.Second
+
+// heartbeat writes a newline to w every interval until ctx ends or a
+// write fails (the session is gone).
+func heartbeat(ctx context.Context, w io.Writer, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if _, err := w.Write([]byte("\n")); err != nil {
+				return
+			}
 		}
 	}
 }

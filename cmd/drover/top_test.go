@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -289,11 +290,34 @@ func TestTopMetricsAndCutHost(t *testing.T) {
 	waitMetric(t, url, "drover_process_steps_per_second", rank3, func(v float64) bool { return v > 0 }, 15*time.Second)
 	waitMetric(t, url, "drover_process_step", rank3, func(v float64) bool { return v > 0 }, time.Second)
 
+	require.NotEmpty(t, topSamplers(t, 3), "drover agent top samples host 3 before the cut")
 	require.NoError(t, fleet.Cut(3))
 	t.Cleanup(func() { assert.NoError(t, fleet.Heal(3)) })
 	waitMetric(t, url, "drover_host_up", map[string]string{"job": j.Name, "host": h3}, func(v float64) bool { return v == 0 }, 8*time.Second)
 	v, _ = value(scrape(t, url), "drover_host_up", map[string]string{"job": j.Name, "host": h0})
 	assert.Equal(t, 1.0, v, "the others stay up")
+	// The cut host's sampler hears no heartbeat and stops: nothing is
+	// left sampling there for as long as its sshd does not notice.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(topSamplers(t, 3)) > 0 {
+		require.True(t, time.Now().Before(deadline), "drover agent top still runs on the cut host: %v", topSamplers(t, 3))
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// topSamplers are the `drover agent top` processes on fleet host i.
+func topSamplers(t *testing.T, i int) []string {
+	t.Helper()
+	pids, err := fleet.Pids(i)
+	require.NoError(t, err)
+	var out []string
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(b), "agent\x00top\x00") {
+			out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(b), "\x00", " ")))
+		}
+	}
+	return out
 }
 
 // The interactive view, in a real terminal (tmux), shows the table and

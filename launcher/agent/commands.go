@@ -364,6 +364,7 @@ func topCLI() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagWorkdir, Required: true, TakesFile: true, Usage: "the job's workdir on this host"},
 			&cli.DurationFlag{Name: flagEvery, Usage: "print a sample this often until stdin ends (0: one sample)"},
+			&cli.DurationFlag{Name: flagHeartbeat, Usage: "stop when no byte arrives on stdin for this long (0: off)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -380,5 +381,5 @@ func topCLI() *cli.Command {
 // topOptions reads what `drover agent top`'s command line says: the
 // fields TopCommand writes.
 func topOptions(c *cli.Context) TopOptions {
-	return TopOptions{Workdir: c.String(flagWorkdir), Every: c.Duration(flagEvery)}
+	return TopOptions{Workdir: c.String(flagWorkdir), Every: c.Duration(flagEvery), Heartbeat: c.Duration(flagHeartbeat)}
 }

@@ -84,7 +84,7 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, "/w/health.json", c.String(flagOut))
 	})
 	t.Run("top", func(t *testing.T) {
-		o := TopOptions{Workdir: "runs/mnist", Every: time.Second}
+		o := TopOptions{Workdir: "runs/mnist", Every: time.Second, Heartbeat: 10 * time.Second}
 		c := parseAgent(t, TopCommand("drover", o))
 		assert.Equal(t, cmdTop, c.Command.Name)
 		assert.Equal(t, o, topOptions(c))
@@ -124,7 +124,7 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent health [--json] [--xid-wait DURATION] [--watch INTERVAL] [--out FILE]",
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
-		"usage: drover agent top --workdir FILE [--every DURATION]",
+		"usage: drover agent top --workdir FILE [--every DURATION] [--heartbeat DURATION]",
 		"usage: drover agent net-listen [--iface INTERFACE] [--accept N] [--timeout DURATION]",
 		"usage: drover agent net-send --to IP:PORT [--duration DURATION]",
 	}, got)

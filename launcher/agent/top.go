@@ -80,6 +80,11 @@ type TopOptions struct {
 	Workdir string
 	// Every is the time between samples; 0 prints one and exits.
 	Every time.Duration
+	// Heartbeat, when positive, stops the samples when stdin has been
+	// silent this long: drover writes a newline every Every, so a
+	// controller cut off from the host (whose sshd may not notice for
+	// hours) leaves no sampler behind.
+	Heartbeat time.Duration
 }
 
 // TopCommand returns the argv of `drover agent top`.
@@ -87,6 +92,9 @@ func TopCommand(binary string, o TopOptions) []string {
 	argv := []string{binary, cmdAgent, cmdTop, "--" + flagWorkdir, o.Workdir}
 	if o.Every > 0 {
 		argv = append(argv, "--"+flagEvery, o.Every.String())
+	}
+	if o.Heartbeat > 0 {
+		argv = append(argv, "--"+flagHeartbeat, o.Heartbeat.String())
 	}
 	return argv
 }
@@ -114,10 +122,7 @@ func Top(ctx context.Context, o TopOptions, stdin io.Reader, w io.Writer) error 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if stdin != nil && o.Every > 0 {
-		go func() {
-			_, _ = io.Copy(io.Discard, stdin)
-			cancel()
-		}()
+		go watchStdin(ctx, stdin, o.Heartbeat, cancel)
 	}
 	t := &topper{workdir: o.Workdir, steps: map[string]stepSeen{}}
 	enc := json.NewEncoder(w)
@@ -133,6 +138,41 @@ func Top(ctx context.Context, o TopOptions, stdin io.Reader, w io.Writer) error 
 		case <-ctx.Done():
 			return nil
 		case <-time.After(o.Every):
+		}
+	}
+}
+
+// watchStdin calls cancel when stdin ends, or, with a heartbeat, when
+// nothing arrived on it for that long.
+func watchStdin(ctx context.Context, stdin io.Reader, heartbeat time.Duration, cancel func()) {
+	got := make(chan struct{}, 1)
+	go func() {
+		defer cancel()
+		buf := make([]byte, 512)
+		for {
+			if _, err := stdin.Read(buf); err != nil {
+				return
+			}
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	if heartbeat <= 0 {
+		return
+	}
+	timer := time.NewTimer(heartbeat)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-got:
+			timer.Reset(heartbeat)
+		case <-timer.C:
+			cancel()
+			return
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -97,5 +98,33 @@ func TestTopRealNvidiaSMI(t *testing.T) {
 		assert.NotNil(t, g.TempC, "GPU %d temperature", g.Index)
 		assert.NotNil(t, g.PowerW, "GPU %d power.draw", g.Index)
 		assert.NotNil(t, g.Throttle, "GPU %d clocks_throttle_reasons.active", g.Index)
+	}
+}
+
+// A sampler whose controller fell silent (a cut link its sshd has not
+// noticed) stops after the heartbeat; one that hears from it goes on.
+func TestTopHeartbeat(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- Top(context.Background(), TopOptions{Workdir: t.TempDir(), Every: 50 * time.Millisecond, Heartbeat: time.Second}, stdinR, io.Discard)
+	}()
+	for range 15 { // 1.5 s of heartbeats: it must still run
+		_, err := stdinW.Write([]byte("\n"))
+		require.NoError(t, err)
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case <-done:
+		t.Fatal("top stopped while its controller wrote heartbeats")
+	default:
+	}
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("top still samples 30s after its stdin fell silent (heartbeat 1s)")
 	}
 }
