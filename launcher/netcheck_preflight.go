@@ -76,7 +76,7 @@ func (a *attempt_) measureNet(ctx context.Context, conns []*hostConn) (*NetRepor
 // run; an error when no spare is left.
 func (a *attempt_) swapOut(ctx context.Context, conns []*hostConn, ne *NetError) error {
 	opts := a.r.opts.Dial
-	opts.Inventory = a.cfg.Hosts
+	opts.Inventory = config.Endpoints(a.cfg.Hosts)
 	for _, bad := range ne.Hosts {
 		i := slices.IndexFunc(conns, func(c *hostConn) bool { return c.host.Name == bad.Name })
 		if i < 0 {

@@ -32,7 +32,7 @@ func CheckNet(ctx context.Context, o NetCheckOptions) *NetReport {
 	if o.Duration <= 0 {
 		o.Duration = DefaultNetDuration
 	}
-	ts, errs := cluster.DialAll(ctx, o.Hosts, o.Dial)
+	ts, errs := cluster.DialAll(ctx, config.Endpoints(o.Hosts), o.Dial)
 	agents := remote.FindAgents(o.Bin)
 	peers := make([]*netPeer, len(o.Hosts))
 	var wg sync.WaitGroup

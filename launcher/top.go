@@ -164,7 +164,7 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 	if dopts.ConnectTimeout <= 0 || dopts.ConnectTimeout > topRedial {
 		dopts.ConnectTimeout = topRedial
 	}
-	t, err := cluster.Dial(ctx, h, dopts)
+	t, err := cluster.Dial(ctx, h.Endpoint(), dopts)
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ func (t *topper) addHealth(s *TopSample) {
 		return
 	}
 	rep.XIDs = nil
-	for _, f := range gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs}) {
+	for _, f := range gpu.CheckHealth(rep, gpu.HealthPolicy{}) { // no Xids: no policy for them
 		tf := TopFinding{Critical: f.Critical, What: f.What}
 		idx, err := strconv.Atoi(strings.TrimPrefix(f.GPU, "GPU "))
 		placed := false
