@@ -144,6 +144,10 @@ func TestTopOnceJSON(t *testing.T) {
 		assert.Equal(t, uint64(0x40), *g1.Throttle)
 		assert.Equal(t, 1.0, *g1.ECCVolatile)
 	}
+	table := string(runTop(t, j, "--once"))
+	t.Logf("drover top --once:\n%s", table)
+	assert.Regexp(t, regexp.QuoteMeta(fleet.Hosts[0].Name)+` +1 +\? +0\.0/140G +91C +650W +hw-thermal,ecc-uncorrected=1 +-`, table)
+	assert.Regexp(t, `worker-0 +`+regexp.QuoteMeta(fleet.Hosts[0].Name)+` +\d+ +(running|sleeping) +\ds ago +\d+ +-`, table)
 }
 
 // While a job runs on GPUs, top shows what the run's health watch found
