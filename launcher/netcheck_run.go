@@ -87,7 +87,13 @@ func setIfaces(ctx context.Context, job config.Job, peers []*netPeer) {
 	for i, p := range peers {
 		ts[i] = p.t
 	}
-	found := DiscoverIfaces(ctx, ts, peers[0].host.Address)
+	rdzv := peers[0].host.Address // the plan's MASTER_ADDR: its first host that is no spare
+	for i := len(peers) - 1; i >= 0; i-- {
+		if !peers[i].host.Spare {
+			rdzv = peers[i].host.Address
+		}
+	}
+	found := DiscoverIfaces(ctx, ts, rdzv)
 	for _, p := range peers {
 		p.iface = found[p.host.Name]
 	}
