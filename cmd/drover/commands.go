@@ -19,5 +19,6 @@ func commands() []*cli.Command {
 		checkpointsCommand(),
 		agentCommand(),
 		slurmStep(),
+		versionCommand(),
 	}
 }

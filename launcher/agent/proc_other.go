@@ -37,3 +37,12 @@ func procGroup(pid int) int {
 	}
 	return g
 }
+func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func exitStatus(int) (syscall.WaitStatus, bool) { return 0, false }
+
+func procEnviron(int) map[string]string { return nil }
+
+func stderrFile(int) string { return "" }
+
+func childrenOf(int) []int { return nil }

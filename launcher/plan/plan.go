@@ -364,6 +364,13 @@ func commonEnv(pr *Process, in PlanInput) {
 	// Progress for scripts that print rarely (touching it counts for
 	// hang_timeout) and the step drover top shows (a line "step=N").
 	env["DROVER_PROGRESS_FILE"] = ProgressFile(pr.Workdir, in.HostHome[pr.Host.Name], pr.Name())
+	// A process's stdout is a pipe to the agent, so Python would buffer
+	// print() in 8 KiB blocks: lines would reach the logs tens of seconds
+	// late, in bursts, and hang_timeout would take a healthy run that
+	// prints every second for hung. Kubeflow's PyTorchJob sets it too.
+	// [job.env] may set it to "" to turn it off (Python reads an empty
+	// value as unset).
+	env["PYTHONUNBUFFERED"] = "1"
 	if job.HangTimeout > 0 {
 		// faulthandler on, so that a hung rank's stack can be asked for.
 		env["PYTHONFAULTHANDLER"] = "1"
