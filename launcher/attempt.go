@@ -100,6 +100,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	sc := a.scan()
 	defer func() { <-sc.done }() // nothing of the attempt outlives it
 	conns, err := a.connect(ctx, hosts)
+	if err == nil {
+		conns, err = a.netPreflight(ctx, conns) // a slow host without a spare is final too
+	}
 	steps("connect")
 	if err != nil {
 		if ctx.Err() != nil {
@@ -118,22 +121,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	cfg := *a.cfg
 	cfg.Hosts = hosts
 
-	// The agent needs nothing but the connection, the lease nothing but
-	// file access, the push nothing but the lease: each starts as soon as
-	// what it needs is there, beside the others (on a fresh host the
-	// agent's upload and the first push overlap).
-	installed := make(chan error, 1)
-	for _, c := range conns {
-		c.told, c.toldOnce = make(chan struct{}), sync.Once{}
-	}
-	go func() { installed <- a.installAgents(ctx, conns) }()
-	err = a.openFiles(ctx, conns)
-	if err == nil {
-		err = waitTold(ctx, conns)
-	}
-	if err == nil {
-		err = a.holdWorkdirs(ctx, conns)
-	}
+	installed, err := a.prepare(ctx, conns)
 	steps("files and lease")
 	if err != nil {
 		<-installed
@@ -166,6 +154,28 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		a.r.pool.forgetPrepared()
 	}
 	return out
+}
+
+// prepare starts installing the agents and opens file access and the
+// leases beside it; installed says when the install is done. The agent
+// needs nothing but the connection, the lease nothing but file access,
+// the push nothing but the lease: each starts as soon as what it needs is
+// there, beside the others (on a fresh host the agent's upload and the
+// first push overlap).
+func (a *attempt_) prepare(ctx context.Context, conns []*hostConn) (installed <-chan error, err error) {
+	done := make(chan error, 1)
+	for _, c := range conns {
+		c.told, c.toldOnce = make(chan struct{}), sync.Once{}
+	}
+	go func() { done <- a.installAgents(ctx, conns) }()
+	err = a.openFiles(ctx, conns)
+	if err == nil {
+		err = waitTold(ctx, conns)
+	}
+	if err == nil {
+		err = a.holdWorkdirs(ctx, conns)
+	}
+	return done, err
 }
 
 // noteMembership says which hosts left (or joined) the inventory since the
