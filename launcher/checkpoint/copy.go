@@ -245,7 +245,7 @@ func (c *copier) file(srcPath, rel string) error {
 	}
 	c.size += n
 	c.rels = append(c.rels, rel)
-	fmt.Fprintf(&c.manifest, "%s %d %x\n", strconv.Quote(rel), n, f.h.Sum(nil))
+	writeManifestLine(&c.manifest, rel, n, f.h.Sum(nil))
 	return nil
 }
 
