@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
