@@ -156,7 +156,7 @@ func (p *peerProc) wait(events func(string, ...any)) {
 // result parses "received|sent DIGEST SIZE".
 func (p *peerProc) result() (string, int64, error) {
 	if p.err != nil {
-		return "", 0, fmt.Errorf("%s: %w (%s)", p.host, p.err, strings.TrimSpace(p.stderr.String()))
+		return "", 0, fmt.Errorf("%w (%s)", p.err, strings.TrimSpace(p.stderr.String()))
 	}
 	f := strings.Fields(p.last)
 	if len(f) != 3 {
