@@ -518,15 +518,30 @@ func signalNumber(name string) int {
 }
 
 // FS returns the transport's SFTP file system, opening the SFTP session on
-// first use and reusing it afterwards.
+// first use and reusing it afterwards. When the SFTP handshake fails, it
+// asks the login shell why (CheckLogin): a shell that prints or exits for
+// a non-interactive session is what "packet too long" and "unexpected
+// EOF" from SFTP usually mean, and the error then says so.
 func (t *sshTransport) FS(ctx context.Context) (FS, error) {
+	fsys, handshake, err := t.openFS(ctx)
+	if handshake != nil {
+		if le := CheckLogin(ctx, t); le != nil {
+			return nil, fmt.Errorf("open sftp on %s: %w (sftp: %v)", t.host.Name, le, handshake)
+		}
+	}
+	return fsys, err
+}
+
+// openFS is FS without the diagnosis; handshake is the SFTP client's own
+// error, when it was the handshake that failed.
+func (t *sshTransport) openFS(ctx context.Context) (fsys FS, handshake, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.sftp != nil {
-		return t.sftp, nil
+		return t.sftp, nil, nil
 	}
 	if t.shutdown {
-		return nil, fmt.Errorf("open sftp on %s: transport closed", t.host.Name)
+		return nil, nil, fmt.Errorf("open sftp on %s: transport closed", t.host.Name)
 	}
 	type result struct {
 		c   *sftp.Client
@@ -546,13 +561,13 @@ func (t *sshTransport) FS(ctx context.Context) (FS, error) {
 				r.c.Close()
 			}
 		}()
-		return nil, fmt.Errorf("open sftp on %s: %w", t.host.Name, ctx.Err())
+		return nil, nil, fmt.Errorf("open sftp on %s: %w", t.host.Name, ctx.Err())
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("open sftp on %s: %w", t.host.Name, r.err)
+		return nil, r.err, fmt.Errorf("open sftp on %s: %w", t.host.Name, r.err)
 	}
 	t.sftp = &sftpFS{c: r.c, t: t}
-	return t.sftp, nil
+	return t.sftp, nil, nil
 }
 
 // Close closes the SFTP client, the connection and its jump hosts; running

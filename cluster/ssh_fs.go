@@ -205,8 +205,17 @@ func (f *sftpFS) RemoveDir(p string) error {
 	return pathErr("rmdir", p, f.c.RemoveDirectory(f.abs(p)))
 }
 
+// hostName names the host in errors.
+func (f *sftpFS) hostName() string {
+	if f.t == nil {
+		return "the sftp server"
+	}
+	return f.t.Host().Name
+}
+
 // RemoveAll removes p and everything below it; a missing p is not an error,
-// as with os.RemoveAll.
+// as with os.RemoveAll. Names the server lists are checked (CheckName)
+// before they become paths.
 func (f *sftpFS) RemoveAll(p string) error {
 	ap := f.abs(p)
 	fi, err := f.c.Lstat(ap)
@@ -222,6 +231,11 @@ func (f *sftpFS) RemoveAll(p string) error {
 			return pathErr("removeall", p, err)
 		}
 		for _, e := range entries {
+			// A listed "." or ".." (an empty name reaches us as ".")
+			// would make this recurse forever, or remove the parent.
+			if err := CheckName(f.hostName(), ap, e.Name()); err != nil {
+				return pathErr("removeall", p, err)
+			}
 			if err := f.RemoveAll(path.Join(ap, e.Name())); err != nil {
 				return err
 			}

@@ -42,13 +42,19 @@ func DiscoverIfaces(ctx context.Context, ts []cluster.Transport, addr string) ma
 	return out
 }
 
+// ifaceOutput bounds what is read of IfaceScript's answer (one interface
+// name): a host printing more is stopped there and left out.
+const ifaceOutput = 4 << 10
+
 func discoverIface(ctx context.Context, t cluster.Transport, addr string) string {
-	var stdout strings.Builder
-	p, err := t.Start(ctx, cluster.Cmd{Args: []string{"sh", "-c", agent.IfaceScript, "sh", addr}, Stdout: &stdout})
-	if err != nil || p.Wait() != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stdout := cluster.NewHeadBuffer(ifaceOutput, cancel)
+	p, err := t.Start(ctx, cluster.Cmd{Args: []string{"sh", "-c", agent.IfaceScript, "sh", addr}, Stdout: stdout})
+	if err != nil || p.Wait() != nil || stdout.More() > 0 {
 		return ""
 	}
-	return ifaceName(stdout.String())
+	return ifaceName(string(stdout.Bytes()))
 }
 
 // ifaceName is the interface name in what IfaceScript printed ("eth0",

@@ -90,16 +90,18 @@ func stderrCause(tail string) string {
 // rootCause says why a failed process failed: its error file when it wrote
 // one (a script under torch's @record, or torchrun forwarding its failed
 // worker's), else the end of its stderr. errorFile is the process's
-// TORCHELASTIC_ERROR_FILE ("" when it has none).
+// TORCHELASTIC_ERROR_FILE ("" when it has none). The file's path is
+// drover's (the plan's), its content the host's: read to a bound, and the
+// cause escaped so that it prints as one line whatever the host wrote.
 func rootCause(fsys cluster.FS, errorFile string, stderrTail string) string {
 	if fsys != nil && path.IsAbs(errorFile) {
 		if b, err := readSmall(fsys, errorFile, 1<<20); err == nil {
 			if c, ok := parseErrorFile(b); ok {
-				return c
+				return cluster.Escape(c)
 			}
 		}
 	}
-	return stderrCause(stderrTail)
+	return cluster.Escape(stderrCause(stderrTail))
 }
 
 // readSmall reads at most limit bytes of a file on a host.

@@ -405,7 +405,7 @@ func RenderSummary(w io.Writer, res *Result) {
 	}
 	for _, p := range res.Processes {
 		if p.Cause != "" {
-			fmt.Fprintf(w, "root cause: %s on %s: %s\n", p.Name, p.Host, p.Cause)
+			fmt.Fprintf(w, "root cause: %s on %s: %s\n", p.Name, p.Host, cluster.Escape(p.Cause))
 		}
 	}
 	switch res.Outcome {
@@ -414,7 +414,7 @@ func RenderSummary(w io.Writer, res *Result) {
 	case Interrupted:
 		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
 	default:
-		fmt.Fprintf(w, "failed after %d attempt(s): %v; logs in %s\n", res.Attempts, res.Err, res.LogDir)
+		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, cluster.Escape(fmt.Sprint(res.Err)), res.LogDir)
 	}
 }
 
@@ -427,8 +427,11 @@ type eventLog struct {
 	now  func() time.Time
 }
 
+// An event is one line: control characters in it (a newline, an escape
+// sequence in a checkpoint name or in a host's output) are escaped, so a
+// host can neither forge a line nor drive the terminal.
 func (e *eventLog) printf(format string, args ...any) {
-	msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
+	msg := cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))
 	line := e.now().Format("15:04:05.000") + " " + msg + "\n"
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -445,6 +448,6 @@ func (e *eventLog) debugf(format string, args ...any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.file != nil {
-		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+strings.TrimRight(fmt.Sprintf(format, args...), "\n")+"\n")
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))+"\n")
 	}
 }

@@ -77,10 +77,12 @@ func (t *transport) sharesFS(ctx context.Context) (bool, error) {
 		markers = append(markers, f.Name())
 		args = append(args, "-f", f.Name())
 	}
-	var out strings.Builder
+	// test prints nothing; a node that prints (a noisy prolog) is kept
+	// to a bound, and quoted escaped.
+	out := cluster.NewHeadBuffer(cluster.QuoteLimit, nil)
 	// In "/": a node without the home at all is a node that does not
 	// share it, not a step that cannot start.
-	p, err := t.Start(ctx, cluster.Cmd{Args: args, Dir: "/", Stdout: &out, Stderr: &out})
+	p, err := t.Start(ctx, cluster.Cmd{Args: args, Dir: "/", Stdout: out, Stderr: out})
 	if err == nil {
 		err = p.Wait()
 	}
@@ -91,7 +93,7 @@ func (t *transport) sharesFS(ctx context.Context) (bool, error) {
 	case errors.As(err, &ee) && ee.Code == 1 && ee.Signal == "":
 		return false, nil
 	}
-	if msg := strings.TrimSpace(out.String()); msg != "" {
+	if msg := strings.TrimSpace(out.Quote(cluster.QuoteLimit)); msg != "" {
 		err = fmt.Errorf("%w: %s", err, msg)
 	}
 	return false, fmt.Errorf("check whether the node sees %s: %w", strings.Join(t.checkDirs(), " and "), err)

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/urfave/cli/v2"
@@ -96,7 +97,7 @@ func exitCode(err error, stderr io.Writer) int {
 	var ce cli.ExitCoder
 	if errors.As(err, &ce) {
 		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "drover:", msg)
+			fmt.Fprintln(stderr, "drover:", cluster.EscapeLines(msg))
 		}
 		return ce.ExitCode()
 	}
@@ -104,7 +105,9 @@ func exitCode(err error, stderr io.Writer) int {
 		// Errors the plan found know their key, not its line.
 		err = config.LocateLines(err)
 	}
-	fmt.Fprintln(stderr, "drover:", err)
+	// An error may quote a host: no control character of it reaches the
+	// terminal, though its lines stay lines.
+	fmt.Fprintln(stderr, "drover:", cluster.EscapeLines(err.Error()))
 	if config.IsConfigError(err) {
 		return exitConfig
 	}

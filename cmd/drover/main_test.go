@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/droverhq/drover/internal/fleettest"
 )
@@ -50,4 +54,13 @@ func droverBinary(t *testing.T) string {
 		t.Fatalf("build drover: %v", binErr)
 	}
 	return binPath
+}
+
+// TestExitCodeEscapesErrors: an error quoting a host's bytes reaches the
+// terminal with its control characters escaped, its lines kept.
+func TestExitCodeEscapesErrors(t *testing.T) {
+	var stderr bytes.Buffer
+	code := exitCode(errors.New("h1 said \x1b[2J\x1b]0;owned\a\nsecond line"), &stderr)
+	assert.Equal(t, exitFailed, code)
+	assert.Equal(t, "drover: h1 said \\x1b[2J\\x1b]0;owned\\a\nsecond line\n", stderr.String())
 }

@@ -122,6 +122,11 @@ type Fleet struct {
 	lazyOnce    sync.Once
 	lazyStarted bool
 
+	// The hostile SFTP server (HostileSFTP), built once per fleet.
+	proxyOnce sync.Once
+	proxyBin  string
+	proxyErr  error
+
 	mu       sync.Mutex
 	closed   bool
 	reaper   *exec.Cmd
@@ -694,4 +699,44 @@ func readEnv(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("read fleet state %s: %w", path, err)
 	}
 	return env, nil
+}
+
+// SetLoginShell makes shell the login shell of the fleet's user on host i
+// only: a copy of /etc/passwd that says so is bind-mounted over it in the
+// mount namespace host i's sshd and its logins share (ExecInLogins), so
+// that later logins to that host run it. "" undoes it. Tests give a host
+// bash (with a chatty .bashrc), nologin or /bin/false this way, and undo
+// it in a Cleanup.
+func (f *Fleet) SetLoginShell(i int, shell string) error {
+	if shell == "" {
+		if _, err := f.ExecInLogins(i, "umount", "/etc/passwd"); err != nil {
+			return fmt.Errorf("restore the login shell of %s: %w", f.Hosts[i].Name, err)
+		}
+		return nil
+	}
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for k, l := range lines {
+		if fs := strings.Split(l, ":"); len(fs) == 7 && fs[0] == User {
+			fs[6] = shell
+			lines[k] = strings.Join(fs, ":")
+		}
+	}
+	f.mu.Lock()
+	if err := f.check(i); err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	passwd := filepath.Join(f.hostDir(i), "passwd")
+	f.mu.Unlock()
+	if err := os.WriteFile(passwd, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("set the login shell of %s: %w", f.Hosts[i].Name, err)
+	}
+	if _, err := f.ExecInLogins(i, "mount", "--bind", passwd, "/etc/passwd"); err != nil {
+		return fmt.Errorf("set the login shell of %s to %s: %w", f.Hosts[i].Name, shell, err)
+	}
+	return nil
 }

@@ -121,6 +121,11 @@ type copier struct {
 // every destination) failing.
 // lim, when not nil, holds the reads from the source to its rate.
 func copyEntry(ctx context.Context, src cluster.FS, srcLabel, srcPath, name string, dests []*dest, lim *limiter) (digest string, size int64, err error) {
+	// The destination is <seq>/<name> under drover's own area, built by
+	// drover; name came from a host's listing, so it must stay one entry.
+	if err := cluster.CheckName(srcLabel, path.Dir(srcPath), name); err != nil {
+		return "", 0, err
+	}
 	c := &copier{ctx: ctx, src: src, srcLabel: srcLabel, dests: dests, buf: make([]byte, copyBuffer), lim: lim}
 	defer func() {
 		for _, d := range dests {
@@ -192,6 +197,12 @@ func (c *copier) entry(srcPath, rel string, fi fs.FileInfo) error {
 			return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
 		}
 		for _, k := range kids {
+			// A name the source lists ("..", "", "x/..") would take the
+			// copy out of <seq>.tmp on every destination: refuse the
+			// checkpoint rather than skip part of it.
+			if err := cluster.CheckName(c.srcLabel, srcPath, k.Name()); err != nil {
+				return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
+			}
 			if err := c.entry(path.Join(srcPath, k.Name()), path.Join(rel, k.Name()), k); err != nil {
 				return err
 			}

@@ -428,7 +428,7 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 		dests = append(dests, newDest(h.Name, Copy, h.Name, h.copyFS(), h.Own, seq, e.Name))
 	}
 	if wantMirror {
-		dests = append(dests, newDest("mirror", Mirror, "", m.mirror, set.Mirror, seq, e.Name))
+		dests = append(dests, newDest("mirror", Mirror, "", cluster.NewRootFS(set.Mirror), set.Mirror, seq, e.Name))
 	}
 	if len(dests) > 0 {
 		lim := newLimiter(set.CopyRate, realClock{})

@@ -6,12 +6,15 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/droverhq/drover/cluster"
 )
 
 // Render writes the record as `drover checkpoints` shows it: each
 // checkpoint, oldest first, with its size, when drover saw it complete
 // (in loc) and where it is held, as of drover's last look (the start of an
-// attempt, or a copy).
+// attempt, or a copy). Names are a host's: their control characters are
+// escaped.
 func Render(w io.Writer, entries []Entry, loc *time.Location) error {
 	if len(entries) == 0 {
 		_, err := fmt.Fprintln(w, "no checkpoints recorded yet (drover records them while `drover run` runs)")
@@ -33,7 +36,7 @@ func Render(w io.Writer, entries []Entry, loc *time.Location) error {
 		if where == "" {
 			where = "nowhere any more"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, e.Name, human(e.Size), e.Seen.In(loc).Format("2006-01-02 15:04:05"), where)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, cluster.Escape(e.Name), human(e.Size), e.Seen.In(loc).Format("2006-01-02 15:04:05"), where)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

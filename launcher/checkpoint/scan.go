@@ -50,7 +50,9 @@ func IsTempName(name string) bool {
 // files write the marker last.
 //
 // Drover only reads here: the user's checkpoints are never deleted or
-// modified.
+// modified. A name that is not one directory entry ("..", "", holding "/"
+// or NUL: only a hostile or broken server lists one) is left out, and the
+// error, beside the entries, names each (*cluster.BadNameError).
 func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Found, error) {
 	entries, err := fsys.ReadDir(dir)
 	if err != nil {
@@ -60,9 +62,14 @@ func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Fou
 		return nil, fmt.Errorf("list checkpoints on %s in %s: %w", host, dir, err)
 	}
 	var out []Found
+	var bad []error
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if err := cluster.CheckName(host, dir, e.Name()); err != nil {
+			bad = append(bad, err)
+			continue
 		}
 		// A link ("latest" -> step-20.pt) points at an entry listed in
 		// its own right; counting it would copy that checkpoint twice.
@@ -89,7 +96,7 @@ func Scan(ctx context.Context, fsys cluster.FS, host, dir, marker string) ([]Fou
 		}
 		out = append(out, f)
 	}
-	return out, nil
+	return out, errors.Join(bad...)
 }
 
 // ByModTime sorts entries of one host oldest first (ties by path), the

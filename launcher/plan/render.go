@@ -150,7 +150,7 @@ func RenderTable(w io.Writer, p *Plan, opt RenderOptions) error {
 	if len(p.JobEnv) > 0 {
 		b.WriteString("job env:\n")
 		for _, k := range sortedKeys(p.JobEnv) {
-			fmt.Fprintf(&b, "  %s=%s\n", k, cluster.ShellQuote(opt.value(k, p.JobEnv[k])))
+			fmt.Fprintf(&b, "  %s=%s\n", k, cluster.Escape(cluster.ShellQuote(opt.value(k, p.JobEnv[k]))))
 		}
 	}
 	for _, n := range p.Notes {
@@ -181,6 +181,14 @@ func RenderEnv(w io.Writer, p *Plan, opt RenderOptions) error {
 				// plan says "~/..."; quoted, ~ would reach the process
 				// literally.
 				v = cdTarget(pr.Env[k])
+			}
+			if val := opt.value(k, pr.Env[k]); strings.ContainsFunc(val, isControl) {
+				// Quoted as it is, an escape sequence in a value would
+				// drive the terminal that shows the plan: printf makes
+				// it from its octal code instead (the '.' keeps trailing
+				// newlines from $(...)).
+				fmt.Fprintf(&b, "%s=$(printf '%%b.' %s); export %s=\"${%s%%.}\"\n", k, singleQuote(printfEscape(val)), k, k)
+				continue
 			}
 			fmt.Fprintf(&b, "export %s=%s\n", k, v)
 		}
@@ -244,6 +252,32 @@ func RenderJSON(w io.Writer, p *Plan, opt RenderOptions) error {
 // singleQuote quotes s for a POSIX shell: inside single quotes nothing is
 // special, and each quote in s becomes quote, backslash, quote, quote
 // (close the quoting, an escaped quote, reopen).
+// isControl reports the characters a terminal acts on that a value may
+// still hold literally in a shell line: all but newline and tab.
+func isControl(r rune) bool {
+	return r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0))
+}
+
+// printfEscape writes s for printf's %b: backslashes doubled, control
+// bytes as \0NNN octal, the rest as it is.
+func printfEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			b.WriteString(`\\`)
+		case c != '\n' && c != '\t' && (c < 0x20 || c == 0x7f):
+			fmt.Fprintf(&b, `\0%03o`, c)
+		case c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] < 0xa0: // a C1 control in UTF-8
+			fmt.Fprintf(&b, `\0%03o\0%03o`, c, s[i+1])
+			i++
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
 func singleQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -223,3 +223,43 @@ func TestParseFormat(t *testing.T) {
 	_, err := ParseFormat("yaml")
 	assert.ErrorContains(t, err, "table, env or json")
 }
+
+// TestRenderEnvControlCharacters: a [job.env] value holding an escape
+// sequence (a screen clear, a bell, a C1 CSI) reaches the process byte for
+// byte through a real sh, yet the rendered text, env and table alike,
+// holds no control character that would drive the terminal showing it.
+func TestRenderEnvControlCharacters(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	values := map[string]string{"CLEAR": "a\x1b[2J\nb's \\0101 c\n\n", "BELL": "\a", "CSI": "x\u009b31my", "DEL": "\x7f", "PLAIN": "ok"}
+	c := testConfig(config.PyTorch, localHost("l0", dir))
+	c.Job.Env = values
+	c.Job.Command = []string{"sh", "-c", "env -0 > env.bin"}
+	p := mustBuild(t, PlanInput{Config: c})
+
+	var buf bytes.Buffer
+	require.NoError(t, RenderEnv(&buf, p, RenderOptions{ShowSecrets: true}))
+	assert.False(t, strings.ContainsFunc(buf.String(), isControl), "no control character in:\n%s", buf.String())
+	cmd := exec.Command(sh, "-c", buf.String())
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", out, buf.String())
+	envb, err := os.ReadFile(filepath.Join(dir, "env.bin"))
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimSuffix(string(envb), "\x00"), "\x00") {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	for k, want := range values {
+		assert.Equal(t, []byte(want), []byte(got[k]), "%s", k)
+	}
+
+	buf.Reset()
+	require.NoError(t, RenderTable(&buf, p, RenderOptions{ShowSecrets: true}))
+	assert.False(t, strings.ContainsFunc(buf.String(), isControl), "no control character in:\n%s", buf.String())
+	assert.Contains(t, buf.String(), `CLEAR='a\x1b[2J`)
+}

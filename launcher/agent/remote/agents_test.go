@@ -60,7 +60,7 @@ func (u unameHost) Start(_ context.Context, c cluster.Cmd) (cluster.Process, err
 	if len(c.Args) < 3 || c.Args[0] != "sh" || !strings.Contains(c.Args[2], "\nuname -sm\n") {
 		return nil, errors.New("unexpected command")
 	}
-	_, _ = io.WriteString(c.Stdout, u.uname)
+	_, _ = io.WriteString(c.Stdout, cluster.LoginMarker+"\n"+u.uname)
 	return doneProcess{}, nil
 }
 

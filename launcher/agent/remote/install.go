@@ -147,8 +147,10 @@ type hostState struct {
 	made     []string
 }
 
-// installScript is the whole install in one command. It prints `uname
-// -sm`, "home DIR" (resolved, as SFTP's realpath says it), creates the agent directory ($1, relative to the home)
+// installScript is the whole install in one command. It prints
+// cluster.LoginMarker first (what comes before it is the login shell's),
+// "missing CMD..." and "path PATH" when the login PATH lacks a command it
+// needs, then `uname -sm`, "home DIR" (resolved, as SFTP's realpath says it), creates the agent directory ($1, relative to the home)
 // and the $2 directories after it ("made DIR" for each that was not
 // there), and, for each candidate agent (then: file name and size) there
 // with that size, "have NAME VERSION" with what it answers to `agent
@@ -160,7 +162,11 @@ type hostState struct {
 // it printed on stdout after "ready"), otherVersion (it answers another
 // version, printed the same way). `read` takes one byte at a time from a
 // pipe, so the agent's bytes are left for cat.
-const installScript = `cd || exit 1
+const installScript = `echo ` + cluster.LoginMarker + `
+cd || exit 1
+m=
+for c in uname mkdir wc cat chmod mv rm; do command -v "$c" >/dev/null 2>&1 || m="$m $c"; done
+[ -z "$m" ] || { printf 'missing%s\npath %s\n' "$m" "$PATH"; exit 96; }
 uname -sm
 printf 'home %s\n' "$(pwd -P)"
 dir=$1

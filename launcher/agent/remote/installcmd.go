@@ -2,12 +2,12 @@ package remote
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,18 +22,25 @@ type installCmd struct {
 	cancel context.CancelFunc
 	t      cluster.Transport
 	stdin  *io.PipeWriter
-	ready  chan struct{} // closed at "ready" or when stdout ends
-	lines  []string      // stdout up to "ready"
-	rest   bytes.Buffer  // stdout after it (the new agent's answer), once read
-	read   chan struct{} // closed when stdout has been read to its end
+	ready  chan struct{}       // closed at "ready" or when stdout ends
+	lines  []string            // stdout up to "ready"
+	head   *cluster.HeadBuffer // stdout up to "ready" as it came, to quote
+	over   bool                // stdout before "ready" went past its bound
+	rest   *cluster.HeadBuffer // stdout after it (the new agent's answer), once read
+	read   chan struct{}       // closed when stdout has been read to its end
 	stderr *cluster.TailBuffer
 	waited chan error
 	once   sync.Once
 	err    error // the command's end, once waited
 }
 
-// installOutput bounds what is kept of the command's stderr.
+// installOutput bounds what is kept of the command's stderr, and what is
+// read of its stdout before "ready" (a few short lines; a login shell
+// printing endlessly stops there) and after it.
 const installOutput = 16 << 10
+
+// installLine bounds one line of the script's stdout before "ready".
+const installLine = 4 << 10
 
 // startInstall starts installScript with the candidates agents offers.
 func startInstall(ctx context.Context, t cluster.Transport, agents Agents, dirs []string) (*installCmd, error) {
@@ -46,8 +53,10 @@ func startInstall(ctx context.Context, t cluster.Transport, agents Agents, dirs 
 		args = append(args, "drover-"+b.Sum[:12], strconv.FormatInt(b.Size, 10))
 		size = max(size, b.Size)
 	}
-	c := &installCmd{t: t, ready: make(chan struct{}), read: make(chan struct{}), stderr: cluster.NewTailBuffer(installOutput), waited: make(chan error, 1)}
+	c := &installCmd{t: t, ready: make(chan struct{}), read: make(chan struct{}), stderr: cluster.NewTailBuffer(installOutput), waited: make(chan error, 1),
+		head: cluster.NewHeadBuffer(installOutput, nil)}
 	c.ctx, c.cancel = context.WithTimeout(ctx, uploadTimeout(size))
+	c.rest = cluster.NewHeadBuffer(installOutput, c.cancel)
 	r, w := io.Pipe()
 	c.stdin = w
 	out, outW := io.Pipe()
@@ -67,22 +76,33 @@ func startInstall(ctx context.Context, t cluster.Transport, agents Agents, dirs 
 	return c, nil
 }
 
-// readOut splits stdout: lines up to "ready", the rest after.
+// readOut splits stdout: lines up to "ready", the rest after. What comes
+// before "ready" is bounded (installOutput, installLine): past that the
+// command is stopped and the rest of its output thrown away unread, so a
+// login shell that prints gigabytes costs a few KiB.
 func (c *installCmd) readOut(out io.Reader) {
 	defer close(c.read)
-	br := bufio.NewReader(out)
+	br := bufio.NewReaderSize(out, installLine)
 	for {
-		line, err := br.ReadString('\n')
+		line, err := br.ReadSlice('\n')
+		c.head.Write(line)
+		if errors.Is(err, bufio.ErrBufferFull) || c.head.More() > 0 {
+			c.over = true
+			close(c.ready) // before the cancel: state sees why it ended
+			c.cancel()
+			_, _ = io.Copy(io.Discard, br) // until the channel closes
+			return
+		}
 		if err != nil {
 			break
 		}
-		line = strings.TrimSuffix(line, "\n")
-		if line == "ready" {
+		l := strings.TrimSuffix(string(line), "\n")
+		if l == "ready" {
 			close(c.ready)
-			_, _ = io.Copy(&c.rest, br)
+			_, _ = io.Copy(c.rest, br)
 			return
 		}
-		c.lines = append(c.lines, line)
+		c.lines = append(c.lines, l)
 	}
 	close(c.ready)
 }
@@ -92,17 +112,31 @@ func (c *installCmd) state() (hostState, error) {
 	select {
 	case <-c.ready:
 	case <-c.ctx.Done():
-		return hostState{}, c.ctx.Err()
+		select {
+		case <-c.ready:
+		default:
+			return hostState{}, c.ctx.Err()
+		}
 	}
-	if len(c.lines) == 0 {
+	if err := c.login(); err != nil {
+		return hostState{}, err
+	}
+	if len(c.lines) == 0 || c.lines[0] != cluster.LoginMarker {
+		return hostState{}, c.failed("the install command printed nothing")
+	}
+	lines := c.lines[1:]
+	if len(lines) == 0 {
 		return hostState{}, c.failed("uname -sm printed nothing")
 	}
-	p, ok := unamePlatform(strings.TrimSpace(c.lines[0]))
+	if k, v, _ := strings.Cut(lines[0], " "); k == "missing" {
+		return hostState{}, &MissingCommandsError{Host: c.t.Host().Name, Commands: strings.Fields(v), Path: strings.TrimPrefix(c.lineAfter("path "), "path ")}
+	}
+	p, ok := unamePlatform(strings.TrimSpace(lines[0]))
 	if !ok {
-		return hostState{}, fmt.Errorf("uname -sm printed %q, want an OS and a machine", strings.TrimSpace(c.lines[0]))
+		return hostState{}, fmt.Errorf("uname -sm printed \"%s\", want an OS and a machine", cluster.Escape(strings.TrimSpace(lines[0])))
 	}
 	st := hostState{platform: p, versions: map[string]string{}}
-	for _, l := range c.lines[1:] {
+	for _, l := range lines[1:] {
 		switch k, v, _ := strings.Cut(l, " "); k {
 		case "home":
 			st.home = v
@@ -114,6 +148,49 @@ func (c *installCmd) state() (hostState, error) {
 		}
 	}
 	return st, nil
+}
+
+// login checks that the script's first line is its marker: what came
+// before is the login shell's (*cluster.LoginShellError), as is no line at
+// all from a shell that exited; more than installOutput is a
+// *cluster.TooMuchOutputError.
+func (c *installCmd) login() error {
+	var werr error
+	if !c.over && !slices.Contains(c.lines, cluster.LoginMarker) {
+		werr = c.wait() // stdout ended without it: so did the command
+	}
+	if err := cluster.LoginOutput(c.t.Host().Name, c.head.Bytes(), c.head.More(), werr); err != nil {
+		return err
+	}
+	if c.over {
+		return c.head.Overflow(c.t.Host().Name, "the install command")
+	}
+	return nil
+}
+
+// lineAfter is the first line of the state starting with prefix, "" when
+// none does.
+func (c *installCmd) lineAfter(prefix string) string {
+	for _, l := range c.lines {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
+// MissingCommandsError is a host whose login PATH lacks a command the
+// install needs (uname, coreutils): named as such rather than as the
+// garbled state the script would print without it.
+type MissingCommandsError struct {
+	Host     string
+	Commands []string
+	Path     string // the login shell's PATH
+}
+
+func (e *MissingCommandsError) Error() string {
+	return fmt.Sprintf("%s: %s not found in the login shell's PATH (%s); drover's install needs uname and coreutils (mkdir, wc, cat, chmod, mv, rm) there",
+		e.Host, strings.Join(e.Commands, ", "), cluster.Escape(e.Path))
 }
 
 // failed is the error for a script that ended before it was ready.
@@ -186,7 +263,7 @@ func (c *installCmd) checked(b Binary, plat Platform, remote string) error {
 	case <-c.read: // stdout ends with the command
 	case <-c.ctx.Done():
 	}
-	said := strings.TrimSpace(c.rest.String())
+	said := strings.TrimSpace(string(c.rest.Bytes()))
 	var ee *cluster.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.Code == uploadFailed:

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -138,8 +137,10 @@ func probeSMI(ctx context.Context, t cluster.Transport) (gpu.HostReport, error) 
 func output(ctx context.Context, t cluster.Transport, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	p, err := t.Start(ctx, cluster.Cmd{Args: args, Stdout: &stdout, Stderr: &stderr})
+	// Bounded: what a probe prints (a JSON report, nvidia-smi's CSV) is
+	// a few KiB a GPU; a host printing without end is stopped there.
+	stdout, stderr := cluster.NewHeadBuffer(probeOutput, cancel), cluster.NewHeadBuffer(cluster.QuoteLimit, nil)
+	p, err := t.Start(ctx, cluster.Cmd{Args: args, Stdout: stdout, Stderr: stderr})
 	if errors.Is(err, exec.ErrNotFound) {
 		return nil, errors.New("not found")
 	}
@@ -155,7 +156,13 @@ func output(ctx context.Context, t cluster.Transport, args ...string) ([]byte, e
 	select {
 	case err = <-waited:
 	case <-ctx.Done():
+		if over := stdout.Overflow(t.Host().Name, args[0]); over != nil {
+			return nil, over // the cancel was stdout's: past its bound
+		}
 		return nil, fmt.Errorf("%s: %w", args[0], ctx.Err())
+	}
+	if over := stdout.Overflow(t.Host().Name, args[0]); over != nil {
+		return nil, over
 	}
 	if err == nil {
 		return stdout.Bytes(), nil
@@ -180,15 +187,16 @@ func output(ctx context.Context, t cluster.Transport, args ...string) ([]byte, e
 	return nil, err
 }
 
-// firstLine is the first non-empty line of out, trimmed and capped so that
-// a chatty failure does not flood a table.
+// probeOutput bounds what is read of a probe command's stdout: nvidia-smi's
+// answer for a few dozen GPUs, with room to spare.
+const probeOutput = 1 << 20
+
+// firstLine is the first non-empty line of out, trimmed, capped so that a
+// chatty failure does not flood a table, and escaped: it is the host's.
 func firstLine(out []byte) string {
 	for _, l := range strings.Split(string(out), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
-			if len(l) > 200 {
-				l = l[:200] + "..."
-			}
-			return l
+			return cluster.QuoteHost([]byte(l), 0, 200)
 		}
 	}
 	return ""

@@ -1,0 +1,82 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+)
+
+// forged is what a hostile host puts in a checkpoint name or its output:
+// a screen clear, then a line that looks like one of drover's events.
+const forged = "step\x1b[2J\n12:00:00.000 resuming from checkpoint forged"
+
+// TestEventLogEscapesHostText checks that an event quoting a host's text
+// stays one line on the terminal and in events.log, with no escape
+// sequence left in it.
+func TestEventLogEscapesHostText(t *testing.T) {
+	var term bytes.Buffer
+	f, err := os.Create(filepath.Join(t.TempDir(), "events.log"))
+	require.NoError(t, err)
+	defer f.Close()
+	e := &eventLog{w: &term, file: f, now: time.Now}
+	e.printf("checkpoint %s (#%d) copied", forged, 3)
+	e.debugf("listed %s", forged)
+	logged, err := os.ReadFile(f.Name())
+	require.NoError(t, err)
+	for what, out := range map[string]string{"terminal": term.String(), "events.log": string(logged)} {
+		assert.NotContains(t, out, "\x1b", what)
+		assert.Contains(t, out, `step\x1b[2J\n12:00:00.000 resuming`, what)
+	}
+	assert.Equal(t, 1, strings.Count(term.String(), "\n"), "one event, one line")
+	assert.Equal(t, 2, strings.Count(string(logged), "\n"), "one event and one debug line")
+}
+
+// TestRootCauseEscaped: an error file or stderr holding escapes gives a
+// cause that prints as one plain line.
+func TestRootCauseEscaped(t *testing.T) {
+	dir := t.TempDir()
+	ef := filepath.Join(dir, "error.json")
+	require.NoError(t, os.WriteFile(ef, []byte(`{"message": "RuntimeError: \u001b[2J boom"}`), 0o644))
+	assert.Equal(t, `RuntimeError: \x1b[2J boom`, rootCause(cluster.NewOSFS(dir), ef, ""))
+	assert.Equal(t, `stderr: \x1b]0;owned\a`, rootCause(nil, "", "\x1b]0;owned\a\n"))
+}
+
+// pathTransport runs every command with dir first in its PATH: a host
+// whose `ip` is dir's.
+type pathTransport struct {
+	cluster.Transport
+	dir string
+}
+
+func (p pathTransport) Start(ctx context.Context, cmd cluster.Cmd) (cluster.Process, error) {
+	cmd.Env = map[string]string{"PATH": p.dir + ":" + os.Getenv("PATH")}
+	return p.Transport.Start(ctx, cmd)
+}
+
+// TestDiscoverIfaceBounded: a host whose answer to the interface question
+// is 8 MB on one line is left out after a few KiB, not read whole.
+func TestDiscoverIfaceBounded(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ip"), []byte("#!/bin/sh\nprintf '1: '; head -c 8000000 /dev/zero | tr '\\0' x; echo ' inet'\n"), 0o755))
+	local, err := cluster.NewLocal(config.Host{Name: "h0", Transport: config.TransportLocal})
+	require.NoError(t, err)
+	defer local.Close()
+	tr := pathTransport{local, dir}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got := DiscoverIfaces(context.Background(), []cluster.Transport{tr}, "127.0.0.1")
+	runtime.ReadMemStats(&after)
+	assert.Empty(t, got)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "the answer was read to its bound only")
+}
