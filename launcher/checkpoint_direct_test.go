@@ -75,7 +75,7 @@ func (c countingFS) Create(p string) (io.WriteCloser, error) {
 	return countingWriter{w, c.n}, nil
 }
 
-// directFleet is a 3-host fleet whose hosts run the drover agent, as
+// directFleet is a 4-host fleet whose hosts run the drover agent, as
 // checkpointing sees them in an attempt (agentPeer over real SSH), with
 // every file byte through the controller counted in relayed.
 type directFleet struct {
@@ -86,7 +86,7 @@ type directFleet struct {
 
 func newDirectFleet(t *testing.T) *directFleet {
 	t.Helper()
-	f := &directFleet{fleet: fleettest.NeedUp(t, fleettest.Options{Name: "cx", N: 3, Subnet: 14, First: 140})}
+	f := &directFleet{fleet: fleettest.NeedUp(t, fleettest.Options{Name: "cx", N: 4, Subnet: 14, First: 140})}
 	bin := buildDrover(t)
 	wd := fmt.Sprintf("cx/%s-%d", t.Name(), time.Now().UnixNano())
 	for _, h := range f.fleet.ClusterHosts() {
@@ -225,7 +225,7 @@ func TestDirectCopyAndStage(t *testing.T) {
 	f := newDirectFleet(t)
 	m, ev := newCheckpointManager(t)
 	set := checkpoint.Settings{Copies: 3, Keep: 2, PollEvery: 100 * time.Millisecond}
-	stop := m.Watch(context.Background(), f.hosts, set)
+	stop := m.Watch(context.Background(), f.hosts[:3], set)
 	defer stop()
 	want := f.save(t, 0, "step-10.pt", 200)
 	waitFor(t, "both copies", func() bool { return len(holdersOf(m, "step-10.pt")) == 3 })
@@ -242,7 +242,7 @@ func TestDirectCopyAndStage(t *testing.T) {
 	// h2 loses its copy: staging puts it back, host to host.
 	require.NoError(t, f.hosts[2].FS.RemoveAll(path.Join(f.hosts[2].Own, "000001")))
 	before := f.relayed.Load()
-	paths, err := m.Stage(context.Background(), f.hosts, set)
+	paths, err := m.Stage(context.Background(), f.hosts[:3], set)
 	require.NoError(t, err)
 	t.Log(ev)
 	assert.Equal(t, want, f.sum(t, 2, paths[f.hosts[2].Name]))
@@ -257,7 +257,7 @@ func TestDirectCopyFallsBackToRelay(t *testing.T) {
 	f.block(t, 0, 1)
 	m, ev := newCheckpointManager(t)
 	set := checkpoint.Settings{Copies: 3, Keep: 2, PollEvery: 100 * time.Millisecond}
-	stop := m.Watch(context.Background(), f.hosts, set)
+	stop := m.Watch(context.Background(), f.hosts[:3], set)
 	defer stop()
 	want := f.save(t, 0, "step-10.pt", 8)
 	waitFor(t, "both copies", func() bool { return len(holdersOf(m, "step-10.pt")) == 3 })
@@ -272,4 +272,84 @@ func TestDirectCopyFallsBackToRelay(t *testing.T) {
 	assert.GreaterOrEqual(t, f.relayed.Load(), int64(16*mib), "the copies went through the controller")
 	assert.Equal(t, 1, strings.Count(ev.String(), "copying through the controller instead"), "one event, not one per checkpoint")
 	assert.Regexp(t, `direct copy of checkpoint step-10.pt \(#1\) from `+f.hosts[0].Name+` to `+f.hosts[1].Name+`, `+f.hosts[2].Name+` failed \(.*connect to .*\); copying through the controller instead`, ev.String())
+}
+
+// writeParts saves sharded checkpoint name on host i as DCP does: one
+// shard file per rank (ranks 2i and 2i+1), and on h0, the coordinator,
+// .metadata last. It returns the sha256 of each file by name.
+func (f *directFleet) writeParts(t *testing.T, i int, name string, kib int) map[string]string {
+	t.Helper()
+	h := f.hosts[i]
+	require.NoError(t, h.FS.MkdirAll(h.Dir, 0o755))
+	dir := path.Join(h.Dir, name)
+	files := []string{fmt.Sprintf("__%d_0.distcp", 2*i), fmt.Sprintf("__%d_0.distcp", 2*i+1)}
+	if i == 0 {
+		files = append(files, ".metadata")
+	}
+	script := fmt.Sprintf("set -e; mkdir -p %q; cd %q", dir, dir)
+	for _, file := range files {
+		script += fmt.Sprintf("; head -c %d /dev/urandom > %s", kib<<10, file)
+	}
+	script += fmt.Sprintf("; chown -R %s %q; sha256sum %s", fleettest.User, dir, strings.Join(files, " "))
+	out, err := f.fleet.Exec(i, "sh", "-c", script)
+	require.NoError(t, err, "%s", out)
+	sums := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		sums[fields[1]] = fields[0]
+	}
+	return sums
+}
+
+// Issue 27, sharded: 3 hosts each write their part of step-10 (two
+// ranks' shards each, .metadata on h0 last); every part is copied to the
+// next host, host to host. step-20's part from h2 has no copy yet when h2
+// is lost for good: the new group (h0, h1 and the spare h3) resumes from
+// step-10, every host with every shard (h2's from its copy on h0), and
+// step-20 is never chosen.
+func TestShardedCheckpointSurvivesLostHost(t *testing.T) {
+	f := newDirectFleet(t)
+	m, ev := newCheckpointManager(t)
+	set := checkpoint.Settings{Copies: 2, Keep: 3, Marker: ".metadata", Layout: checkpoint.LayoutSharded, PollEvery: 100 * time.Millisecond}
+	stop := m.Watch(context.Background(), f.hosts[:3], set)
+	defer stop()
+	want := map[string]string{}
+	for _, i := range []int{2, 1, 0} { // the coordinator's .metadata last
+		for k, v := range f.writeParts(t, i, "step-10", 512) {
+			want[k] = v
+		}
+	}
+	waitFor(t, "every part copied once", func() bool { return len(holdersOf(m, "step-10")) == 6 })
+	stop()
+	e := m.Record().Entries()[0]
+	assert.Equal(t, []string{f.hosts[0].Name, f.hosts[1].Name, f.hosts[2].Name}, e.Parts)
+	assert.Less(t, f.relayed.Load(), int64(mib), "the parts went host to host")
+	// step-20 is seen whole, but no part of it is copied (as when h2 is
+	// lost before its copy ran).
+	noCopies := set
+	noCopies.Copies = 1
+	stop = m.Watch(context.Background(), f.hosts[:3], noCopies)
+	for _, i := range []int{2, 1, 0} {
+		f.writeParts(t, i, "step-20", 64)
+	}
+	waitFor(t, "step-20 seen", func() bool { return len(holdersOf(m, "step-20")) == 3 })
+	stop()
+
+	group := []checkpoint.Host{f.hosts[0], f.hosts[1], f.hosts[3]} // h2 lost, spare h3 in
+	paths, err := m.Stage(context.Background(), group, set)
+	require.NoError(t, err)
+	t.Log(ev)
+	assert.Contains(t, ev.String(), "checkpoint step-20 (#2) is not resumed from: no host of the group holds the part "+f.hosts[2].Name+" wrote")
+	for _, i := range []int{0, 1, 3} {
+		h := f.hosts[i]
+		require.Equal(t, path.Join(h.Own, "000001", "step-10"), paths[h.Name], "%s resumes from the union of step-10", h.Name)
+		for file, sum := range want {
+			assert.Equal(t, sum, f.sum(t, i, path.Join(paths[h.Name], file)), "%s has %s", h.Name, file)
+		}
+	}
+	var b strings.Builder
+	require.NoError(t, checkpoint.Render(&b, m.Record().Entries(), time.UTC))
+	t.Log(b.String())
+	assert.Contains(t, b.String(), "3 parts, each held: recoverable")
+	assert.Contains(t, b.String(), "(copy of "+f.hosts[2].Name+"'s part)")
 }

@@ -50,7 +50,7 @@ func (a *attempt_) checkpoints() (*checkpoint.Manager, error) {
 func (a *attempt_) checkpointSettings() checkpoint.Settings {
 	j := a.cfg.Job
 	return checkpoint.Settings{Marker: j.CheckpointMarker, Copies: j.CheckpointCopies, Keep: j.CheckpointKeep,
-		Mirror: j.CheckpointMirror, CopyRate: j.CheckpointCopyRate}
+		Mirror: j.CheckpointMirror, CopyRate: j.CheckpointCopyRate, Layout: j.CheckpointLayout}
 }
 
 func (a *attempt_) checkpointHosts(conns []*hostConn) []checkpoint.Host {

@@ -51,6 +51,7 @@ const (
 	flagPath          = "path"
 	flagTo            = "to"
 	flagRate          = "rate"
+	flagPart          = "part"
 )
 
 // drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
@@ -312,6 +313,7 @@ func recvCLI() *cli.Command {
 			&cli.StringFlag{Name: flagName, Required: true, Usage: "the checkpoint's `NAME`"},
 			&cli.StringFlag{Name: flagListen, Required: true, Usage: "listen on this `ADDR` (port chosen by the kernel)"},
 			&cli.StringFlag{Name: flagForward, Usage: "forward the copy to the receiver at `ADDR` as it arrives"},
+			&cli.StringFlag{Name: flagPart, Usage: "the copy is `HOST`'s part of a sharded checkpoint"},
 			&cli.DurationFlag{Name: flagWait, Value: 20 * time.Second, Usage: "give up when no sender came within this long"},
 			&cli.BoolFlag{Name: flagLowPriority, Usage: "run at nice 19 and in the idle I/O class"},
 		},
@@ -327,7 +329,7 @@ func recvCLI() *cli.Command {
 // recvOptions reads what RecvCommand wrote.
 func recvOptions(c *cli.Context) checkpoint.PeerRecv {
 	return checkpoint.PeerRecv{Own: c.String(flagDir), Seq: c.Int(flagSeq), Name: c.String(flagName),
-		Listen: c.String(flagListen), Forward: c.String(flagForward), Wait: c.Duration(flagWait), LowPriority: c.Bool(flagLowPriority)}
+		Listen: c.String(flagListen), Forward: c.String(flagForward), Part: c.String(flagPart), Wait: c.Duration(flagWait), LowPriority: c.Bool(flagLowPriority)}
 }
 
 // sendCLI is `drover agent send`: one direct checkpoint copy to the
@@ -364,6 +366,9 @@ func RecvCommand(binary string, o checkpoint.PeerRecv) []string {
 		"--" + flagName, o.Name, "--" + flagListen, o.Listen}
 	if o.Forward != "" {
 		args = append(args, "--"+flagForward, o.Forward)
+	}
+	if o.Part != "" {
+		args = append(args, "--"+flagPart, o.Part)
 	}
 	if o.Wait > 0 {
 		args = append(args, "--"+flagWait, o.Wait.String())

@@ -70,7 +70,7 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 	})
 	t.Run("recv", func(t *testing.T) {
 		o := checkpoint.PeerRecv{Own: "/w/.drover/checkpoints", Seq: 12, Name: "step-20", Listen: "10.0.0.12",
-			Forward: "10.0.0.13:40111", Wait: 9 * time.Second, LowPriority: true}
+			Forward: "10.0.0.13:40111", Part: "gpu-b", Wait: 9 * time.Second, LowPriority: true}
 		c := parseAgent(t, RecvCommand("drover", o))
 		assert.Equal(t, cmdRecv, c.Command.Name)
 		assert.Equal(t, o, recvOptions(c))
@@ -109,7 +109,7 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent probe [--json]",
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
-		"usage: drover agent recv --dir DIR --seq N --name NAME --listen ADDR [--forward ADDR] [--wait DURATION] [--low-priority]",
+		"usage: drover agent recv --dir DIR --seq N --name NAME --listen ADDR [--forward ADDR] [--part HOST] [--wait DURATION] [--low-priority]",
 		"usage: drover agent send --path PATH --name NAME --to ADDR [--rate BYTES] [--low-priority]",
 	}, got)
 }

@@ -66,7 +66,7 @@ func recvAction(c *cli.Context, o checkpoint.PeerRecv) error {
 	fmt.Fprintf(c.App.Writer, "%s%s\n", checkpoint.ListeningPrefix, ln.Addr())
 	ctx, cancel := untilEOF(c.Context, in)
 	defer cancel()
-	r := checkpoint.Receive{Listener: ln, Token: tokens[0], Own: o.Own, Seq: o.Seq, Name: o.Name, Wait: o.Wait,
+	r := checkpoint.Receive{Listener: ln, Token: tokens[0], Own: o.Own, Seq: o.Seq, Name: o.Name, Part: o.Part, Wait: o.Wait,
 		Events: func(format string, args ...any) {
 			fmt.Fprintf(c.App.Writer, "%s%s\n", checkpoint.EventPrefix, fmt.Sprintf(format, args...))
 		}}

@@ -40,6 +40,9 @@ type Receive struct {
 	Seq      int
 	Name     string
 	Next     *Forward
+	// Part, for a part of a sharded checkpoint, is the host that wrote
+	// it: the copy goes to <Own>/<seq>/parts/<Part> (partDir).
+	Part string
 	// Wait, when positive, bounds waiting for the sender to connect.
 	Wait time.Duration
 	// Events receives what the controller should hear of (a next hop
@@ -72,6 +75,13 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 	}
 	defer root.Close()
 	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events}
+	if o.Part != "" {
+		if !fs.ValidPath(o.Part) || strings.Contains(o.Part, "/") || o.Part == "." {
+			return "", 0, fmt.Errorf("direct copy: %q is not a part name", o.Part)
+		}
+		r.final = path.Join(seqDir(o.Seq), "parts", o.Part)
+		r.tmp = r.final + ".tmp"
+	}
 	if o.Next != nil {
 		r.forwardTo(ctx, *o.Next)
 	}
@@ -181,7 +191,7 @@ func (r *receiver) run(in io.Reader) (string, error) {
 	if err := r.root.RemoveAll(r.tmp); err != nil {
 		return "", err
 	}
-	if err := r.root.Mkdir(r.tmp, 0o700); err != nil {
+	if err := r.root.MkdirAll(r.tmp, 0o700); err != nil {
 		return "", err
 	}
 	buf := make([]byte, maxFrame)

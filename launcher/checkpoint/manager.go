@@ -62,10 +62,21 @@ type Settings struct {
 	// made while training runs reads the checkpoint (checkpoint_copy_rate).
 	// Staging, between attempts, is not capped: nothing else runs then.
 	CopyRate int64
+	// Layout is config.LayoutSharded when every host writes its own part
+	// of each checkpoint (see scanParts); anything else is one entry per
+	// checkpoint.
+	Layout string
 	// PollEvery is how often a Watcher lists every host's checkpoint_dir;
 	// 0 means DefaultPollEvery.
 	PollEvery time.Duration
 }
+
+// Sharded reports whether checkpoints have the sharded layout.
+func (s Settings) Sharded() bool { return s.Layout == LayoutSharded }
+
+// LayoutSharded is config.LayoutSharded, the layout whose checkpoints are
+// one part per host.
+const LayoutSharded = "sharded"
 
 // DefaultPollEvery is how often checkpoint directories are listed while an
 // attempt runs: one SFTP readdir per host, cheap next to training.
@@ -101,8 +112,16 @@ func (m *Manager) Record() *Record { return m.rec }
 
 // scanAll lists every host's checkpoint_dir at once. A host whose listing
 // fails is left out of the result (ok[i] false), so that nothing is
-// concluded about it.
-func scanAll(ctx context.Context, hosts []Host, marker string) (found [][]Found, ok []bool, errs []error) {
+// concluded about it. With the sharded layout (scanParts), each host's
+// part of a checkpoint is listed once the marker is in any host's part.
+func scanAll(ctx context.Context, hosts []Host, set Settings) (found [][]Found, ok []bool, errs []error) {
+	if set.Sharded() {
+		return scanParts(ctx, hosts, set.Marker)
+	}
+	return scanEach(ctx, hosts, set.Marker)
+}
+
+func scanEach(ctx context.Context, hosts []Host, marker string) (found [][]Found, ok []bool, errs []error) {
 	found, ok, errs = make([][]Found, len(hosts)), make([]bool, len(hosts)), make([]error, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -117,13 +136,33 @@ func scanAll(ctx context.Context, hosts []Host, marker string) (found [][]Found,
 	return found, ok, errs
 }
 
+// scanParts lists the parts of sharded checkpoints: every host's
+// directory of a name whose marker some host's directory holds. Only the
+// coordinator writes the marker, and only once every rank's shard is
+// written (torch.distributed.checkpoint's .metadata), so the other hosts'
+// directories of that name are complete then too.
+func scanParts(ctx context.Context, hosts []Host, marker string) ([][]Found, []bool, []error) {
+	marked, _, _ := scanEach(ctx, hosts, marker)
+	all, ok, errs := scanEach(ctx, hosts, "")
+	complete := map[string]bool{}
+	for _, fs := range marked {
+		for _, f := range fs {
+			complete[f.Name] = true
+		}
+	}
+	for i := range all {
+		all[i] = slices.DeleteFunc(all[i], func(f Found) bool { return !f.IsDir || !complete[f.Name] })
+	}
+	return all, ok, errs
+}
+
 // reconcile brings the record up to date with what the hosts hold now:
 // entries drover has no record of are added (oldest first by their own
 // host's clock), and locations on these hosts that are gone are dropped,
 // drover's copies among them that no longer match their MANIFEST
 // (verifyCopy): staging then sends a whole copy again.
 func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) error {
-	found, ok, errs := scanAll(ctx, hosts, set.Marker)
+	found, ok, errs := scanAll(ctx, hosts, set)
 	var unknown []Found
 	for i := range hosts {
 		if errs[i] != nil {
@@ -134,6 +173,11 @@ func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) err
 	slices.SortStableFunc(unknown, ByModTime)
 	if _, err := m.rec.Saw(unknown, m.now()); err != nil {
 		return err
+	}
+	if set.Sharded() {
+		if err := m.rec.NoteParts(); err != nil {
+			return err
+		}
 	}
 	present := map[Location]bool{}
 	for i, h := range hosts {
@@ -166,7 +210,11 @@ func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) err
 			default:
 				fsys = hosts[i].FS
 			}
-			if err := verifyCopy(fsys, path.Dir(l.Path), e.Digest); err != nil {
+			digest := e.Digest
+			if l.Part != "" {
+				digest = e.PartDigests[l.Part]
+			}
+			if err := verifyCopy(fsys, path.Dir(l.Path), digest); err != nil {
 				if !errors.Is(err, errNoCopy) {
 					m.events("drover's copy of checkpoint %s (#%d) at %s is damaged: %v; it is not resumed from (staged again where needed)", e.Name, e.Seq, l, err)
 				}
@@ -208,6 +256,9 @@ func (m *Manager) Stage(ctx context.Context, hosts []Host, set Settings) (map[st
 // stageEntry puts e on every host, or returns nil paths when no host of
 // the group nor the mirror holds it.
 func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Settings) (map[string]string, error) {
+	if len(e.Parts) > 0 {
+		return m.stageParts(ctx, e, hosts, set)
+	}
 	paths := map[string]string{}
 	var lacking []Host
 	var sources []Location
@@ -235,11 +286,11 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 	var names, direct []string
 	srcName, size := "", int64(0)
 	if src, h, ok := directSource(sources, hosts); ok {
-		sent := m.sendDirect(ctx, e, h, src.Path, lacking, set, false)
+		sent := m.sendDirect(ctx, e, directJob{src: h, srcPath: src.Path, seq: e.Seq, name: e.Name}, lacking, set)
 		lacking = slices.DeleteFunc(lacking, func(h Host) bool {
 			d, ok := sent[h.Name]
 			if ok {
-				paths[h.Name], size, srcName = directPath(h, e.Seq, e.Name), d.size, src.String()
+				paths[h.Name], size, srcName = path.Join(h.Own, seqDir(e.Seq), e.Name), d.size, src.String()
 				names, direct = append(names, h.Name), append(direct, h.Name)
 			}
 			return ok
@@ -370,7 +421,7 @@ func (m *Manager) prune(fsys cluster.FS, label, kind, host, own string, keep, pr
 				continue
 			}
 			for _, l := range e.Held {
-				if l.Kind == kind && l.Host == host && path.Dir(l.Path) == path.Join(own, seqDir(seq)) {
+				if l.Kind == kind && l.Host == host && strings.HasPrefix(l.Path, path.Join(own, seqDir(seq))+"/") {
 					if err := m.rec.Drop(seq, l); err != nil {
 						m.events("%v", err)
 					}
@@ -399,6 +450,9 @@ func human(n int64) string {
 // host where the agents can (directCopy); the rest, and the mirror, go
 // through the controller in one read.
 func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Settings) error {
+	if set.Sharded() {
+		return m.replicateParts(ctx, seq, hosts, set)
+	}
 	e, srcIdx, targets := copyTargets(m.rec.Entries(), seq, hosts, set)
 	if srcIdx < 0 {
 		return nil // written by a host no longer in the group
@@ -413,7 +467,8 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 		return nil
 	}
 	start := m.now()
-	sent := m.sendDirect(ctx, e, hosts[srcIdx], src.Path, targets, set, hosts[srcIdx].CopyFS != nil)
+	low := hosts[srcIdx].CopyFS != nil
+	sent := m.sendDirect(ctx, e, directJob{src: hosts[srcIdx], srcPath: src.Path, seq: seq, name: e.Name, rate: set.CopyRate, low: low}, targets, set)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -509,7 +564,8 @@ func copyTargets(entries []Entry, seq int, hosts []Host, set Settings) (Entry, i
 // name. A target that a direct copy could not reach is left for the
 // relay, with one event that says why, and is not tried directly again by
 // this Manager (a firewall does not open between two checkpoints).
-func (m *Manager) sendDirect(ctx context.Context, e Entry, src Host, srcPath string, targets []Host, set Settings, low bool) map[string]directDone {
+func (m *Manager) sendDirect(ctx context.Context, e Entry, j directJob, targets []Host, set Settings) map[string]directDone {
+	src := j.src
 	if src.Peer == nil || len(targets) == 0 {
 		return nil
 	}
@@ -522,11 +578,17 @@ func (m *Manager) sendDirect(ctx context.Context, e Entry, src Host, srcPath str
 	if len(try) == 0 {
 		return nil
 	}
-	done, failed, why := directCopy(ctx, src, srcPath, e.Seq, e.Name, try, set.CopyRate, low, m.events)
+	done, failed, why := directCopy(ctx, j, try, m.events)
 	out := map[string]directDone{}
 	for _, d := range done {
-		loc := Location{Kind: Copy, Host: d.host.Name, Path: directPath(d.host, e.Seq, e.Name)}
-		if err := m.rec.Add(e.Seq, loc, d.digest, d.size); err != nil {
+		loc := j.dest(d.host)
+		var err error
+		if j.part != "" {
+			err = m.rec.AddPart(e.Seq, loc, d.digest)
+		} else {
+			err = m.rec.Add(e.Seq, loc, d.digest, d.size)
+		}
+		if err != nil {
 			m.events("%v", err)
 			continue
 		}

@@ -25,6 +25,7 @@ type PeerRecv struct {
 	Name        string
 	Listen      string
 	Forward     string
+	Part        string
 	Wait        time.Duration
 	LowPriority bool
 }
@@ -181,13 +182,14 @@ type directDone struct {
 // <Own>/<seq>/<name>. It returns the hosts that hold a verified copy and
 // those that do not, with why; the caller copies to those through the
 // controller.
-func directCopy(ctx context.Context, src Host, srcPath string, seq int, name string, dests []Host, rate int64, low bool, events func(string, ...any)) ([]directDone, []Host, error) {
+func directCopy(ctx context.Context, j directJob, dests []Host, events func(string, ...any)) ([]directDone, []Host, error) {
+	src, srcPath, name := j.src, j.srcPath, j.name
 	if src.Peer == nil || src.Addr == "" {
 		return nil, dests, fmt.Errorf("%s runs no agent that can send", src.Name)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	recvs, failed, why := startChain(ctx, seq, name, dests, low)
+	recvs, failed, why := startChain(ctx, j, dests)
 	defer func() {
 		for _, r := range recvs {
 			r.p.stop()
@@ -197,7 +199,7 @@ func directCopy(ctx context.Context, src Host, srcPath string, seq int, name str
 		return nil, failed, why
 	}
 	send, err := startPeer(src.Name, func(in io.Reader, out, errw io.Writer) (cluster.Process, error) {
-		return src.Peer.StartSend(ctx, PeerSend{Path: srcPath, Name: name, To: recvs[0].addr, Rate: rate, LowPriority: low}, in, out, errw)
+		return src.Peer.StartSend(ctx, PeerSend{Path: srcPath, Name: name, To: recvs[0].addr, Rate: j.rate, LowPriority: j.low}, in, out, errw)
 	}, recvs[0].token)
 	if err != nil {
 		return nil, dests, fmt.Errorf("start drover agent send on %s: %w", src.Name, err)
@@ -236,13 +238,13 @@ type chainRecv struct {
 // startChain starts a receiver on every host of dests that can run one,
 // the last first, so that each can be told the address of the one after
 // it.
-func startChain(ctx context.Context, seq int, name string, dests []Host, low bool) ([]chainRecv, []Host, error) {
+func startChain(ctx context.Context, j directJob, dests []Host) ([]chainRecv, []Host, error) {
 	var chain []chainRecv
 	var failed []Host
 	var errs []error
 	for i := len(dests) - 1; i >= 0; i-- {
 		h := dests[i]
-		r, err := startRecv(ctx, h, seq, name, chain, low)
+		r, err := startRecv(ctx, h, j, chain)
 		if err != nil {
 			failed = append(failed, h)
 			errs = append(errs, err)
@@ -253,7 +255,7 @@ func startChain(ctx context.Context, seq int, name string, dests []Host, low boo
 	return chain, failed, errors.Join(errs...)
 }
 
-func startRecv(ctx context.Context, h Host, seq int, name string, after []chainRecv, low bool) (chainRecv, error) {
+func startRecv(ctx context.Context, h Host, j directJob, after []chainRecv) (chainRecv, error) {
 	if h.Peer == nil || h.Addr == "" {
 		return chainRecv{}, fmt.Errorf("%s runs no agent that can receive", h.Name)
 	}
@@ -261,7 +263,7 @@ func startRecv(ctx context.Context, h Host, seq int, name string, after []chainR
 	if err != nil {
 		return chainRecv{}, err
 	}
-	o := PeerRecv{Own: h.Own, Seq: seq, Name: name, Listen: h.Addr, Wait: recvWait, LowPriority: low}
+	o := PeerRecv{Own: h.Own, Seq: j.seq, Name: j.name, Part: j.part, Listen: h.Addr, Wait: recvWait, LowPriority: j.low}
 	tokens := []string{token}
 	if len(after) > 0 {
 		o.Forward = after[0].addr
@@ -281,7 +283,23 @@ func startRecv(ctx context.Context, h Host, seq int, name string, after []chainR
 	return chainRecv{host: h, p: p, addr: addr, token: token}, nil
 }
 
-// directPath is where a direct copy of seq named name lands on h.
-func directPath(h Host, seq int, name string) string {
-	return path.Join(h.Own, seqDir(seq), name)
+// directJob is one direct copy: the entry at srcPath on src, checkpoint
+// seq named name (part, for a part of a sharded checkpoint), read at most
+// rate bytes per second (0: no cap), at low priority or not.
+type directJob struct {
+	src     Host
+	srcPath string
+	seq     int
+	name    string
+	part    string
+	rate    int64
+	low     bool
+}
+
+// dest is where the copy lands on h, as the record notes it.
+func (j directJob) dest(h Host) Location {
+	if j.part != "" {
+		return Location{Kind: Copy, Host: h.Name, Part: j.part, Path: path.Join(partDir(h.Own, j.seq, j.part), j.name)}
+	}
+	return Location{Kind: Copy, Host: h.Name, Path: path.Join(h.Own, seqDir(j.seq), j.name)}
 }
