@@ -35,6 +35,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == transferChildArg {
+		os.Exit(transferChild(os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -64,6 +67,10 @@ type bench struct {
 	// diskHomes keeps the hosts' homes on this machine's filesystem
 	// rather than a tmpfs (fleettest.Options.TmpfsHomes).
 	diskHomes bool
+	// transferMax is the largest checkpoint the transfer section moves;
+	// transferRelay adds the copy through the controller as a baseline.
+	transferMax   int64
+	transferRelay bool
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -113,6 +120,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2 and the checkpoint fleet X+3")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
 	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (PREFIXck, subnet -subnet+3)")
+	transfer := fs.Bool("transfer", true, "measure checkpoint copies and staging from a controller 50 Mbit/s away (fleet PREFIXtx, subnet -subnet+4)")
+	transferMax := fs.Int64("transfer-max", 2<<30, "largest checkpoint the transfer section moves, in bytes (200 MiB and 2 GiB are measured)")
+	transferRelay := fs.Bool("transfer-relay", true, "also copy 200 MiB through the controller, the baseline (about 70 s at 50 Mbit/s)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -130,7 +140,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	loadStart := loadAvg()
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
-		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet}
+		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet,
+		transferMax: *transferMax, transferRelay: *transferRelay}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
 	}
@@ -210,6 +221,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			b.note("checkpoints not run: out of time (%s left of the %s deadline)", remaining(ctx).Round(time.Second), *deadline)
 		} else {
 			rows = append(rows, b.checkpoints(ctx)...)
+			fleetsUp++
+		}
+	}
+
+	if *transfer {
+		if remaining(ctx) < transferBudget/2 {
+			b.note("transfer not run: out of time (%s left of the %s deadline)", remaining(ctx).Round(time.Second), *deadline)
+		} else {
+			rows = append(rows, b.transfer(ctx)...)
 			fleetsUp++
 		}
 	}
