@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,15 +218,45 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 const mib = 1 << 20
 
+// recordingPeer notes what every direct copy's sender was told.
+type recordingPeer struct {
+	checkpoint.Peer
+	mu    *sync.Mutex
+	sends *[]checkpoint.PeerSend
+}
+
+func (p recordingPeer) StartSend(ctx context.Context, o checkpoint.PeerSend, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
+	p.mu.Lock()
+	*p.sends = append(*p.sends, o)
+	p.mu.Unlock()
+	return p.Peer.StartSend(ctx, o, stdin, stdout, stderr)
+}
+
+// record makes every host's Peer note its sends.
+func (f *directFleet) record() (*sync.Mutex, *[]checkpoint.PeerSend) {
+	mu, sends := &sync.Mutex{}, &[]checkpoint.PeerSend{}
+	for i := range f.hosts {
+		f.hosts[i].Peer = recordingPeer{Peer: f.hosts[i].Peer, mu: mu, sends: sends}
+	}
+	return mu, sends
+}
+
 // Issue 27: with checkpoint_copies = 3, a 200 MiB checkpoint rank 0
 // saves reaches both other hosts straight from the agent on h0, through
 // a chain h0 -> h1 -> h2, each copy verified; not one byte of it crosses
 // the controller. Staging onto a host that lacks it goes host to host too.
 func TestDirectCopyAndStage(t *testing.T) {
 	f := newDirectFleet(t)
+	mu, sends := f.record()
 	m, ev := newCheckpointManager(t)
-	set := checkpoint.Settings{Copies: 3, Keep: 2, PollEvery: 100 * time.Millisecond}
-	stop := m.Watch(context.Background(), f.hosts[:3], set)
+	set := checkpoint.Settings{Copies: 3, Keep: 2, PollEvery: 100 * time.Millisecond, CopyRate: 4 << 30}
+	// While training runs, a copy goes through the low-priority file
+	// access (CopyFS); here, the hosts' own.
+	watched := slices.Clone(f.hosts[:3])
+	for i := range watched {
+		watched[i].CopyFS = watched[i].FS
+	}
+	stop := m.Watch(context.Background(), watched, set)
 	defer stop()
 	want := f.save(t, 0, "step-10.pt", 200)
 	waitFor(t, "both copies", func() bool { return len(holdersOf(m, "step-10.pt")) == 3 })
@@ -238,6 +269,11 @@ func TestDirectCopyAndStage(t *testing.T) {
 	assert.Less(t, f.relayed.Load(), int64(mib), "the checkpoint went host to host, not through the controller")
 	assert.Contains(t, ev.String(), "(host to host: "+f.hosts[1].Name+", "+f.hosts[2].Name+")")
 	assert.NotContains(t, ev.String(), "through the controller")
+	mu.Lock()
+	require.Len(t, *sends, 1, "one chain for both copies")
+	assert.True(t, (*sends)[0].LowPriority, "a copy while training runs yields to it")
+	assert.Equal(t, int64(4<<30), (*sends)[0].Rate, "checkpoint_copy_rate holds on the direct path")
+	mu.Unlock()
 
 	// h2 loses its copy: staging puts it back, host to host.
 	require.NoError(t, f.hosts[2].FS.RemoveAll(path.Join(f.hosts[2].Own, "000001")))
@@ -248,6 +284,11 @@ func TestDirectCopyAndStage(t *testing.T) {
 	assert.Equal(t, want, f.sum(t, 2, paths[f.hosts[2].Name]))
 	assert.Less(t, f.relayed.Load()-before, int64(mib), "staging went host to host")
 	assert.Contains(t, ev.String(), "onto "+f.hosts[2].Name+" in")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, *sends, 2)
+	assert.False(t, (*sends)[1].LowPriority, "staging, between attempts, runs at full speed")
+	assert.Zero(t, (*sends)[1].Rate)
 }
 
 // When a host cannot reach another on the job's network (a firewall), the

@@ -584,7 +584,7 @@ func (m *Manager) sendDirect(ctx context.Context, e Entry, j directJob, targets 
 		loc := j.dest(d.host)
 		var err error
 		if j.part != "" {
-			err = m.rec.AddPart(e.Seq, loc, d.digest)
+			err = m.rec.AddPart(e.Seq, loc, d.digest, d.size)
 		} else {
 			err = m.rec.Add(e.Seq, loc, d.digest, d.size)
 		}

@@ -65,6 +65,7 @@ type Entry struct {
 	// each part.
 	Parts       []string          `json:"parts,omitempty"`
 	PartDigests map[string]string `json:"part_digests,omitempty"`
+	PartSizes   map[string]int64  `json:"part_sizes,omitempty"`
 }
 
 // Holds reports whether the entry lists a location of this kind on host.
@@ -133,6 +134,7 @@ func (r *Record) Entries() []Entry {
 		out[i].Held = slices.Clone(e.Held)
 		out[i].Parts = slices.Clone(e.Parts)
 		out[i].PartDigests = maps.Clone(e.PartDigests)
+		out[i].PartSizes = maps.Clone(e.PartSizes)
 	}
 	return out
 }
@@ -372,17 +374,26 @@ func (r *Record) NoteParts() error {
 }
 
 // AddPart notes that loc holds drover's copy of part loc.Part of
-// checkpoint seq, whose MANIFEST has the sha256 digest.
-func (r *Record) AddPart(seq int, loc Location, digest string) error {
+// checkpoint seq, whose MANIFEST has the sha256 digest and whose files
+// size bytes; the checkpoint's Size is the sum of its parts' known so far.
+func (r *Record) AddPart(seq int, loc Location, digest string, size int64) error {
 	return r.update(func(d *recordFile) bool {
 		e := d.find(seq)
 		if e == nil {
 			return false
 		}
 		if e.PartDigests == nil {
-			e.PartDigests = map[string]string{}
+			e.PartDigests, e.PartSizes = map[string]string{}, map[string]int64{}
 		}
 		e.PartDigests[loc.Part] = digest
+		if e.PartSizes == nil {
+			e.PartSizes = map[string]int64{}
+		}
+		e.PartSizes[loc.Part] = size
+		e.Size = 0
+		for _, n := range e.PartSizes {
+			e.Size += n
+		}
 		if !slices.Contains(e.Held, loc) {
 			e.Held = append(e.Held, loc)
 		}

@@ -133,7 +133,7 @@ func (m *Manager) copyPart(ctx context.Context, e Entry, j directJob, targets []
 				m.events("copy of %s's part of checkpoint %s (#%d): %v", j.part, e.Name, e.Seq, d.err)
 				continue
 			}
-			if err := m.rec.AddPart(e.Seq, d.loc, digest); err != nil {
+			if err := m.rec.AddPart(e.Seq, d.loc, digest, n); err != nil {
 				return to, err
 			}
 			to = append(to, d.label)
