@@ -81,6 +81,10 @@ type Device struct {
 
 	// Unknown lists the fields the source did not report.
 	Unknown []Field `json:"unknown,omitempty"`
+
+	// Health is what the GPU says about its soundness (ECC, remapped
+	// rows, throttling, PCIe link); nil when it was not read.
+	Health *Health `json:"health,omitempty"`
 }
 
 // Known reports whether field f was reported by the probe.
@@ -111,6 +115,17 @@ type HostReport struct {
 	Driver string `json:"driver,omitempty"`
 	// CUDA is the highest CUDA version the driver supports, e.g. "12.4".
 	CUDA string `json:"cuda,omitempty"`
+
+	// LostGPUs are the GPUs the driver reports lost ("GPU is lost"), by
+	// index or PCI bus id: they have no Device.
+	LostGPUs []string `json:"lost_gpus,omitempty"`
+	// XIDs are the driver's Xid events read by a health check (see
+	// package launcher/agent's health command), XIDSource where from
+	// ("nvml", "kernel log", both joined by " and "), XIDReason why they
+	// could not be read ("" when they were).
+	XIDs      []XID  `json:"xids,omitempty"`
+	XIDSource string `json:"xid_source,omitempty"`
+	XIDReason string `json:"xid_reason,omitempty"`
 }
 
 // Device returns the device with NVML index i.

@@ -34,6 +34,18 @@
 // a zero. A GPU whose memory use and processes are both unknown cannot be
 // shown to be free, so "auto" skips it.
 //
+// # Health
+//
+// Each Device may carry its Health: uncorrectable ECC counts, retired
+// pages and row remapping, clock event (throttle) reasons and the PCIe
+// link, read over NVML (LocalProber) or parsed from nvidia-smi's
+// --query-gpu health fields (ParseSMIHealth, in the forms a real H200
+// prints: "[N/A]", "No", "0x0000000000000000"). Xid events come from an
+// NVML event set (LocalProber.XIDWait) or the kernel log
+// (ParseKernelXIDs). CheckHealth turns a report into Findings, critical or
+// warnings, under a small HealthPolicy (the Xids to ignore); what a
+// finding does to a run is the launcher's business, not this package's.
+//
 // # MIG
 //
 // drover schedules whole GPUs. A GPU with MIG enabled cannot be used whole

@@ -98,3 +98,66 @@ func (g goDevice) GetComputeRunningProcesses() ([]ProcessInfo, Return) {
 	}
 	return out, Return(ret)
 }
+
+func (g goNVML) EventSetCreate() (NVMLEventSet, Return) {
+	s, ret := g.lib.EventSetCreate()
+	if s == nil {
+		return nil, Return(ret)
+	}
+	return goEventSet{s}, Return(ret)
+}
+
+type goEventSet struct{ s nvml.EventSet }
+
+func (g goEventSet) Wait(timeoutMs uint32) (NVMLDevice, uint64, Return) {
+	e, ret := g.s.Wait(timeoutMs)
+	if e.Device == nil {
+		return nil, e.EventData, Return(ret)
+	}
+	return goDevice{e.Device}, e.EventData, Return(ret)
+}
+
+func (g goEventSet) Free() Return { return Return(g.s.Free()) }
+
+func (g goDevice) GetUncorrectedEccErrors(aggregate bool) (uint64, Return) {
+	counter := nvml.VOLATILE_ECC
+	if aggregate {
+		counter = nvml.AGGREGATE_ECC
+	}
+	v, ret := g.d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, counter)
+	return v, Return(ret)
+}
+
+func (g goDevice) GetRetiredPagesPendingStatus() (bool, Return) {
+	v, ret := g.d.GetRetiredPagesPendingStatus()
+	return v == nvml.FEATURE_ENABLED, Return(ret)
+}
+
+func (g goDevice) GetRemappedRows() (bool, bool, Return) {
+	_, _, pending, failure, ret := g.d.GetRemappedRows()
+	return pending, failure, Return(ret)
+}
+
+func (g goDevice) GetClocksEventReasons() (uint64, Return) {
+	v, ret := g.d.GetCurrentClocksEventReasons()
+	return v, Return(ret)
+}
+
+func (g goDevice) GetPcieLink(max bool) (int, int, Return) {
+	if max {
+		gen, ret := g.d.GetMaxPcieLinkGeneration()
+		width, _ := g.d.GetMaxPcieLinkWidth()
+		return gen, width, Return(ret)
+	}
+	gen, ret := g.d.GetCurrPcieLinkGeneration()
+	width, _ := g.d.GetCurrPcieLinkWidth()
+	return gen, width, Return(ret)
+}
+
+func (g goDevice) RegisterXIDEvents(set NVMLEventSet) Return {
+	gs, ok := set.(goEventSet)
+	if !ok {
+		return ErrorInvalidArgument
+	}
+	return Return(g.d.RegisterEvents(EventTypeXIDCritical, gs.s))
+}

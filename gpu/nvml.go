@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // NVMLLibrary is the library NVML is loaded from, at run time: a binary
@@ -25,6 +26,11 @@ type LocalProber struct {
 	// ProcName returns the command name of a process; nil reads
 	// /proc/<pid>/comm. It is best effort: "" when unknown.
 	ProcName func(pid int) string
+	// XIDWait, when positive, makes Probe wait this long for Xid events
+	// after reading the GPUs (see listenXIDs); a health poll sets it.
+	XIDWait time.Duration
+	// Now is the clock of XIDWait; nil is time.Now.
+	Now func() time.Time
 }
 
 // Probe reads every GPU NVML sees. Errors become a Reason (for the whole
@@ -66,15 +72,31 @@ func (p LocalProber) Probe(host string) (rep HostReport) {
 		return rep
 	}
 	var failed []string
+	handles := map[int]NVMLDevice{}
 	for i := 0; i < n; i++ {
 		h, ret := safe1(func() (NVMLDevice, Return) { return lib.DeviceGetHandleByIndex(i) })
 		if ret != Success || h == nil {
 			// A GPU that fell off the bus or that the user may not
 			// access: report it so nobody pins it, skip it.
 			failed = append(failed, fmt.Sprintf("GPU %d: %s", i, ret.Error()))
+			if ret == ErrorGPUIsLost {
+				rep.LostGPUs = append(rep.LostGPUs, strconv.Itoa(i))
+			}
 			continue
 		}
-		rep.Devices = append(rep.Devices, p.device(lib, i, h))
+		d := p.device(lib, i, h)
+		hl, lost := health(h)
+		if hl != (Health{}) {
+			d.Health = &hl // nil: no counter could be read
+		}
+		if lost {
+			rep.LostGPUs = append(rep.LostGPUs, strconv.Itoa(d.Index))
+		}
+		handles[d.Index] = h
+		rep.Devices = append(rep.Devices, d)
+	}
+	if p.XIDWait > 0 && len(handles) > 0 {
+		p.listenXIDs(lib, handles, &rep)
 	}
 	if len(failed) > 0 {
 		rep.Reason = "nvml: " + strings.Join(failed, "; ")

@@ -17,6 +17,17 @@ type NVML interface {
 	// HasSymbol reports whether the loaded library has the C function
 	// symbol (newer calls are missing from older drivers).
 	HasSymbol(symbol string) bool
+	// EventSetCreate is nvmlEventSetCreate: a set to register devices'
+	// Xid events with (see LocalProber.XIDWait).
+	EventSetCreate() (NVMLEventSet, Return)
+}
+
+// NVMLEventSet is an nvmlEventSet_t.
+type NVMLEventSet interface {
+	// Wait is nvmlEventSetWait_v2: the next event within timeoutMs,
+	// ErrorTimeout when none came; xid is nvmlEventData_t.eventData.
+	Wait(timeoutMs uint32) (dev NVMLDevice, xid uint64, ret Return)
+	Free() Return
 }
 
 // NVMLDevice is one GPU's handle.
@@ -32,6 +43,23 @@ type NVMLDevice interface {
 	// GetMigMode is the current mode: MIGEnabled or 0.
 	GetMigMode() (int, Return)
 	GetComputeRunningProcesses() ([]ProcessInfo, Return)
+
+	// Health (see Health): nvmlDeviceGetTotalEccErrors for uncorrected
+	// errors, volatile or aggregate counter.
+	GetUncorrectedEccErrors(aggregate bool) (uint64, Return)
+	GetRetiredPagesPendingStatus() (bool, Return)
+	// GetRemappedRows is nvmlDeviceGetRemappedRows's isPending and
+	// failureOccurred.
+	GetRemappedRows() (pending, failure bool, ret Return)
+	// GetClocksEventReasons is nvmlDeviceGetCurrentClocksEventReasons
+	// (…ThrottleReasons on drivers before R535).
+	GetClocksEventReasons() (uint64, Return)
+	// GetPcieLink is the current (max false) or maximum link
+	// generation and width.
+	GetPcieLink(max bool) (gen, width int, ret Return)
+	// RegisterXIDEvents is nvmlDeviceRegisterEvents with
+	// nvmlEventTypeXidCriticalError.
+	RegisterXIDEvents(set NVMLEventSet) Return
 }
 
 // MemoryInfo is nvmlMemory_t's total and used bytes.

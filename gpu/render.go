@@ -19,6 +19,9 @@ type HostResult struct {
 	Selection Selection
 	// Err is Select's error (a missing pinned GPU, a min_gpus shortfall).
 	Err error
+	// Findings are the health findings (`drover probe --health`); nil
+	// when health was not read.
+	Findings []Finding
 }
 
 // RenderTable writes one row per GPU (host, index, name, memory, util,
@@ -76,6 +79,8 @@ type jsonHost struct {
 	Skipped  []Skip   `json:"skipped"`
 	Warnings []string `json:"warnings"`
 	Error    string   `json:"error,omitempty"`
+	// Findings: with --health only.
+	Findings []Finding `json:"findings,omitempty"`
 }
 
 // RenderJSON writes the results as a JSON array for scripts (`drover probe
@@ -85,7 +90,7 @@ func RenderJSON(w io.Writer, results []HostResult) error {
 	out := make([]jsonHost, len(results))
 	for i, r := range results {
 		h := jsonHost{HostReport: r.Report, Selected: r.Selection.Indices,
-			Skipped: r.Selection.Skipped, Warnings: r.Selection.Warnings}
+			Skipped: r.Selection.Skipped, Warnings: r.Selection.Warnings, Findings: r.Findings}
 		if h.Devices == nil {
 			h.Devices = []Device{}
 		}

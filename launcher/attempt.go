@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path"
 	"path/filepath"
@@ -36,6 +37,8 @@ type attempt_ struct {
 	// gpuBefore is, per host, the processes on each GPU before the
 	// attempt started (not the job's).
 	gpuBefore map[string]map[int][]int
+	// progress is what the crash-loop breaker learns (progress.go).
+	progress attemptProgress
 }
 
 // hostConn is a connected, prepared host of this attempt.
@@ -156,21 +159,67 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
 	}
 	pl, err := a.pushAndCheck(ctx, conns, sc, &cfg, installed, steps)
+	var ue *UnhealthyError
+	if errors.As(err, &ue) && ctx.Err() == nil {
+		return a.keepOut(ue)
+	}
 	if err != nil {
 		return a.setupFailure(err)
 	}
 	if ctx.Err() != nil {
 		return interrupted()
 	}
-	defer a.watchCheckpoints(ctx, conns)()
+	a.progress.ran = true
+	a.noteMembership(pl)
+	stopWatch := a.watchCheckpoints(ctx, conns)
 	out := a.supervise(ctx, conns, pl)
+	stopWatch()
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
+		a.checkProgress(ctx, conns)
 		a.waitGPUsReleased(ctx, conns, pl)
 	}
 	if out.kind == outcomeSetupFailed {
 		a.r.pool.forgetPrepared()
 	}
 	return out
+}
+
+// noteMembership says which hosts left (or joined) the inventory since the
+// last attempt that ran, and what that did to the world size: an edit of
+// the inventory between attempts silently changed the job's size before.
+func (a *attempt_) noteMembership(pl *plan.Plan) {
+	inv := map[string]bool{}
+	for _, h := range a.cfg.Hosts {
+		inv[h.Name] = true
+	}
+	var names []string
+	for _, h := range pl.Hosts {
+		names = append(names, h.Name)
+	}
+	prev := a.r.lastHosts
+	if prev != nil {
+		var left, joined []string
+		for _, h := range prev {
+			if !inv[h] {
+				left = append(left, h)
+			}
+		}
+		spares := slices.Collect(maps.Values(a.r.replaced))
+		for _, h := range names {
+			if !slices.Contains(prev, h) && !slices.Contains(spares, h) {
+				joined = append(joined, h)
+			}
+		}
+		for _, c := range []struct {
+			hosts []string
+			what  string
+		}{{left, "left"}, {joined, "joined"}} {
+			if len(c.hosts) > 0 {
+				a.r.events.printf("%s: %s %s the inventory: world size %d -> %d", a.prefix(), strings.Join(c.hosts, ", "), c.what, a.r.lastWorld, len(pl.Processes))
+			}
+		}
+	}
+	a.r.lastHosts, a.r.lastWorld = names, len(pl.Processes)
 }
 
 // pushAndCheck pushes the code and stages the newest checkpoint while the
@@ -201,7 +250,7 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 	<-sc.done
 	fromPush := err == nil && programsFromPush(pl, conns)
 	if early := err == nil && sc.err == nil && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
-		found, ferr = a.preflight(ctx, conns, pl)
+		found, ferr = a.preflightOwned(ctx, conns, pl)
 		steps("preflight beside the push")
 	}
 	po := <-pushed
@@ -219,13 +268,14 @@ func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scan
 		c.pushed = sc.tree.Key()
 	}
 	if ferr != nil || (po.changed && fromPush) {
-		found, ferr = a.preflight(ctx, conns, pl)
+		found, ferr = a.preflightOwned(ctx, conns, pl)
 		steps("preflight")
 	}
 	if ferr != nil {
 		return nil, ferr
 	}
 	in.HostResumeFrom = resume
+	a.noteResumed(resume)
 	return a.replan(in, pl, found)
 }
 
@@ -296,7 +346,14 @@ func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *conf
 	if err := <-installed; err != nil {
 		return plan.PlanInput{}, nil, err
 	}
+	// The health gate and the GPU probe are a command each per host:
+	// side by side, the gate costs no round trip of its own.
+	gate := make(chan error, 1)
+	go func() { gate <- a.healthGate(ctx, conns) }()
 	gpus, err := a.selectGPUs(ctx, conns)
+	if gerr := <-gate; gerr != nil {
+		return plan.PlanInput{}, nil, gerr // a spare may stand in: before the probe's error
+	}
 	if err != nil {
 		return plan.PlanInput{}, nil, err
 	}
@@ -720,6 +777,12 @@ func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) pus
 		o := opts
 		o.NewWorkdir = c.newWorkdir.Load()
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
+		// As `drover push` shows them: what did not stop the push but
+		// the user should hear of (the tar fallback, a link left alone
+		// on the host).
+		for _, w := range res.Warnings {
+			a.r.events.printf("%s: push to %s: warning: %s", a.prefix(), c.host.Name, w)
+		}
 		if err != nil {
 			return err
 		}
@@ -771,8 +834,9 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 	var mu sync.Mutex
 	found := preflightFound{ifaces: map[string]string{}, moved: map[string]int{}}
 	err := forEach(conns, func(c *hostConn) error {
-		o := agent.PreflightOptions{Leftovers: path.Join(remoteAbs(c.home, c.host.Workdir), pidDir), Grace: a.cfg.Job.StopGrace,
-			RouteTo: pl.RendezvousAddr()}
+		wd := remoteAbs(c.home, c.host.Workdir)
+		o := agent.PreflightOptions{Leftovers: path.Join(wd, pidDir), Grace: a.cfg.Job.StopGrace,
+			RouteTo: pl.RendezvousAddr(), Lease: path.Join(wd, lease.File), LeaseID: a.r.leases.ID()}
 		cmd := cluster.Cmd{}
 		procs := byHost[c.host.Name]
 		if len(procs) > 0 {
@@ -786,6 +850,9 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 		err := runToEnd(ctx, c.t, cmd)
 		var rest []string
 		for _, line := range strings.Split(out.String(), "\n") {
+			if holds, ok := strings.CutPrefix(line, agent.LeaseTakenPrefix); ok {
+				return &leaseMovedError{host: c.host.Name, dir: wd, by: lease.Decode(holds)}
+			}
 			if msg, ok := strings.CutPrefix(line, agent.LeftoverPrefix); ok {
 				a.r.events.printf("%s: %s: %s", a.prefix(), c.host.Name, msg)
 				continue
@@ -829,6 +896,37 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 		return nil
 	})
 	return found, err
+}
+
+// leaseMovedError is a host's agent refusing to stop leftovers because
+// the workdir's lease was not this run's when it looked (checked on the
+// host just before it would have stopped anything).
+type leaseMovedError struct {
+	host, dir string
+	by        lease.Owner
+}
+
+func (e *leaseMovedError) Error() string {
+	return fmt.Sprintf("%s: the workdir lease of %s is held by %s: not stopping anything there", e.host, e.dir, e.by)
+}
+
+// preflightOwned is preflight, which stops leftovers only under this
+// run's lease, settled with the leases when an agent found one that is
+// not: the run checks them (lease.Holder.Check), which ends it with a
+// *lease.LostError when another run took one over, or takes it back when
+// that run may not hold it (an older run's late renewal over a --force
+// takeover), and then tries again.
+func (a *attempt_) preflightOwned(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
+	for try := 0; ; try++ {
+		found, err := a.preflight(ctx, conns, pl)
+		var moved *leaseMovedError
+		if !errors.As(err, &moved) || try == 3 {
+			return found, err
+		}
+		if err := a.r.leases.Check(ctx); err != nil {
+			return found, err
+		}
+	}
 }
 
 // preflightOutput bounds what preflight keeps of a host's answer.

@@ -13,8 +13,10 @@ import (
 // Hang detection (hang_timeout): the group is hung when no process showed
 // progress for that long. Progress is output (any write to the process's
 // stdout or stderr) or a change of the mtime of its DROVER_PROGRESS_FILE,
-// which drover polls on every host; the clock is drover's own, so the
-// hosts' clocks do not matter.
+// which drover polls on every host; the clock is drover's own monotonic
+// one (runner.mono), so neither the hosts' clocks nor a step of the
+// controller's wall clock (NTP, a suspended VM) matter: a +40 s step once
+// declared a healthy group hung.
 //
 // The clock starts once every process has shown progress once: start-up
 // (importing torch takes from seconds to minutes, depending on the host's
@@ -35,18 +37,23 @@ func hangCheckEvery(timeout time.Duration) time.Duration {
 
 // progressWriter marks its process as progressing at every write.
 type progressWriter struct {
-	rp  *running
-	now func() time.Time
+	rp   *running
+	mono func() time.Duration
 }
 
 func (w progressWriter) Write(p []byte) (int, error) {
-	w.rp.progress.Store(w.now().UnixNano())
+	w.rp.markProgress(w.mono())
 	return len(p), nil
 }
 
-// lastProgress is the process that showed progress last, and when;
-// started is false while a process that still runs has shown none yet.
-func (s *supervisor) lastProgress() (last *running, at time.Time, started bool) {
+// markProgress records progress at at (runner.mono); stored one more, so
+// that 0 keeps meaning "none yet".
+func (rp *running) markProgress(at time.Duration) { rp.progress.Store(int64(at) + 1) }
+
+// lastProgress is the process that showed progress last, and when (on
+// runner.mono's clock); started is false while a process that still runs
+// has shown none yet.
+func (s *supervisor) lastProgress() (last *running, at time.Duration, started bool) {
 	var latest int64
 	started = true
 	for _, rp := range s.procs {
@@ -58,7 +65,7 @@ func (s *supervisor) lastProgress() (last *running, at time.Time, started bool) 
 			last, latest = rp, p
 		}
 	}
-	return last, time.Unix(0, latest), started
+	return last, time.Duration(latest - 1), started
 }
 
 // checkHang ends the attempt as hung when no process showed progress for
@@ -69,12 +76,12 @@ func (s *supervisor) checkHang() {
 		return
 	}
 	rp, at, started := s.lastProgress()
-	idle := s.a.r.now().Sub(at)
+	idle := s.a.r.mono() - at
 	if !started || idle < timeout {
 		return
 	}
 	reason := fmt.Sprintf("group hung: no process showed progress for %s (hang_timeout = %s); the last was %s@%s at %s",
-		idle.Round(time.Second), timeout, rp.p.Name(), rp.p.Host.Name, at.Format("15:04:05.000"))
+		idle.Round(time.Second), timeout, rp.p.Name(), rp.p.Host.Name, s.a.r.now().Add(-idle).Format("15:04:05.000"))
 	out := attemptOutcome{kind: outcomeHung, err: errors.New(reason), exitCode: -1}
 	s.out, s.stopping = &out, true
 	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
@@ -90,7 +97,7 @@ func (a *attempt_) prepareProgress(conns []*hostConn) error {
 	}
 	return forEach(conns, func(c *hostConn) error {
 		dir := plan.ProgressDir(c.host.Workdir, c.home)
-		if err := c.fs.MkdirAll(dir, 0o755); err != nil {
+		if err := c.fs.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("create %s on %s: %w", dir, hostLabel(c.host), err)
 		}
 		return nil
@@ -126,7 +133,7 @@ func (s *supervisor) watchProgressFiles(ctx context.Context) {
 				}
 				old, ok := seen[f]
 				if (ok && !old.Equal(e.ModTime())) || (!ok && !first) {
-					rp.progress.Store(s.a.r.now().UnixNano())
+					rp.markProgress(s.a.r.mono())
 				}
 				seen[f] = e.ModTime()
 			}

@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"context"
+	"strings"
+	"sync"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -14,6 +16,18 @@ import (
 // GPUs on each. An unreachable host is a result with an error, not a
 // reason to stop: the point of probe is to show the whole fleet.
 func Probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluster.DialOptions, bin string) []gpu.HostResult {
+	return probe(ctx, job, hosts, dial, bin, false)
+}
+
+// ProbeHealth is `drover probe --health`: Probe, and every reachable
+// host's GPU health as the gate reads it (agent health), merged into its
+// report, with the findings the job's ignore_xids make of it. Every Xid
+// in the kernel log is shown, not only new ones.
+func ProbeHealth(ctx context.Context, job config.Job, hosts []config.Host, dial cluster.DialOptions, bin string) []gpu.HostResult {
+	return probe(ctx, job, hosts, dial, bin, true)
+}
+
+func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluster.DialOptions, bin string, health bool) []gpu.HostResult {
 	ts, errs := cluster.DialAll(ctx, hosts, dial)
 	var up []cluster.Transport
 	for i := range hosts {
@@ -26,7 +40,16 @@ func Probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 			t.Close()
 		}
 	}()
-	reps := remote.ProbeAll(ctx, up, remote.FindAgents(bin))
+	agents := remote.FindAgents(bin)
+	reps := remote.ProbeAll(ctx, up, agents)
+	if health {
+		var wg sync.WaitGroup
+		for i, t := range up {
+			wg.Add(1)
+			go func() { defer wg.Done(); addHealth(ctx, t, agents, &reps[i]) }()
+		}
+		wg.Wait()
+	}
 	results := make([]gpu.HostResult, len(hosts))
 	next := 0
 	for i, h := range hosts {
@@ -41,6 +64,37 @@ func Probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 		next++
 		sel, err := gpu.Select(h, job, rep)
 		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
+		if health {
+			// The kernel log's Xids are listed, not judged: a run judges
+			// only those that appear after it started.
+			counters := rep
+			counters.XIDs = nil
+			results[i].Findings = gpu.CheckHealth(counters, gpu.HealthPolicy{IgnoreXIDs: job.IgnoreXIDs, Idle: true})
+			if results[i].Findings == nil {
+				results[i].Findings = []gpu.Finding{}
+			}
+		}
 	}
 	return results
+}
+
+// addHealth reads the GPU health of t's host and merges it into rep: each
+// device's counters by index, lost GPUs and Xids; a read that fails is
+// said in the report's Reason.
+func addHealth(ctx context.Context, t cluster.Transport, agents remote.Agents, rep *gpu.HostReport) {
+	path, err := remote.Install(ctx, t, agents)
+	var h gpu.HostReport
+	if err == nil {
+		h, err = remote.Health(ctx, t, path, 0)
+	}
+	if err != nil {
+		rep.Reason = strings.TrimPrefix(rep.Reason+"; health: "+err.Error(), "; ")
+		return
+	}
+	for i := range rep.Devices {
+		if d, ok := h.Device(rep.Devices[i].Index); ok {
+			rep.Devices[i].Health = d.Health
+		}
+	}
+	rep.LostGPUs, rep.XIDs, rep.XIDSource, rep.XIDReason = h.LostGPUs, h.XIDs, h.XIDSource, h.XIDReason
 }

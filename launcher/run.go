@@ -107,8 +107,12 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 }
 
 type runner struct {
-	opts   RunOptions
-	now    func() time.Time
+	opts RunOptions
+	now  func() time.Time
+	// mono is the time since the run started on the monotonic clock,
+	// which a step of the wall clock does not move: what measures how
+	// long something took or was silent (hangs, heartbeats) reads it.
+	mono   func() time.Duration
 	sleep  func(ctx context.Context, d time.Duration) error
 	events *eventLog
 	// agents are the binaries hosts get as their agent (found once, next
@@ -127,10 +131,15 @@ type runner struct {
 	leases *lease.Holder
 	// pool keeps the connections from one attempt to the next.
 	pool *connPool
+	// lastHosts and lastWorld are the hosts and world size of the last
+	// attempt that got as far as its plan (see noteMembership).
+	lastHosts []string
+	lastWorld int
 	// logFailOnce: a failing local log disk is reported once per run.
 	logFailOnce sync.Once
 	ckptState
 	lostState
+	healthState
 }
 
 func newRunner(opts RunOptions) *runner {
@@ -141,6 +150,8 @@ func newRunner(opts RunOptions) *runner {
 	// One read of known_hosts and the ssh config shared by every attempt's
 	// dials, so that what drover skips is warned about once per run.
 	r.opts.Dial = r.opts.Dial.Shared()
+	start := time.Now()
+	r.mono = func() time.Duration { return time.Since(start) }
 	r.now = opts.Now
 	if r.now == nil {
 		r.now = time.Now
@@ -193,6 +204,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer releaseLeases()
 
 	var b budget
+	var stuck breaker
 	first := r.firstRestart(cfg)
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
@@ -204,6 +216,15 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
+		if lost := lostLease(ctx, out.err); lost != nil {
+			return r.finish(res, Failed, lost), nil
+		}
+		if out.kind == outcomeFenced && ctx.Err() == nil {
+			// A spare stands in for a host the health gate kept out:
+			// the same attempt again, not a restart.
+			attempt--
+			continue
+		}
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or
 			// preflight; it is an interruption all the same.
@@ -220,14 +241,27 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return r.finish(res, Succeeded, nil), nil
 		}
 		// A failure: decide whether to try again.
-		if err := b.spend(cfg.Job, out, attempt); err != nil {
+		err := b.spend(cfg.Job, out, attempt)
+		if err == nil {
+			err = stuck.judge(cfg.Job.MaxRestartsWithoutProgress, a.progress, out.err)
+		}
+		if err != nil {
 			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 			return r.finish(res, Failed, err), nil
+		}
+		if lost := r.checkLeases(ctx); lost != nil {
+			return r.finish(res, Failed, lost), nil
 		}
 		delay := backoff(cfg.Job, b.restarts+b.hostFailures)
 		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, b.total(cfg.Job), delay.Round(time.Millisecond))
 		if err := r.sleep(ctx, delay); err != nil {
+			if lost := lostLease(ctx, nil); lost != nil {
+				return r.finish(res, Failed, lost), nil
+			}
 			return r.finish(res, Interrupted, context.Cause(ctx)), nil
+		}
+		if lost := r.checkLeases(ctx); lost != nil {
+			return r.finish(res, Failed, lost), nil
 		}
 	}
 }
@@ -265,10 +299,13 @@ func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
 	return nil
 }
 
-// finish fills in how the run ended and the summary.
+// finish fills in how the run ended and the summary, and writes the
+// summary to events.log too: the terminal that should show it may be
+// gone (`drover run ... 2>&1 | head -1`).
 func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 	res.Outcome, res.Err = o, err
 	res.Processes = r.summaries()
+	r.events.summary(res)
 	return res
 }
 
@@ -438,6 +475,16 @@ func (e *eventLog) printf(format string, args ...any) {
 	io.WriteString(e.w, line)
 	if e.file != nil {
 		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" "+msg+"\n")
+	}
+}
+
+// summary writes the end-of-run table (RenderSummary) to events.log.
+func (e *eventLog) summary(res *Result) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.file != nil {
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" summary:\n")
+		RenderSummary(e.file, res)
 	}
 }
 

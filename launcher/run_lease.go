@@ -42,7 +42,50 @@ func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 	dial := a.r.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
 		return cluster.Dial(ctx, h, opts)
 	})
-	return a.r.leases.Acquire(ctx, dial, targets)
+	err := a.r.leases.Acquire(ctx, dial, targets)
+	a.r.leases.Keep(targets)
+	return err
+}
+
+// checkLeases reads every lease of the run before a restart (see
+// lease.Holder.Check): the attempt that just failed may have failed
+// because another run took the workdirs over with --force and stopped
+// its processes as leftovers, and restarting would stop that run's
+// processes in turn. A lease taken is a *lease.LostError, said as an
+// event: the run then ends without restarting.
+func (r *runner) checkLeases(ctx context.Context) error {
+	if lost := lostLease(ctx, nil); lost != nil {
+		return lost // a renewal found it first, and said so
+	}
+	err := r.leases.Check(ctx)
+	var le *lease.LostError
+	if !errors.As(err, &le) {
+		return nil
+	}
+	r.events.printf("%v", err)
+	return err
+}
+
+// lostLease is the *lease.LostError that ended the run, when one did:
+// the cause of ctx (a renewal found the lease taken) or err (an attempt
+// found it taken: a newer forced run's lease at Acquire, or a host's
+// agent refusing to stop leftovers for a run that no longer holds it).
+func lostLease(ctx context.Context, err error) error {
+	var le *lease.LostError
+	if cause := context.Cause(ctx); errors.As(cause, &le) {
+		return cause
+	}
+	if errors.As(err, &le) {
+		return err
+	}
+	return nil
+}
+
+// IsLost reports whether err is (or wraps) a workdir another run took
+// over: the run failed (exit status 1) without restarting.
+func IsLost(err error) bool {
+	var le *lease.LostError
+	return errors.As(err, &le)
 }
 
 // IsHeld reports whether err is (or wraps) a workdir held by another live

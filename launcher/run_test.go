@@ -532,6 +532,32 @@ echo "restart $DROVER_RESTART_COUNT"
 		}
 	})
 
+	t.Run("a host leaving the inventory between attempts is said", func(t *testing.T) {
+		// Rank 1's first attempt drops host b from the job file, then
+		// fails: the restart runs on a alone.
+		job := localJob(t, `
+if [ "$DROVER_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then cp "$SHRUNK" "$JOB"; exit 3; fi
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
+echo "world $WORLD_SIZE"
+# b's lease is given back: b is no longer the run's.
+for i in $(seq 100); do [ -L "$HOME/wd-b/.drover/lease" ] || break; sleep 0.1; done
+[ -L "$HOME/wd-b/.drover/lease" ] && echo "b still leased"
+exit 0
+`, nextPort()+"max_restarts = 2\n")
+		data, err := os.ReadFile(job)
+		require.NoError(t, err)
+		text := string(data)
+		shrunk := filepath.Join(filepath.Dir(job), "shrunk.toml")
+		require.NoError(t, os.WriteFile(shrunk, []byte(text[:strings.LastIndex(text, "[[host]]")]), 0o644))
+		var events bytes.Buffer
+		res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Events: &events,
+			Env: map[string]string{"JOB": job, "SHRUNK": shrunk}})
+		require.NoError(t, err)
+		require.Equal(t, Succeeded, res.Outcome, events.String())
+		assert.Contains(t, events.String(), "attempt 2/3: b left the inventory: world size 2 -> 1\n")
+		assert.Equal(t, "world 1\n", readLog(t, res, 2, "worker-0"), "and no lease left on b")
+	})
+
 	t.Run("two runs in one second get their own logs", func(t *testing.T) {
 		job := localJob(t, `echo hi`, nextPort())
 		now := func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }

@@ -42,6 +42,9 @@ const (
 	outcomeHung
 	// outcomeInterrupted: the user stopped the run (ctx cancelled).
 	outcomeInterrupted
+	// outcomeFenced: the health gate kept hosts out before anything
+	// started and spares stand in for them: set the attempt up again.
+	outcomeFenced
 )
 
 func (k outcomeKind) String() string {
@@ -58,6 +61,8 @@ func (k outcomeKind) String() string {
 		return "hung"
 	case outcomeInterrupted:
 		return "interrupted"
+	case outcomeFenced:
+		return "hosts kept out"
 	}
 	return fmt.Sprintf("outcomeKind(%d)", int(k))
 }
@@ -99,8 +104,8 @@ type running struct {
 	// fails without an error file.
 	stderrTail *cluster.TailBuffer
 	done       bool
-	// progress is when it last showed progress (UnixNano, drover's
-	// clock; 0 until it first does); see hang.go.
+	// progress is when it last showed progress (runner.mono, plus one;
+	// 0 until it first does); see hang.go.
 	progress atomic.Int64
 }
 
@@ -135,15 +140,24 @@ type supervisor struct {
 	killAt, abandonAt <-chan time.Time
 	// stacksDone ends the wait for a hung group's stacks (see checkHang).
 	stacksDone <-chan time.Time
-	// lastPing is when the heartbeat last went out (see checkPaused).
-	lastPing time.Time
+	// lastPing is when the heartbeat last went out (see checkPaused), on
+	// runner.mono's clock.
+	lastPing time.Duration
+	// health receives the GPU health reads while the group runs, and
+	// warned holds the warnings already printed (see onHealth).
+	health chan healthRead
+	warned map[string]bool
+	// watchers are the processes whose agents watch GPU health, by host.
+	watchers map[string]string
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
-	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes))}
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
+		health: make(chan healthRead), warned: map[string]bool{}}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
+	s.watchers = s.healthWatchers()
 	s.sessions, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -159,6 +173,9 @@ func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Pl
 	s.start()
 	if a.cfg.Job.HangTimeout > 0 {
 		go s.watchProgressFiles(s.sessions)
+	}
+	if a.cfg.Job.Health != config.HealthOff {
+		s.watchHealth(s.sessions, s.health)
 	}
 	return s.wait(ctx)
 }
@@ -222,16 +239,21 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		fw := logstream.NewPrefixWriter(fileSink, "")
 		rp.outs = append(rp.outs, fw)
 		if a.r.opts.Quiet {
-			return io.MultiWriter(fw, progressWriter{rp, a.r.now})
+			return io.MultiWriter(fw, progressWriter{rp, a.r.mono})
 		}
 		tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
 		rp.outs = append(rp.outs, tw)
-		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.now})
+		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.mono})
 	}
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
 	wd := remoteAbs(c.home, p.Workdir)
+	var health string
+	if s.watchers[p.Host.Name] == p.Name() {
+		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
+	}
 	args := agent.Command(c.agent, agent.RunOptions{
+		HealthFile: health, HealthEvery: healthEvery,
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
 		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
@@ -287,7 +309,7 @@ func (s *supervisor) ping() {
 			rp.ctl.Ping()
 		}
 	}
-	s.lastPing = s.a.r.now()
+	s.lastPing = s.a.r.mono()
 }
 
 // stop ends the attempt with out (unless an outcome was decided already)
@@ -372,11 +394,13 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		defer t.Stop()
 		hangCheck = t.C
 	}
-	s.lastPing = s.a.r.now()
+	s.lastPing = s.a.r.mono()
 	for s.remaining > 0 {
 		select {
 		case <-hangCheck:
 			s.checkHang()
+		case h := <-s.health:
+			s.onHealth(h)
 		case <-s.stacksDone:
 			s.stacksDone = nil
 			if s.killAt == nil && s.abandonAt == nil {
@@ -427,7 +451,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 // the job's failure. Such an attempt ends as a lost host would: it counts
 // against max_host_failures, not max_restarts.
 func (s *supervisor) checkPaused() {
-	gap := s.a.r.now().Sub(s.lastPing)
+	gap := s.a.r.mono() - s.lastPing
 	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
 		return
 	}

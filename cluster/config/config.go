@@ -40,7 +40,18 @@ const (
 	// many times max_restarts.
 	DefaultHostFailuresPerRestart = 3
 	DefaultGPUMaxUsedMiB          = 100
+	// DefaultMaxRestartsWithoutProgress: see Job.MaxRestartsWithoutProgress.
+	DefaultMaxRestartsWithoutProgress = 3
+	DefaultHealth                     = HealthEnforce
 )
+
+// DefaultIgnoreXIDs are the Xids NVIDIA documents as caused by the
+// application or the user rather than the GPU (13 graphics engine
+// exception, 31 MMU fault, 43 GPU stopped processing, 45 preemptive
+// cleanup, 68 video processor exception, 109 context switch timeout): a
+// job's own bug raises them, and fencing a sound GPU for it would shrink
+// the fleet for nothing.
+var DefaultIgnoreXIDs = []int{13, 31, 43, 45, 68, 109}
 
 // LoadOptions changes where Load takes things from.
 type LoadOptions struct {
@@ -349,6 +360,10 @@ func defaultJob(dir string) Job {
 		StopGrace:         DefaultStopGrace,
 		HostWait:          DefaultHostWait,
 		GPUMaxUsedMiB:     DefaultGPUMaxUsedMiB,
+
+		MaxRestartsWithoutProgress: DefaultMaxRestartsWithoutProgress,
+		Health:                     DefaultHealth,
+		IgnoreXIDs:                 slices.Clone(DefaultIgnoreXIDs),
 	}
 }
 
@@ -495,6 +510,37 @@ func (w *walker) recovery(t tbl, j *Job) {
 	if n, ok := w.count(t, "max_host_failures"); ok {
 		j.MaxHostFailures = n
 	}
+	if n, ok := w.count(t, "max_restarts_without_progress"); ok {
+		j.MaxRestartsWithoutProgress = n
+	}
+	w.health(t, j)
+}
+
+// health reads the GPU health gate's keys.
+func (w *walker) health(t tbl, j *Job) {
+	if s, ok := w.enum(t, "health", string(HealthEnforce), string(HealthWarn), string(HealthOff)); ok {
+		j.Health = HealthMode(s)
+	}
+	v, ok := t.m["ignore_xids"]
+	if !ok {
+		return
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		w.typeErr(t, "ignore_xids", "an array of Xid numbers", v)
+		return
+	}
+	xids := make([]int, 0, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok || n < 1 || n > 999 {
+			w.add(t.key("ignore_xids"), fmt.Sprintf("element %d (%s) is not an Xid between 1 and 999", i+1, show(e)),
+				"write "+t.schema.example("ignore_xids")+" (NVIDIA's Xid catalogue: https://docs.nvidia.com/deploy/xid-errors/)")
+			return
+		}
+		xids = append(xids, int(n))
+	}
+	j.IgnoreXIDs = xids
 }
 
 // checkpointCopies reads the keys of drover's checkpoint copies.

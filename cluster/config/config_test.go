@@ -89,7 +89,11 @@ func TestLoadFullExample(t *testing.T) {
 			HostWait:           90 * time.Second,
 			MaxHostFailures:    9,
 			GPUMaxUsedMiB:      500,
-			MinGPUs:            1,
+
+			MaxRestartsWithoutProgress: 3,
+			Health:                     "enforce",
+			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
+			MinGPUs:                    1,
 		},
 		Hosts: []Host{
 			ssh(Host{Name: "gpu-a", Address: "10.0.0.11", Transport: TransportSSH, GPUs: GPUSpec{Auto: true}, Line: 35}),
@@ -136,6 +140,10 @@ func TestLoadDefaults(t *testing.T) {
 			HostWait:          5 * time.Minute,
 			MaxHostFailures:   9,
 			GPUMaxUsedMiB:     100,
+
+			MaxRestartsWithoutProgress: 3,
+			Health:                     "enforce",
+			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
 		},
 		// Port 0, user "" and no key files: the transport lets
 		// ~/.ssh/config, the agent and the current user decide.
@@ -372,6 +380,14 @@ var errorCases = []errorCase{
 		line: 6, key: "job.fatal_exit_codes", msg: "exit status 75 is in both", fix: "remove 75"},
 	{name: "negative max_host_failures", job: joinParts(jobHead, lns(`max_host_failures = -1`), hostA),
 		line: 5, key: "job.max_host_failures", msg: "negative", fix: "max_host_failures = 9"},
+	{name: "negative max_restarts_without_progress", job: joinParts(jobHead, lns(`max_restarts_without_progress = -1`), hostA),
+		line: 5, key: "job.max_restarts_without_progress", msg: "negative", fix: "max_restarts_without_progress = 3"},
+	{name: "unknown health", job: joinParts(jobHead, lns(`max_restarts = 1`, `health = "enforced"`), hostA),
+		line: 6, key: "job.health", msg: `unknown health "enforced"`, fix: `did you mean health = "enforce"?`},
+	{name: "ignore_xids not numbers", job: joinParts(jobHead, lns(`ignore_xids = ["13"]`), hostA),
+		line: 5, key: "job.ignore_xids", msg: "not an Xid between 1 and 999", fix: "ignore_xids = [13, 31, 43, 45, 68, 109]"},
+	{name: "ignore_xids not an array", job: joinParts(jobHead, lns(`ignore_xids = 13`), hostA),
+		line: 5, key: "job.ignore_xids", msg: "array of Xid numbers", fix: "ignore_xids = [13"},
 	{name: "negative duration", job: joinParts(jobHead, lns(`restart_backoff = "-1s"`), hostA),
 		line: 5, key: "job.restart_backoff", msg: "negative", fix: `restart_backoff = "1s"`},
 	{name: "backoff max below backoff", job: joinParts(jobHead, lns(`restart_backoff = "1m"`, `restart_backoff_max = "10s"`), hostA),
@@ -663,6 +679,16 @@ func TestLoadRecoveryKeys(t *testing.T) {
 	assert.Equal(t, []int{75, 143}, cfg.Job.RetryExitCodes)
 	assert.Equal(t, []int{2}, cfg.Job.FatalExitCodes)
 	assert.Equal(t, 6, cfg.Job.MaxHostFailures, "3 x max_restarts by default")
+	assert.Equal(t, 3, cfg.Job.MaxRestartsWithoutProgress, "default")
+	assert.Equal(t, HealthEnforce, cfg.Job.Health, "default")
+
+	require.NoError(t, os.WriteFile(job, []byte(joinParts(jobHead, lns(`max_restarts_without_progress = 0`, `health = "warn"`,
+		`ignore_xids = [13, 94]`), hostA)), 0o644))
+	cfg, err = Load(job, LoadOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, cfg.Job.MaxRestartsWithoutProgress)
+	assert.Equal(t, HealthWarn, cfg.Job.Health)
+	assert.Equal(t, []int{13, 94}, cfg.Job.IgnoreXIDs)
 }
 
 // checkpoint_layout = "sharded" is read, and its marker defaults to DCP's

@@ -58,6 +58,9 @@ var jobFields = []field{
 	{"retry_exit_codes", `retry_exit_codes = [75, 143]`},
 	{"fatal_exit_codes", `fatal_exit_codes = [2, 64]`},
 	{"max_host_failures", `max_host_failures = 9`},
+	{"max_restarts_without_progress", `max_restarts_without_progress = 3`},
+	{"health", `health = "enforce"`},
+	{"ignore_xids", `ignore_xids = [13, 31, 43, 45, 68, 109]`},
 	{"gpu_max_used_mib", `gpu_max_used_mib = 100`},
 	{"min_gpus", `min_gpus = 1`},
 }

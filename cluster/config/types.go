@@ -112,6 +112,16 @@ type Job struct {
 	// MaxHostFailures bounds the restarts caused by lost hosts and hangs,
 	// which do not count against MaxRestarts (default 3 x MaxRestarts).
 	MaxHostFailures int
+	// MaxRestartsWithoutProgress stops the run after this many restarts
+	// in a row that resumed from a checkpoint and failed before a newer
+	// one appeared (a crash loop no restart fixes); 0 turns it off.
+	MaxRestartsWithoutProgress int
+	// Health says what a GPU health finding does (health): keep the host
+	// out (enforce, the default), only warn, or nothing (off).
+	Health HealthMode
+	// IgnoreXIDs are the Xids that are warnings rather than critical
+	// (ignore_xids; default DefaultIgnoreXIDs).
+	IgnoreXIDs []int
 
 	// GPUMaxUsedMiB: a GPU with more memory in use than this counts as busy.
 	GPUMaxUsedMiB int
@@ -119,6 +129,20 @@ type Job struct {
 	// (0 = no minimum); a host's own min_gpus overrides it.
 	MinGPUs int
 }
+
+// HealthMode is the job's health key.
+type HealthMode string
+
+// The health modes.
+const (
+	// HealthEnforce: a host with a critical GPU finding is kept out of
+	// the group, as a lost host is.
+	HealthEnforce HealthMode = "enforce"
+	// HealthWarn: findings are events only.
+	HealthWarn HealthMode = "warn"
+	// HealthOff: GPU health is not read.
+	HealthOff HealthMode = "off"
+)
 
 // RestartPolicy says which failed attempts drover restarts (restart_policy).
 type RestartPolicy string

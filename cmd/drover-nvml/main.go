@@ -8,6 +8,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 
@@ -16,11 +17,15 @@ import (
 )
 
 func main() {
+	// --xid-wait=D also waits D for Xid events (a health poll); older
+	// agents pass no argument.
+	xidWait := flag.Duration("xid-wait", 0, "wait this long for Xid events")
+	flag.Parse()
 	host, err := os.Hostname()
 	if err != nil {
 		host = "localhost"
 	}
-	rep := gpu.LocalProber{NVML: dlnvml.Open()}.Probe(host)
+	rep := gpu.LocalProber{NVML: dlnvml.Open(), XIDWait: *xidWait}.Probe(host)
 	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
 		fmt.Fprintln(os.Stderr, "drover-nvml:", err)
 		os.Exit(1)

@@ -23,6 +23,7 @@ func probeCommand() *cli.Command {
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "probe only these hosts (comma-separated names)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON array (one object per host) for scripts"},
+			&cli.BoolFlag{Name: "health", Usage: "also read every GPU's health: ECC errors, retired pages, remapped rows, throttling, PCIe link, Xids"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -40,11 +41,18 @@ func probeCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
 			}
-			results := launcher.Probe(c.Context, cfg.Job, hosts, dialOptions(c, cfg.Hosts), bin)
+			probe := launcher.Probe
+			if c.Bool("health") {
+				probe = launcher.ProbeHealth
+			}
+			results := probe(c.Context, cfg.Job, hosts, dialOptions(c, cfg.Hosts), bin)
 			if c.Bool("json") {
 				err = gpu.RenderJSON(c.App.Writer, results)
 			} else {
 				err = gpu.RenderTable(c.App.Writer, results)
+				if err == nil && c.Bool("health") {
+					err = gpu.RenderHealth(c.App.Writer, results)
+				}
 			}
 			if err != nil {
 				return err

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"os"
 
@@ -9,7 +9,6 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
-	"github.com/droverhq/drover/launcher/lease"
 )
 
 func runCommand() *cli.Command {
@@ -42,6 +41,12 @@ func runCommand() *cli.Command {
 			// Second: kill at once.
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every process")
 			defer stop()
+			ctx, stdoutGone := context.WithCancelCause(ctx)
+			defer stdoutGone(nil)
+			out := watchEPIPE(c.App.Writer, func() {
+				fmt.Fprintf(c.App.ErrWriter, "drover: %v\n", errStdoutGone)
+				stdoutGone(errStdoutGone)
+			})
 			res, err := launcher.Run(ctx, launcher.RunOptions{
 				JobPath:       c.Args().First(),
 				InventoryPath: c.String(flagInventory),
@@ -52,7 +57,7 @@ func runCommand() *cli.Command {
 				Allocation:    load.Allocation,
 				SlurmJobID:    slurmJob,
 				RestartOffset: restartOffset,
-				Out:           c.App.Writer,
+				Out:           out,
 				Events:        c.App.ErrWriter,
 				Quiet:         c.Bool("quiet"),
 				Hard:          hard,
@@ -73,12 +78,13 @@ func runCommand() *cli.Command {
 			case launcher.Succeeded:
 				return nil
 			case launcher.Interrupted:
-				if lost := (*lease.LostError)(nil); errors.As(res.Err, &lost) {
-					// Another run took over with --force: this one failed.
-					return cli.Exit(lost.Error(), exitFailed)
-				}
 				return cli.Exit("", exitInterrupted)
 			default:
+				if launcher.IsLost(res.Err) {
+					// Another run took over with --force: this one
+					// failed, and says who took over.
+					return cli.Exit(res.Err.Error(), exitFailed)
+				}
 				return cli.Exit("", exitFailed)
 			}
 		},

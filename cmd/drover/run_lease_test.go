@@ -7,8 +7,10 @@ package main
 // controller was SIGKILLed is a leftover the next run cleans up.
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -21,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -82,7 +85,7 @@ func TestRunRefusesWhileAnotherRunLives(t *testing.T) {
 		d := startDrover(t, second)
 		require.Equal(t, exitConfig, d.wait(t, 60*time.Second), "second run of %s; stderr:\n%s", second.Name, d.stderr.String())
 		stderr := d.stderr.String()
-		assert.Contains(t, stderr, fmt.Sprintf("drover: workdir %s/%s on %s, %s is in use by the drover run of job %q (controller %s, pid %d, since ",
+		assert.Contains(t, stderr, fmt.Sprintf("drover: workdir %s/%s on %s, %s is in use by the drover run of job %q (controller %s, pid %d, run id ",
 			hostHome, j.Workdir, fleet.Hosts[0].Name, fleet.Hosts[1].Name, j.Name, ctl, first.cmd.Process.Pid), second.Name)
 		assert.Contains(t, stderr, "pass --force to take over", second.Name)
 		assert.NotContains(t, stderr, "leftover", second.Name)
@@ -114,17 +117,24 @@ func TestRunRefusesWhileAnotherRunLives(t *testing.T) {
 }
 
 // TestRunForceTakesOver: --force takes a live run's workdir; that run
-// says who took it, stops and exits 1, and the new run runs.
+// says who took it (controller, pid, run id), exits 1 without restarting,
+// and never stops the new run's processes: the new run runs undisturbed
+// in its first attempt (issue 30 item 4: both runs used to spend their
+// restarts stopping each other's groups as leftovers).
 func TestRunForceTakesOver(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever})
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever, Job: "max_restarts = 5"})
 	first := startDrover(t, j)
 	first.waitLines(t, readyRE, 2, 60*time.Second)
 	old := pidsOf(jobProcs(t, j.Name))
 
 	second := startDrover(t, j, "--force")
 	require.Equal(t, exitFailed, first.wait(t, 60*time.Second), first.stderr.String())
-	assert.Regexp(t, `\S+: the drover run of job "`+j.Name+fmt.Sprintf(`" \(controller [^,]+, pid %d, since [^)]+\) took over workdir %s/%s \(--force\); stopping this run`, second.cmd.Process.Pid, hostHome, j.Workdir), first.stderr.String())
+	stderr := first.stderr.String()
+	assert.Regexp(t, `\S+: the drover run of job "`+j.Name+fmt.Sprintf(`" \(controller [^,]+, pid %d, run id [0-9a-f]+, since [^)]+\) took over workdir %s/%s \(--force\); stopping this run without restarting`, second.cmd.Process.Pid, hostHome, j.Workdir), stderr)
+	assert.NotContains(t, stderr, "restarting the whole group", "the displaced run does not restart")
+	assert.NotContains(t, stderr, "attempt 2/")
+	assert.NotContains(t, stderr, "leftover", "the displaced run stops nothing as a leftover")
 	second.waitLines(t, readyRE, 2, 60*time.Second)
 	assert.Contains(t, second.stderr.String(), fmt.Sprintf("%s: taking over workdir %s/%s from the drover run of job %q", fleet.Hosts[0].Name, hostHome, j.Workdir, j.Name))
 	now := pidsOf(jobProcs(t, j.Name))
@@ -132,9 +142,145 @@ func TestRunForceTakesOver(t *testing.T) {
 	for _, p := range old {
 		assert.NotContains(t, now, p, "the first run's processes are gone")
 	}
+	// The first run is gone; the second's processes are the ones it
+	// started in its first attempt, and it never saw one fail.
+	assert.Equal(t, now, pidsOf(jobProcs(t, j.Name)))
 	second.signal(t, syscall.SIGINT)
 	require.Equal(t, exitInterrupted, second.wait(t, 30*time.Second))
+	s2 := second.stderr.String()
+	assert.NotContains(t, s2, "attempt 2/", "the new run was never disturbed")
+	assert.NotContains(t, s2, "exited 143")
 	waitNoJobProcs(t, j.Name, 5*time.Second)
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
+// TestRunThreeForcedRunsOneWins: three `drover run --force` of a running
+// job, started at once, end with exactly one of them running: the others
+// exit 1 naming who took over, and the job's processes on the hosts are
+// that one's (issue 30 item 4: all three used to start processes).
+func TestRunThreeForcedRunsOneWins(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever, Job: "max_restarts = 5"})
+	first := startDrover(t, j)
+	first.waitLines(t, readyRE, 2, 60*time.Second)
+	var forced []*droverProc
+	for range 3 {
+		forced = append(forced, startDrover(t, j, "--force"))
+	}
+	require.Equal(t, exitFailed, first.wait(t, 60*time.Second), first.stderr.String())
+	var winner *droverProc
+	deadline := time.Now().Add(90 * time.Second)
+	for exited := 0; exited < 2; {
+		require.True(t, time.Now().Before(deadline), "two of the forced runs should have given up")
+		exited = 0
+		for _, d := range forced {
+			select {
+			case <-d.done:
+				exited++
+			default:
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, d := range forced {
+		select {
+		case <-d.done:
+			assert.Equal(t, exitFailed, d.code, d.stderr.String())
+			assert.Regexp(t, `took over workdir \S+ \(--force\); stopping this run without restarting`, d.stderr.String())
+		default:
+			require.Nil(t, winner, "exactly one forced run is left")
+			winner = d
+		}
+	}
+	require.NotNil(t, winner)
+	winner.waitLines(t, readyRE, 2, 60*time.Second)
+	require.Eventually(t, func() bool { return len(jobProcs(t, j.Name)) == 2*3 }, 30*time.Second, 100*time.Millisecond,
+		"one group of the job runs, the winner's")
+	for i := range 2 {
+		out, err := fleet.Exec(i, "readlink", path.Join(hostHome, j.Workdir, ".drover/lease"))
+		require.NoError(t, err)
+		assert.Contains(t, string(out), fmt.Sprintf(`"pid":%d,`, winner.cmd.Process.Pid), fleet.Hosts[i].Name)
+	}
+	winner.signal(t, syscall.SIGINT)
+	require.Equal(t, exitInterrupted, winner.wait(t, 30*time.Second), winner.stderr.String())
+	waitNoJobProcs(t, j.Name, 5*time.Second)
+}
+
+// TestRunSetupFailureGivesLeaseBack: a run that ends during setup (here a
+// missing program, found by preflight) removes its leases: they used to
+// stay and cost the next run a wait for them to go stale (issue 30 item
+// 5).
+func TestRunSetupFailureGivesLeaseBack(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Command: `["no-such-trainer"]`})
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	require.Contains(t, d.stderr.String(), "program no-such-trainer")
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
+// TestRunFailedInstallGivesLeaseBack: a run whose agent install fails
+// (here the host's agent directory is read-only) removes the leases it
+// took beside the install (issue 30 item 5).
+func TestRunFailedInstallGivesLeaseBack(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: "echo done\n"})
+	bin := path.Join(hostHome, ".drover/bin")
+	_, err := fleet.Exec(1, "sh", "-c", fmt.Sprintf("rm -rf %s && mkdir -p %s && chown %s %s && chmod 555 %s", bin, bin, fleettest.User, bin, bin))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = fleet.Exec(1, "chmod", "755", bin) })
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	require.Contains(t, d.stderr.String(), "install drover agent on "+fleet.Hosts[1].Name)
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
+// TestRunInterruptedInSetupGivesLeaseBack: SIGTERM while the run is
+// still setting up (here pushing a large code directory, right after the
+// lease was taken) removes the leases as an interrupt of a running group
+// does (issue 30 item 5).
+func TestRunInterruptedInSetupGivesLeaseBack(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: sleepForever})
+	big := make([]byte, 256<<10)
+	for i := range 400 {
+		require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", fmt.Sprintf("blob%03d.bin", i)), big, 0o644))
+	}
+	d := startDrover(t, j)
+	require.Eventually(t, func() bool { return leaseOn(0, j) }, 60*time.Second, 5*time.Millisecond, "the run takes its lease")
+	d.signal(t, syscall.SIGTERM)
+	require.Equal(t, exitInterrupted, d.wait(t, 60*time.Second), d.stderr.String())
+	t.Logf("stderr:\n%s", d.stderr.String())
+	require.NotContains(t, d.stderr.String(), "started", "interrupted before anything started")
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+}
+
+// TestRunLeasePathNotALink: a regular file where the lease goes is named
+// as such, and --force replaces it (it used to fail every later run,
+// --force included).
+func TestRunLeasePathNotALink(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: "echo done\n"})
+	file := path.Join(hostHome, j.Workdir, ".drover/lease")
+	_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", fmt.Sprintf("mkdir -p %s && echo junk > %s", path.Dir(file), file))
+	require.NoError(t, err)
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Contains(t, d.stderr.String(), fmt.Sprintf("%s: the workdir lease %s is a regular file (5 bytes), not drover's lease", fleet.Hosts[0].Name, file))
+	assert.Contains(t, d.stderr.String(), "pass --force to replace it")
+
+	d = startDrover(t, j, "--force")
+	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Contains(t, d.stderr.String(), "not drover's lease; replacing it (--force)")
+	assert.False(t, leaseOn(0, j), "given back")
 }
 
 // TestRunTakesOverFromKilledController: the lease of a SIGKILLed
@@ -152,11 +298,147 @@ func TestRunTakesOverFromKilledController(t *testing.T) {
 	second := startDrover(t, j)
 	second.waitLines(t, readyRE, 2, 60*time.Second)
 	stderr := second.stderr.String()
-	assert.Regexp(t, fmt.Sprintf(`%s: the lease of the drover run of job "%s" \(controller [^,]+, pid %d, since [^)]+\) on workdir %s/%s was not renewed for \S+: that controller is gone`,
+	assert.Regexp(t, fmt.Sprintf(`%s: the lease of the drover run of job "%s" \(controller [^,]+, pid %d, run id [0-9a-f]+, since [^)]+\) on workdir %s/%s was not renewed for \S+: that controller is gone`,
 		fleet.Hosts[0].Name, j.Name, first.cmd.Process.Pid, hostHome, j.Workdir), stderr)
 	assert.NotContains(t, stderr, "in use by")
 	second.signal(t, syscall.SIGINT)
 	require.Equal(t, exitInterrupted, second.wait(t, 30*time.Second))
 	waitNoJobProcs(t, j.Name, 5*time.Second)
 	assert.False(t, strings.Contains(second.stderr.String(), "killing"), "stopped within the grace period")
+}
+
+// TestRunShowsPushWarnings: `drover run` shows each host's push warnings
+// as `drover push` does (issue 30 item 10: the tar fallback, or a link
+// left alone on the host, was silent under run).
+func TestRunShowsPushWarnings(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: "echo done\n"})
+	require.NoError(t, os.MkdirAll(filepath.Join(j.Dir, "code", "lib"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "lib", "x.py"), []byte("x = 1\n"), 0o644))
+	d := startDrover(t, j)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	require.NotContains(t, d.stderr.String(), ": warning:")
+	// The pushed directory replaced by a link on the host, and deleted
+	// here: push leaves the link and what it points to alone, with a
+	// warning.
+	wd := path.Join(hostHome, j.Workdir)
+	_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", fmt.Sprintf("mkdir -p %s/elsewhere && rm -r %s/lib && ln -s %s/elsewhere %s/lib", wd, wd, wd, wd))
+	require.NoError(t, err)
+	require.NoError(t, os.RemoveAll(filepath.Join(j.Dir, "code", "lib")))
+	d = startDrover(t, j)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Regexp(t, `attempt 1/\d+: push to `+fleet.Hosts[0].Name+`: warning: lib is a symbolic link on the host`, d.stderr.String())
+}
+
+// TestRunStdoutClosed: `drover run job.toml | head -1`: when the reader of
+// drover's standard output exits, drover stops the group as Ctrl-C does,
+// gives its leases back and writes the summary to events.log, instead of
+// dying of SIGPIPE at its next write (issue 30 item 10).
+func TestRunStdoutClosed(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `echo "ready rank=$RANK"; while :; do echo tick; sleep 0.2; done`})
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	cmd := exec.Command(droverBinary(t), "run", j.Path, "--log-dir", j.LogRoot)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "HOME="+filepath.Join(j.Dir, "home"))
+	var stderr transporttest.SyncBuffer
+	cmd.Stdout, cmd.Stderr = pw, &stderr
+	require.NoError(t, cmd.Start())
+	pw.Close()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		killJob(t, j.Name)
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err, stderr.String())
+	require.Regexp(t, `^\[worker-\d@\S+\] `, line)
+	pr.Close() // head -1 exits
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("drover still runs with its stdout closed:\n%s", stderr.String())
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.False(t, ws.Signaled(), "drover died of %v: %v\n%s", ws.Signal(), err, stderr.String())
+	assert.Equal(t, exitInterrupted, cmd.ProcessState.ExitCode(), stderr.String())
+	assert.Contains(t, stderr.String(), "drover: standard output closed")
+	waitNoJobProcs(t, j.Name, 10*time.Second)
+	for i := range 2 {
+		assert.False(t, leaseOn(i, j), "%s: the run gave its lease back", fleet.Hosts[i].Name)
+	}
+	events, err := os.ReadFile(filepath.Join(j.runDir(t), "events.log"))
+	require.NoError(t, err)
+	assert.Contains(t, string(events), "PROCESS")
+	assert.Contains(t, string(events), "interrupted in attempt 1; logs in ")
+}
+
+// TestRunDroverDirPrivate: what a run leaves under a workdir's .drover on
+// a host (process logs, error files, pidfiles) is the login user's only:
+// the directories 0700, the logs 0600 (issue 30 item 10). A .drover made
+// by an older drover (0755) is made private too.
+func TestRunDroverDirPrivate(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: "echo secret; echo oops >&2; exit 3\n", Job: "max_restarts = 0"})
+	wd := path.Join(hostHome, j.Workdir)
+	_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", "umask 022 && mkdir -p "+wd+"/.drover")
+	require.NoError(t, err)
+	d := startDrover(t, j)
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	out, err := fleet.Exec(0, "find", wd+"/.drover", "-printf", `%y %m %P\n`)
+	require.NoError(t, err)
+	t.Logf("%s", out)
+	var logs int
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		kind, rest, _ := strings.Cut(line, " ")
+		mode, name, _ := strings.Cut(rest, " ")
+		switch kind {
+		case "d":
+			assert.Equal(t, "700", mode, "directory .drover/%s", name)
+		case "f":
+			if strings.HasPrefix(name, "logs/") || strings.HasPrefix(name, "errors/") {
+				assert.Equal(t, "600", mode, "file .drover/%s", name)
+				logs++
+			}
+		}
+	}
+	assert.Positive(t, logs, "the process's log is there")
+}
+
+// TestRunLeaseChangedUnderRun: a live run whose lease vanished says so at
+// once (an event) and puts it back; one whose lease another run took
+// stops, naming it, and exits 1 without restarting (issue 30 item 5).
+func TestRunLeaseChangedUnderRun(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 1, Script: sleepForever, Job: "max_restarts = 3"})
+	d := startDrover(t, j)
+	d.waitLines(t, readyRE, 1, 60*time.Second)
+	file := path.Join(hostHome, j.Workdir, ".drover/lease")
+	asUser := func(script string) {
+		t.Helper()
+		_, err := fleet.Exec(0, "runuser", "-u", fleettest.User, "--", "sh", "-c", script)
+		require.NoError(t, err)
+	}
+	asUser("rm " + file)
+	said := fleet.Hosts[0].Name + ": the workdir lease " + file + " vanished under this run"
+	require.Eventually(t, func() bool { return strings.Contains(d.stderr.String(), said) }, 30*time.Second, 50*time.Millisecond, "said: %s", said)
+	require.Eventually(t, func() bool { return leaseOn(0, j) }, 30*time.Second, 50*time.Millisecond, "put back")
+
+	taker := `{"id":"0badc0ffee","job":"someone","host":"elsewhere","pid":4242,"since":"2026-01-02T03:04:05Z"}`
+	asUser(fmt.Sprintf("ln -s '%s' %s.new && mv -f %s.new %s", taker, file, file, file))
+	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), d.stderr.String())
+	assert.Contains(t, d.stderr.String(), fmt.Sprintf(`%s: the drover run of job "someone" (controller elsewhere, pid 4242, run id 0badc0ffee, since 2026-01-02T03:04:05Z) took over workdir %s/%s; stopping this run without restarting`,
+		fleet.Hosts[0].Name, hostHome, j.Workdir))
+	assert.NotContains(t, d.stderr.String(), "restarting the whole group")
+	waitNoJobProcs(t, j.Name, 10*time.Second)
+	out, err := fleet.Exec(0, "readlink", file)
+	require.NoError(t, err)
+	assert.Equal(t, taker+"\n", string(out), "the taker's lease is left alone")
 }

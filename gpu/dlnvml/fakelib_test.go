@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,7 +44,11 @@ func TestHelperPrintProbe(t *testing.T) {
 	if os.Getenv("DROVER_DLNVML_PRINT") != "1" {
 		t.Skip("helper for TestFakeLibrary")
 	}
-	rep := gpu.LocalProber{NVML: Open(), ProcName: func(int) string { return "python" }}.Probe("fake")
+	p := gpu.LocalProber{NVML: Open(), ProcName: func(int) string { return "python" }}
+	if w, err := time.ParseDuration(os.Getenv("DROVER_DLNVML_XIDWAIT")); err == nil {
+		p.XIDWait = w
+	}
+	rep := p.Probe("fake")
 	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
 		os.Exit(1)
 	}
@@ -75,6 +80,11 @@ func TestFakeLibrary(t *testing.T) {
 	assert.Equal(t, "12.4", rep.CUDA)
 	require.Len(t, rep.Devices, 2)
 	d0, d1 := rep.Devices[0], rep.Devices[1]
+	require.NotNil(t, d0.Health)
+	require.NotNil(t, d1.Health)
+	assert.Equal(t, soundHealth(), *d0.Health)
+	assert.Equal(t, soundHealth(), *d1.Health)
+	d0.Health, d1.Health = nil, nil
 	assert.Equal(t, gpu.Device{Index: 0, UUID: "GPU-fa6e0000-0000-4000-8000-000000000000", Name: "NVIDIA H100 80GB HBM3",
 		PCIBusID: "00000000:18:00.0", MemoryTotalMiB: 81559, MemoryUsedMiB: 4, Processes: []gpu.Process{}}, d0)
 	assert.Equal(t, gpu.Device{Index: 1, UUID: "GPU-fa6e0000-0000-4000-8000-000000000001", Name: "NVIDIA H100 80GB HBM3",
@@ -120,4 +130,53 @@ func TestFakeLibraryMemoryLeavesOutReserved(t *testing.T) {
 			assert.Equal(t, tc.wantFree, sel.Indices)
 		})
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// soundHealth is what a sound GPU of the fake reports: an H200's answers
+// (no page retirement, rows not remapped, no clock events, PCIe gen 5 x16).
+func soundHealth() gpu.Health {
+	return gpu.Health{ECCVolatile: ptr(uint64(0)), ECCAggregate: ptr(uint64(0)), RemapPending: ptr(false), RemapFailure: ptr(false),
+		Throttle: ptr(uint64(0)), PCIeGen: ptr(5), PCIeGenMax: ptr(5), PCIeWidth: ptr(16), PCIeWidthMax: ptr(16)}
+}
+
+// Every health finding arrives through the binding from the fake library
+// (its calls compiled against nvml.h): each case makes GPU 1 unhealthy one
+// way, and CheckHealth names it with the right severity. GPU 0 stays sound
+// and draws no finding.
+func TestFakeLibraryHealth(t *testing.T) {
+	dir := buildFakeNVML(t)
+	policy := gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs}
+	for _, tc := range []struct {
+		sick     string
+		critical bool
+		what     string
+	}{
+		{"ecc", true, "1 uncorrectable ECC error(s) since the driver loaded"},
+		{"aggregate", false, "3 uncorrectable ECC error(s) over the GPU's life"},
+		{"retired", true, "retired pages pending"},
+		{"remap-failure", true, "row remapping failed"},
+		{"remap-pending", true, "row remapping pending"},
+		{"throttle", false, "clocks throttled: hardware thermal slowdown (reasons 0x44)"},
+		{"pcie", false, "PCIe link x8 of x16"},
+		{"xid", true, "Xid 79"},
+		{"lost", true, "GPU is lost"},
+	} {
+		t.Run(tc.sick, func(t *testing.T) {
+			rep := probeWith(t, dir, "FAKE_NVML_HEALTH="+tc.sick, "DROVER_DLNVML_XIDWAIT=200ms")
+			require.Equal(t, gpu.SourceNVML, rep.Source, rep.Reason)
+			assert.Equal(t, "nvml", rep.XIDSource, rep.XIDReason)
+			fs := gpu.CheckHealth(rep, policy)
+			require.Len(t, fs, 1, "%v", fs)
+			assert.Equal(t, "GPU 1", fs[0].GPU)
+			assert.Equal(t, tc.critical, fs[0].Critical)
+			assert.Contains(t, fs[0].What, tc.what)
+			assert.NotEmpty(t, fs[0].Fix)
+		})
+	}
+	t.Run("sound", func(t *testing.T) {
+		rep := probeWith(t, dir, "DROVER_DLNVML_XIDWAIT=100ms")
+		assert.Empty(t, gpu.CheckHealth(rep, policy))
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,6 +45,11 @@ func TestProbeAgreesWithNvidiaSMI(t *testing.T) {
 		GPUs: run(gpu.SMIQueries.GPUs), Apps: run(gpu.SMIQueries.Apps), MIG: run(gpu.SMIQueries.MIG), Banner: run(gpu.SMIQueries.Banner),
 	})
 	require.NoError(t, err)
+	// The health gate's two paths read the same counters: NVML's calls
+	// and nvidia-smi's --query-gpu health fields.
+	smiHealth, lost, err := gpu.ParseSMIHealth(run(gpu.SMIHealthQuery))
+	require.NoError(t, err, "nvidia-smi health fields")
+	assert.Empty(t, lost, "no GPU lost")
 	for name, r := range map[string]gpu.HostReport{"nvml": nv, "nvidia-smi": smi} {
 		b, _ := json.MarshalIndent(r, "", "  ")
 		t.Logf("%s: %s\n%s", name, r.Summary(), b)
@@ -66,6 +72,9 @@ func TestProbeAgreesWithNvidiaSMI(t *testing.T) {
 		assert.InDelta(t, s.MemoryUsedMiB, d.MemoryUsedMiB, 64, "GPU %d memory used", i)
 		assert.InDelta(t, s.UtilizationPct, d.UtilizationPct, 50, "GPU %d utilisation", i)
 		assert.Equal(t, pids(s.Processes), pids(d.Processes), "GPU %d compute processes", i)
+		if sh, ok := smiHealth[d.Index]; ok {
+			sameHealth(t, d.Index, sh, d.Health)
+		}
 		if os.Getenv("DROVER_GPU_EXPECT_PROCS") != "" {
 			assert.NotEmpty(t, d.Processes, "GPU %d: a CUDA program runs, the probe must see it", i)
 			for _, p := range d.Processes {
@@ -108,4 +117,60 @@ func TestProbeRealLibrary(t *testing.T) {
 	assert.Equal(t, gpu.SourceNone, rep.Source)
 	assert.Empty(t, rep.Devices)
 	assert.Equal(t, gpu.NoDriverReason, rep.Reason)
+}
+
+// sameHealth requires NVML's health of GPU i to be what nvidia-smi read:
+// the same counters reported (nil where the GPU has none, as page
+// retirement on an H200) with the same values. The throttle reasons and
+// the current PCIe generation move with the load and are only required
+// to be read by both.
+func sameHealth(t *testing.T, i int, smi gpu.Health, nv *gpu.Health) {
+	t.Helper()
+	require.NotNil(t, nv, "GPU %d: NVML read no health counter", i)
+	eqU := func(what string, a, b *uint64) {
+		if assert.Equal(t, a == nil, b == nil, "GPU %d %s reported by one path only", i, what) && a != nil {
+			assert.Equal(t, *a, *b, "GPU %d %s", i, what)
+		}
+	}
+	eqB := func(what string, a, b *bool) {
+		if assert.Equal(t, a == nil, b == nil, "GPU %d %s reported by one path only", i, what) && a != nil {
+			assert.Equal(t, *a, *b, "GPU %d %s", i, what)
+		}
+	}
+	eqI := func(what string, a, b *int) {
+		if assert.Equal(t, a == nil, b == nil, "GPU %d %s reported by one path only", i, what) && a != nil {
+			assert.Equal(t, *a, *b, "GPU %d %s", i, what)
+		}
+	}
+	eqU("ECC volatile", smi.ECCVolatile, nv.ECCVolatile)
+	eqU("ECC aggregate", smi.ECCAggregate, nv.ECCAggregate)
+	eqB("retired pages pending", smi.RetiredPending, nv.RetiredPending)
+	eqB("remap pending", smi.RemapPending, nv.RemapPending)
+	eqB("remap failure", smi.RemapFailure, nv.RemapFailure)
+	eqI("PCIe max generation", smi.PCIeGenMax, nv.PCIeGenMax)
+	eqI("PCIe max width", smi.PCIeWidthMax, nv.PCIeWidthMax)
+	assert.Equal(t, smi.Throttle == nil, nv.Throttle == nil, "GPU %d throttle reasons reported by one path only", i)
+	assert.Equal(t, smi.PCIeGen == nil, nv.PCIeGen == nil, "GPU %d PCIe generation reported by one path only", i)
+}
+
+// On a real driver the Xid event set can be made and waited on: the
+// health poll listens for Xids through it (XIDSource "nvml"), and a
+// healthy machine has no critical finding.
+func TestHealthRealLibrary(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err != nil {
+		t.Skip("no NVIDIA driver here (/dev/nvidiactl missing)")
+	}
+	rep := gpu.LocalProber{NVML: Open(), XIDWait: 300 * time.Millisecond}.Probe("here")
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	t.Logf("%s", b)
+	require.Equal(t, gpu.SourceNVML, rep.Source, rep.Reason)
+	assert.Equal(t, "nvml", rep.XIDSource, rep.XIDReason)
+	for _, d := range rep.Devices {
+		require.NotNil(t, d.Health, "GPU %d", d.Index)
+		assert.NotNil(t, d.Health.ECCVolatile, "GPU %d: a datacenter GPU reports ECC", d.Index)
+		assert.NotNil(t, d.Health.PCIeWidthMax, "GPU %d", d.Index)
+	}
+	for _, f := range gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs}) {
+		assert.False(t, f.Critical, "the machine's GPUs are healthy: %s", f)
+	}
 }

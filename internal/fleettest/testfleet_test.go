@@ -622,6 +622,9 @@ func (f *fakeTB) Fatal(args ...any) { f.failed, f.msg = true, fmt.Sprint(args...
 func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.failed, f.msg = true, fmt.Sprintf(format, args...)
 }
+func (f *fakeTB) Skipf(format string, args ...any) {
+	f.skipped, f.msg = true, fmt.Sprintf(format, args...)
+}
 
 func TestNeed(t *testing.T) {
 	for _, tc := range []struct {

@@ -143,6 +143,11 @@ type RunOptions struct {
 	// WatchParent makes the run stop gracefully when the calling process's
 	// parent (the sshd session) goes away, even if stdin stays open.
 	WatchParent bool
+	// HealthFile, when set, makes the agent run the host's GPU health
+	// watch (WatchHealth) beside the command, every HealthEvery, writing
+	// to this file; drover asks it of one process per host.
+	HealthFile  string
+	HealthEvery time.Duration
 }
 
 // Command returns the argv that runs `drover agent run` with o's command-line
@@ -164,6 +169,9 @@ func Command(binary string, o RunOptions) []string {
 	}
 	if o.Job != "" {
 		args = append(args, "--"+flagJob, o.Job)
+	}
+	if o.HealthFile != "" {
+		args = append(args, "--"+flagHealthFile, o.HealthFile, "--"+flagHealthEvery, o.HealthEvery.String())
 	}
 	args = append(args, "--")
 	return append(args, o.Args...)
@@ -239,6 +247,7 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		return code, err
 	}
 	defer cleanup()
+	defer s.watchHealth()()
 
 	exited := make(chan int, 1)
 	go func() { exited <- waitChild(s.child, opts.Subreaper, s.g.helpers) }()
@@ -281,10 +290,12 @@ func (s *supervision) openLog() (closeLog func(), err error) {
 	if s.opts.LogFile == "" {
 		return func() {}, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(s.opts.LogFile), 0o755); err != nil {
+	// The login user's only (see privateDir): a process's output is
+	// nobody else's business on a shared host.
+	if err := os.MkdirAll(filepath.Dir(s.opts.LogFile), privateDir); err != nil {
 		return nil, fmt.Errorf("agent run: create log directory: %w", err)
 	}
-	f, err := os.OpenFile(s.opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(s.opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, privateFile)
 	if err != nil {
 		return nil, fmt.Errorf("agent run: open log: %w", err)
 	}
@@ -743,13 +754,22 @@ type group struct {
 	helpers *helpers
 }
 
+// privateDir and privateFile are the modes of what the agent creates
+// under a workdir's .drover (logs, error files, pidfiles): the login
+// user's only. On a shared host the other users would otherwise read every
+// process's output and tracebacks (paths, hostnames, sometimes secrets).
+const (
+	privateDir  = 0o700
+	privateFile = 0o600
+)
+
 // prepareErrorFile makes room for a fresh TORCHELASTIC_ERROR_FILE at path
 // (see RunOptions.ErrorFile). A relative path is the command's business.
 func prepareErrorFile(path string) error {
 	if path == "" || !filepath.IsAbs(path) {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), privateDir); err != nil {
 		return fmt.Errorf("create directory for the error file: %w", err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -324,3 +324,39 @@ func agentPreflight(t *testing.T, program, port string) error {
 	argv := PreflightCommand(droverBinary(t), PreflightOptions{Program: program, Ports: []string{port}})
 	return exec.Command(argv[0], argv[1:]...).Run()
 }
+
+// `agent preflight --stop-leftovers DIR --lease FILE --lease-id ID` stops
+// nothing while FILE is not ID's lease: it prints what the lease holds
+// after LeaseTakenPrefix and fails, and the group runs on (issue 30: a run
+// whose workdir was taken over with --force stopped the new run's group
+// as leftovers). With ID's lease it stops the group as before.
+func TestCLIPreflightLeftoversOnlyUnderOwnLease(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pids")
+	lease := filepath.Join(filepath.Dir(dir), "lease")
+	cmd, stdin, out := startAgent(t, RunOptions{Args: []string{"sh", "-c", `echo "pid $$"; echo ready; sleep 1000`}, PIDFile: filepath.Join(dir, "w0.pid"), Job: "mnist", Grace: time.Minute})
+	defer stdin.Close()
+	pids := pidsIn(out.waitFor(t, "ready", 10*time.Second))
+	preflight := func(id string) ([]byte, error) {
+		argv := PreflightCommand(droverBinary(t), PreflightOptions{Leftovers: dir, Grace: 2 * time.Second, Lease: lease, LeaseID: id})
+		return exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	}
+	taker := `{"id":"taker","job":"mnist","host":"c","pid":1}`
+	if err := os.Symlink(taker, lease); err != nil {
+		t.Fatal(err)
+	}
+	got, err := preflight("mine")
+	if err == nil || !strings.Contains(string(got), LeaseTakenPrefix+taker+"\n") || !strings.Contains(string(got), "no longer this run's") {
+		t.Fatalf("preflight under another run's lease: %v, printed %q", err, got)
+	}
+	if ours, holds := CheckLease(lease, "taker"); !ours || holds != taker {
+		t.Fatalf("CheckLease = %v, %q", ours, holds)
+	}
+	if err := syscall.Kill(pids[0], 0); err != nil {
+		t.Fatalf("the group was stopped under another run's lease: %v", err)
+	}
+	if got, err = preflight("taker"); err != nil || !strings.HasPrefix(string(got), "leftover: stopped leftover group") {
+		t.Fatalf("preflight under its own lease: %v, printed %q", err, got)
+	}
+	waitExit(t, cmd, 10*time.Second)
+	assertGone(t, pids, 0)
+}

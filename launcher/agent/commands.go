@@ -26,6 +26,7 @@ const (
 	cmdStop      = "stop"
 	cmdPreflight = "preflight"
 	cmdProbe     = "probe"
+	cmdHealth    = "health"
 	cmdVersion   = "version"
 	cmdSFTP      = "sftp"
 	cmdSend      = "send"
@@ -37,6 +38,8 @@ const (
 	flagLog           = "log"
 	flagJob           = "job"
 	flagStopLeftovers = "stop-leftovers"
+	flagLease         = "lease"
+	flagLeaseID       = "lease-id"
 	flagRouteTo       = "route-to"
 	flagPort          = "port"
 	flagMovePorts     = "move-ports"
@@ -52,6 +55,11 @@ const (
 	flagTo            = "to"
 	flagRate          = "rate"
 	flagPart          = "part"
+	flagHealthFile    = "health-file"
+	flagHealthEvery   = "health-every"
+	flagXIDWait       = "xid-wait"
+	flagWatch         = "watch"
+	flagOut           = "out"
 )
 
 // drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
@@ -69,7 +77,7 @@ func CLI() *cli.Command {
 		Usage:  "runs on hosts; used by drover itself",
 		Hidden: true,
 		Subcommands: []*cli.Command{
-			runCLI(), stopCLI(), preflightCLI(), probeCLI(), versionCLI(), sftpCLI(), recvCLI(), sendCLI(),
+			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(), recvCLI(), sendCLI(),
 		},
 	}
 }
@@ -102,6 +110,8 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagPidfile, TakesFile: true, Usage: "record the group here while it runs"},
 			&cli.StringFlag{Name: flagLog, TakesFile: true, Usage: "also append all output to this file"},
 			&cli.StringFlag{Name: flagJob, Usage: "job name, for the pidfile"},
+			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
+			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -136,6 +146,9 @@ func runOptions(c *cli.Context) RunOptions {
 		PIDFile:   c.String(flagPidfile),
 		LogFile:   c.String(flagLog),
 		Job:       c.String(flagJob),
+
+		HealthFile:  c.String(flagHealthFile),
+		HealthEvery: c.Duration(flagHealthEvery),
 	}
 }
 
@@ -177,6 +190,8 @@ func preflightCLI() *cli.Command {
 		ArgsUsage: "-- [PROGRAM]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagStopLeftovers, TakesFile: true, Usage: "first stop the leftover group of every pidfile in this `DIR`"},
+			&cli.StringFlag{Name: flagLease, TakesFile: true, Usage: "stop leftovers only while this lease link `FILE` holds --lease-id's lease"},
+			&cli.StringFlag{Name: flagLeaseID, Usage: "the run `ID` that must hold --lease"},
 			graceFlag("time between SIGTERM and SIGKILL for leftovers"),
 			&cli.StringFlag{Name: flagRouteTo, Usage: "print the network interface that reaches this `ADDR`"},
 			&cli.StringSliceFlag{Name: flagPort, Usage: "a TCP `PORT` that must be free (repeatable)"},
@@ -201,6 +216,8 @@ func preflightOptions(c *cli.Context) PreflightOptions {
 		Leftovers: c.String(flagStopLeftovers),
 		Grace:     c.Duration(flagGrace),
 		RouteTo:   c.String(flagRouteTo),
+		Lease:     c.String(flagLease),
+		LeaseID:   c.String(flagLeaseID),
 	}
 }
 
@@ -208,6 +225,12 @@ func preflightOptions(c *cli.Context) PreflightOptions {
 // then the program and ports.
 func preflightAction(c *cli.Context, o PreflightOptions) error {
 	if o.Leftovers != "" {
+		if o.Lease != "" {
+			if ours, holds := CheckLease(o.Lease, o.LeaseID); !ours {
+				fmt.Fprintf(c.App.Writer, "%s%s\n", LeaseTakenPrefix, holds)
+				return cli.Exit(fmt.Sprintf("not stopping leftovers in %s: the workdir lease %s is no longer this run's", o.Leftovers, o.Lease), exitFailed)
+			}
+		}
 		stopped, err := StopLeftovers(c.Context, o.Leftovers, o.Grace)
 		for _, msg := range stopped {
 			fmt.Fprintf(c.App.Writer, "%s%s\n", LeftoverPrefix, msg)
@@ -253,6 +276,42 @@ func probeCLI() *cli.Command {
 				return err
 			}
 			return WriteProbe(c.App.Writer, c.Bool(flagJSON))
+		},
+	}
+}
+
+// healthCLI is `drover agent health`: this host's GPUs with their health
+// counters and the Xids of its kernel log (WriteHealth), which drover
+// reads before each attempt; with --watch, the same every interval into a
+// file (WatchHealth), which the agent of a host's first GPU process runs
+// while the job does.
+func healthCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdHealth,
+		Usage: "print this host's GPU health (ECC, remapped rows, throttling, PCIe link, Xids) as JSON",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: flagJSON, Usage: "print the report as JSON (the only format)"},
+			&cli.DurationFlag{Name: flagXIDWait, Usage: "listen this long for NVML's Xid events before answering"},
+			&cli.DurationFlag{Name: flagWatch, Usage: "read again every `INTERVAL` until stopped, writing each report to --" + flagOut},
+			&cli.StringFlag{Name: flagOut, TakesFile: true, Usage: "with --" + flagWatch + ": the `FILE` each report replaces"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			every := c.Duration(flagWatch)
+			if every <= 0 {
+				return WriteHealth(c.Context, c.App.Writer, c.Duration(flagXIDWait))
+			}
+			if c.String(flagOut) == "" {
+				return cli.Exit("--"+flagWatch+" needs --"+flagOut+"\n"+UsageLine(c.Command), exitUsage)
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+			defer stop()
+			if err := WatchHealth(ctx, c.String(flagOut), every); err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			return nil
 		},
 	}
 }

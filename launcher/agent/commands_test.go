@@ -39,6 +39,10 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, cmdRun, c.Command.Name)
 		assert.Equal(t, o, runOptions(c))
 	})
+	t.Run("run with a health watch", func(t *testing.T) {
+		o := RunOptions{Args: []string{"true"}, Grace: time.Second, HealthFile: "/w/.drover/logs/attempt-1/health.json", HealthEvery: 2 * time.Second}
+		assert.Equal(t, o, runOptions(parseAgent(t, Command("drover", o))))
+	})
 	t.Run("run defaults", func(t *testing.T) {
 		o := RunOptions{Args: []string{"true"}}
 		got := runOptions(parseAgent(t, Command("drover", o)))
@@ -87,6 +91,19 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		bare := checkpoint.PeerSend{Path: "/w/a.pt", Name: "a.pt", To: "[::1]:5"}
 		assert.Equal(t, bare, sendOptions(parseAgent(t, SendCommand("drover", bare))))
 	})
+	t.Run("health", func(t *testing.T) {
+		c := parseAgent(t, HealthCommand("drover", 3*time.Second))
+		assert.Equal(t, cmdHealth, c.Command.Name)
+		assert.True(t, c.Bool(flagJSON))
+		assert.Equal(t, 3*time.Second, c.Duration(flagXIDWait))
+		assert.Zero(t, c.Duration(flagWatch))
+	})
+	t.Run("health watch", func(t *testing.T) {
+		c := parseAgent(t, HealthWatchCommand("drover", "/w/health.json", 2*time.Second))
+		assert.Equal(t, cmdHealth, c.Command.Name)
+		assert.Equal(t, 2*time.Second, c.Duration(flagWatch))
+		assert.Equal(t, "/w/health.json", c.String(flagOut))
+	})
 	t.Run("sftp", func(t *testing.T) {
 		c := parseAgent(t, SFTPCommand("drover"))
 		assert.Equal(t, cmdSFTP, c.Command.Name)
@@ -103,10 +120,11 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION]",
-		"usage: drover agent preflight [--stop-leftovers DIR] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
+		"usage: drover agent preflight [--stop-leftovers DIR] [--lease FILE] [--lease-id ID] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",
+		"usage: drover agent health [--json] [--xid-wait DURATION] [--watch INTERVAL] [--out FILE]",
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
 		"usage: drover agent recv --dir DIR --seq N --name NAME --listen ADDR [--forward ADDR] [--part HOST] [--wait DURATION] [--low-priority]",

@@ -8,5 +8,5 @@ import (
 // load libraries (built with cgo), else through the NVML reader it
 // carries (nvml_static_linux.go).
 func probeLocal(host string) gpu.HostReport {
-	return probeNVML(host)
+	return probeNVML(host, 0)
 }

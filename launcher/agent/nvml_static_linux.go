@@ -26,14 +26,16 @@ const readerTimeout = time.Minute
 // driver can be), it runs the NVML reader this agent carries; otherwise,
 // or without a reader (a plain `go build`), it says why NVML was not read,
 // and the controller falls back to nvidia-smi.
-func probeNVML(host string) gpu.HostReport {
+//
+// xidWait > 0 also waits that long for Xid events (LocalProber.XIDWait).
+func probeNVML(host string, xidWait time.Duration) gpu.HostReport {
 	rep := gpu.HostReport{Host: host, Source: gpu.SourceNone, Devices: []gpu.Device{}}
 	reader, rerr := carriedReader()
 	if len(reader) > 0 {
 		interp, err := elfInterp(reader)
 		if err == nil {
 			if _, err = os.Stat(interp); err == nil {
-				r, err := runReader(reader)
+				r, err := runReader(reader, xidWait)
 				if err == nil {
 					r.Host = host
 					return r
@@ -77,7 +79,7 @@ func elfInterp(b []byte) (string, error) {
 
 // runReader runs the reader from memory (a memfd, so nothing is written
 // on the host) and parses its report.
-func runReader(reader []byte) (gpu.HostReport, error) {
+func runReader(reader []byte, xidWait time.Duration) (gpu.HostReport, error) {
 	fd, err := unix.MemfdCreate("drover-nvml", unix.MFD_CLOEXEC|unix.MFD_EXEC)
 	if errors.Is(err, unix.EINVAL) { // kernels before 6.3 know no MFD_EXEC
 		fd, err = unix.MemfdCreate("drover-nvml", unix.MFD_CLOEXEC)
@@ -90,10 +92,10 @@ func runReader(reader []byte) (gpu.HostReport, error) {
 	if _, err := f.Write(reader); err != nil {
 		return gpu.HostReport{}, fmt.Errorf("write the reader to memory: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), readerTimeout+xidWait)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, fmt.Sprintf("/proc/self/fd/%d", fd))
+	cmd := exec.CommandContext(ctx, fmt.Sprintf("/proc/self/fd/%d", fd), "--xid-wait="+xidWait.String())
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		if msg := bytes.TrimSpace(stderr.Bytes()); len(msg) > 0 {

@@ -42,7 +42,7 @@ func writePidfile(path string, pf Pidfile) error {
 	if err := enc.Encode(pf); err != nil {
 		return fmt.Errorf("encode pidfile: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), privateDir); err != nil {
 		return fmt.Errorf("create pidfile directory: %w", err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")

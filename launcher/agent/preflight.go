@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -31,6 +32,13 @@ type PreflightOptions struct {
 	// held free.
 	Leftovers string
 	Grace     time.Duration
+	// Lease and LeaseID, when set, are the workdir's lease file and the
+	// run id of the drover asking: the leftovers are stopped only while
+	// the lease is that run's, checked on the host just before (a run
+	// whose workdir another run took over with --force would otherwise
+	// stop the new run's group as leftovers). Otherwise the agent prints
+	// LeaseTakenPrefix and the lease, and fails.
+	Lease, LeaseID string
 	// RouteTo, when set, asks which of the host's network interfaces
 	// reaches this address (IfaceScript); the agent prints it after
 	// IfacePrefix, or nothing where it cannot tell.
@@ -49,6 +57,9 @@ func PreflightCommand(binary string, o PreflightOptions) []string {
 		args = append(args, "--"+flagStopLeftovers, o.Leftovers)
 		if o.Grace > 0 {
 			args = append(args, "--"+flagGrace, o.Grace.String())
+		}
+		if o.Lease != "" {
+			args = append(args, "--"+flagLease, o.Lease, "--"+flagLeaseID, o.LeaseID)
 		}
 	}
 	if o.RouteTo != "" {
@@ -98,6 +109,28 @@ func RouteIface(ctx context.Context, addr string) string {
 // LeftoverPrefix starts each line `drover agent preflight --stop-leftovers`
 // prints about a leftover group it stopped.
 const LeftoverPrefix = "leftover: "
+
+// LeaseTakenPrefix starts the line `drover agent preflight --lease FILE
+// --lease-id ID` prints when FILE is not ID's lease: what the lease holds
+// (the target of the link, "" when there is none).
+const LeaseTakenPrefix = "lease-taken: "
+
+// CheckLease reports whether the lease link file holds run id's lease,
+// and what it holds: a lease is a link whose target is JSON with the
+// holder's "id" (see package lease).
+func CheckLease(file, id string) (ours bool, holds string) {
+	cur, err := os.Readlink(file)
+	if err != nil {
+		return false, ""
+	}
+	var o struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal([]byte(cur), &o) != nil {
+		return false, cur
+	}
+	return o.ID == id, cur
+}
 
 // FreePortsPrefix starts the line `drover agent preflight --move-ports`
 // prints when the ports it was given are taken: "free-ports: BASE".

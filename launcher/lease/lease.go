@@ -23,7 +23,15 @@
 // controller therefore blocks the next run for StaleAfter at most, and
 // less when it ran on the same machine and its pid is gone. Force takes
 // over a live lease; the run that held it learns so at its next renewal
-// (Options.Lost) and stops without touching the hosts again.
+// (Options.Lost), or at once when it checks before a restart (Check), and
+// stops without touching the hosts again.
+//
+// Several --force runs at once must end with exactly one of them, not
+// with each holding some hosts: a forced run takes a lease from anyone but
+// a forced run that started after it (Outranks), and takes its own back
+// from a run that started before it and renamed over it (a renewal that
+// raced the takeover); so the newest forced run wins every host and the
+// others give up.
 package lease
 
 import (
@@ -57,6 +65,10 @@ type Owner struct {
 	Host  string    `json:"host"`
 	PID   int       `json:"pid"`
 	Since time.Time `json:"since"`
+	// Start (UnixNano) orders forced runs: of two, the later one wins.
+	Start int64 `json:"start,omitempty"`
+	// Forced says the run was started with --force.
+	Forced bool `json:"forced,omitempty"`
 	// Beat counts renewals; a live holder moves it every RenewEvery.
 	Beat uint64 `json:"beat"`
 }
@@ -66,15 +78,33 @@ func Self(job string, now time.Time) Owner {
 	host, _ := os.Hostname()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return Owner{ID: hex.EncodeToString(b[:]), Job: job, Host: host, PID: os.Getpid(), Since: now.UTC().Truncate(time.Second)}
+	return Owner{ID: hex.EncodeToString(b[:]), Job: job, Host: host, PID: os.Getpid(), Since: now.UTC().Truncate(time.Second), Start: now.UnixNano()}
 }
 
 func (o Owner) String() string {
 	if o.ID == "" {
 		return "an unknown drover"
 	}
-	return fmt.Sprintf("the drover run of job %q (controller %s, pid %d, since %s)", o.Job, o.Host, o.PID, o.Since.Format(time.RFC3339))
+	return fmt.Sprintf("the drover run of job %q (controller %s, pid %d, run id %s, since %s)", o.Job, o.Host, o.PID, o.ID, o.Since.Format(time.RFC3339))
 }
+
+// Outranks reports whether o, another run's lease, keeps a forced run
+// self from taking it: o is a forced run that started after self (ties
+// broken by run id). Any total order would leave one winner among forced
+// runs; this one makes it the newest, the one the user started last.
+func (o Owner) Outranks(self Owner) bool {
+	return o.Forced && !o.startedBefore(self)
+}
+
+// startedBefore orders runs by start, ties broken by run id.
+func (o Owner) startedBefore(self Owner) bool {
+	return o.Start < self.Start || (o.Start == self.Start && o.ID < self.ID)
+}
+
+// Decode reads a lease link's target (an agent checks it, see
+// agent.PreflightOptions.LeaseID); one that is not drover's reads as an
+// unknown owner, with no ID.
+func Decode(s string) Owner { return decode(s) }
 
 func (o Owner) encode() string {
 	b, _ := json.Marshal(o)
@@ -126,7 +156,8 @@ func joinHeld(errs []error) error {
 }
 
 // LostError is a lease another run took over (with --force) while we
-// held it.
+// held it, or that a newer forced run holds when we want it: this run
+// stops without restarting.
 type LostError struct {
 	Host string
 	Dir  string
@@ -134,7 +165,24 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("%s: %s took over workdir %s (--force); stopping this run", e.Host, e.By, e.Dir)
+	how := ""
+	if e.By.Forced {
+		how = " (--force)"
+	}
+	return fmt.Sprintf("%s: %s took over workdir %s%s; stopping this run without restarting", e.Host, e.By, e.Dir, how)
+}
+
+// NotLeaseError is a lease path holding something drover did not put
+// there (a regular file, a directory): no run can take it without --force.
+type NotLeaseError struct {
+	Host string
+	File string
+	What string // "a regular file", "a directory", ...
+}
+
+func (e *NotLeaseError) Error() string {
+	return fmt.Sprintf("%s: the workdir lease %s is %s, not drover's lease (a symbolic link): "+
+		"remove it if no drover run uses this workdir, or pass --force to replace it", e.Host, e.File, e.What)
 }
 
 // Options tunes a Holder; zero values take the defaults.
@@ -185,6 +233,7 @@ type Holder struct {
 
 	mu       sync.Mutex
 	held     map[string]*held // by host name + workdir
+	gone     []*held          // dropped by Keep, maybe still giving back
 	lostOnce sync.Once
 	// ctx ends at Release: renewals stop, blocked dials give up.
 	ctx    context.Context
@@ -194,9 +243,13 @@ type Holder struct {
 
 // New returns a Holder for the run self.
 func New(self Owner, opts Options) *Holder {
+	self.Forced = opts.Force
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Holder{self: self, opts: opts.withDefaults(), held: map[string]*held{}, ctx: ctx, cancel: cancel}
 }
+
+// ID is this run's id, as its leases hold it.
+func (h *Holder) ID() string { return h.self.ID }
 
 // held is one lease of ours and the connection that renews it. Only its
 // renewal goroutine uses it once acquired, except that Release may close
@@ -211,7 +264,13 @@ type held struct {
 	file   string // absolute lease path
 	dir    string // absolute workdir
 	beat   uint64
-	lost   bool
+	// lost is set once another run took the lease: it is not ours to renew or give back.
+	lost *LostError
+	// op serialises the renewals and Check on this lease.
+	op sync.Mutex
+	// dropped is closed when the run no longer uses the host (Keep):
+	// the lease is given back then rather than at Release.
+	dropped chan struct{}
 }
 
 func key(t Target) string { return t.Host.Name + "\x00" + t.Workdir }
@@ -241,7 +300,7 @@ func (h *Holder) Acquire(ctx context.Context, dial Dialer, targets []Target) err
 }
 
 func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
-	l := &held{name: tg.Host.Name, target: tg, dial: dial}
+	l := &held{name: tg.Host.Name, target: tg, dial: dial, dropped: make(chan struct{})}
 	if err := l.connect(ctx); err != nil {
 		return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
 	}
@@ -251,7 +310,7 @@ func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
 	// first, and only a lease already there goes through take.
 	err := l.fs.Symlink(h.mine(l), l.file)
 	if err != nil && errors.Is(err, fs.ErrNotExist) {
-		err = l.fs.MkdirAll(path.Dir(l.file), 0o755)
+		err = l.fs.MkdirAll(path.Dir(l.file), 0o700) // .drover: the login user's only
 		if err != nil {
 			l.close()
 			return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
@@ -274,6 +333,25 @@ func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
 	h.wg.Add(1)
 	go h.renewLoop(l)
 	return nil
+}
+
+// Keep gives back, now, the leases of every workdir not in targets: a
+// host that left the inventory, or was replaced by a spare, is no longer
+// this run's to hold, and another run may want it.
+func (h *Holder) Keep(targets []Target) {
+	want := map[string]bool{}
+	for _, tg := range targets {
+		want[key(tg)] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, l := range h.held {
+		if !want[k] {
+			delete(h.held, k)
+			h.gone = append(h.gone, l)
+			close(l.dropped)
+		}
+	}
 }
 
 // update takes a held host's address as this attempt resolved it (the
@@ -338,7 +416,8 @@ func (l *held) files() cluster.FS {
 }
 
 // take makes l's lease ours: created when there is none, kept when it is
-// ours already, taken over when its holder is gone (or with Force).
+// ours already, taken over when its holder is gone (or with Force, unless
+// a newer forced run holds it: a *LostError).
 func (h *Holder) take(ctx context.Context, l *held) error {
 	name := l.name
 	for try := 0; try < 5; try++ {
@@ -351,7 +430,10 @@ func (h *Holder) take(ctx context.Context, l *held) error {
 			continue // released meanwhile: create again
 		}
 		if rerr != nil {
-			return fmt.Errorf("take the workdir lease %s on %s: %w (reading it: %v)", l.file, name, err, rerr)
+			if err := h.notLease(l, err, rerr); err != nil {
+				return err
+			}
+			continue // --force removed what was there
 		}
 		other := decode(cur)
 		if other.ID == h.self.ID {
@@ -369,6 +451,8 @@ func (h *Holder) take(ctx context.Context, l *held) error {
 			if live {
 				return &HeldError{Hosts: []string{name}, Dir: l.dir, By: other}
 			}
+		} else if other.Outranks(h.self) {
+			return &LostError{Host: name, Dir: l.dir, By: other}
 		} else {
 			h.opts.Logf("%s: taking over workdir %s from %s (--force)", name, l.dir, other)
 		}
@@ -381,6 +465,51 @@ func (h *Holder) take(ctx context.Context, l *held) error {
 		}
 	}
 	return fmt.Errorf("take the workdir lease %s on %s: it keeps changing hands", l.file, name)
+}
+
+// notLease handles a lease path that is there (creating the link failed
+// with cerr) but cannot be read as a link (rerr): something else (a
+// regular file, a directory) that drover did not put there. Without Force
+// that is a *NotLeaseError; with it, what is there is removed (a
+// directory only when empty) and nil returned.
+func (h *Holder) notLease(l *held, cerr, rerr error) error {
+	what := describe(l.fs, l.file)
+	if what == "" {
+		return fmt.Errorf("take the workdir lease %s on %s: %w (reading it: %v)", l.file, l.name, cerr, rerr)
+	}
+	if !h.opts.Force {
+		return &NotLeaseError{Host: l.name, File: l.file, What: what}
+	}
+	h.opts.Logf("%s: the workdir lease %s was %s, not drover's lease; replacing it (--force)", l.name, l.file, what)
+	if err := l.fs.Remove(l.file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("replace the workdir lease %s on %s, which is %s: %w (remove it by hand)", l.file, l.name, what, err)
+	}
+	return nil
+}
+
+// describe names what is at file when it is not a symbolic link ("" when
+// it is one, or cannot be told).
+func describe(fsys cluster.FS, file string) string {
+	fi, err := fsys.Lstat(file)
+	if err != nil {
+		return ""
+	}
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		return fmt.Sprintf("a regular file (%d bytes)", fi.Size())
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return ""
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	default:
+		return "not a symbolic link"
+	}
 }
 
 // watch reads another run's lease until it moves (its holder is alive),

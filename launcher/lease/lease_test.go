@@ -73,7 +73,7 @@ func TestSecondRunRefusedWhileFirstLives(t *testing.T) {
 		var he *HeldError
 		require.ErrorAs(t, err, &he, job)
 		assert.Equal(t, first.self.ID, he.By.ID)
-		assert.Contains(t, err.Error(), fmt.Sprintf(`workdir %s on h0 is in use by the drover run of job "job-a" (controller %s, pid %d, since `, tg.Workdir, first.self.Host, os.Getpid()))
+		assert.Contains(t, err.Error(), fmt.Sprintf(`workdir %s on h0 is in use by the drover run of job "job-a" (controller %s, pid %d, run id %s, since `, tg.Workdir, first.self.Host, os.Getpid(), first.self.ID))
 		assert.Contains(t, err.Error(), "pass --force to take over")
 		assert.Contains(t, lg.String(), "watching its lease")
 		got, err = os.Readlink(file)

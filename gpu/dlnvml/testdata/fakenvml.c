@@ -3,6 +3,10 @@
 // struct layouts dlnvml assumes are checked by a C compiler. Two GPUs:
 // 0 idle, MIG not supported; 1 busy (two processes, one whose memory NVML
 // cannot tell), MIG enabled. FAKE_NVML_INIT=<code> makes nvmlInit_v2 fail.
+// FAKE_NVML_HEALTH=<what> makes GPU 1 unhealthy: ecc, aggregate, retired,
+// remap-failure, remap-pending, throttle, pcie, xid (an Xid 79 event),
+// lost (every health call answers GPU_IS_LOST); GPU 0 is always sound,
+// with the answers a real H200 gives (no page retirement: NOT_SUPPORTED).
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +19,9 @@ _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t size");
 _Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t size");
 _Static_assert(offsetof(nvmlProcessInfo_t, usedGpuMemory) == 8, "usedGpuMemory offset");
 _Static_assert(offsetof(nvmlMemory_t, used) == 16, "nvmlMemory_t.used offset");
+_Static_assert(sizeof(nvmlEventData_t) == 32 && offsetof(nvmlEventData_t, eventData) == 16, "nvmlEventData_t layout");
+_Static_assert(sizeof(nvmlEnableState_t) == 4, "nvmlEnableState_t size");
+_Static_assert(nvmlClocksThrottleReasonHwThermalSlowdown == 0x40 && nvmlClocksThrottleReasonHwPowerBrakeSlowdown == 0x80 && nvmlEventTypeXidCriticalError == 0x8, "bits gpu/health.go names");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40 && offsetof(nvmlMemory_v2_t, used) == 32, "nvmlMemory_v2_t layout");
 
 struct fake { unsigned int index; };
@@ -127,3 +134,78 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
 	}
 	return NVML_SUCCESS;
 }
+
+static int sick(nvmlDevice_t d, const char *what) {
+	const char *e = getenv("FAKE_NVML_HEALTH");
+	return idx(d) == 1 && e && strcmp(e, what) == 0;
+}
+
+#define LOST_CHECK(d) do { if (sick(d, "lost")) return NVML_ERROR_GPU_IS_LOST; } while (0)
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, nvmlMemoryErrorType_t t, nvmlEccCounterType_t c, unsigned long long *n) {
+	LOST_CHECK(d);
+	if (t != NVML_MEMORY_ERROR_TYPE_UNCORRECTED) return NVML_ERROR_INVALID_ARGUMENT;
+	*n = 0;
+	if (c == NVML_VOLATILE_ECC && sick(d, "ecc")) *n = 1;
+	if (c == NVML_AGGREGATE_ECC && (sick(d, "ecc") || sick(d, "aggregate"))) *n = 3;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, nvmlEnableState_t *p) {
+	LOST_CHECK(d);
+	if (!sick(d, "retired")) return NVML_ERROR_NOT_SUPPORTED; // as on an H200
+	*p = NVML_FEATURE_ENABLED;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corr, unsigned int *unc, unsigned int *pending, unsigned int *failure) {
+	LOST_CHECK(d);
+	*corr = 0;
+	*unc = sick(d, "remap-failure") || sick(d, "remap-pending");
+	*pending = sick(d, "remap-pending");
+	*failure = sick(d, "remap-failure");
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *r) {
+	LOST_CHECK(d);
+	*r = sick(d, "throttle") ? (nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksEventReasonSwPowerCap) : 0;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned int *g) { LOST_CHECK(d); *g = 5; return NVML_SUCCESS; }
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *g) { LOST_CHECK(d); *g = 5; return NVML_SUCCESS; }
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned int *w) { LOST_CHECK(d); *w = sick(d, "pcie") ? 8 : 16; return NVML_SUCCESS; }
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int *w) { LOST_CHECK(d); *w = 16; return NVML_SUCCESS; }
+
+// One event set; FAKE_NVML_HEALTH=xid queues one Xid 79 on GPU 1 for the
+// first wait after GPU 1 registered.
+static int set_made, xid_queued;
+static struct nvmlEventSet_st *the_set = (struct nvmlEventSet_st *)&set_made;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *s) {
+	set_made = 1;
+	*(struct nvmlEventSet_st **)s = the_set;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t s) {
+	if (!set_made || !(types & nvmlEventTypeXidCriticalError)) return NVML_ERROR_INVALID_ARGUMENT;
+	if (sick(d, "xid")) xid_queued = 1;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t s, nvmlEventData_t *e, unsigned int timeoutms) {
+	if (!set_made) return NVML_ERROR_INVALID_ARGUMENT;
+	if (!xid_queued) return NVML_ERROR_TIMEOUT;
+	xid_queued = 0;
+	memset(e, 0, sizeof *e);
+	e->device.handle = (struct nvmlDevice_st *)&devs[1];
+	e->eventType = nvmlEventTypeXidCriticalError;
+	e->eventData = 79;
+	e->gpuInstanceId = 0xFFFFFFFF;
+	e->computeInstanceId = 0xFFFFFFFF;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t s) { set_made = 0; return NVML_SUCCESS; }

@@ -121,7 +121,7 @@ func InstallWith(ctx context.Context, t cluster.Transport, agents Agents, o Inst
 	name := "drover-" + bin.Sum[:12]
 	in := Installed{Path: path.Join(st.home, agentDir, name), Made: st.made}
 	if st.versions[name] == bin.Version {
-		return in, s.skip()
+		return in, s.skip(name)
 	}
 	// Not there, or another build under this name (or a damaged file):
 	// upload and replace it.
@@ -152,15 +152,25 @@ type hostState struct {
 // "missing CMD..." and "path PATH" when the login PATH lacks a command it
 // needs, then `uname -sm`, "home DIR" (resolved, as SFTP's realpath says it), creates the agent directory ($1, relative to the home)
 // and the $2 directories after it ("made DIR" for each that was not
-// there), and, for each candidate agent (then: file name and size) there
+// there; a workdir's .drover is made the login user's only, as what goes
+// in it, logs and tracebacks, is), and, for each candidate agent (then: file name and size) there
 // with that size, "have NAME VERSION" with what it answers to `agent
-// version`; then "ready", and reads a line from drover. "skip" (or
+// version`; then "ready", and reads a line from drover. "skip NAME" (or
 // nothing) ends it there. "NAME TMP VERSION" is followed by the agent
 // itself: it is written to TMP, run (`agent version`), and moved to NAME
 // only if it answers VERSION. Exit statuses: uploadFailed (the file
 // could not be written; why on stderr), cannotRun (it does not run; what
 // it printed on stdout after "ready"), otherVersion (it answers another
-// version, printed the same way). `read` takes one byte at a time from a
+// version, printed the same way).
+//
+// Nothing of an upload stays behind for good: one cut by a signal
+// (the session closed, drover interrupted) removes its temporary file,
+// and every install removes those older than an hour (a SIGKILL, a host
+// that went down mid-upload). Old agents are pruned: every install marks
+// the one it uses as used (its access time) and removes the others that
+// no install used for 30 days, so a host does not keep every drover
+// version it ever ran, while another drover version that still uses the
+// host keeps its own. `read` takes one byte at a time from a
 // pipe, so the agent's bytes are left for cat.
 const installScript = `echo ` + cluster.LoginMarker + `
 cd || exit 1
@@ -176,6 +186,7 @@ mkdir -p "$dir" 2>/dev/null
 while [ "$n" -gt 0 ]; do
 	[ -d "$1" ] || printf 'made %s\n' "$1"
 	mkdir -p -- "$1" 2>/dev/null
+	case $1 in .drover | */.drover) chmod 700 -- "$1" 2>/dev/null ;; esac
 	shift
 	n=$((n - 1))
 done
@@ -186,14 +197,23 @@ while [ $# -ge 2 ]; do
 	fi
 	shift 2
 done
+find "$dir" -maxdepth 1 -type f -name '.drover-*.tmp-*' -mmin +60 -exec rm -f {} + 2>/dev/null
+prune() {
+	touch -a "$dir/$1" 2>/dev/null
+	find "$dir" -maxdepth 1 -type f -name 'drover-????????????' ! -name "$1" -atime +30 -exec rm -f {} + 2>/dev/null
+	return 0
+}
 echo ready
 IFS=' ' read -r name tmp want || exit 0
-[ "$name" = skip ] && exit 0
+[ "$name" = skip ] && { [ -z "$tmp" ] || prune "$tmp"; exit 0; }
 tmp=$dir/$tmp
+trap 'rm -f "$tmp"; exit 97' HUP INT TERM PIPE
 cat >"$tmp" && chmod 755 "$tmp" || { rm -f "$tmp"; exit 97; }
 out=$("$tmp" agent version 2>&1) || { rm -f "$tmp"; printf '%s\n' "$out"; exit 98; }
 [ "$out" = "$want" ] || { rm -f "$tmp"; printf '%s\n' "$out"; exit 99; }
-mv -f "$tmp" "$dir/$name" || { rm -f "$tmp"; exit 97; }`
+mv -f "$tmp" "$dir/$name" || { rm -f "$tmp"; exit 97; }
+trap - HUP INT TERM PIPE
+prune "$name"`
 
 // installScript's exit statuses.
 const (

@@ -9,6 +9,8 @@ import (
 	"path"
 	"regexp"
 	"runtime"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,4 +199,83 @@ func TestFleetInstallTells(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, fi.IsDir(), d)
 	}
+}
+
+// Nothing of an upload stays behind for good, and old agents go (issue 30
+// item 10): an upload cut mid-way leaves no temporary file (removed by
+// the script when its session ends, else by a later install once it is
+// an hour old); an install removes the agents no install used for 30
+// days, and keeps the others (another drover version using the host).
+func TestFleetInstallCleansUp(t *testing.T) {
+	ts := dialFleet(t)
+	tr := ts[len(ts)-1]
+	agents := selfAgents(t)
+	remote, err := install(t, tr, agents)
+	require.NoError(t, err)
+	fsys, err := tr.FS(context.Background())
+	require.NoError(t, err)
+	dir := path.Dir(remote)
+	put := func(name string, age time.Duration) string {
+		p := path.Join(dir, name)
+		w, err := fsys.Create(p)
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		at := time.Now().Add(-age)
+		require.NoError(t, fsys.Chtimes(p, at, at))
+		return p
+	}
+	exists := func(p string) bool {
+		_, err := fsys.Lstat(p)
+		return err == nil
+	}
+	staleTmp := put(".drover-aaaaaaaaaaaa.tmp-bbbbbbbbbbbb", 2*time.Hour)
+	liveTmp := put(".drover-aaaaaaaaaaaa.tmp-cccccccccccc", 0)
+	unused := put("drover-0123456789ab", 40*24*time.Hour)
+	used := put("drover-ba9876543210", 24*time.Hour)
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	require.NoError(t, fsys.Chtimes(remote, old, old), "the agent in use is marked used at every install")
+
+	_, err = install(t, tr, agents)
+	require.NoError(t, err)
+	assert.False(t, exists(staleTmp), "an upload's file over an hour old is removed")
+	assert.True(t, exists(liveTmp), "an upload under way is left alone")
+	assert.False(t, exists(unused), "an agent unused for 30 days is pruned")
+	assert.True(t, exists(used), "another version's agent used lately stays")
+	assert.True(t, exists(remote), "the agent in use stays")
+	require.NoError(t, fsys.Remove(liveTmp))
+	require.NoError(t, fsys.Remove(used))
+
+	// An upload cut mid-way: the agent comes from a pipe that stops
+	// after 1 MiB, and the install is cancelled.
+	require.NoError(t, fsys.Remove(remote))
+	fifo := path.Join(t.TempDir(), "agent")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	b, err := agents.For("me", Platform(runtime.GOOS+"/"+runtime.GOARCH))
+	require.NoError(t, err)
+	b.Path = fifo
+	cut := Agents{Self: agents.Self, Carried: map[Platform]Binary{Platform(runtime.GOOS + "/" + runtime.GOARCH): b}}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer w.Close()
+		_, _ = w.Write(make([]byte, 1<<20))
+		cancel()
+		<-time.After(30 * time.Second) // keep the pipe open: the upload is cut, not ended
+	}()
+	_, err = Install(ctx, tr, cut)
+	require.Error(t, err)
+	require.Eventually(t, func() bool {
+		entries, err := fsys.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			if strings.Contains(e.Name(), ".tmp-") {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond, "the cut upload's file is removed")
+	assertOnlyAgents(t, fsys, dir)
 }

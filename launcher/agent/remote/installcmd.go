@@ -205,9 +205,10 @@ func (c *installCmd) failed(what string) error {
 	return errors.New(what)
 }
 
-// skip tells the script no upload follows and waits for its end.
-func (c *installCmd) skip() error {
-	_, _ = io.WriteString(c.stdin, "skip\n")
+// skip tells the script no upload follows (name, the agent there, is the
+// one in use) and waits for its end.
+func (c *installCmd) skip(name string) error {
+	_, _ = io.WriteString(c.stdin, "skip "+name+"\n")
 	c.stdin.Close()
 	if err := c.wait(); err != nil {
 		return fmt.Errorf("read the host's state: %w", err)
@@ -259,11 +260,14 @@ func (c *installCmd) checked(b Binary, plat Platform, remote string) error {
 	if err == nil {
 		return nil
 	}
+	said := ""
 	select {
 	case <-c.read: // stdout ends with the command
+		said = strings.TrimSpace(string(c.rest.Bytes()))
 	case <-c.ctx.Done():
+		// Stopped (cut, or timed out): stdout may still be being read
+		// into rest, which must not be read meanwhile.
 	}
-	said := strings.TrimSpace(string(c.rest.Bytes()))
 	var ee *cluster.ExitError
 	switch {
 	case errors.As(err, &ee) && ee.Code == uploadFailed:

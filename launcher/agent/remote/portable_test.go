@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -245,16 +246,8 @@ func TestStaticAgentReadsNVMLThroughReader(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("runs a linux agent")
 	}
-	cc := testenv.LookPath(t, "cc") // builds the fake libnvidia-ml.so.1
+	lib := fakeNVMLLib(t)
 	bin := builtAgent(t, runtime.GOARCH)
-	mod, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
-	require.NoError(t, err)
-	lib := t.TempDir()
-	msg, err := exec.Command(cc, "-shared", "-fPIC", "-Wno-deprecated-declarations",
-		"-I", filepath.Join(string(bytes.TrimSpace(mod)), "pkg", "nvml"),
-		"-o", filepath.Join(lib, gpu.NVMLLibrary),
-		filepath.Join("..", "..", "..", "gpu", "dlnvml", "testdata", "fakenvml.c")).CombinedOutput()
-	require.NoError(t, err, "%s", msg)
 
 	cmd := exec.Command(bin, "agent", "probe", "--json")
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
@@ -271,6 +264,50 @@ func TestStaticAgentReadsNVMLThroughReader(t *testing.T) {
 	require.Len(t, rep.Devices, 2)
 	assert.Equal(t, "00000000:19:00.0", rep.Devices[1].PCIBusID)
 	assert.Len(t, rep.Devices[1].Processes, 2)
+}
+
+// fakeNVMLLib builds gpu/dlnvml's fake libnvidia-ml.so.1 into a directory
+// for LD_LIBRARY_PATH.
+func fakeNVMLLib(t *testing.T) string {
+	t.Helper()
+	cc := testenv.LookPath(t, "cc")
+	mod, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
+	require.NoError(t, err)
+	lib := t.TempDir()
+	msg, err := exec.Command(cc, "-shared", "-fPIC", "-Wno-deprecated-declarations",
+		"-I", filepath.Join(string(bytes.TrimSpace(mod)), "pkg", "nvml"),
+		"-o", filepath.Join(lib, gpu.NVMLLibrary),
+		filepath.Join("..", "..", "..", "gpu", "dlnvml", "testdata", "fakenvml.c")).CombinedOutput()
+	require.NoError(t, err, "%s", msg)
+	return lib
+}
+
+// The static agent's health read goes through the NVML reader too: the
+// counters arrive, and --xid-wait reaches the reader, which listens for
+// Xid events (the fake library queues an Xid 79 on GPU 1).
+func TestStaticAgentReadsHealthThroughReader(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("runs a linux agent")
+	}
+	lib := fakeNVMLLib(t)
+	bin := builtAgent(t, runtime.GOARCH)
+	for _, sick := range []string{"ecc", "xid"} {
+		args := agent.HealthCommand(bin, 200*time.Millisecond)
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "FAKE_NVML_HEALTH="+sick)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "%s", stderr.String())
+		var rep gpu.HostReport
+		require.NoError(t, json.Unmarshal(out, &rep), "%s", out)
+		require.Equal(t, gpu.SourceNVML, rep.Source, rep.Reason)
+		assert.Contains(t, rep.XIDSource, "nvml", sick)
+		fs := gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs, Idle: true})
+		require.Len(t, fs, 1, "%s: %v", sick, fs)
+		assert.True(t, fs[0].Critical, sick)
+		assert.Equal(t, "GPU 1", fs[0].GPU, sick)
+	}
 }
 
 // A static drover with no agents beside it (a plain CGO_ENABLED=0 go

@@ -1,0 +1,108 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/launcher/checkpoint"
+)
+
+func TestBreakerJudge(t *testing.T) {
+	from := &checkpoint.Entry{Seq: 1, Name: "step-10"}
+	fail := errors.New("worker-0@a exited 1")
+	var b breaker
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true}, fail), "from scratch: not judged")
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from}, fail))
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from, newer: true}, fail), "progress resets the count")
+	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from}, fail))
+	assert.NoError(t, b.judge(2, attemptProgress{}, fail), "a setup failure neither counts nor resets")
+	err := b.judge(2, attemptProgress{ran: true, resumed: from}, fail)
+	require.Error(t, err)
+	assert.Equal(t, "2 restarts in a row made no progress: every attempt resumed from step-10 and failed before a newer checkpoint; "+
+		"last failure: worker-0@a exited 1 (fix the failure, or raise max_restarts_without_progress = 2)", err.Error())
+	var off breaker
+	for range 5 {
+		assert.NoError(t, off.judge(0, attemptProgress{ran: true, resumed: from}, fail), "0 turns it off")
+	}
+}
+
+// stepScript is a training stand-in: rank 0 counts steps from the
+// checkpoint it resumes from, writes one (atomically: a temporary name,
+// then a rename) every 10 steps, and exits 1 at the step failAt computes
+// from $start and $DROVER_RESTART_COUNT; the other rank waits.
+func stepScript(failAt string) string {
+	return `
+if [ "$RANK" != 0 ]; then sleep 1000; exit 0; fi
+start=0
+if [ -n "$DROVER_RESUME_FROM" ]; then start=${DROVER_RESUME_FROM##*step-}; fi
+echo "resumed from step $start"
+fail=$((` + failAt + `))
+mkdir -p "$DROVER_CHECKPOINT_DIR"
+s=$start
+while :; do
+	s=$((s + 1))
+	if [ $((s % 10)) = 0 ]; then
+		mkdir "$DROVER_CHECKPOINT_DIR/.tmp-$s" && echo "$s" > "$DROVER_CHECKPOINT_DIR/.tmp-$s/state" &&
+			mv "$DROVER_CHECKPOINT_DIR/.tmp-$s" "$DROVER_CHECKPOINT_DIR/step-$s"
+	fi
+	if [ $s = $fail ]; then echo "failing at step $s"; exit 1; fi
+	sleep 0.02
+done
+`
+}
+
+// A job that checkpoints every 10 steps and always fails at step 15
+// resumes from step-10 again and again: with max_restarts = 10 and
+// max_restarts_without_progress = 2 it stops after exactly 3 attempts
+// (the first made step-10, the next two made nothing newer), exit 1, and
+// says why. A job that fails at varying steps but checkpoints before each
+// failure uses all its restarts.
+func TestCrashLoopBreaker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds drover and runs processes")
+	}
+	bin := buildDrover(t)
+	run := func(t *testing.T, job string) (*Result, string) {
+		t.Helper()
+		var out, events bytes.Buffer
+		res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Out: &out, Events: &events})
+		require.NoError(t, err, "events:\n%s", events.String())
+		t.Logf("events:\n%s", events.String())
+		return res, events.String()
+	}
+
+	t.Run("always fails at step 15", func(t *testing.T) {
+		res, events := run(t, localJob(t, stepScript("15"), "master_port = 29681\nmax_restarts = 10\nmax_restarts_without_progress = 2\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 3, res.Attempts)
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Err.Error(), "2 restarts in a row made no progress: every attempt resumed from step-10 and failed before a newer checkpoint; last failure: worker-0@a exited 1")
+		assert.Contains(t, events, "job local failed: 2 restarts in a row made no progress")
+		for n := 2; n <= 3; n++ {
+			assert.Contains(t, readLog(t, res, n, "worker-0"), "resumed from step 10\nfailing at step 15\n", "attempt %d", n)
+		}
+	})
+
+	t.Run("fails at varying steps but keeps checkpointing", func(t *testing.T) {
+		res, _ := run(t, localJob(t, stepScript("start + 12 + DROVER_RESTART_COUNT * 3 % 7"), "master_port = 29682\nmax_restarts = 3\nmax_restarts_without_progress = 1\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 4, res.Attempts, "every restart used")
+		assert.ErrorContains(t, res.Err, "no restarts left (max_restarts = 3)")
+		assert.NotContains(t, res.Err.Error(), "no progress")
+		last := readLog(t, res, 4, "worker-0")
+		assert.True(t, strings.HasPrefix(last, "resumed from step 30\n"), "the fourth attempt resumed from the third's checkpoint: %q", last)
+	})
+
+	t.Run("without checkpoints: unaffected", func(t *testing.T) {
+		res, _ := run(t, localJob(t, `if [ "$RANK" = 0 ]; then exit 1; fi; sleep 1000`, "master_port = 29683\nmax_restarts = 3\nmax_restarts_without_progress = 1\n"))
+		assert.Equal(t, 4, res.Attempts)
+		assert.ErrorContains(t, res.Err, fmt.Sprintf("no restarts left (max_restarts = %d)", 3))
+	})
+}
