@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,10 @@ type transferSpec struct {
 	Hosts []config.Host
 	Agent string // the drover binary, readable by the fleet's user
 	Cases []transferCase
+	// CPUDir and CPUV2 are the fleet's cgroup (cpuGroup), whose CPU is
+	// the hosts' own: sshd, the agents, every hash and write.
+	CPUDir string
+	CPUV2  bool
 }
 
 // transferResult is one case's outcome, a JSON line on the child's stdout.
@@ -58,7 +63,10 @@ type transferResult struct {
 	Seconds float64
 	CPU     float64 // controller CPU seconds during the case
 	MaxRSS  float64 // controller peak RSS so far, MiB
-	Err     string
+	// HostsCPU is the CPU seconds every host used during the case (0: no
+	// cgroup accounting).
+	HostsCPU float64
+	Err      string
 }
 
 // transferEntries are the checkpoints h0 holds: name, total size, files.
@@ -112,7 +120,11 @@ func (b *bench) transfer(ctx context.Context) []Row {
 		cases = append(cases, transferCase{Kind: "stage", Entry: e.name, Targets: 1}, transferCase{Kind: "stage", Entry: e.name, Targets: 8})
 	}
 	b.progress("transfer: %d measurements from a controller %s away (namespace %s)", len(cases), transferRate, ns)
-	results, err := runTransferChild(ctx, ns, transferSpec{Hosts: f.ClusterHosts(), Agent: bin, Cases: cases}, b.stderr)
+	spec := transferSpec{Hosts: f.ClusterHosts(), Agent: bin, Cases: cases}
+	if f.cpu != nil {
+		spec.CPUDir, spec.CPUV2 = f.cpu.dir, f.cpu.v2
+	}
+	results, err := runTransferChild(ctx, ns, spec, b.stderr)
 	if err != nil {
 		b.note("transfer: %v", err)
 	}
@@ -256,6 +268,11 @@ func transferRows(results []transferResult) []Row {
 				row.Baseline, row.BaselineTime = "through the controller", measureOf(base)
 			}
 			rows = append(rows, row)
+		}
+		if r.Err == "" && r.HostsCPU > 0 && c.Kind == "stage" {
+			floor := r.HostsCPU / float64(runtime.NumCPU())
+			rows = append(rows, Row{Section: "transfer", N: c.Targets + 1, What: c.String() + fmt.Sprintf(": wall time / hosts' CPU floor (%d cores)", runtime.NumCPU()),
+				Drover: Measure{Value: r.Seconds / floor, Unit: Ratio, N: 1}})
 		}
 		if r.Err == "" {
 			rows = append(rows, Row{Section: "transfer", N: c.Targets + 1, What: c.String() + ": controller CPU", Drover: Measure{Value: r.CPU * 1000, Unit: Millis, N: 1}},

@@ -57,7 +57,7 @@ func transferChild(stdin io.Reader, stdout, stderr io.Writer) int {
 	enc := json.NewEncoder(stdout)
 	for i, c := range spec.Cases {
 		r := runTransferCase(ctx, hs, spec, i, c, stderr)
-		fmt.Fprintf(stderr, "  %s: %.2f s, controller CPU %.0f ms, peak RSS %.1f MiB %s\n", c, r.Seconds, r.CPU*1000, r.MaxRSS, r.Err)
+		fmt.Fprintf(stderr, "  %s: %.2f s, controller CPU %.0f ms, peak RSS %.1f MiB, hosts' CPU %.2f s %s\n", c, r.Seconds, r.CPU*1000, r.MaxRSS, r.HostsCPU, r.Err)
 		if err := enc.Encode(r); err != nil || ctx.Err() != nil {
 			return 1
 		}
@@ -92,6 +92,8 @@ func runTransferCase(ctx context.Context, hs []txHost, spec transferSpec, i int,
 		return res
 	}
 	m := checkpoint.New(rec, func(format string, args ...any) { fmt.Fprintf(stderr, "    "+format+"\n", args...) }, nil)
+	cg := &cpuGroup{dir: spec.CPUDir, v2: spec.CPUV2}
+	hostsBefore, cgErr := cg.usage()
 	before := rusage()
 	start := time.Now()
 	if c.Kind == "copy" {
@@ -101,6 +103,9 @@ func runTransferCase(ctx context.Context, hs []txHost, spec transferSpec, i int,
 	}
 	res.Seconds = time.Since(start).Seconds()
 	after := rusage()
+	if hostsAfter, err := cg.usage(); err == nil && cgErr == nil && spec.CPUDir != "" {
+		res.HostsCPU = (hostsAfter - hostsBefore).Seconds()
+	}
 	res.CPU = cpuSeconds(after) - cpuSeconds(before)
 	res.MaxRSS = float64(after.Maxrss) / 1024
 	if err != nil {
