@@ -492,6 +492,14 @@ func method(b *bench, sizes []int) []string {
 			"which takes keepalive detection (about 6 s), the reconnect that fails (bounded by host_wait for a host just lost), the spare's "+
 			"dial and agent install, and staging.",
 			ckptHosts, ckptWork, ckptIdleMS, ckptSize>>20, ckptEvery, ckptRate),
+		fmt.Sprintf("Transfer (issue 27): %d hosts on the fleet's bridge and a controller in a network namespace of its own, "+
+			"%s away (tbf on both ends of its veth; this kernel has no netem), running launcher/checkpoint as drover run does "+
+			"with `drover agent send/recv` on the hosts. h0 holds 200 MiB and 2 GiB checkpoints, one file and 1,000 files each "+
+			"(homes on disk). Copy: a Watcher copies one file to 2 hosts (checkpoint_copies = 3), timed until both hold a verified "+
+			"copy; the baseline sends it through the controller (hosts without agents). Staging: Stage onto 1 and onto 8 hosts "+
+			"(one chain). The controller's CPU is getrusage's for the case, its RSS the peak so far; the hosts' CPU comes from "+
+			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time.",
+			transferHosts, transferRate),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
