@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -34,6 +35,8 @@ const (
 	transferHosts    = 9 // h0 holds the checkpoints; staging onto up to 8 others
 	transferRate     = "50mbit"
 	transferChildArg = "transfer-child"
+	// transferStart is the child's line before each case.
+	transferStart = "start"
 )
 
 // transferCase is one measurement the child makes.
@@ -51,10 +54,6 @@ type transferSpec struct {
 	Hosts []config.Host
 	Agent string // the drover binary, readable by the fleet's user
 	Cases []transferCase
-	// CPUDir and CPUV2 are the fleet's cgroup (cpuGroup), whose CPU is
-	// the hosts' own: sshd, the agents, every hash and write.
-	CPUDir string
-	CPUV2  bool
 }
 
 // transferResult is one case's outcome, a JSON line on the child's stdout.
@@ -63,8 +62,9 @@ type transferResult struct {
 	Seconds float64
 	CPU     float64 // controller CPU seconds during the case
 	MaxRSS  float64 // controller peak RSS so far, MiB
-	// HostsCPU is the CPU seconds every host used during the case (0: no
-	// cgroup accounting).
+	// HostsCPU is the CPU seconds every host used during the case (the
+	// fleet's cgroup: sshd, the agents, every hash and write; 0 without
+	// cgroup accounting), filled in by the harness.
 	HostsCPU float64
 	Err      string
 }
@@ -121,10 +121,7 @@ func (b *bench) transfer(ctx context.Context) []Row {
 	}
 	b.progress("transfer: %d measurements from a controller %s away (namespace %s)", len(cases), transferRate, ns)
 	spec := transferSpec{Hosts: f.ClusterHosts(), Agent: bin, Cases: cases}
-	if f.cpu != nil {
-		spec.CPUDir, spec.CPUV2 = f.cpu.dir, f.cpu.v2
-	}
-	results, err := runTransferChild(ctx, ns, spec, b.stderr)
+	results, err := runTransferChild(ctx, ns, spec, f.cpu, b.stderr)
 	if err != nil {
 		b.note("transfer: %v", err)
 	}
@@ -193,8 +190,11 @@ func makeEntry(f *fleettest.Fleet, name string, size int64, files int) error {
 	return nil
 }
 
-// runTransferChild runs the controller's side in namespace ns.
-func runTransferChild(ctx context.Context, ns string, spec transferSpec, stderr io.Writer) ([]transferResult, error) {
+// runTransferChild runs the controller's side in namespace ns. The child
+// says "start" before each case; the hosts' CPU is read here between that
+// line and the case's result: `ip netns exec` mounts a sysfs of its own,
+// which hides the cgroup from the child.
+func runTransferChild(ctx context.Context, ns string, spec transferSpec, cg *cpuGroup, stderr io.Writer) ([]transferResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -203,23 +203,41 @@ func runTransferChild(ctx context.Context, ns string, spec transferSpec, stderr 
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, self, transferChildArg)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, stderr
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
-	runErr := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("the controller's side: %w", err)
+	}
 	var results []transferResult
-	dec := json.NewDecoder(&out)
-	for {
+	var before time.Duration
+	var beforeErr error
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if sc.Text() == transferStart {
+			if cg != nil {
+				before, beforeErr = cg.usage()
+			}
+			continue
+		}
 		var r transferResult
-		if err := dec.Decode(&r); err != nil {
-			break
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			continue
+		}
+		if cg != nil && beforeErr == nil {
+			if after, err := cg.usage(); err == nil {
+				r.HostsCPU = (after - before).Seconds()
+			}
 		}
 		results = append(results, r)
 	}
-	if runErr != nil {
-		return results, fmt.Errorf("the controller's side: %w", runErr)
+	if err := cmd.Wait(); err != nil {
+		return results, fmt.Errorf("the controller's side: %w", err)
 	}
 	return results, nil
 }

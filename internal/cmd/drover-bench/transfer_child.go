@@ -56,11 +56,15 @@ func transferChild(stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	enc := json.NewEncoder(stdout)
 	for i, c := range spec.Cases {
+		if _, err := fmt.Fprintln(stdout, transferStart); err != nil {
+			return 1
+		}
 		r := runTransferCase(ctx, hs, spec, i, c, stderr)
-		fmt.Fprintf(stderr, "  %s: %.2f s, controller CPU %.0f ms, peak RSS %.1f MiB, hosts' CPU %.2f s %s\n", c, r.Seconds, r.CPU*1000, r.MaxRSS, r.HostsCPU, r.Err)
+		fmt.Fprintf(stderr, "  %s: %.2f s, controller CPU %.0f ms, peak RSS %.1f MiB %s\n", c, r.Seconds, r.CPU*1000, r.MaxRSS, r.Err)
 		if err := enc.Encode(r); err != nil || ctx.Err() != nil {
 			return 1
 		}
+		cleanOwn(hs[:min(c.Targets+1, len(hs))], i)
 	}
 	return 0
 }
@@ -92,8 +96,6 @@ func runTransferCase(ctx context.Context, hs []txHost, spec transferSpec, i int,
 		return res
 	}
 	m := checkpoint.New(rec, func(format string, args ...any) { fmt.Fprintf(stderr, "    "+format+"\n", args...) }, nil)
-	cg := &cpuGroup{dir: spec.CPUDir, v2: spec.CPUV2}
-	hostsBefore, cgErr := cg.usage()
 	before := rusage()
 	start := time.Now()
 	if c.Kind == "copy" {
@@ -103,15 +105,11 @@ func runTransferCase(ctx context.Context, hs []txHost, spec transferSpec, i int,
 	}
 	res.Seconds = time.Since(start).Seconds()
 	after := rusage()
-	if hostsAfter, err := cg.usage(); err == nil && cgErr == nil && spec.CPUDir != "" {
-		res.HostsCPU = (hostsAfter - hostsBefore).Seconds()
-	}
 	res.CPU = cpuSeconds(after) - cpuSeconds(before)
 	res.MaxRSS = float64(after.Maxrss) / 1024
 	if err != nil {
 		res.Err = err.Error()
 	}
-	cleanOwn(hs[:c.Targets+1], hosts)
 	return res
 }
 
@@ -131,17 +129,19 @@ func copyCase(ctx context.Context, m *checkpoint.Manager, hosts []checkpoint.Hos
 	return ctx.Err()
 }
 
-// cleanOwn removes the case's copies on every host (rm on the host: over
-// SFTP, 1,000 files would be 1,000 round trips on the slow link).
-func cleanOwn(hs []txHost, hosts []checkpoint.Host) {
+// cleanOwn removes case i's copies on every host (rm on the host: over
+// SFTP, 1,000 files would be 1,000 round trips on the slow link), after
+// its result, so that its CPU is not the case's.
+func cleanOwn(hs []txHost, i int) {
 	var wg sync.WaitGroup
-	for k, h := range hs {
+	for _, h := range hs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if p, err := h.t.Start(ctx, cluster.Cmd{Args: []string{"rm", "-rf", hosts[k].Own}}); err == nil {
+			own := path.Join(h.home, "tx", fmt.Sprintf("own-%d", i))
+			if p, err := h.t.Start(ctx, cluster.Cmd{Args: []string{"rm", "-rf", own}}); err == nil {
 				_ = p.Wait()
 			}
 		}()
