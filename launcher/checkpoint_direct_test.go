@@ -285,10 +285,21 @@ func TestDirectCopyAndStage(t *testing.T) {
 	assert.Less(t, f.relayed.Load()-before, int64(mib), "staging went host to host")
 	assert.Contains(t, ev.String(), "onto "+f.hosts[2].Name+" in")
 	mu.Lock()
-	defer mu.Unlock()
 	require.Len(t, *sends, 2)
 	assert.False(t, (*sends)[1].LowPriority, "staging, between attempts, runs at full speed")
 	assert.Zero(t, (*sends)[1].Rate)
+	mu.Unlock()
+
+	// h0, which wrote it, is lost for good and the spare h3 joins: h3
+	// gets the checkpoint from drover's copy on h1, host to host.
+	group := []checkpoint.Host{f.hosts[1], f.hosts[2], f.hosts[3]}
+	before = f.relayed.Load()
+	paths, err = m.Stage(context.Background(), group, set)
+	require.NoError(t, err)
+	t.Log(ev)
+	assert.Equal(t, want, f.sum(t, 3, paths[f.hosts[3].Name]), "the spare's copy")
+	assert.Less(t, f.relayed.Load()-before, int64(mib), "staging onto the spare went host to host")
+	assert.Regexp(t, `staged 200.0 MiB from `+f.hosts[1].Name+`:\S+/000001/step-10.pt onto `+f.hosts[3].Name+` in \S+ \(host to host`, ev.String())
 }
 
 // When a host cannot reach another on the job's network (a firewall), the
