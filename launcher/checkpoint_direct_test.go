@@ -405,3 +405,29 @@ func TestShardedCheckpointSurvivesLostHost(t *testing.T) {
 	assert.Contains(t, b.String(), "3 parts, each held: recoverable")
 	assert.Contains(t, b.String(), "(copy of "+f.hosts[2].Name+"'s part)")
 }
+
+// A chain whose middle link is blocked (h1 cannot reach h2) still gets
+// the checkpoint to h2: h1 says it could not forward, drover stops waiting
+// for h2's receiver and copies to h2 through the controller, with one
+// event; h1 keeps its direct copy.
+func TestDirectCopyChainBrokenMidway(t *testing.T) {
+	f := newDirectFleet(t)
+	f.block(t, 1, 2)
+	m, ev := newCheckpointManager(t)
+	set := checkpoint.Settings{Copies: 3, Keep: 2, PollEvery: 100 * time.Millisecond}
+	stop := m.Watch(context.Background(), f.hosts[:3], set)
+	defer stop()
+	want := f.save(t, 0, "step-10.pt", 8)
+	waitFor(t, "both copies", func() bool { return len(holdersOf(m, "step-10.pt")) == 3 })
+	stop()
+	t.Log(ev)
+	for i := 1; i < 3; i++ {
+		assert.Equal(t, want, f.sum(t, i, path.Join(f.hosts[i].Own, "000001", "step-10.pt")), "%s's copy", f.hosts[i].Name)
+	}
+	assert.Contains(t, ev.String(), f.hosts[1].Name+": "+checkpoint.ForwardFailed)
+	assert.Regexp(t, `direct copy of checkpoint step-10.pt \(#1\) from `+f.hosts[0].Name+` to `+f.hosts[2].Name+` failed \(.*\); copying through the controller instead`, ev.String())
+	assert.Contains(t, ev.String(), "(host to host: "+f.hosts[1].Name+")")
+	assert.NotContains(t, ev.String(), "i/o timeout", "h2's receiver is stopped once h1 says it cannot forward, not left to wait for a sender")
+	n := f.relayed.Load()
+	assert.True(t, n >= 16*mib && n < 17*mib, "only h2's copy went through the controller (read once, written once): %d bytes", n)
+}

@@ -23,6 +23,11 @@ import (
 // listening for good, nor make it accept a stranger's stream.
 const maxAuthFailures = 8
 
+// ForwardFailed starts the event a receiver reports when it cannot pass
+// the copy on to the next host of its chain: the controller then stops
+// waiting for the hosts after it and copies to them another way.
+const ForwardFailed = "forward to the next host failed"
+
 // Forward is the next hop of a chain: a receiver forwards every frame it
 // reads to the receiver at Addr, which knows Token.
 type Forward struct {
@@ -147,7 +152,7 @@ type receiver struct {
 func (r *receiver) forwardTo(ctx context.Context, next Forward) {
 	conn, err := dialPeer(ctx, next.Addr, next.Token)
 	if err != nil {
-		r.event("forward to the next host: %v", err)
+		r.event("%s: %v", ForwardFailed, err)
 		return
 	}
 	r.next, r.nextW = conn, bufio.NewWriterSize(conn, 256<<10)
@@ -169,7 +174,7 @@ func (r *receiver) forward(t byte, p []byte) {
 		err = r.nextW.Flush()
 	}
 	if err != nil {
-		r.event("forward to the next host: %v", err)
+		r.event("%s: %v", ForwardFailed, err)
 		r.next.Close()
 		r.next, r.nextW = nil, nil
 	}

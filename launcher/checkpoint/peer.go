@@ -77,6 +77,8 @@ type peerProc struct {
 	out   []string
 	// stderr keeps the end of what the agent printed there: its error.
 	stderr *cluster.TailBuffer
+	// forwardFailed says a receiver reported ForwardFailed.
+	forwardFailed bool
 }
 
 func startPeer(host string, start func(stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error), tokens ...string) (*peerProc, error) {
@@ -144,6 +146,7 @@ func (p *peerProc) wait(events func(string, ...any)) {
 	for l := range p.lines {
 		if e, ok := strings.CutPrefix(l, EventPrefix); ok {
 			events("%s: %s", p.host, e)
+			p.forwardFailed = p.forwardFailed || strings.HasPrefix(e, ForwardFailed)
 			continue
 		}
 		if strings.HasPrefix(l, ReceivedPrefix) || strings.HasPrefix(l, SentPrefix) {
@@ -211,8 +214,13 @@ func directCopy(ctx context.Context, j directJob, dests []Host, events func(stri
 	}
 	var done []directDone
 	var errs []error
+	broken := false // a host before in the chain could not forward
 	for _, r := range recvs {
+		if broken {
+			r.p.stop()
+		}
 		r.p.wait(events)
+		broken = broken || r.p.forwardFailed
 		d, n, err := r.p.result()
 		if err == nil && (d != digest || n != size) {
 			err = fmt.Errorf("%s received MANIFEST sha256 %s (%d bytes), sent %s (%d bytes)", r.host.Name, d, n, digest, size)
