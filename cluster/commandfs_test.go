@@ -27,7 +27,7 @@ func TestCommandFSOverSSH(t *testing.T) {
 	const server = "/usr/lib/openssh/sftp-server"
 	_, err := os.Stat(server)
 	testenv.Need(t, server+" (openssh-server)", err)
-	tr, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[2], hermetic())
+	tr, err := cluster.Dial(context.Background(), fleet.Endpoints()[2], hermetic())
 	require.NoError(t, err)
 	defer tr.Close()
 	// A start directory of its own (sftp-server -d) makes relative paths

@@ -7,8 +7,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // ErrConnectionLost is wrapped by the error Process.Wait returns when the
@@ -58,7 +56,7 @@ type DialOptions struct {
 	AgentSocket string
 	// Inventory resolves a ProxyJump given as an inventory host name, so a
 	// bastion can be described once with its own user, key and port.
-	Inventory []config.Host
+	Inventory []Endpoint
 	// Parallel bounds how many connections DialAll opens at once, so a
 	// fleet of hundreds does not hit sshd's MaxStartups or the local file
 	// limit. Default 64.
@@ -87,9 +85,9 @@ type DialOptions struct {
 	// are written to standard error.
 	Warn func(msg string)
 	// Dialers reach hosts of transports that other packages provide, by
-	// Host.Transport: TransportSlurm (package cluster/slurm) needs the
+	// Endpoint.Transport: "slurm" (package cluster/slurm) needs the
 	// allocation drover runs in, which only the caller knows.
-	Dialers map[string]func(ctx context.Context, h config.Host) (Transport, error)
+	Dialers map[string]func(ctx context.Context, h Endpoint) (Transport, error)
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -115,18 +113,18 @@ func (o DialOptions) withDefaults() DialOptions {
 // operation on h goes: SSH (with SFTP opened lazily on it) or, for
 // Transport "local", this machine. Errors name the host and address and say
 // why (timeout, refused, authentication, host key).
-func Dial(ctx context.Context, h config.Host, opts DialOptions) (Transport, error) {
+func Dial(ctx context.Context, h Endpoint, opts DialOptions) (Transport, error) {
 	opts = opts.withDefaults()
 	if d, ok := opts.Dialers[h.Transport]; ok {
 		return d(ctx, h)
 	}
 	switch h.Transport {
-	case config.TransportLocal:
+	case TransportLocal:
 		return NewLocal(h)
-	case config.TransportSSH, "":
+	case TransportSSH, "":
 		return dialSSH(ctx, h, opts)
 	default:
-		return nil, fmt.Errorf("connect to %s: unknown transport %q (want %q or %q)", h.Name, h.Transport, config.TransportSSH, config.TransportLocal)
+		return nil, fmt.Errorf("connect to %s: unknown transport %q (want %q or %q)", h.Name, h.Transport, TransportSSH, TransportLocal)
 	}
 }
 
@@ -152,7 +150,7 @@ func (o DialOptions) Shared() DialOptions {
 // returns the transports and errors in the order of hosts: for each i
 // exactly one of ts[i] and errs[i] is non-nil. One unreachable host never
 // delays the others beyond its own connect timeout.
-func DialAll(ctx context.Context, hosts []config.Host, opts DialOptions) ([]Transport, []error) {
+func DialAll(ctx context.Context, hosts []Endpoint, opts DialOptions) ([]Transport, []error) {
 	ts := make([]Transport, len(hosts))
 	errs := make([]error, len(hosts))
 	DialEach(ctx, hosts, opts, func(i int, t Transport, err error) {
@@ -167,7 +165,7 @@ func DialAll(ctx context.Context, hosts []config.Host, opts DialOptions) ([]Tran
 // changes nothing, the wait was a third of the time). Exactly one of t and
 // err is non-nil; fn owns t. DialEach returns when every fn has returned.
 // The opts.Parallel limit covers the dials only, not fn.
-func DialEach(ctx context.Context, hosts []config.Host, opts DialOptions, fn func(i int, t Transport, err error)) {
+func DialEach(ctx context.Context, hosts []Endpoint, opts DialOptions, fn func(i int, t Transport, err error)) {
 	opts = opts.withDefaults()
 	opts = opts.Shared()
 	sem := make(chan struct{}, opts.Parallel)

@@ -12,6 +12,9 @@
 // (DialOptions.Warn), host certificates and @revoked are honoured, and a
 // config with Match criteria drover cannot evaluate is resolved by ssh -G.
 //
-// Data flows one way: cluster knows the hosts as config describes them and
-// nothing about GPUs or plans; gpu and launcher build on what it returns.
+// Data flows one way: cluster knows a host as an Endpoint (how to reach
+// it) and nothing of the job file, GPUs or plans; the job file's host
+// converts to an Endpoint (config.Host.Endpoint), and gpu and launcher
+// build on what cluster returns. A test keeps cluster/config out of
+// cluster's imports.
 package cluster

@@ -41,7 +41,7 @@ func bashrc(t *testing.T, i int, content string) {
 func TestSFTPLoginShellNamed(t *testing.T) {
 	fleettest.Need(t, fleet)
 	const i = 6
-	h := fleet.ClusterHosts()[i]
+	h := fleet.Endpoints()[i]
 	open := func(t *testing.T) error {
 		tr := dialHost(t, h, hermetic())
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -86,7 +86,7 @@ func TestSFTPLoginShellNamed(t *testing.T) {
 func TestHostileRemoveAll(t *testing.T) {
 	fleettest.Need(t, fleet)
 	const i = 5
-	h := fleet.ClusterHosts()[i]
+	h := fleet.Endpoints()[i]
 	for _, name := range []string{"", "x/.."} {
 		t.Run(strconv.Quote(name), func(t *testing.T) {
 			base := "/home/drovertest/hostile-rm"

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/droverhq/drover/cluster/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,13 +21,13 @@ import (
 // transport: Dir relative to $HOME, Env added to the environment, the same
 // ExitError for exit codes and signals.
 type localTransport struct {
-	host config.Host
+	host Endpoint
 	home string
 }
 
 // NewLocal returns the transport for a local host; its home directory is
 // the current user's $HOME.
-func NewLocal(h config.Host) (Transport, error) {
+func NewLocal(h Endpoint) (Transport, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s (local): %w", h.Name, err)
@@ -37,11 +36,11 @@ func NewLocal(h config.Host) (Transport, error) {
 }
 
 // newLocal lets tests root a local host somewhere other than $HOME.
-func newLocal(h config.Host, home string) *localTransport {
+func newLocal(h Endpoint, home string) *localTransport {
 	return &localTransport{host: h, home: home}
 }
 
-func (t *localTransport) Host() config.Host { return t.host }
+func (t *localTransport) Host() Endpoint { return t.host }
 
 // Start runs cmd in its own process group so that cancelling ctx kills the
 // whole tree it started, not just the direct child.

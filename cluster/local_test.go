@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/transporttest"
 )
 
@@ -20,14 +19,14 @@ func TestLocalConformance(t *testing.T) {
 		// HOME decides the local transport's home; a temporary one keeps
 		// the suite's files out of the real home directory.
 		t.Setenv("HOME", t.TempDir())
-		tr, err := cluster.Dial(context.Background(), config.Host{Name: "local0", Address: "local", Transport: config.TransportLocal}, cluster.DialOptions{})
+		tr, err := cluster.Dial(context.Background(), cluster.Endpoint{Name: "local0", Address: "local", Transport: cluster.TransportLocal}, cluster.DialOptions{})
 		require.NoError(t, err)
 		return tr
 	})
 }
 
 func TestDialUnknownTransport(t *testing.T) {
-	_, err := cluster.Dial(context.Background(), config.Host{Name: "x", Transport: "telnet"}, cluster.DialOptions{})
+	_, err := cluster.Dial(context.Background(), cluster.Endpoint{Name: "x", Transport: "telnet"}, cluster.DialOptions{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `unknown transport "telnet"`)
 }
@@ -50,10 +49,10 @@ func TestDialEachDoesNotWaitForSlowHosts(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	hosts := []config.Host{
+	hosts := []cluster.Endpoint{
 		{Name: "mute", Address: "127.0.0.1", Port: port},
-		{Name: "a", Address: "local", Transport: config.TransportLocal},
-		{Name: "b", Address: "local", Transport: config.TransportLocal},
+		{Name: "a", Address: "local", Transport: cluster.TransportLocal},
+		{Name: "b", Address: "local", Transport: cluster.TransportLocal},
 		{Name: "bad", Transport: "telnet"},
 	}
 	var mu sync.Mutex

@@ -3,8 +3,6 @@ package cluster
 import (
 	"sort"
 	"strings"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // ShellQuote quotes s for a POSIX shell so that the shell passes it on as
@@ -62,7 +60,7 @@ func ShellCommand(c Cmd) string {
 		b.WriteString("export")
 		for _, k := range names {
 			b.WriteByte(' ')
-			if config.ValidEnvName(k) {
+			if ValidEnvName(k) {
 				b.WriteString(k)
 			} else {
 				b.WriteString(ShellQuote(k))

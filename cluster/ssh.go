@@ -15,8 +15,6 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // maxJumpDepth bounds ProxyJump chains so that a loop in ~/.ssh/config or
@@ -43,7 +41,7 @@ func SFTPClientOptions() []sftp.ClientOption {
 // sshTransport is one SSH connection to a host, shared by every command
 // (one session each) and by one lazily opened SFTP client.
 type sshTransport struct {
-	host   config.Host
+	host   Endpoint
 	addr   string // host:port actually connected to, for errors
 	client *ssh.Client
 	jumps  func() // gives back the ProxyJump hops, after client closes
@@ -63,7 +61,7 @@ type sshTransport struct {
 
 // dialSSH connects to h (through its ProxyJump hops), verifies the host key
 // and authenticates, then starts keepalives.
-func dialSSH(ctx context.Context, h config.Host, opts DialOptions) (Transport, error) {
+func dialSSH(ctx context.Context, h Endpoint, opts DialOptions) (Transport, error) {
 	cfg, err := loadSSHConfig(opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", h.Name, err)
@@ -85,7 +83,7 @@ func dialSSH(ctx context.Context, h config.Host, opts DialOptions) (Transport, e
 // dialClient returns an authenticated client for h, dialling its jump hosts
 // first (or sharing a connection to them, opts.Jumps); the returned release
 // gives the jump hosts back and must be called after the client is closed.
-func dialClient(ctx context.Context, h config.Host, opts DialOptions, cfg *sshConfig, depth int) (*ssh.Client, func(), string, error) {
+func dialClient(ctx context.Context, h Endpoint, opts DialOptions, cfg *sshConfig, depth int) (*ssh.Client, func(), string, error) {
 	tgt, err := resolveTarget(ctx, h, cfg)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("connect to %s: %w", h.Name, err)
@@ -143,7 +141,7 @@ func dialClient(ctx context.Context, h config.Host, opts DialOptions, cfg *sshCo
 // acquireJump connects to the jump host jh: through opts.Jumps, shared
 // with the other dials through it and retried while it hangs up during the
 // handshake; without, a connection of this dial's own.
-func acquireJump(ctx context.Context, jh config.Host, opts DialOptions, cfg *sshConfig, depth int) (*jumpConn, error) {
+func acquireJump(ctx context.Context, jh Endpoint, opts DialOptions, cfg *sshConfig, depth int) (*jumpConn, error) {
 	dial := func() (*ssh.Client, func(), error) {
 		c, hops, _, err := dialClient(ctx, jh, opts, cfg, depth)
 		if err != nil {
@@ -343,7 +341,7 @@ func (t *sshTransport) lostError(cause error) error {
 	return fmt.Errorf("%s (%s): %w: %v", t.host.Name, t.addr, ErrConnectionLost, why)
 }
 
-func (t *sshTransport) Host() config.Host { return t.host }
+func (t *sshTransport) Host() Endpoint { return t.host }
 
 // Start opens a session on the shared connection and runs cmd through the
 // login shell with every word quoted (ShellCommand).
@@ -419,7 +417,7 @@ func checkCmd(cmd Cmd) error {
 		return errors.New("empty command")
 	}
 	for k := range cmd.Env {
-		if !config.ValidEnvName(k) {
+		if !ValidEnvName(k) {
 			return fmt.Errorf("environment variable name %q is not a valid identifier", k)
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -91,9 +90,9 @@ func delayedCopy(dst io.Writer, src io.Reader, delay time.Duration) {
 
 // farBastion returns f's hosts with host 0, the bastion, reached through
 // farAway (delay each way) and every host's known_hosts saying so.
-func farBastion(t *testing.T, f *fleettest.Fleet, delay time.Duration) []config.Host {
+func farBastion(t *testing.T, f *fleettest.Fleet, delay time.Duration) []cluster.Endpoint {
 	t.Helper()
-	hosts := f.ClusterHosts()
+	hosts := f.Endpoints()
 	jumpAddr := farAway(t, net.JoinHostPort(hosts[0].Address, "22"), delay)
 	host, port, _ := net.SplitHostPort(jumpAddr)
 	knownHosts := filepath.Join(t.TempDir(), "known_hosts")

@@ -64,7 +64,7 @@ func TestSSHCertificates(t *testing.T) {
 	fleettest.Need(t, fleet)
 	noHome(t)
 	const i = 4
-	h := fleet.ClusterHosts()[i]
+	h := fleet.Endpoints()[i]
 	dir := t.TempDir()
 	hostCA := newKey(t, dir, "host_ca")
 	userCA := newKey(t, dir, "user_ca")
@@ -118,7 +118,7 @@ func TestSSHKnownHostsBadLine(t *testing.T) {
 	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
 	require.NoError(t, os.WriteFile(knownHosts, []byte("10.231.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBROKEN\n"+
 		"10.231.0.2 sk-future-key@example.com AAAAAA==\n"+readFile(t, fleet.KnownHosts)), 0o600))
-	hosts := fleet.ClusterHosts()
+	hosts := fleet.Endpoints()
 	for i := range hosts {
 		hosts[i].KnownHosts = knownHosts
 	}
@@ -147,7 +147,7 @@ func TestSSHAcceptNewHashed(t *testing.T) {
 	opts := hermetic()
 	opts.SSHConfigPath = filepath.Join(dir, "config")
 	require.NoError(t, os.WriteFile(opts.SSHConfigPath, []byte(fmt.Sprintf("Host *\n    HashKnownHosts yes\n    UserKnownHostsFile %s\n", knownHosts)), 0o600))
-	h := fleet.ClusterHosts()[2]
+	h := fleet.Endpoints()[2]
 	h.KnownHosts = ""
 	opts.AcceptNewHosts = true
 	dialHost(t, h, opts)

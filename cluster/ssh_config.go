@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // sshTarget is everything needed to reach one host over SSH, after merging
@@ -42,7 +40,7 @@ func (t sshTarget) addr() string {
 // would), then OpenSSH's defaults (current user, port 22, ~/.ssh/id_*,
 // ~/.ssh/known_hosts). A ProxyJump (inventory or config) wins over a
 // ProxyCommand.
-func resolveTarget(ctx context.Context, h config.Host, cfg *sshConfig) (sshTarget, error) {
+func resolveTarget(ctx context.Context, h Endpoint, cfg *sshConfig) (sshTarget, error) {
 	alias := h.Address
 	if alias == "" {
 		alias = h.Name
@@ -203,7 +201,7 @@ func expandPercent(s string, tokens map[byte]string) string {
 // inventory host by name, or "[user@]host[:port]" inheriting the target's
 // identity and known_hosts. Only the last hop of a comma-separated chain is
 // returned along with the rest of the chain, which becomes its own jump.
-func jumpHost(spec string, target config.Host, inventory []config.Host) (config.Host, error) {
+func jumpHost(spec string, target Endpoint, inventory []Endpoint) (Endpoint, error) {
 	chain := strings.Split(spec, ",")
 	last := strings.TrimSpace(chain[len(chain)-1])
 	rest := strings.Join(chain[:len(chain)-1], ",")
@@ -212,12 +210,12 @@ func jumpHost(spec string, target config.Host, inventory []config.Host) (config.
 			if rest != "" {
 				h.ProxyJump = rest
 			}
-			h.Transport = config.TransportSSH
+			h.Transport = TransportSSH
 			return h, nil
 		}
 	}
-	j := config.Host{
-		Transport:    config.TransportSSH,
+	j := Endpoint{
+		Transport:    TransportSSH,
 		IdentityFile: target.IdentityFile,
 		KnownHosts:   target.KnownHosts,
 		ProxyJump:    rest,

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -27,7 +26,7 @@ import (
 func TestSSHConfigMatchExec(t *testing.T) {
 	fleettest.Need(t, fleet)
 	noHome(t)
-	h := fleet.ClusterHosts()[6]
+	h := fleet.Endpoints()[6]
 	cfgFile := filepath.Join(t.TempDir(), "config")
 	require.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
 Match exec "test -n on-the-vpn"
@@ -39,7 +38,7 @@ Host fleetalias
 Match final all
     ServerAliveInterval 30
 `, fleet.User, fleet.KeyFile, fleet.KnownHosts, h.Address)), 0o600))
-	alias := config.Host{Name: "aliased", Address: "fleetalias", Transport: config.TransportSSH}
+	alias := cluster.Endpoint{Name: "aliased", Address: "fleetalias", Transport: cluster.TransportSSH}
 
 	t.Run("ssh -G", func(t *testing.T) {
 		opts := hermetic()
@@ -54,7 +53,7 @@ Match final all
 		opts.SSHConfigPath, opts.OpenSSH, opts.Warn = cfgFile, "none", w.warn
 		alias := alias
 		alias.User, alias.IdentityFile, alias.KnownHosts = fleet.User, fleet.KeyFile, fleet.KnownHosts
-		hosts := []config.Host{alias, alias, alias}
+		hosts := []cluster.Endpoint{alias, alias, alias}
 		ts, errs := cluster.DialAll(context.Background(), hosts, opts)
 		for i := range hosts {
 			if assert.NoError(t, errs[i]) {
@@ -75,7 +74,7 @@ Match final all
 func TestSSHProxyCommand(t *testing.T) {
 	fleettest.Need(t, fleet)
 	noHome(t)
-	hosts := fleet.ClusterHosts()
+	hosts := fleet.Endpoints()
 	bastion, target := hosts[0], hosts[3]
 	dir := t.TempDir()
 	// A copy of the key under this test's own name, to find the proxy
@@ -93,7 +92,7 @@ Host behind
 `, target.Address, fleet.User, key, fleet.KnownHosts, key, fleet.KnownHosts, fleet.User, bastion.Address)), 0o600))
 	opts := hermetic()
 	opts.SSHConfigPath = cfgFile
-	tr, err := cluster.Dial(context.Background(), config.Host{Name: "behind", Address: "behind", Transport: config.TransportSSH}, opts)
+	tr, err := cluster.Dial(context.Background(), cluster.Endpoint{Name: "behind", Address: "behind", Transport: cluster.TransportSSH}, opts)
 	require.NoError(t, err)
 	assert.Equal(t, fleet.Hosts[3].Name+"\n", output(t, tr, "hostname"))
 	// sshd on the target saw the connection come from the bastion.
@@ -110,7 +109,7 @@ Host behind
 
 	// A proxy command that fails says why, and the host counts as unreachable.
 	require.NoError(t, os.WriteFile(cfgFile, []byte("Host behind\n    User x\n    ProxyCommand sh -c 'echo no route to bastion >&2; exit 1'\n"), 0o600))
-	_, err = cluster.Dial(context.Background(), config.Host{Name: "behind", Address: "behind", Transport: config.TransportSSH, KnownHosts: fleet.KnownHosts}, opts)
+	_, err = cluster.Dial(context.Background(), cluster.Endpoint{Name: "behind", Address: "behind", Transport: cluster.TransportSSH, KnownHosts: fleet.KnownHosts}, opts)
 	require.Error(t, err)
 	assert.True(t, cluster.IsUnreachable(err), "%v", err)
 	assert.Contains(t, err.Error(), "no route to bastion")

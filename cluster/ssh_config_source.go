@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"github.com/kevinburke/ssh_config"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // sshConfig is the OpenSSH client config as drover reads it. Most files
@@ -49,7 +47,7 @@ const sshGTimeout = 10 * time.Second
 
 // values returns what the config says of key for h (looked up as alias),
 // nil when it says nothing. Keys are OpenSSH's names, e.g. "IdentityFile".
-func (c *sshConfig) values(ctx context.Context, h config.Host, alias, key string) ([]string, error) {
+func (c *sshConfig) values(ctx context.Context, h Endpoint, alias, key string) ([]string, error) {
 	switch {
 	case c == nil:
 		return nil, nil
@@ -79,7 +77,7 @@ func (c *sshConfig) values(ctx context.Context, h config.Host, alias, key string
 // that drover's own defaults and the inventory apply as for a parsed file.
 // The user and port the inventory gives are passed on (-l, -p), so that
 // Match criteria see what ssh would see.
-func (c *sshConfig) askSSH(ctx context.Context, h config.Host, alias string) (map[string][]string, error) {
+func (c *sshConfig) askSSH(ctx context.Context, h Endpoint, alias string) (map[string][]string, error) {
 	args := []string{}
 	if h.User != "" {
 		args = append(args, "-l", h.User)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/kevinburke/ssh_config"
 	"github.com/stretchr/testify/assert"
@@ -34,20 +33,20 @@ Host direct
 	me := currentUser()
 	for _, tc := range []struct {
 		name string
-		host config.Host
+		host Endpoint
 		cfg  *ssh_config.Config
 		want sshTarget
 	}{
 		{
 			name: "defaults",
-			host: config.Host{Name: "h0", Address: "10.0.0.1"},
+			host: Endpoint{Name: "h0", Address: "10.0.0.1"},
 			want: sshTarget{name: "h0", alias: "10.0.0.1", hostname: "10.0.0.1", port: 22, user: me,
 				identityFiles: []string{home + "/.ssh/id_ed25519", home + "/.ssh/id_ecdsa", home + "/.ssh/id_rsa"},
 				knownHosts:    []string{home + "/.ssh/known_hosts"}},
 		},
 		{
 			name: "config fills the gaps",
-			host: config.Host{Name: "g1", Address: "gpu1"},
+			host: Endpoint{Name: "g1", Address: "gpu1"},
 			cfg:  cfg,
 			want: sshTarget{name: "g1", alias: "gpu1", hostname: "gpu1.example.com", port: 2200, user: "alice",
 				identityFiles: []string{home + "/.ssh/gpu_key", home + "/second"}, explicitIdentity: true,
@@ -55,14 +54,14 @@ Host direct
 		},
 		{
 			name: "inventory wins",
-			host: config.Host{Name: "g1", Address: "gpu1", User: "bob", Port: 22, IdentityFile: "/k", KnownHosts: "/kh", ProxyJump: "j"},
+			host: Endpoint{Name: "g1", Address: "gpu1", User: "bob", Port: 22, IdentityFile: "/k", KnownHosts: "/kh", ProxyJump: "j"},
 			cfg:  cfg,
 			want: sshTarget{name: "g1", alias: "gpu1", hostname: "gpu1.example.com", port: 22, user: "bob",
 				identityFiles: []string{"/k"}, explicitIdentity: true, knownHosts: []string{"/kh"}, proxyJump: "j"},
 		},
 		{
 			name: "ProxyJump none",
-			host: config.Host{Name: "d", Address: "direct", User: "u", Port: 22, IdentityFile: "/k", KnownHosts: "/kh"},
+			host: Endpoint{Name: "d", Address: "direct", User: "u", Port: 22, IdentityFile: "/k", KnownHosts: "/kh"},
 			cfg:  cfg,
 			want: sshTarget{name: "d", alias: "direct", hostname: "direct", port: 22, user: "u",
 				identityFiles: []string{"/k"}, explicitIdentity: true, knownHosts: []string{"/kh"}},
@@ -79,7 +78,7 @@ Host direct
 func TestResolveTargetBadPort(t *testing.T) {
 	cfg, err := ssh_config.Decode(strings.NewReader("Host x\n    Port http\n"))
 	require.NoError(t, err)
-	_, err = resolveTarget(context.Background(), config.Host{Name: "x", Address: "x"}, parsedConfig(cfg))
+	_, err = resolveTarget(context.Background(), Endpoint{Name: "x", Address: "x"}, parsedConfig(cfg))
 	assert.ErrorContains(t, err, `Port "http"`)
 }
 
@@ -104,7 +103,7 @@ func TestLoadSSHConfig(t *testing.T) {
 	require.NoError(t, os.WriteFile(opts.SSHConfigPath, []byte("Host a\n  User z\n"), 0o600))
 	cfg, err = loadSSHConfig(opts)
 	require.NoError(t, err)
-	u, err := cfg.values(context.Background(), config.Host{}, "a", "User")
+	u, err := cfg.values(context.Background(), Endpoint{}, "a", "User")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"z"}, u)
 }
@@ -127,7 +126,7 @@ Host gpu*
 Match final all
     IdentityFile ~/.ssh/final_key
 `), 0o600))
-	h := config.Host{Name: "g1", Address: "gpu1"}
+	h := Endpoint{Name: "g1", Address: "gpu1"}
 	t.Run("ssh -G", func(t *testing.T) {
 		testenv.LookPath(t, "ssh") // openssh-client
 		var warnings []string
@@ -178,18 +177,18 @@ Match final all
 }
 
 func TestJumpHost(t *testing.T) {
-	target := config.Host{Name: "t", IdentityFile: "/id", KnownHosts: "/kh"}
-	inv := []config.Host{{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222}}
+	target := Endpoint{Name: "t", IdentityFile: "/id", KnownHosts: "/kh"}
+	inv := []Endpoint{{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222}}
 	for _, tc := range []struct {
 		spec    string
-		want    config.Host
+		want    Endpoint
 		wantErr string
 	}{
-		{spec: "bastion", want: config.Host{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: config.TransportSSH}},
-		{spec: "u@j.example.com:2022", want: config.Host{Name: "j.example.com", Address: "j.example.com", User: "u", Port: 2022, Transport: config.TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
-		{spec: "j.example.com", want: config.Host{Name: "j.example.com", Address: "j.example.com", Transport: config.TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
-		{spec: "[::1]:22", want: config.Host{Name: "::1", Address: "::1", Port: 22, Transport: config.TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
-		{spec: "a@first,bastion", want: config.Host{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: config.TransportSSH, ProxyJump: "a@first"}},
+		{spec: "bastion", want: Endpoint{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: TransportSSH}},
+		{spec: "u@j.example.com:2022", want: Endpoint{Name: "j.example.com", Address: "j.example.com", User: "u", Port: 2022, Transport: TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
+		{spec: "j.example.com", want: Endpoint{Name: "j.example.com", Address: "j.example.com", Transport: TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
+		{spec: "[::1]:22", want: Endpoint{Name: "::1", Address: "::1", Port: 22, Transport: TransportSSH, IdentityFile: "/id", KnownHosts: "/kh"}},
+		{spec: "a@first,bastion", want: Endpoint{Name: "bastion", Address: "10.0.0.1", User: "ops", Port: 2222, Transport: TransportSSH, ProxyJump: "a@first"}},
 		{spec: "j:notaport", wantErr: "bad port"},
 		{spec: "u@", wantErr: "no host"},
 	} {
@@ -253,7 +252,7 @@ func TestSSHConfigUnevaluableInclude(t *testing.T) {
 			opts := DialOptions{SSHConfigPath: path, OpenSSH: "none", Warn: func(m string) { warnings = append(warnings, m) }}.withDefaults()
 			cfg, err := loadSSHConfig(opts)
 			require.NoError(t, err)
-			got, err := resolveTarget(context.Background(), config.Host{Name: "g1", Address: "gpu1"}, cfg)
+			got, err := resolveTarget(context.Background(), Endpoint{Name: "g1", Address: "gpu1"}, cfg)
 			require.NoError(t, err)
 			assert.Equal(t, tc.hostname, got.hostname)
 			require.Len(t, warnings, 1, "%q", warnings)

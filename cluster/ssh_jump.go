@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // Through a bastion, a fleet dial used to open one SSH connection to the
@@ -62,7 +60,7 @@ type jumpConn struct {
 
 // acquire returns the shared connection to jh, dialling it (with dial)
 // when there is none or the last one died.
-func (p *JumpHosts) acquire(ctx context.Context, jh config.Host, dial func() (*ssh.Client, func(), error)) (*jumpConn, error) {
+func (p *JumpHosts) acquire(ctx context.Context, jh Endpoint, dial func() (*ssh.Client, func(), error)) (*jumpConn, error) {
 	key := fmt.Sprintf("%+v", jh)
 	p.mu.Lock()
 	if p.conns == nil {

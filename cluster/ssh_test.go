@@ -19,7 +19,6 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
 )
@@ -36,7 +35,7 @@ func hermetic() cluster.DialOptions {
 	return cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"}
 }
 
-func dialHost(t *testing.T, h config.Host, opts cluster.DialOptions) cluster.Transport {
+func dialHost(t *testing.T, h cluster.Endpoint, opts cluster.DialOptions) cluster.Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -61,7 +60,7 @@ func output(t *testing.T, tr cluster.Transport, args ...string) string {
 // hostKey reads host i's key from the fleet's known_hosts.
 func hostKey(t *testing.T, i int) ssh.PublicKey {
 	t.Helper()
-	addr := fleet.ClusterHosts()[i].Address
+	addr := fleet.Endpoints()[i].Address
 	data, err := os.ReadFile(fleet.KnownHosts)
 	require.NoError(t, err)
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -79,13 +78,13 @@ func hostKey(t *testing.T, i int) ssh.PublicKey {
 
 func TestSSHConformance(t *testing.T) {
 	fleettest.Need(t, fleet)
-	h := fleet.ClusterHosts()[0]
+	h := fleet.Endpoints()[0]
 	transporttest.Run(t, func(t *testing.T) cluster.Transport { return dialHost(t, h, hermetic()) })
 }
 
 func TestSSHDialAll(t *testing.T) {
 	fleettest.Need(t, fleet)
-	hosts := fleet.ClusterHosts()
+	hosts := fleet.Endpoints()
 	// One host that refuses connections: the others must not suffer.
 	bad := hosts[0]
 	bad.Name, bad.Port = "refuser", 2222
@@ -120,7 +119,7 @@ func TestSSHConnectTimeout(t *testing.T) {
 	opts := hermetic()
 	opts.ConnectTimeout = time.Second
 	start := time.Now()
-	_, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[7], opts)
+	_, err := cluster.Dial(context.Background(), fleet.Endpoints()[7], opts)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 10*time.Second, "a 1s connect timeout took %v", time.Since(start))
 	assert.Contains(t, err.Error(), "connect to "+fleet.Hosts[7].Name+" ("+fleet.Hosts[7].Addr+":22): timed out after 1s")
@@ -130,7 +129,7 @@ func TestSSHConnectTimeout(t *testing.T) {
 
 func TestSSHUnknownHostRefused(t *testing.T) {
 	fleettest.Need(t, fleet)
-	h := fleet.ClusterHosts()[1]
+	h := fleet.Endpoints()[1]
 	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts") // missing: nothing known
 	_, err := cluster.Dial(context.Background(), h, hermetic())
 	require.Error(t, err)
@@ -149,7 +148,7 @@ func TestSSHUnknownHostRefused(t *testing.T) {
 
 func TestSSHAcceptNewHosts(t *testing.T) {
 	fleettest.Need(t, fleet)
-	h := fleet.ClusterHosts()[2]
+	h := fleet.Endpoints()[2]
 	h.KnownHosts = filepath.Join(t.TempDir(), "sub", "known_hosts")
 	opts := hermetic()
 	opts.AcceptNewHosts = true
@@ -170,7 +169,7 @@ func TestSSHAcceptNewHosts(t *testing.T) {
 
 func TestSSHChangedHostKeyRefused(t *testing.T) {
 	fleettest.Need(t, fleet)
-	h := fleet.ClusterHosts()[3]
+	h := fleet.Endpoints()[3]
 	// Host 4's key stands in for a wrong key at host 3's address.
 	wrong := hostKey(t, 4)
 	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
@@ -200,7 +199,7 @@ func TestSSHChangedHostKeyRefused(t *testing.T) {
 
 func TestSSHHashedKnownHosts(t *testing.T) {
 	fleettest.Need(t, fleet)
-	h := fleet.ClusterHosts()[4]
+	h := fleet.Endpoints()[4]
 	h.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
 	line := fmt.Sprintf("%s %s", hashHostname(h.Address), ssh.MarshalAuthorizedKey(hostKey(t, 4)))
 	require.NoError(t, os.WriteFile(h.KnownHosts, []byte(line), 0o600))
@@ -235,7 +234,7 @@ func TestSSHAgentAuth(t *testing.T) {
 	out, err := add.CombinedOutput()
 	require.NoError(t, err, "ssh-add: %s", out)
 
-	h := fleet.ClusterHosts()[5]
+	h := fleet.Endpoints()[5]
 	h.IdentityFile = ""
 	opts := hermetic()
 	opts.AgentSocket = sock
@@ -255,7 +254,7 @@ func TestSSHAuthFailureNamesKeys(t *testing.T) {
 	wrongKey := filepath.Join(t.TempDir(), "id_wrong")
 	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", wrongKey).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	h := fleet.ClusterHosts()[5]
+	h := fleet.Endpoints()[5]
 
 	h.IdentityFile = wrongKey
 	_, err = cluster.Dial(context.Background(), h, hermetic())
@@ -278,7 +277,7 @@ func TestSSHAuthFailureNamesKeys(t *testing.T) {
 
 func TestSSHProxyJump(t *testing.T) {
 	fleettest.Need(t, fleet)
-	hosts := fleet.ClusterHosts()
+	hosts := fleet.Endpoints()
 	for _, tc := range []struct{ name, jump string }{
 		{"inventory name", fleet.Hosts[0].Name},
 		{"user@host:port", "drovertest@" + hosts[0].Address + ":22"},
@@ -306,7 +305,7 @@ func TestSSHProxyJump(t *testing.T) {
 		jump := hosts[0]
 		jump.KnownHosts = filepath.Join(t.TempDir(), "known_hosts")
 		opts := hermetic()
-		opts.Inventory = []config.Host{jump}
+		opts.Inventory = []cluster.Endpoint{jump}
 		_, err := cluster.Dial(context.Background(), h, opts)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "connect to "+fleet.Hosts[1].Name+" ("+fleet.Hosts[1].Addr+":22): via proxy jump "+fleet.Hosts[0].Name+": connect to "+fleet.Hosts[0].Name+" ("+fleet.Hosts[0].Addr+":22): host key unknown")
@@ -316,7 +315,7 @@ func TestSSHProxyJump(t *testing.T) {
 func TestSSHConfigFile(t *testing.T) {
 	fleettest.Need(t, fleet)
 	noHome(t)
-	hosts := fleet.ClusterHosts()
+	hosts := fleet.Endpoints()
 	dir := t.TempDir()
 	sshConfig := filepath.Join(dir, "config")
 	require.NoError(t, os.WriteFile(sshConfig, []byte(fmt.Sprintf(`
@@ -336,7 +335,7 @@ Host *
 	opts := hermetic()
 	opts.SSHConfigPath = sshConfig
 	// Only the alias: everything else comes from the config.
-	h := config.Host{Name: "aliased", Address: "fleetalias", Transport: config.TransportSSH}
+	h := cluster.Endpoint{Name: "aliased", Address: "fleetalias", Transport: cluster.TransportSSH}
 	tr := dialHost(t, h, opts)
 	assert.Equal(t, fleet.Hosts[6].Name+"\n", output(t, tr, "hostname"))
 	assert.Equal(t, "drovertest\n", output(t, tr, "whoami"))
@@ -350,7 +349,7 @@ Host *
 
 func TestSSHConnectionLost(t *testing.T) {
 	fleettest.Need(t, fleet)
-	hosts := fleet.ClusterHosts()
+	hosts := fleet.Endpoints()
 	victim := dialHost(t, hosts[2], hermetic())
 	healthy := dialHost(t, hosts[3], hermetic())
 
@@ -402,7 +401,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 
 func TestSSHCloseEndsCommands(t *testing.T) {
 	fleettest.Need(t, fleet)
-	tr, err := cluster.Dial(context.Background(), fleet.ClusterHosts()[4], hermetic())
+	tr, err := cluster.Dial(context.Background(), fleet.Endpoints()[4], hermetic())
 	require.NoError(t, err)
 	p, err := tr.Start(context.Background(), cluster.Cmd{Args: []string{"sleep", "60"}})
 	require.NoError(t, err)
@@ -423,7 +422,7 @@ func TestSSHCloseEndsCommands(t *testing.T) {
 // ones wait for a free slot instead of failing.
 func TestSSHMoreCommandsThanMaxSessions(t *testing.T) {
 	fleettest.Need(t, fleet)
-	tr := dialHost(t, fleet.ClusterHosts()[6], hermetic())
+	tr := dialHost(t, fleet.Endpoints()[6], hermetic())
 	const n = 130
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -452,7 +451,7 @@ func TestSSHPing(t *testing.T) {
 	fleettest.Need(t, fleet)
 	opts := hermetic()
 	opts.KeepAliveInterval = -1 // no keepalive answer to vouch for it: Ping must ask
-	tr := dialHost(t, fleet.ClusterHosts()[6], opts)
+	tr := dialHost(t, fleet.Endpoints()[6], opts)
 	require.NoError(t, cluster.Ping(context.Background(), tr))
 
 	require.NoError(t, fleet.Cut(6))
@@ -464,7 +463,7 @@ func TestSSHPing(t *testing.T) {
 	_, err = tr.Start(context.Background(), cluster.Cmd{Args: []string{"true"}})
 	assert.True(t, cluster.IsConnectionLost(err), "the unanswered connection is closed: %v", err)
 
-	other := dialHost(t, fleet.ClusterHosts()[5], hermetic())
+	other := dialHost(t, fleet.Endpoints()[5], hermetic())
 	require.NoError(t, other.Close())
 	assert.True(t, cluster.IsConnectionLost(cluster.Ping(context.Background(), other)))
 }

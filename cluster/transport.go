@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"syscall"
 	"time"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // Transport is an open connection to one host. Both the SSH transport and the
@@ -19,7 +17,7 @@ import (
 // run over one connection at once.
 type Transport interface {
 	// Host is the host this transport reaches, as it was when dialled.
-	Host() config.Host
+	Host() Endpoint
 	// Start starts cmd on the host and returns at once. Cancelling ctx
 	// closes the command's channel (SSH) or kills it (local); it does not
 	// wait for the process to exit. A caller that must not leave the

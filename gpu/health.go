@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // Health is what a GPU says about its own soundness: the counters and
@@ -77,10 +75,6 @@ var throttleNames = []struct {
 	{ThrottleHWPowerBrake, "hardware power brake slowdown", throttleFixPowerSupply},
 	{ThrottleHWSlowdown, "hardware slowdown", throttleFixCooling + " and power supply"},
 }
-
-// DefaultIgnoreXIDs are the job's ignore_xids by default: the Xids the
-// application or the user causes (see config.DefaultIgnoreXIDs).
-var DefaultIgnoreXIDs = config.DefaultIgnoreXIDs
 
 // HealthPolicy is what makes a finding critical (every Xid not in
 // IgnoreXIDs is), and when a reading means nothing.

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster/config"
 )
 
 // The forms a real H200 under driver 580 printed for the health fields
@@ -29,7 +31,7 @@ func TestParseSMIHealthRealH200(t *testing.T) {
 	assert.Equal(t, 16, *got.PCIeWidthMax)
 	rep := HostReport{Host: "h200", Devices: []Device{{Index: 0}}}
 	AddSMIHealth(&rep, h, lost)
-	assert.Empty(t, CheckHealth(rep, HealthPolicy{IgnoreXIDs: DefaultIgnoreXIDs}), "a sound H200 has no finding")
+	assert.Empty(t, CheckHealth(rep, HealthPolicy{IgnoreXIDs: config.DefaultIgnoreXIDs}), "a sound H200 has no finding")
 }
 
 func TestParseSMIHealthFindings(t *testing.T) {
@@ -88,7 +90,7 @@ func TestKernelXIDs(t *testing.T) {
 		Key: "3,1201,812345678,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus."}, xs[0])
 	assert.Equal(t, 0, xs[1].GPU)
 	assert.Equal(t, -1, xs[2].GPU)
-	fs := CheckHealth(HostReport{Host: "h", XIDs: xs}, HealthPolicy{IgnoreXIDs: DefaultIgnoreXIDs})
+	fs := CheckHealth(HostReport{Host: "h", XIDs: xs}, HealthPolicy{IgnoreXIDs: config.DefaultIgnoreXIDs})
 	require.Len(t, fs, 3)
 	assert.True(t, fs[0].Critical)
 	assert.Equal(t, "GPU 1", fs[0].GPU)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,29 +29,35 @@ func golden(t *testing.T, name string, got []byte) {
 	assert.Equal(t, string(want), string(got), "golden %s differs; run go test ./gpu -run %s -update if the change is intended", path, t.Name())
 }
 
+// selectHost is a host's name and the policy drover probe selects with.
+type selectHost struct {
+	name string
+	p    Policy
+}
+
 // results selects on each report as drover probe does.
-func results(t *testing.T, hosts []config.Host, j config.Job, reps []HostReport) []HostResult {
+func results(t *testing.T, hosts []selectHost, reps []HostReport) []HostResult {
 	t.Helper()
 	require.Equal(t, len(hosts), len(reps))
 	var rs []HostResult
 	for i, h := range hosts {
-		reps[i].Host = h.Name
-		sel, err := Select(h, j, reps[i])
+		reps[i].Host = h.name
+		sel, err := Select(h.name, h.p, reps[i])
 		rs = append(rs, HostResult{Report: reps[i], Selection: sel, Err: err})
 	}
 	return rs
 }
 
 func mockFleet(t *testing.T) []HostResult {
-	hosts := []config.Host{
-		{Name: "dgx0", GPUs: auto()},
-		{Name: "dgx1", GPUs: pin(1, 2)},
-		{Name: "cpu2", GPUs: auto()},
-		{Name: "dgx3", GPUs: auto(), MinGPUs: 8},
+	hosts := []selectHost{
+		{"dgx0", Policy{GPUs: auto(), MaxUsedMiB: 100}},
+		{"dgx1", Policy{GPUs: pin(1, 2), MaxUsedMiB: 100}},
+		{"cpu2", Policy{GPUs: auto(), MaxUsedMiB: 100}},
+		{"dgx3", Policy{GPUs: auto(), MinGPUs: 8, MaxUsedMiB: 100}},
 	}
 	noDriver := LocalProber{NVML: nvmlNotFound()}.Probe("cpu2")
 	reps := []HostReport{probeMock(busyDGX()), probeMock(busyDGX()), noDriver, probeMock(busyDGX())}
-	return results(t, hosts, job(100, 0), reps)
+	return results(t, hosts, reps)
 }
 
 func TestRenderTableMock(t *testing.T) {
@@ -90,7 +95,7 @@ func TestRenderTableSMI(t *testing.T) {
 	for _, name := range []string{"a100x8", "h100x1"} {
 		t.Run(name, func(t *testing.T) {
 			rep := loadSMI(t, name)
-			rs := results(t, []config.Host{{Name: name, GPUs: auto()}}, job(100, 0), []HostReport{rep})
+			rs := results(t, []selectHost{{name, Policy{GPUs: auto(), MaxUsedMiB: 100}}}, []HostReport{rep})
 			var b bytes.Buffer
 			require.NoError(t, RenderTable(&b, rs))
 			golden(t, "render-smi-"+name+".golden", b.Bytes())

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // MIGSkipReason is why gpus = "auto" leaves out a MIG-enabled GPU: drover
@@ -36,25 +34,62 @@ type Selection struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Select picks the GPUs of host that job will use, from the probe rep.
+// Spec says which GPUs of a host to use: the job file's gpus key, which
+// the caller converts (package gpu does not read the job file).
+type Spec struct {
+	// Auto means use the free GPUs the probe finds.
+	Auto bool
+	// List pins GPU indices (NVML/PCI bus order); empty with Auto false
+	// means the host has no GPUs to use.
+	List []int
+}
+
+// String renders the spec as written in TOML: "auto", [] or [0, 1], so
+// that errors quote the user's own key.
+func (s Spec) String() string {
+	if s.Auto {
+		return "auto"
+	}
+	parts := make([]string, len(s.List))
+	for i, n := range s.List {
+		parts[i] = strconv.Itoa(n)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Policy is what Select needs to know of the job for one host, as plain
+// values: the launcher builds it from the job file (its gpuPolicy), so
+// the selection rules can be used and tested without one.
+type Policy struct {
+	// GPUs is the host's gpus key.
+	GPUs Spec
+	// MinGPUs is the fewest GPUs the host must give (the host's
+	// min_gpus, else the job's); 0: any number, none included.
+	MinGPUs int
+	// MaxUsedMiB is gpu_max_used_mib: the most memory a GPU may have in
+	// use and still count as free.
+	MaxUsedMiB int
+}
+
+// Select picks the GPUs of host that the job will use, from the probe rep.
 //
 //   - gpus = "auto" takes every free GPU: no compute process and at most
-//     job.GPUMaxUsedMiB of memory in use; MIG-enabled GPUs and GPUs whose
+//     p.MaxUsedMiB of memory in use; MIG-enabled GPUs and GPUs whose
 //     state cannot be read are skipped.
 //   - gpus = [0, 2] takes exactly those, failing if one does not exist; a
 //     pinned GPU that is busy is still used (the user asked for it) but
 //     warned about.
 //   - gpus = [] selects nothing.
 //
-// min_gpus (the host's, else the job's) turns a shortfall into an error
+// p.MinGPUs (min_gpus) turns a shortfall into an error
 // that names each busy GPU and the process holding it, because "not enough
 // GPUs" alone sends the user to nvidia-smi on every host.
-func Select(host config.Host, job config.Job, rep HostReport) (Selection, error) {
-	sel := Selection{Host: host.Name, Indices: []int{}, Devices: []Device{}}
+func Select(host string, p Policy, rep HostReport) (Selection, error) {
+	sel := Selection{Host: host, Indices: []int{}, Devices: []Device{}}
 	switch {
-	case host.GPUs.Auto:
+	case p.GPUs.Auto:
 		for _, d := range rep.Devices {
-			if why := notFree(d, job.GPUMaxUsedMiB); why != "" {
+			if why := notFree(d, p.MaxUsedMiB); why != "" {
 				sel.Skipped = append(sel.Skipped, Skip{Index: d.Index, Why: why})
 				continue
 			}
@@ -63,25 +98,25 @@ func Select(host config.Host, job config.Job, rep HostReport) (Selection, error)
 		if len(rep.Devices) == 0 && rep.Reason != "" {
 			sel.Warnings = append(sel.Warnings, fmt.Sprintf(`gpus = "auto" found no GPUs (%s)`, rep.Reason))
 		}
-	case len(host.GPUs.List) > 0:
+	case len(p.GPUs.List) > 0:
 		seen := map[int]bool{}
-		for _, i := range host.GPUs.List {
+		for _, i := range p.GPUs.List {
 			if seen[i] {
-				return sel, fmt.Errorf("gpus = %s lists GPU %d twice", host.GPUs, i)
+				return sel, fmt.Errorf("gpus = %s lists GPU %d twice", p.GPUs, i)
 			}
 			seen[i] = true
 			d, ok := rep.Device(i)
 			if !ok {
-				return sel, fmt.Errorf("gpus = %s: GPU %d does not exist (%s)", host.GPUs, i, existing(rep))
+				return sel, fmt.Errorf("gpus = %s: GPU %d does not exist (%s)", p.GPUs, i, existing(rep))
 			}
-			if why := notFree(d, job.GPUMaxUsedMiB); why != "" {
+			if why := notFree(d, p.MaxUsedMiB); why != "" {
 				sel.Warnings = append(sel.Warnings, fmt.Sprintf("pinned GPU %d is used anyway: %s", i, why))
 			}
 			sel.add(d)
 		}
 		for _, d := range rep.Devices {
 			if !seen[d.Index] {
-				sel.Skipped = append(sel.Skipped, Skip{Index: d.Index, Why: "not in gpus = " + host.GPUs.String()})
+				sel.Skipped = append(sel.Skipped, Skip{Index: d.Index, Why: "not in gpus = " + p.GPUs.String()})
 			}
 		}
 	default:
@@ -91,12 +126,8 @@ func Select(host config.Host, job config.Job, rep HostReport) (Selection, error)
 	}
 	sortSelection(&sel)
 
-	minGPUs := host.MinGPUs
-	if minGPUs == 0 {
-		minGPUs = job.MinGPUs
-	}
-	if (host.GPUs.Auto || len(host.GPUs.List) > 0) && len(sel.Indices) < minGPUs {
-		return sel, shortfall(rep, sel, minGPUs)
+	if (p.GPUs.Auto || len(p.GPUs.List) > 0) && len(sel.Indices) < p.MinGPUs {
+		return sel, shortfall(rep, sel, p.MinGPUs)
 	}
 	return sel, nil
 }

@@ -7,15 +7,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
-func auto() config.GPUSpec        { return config.GPUSpec{Auto: true} }
-func pin(i ...int) config.GPUSpec { return config.GPUSpec{List: i} }
-func job(maxUsed, minGPUs int) config.Job {
-	return config.Job{GPUMaxUsedMiB: maxUsed, MinGPUs: minGPUs}
-}
+func auto() Spec        { return Spec{Auto: true} }
+func pin(i ...int) Spec { return Spec{List: i} }
 
 func nvmlNotFound() NVML { return noLibrary{} }
 
@@ -58,11 +53,11 @@ func TestReportFromSMIA100(t *testing.T) {
 	assert.Len(t, rep.Devices[5].Processes, 2)
 	assert.Empty(t, rep.Devices[0].Processes)
 
-	sel, err := Select(config.Host{Name: "a100x8", GPUs: auto()}, job(100, 0), rep)
+	sel, err := Select("a100x8", Policy{GPUs: auto(), MaxUsedMiB: 100}, rep)
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 2, 4, 6, 7}, sel.Indices)
 
-	_, err = Select(config.Host{Name: "a100x8", GPUs: auto(), MinGPUs: 8}, job(100, 0), rep)
+	_, err = Select("a100x8", Policy{GPUs: auto(), MinGPUs: 8, MaxUsedMiB: 100}, rep)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "GPU 1 busy: pid 48213 python (30114 MiB)")
 	assert.Contains(t, err.Error(), "GPU 5 busy: pid 51007 /usr/bin/python3 (19430 MiB), pid 51008 /usr/bin/python3 (19430 MiB)")
@@ -74,7 +69,7 @@ func TestReportFromSMIH100Busy(t *testing.T) {
 	require.Len(t, rep.Devices, 1)
 	assert.Equal(t, "NVIDIA H100 80GB HBM3", rep.Devices[0].Name)
 	assert.Equal(t, "550.90.07", rep.Driver)
-	_, err := Select(config.Host{Name: "h100", GPUs: auto(), MinGPUs: 1}, job(100, 0), rep)
+	_, err := Select("h100", Policy{GPUs: auto(), MinGPUs: 1, MaxUsedMiB: 100}, rep)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "GPU 0 busy: pid 31337 /opt/conda/bin/python (40506 MiB)")
 }
@@ -106,7 +101,7 @@ func TestReportFromSMIPartial(t *testing.T) {
 				assert.ElementsMatch(t, want, rep.Devices[i].Unknown, "device %d", i)
 			}
 			assert.Equal(t, "", rep.CUDA)
-			sel, err := Select(config.Host{Name: "t4", GPUs: auto()}, job(100, 0), rep)
+			sel, err := Select("t4", Policy{GPUs: auto(), MaxUsedMiB: 100}, rep)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantFree0, len(sel.Indices) > 0 && sel.Indices[0] == 0, "selected %v", sel.Indices)
 			assert.Contains(t, sel.Indices, 1)

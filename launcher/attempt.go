@@ -410,7 +410,7 @@ func isUnreachable(err error) bool {
 // fails at once. Every connection made joins the pool.
 func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
-	opts.Inventory = a.cfg.Hosts
+	opts.Inventory = config.Endpoints(a.cfg.Hosts)
 	lost := a.r.takeLost()
 	a.r.pool.dropHosts(lost)
 	conns := a.r.pool.reuse(ctx, hosts)
@@ -442,7 +442,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 			var t cluster.Transport
 			wopts := opts
 			wopts.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, deadline.Sub(a.r.now()))
-			t, err = cluster.Dial(ctx, h, wopts)
+			t, err = cluster.Dial(ctx, h.Endpoint(), wopts)
 			if err == nil {
 				conns[i] = &hostConn{host: h, t: t}
 				a.r.pool.add(conns[i])
@@ -524,7 +524,7 @@ func (a *attempt_) takeSpare(ctx context.Context, inUse []config.Host, opts clus
 		if !h.Spare || used[h.Name] {
 			continue
 		}
-		t, err := cluster.Dial(ctx, h, opts)
+		t, err := cluster.Dial(ctx, h.Endpoint(), opts)
 		if err != nil {
 			lastErr = err
 			continue
@@ -665,7 +665,7 @@ func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[strin
 			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
 			before = gpu.Pids(rep)
 			if c.host.GPUs.Auto {
-				sel, err := gpu.Select(c.host, a.cfg.Job, rep)
+				sel, err := gpu.Select(c.host.Name, gpuPolicy(c.host, a.cfg.Job), rep)
 				if err != nil {
 					return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
 				}
@@ -748,7 +748,7 @@ func (a *attempt_) scan() *scanned {
 	go func() {
 		defer close(sc.done)
 		start := a.r.now()
-		sc.tree, sc.err = push.ScanLocal(a.cfg.Job.Code, opts)
+		sc.tree, sc.err = scanLocal(a.cfg.Job.Code, opts)
 		a.r.events.debugf("%s: setup: scan of %s took %s", a.prefix(), a.cfg.Job.Code, a.r.now().Sub(start).Round(time.Millisecond))
 	}()
 	return sc

@@ -26,7 +26,7 @@ type countingDials struct {
 	conns map[string][]cluster.Transport
 }
 
-func (d *countingDials) dial(ctx context.Context, h config.Host) (cluster.Transport, error) {
+func (d *countingDials) dial(ctx context.Context, h cluster.Endpoint) (cluster.Transport, error) {
 	t, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ master_port = 29671
 	var events strings.Builder
 	res, err := Run(context.Background(), RunOptions{JobPath: job, AgentBinary: bin, Out: out, Events: &syncWriter{w: &events},
 		Dial: cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none",
-			Dialers: map[string]func(context.Context, config.Host) (cluster.Transport, error){config.TransportSSH: dials.dial}}})
+			Dialers: map[string]func(context.Context, cluster.Endpoint) (cluster.Transport, error){config.TransportSSH: dials.dial}}})
 	require.NoError(t, err)
 	log, _ := os.ReadFile(filepath.Join(res.LogDir, "events.log"))
 	t.Logf("events.log:\n%s", log)
@@ -162,7 +162,7 @@ func TestSameEndpoint(t *testing.T) {
 func TestConnPoolReuse(t *testing.T) {
 	pool := newConnPool()
 	h := config.Host{Name: "a", Address: "local", Transport: config.TransportLocal}
-	tr, err := cluster.NewLocal(h)
+	tr, err := cluster.NewLocal(h.Endpoint())
 	require.NoError(t, err)
 	c := &hostConn{host: h, t: tr}
 	pool.add(c)

@@ -126,7 +126,7 @@ func execOne(ctx context.Context, h config.Host, opts ExecOptions, sem chan stru
 	case <-ctx.Done():
 		return fmt.Errorf("connect to %s: %w", h.Name, ctx.Err())
 	}
-	tr, err := cluster.Dial(ctx, h, opts.Dial)
+	tr, err := cluster.Dial(ctx, h.Endpoint(), opts.Dial)
 	<-sem
 	if err != nil {
 		return err

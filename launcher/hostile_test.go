@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // forged is what a hostile host puts in a checkpoint name or its output:
@@ -69,7 +68,7 @@ func (p pathTransport) Start(ctx context.Context, cmd cluster.Cmd) (cluster.Proc
 func TestDiscoverIfaceBounded(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "ip"), []byte("#!/bin/sh\nprintf '1: '; head -c 8000000 /dev/zero | tr '\\0' x; echo ' inet'\n"), 0o755))
-	local, err := cluster.NewLocal(config.Host{Name: "h0", Transport: config.TransportLocal})
+	local, err := cluster.NewLocal(cluster.Endpoint{Name: "h0", Transport: cluster.TransportLocal})
 	require.NoError(t, err)
 	defer local.Close()
 	tr := pathTransport{local, dir}

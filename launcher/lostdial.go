@@ -50,7 +50,7 @@ func (a *attempt_) dialFirst(ctx context.Context, hosts []config.Host, opts clus
 		}
 	}
 	if len(gone) == 0 {
-		return cluster.DialAll(ctx, hosts, opts)
+		return cluster.DialAll(ctx, config.Endpoints(hosts), opts)
 	}
 	bounded := opts
 	bounded.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, a.cfg.Job.HostWait)
@@ -67,7 +67,7 @@ func (a *attempt_) dialFirst(ctx context.Context, hosts []config.Host, opts clus
 			for k, i := range part.idx {
 				sub[k] = hosts[i]
 			}
-			pts, perrs := cluster.DialAll(ctx, sub, part.opts)
+			pts, perrs := cluster.DialAll(ctx, config.Endpoints(sub), part.opts)
 			for k, i := range part.idx {
 				ts[i], errs[i] = pts[k], perrs[k]
 			}

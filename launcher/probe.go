@@ -28,7 +28,7 @@ func ProbeHealth(ctx context.Context, job config.Job, hosts []config.Host, dial 
 }
 
 func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluster.DialOptions, bin string, health bool) []gpu.HostResult {
-	ts, errs := cluster.DialAll(ctx, hosts, dial)
+	ts, errs := cluster.DialAll(ctx, config.Endpoints(hosts), dial)
 	var up []cluster.Transport
 	for i := range hosts {
 		if errs[i] == nil {
@@ -62,7 +62,7 @@ func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 		}
 		rep := reps[next]
 		next++
-		sel, err := gpu.Select(h, job, rep)
+		sel, err := gpu.Select(h.Name, gpuPolicy(h, job), rep)
 		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
 		if health {
 			// The kernel log's Xids are listed, not judged: a run judges

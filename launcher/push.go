@@ -46,7 +46,7 @@ type PushResult struct {
 // checkpoints and logs inside the code directory never pushed, overwritten
 // or deleted (push.ForJob).
 func pushOptions(cfg *config.Config, logRoot, cacheDir string, verify push.Verify) push.Options {
-	opts := push.ForJob(cfg, logRoot)
+	opts := push.ForJob(pushJob(cfg), logRoot)
 	opts.CacheDir = cacheDir
 	opts.Verify = verify
 	return opts
@@ -68,14 +68,14 @@ func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOp
 	scanOpts := opts // the scan's own copy: opts gets Progress below
 	go func() {
 		defer close(scanned)
-		if tree, scanErr = push.ScanLocal(cfg.Job.Code, scanOpts); scanErr != nil {
+		if tree, scanErr = scanLocal(cfg.Job.Code, scanOpts); scanErr != nil {
 			cancel()
 		}
 	}()
 	opts.Progress = o.Progress
 	res := &PushResult{Hosts: make([]PushOutcome, len(hosts))}
 	claims := newWorkdirClaims(cfg.Job.Code)
-	cluster.DialEach(ctx, hosts, o.Dial, func(i int, t cluster.Transport, err error) {
+	cluster.DialEach(ctx, config.Endpoints(hosts), o.Dial, func(i int, t cluster.Transport, err error) {
 		h := hosts[i]
 		var fsys cluster.FS
 		if t != nil {

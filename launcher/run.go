@@ -240,30 +240,41 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			r.events.printf("attempt %d/%d: job %s succeeded", attempt, total, cfg.Job.Name)
 			return r.finish(res, Succeeded, nil), nil
 		}
-		// A failure: decide whether to try again.
-		err := b.spend(cfg.Job, out, attempt)
-		if err == nil {
-			err = stuck.judge(cfg.Job.MaxRestartsWithoutProgress, a.progress, out.err)
-		}
-		if err != nil {
-			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
-			return r.finish(res, Failed, err), nil
-		}
-		if lost := r.checkLeases(ctx); lost != nil {
-			return r.finish(res, Failed, lost), nil
-		}
-		delay := backoff(cfg.Job, b.restarts+b.hostFailures)
-		r.events.printf("attempt %d/%d: restarting the whole group in %s", attempt+1, b.total(cfg.Job), delay.Round(time.Millisecond))
-		if err := r.sleep(ctx, delay); err != nil {
-			if lost := lostLease(ctx, nil); lost != nil {
-				return r.finish(res, Failed, lost), nil
-			}
-			return r.finish(res, Interrupted, context.Cause(ctx)), nil
-		}
-		if lost := r.checkLeases(ctx); lost != nil {
-			return r.finish(res, Failed, lost), nil
+		if end := r.again(ctx, res, cfg, &b, &stuck, a, out); end != nil {
+			return end, nil
 		}
 	}
+}
+
+// again decides, after attempt a failed with out, whether the run goes
+// on: it spends a restart (or ends the run past max_restarts,
+// max_host_failures or max_restarts_without_progress), makes sure every
+// lease is still this run's, and waits the backoff. A non-nil Result ends
+// the run with it.
+func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *budget, stuck *breaker, a *attempt_, out attemptOutcome) *Result {
+	err := b.spend(cfg.Job, out, a.n)
+	if err == nil {
+		err = stuck.judge(cfg.Job.MaxRestartsWithoutProgress, a.progress, out.err)
+	}
+	if err != nil {
+		r.events.printf("job %s failed: %v", cfg.Job.Name, err)
+		return r.finish(res, Failed, err)
+	}
+	if lost := r.checkLeases(ctx); lost != nil {
+		return r.finish(res, Failed, lost)
+	}
+	delay := backoff(cfg.Job, b.restarts+b.hostFailures)
+	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.total(cfg.Job), delay.Round(time.Millisecond))
+	if err := r.sleep(ctx, delay); err != nil {
+		if lost := lostLease(ctx, nil); lost != nil {
+			return r.finish(res, Failed, lost)
+		}
+		return r.finish(res, Interrupted, context.Cause(ctx))
+	}
+	if lost := r.checkLeases(ctx); lost != nil {
+		return r.finish(res, Failed, lost)
+	}
+	return nil
 }
 
 // budget counts the restarts a run has used, by cause: lost hosts and

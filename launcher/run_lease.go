@@ -38,9 +38,9 @@ func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
 		targets[i] = lease.Target{Host: c.host, Workdir: remoteAbs(c.home, c.host.Workdir)}
 	}
 	opts := a.r.opts.Dial
-	opts.Inventory = a.cfg.Hosts
+	opts.Inventory = config.Endpoints(a.cfg.Hosts)
 	dial := a.r.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
-		return cluster.Dial(ctx, h, opts)
+		return cluster.Dial(ctx, h.Endpoint(), opts)
 	})
 	err := a.r.leases.Acquire(ctx, dial, targets)
 	a.r.leases.Keep(targets)

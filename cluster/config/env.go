@@ -1,25 +1,16 @@
 package config
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/droverhq/drover/cluster"
+)
 
 // ValidEnvName reports whether name is a portable environment variable
-// name: a shell identifier, the only kind a POSIX shell can export. It is
-// the one rule every layer uses (the job file's [job.env], the plan, the
-// transports that export a command's environment).
-func ValidEnvName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i, r := range name {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+// name (a shell identifier). It is cluster.ValidEnvName: the one rule every
+// layer uses (the job file's [job.env], the plan, the transports that
+// export a command's environment).
+func ValidEnvName(name string) bool { return cluster.ValidEnvName(name) }
 
 // torchWorkerEnv is what torchrun's elastic agent gives every worker
 // (torch/distributed/elastic/agent/server/local_elastic_agent.py,

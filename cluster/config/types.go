@@ -3,6 +3,8 @@ package config
 import (
 	"strconv"
 	"time"
+
+	"github.com/droverhq/drover/cluster"
 )
 
 // Framework names how processes are laid out and which environment they get.
@@ -179,10 +181,10 @@ type Roles struct {
 	Evaluator  int
 }
 
-// Transport kinds for Host.Transport.
+// Transport kinds for Host.Transport: the transports' own names.
 const (
-	TransportSSH   = "ssh"
-	TransportLocal = "local"
+	TransportSSH   = cluster.TransportSSH
+	TransportLocal = cluster.TransportLocal
 )
 
 // Host is one machine of the fleet with the [ssh] defaults already merged in.
@@ -218,6 +220,25 @@ type Host struct {
 
 	// Line is the line of the [[host]] header in InventoryPath, for errors.
 	Line int
+}
+
+// Endpoint is what the transports need of h to reach it. The conversion
+// goes this way (config knows cluster, never the reverse) so that the
+// transports do not depend on the job file.
+func (h Host) Endpoint() cluster.Endpoint {
+	return cluster.Endpoint{Name: h.Name, Address: h.Address, Transport: h.Transport,
+		User: h.User, Port: h.Port, IdentityFile: h.IdentityFile, KnownHosts: h.KnownHosts,
+		ProxyJump: h.ProxyJump, Workdir: h.Workdir}
+}
+
+// Endpoints converts every host, in order (DialAll's hosts, DialOptions'
+// Inventory).
+func Endpoints(hosts []Host) []cluster.Endpoint {
+	es := make([]cluster.Endpoint, len(hosts))
+	for i, h := range hosts {
+		es[i] = h.Endpoint()
+	}
+	return es
 }
 
 // GPUSpec says which GPUs of a host to use.

@@ -34,7 +34,7 @@ func dial(t *testing.T, i int) cluster.Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr, err := cluster.Dial(ctx, fleet.ClusterHosts()[i], cluster.DialOptions{
+	tr, err := cluster.Dial(ctx, fleet.Endpoints()[i], cluster.DialOptions{
 		SSHConfigPath:     "none",
 		AgentSocket:       "none",
 		KeepAliveInterval: 300 * time.Millisecond,

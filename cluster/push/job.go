@@ -4,9 +4,24 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-
-	"github.com/droverhq/drover/cluster/config"
 )
+
+// Job is what ForJob needs of the job file, as plain values: the launcher
+// converts the job file's, so that push does not depend on its shape.
+type Job struct {
+	// File is the job file's path: the default log directory, runs/, is
+	// next to it. "": no default.
+	File string
+	// Code is the local code directory that is pushed.
+	Code string
+	// Workdir is where the code lands on each host, as written.
+	Workdir string
+	// CheckpointDir is checkpoint_dir as written: relative to Workdir
+	// unless absolute.
+	CheckpointDir string
+	// Exclude is job.exclude.
+	Exclude []string
+}
 
 // ForJob is the one rule for what a job's push sends and leaves alone,
 // shared by `drover push` and `drover run` so that the two never differ:
@@ -16,16 +31,16 @@ import (
 // inside the code directory. A checkpoint written by a local smoke test
 // must not replace the fleet's, and deleting it locally must not delete
 // the fleet's; logs of local runs are not code.
-func ForJob(cfg *config.Config, logRoot string) Options {
-	opts := Options{Exclude: cfg.Job.Exclude}
-	if rel, ok := checkpointRel(cfg.Job.Workdir, cfg.Job.CheckpointDir); ok {
+func ForJob(j Job, logRoot string) Options {
+	opts := Options{Exclude: j.Exclude}
+	if rel, ok := checkpointRel(j.Workdir, j.CheckpointDir); ok {
 		opts.Protect = append(opts.Protect, rel)
 	}
-	if logRoot == "" && cfg.Path != "" {
-		logRoot = filepath.Join(filepath.Dir(cfg.Path), "runs")
+	if logRoot == "" && j.File != "" {
+		logRoot = filepath.Join(filepath.Dir(j.File), "runs")
 	}
-	if logRoot != "" && cfg.Job.Code != "" {
-		rel, err := filepath.Rel(cfg.Job.Code, logRoot)
+	if logRoot != "" && j.Code != "" {
+		rel, err := filepath.Rel(j.Code, logRoot)
 		if err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel) {
 			opts.Protect = append(opts.Protect, filepath.ToSlash(rel))
 		}

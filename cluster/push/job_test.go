@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // TestForJob is the one exclusion rule `drover push` and `drover run`
@@ -30,10 +28,9 @@ func TestForJob(t *testing.T) {
 		{"no checkpoint dir", "/src/job", "w", "", "", []string{"runs"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &config.Config{Path: "/src/job/job.toml", Job: config.Job{
+			opts := ForJob(Job{File: "/src/job/job.toml",
 				Code: tc.code, Workdir: tc.workdir, CheckpointDir: tc.ckpt, Exclude: []string{"*.pt"},
-			}}
-			opts := ForJob(cfg, tc.log)
+			}, tc.log)
 			assert.Equal(t, tc.want, opts.Protect)
 			assert.Equal(t, []string{"*.pt"}, opts.Exclude)
 		})

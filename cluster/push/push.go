@@ -41,7 +41,6 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/ignore"
 )
 
@@ -286,9 +285,41 @@ func changedSinceLastScan(file, key string) bool {
 	return true
 }
 
+// PatternError is a bad exclude pattern: line Line of File (the
+// .droverignore) or the job file's key Key (job.exclude[i]). It is the
+// user's mistake in what they wrote, so the launcher reports it as the job
+// file's ConfigError (the CLI exits 2); it reads the same.
+type PatternError struct {
+	File    string // .droverignore's path; "" for job.exclude
+	Line    int    // 1-based line in File; 0 for job.exclude
+	Key     string // "job.exclude[i]"; "" for .droverignore
+	Pattern string
+	Fix     string
+	Err     error // the *BadPatternError
+}
+
+func (e *PatternError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	fmt.Fprintf(&b, "bad pattern %q (%s)", e.Pattern, e.Fix)
+	return b.String()
+}
+
+func (e *PatternError) Unwrap() error { return e.Err }
+
+// patternFix is what to do about a pattern that does not compile: an
+// unclosed '[' is the only way to write one.
+const patternFix = "close the '[' or escape it as '\\['"
+
 // loadMatcher builds the exclusion rules: .droverignore, then job.exclude.
-// A bad pattern is a configuration error, so the CLI exits 2 and names the
-// file and line.
+// A bad pattern is a *PatternError naming the file and line or the key.
 func loadMatcher(root string, exclude []string) (*Matcher, error) {
 	m := NewMatcher()
 	ignorePath := filepath.Join(root, IgnoreFile)
@@ -298,8 +329,7 @@ func loadMatcher(root string, exclude []string) (*Matcher, error) {
 		if err := m.Add(IgnoreFile, strings.Split(string(data), "\n")); err != nil {
 			var bp *BadPatternError
 			errors.As(err, &bp)
-			return nil, &config.ConfigError{File: ignorePath, Line: bp.Line, Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
-				Fix: "close the '[' or escape it as '\\['"}
+			return nil, &PatternError{File: ignorePath, Line: bp.Line, Pattern: bp.Pattern, Fix: patternFix, Err: err}
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("read %s: %w", ignorePath, err)
@@ -307,8 +337,7 @@ func loadMatcher(root string, exclude []string) (*Matcher, error) {
 	if err := m.Add("job.exclude", exclude); err != nil {
 		var bp *BadPatternError
 		errors.As(err, &bp)
-		return nil, &config.ConfigError{Key: fmt.Sprintf("job.exclude[%d]", bp.Line-1), Msg: fmt.Sprintf("bad pattern %q", bp.Pattern),
-			Fix: "close the '[' or escape it as '\\['"}
+		return nil, &PatternError{Key: fmt.Sprintf("job.exclude[%d]", bp.Line-1), Pattern: bp.Pattern, Fix: patternFix, Err: err}
 	}
 	return m, nil
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // env is one push scenario: a local code directory and a remote workdir
@@ -573,14 +572,25 @@ func TestScanLocalErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ".droverignore"), []byte("ok\n[bad\n"), 0o644))
 	_, err = ScanLocal(dir, Options{})
 	require.Error(t, err)
-	assert.True(t, config.IsConfigError(err), "bad .droverignore pattern is a config error: %v", err)
-	assert.Contains(t, err.Error(), ".droverignore:2:")
+	var pe *PatternError
+	require.ErrorAs(t, err, &pe, "bad .droverignore pattern")
+	realDir, rerr := filepath.EvalSymlinks(dir)
+	require.NoError(t, rerr)
+	assert.Equal(t, PatternError{File: filepath.Join(realDir, ".droverignore"), Line: 2, Pattern: "[bad", Fix: patternFix}, noErr(pe))
+	assert.Contains(t, err.Error(), ".droverignore:2: bad pattern")
 
 	require.NoError(t, os.Remove(filepath.Join(dir, ".droverignore")))
 	_, err = ScanLocal(dir, Options{Exclude: []string{"a", "b[", "c"}})
-	require.Error(t, err)
-	assert.True(t, config.IsConfigError(err))
+	require.ErrorAs(t, err, &pe, "bad job.exclude pattern")
+	assert.Equal(t, PatternError{Key: "job.exclude[1]", Pattern: "b[", Fix: patternFix}, noErr(pe))
 	assert.Contains(t, err.Error(), "job.exclude[1]")
+}
+
+// noErr is e without the error it wraps, to compare its fields.
+func noErr(e *PatternError) PatternError {
+	c := *e
+	c.Err = nil
+	return c
 }
 
 func TestSyncRefusesEmptyWorkdir(t *testing.T) {

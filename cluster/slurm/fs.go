@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // Dial returns the transport to node h once it knows whether the node sees
@@ -21,7 +20,7 @@ import (
 // not gets its own files over SFTP through a step (remoteFS), and the code
 // is pushed to it as over SSH: nodes of an allocation need not be
 // reachable over SSH, so srun is the only way in.
-func Dial(ctx context.Context, h config.Host, o Options) (cluster.Transport, error) {
+func Dial(ctx context.Context, h cluster.Endpoint, o Options) (cluster.Transport, error) {
 	tr, err := New(h, o)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 )
 
 // Options say how the slurm transport reaches a node of an allocation.
@@ -34,7 +33,7 @@ type Options struct {
 }
 
 type transport struct {
-	host config.Host
+	host cluster.Endpoint
 	opts Options
 	// remote is set by Dial when the node does not see this machine's
 	// home or workdir: file access then goes through an sftp-server in a
@@ -50,7 +49,7 @@ type transport struct {
 // allocation, by name) as job steps: one `srun --overlap` step per command,
 // pinned to the node, so steps share the allocation's resources with each
 // other and with the batch script that runs drover.
-func New(h config.Host, o Options) (cluster.Transport, error) {
+func New(h cluster.Endpoint, o Options) (cluster.Transport, error) {
 	if o.JobID == "" {
 		return nil, fmt.Errorf("connect to %s (slurm): no job id: drover must run inside the allocation (SLURM_JOB_ID)", h.Name)
 	}
@@ -73,7 +72,7 @@ func New(h config.Host, o Options) (cluster.Transport, error) {
 	return &transport{host: h, opts: o}, nil
 }
 
-func (t *transport) Host() config.Host { return t.host }
+func (t *transport) Host() cluster.Endpoint { return t.host }
 
 // FS is this machine's filesystem rooted at the home when the node shares
 // it (the usual case), else the node's own files over SFTP (remoteFS).

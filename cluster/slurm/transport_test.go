@@ -47,7 +47,7 @@ func dial(t *testing.T, job string, i int) cluster.Transport {
 		t.Fatal(err)
 	}
 	h := config.Host{Name: sl.Nodes[i], Address: sl.Nodes[i], Transport: config.TransportSlurm}
-	tr, err := New(h, Options{JobID: job, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}})
+	tr, err := New(h.Endpoint(), Options{JobID: job, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func dialPrivate(t *testing.T, job string, i int) cluster.Transport {
 	bin, err := os.Executable()
 	require.NoError(t, err)
 	h := config.Host{Name: sl.Nodes[i], Address: sl.Nodes[i], Transport: config.TransportSlurm, Workdir: "work"}
-	tr, err := Dial(context.Background(), h, Options{JobID: job, Home: home, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}})
+	tr, err := Dial(context.Background(), h.Endpoint(), Options{JobID: job, Home: home, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}})
 	require.NoError(t, err)
 	t.Cleanup(func() { tr.Close() })
 	return tr
@@ -139,14 +139,14 @@ func TestDialSharedCheck(t *testing.T) {
 	}
 	h := config.Host{Name: sl.Nodes[2], Address: sl.Nodes[2], Transport: config.TransportSlurm}
 	opts := Options{JobID: job, Helper: []string{"/usr/bin/env", helperEnv + "=1", bin}}
-	tr, err := Dial(context.Background(), h, opts)
+	tr, err := Dial(context.Background(), h.Endpoint(), opts)
 	require.NoError(t, err, "the test's own home is shared with every node")
 	assert.True(t, tr.(sharer).SharesFS())
 	require.NoError(t, tr.Close())
 
 	// A home seen, a workdir not: not shared.
 	h.Workdir = privateHome(t, job, 2)
-	tr, err = Dial(context.Background(), h, opts)
+	tr, err = Dial(context.Background(), h.Endpoint(), opts)
 	require.NoError(t, err)
 	assert.False(t, tr.(sharer).SharesFS(), "workdir %s is the node's own", h.Workdir)
 	fsys, err := tr.FS(context.Background())

@@ -43,7 +43,7 @@ func loadJob(c *cli.Context, hostsOnly bool) (*config.Config, error) {
 func dialOptions(c *cli.Context, inventory []config.Host) cluster.DialOptions {
 	return cluster.DialOptions{
 		AcceptNewHosts: c.Bool(flagAcceptNewHosts),
-		Inventory:      inventory,
+		Inventory:      config.Endpoints(inventory),
 		Dialers:        slurmDialers(),
 	}
 }

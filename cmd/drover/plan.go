@@ -120,7 +120,7 @@ func probeForPlan(c *cli.Context, cfg *config.Config) (map[string]plan.HostGPUs,
 // reach the rendezvous address, asked of the hosts themselves (the NIC
 // column; NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME), as drover run does.
 func planWithIfaces(c *cli.Context, cfg *config.Config, in plan.PlanInput, p *plan.Plan) (*plan.Plan, error) {
-	ts, errs := cluster.DialAll(c.Context, p.Hosts, dialOptions(c, cfg.Hosts))
+	ts, errs := cluster.DialAll(c.Context, config.Endpoints(p.Hosts), dialOptions(c, cfg.Hosts))
 	var up []cluster.Transport
 	for i := range ts {
 		if errs[i] == nil {

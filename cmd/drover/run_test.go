@@ -851,7 +851,7 @@ func TestRunStopsLeftoverGroup(t *testing.T) {
 	h := fleet.ClusterHosts()[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	tr, err := cluster.Dial(ctx, h.Endpoint(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	require.NoError(t, err)
 	defer tr.Close()
 	bin, err := remote.Install(ctx, tr, remote.FindAgents(droverBinary(t)))

@@ -35,7 +35,7 @@ func loadInAllocation(path string, opts config.LoadOptions) (*config.Config, err
 // slurmDialers reach the allocation's nodes with srun steps, the step
 // helper being this drover binary (which must be on the shared filesystem,
 // at the same path on every node). Outside an allocation there are none.
-func slurmDialers() map[string]func(context.Context, config.Host) (cluster.Transport, error) {
+func slurmDialers() map[string]func(context.Context, cluster.Endpoint) (cluster.Transport, error) {
 	a, ok, err := slurm.FromEnv(os.Getenv)
 	if err != nil || !ok {
 		return nil // loadJob reports a broken allocation environment
@@ -44,8 +44,8 @@ func slurmDialers() map[string]func(context.Context, config.Host) (cluster.Trans
 	if err != nil {
 		return nil // the dial then names the transport it cannot reach
 	}
-	return map[string]func(context.Context, config.Host) (cluster.Transport, error){
-		config.TransportSlurm: func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+	return map[string]func(context.Context, cluster.Endpoint) (cluster.Transport, error){
+		config.TransportSlurm: func(ctx context.Context, h cluster.Endpoint) (cluster.Transport, error) {
 			return slurm.Dial(ctx, h, slurm.Options{JobID: a.JobID, Helper: []string{bin, slurmStepCommand}})
 		},
 	}

@@ -124,8 +124,8 @@ func TestFakeLibraryMemoryLeavesOutReserved(t *testing.T) {
 			assert.Equal(t, int64(81559), rep.Devices[0].MemoryTotalMiB)
 			// GPU 1 is busy (processes); GPU 0 is free by the default rule
 			// exactly when the reservation is left out.
-			sel, err := gpu.Select(config.Host{Name: "fake", GPUs: config.GPUSpec{Auto: true}},
-				config.Job{GPUMaxUsedMiB: config.DefaultGPUMaxUsedMiB}, rep)
+			sel, err := gpu.Select("fake", gpu.Policy{GPUs: gpu.Spec{Auto: true},
+				MaxUsedMiB: config.DefaultGPUMaxUsedMiB}, rep)
 			require.NoError(t, err)
 			assert.Equal(t, tc.wantFree, sel.Indices)
 		})
@@ -147,7 +147,7 @@ func soundHealth() gpu.Health {
 // and draws no finding.
 func TestFakeLibraryHealth(t *testing.T) {
 	dir := buildFakeNVML(t)
-	policy := gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs}
+	policy := gpu.HealthPolicy{IgnoreXIDs: config.DefaultIgnoreXIDs}
 	for _, tc := range []struct {
 		sick     string
 		critical bool

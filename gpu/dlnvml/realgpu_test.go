@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 )
 
@@ -170,7 +171,7 @@ func TestHealthRealLibrary(t *testing.T) {
 		assert.NotNil(t, d.Health.ECCVolatile, "GPU %d: a datacenter GPU reports ECC", d.Index)
 		assert.NotNil(t, d.Health.PCIeWidthMax, "GPU %d", d.Index)
 	}
-	for _, f := range gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs}) {
+	for _, f := range gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: config.DefaultIgnoreXIDs}) {
 		assert.False(t, f.Critical, "the machine's GPUs are healthy: %s", f)
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/testenv"
 )
@@ -445,6 +446,10 @@ func (f *Fleet) ClusterHosts() []config.Host {
 	}
 	return hs
 }
+
+// Endpoints returns ClusterHosts as the transports take them (Dial,
+// DialAll), for tests of packages that do not read job files.
+func (f *Fleet) Endpoints() []cluster.Endpoint { return config.Endpoints(f.ClusterHosts()) }
 
 // Move gives host i the address newAddr (inside the fleet's /24), as when a
 // machine comes back from maintenance with another IP: the old address stops

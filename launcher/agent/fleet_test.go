@@ -24,7 +24,7 @@ func dial(t *testing.T, i int) cluster.Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr, err := cluster.Dial(ctx, fleet.ClusterHosts()[i], cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	tr, err := cluster.Dial(ctx, fleet.Endpoints()[i], cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/testenv"
 )
 
@@ -55,7 +54,7 @@ func TestSFTPLowPriority(t *testing.T) {
 // returns its pid while it still runs (closed at the test's end).
 func sftpLowPriority(t *testing.T, prefix []string) int {
 	bin := droverBinary(t)
-	tr, err := cluster.NewLocal(config.Host{Name: "here", Transport: config.TransportLocal})
+	tr, err := cluster.NewLocal(cluster.Endpoint{Name: "here", Transport: cluster.TransportLocal})
 	require.NoError(t, err)
 	ctx := context.Background()
 	argv := SFTPCommand(bin)

@@ -31,7 +31,7 @@ func fleetHosts(t *testing.T) []Host {
 	var out []Host
 	for _, h := range fleet.ClusterHosts() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		tr, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+		tr, err := cluster.Dial(ctx, h.Endpoint(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 		cancel()
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })

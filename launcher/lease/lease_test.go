@@ -21,7 +21,7 @@ import (
 var fast = Options{RenewEvery: 40 * time.Millisecond, StaleAfter: 400 * time.Millisecond}
 
 func dialLocal(ctx context.Context, h config.Host) (cluster.Transport, error) {
-	return cluster.NewLocal(h)
+	return cluster.NewLocal(h.Endpoint())
 }
 
 // logs collects a holder's Logf lines.

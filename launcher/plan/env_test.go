@@ -44,7 +44,7 @@ func planOnDGX(t *testing.T, fw config.Framework) (*Plan, map[string][]int) {
 	for _, h := range cfg.Hosts {
 		rep := dgxReport(h.Name, 2, 5)
 		require.Len(t, rep.Devices, 8, "probe of %s: %s", h.Name, rep.Reason)
-		sel, err := gpu.Select(h, cfg.Job, rep)
+		sel, err := gpu.Select(h.Name, gpu.Policy{GPUs: gpu.Spec{Auto: true}, MaxUsedMiB: cfg.Job.GPUMaxUsedMiB}, rep)
 		require.NoError(t, err)
 		require.Equal(t, []int{0, 1, 3, 4, 6, 7}, sel.Indices, "skipped: %+v", sel.Skipped)
 		require.Equal(t, []int{0, 1, 3, 4, 6, 7}, sel.Indices, "busy GPUs 2 and 5 are not selected")

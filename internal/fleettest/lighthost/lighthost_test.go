@@ -36,7 +36,7 @@ func dial(t *testing.T, h config.Host) cluster.Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	tr, err := cluster.Dial(ctx, h.Endpoint(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	require.NoError(t, err)
 	return tr
 }
@@ -71,7 +71,7 @@ func TestHostsAreApart(t *testing.T) {
 	wrong.KnownHosts = t.TempDir() + "/kh"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := cluster.Dial(ctx, wrong, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	_, err := cluster.Dial(ctx, wrong.Endpoint(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	var hke *cluster.HostKeyError
 	assert.ErrorAs(t, err, &hke, "unknown host key refused")
 	c := f.Counts()

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 )
 
 func TestUnamePlatform(t *testing.T) {
@@ -52,8 +51,8 @@ type unameHost struct {
 	uname string
 }
 
-func (u unameHost) Host() config.Host {
-	return config.Host{Name: "h", Address: "10.0.0.1", Transport: config.TransportSSH}
+func (u unameHost) Host() cluster.Endpoint {
+	return cluster.Endpoint{Name: "h", Address: "10.0.0.1", Transport: cluster.TransportSSH}
 }
 
 func (u unameHost) Start(_ context.Context, c cluster.Cmd) (cluster.Process, error) {

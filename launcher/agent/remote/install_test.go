@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
@@ -88,7 +87,7 @@ func TestFleetInstallReplacesOtherVersion(t *testing.T) {
 }
 
 func TestInstallLocal(t *testing.T) {
-	tr, err := cluster.Dial(context.Background(), config.Host{Name: "me", Address: "local", Transport: config.TransportLocal}, cluster.DialOptions{})
+	tr, err := cluster.Dial(context.Background(), cluster.Endpoint{Name: "me", Address: "local", Transport: cluster.TransportLocal}, cluster.DialOptions{})
 	require.NoError(t, err)
 	defer tr.Close()
 	agents := selfAgents(t)

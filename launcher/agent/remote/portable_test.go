@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
@@ -303,7 +304,7 @@ func TestStaticAgentReadsHealthThroughReader(t *testing.T) {
 		require.NoError(t, json.Unmarshal(out, &rep), "%s", out)
 		require.Equal(t, gpu.SourceNVML, rep.Source, rep.Reason)
 		assert.Contains(t, rep.XIDSource, "nvml", sick)
-		fs := gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: gpu.DefaultIgnoreXIDs, Idle: true})
+		fs := gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: config.DefaultIgnoreXIDs, Idle: true})
 		require.Len(t, fs, 1, "%s: %v", sick, fs)
 		assert.True(t, fs[0].Critical, sick)
 		assert.Equal(t, "GPU 1", fs[0].GPU, sick)

@@ -53,7 +53,7 @@ func dialFleet(t *testing.T) []cluster.Transport {
 	fleettest.Need(t, fleet)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ts, errs := cluster.DialAll(ctx, fleet.ClusterHosts(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+	ts, errs := cluster.DialAll(ctx, fleet.Endpoints(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 	for i, err := range errs {
 		require.NoError(t, err, "dial host %d", i)
 	}
