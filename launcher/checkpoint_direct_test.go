@@ -92,7 +92,7 @@ func newDirectFleet(t *testing.T) *directFleet {
 	wd := fmt.Sprintf("cx/%s-%d", t.Name(), time.Now().UnixNano())
 	for _, h := range f.fleet.ClusterHosts() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		tr, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+		tr, err := cluster.Dial(ctx, h.Endpoint(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 		cancel()
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })

@@ -38,7 +38,7 @@ func transferChild(stdin io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	hs := make([]txHost, len(spec.Hosts))
 	for i, h := range spec.Hosts {
-		t, err := cluster.Dial(ctx, h, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
+		t, err := cluster.Dial(ctx, h.Endpoint(), cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"})
 		if err != nil {
 			fmt.Fprintf(stderr, "drover-bench %s: %v\n", transferChildArg, err)
 			return 1
