@@ -109,13 +109,12 @@ func newDirectFleet(t *testing.T) *directFleet {
 	return f
 }
 
-// uploadAgent puts the drover binary on a host, as the installer would.
+// uploadAgent puts the drover binary on a host, as the installer would,
+// under a fresh name renamed into place: an agent of an earlier test may
+// still be running the one there.
 func uploadAgent(t *testing.T, fsys cluster.FS, home, bin string) string {
 	t.Helper()
 	remote := path.Join(home, ".drover-test", "drover")
-	if _, err := fsys.Stat(remote); err == nil {
-		return remote // every test of this binary uploads the same one
-	}
 	require.NoError(t, fsys.MkdirAll(path.Dir(remote), 0o755))
 	src, err := os.Open(bin)
 	require.NoError(t, err)
