@@ -747,6 +747,9 @@ func TestDemo(t *testing.T) {
 	require.NoError(t, err, "scripts/demo:\n%s", out)
 	text := string(out)
 	assert.Regexp(t, `(?m)^demo: first checkpoint written; kill -9 [0-9]+`, text, "the demo killed a worker")
+	// The surviving ranks' tracebacks come before drover's event: the demo
+	// says they are expected, before they appear.
+	assert.Regexp(t, `(?m)^demo: the surviving ranks' tracebacks that follow .* are expected`, text)
 	assert.Contains(t, text, "attempt 2/", "the demo shows a restart")
 	assert.Contains(t, text, "resuming from", "the demo shows a resume")
 	assert.Regexp(t, `(?m)(final loss=[0-9.]+ params_sha256=[0-9a-f]{64}|final value=[0-9]+)$`, text)

@@ -421,6 +421,14 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 		if err == nil {
 			continue
 		}
+		if a.n == 1 {
+			if name, ok := unresolvable(err); ok {
+				// A typo, not a host rebooting: waiting host_wait
+				// (5 minutes by default) would not make it resolve.
+				return nil, fmt.Errorf("%s: address %q does not resolve (%w); fix the address of host %s in %s",
+					h.Name, name, err, h.Name, a.cfg.InventoryPath)
+			}
+		}
 		waited := false
 		for isUnreachable(err) && a.r.now().Before(deadline) {
 			if !waited {
@@ -842,7 +850,7 @@ func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Pl
 		if len(procs) > 0 {
 			o.Program, o.Ports = procs[0].Command[0], plannedPorts(pl, procs)
 			o.MovePorts = a.n > 1 && len(o.Ports) > 0
-			cmd.Env, cmd.Dir = procs[0].Env, procs[0].Workdir
+			cmd.Env, cmd.Dir = preflightEnv(procs[0].Env), procs[0].Workdir
 		}
 		// Both streams into one buffer, from two goroutines: a locked one.
 		out := cluster.NewTailBuffer(preflightOutput)
@@ -1018,4 +1026,28 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
+}
+
+// unresolvable reports a dial that failed because the host's name does
+// not exist in DNS (NXDOMAIN; not a resolver that timed out or is
+// unreachable, which may pass), and the name.
+func unresolvable(err error) (string, bool) {
+	var de *net.DNSError
+	if errors.As(err, &de) && de.IsNotFound {
+		return de.Name, true
+	}
+	return "", false
+}
+
+// preflightEnv is what of a process's environment its host's preflight
+// gets: PATH alone, the one variable finding the program depends on. The
+// preflight's environment travels on the login shell's command line,
+// which other users of the host can read while the shell starts; the
+// rest ([job.env] tokens among it) reaches only the processes, over their
+// agents' stdin (agent.EnvLine).
+func preflightEnv(env map[string]string) map[string]string {
+	if p, ok := env["PATH"]; ok {
+		return map[string]string{"PATH": p}
+	}
+	return nil
 }

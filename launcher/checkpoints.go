@@ -73,7 +73,10 @@ func (a *attempt_) stageCheckpoint(ctx context.Context, conns []*hostConn) (map[
 	}
 	paths, err := m.Stage(ctx, a.checkpointHosts(conns), a.checkpointSettings())
 	if err == nil && paths == nil && a.n > 1 {
-		a.r.events.printf("%s: no checkpoint found; starting from scratch", a.prefix())
+		// Not "starting from scratch": a script may resume from files
+		// of its own outside checkpoint_dir, which drover does not see.
+		a.r.events.printf("%s: no checkpoint in checkpoint_dir (%s) on any host nor in drover's copies: every host resumes from nothing drover holds (DROVER_RESUME_FROM is empty); a script that loads files of its own from elsewhere still does",
+			a.prefix(), a.cfg.Job.CheckpointDir)
 	}
 	return paths, err
 }

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"testing"
@@ -51,4 +52,26 @@ func TestDialFirstBoundsALostHost(t *testing.T) {
 	require.Error(t, errs[1])
 	assert.Contains(t, errs[1].Error(), "timed out after 1s")
 	assert.True(t, cluster.IsUnreachable(errs[1]), "%v", errs[1])
+}
+
+// TestConnectUnresolvableFailsAtOnce: on the first attempt a host whose
+// address does not resolve (a typo; .invalid never does) fails the run at
+// once, naming the host and the name, instead of waiting host_wait (here
+// 5 minutes, the default) for a name that will not appear.
+func TestConnectUnresolvableFailsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	typo := config.Host{Name: "gpu-a", Address: "gpu-typo.invalid", Port: 22, User: "u", Transport: config.TransportSSH,
+		IdentityFile: filepath.Join(dir, "id"), KnownHosts: filepath.Join(dir, "known_hosts")}
+	r := newRunner(RunOptions{Dial: cluster.DialOptions{AgentSocket: "-"}})
+	a := &attempt_{r: r, n: 1, total: 1, cfg: &config.Config{Job: config.Job{HostWait: 5 * time.Minute},
+		Hosts: []config.Host{typo}, InventoryPath: "job.toml"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // ends the test if it waits
+	defer cancel()
+	_, err := a.connect(ctx, []config.Host{typo})
+	require.Error(t, err)
+	require.NoError(t, ctx.Err(), "connect waited for the name to resolve: %v", err)
+	assert.Contains(t, err.Error(), `gpu-a: address "gpu-typo.invalid" does not resolve`)
+	assert.Contains(t, err.Error(), "job.toml")
+	var de *net.DNSError
+	assert.True(t, errors.As(err, &de), "%v", err)
 }

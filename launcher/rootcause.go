@@ -101,7 +101,50 @@ func rootCause(fsys cluster.FS, errorFile string, stderrTail string) string {
 			}
 		}
 	}
+	if c, ok := torchrunTableCause(stderrTail); ok {
+		return cluster.Escape(c)
+	}
 	return cluster.Escape(stderrCause(stderrTail))
+}
+
+// torchrunTableCause reads the root cause out of the failure table
+// torchrun prints when a worker fails (torch.distributed.elastic's
+// ChildFailedError: "Root Cause (first observed failure):" then
+// "host :", "rank :", "exitcode :", "traceback :" lines): the worker's
+// rank, host, exit code and message, rather than the table's footer
+// ("error_file: <N/A> | traceback : To enable traceback see: ... |
+// ===="), which is what the last stderr lines of a torchrun are. drover's
+// agent reports a dead worker itself (agent.WorkerExit); this is for the
+// one it did not see (a worker reaped between two of its looks).
+func torchrunTableCause(tail string) (string, bool) {
+	i := strings.LastIndex(tail, "Root Cause (first observed failure):")
+	if i < 0 {
+		return "", false
+	}
+	field := map[string]string{}
+	for _, l := range strings.Split(tail[i:], "\n")[1:] {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok {
+			continue
+		}
+		if k = strings.TrimSpace(k); field[k] == "" {
+			field[k] = strings.TrimSpace(v)
+		}
+	}
+	if field["rank"] == "" {
+		return "", false
+	}
+	cause := "rank " + field["rank"]
+	if h := field["host"]; h != "" {
+		cause += " on " + h
+	}
+	if e := field["exitcode"]; e != "" {
+		cause += " exitcode " + e
+	}
+	if tb := field["traceback"]; tb != "" && !strings.HasPrefix(tb, "To enable traceback") {
+		cause += ": " + tb
+	}
+	return "torchrun: " + clip(cause, maxCause), true
 }
 
 // readSmall reads at most limit bytes of a file on a host.

@@ -102,3 +102,33 @@ sleep 1000`, "stderr: loading data | FileNotFoundError: data/x.bin"},
 		})
 	}
 }
+
+// A torchrun's last stderr lines are the footer of its failure table;
+// the cause is the table's root cause: rank, host, exit code, message.
+func TestRootCauseFromTorchrunTable(t *testing.T) {
+	tail := `[default1]:RuntimeError: Connection closed by peer
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: /usr/bin/python3
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-26_12:00:01
+  host      : gpu-b
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 4242)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4242
+============================================================
+`
+	assert.Equal(t, "torchrun: rank 3 (local_rank: 1) on gpu-b exitcode -9 (pid: 4242): Signal 9 (SIGKILL) received by PID 4242",
+		rootCause(nil, "", tail))
+	noTrace := strings.Replace(tail, "Signal 9 (SIGKILL) received by PID 4242", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html", 1)
+	assert.Equal(t, "torchrun: rank 3 (local_rank: 1) on gpu-b exitcode -9 (pid: 4242)", rootCause(nil, "", noTrace))
+	assert.Equal(t, "stderr: a | b | c", rootCause(nil, "", "a\nb\nc\n"), "no table: the last stderr lines")
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -90,9 +91,13 @@ type ProcSummary struct {
 	Attempts int
 	Exit     string
 	Duration time.Duration
-	// Cause is why its last attempt failed, when it failed first: the
-	// exception from its error file, or the end of its stderr.
-	Cause string
+	// Cause is why its last attempt failed: the exception from its error
+	// file, or the end of its stderr; a torchrun worker's death; an exit
+	// 0 while others still ran. CauseAt is when drover saw it: the
+	// earliest cause of the run's last attempt is its root cause, the
+	// others (victims) come after it.
+	Cause   string
+	CauseAt time.Time
 }
 
 // Run supervises the job until it succeeds, fails for good or ctx is
@@ -421,11 +426,13 @@ func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 	s.Cause = ""
 }
 
-// recordCause notes the root cause of p's failure for the summary.
-func (r *runner) recordCause(p plan.Process, cause string) {
+// recordCause notes why p's attempt went wrong, and when drover saw it,
+// for the summary.
+func (r *runner) recordCause(p plan.Process, cause string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.registerLocked(p).Cause = cause
+	s := r.registerLocked(p)
+	s.Cause, s.CauseAt = cause, at
 }
 
 func (r *runner) summaries() []ProcSummary {
@@ -451,11 +458,7 @@ func RenderSummary(w io.Writer, res *Result) {
 	for _, p := range res.Processes {
 		fmt.Fprintf(w, "%-*s  %-*s  %8d  %-14s  %s\n", nameW, p.Name, hostW, p.Host, p.Attempts, p.Exit, p.Duration.Round(time.Millisecond))
 	}
-	for _, p := range res.Processes {
-		if p.Cause != "" {
-			fmt.Fprintf(w, "root cause: %s on %s: %s\n", p.Name, p.Host, cluster.Escape(p.Cause))
-		}
-	}
+	writeCauses(w, res.Processes)
 	switch res.Outcome {
 	case Succeeded:
 		fmt.Fprintf(w, "succeeded after %d attempt(s); logs in %s\n", res.Attempts, res.LogDir)
@@ -507,5 +510,25 @@ func (e *eventLog) debugf(format string, args ...any) {
 	defer e.mu.Unlock()
 	if e.file != nil {
 		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))+"\n")
+	}
+}
+
+// writeCauses writes the causes in the order drover saw them: the first is
+// the root cause, the rest (most often victims: a peer's connection
+// closed) follow it as "then:".
+func writeCauses(w io.Writer, procs []ProcSummary) {
+	var causes []ProcSummary
+	for _, p := range procs {
+		if p.Cause != "" {
+			causes = append(causes, p)
+		}
+	}
+	sort.SliceStable(causes, func(i, j int) bool { return causes[i].CauseAt.Before(causes[j].CauseAt) })
+	for i, p := range causes {
+		label := "root cause"
+		if i > 0 {
+			label = "then"
+		}
+		fmt.Fprintf(w, "%s: %s on %s: %s\n", label, p.Name, p.Host, cluster.Escape(p.Cause))
 	}
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -107,6 +108,11 @@ type running struct {
 	// progress is when it last showed progress (runner.mono, plus one;
 	// 0 until it first does); see hang.go.
 	progress atomic.Int64
+	// cause is what went wrong with it in this attempt (its own failure,
+	// a worker's, an early finish) and causeAt when drover saw it; the
+	// summary orders causes by that time (see setCause).
+	cause   string
+	causeAt time.Time
 }
 
 type exitMsg struct {
@@ -149,11 +155,25 @@ type supervisor struct {
 	warned map[string]bool
 	// watchers are the processes whose agents watch GPU health, by host.
 	watchers map[string]string
+
+	// workers are torchrun workers' ends as their agents report them.
+	workers chan workerMsg
+	// early are exits 0 while others still ran, not yet named; earlyAt
+	// names them (earlyFinishWait); earlySaid: the attempt's first event
+	// was one.
+	early      []earlyFinish
+	earlyAt    <-chan time.Time
+	earlySaid  bool
+	firstEvent string
+	// stopWaits are the stops, through their hosts, of what dead agents
+	// left (stopLeftBy); the attempt ends after them.
+	stopWaits sync.WaitGroup
 }
 
 func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
 	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
-		health: make(chan healthRead), warned: map[string]bool{}}
+		workers: make(chan workerMsg, 64),
+		health:  make(chan healthRead), warned: map[string]bool{}}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
@@ -247,6 +267,15 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	}
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
+	torchrun := a.cfg.Job.Framework == config.Torchrun
+	if torchrun {
+		stderr = io.MultiWriter(stderr, &workerLines{rp: rp, out: s.workers, now: a.r.now})
+	}
+	envLine, err := agent.EnvLine(a.processEnv(p))
+	if err != nil {
+		rp.closeLogs()
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
 	wd := remoteAbs(c.home, p.Workdir)
 	var health string
 	if s.watchers[p.Host.Name] == p.Name() {
@@ -262,8 +291,16 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// The agent stops its group when drover falls silent: the
 		// only way it learns of a controller behind a dead link.
 		Heartbeat: heartbeatTimeout,
+		// The rank's environment goes over the agent's stdin, set only
+		// on the command's exec: not in the agent's environ, nor in
+		// the login shell's command line.
+		EnvFromStdin: true,
+		// torchrun's workers are watched where they die, not where
+		// torchrun (and its 300 s exit barrier) reports them.
+		WatchWorkers: torchrun,
 	})
-	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Env: a.processEnv(p), Dir: p.Workdir, Stdin: rp.ctl, Stdout: stdout, Stderr: stderr})
+	stdin := io.MultiReader(bytes.NewReader(envLine), rp.ctl)
+	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Dir: p.Workdir, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		rp.closeLogs()
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
@@ -348,22 +385,73 @@ func (s *supervisor) kill(why string) {
 // the group: a failure stops it, the last exit the success policy needs
 // ends it.
 func (s *supervisor) onExit(m exitMsg) {
+	// A worker's report is written before its agent exits: act on it
+	// first, whichever channel the select picked.
+	s.drainWorkers()
 	s.remaining--
 	rp := s.procs[m.i]
 	rp.done = true
 	rp.closeLogs()
 	text, code, lost := describeExit(m.err)
 	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
+	defer func() {
+		if rp.cause != "" {
+			s.a.r.recordCause(rp.p, rp.cause, rp.causeAt)
+		}
+	}()
+	if how, died := agentDied(m.err); died {
+		s.stopLeftBy(rp, how)
+	}
 	if s.stopping {
+		if m.err != nil && !lost && !stoppedByDrover(m.err) && (s.out == nil || s.out.kind != outcomeInterrupted) {
+			// A victim, most likely (a peer's connection closed):
+			// listed after the cause, not as it.
+			if cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp); cause == "" {
+				rp.setCause("exited "+text, m.at)
+			} else if !torchStopped(cause) {
+				rp.setCause(cause, m.at)
+			}
+		}
 		return
 	}
 	if m.err != nil {
+		s.flushEarly()
 		s.stop(s.failure(rp, m.err, text, code, lost))
 		return
 	}
 	if len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs) {
+		s.early, s.earlyAt = nil, nil // the end of a healthy run: no event
 		s.stop(succeeded(), s.a.successNote(s.procs))
+		return
 	}
+	if s.remaining > 0 {
+		s.noteEarly(rp, m.at)
+	}
+}
+
+// drainWorkers acts on every worker report already queued.
+func (s *supervisor) drainWorkers() {
+	for {
+		select {
+		case wm := <-s.workers:
+			s.onWorkerExit(wm)
+		default:
+			return
+		}
+	}
+}
+
+// stoppedByDrover reports an exit that drover's stop explains: SIGTERM
+// or SIGKILL (143, 137), as the agent reports them.
+func stoppedByDrover(err error) bool {
+	var ee *cluster.ExitError
+	return errors.As(err, &ee) && (ee.Code == 143 || ee.Code == 137)
+}
+
+// torchStopped reports a cause that says torch's elastic agent (torchrun)
+// was signalled: drover's stop, not a failure of its own.
+func torchStopped(cause string) bool {
+	return strings.Contains(cause, "SignalException: Process ")
 }
 
 // failure is the outcome of rp's failed exit, and the event's reason.
@@ -375,8 +463,12 @@ func (s *supervisor) failure(rp *running, err error, text string, code int, lost
 		return attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: code}, reason
 	}
 	reason := fmt.Sprintf("%s exited %s", who, text)
-	if cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp); cause != "" {
-		reason += ": " + cause
+	cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp)
+	reason += colon(cause)
+	rp.setCause(cause, s.a.r.now())
+	if s.firstEvent != "" {
+		// A desync: the failing rank is most likely a victim.
+		reason += "; the attempt's first event: " + s.firstEvent
 	}
 	return attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: code}, reason
 }
@@ -409,6 +501,10 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		case m := <-s.exits:
 			s.checkPaused()
 			s.onExit(m)
+		case wm := <-s.workers:
+			s.onWorkerExit(wm)
+		case <-s.earlyAt:
+			s.flushEarly()
 		case <-ctxDone:
 			ctxDone = nil
 			if s.stacksDone != nil {
@@ -439,6 +535,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 	for _, rp := range s.procs {
 		rp.ctl.Close()
 	}
+	s.stopWaits.Wait()
 	if s.out == nil {
 		return attemptOutcome{kind: outcomeFailed, exitCode: -1, err: errors.New("the group ended without meeting the success policy")}
 	}
@@ -460,16 +557,13 @@ func (s *supervisor) checkPaused() {
 	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
 }
 
-// rootCause finds and records why a failed process failed (see
-// rootCause).
+// rootCause finds why a failed process failed (see rootCause).
 func (a *attempt_) rootCause(c *hostConn, rp *running) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs
 	}
-	cause := rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
-	a.r.recordCause(rp.p, cause)
-	return cause
+	return rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
 }
 
 // succeeded applies the success policy to the processes that have exited

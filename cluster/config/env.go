@@ -47,7 +47,9 @@ func KnownFramework(f Framework) bool {
 var tunableEnv = map[string]bool{
 	"OMP_NUM_THREADS": true,
 	// Set with hang_timeout, so that a hung rank can be asked for its stack.
-	"PYTHONFAULTHANDLER":              true,
+	"PYTHONFAULTHANDLER": true,
+	// Set for every process, so that print() reaches the logs at once.
+	"PYTHONUNBUFFERED":                true,
 	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
 	"NCCL_ASYNC_ERROR_HANDLING":       true,
 }

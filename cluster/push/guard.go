@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -77,16 +76,16 @@ func underAny(rel string, roots []string) bool {
 //   - verifying, a file that drifted is sent again, a missing directory
 //     created.
 //
-// listed, when verifying, is the host's tree as listTree lists it: run
+// Verifying, it reads the host's tree as listTree lists it: the scan
 // starts the listing beside the plan (it needs none of the plan), so that a
 // restart's check costs the longer of the two rather than their sum.
-func (s *syncer) guard(ctx context.Context, p *plan, listed func() (hostView, error)) error {
+func (pl *planner) guard(ctx context.Context, p *plan) error {
 	view := hostView{}
 	for rel, info := range p.view {
 		view[rel] = info
 	}
-	if s.opts.Verify != VerifyNone {
-		listed, err := listed()
+	if pl.opts.Verify != VerifyNone {
+		listed, err := pl.scan.listed()
 		if err != nil {
 			return err
 		}
@@ -94,11 +93,11 @@ func (s *syncer) guard(ctx context.Context, p *plan, listed func() (hostView, er
 			view[rel] = info
 		}
 	}
-	if err := s.lstatMissing(ctx, view, guardPaths(p)); err != nil {
+	if err := pl.lstatMissing(ctx, view, guardPaths(p)); err != nil {
 		return err
 	}
-	treeDir := make(map[string]bool, len(s.tree.Dirs))
-	for _, d := range s.tree.Dirs {
+	treeDir := make(map[string]bool, len(pl.tree.Dirs))
+	for _, d := range pl.tree.Dirs {
 		treeDir[d.Path] = true
 	}
 	var replace, foreign []string
@@ -108,7 +107,7 @@ func (s *syncer) guard(ctx context.Context, p *plan, listed func() (hostView, er
 		}
 		if treeDir[rel] {
 			replace = append(replace, rel)
-		} else if !s.tree.hasFile(rel) {
+		} else if !pl.tree.hasFile(rel) {
 			foreign = append(foreign, rel)
 		}
 	}
@@ -118,15 +117,15 @@ func (s *syncer) guard(ctx context.Context, p *plan, listed func() (hostView, er
 			resend[f.Path] = true
 		}
 	}
-	if s.opts.Verify != VerifyNone {
-		if err := s.drift(ctx, p, view, resend); err != nil {
+	if pl.opts.Verify != VerifyNone {
+		if err := pl.drift(ctx, p, view, resend); err != nil {
 			return err
 		}
 	}
-	if len(replace)+len(foreign)+len(resend) == 0 && !s.missingDirs(view) {
+	if len(replace)+len(foreign)+len(resend) == 0 && !pl.missingDirs(view) {
 		return nil
 	}
-	s.rewrite(p, view, replace, foreign, resend)
+	pl.rewrite(p, view, replace, foreign, resend)
 	return nil
 }
 
@@ -168,7 +167,7 @@ func guardPaths(p *plan) []string {
 // lstatMissing fills in view the paths it does not hold yet, in
 // parallel. An error is taken as "not there": a parent that is a file
 // or unreadable fails the writes below it anyway, with their own error.
-func (s *syncer) lstatMissing(ctx context.Context, view hostView, paths []string) error {
+func (pl *planner) lstatMissing(ctx context.Context, view hostView, paths []string) error {
 	var todo []string
 	for _, rel := range paths {
 		if _, ok := view[rel]; !ok {
@@ -176,8 +175,8 @@ func (s *syncer) lstatMissing(ctx context.Context, view hostView, paths []string
 		}
 	}
 	infos := make([]fs.FileInfo, len(todo))
-	err := forEach(ctx, len(todo), s.opts.concurrency(), func(_ context.Context, i int) error {
-		infos[i], _ = s.fs.Lstat(s.remote(todo[i]))
+	err := forEach(ctx, len(todo), pl.opts.concurrency(), func(_ context.Context, i int) error {
+		infos[i], _ = pl.fs.Lstat(pl.remote(todo[i]))
 		return nil
 	})
 	for i, rel := range todo {
@@ -186,61 +185,11 @@ func (s *syncer) lstatMissing(ctx context.Context, view hostView, paths []string
 	return err
 }
 
-// dirConcurrency is how many directories a push lists, creates or sets
-// the mode of at once, per host. Those are small requests (a listing is
-// four: open, read, read to the end, close), not bounded like the uploads
-// (Options.Concurrency): 16 at a time, a tree of 200 directories took 13
-// listings in a row, 52 round trips, before every attempt.
-const dirConcurrency = 128
-
-// listTree lists the workdir and every directory of the tree on the host,
-// one request each, in parallel: the types, sizes and mtimes of every
-// pushed path (VerifyStat).
-func (s *syncer) listTree(ctx context.Context) (hostView, error) {
-	dirs := make([]string, 0, len(s.tree.Dirs)+1)
-	dirs = append(dirs, ".")
-	for _, d := range s.tree.Dirs {
-		dirs = append(dirs, d.Path)
-	}
-	lists := make([][]fs.FileInfo, len(dirs))
-	errs := make([]error, len(dirs))
-	err := forEach(ctx, len(dirs), max(s.opts.concurrency(), dirConcurrency), func(_ context.Context, i int) error {
-		lists[i], errs[i] = s.fs.ReadDir(s.remote(dirs[i]))
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	view := make(hostView, len(s.tree.Files)+len(s.tree.Dirs))
-	for i := range s.tree.Files {
-		view[s.tree.Files[i].Path] = nil
-	}
-	for _, d := range s.tree.Dirs {
-		view[d.Path] = nil
-	}
-	for i, d := range dirs {
-		for _, info := range lists[i] {
-			rel := path.Join(d, info.Name())
-			if _, ok := view[rel]; ok {
-				view[rel] = info
-			}
-		}
-	}
-	for i, d := range dirs {
-		// Only an error listing a real directory is one: a directory
-		// that is gone, a link or a file is what the check is for.
-		if info := view[d]; errs[i] != nil && !errors.Is(errs[i], fs.ErrNotExist) && (d == "." || (info != nil && info.IsDir())) {
-			return nil, fmt.Errorf("verify: list %s: %w", d, errs[i])
-		}
-	}
-	return view, nil
-}
-
 // drift adds to resend the files the plan leaves alone that differ on
 // the host from what was pushed (VerifyStat: gone, not a regular file,
 // other size or mtime; VerifyContent: other SHA-256 besides), and puts
 // those whose mode alone differs in p.meta.
-func (s *syncer) drift(ctx context.Context, p *plan, view hostView, resend map[string]bool) error {
+func (pl *planner) drift(ctx context.Context, p *plan, view hostView, resend map[string]bool) error {
 	planned := make(map[string]bool, len(p.send)+len(p.meta))
 	for _, f := range p.send {
 		planned[f.Path] = true
@@ -250,8 +199,8 @@ func (s *syncer) drift(ctx context.Context, p *plan, view hostView, resend map[s
 	}
 	var same []*File
 	var meta []*File
-	for i := range s.tree.Files {
-		f := &s.tree.Files[i]
+	for i := range pl.tree.Files {
+		f := &pl.tree.Files[i]
 		if planned[f.Path] {
 			continue
 		}
@@ -268,12 +217,12 @@ func (s *syncer) drift(ctx context.Context, p *plan, view hostView, resend map[s
 		p.meta = append(append([]*File(nil), p.meta...), meta...)
 		p.unchange -= len(meta)
 	}
-	if s.opts.Verify < VerifyContent {
+	if pl.opts.Verify < VerifyContent {
 		return nil
 	}
 	differs := make([]bool, len(same))
-	err := forEach(ctx, len(same), s.opts.concurrency(), func(_ context.Context, i int) error {
-		sum, err := s.remoteSHA256(same[i].Path)
+	err := forEach(ctx, len(same), pl.opts.concurrency(), func(_ context.Context, i int) error {
+		sum, err := pl.remoteSHA256(same[i].Path)
 		if err != nil {
 			return fileErr("verify", same[i].Path, err)
 		}
@@ -289,8 +238,8 @@ func (s *syncer) drift(ctx context.Context, p *plan, view hostView, resend map[s
 }
 
 // remoteSHA256 reads rel back from the host and hashes it.
-func (s *syncer) remoteSHA256(rel string) (string, error) {
-	r, err := s.fs.Open(s.remote(rel))
+func (pl *planner) remoteSHA256(rel string) (string, error) {
+	r, err := pl.fs.Open(pl.remote(rel))
 	if err != nil {
 		return "", err
 	}
@@ -304,11 +253,11 @@ func (s *syncer) remoteSHA256(rel string) (string, error) {
 
 // missingDirs reports whether a directory of the tree the plan does not
 // create is known to be gone from the host.
-func (s *syncer) missingDirs(view hostView) bool {
-	if s.opts.Verify == VerifyNone {
+func (pl *planner) missingDirs(view hostView) bool {
+	if pl.opts.Verify == VerifyNone {
 		return false
 	}
-	for _, d := range s.tree.Dirs {
+	for _, d := range pl.tree.Dirs {
 		if info, ok := view[d.Path]; ok && info == nil {
 			return true
 		}
@@ -318,7 +267,7 @@ func (s *syncer) missingDirs(view hostView) bool {
 
 // rewrite applies guard's findings to p, building new slices: p's may be
 // shared with other hosts' plans (manifestMemo.compare).
-func (s *syncer) rewrite(p *plan, view hostView, replace, foreign []string, resend map[string]bool) {
+func (pl *planner) rewrite(p *plan, view hostView, replace, foreign []string, resend map[string]bool) {
 	p.unlink = replace
 	send := make(map[string]bool, len(p.send)+len(resend))
 	for _, f := range p.send {
@@ -328,23 +277,23 @@ func (s *syncer) rewrite(p *plan, view hostView, replace, foreign []string, rese
 		send[rel] = true
 	}
 	p.send = p.send[:0:0]
-	for i := range s.tree.Files {
-		f := &s.tree.Files[i]
+	for i := range pl.tree.Files {
+		f := &pl.tree.Files[i]
 		if send[f.Path] || underAny(f.Path, replace) {
 			p.send = append(p.send, f)
 		}
 	}
 	p.meta = filterFiles(p.meta, func(f *File) bool { return !send[f.Path] && !underAny(f.Path, replace) })
-	p.unchange = len(s.tree.Files) - len(p.send) - len(p.meta)
+	p.unchange = len(pl.tree.Files) - len(p.send) - len(p.meta)
 
 	mk := make(map[string]bool, len(p.mkdirs))
 	for _, d := range p.mkdirs {
 		mk[d.Path] = true
 	}
 	p.mkdirs = p.mkdirs[:0:0]
-	for _, d := range s.tree.Dirs {
+	for _, d := range pl.tree.Dirs {
 		info, known := view[d.Path]
-		if mk[d.Path] || underAny(d.Path, replace) || (known && info == nil && s.opts.Verify != VerifyNone) {
+		if mk[d.Path] || underAny(d.Path, replace) || (known && info == nil && pl.opts.Verify != VerifyNone) {
 			p.mkdirs = append(p.mkdirs, d)
 		}
 	}
@@ -354,9 +303,7 @@ func (s *syncer) rewrite(p *plan, view hostView, replace, foreign []string, rese
 	p.deletes = filterPaths(p.deletes, func(rel string) bool { return !underAny(rel, gone) })
 	p.rmdirs = filterPaths(p.rmdirs, func(rel string) bool { return !underAny(rel, gone) && !isLink(view[rel]) })
 	if len(foreign) > 0 {
-		s.mu.Lock()
-		s.res.Warnings = append(s.res.Warnings, fmt.Sprintf("%s is a symbolic link on the host, not the directory pushed there; left alone with what it points to", strings.Join(foreign, ", ")))
-		s.mu.Unlock()
+		pl.warn(fmt.Sprintf("%s is a symbolic link on the host, not the directory pushed there; left alone with what it points to", strings.Join(foreign, ", ")))
 	}
 }
 

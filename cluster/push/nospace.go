@@ -30,15 +30,15 @@ func (e *NoSpaceError) Unwrap() error { return e.Err }
 // noSpace turns err, an upload's failure, into a *NoSpaceError when the
 // host has less room left than the push sends; else it returns nil. It
 // costs one request, and only once something has failed.
-func (s *syncer) noSpace(err error, need int64) error {
-	fsp, ok := s.fs.(freeSpacer)
+func (up *uploader) noSpace(err error, need int64) error {
+	fsp, ok := up.fs.(freeSpacer)
 	var already *NoSpaceError
 	if !ok || err == nil || errors.As(err, &already) {
 		return nil
 	}
-	free, ferr := fsp.FreeSpace(s.workdir)
+	free, ferr := fsp.FreeSpace(up.workdir)
 	if ferr != nil || free >= need {
 		return nil
 	}
-	return &NoSpaceError{Host: s.progress.Host, Free: free, Need: need, Err: err}
+	return &NoSpaceError{Host: up.progress.Host, Free: free, Need: need, Err: err}
 }

@@ -119,8 +119,7 @@ func TestMergesAgreeWithMaps(t *testing.T) {
 		}
 
 		p := &plan{}
-		s := &syncer{tree: tree}
-		require.NoError(t, s.planFromManifest(p, oldData))
+		require.NoError(t, planFromManifest(p, tree, oldData))
 		var send, meta, deletes, mkdirs, chdirs, rmdirs []string
 		newFiles := map[string]bool{}
 		for _, f := range tree.Files {
@@ -195,7 +194,7 @@ func TestMergeRefusesDisorder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tree := &Tree{Files: []File{{Path: "a"}}, Dirs: []Dir{{Path: "a"}}}
 			tree.encode()
-			err := (&syncer{tree: tree}).planFromManifest(&plan{}, []byte(tc.data))
+			err := planFromManifest(&plan{}, tree, []byte(tc.data))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Nil(t, diffTree(sha, []byte(tc.data), tree, 1<<20))

@@ -38,16 +38,16 @@ var errStreamEnded = errors.New("the host's tar stopped reading")
 // leaves them. fallback is true when the host's tar could not take the
 // stream (not installed, exec refused): nothing is lost, and the caller
 // sends the files over SFTP instead.
-func (s *syncer) streamAll(ctx context.Context, x extractor, p *plan) (fallback bool, err error) {
-	p.stageTrees(s.tree)
+func (up *uploader) streamAll(ctx context.Context, x extractor, p *plan) (fallback bool, err error) {
+	p.stageTrees(up.tree)
 	pr, pw := io.Pipe()
 	wrote := make(chan error, 1)
 	go func() {
-		err := s.writeTar(ctx, pw, p)
+		err := up.writeTar(ctx, pw, p)
 		pw.CloseWithError(err) // nil: a clean end of stream
 		wrote <- err
 	}()
-	xerr := x.ExtractTar(ctx, s.remote(tmpDir), pr)
+	xerr := x.ExtractTar(ctx, up.remote(tmpDir), pr)
 	pr.CloseWithError(errStreamEnded)
 	werr := <-wrote
 	switch {
@@ -58,22 +58,18 @@ func (s *syncer) streamAll(ctx context.Context, x extractor, p *plan) (fallback 
 	case xerr == nil && werr != nil:
 		return false, fmt.Errorf("send files: %w", werr)
 	case xerr == nil:
-		s.mu.Lock()
-		s.res.streamed = true
-		s.mu.Unlock()
+		up.result(func(r *Result) { r.streamed = true })
 		return false, nil
 	}
 	var ee *cluster.ExitError
 	if errors.As(xerr, &ee) && ctx.Err() == nil {
 		// A full disk fails SFTP just the same: say so, and send nothing
 		// more.
-		if nerr := s.noSpace(xerr, p.bytes()); nerr != nil {
+		if nerr := up.noSpace(xerr, p.bytes()); nerr != nil {
 			return false, nerr
 		}
 		p.roots, p.tmp = nil, nil
-		s.mu.Lock()
-		s.res.Warnings = append(s.res.Warnings, fmt.Sprintf("the host's tar could not take the files as one stream (%v); sent them one by one over SFTP instead, which is slower", xerr))
-		s.mu.Unlock()
+		up.warn(fmt.Sprintf("the host's tar could not take the files as one stream (%v); sent them one by one over SFTP instead, which is slower", xerr))
 		return true, nil
 	}
 	return false, xerr
@@ -91,7 +87,7 @@ func (p *plan) bytes() int64 {
 // writeTar writes p.send under their temporary names (relative to
 // tmpDir), preceded by the directories of the staged trees with their
 // modes.
-func (s *syncer) writeTar(ctx context.Context, w io.Writer, p *plan) error {
+func (up *uploader) writeTar(ctx context.Context, w io.Writer, p *plan) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	tw := tar.NewWriter(bw)
 	for _, d := range p.mkdirs {
@@ -108,7 +104,7 @@ func (s *syncer) writeTar(ctx context.Context, w io.Writer, p *plan) error {
 	buf := make([]byte, 32<<10)
 	for i, f := range p.send {
 		name := strings.TrimPrefix(p.tmpOf(i), tmpDir+"/")
-		if err := s.tarFile(ctx, tw, f, name, buf); err != nil {
+		if err := up.tarFile(ctx, tw, f, name, buf); err != nil {
 			return err
 		}
 	}
@@ -118,8 +114,10 @@ func (s *syncer) writeTar(ctx context.Context, w io.Writer, p *plan) error {
 	return bw.Flush()
 }
 
-func (s *syncer) tarFile(ctx context.Context, tw *tar.Writer, f *File, name string, buf []byte) error {
-	src, done, err := s.tree.openSource(ctx, f)
+// tarFile writes f into the stream under name, from the tree's bounded
+// open files (openSource), failing if it changed since the scan.
+func (up *uploader) tarFile(ctx context.Context, tw *tar.Writer, f *File, name string, buf []byte) error {
+	src, done, err := up.tree.openSource(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -135,7 +133,7 @@ func (s *syncer) tarFile(ctx context.Context, tw *tar.Writer, f *File, name stri
 	if err != nil {
 		return err
 	}
-	r := &sendReader{ctx: ctx, r: src, size: f.Size, s: s}
+	r := &sendReader{ctx: ctx, r: src, size: f.Size, t: up.tally}
 	if _, err := io.CopyBuffer(tw, r, buf); err != nil {
 		if errors.Is(err, tar.ErrWriteTooLong) {
 			return changedErr(f)
@@ -145,7 +143,7 @@ func (s *syncer) tarFile(ctx context.Context, tw *tar.Writer, f *File, name stri
 	if err := checkUnchanged(src, f, r.n); err != nil {
 		return err
 	}
-	s.sent()
+	up.sent()
 	return nil
 }
 
@@ -165,16 +163,10 @@ func checkUnchanged(src *os.File, f *File, n int64) error {
 	return nil
 }
 
+// changedErr says f changed while pushed: the scan's digest no longer
+// holds, and pushing again scans it again.
 func changedErr(f *File) error {
 	return fmt.Errorf("upload %s: the file changed while it was being pushed; push again", f.Path)
-}
-
-// sent counts one file as arrived.
-func (s *syncer) sent() {
-	s.report(func(pr *Progress) { pr.FilesDone++ })
-	s.mu.Lock()
-	s.res.FilesSent++
-	s.mu.Unlock()
 }
 
 // treeStage is where, under tmpDir, a stream stages new directories whole.

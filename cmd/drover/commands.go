@@ -17,5 +17,6 @@ func commands() []*cli.Command {
 		checkpointsCommand(),
 		agentCommand(),
 		slurmStep(),
+		versionCommand(),
 	}
 }

@@ -17,8 +17,8 @@ import (
 func TestEveryCommandTakesFleetFlags(t *testing.T) {
 	app := newApp(io.Discard, io.Discard)
 	for _, cmd := range app.Commands {
-		if cmd.Name == "agent" || cmd.Name == slurmStepCommand {
-			continue // runs on a host, reads no job file
+		if cmd.Name == "agent" || cmd.Name == slurmStepCommand || cmd.Name == "version" {
+			continue // runs on a host, or reads no job file
 		}
 		names := map[string]bool{}
 		for _, f := range cmd.Flags {

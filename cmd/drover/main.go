@@ -60,6 +60,20 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// Errors are printed once, by exitCode, never by urfave/cli itself.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Commands:       commands(),
+		// Not urfave/cli's own --version, which prints through a
+		// package-level printer: drover's says more (printVersion).
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "version", Usage: "print the version (as `drover version`)"}},
+		Action: func(c *cli.Context) error {
+			if c.Bool("version") {
+				return printVersion(c)
+			}
+			if c.NArg() > 0 {
+				// With an app Action, urfave/cli hands an unknown
+				// command to it as an argument.
+				return cli.Exit(fmt.Sprintf("unknown command %q (run '%s --help' for the list)", c.Args().First(), c.App.Name), exitConfig)
+			}
+			return cli.ShowAppHelp(c)
+		},
 	}
 	app.OnUsageError = usageError
 	setUsageError(app.Commands)

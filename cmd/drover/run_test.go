@@ -18,6 +18,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -299,8 +300,9 @@ func (p hostProc) String() string {
 }
 
 // jobProcs lists the live (not zombie) processes on the given hosts (all
-// when none given) whose environment says DROVER_JOB=job: the agent and
-// everything the workload started, sleep children included.
+// when none given) of job: its agents (`drover agent run ... --job job`,
+// whose own environment holds none of the job's) and every process whose
+// environment says DROVER_JOB=job, what the workload started included.
 func jobProcs(t *testing.T, job string, hosts ...int) []hostProc {
 	t.Helper()
 	if len(hosts) == 0 {
@@ -331,14 +333,22 @@ func jobProcs(t *testing.T, job string, hosts ...int) []hostProc {
 					env[k] = v
 				}
 			}
-			if env["DROVER_JOB"] != job {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if env["DROVER_JOB"] != job && !isAgentOf(cmdline, job) {
 				continue
 			}
-			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			out = append(out, hostProc{Host: i, Pid: pid, Cmdline: strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")), Env: env})
 		}
 	}
 	return out
+}
+
+// isAgentOf reports whether cmdline (NUL-separated) is a `drover agent
+// run` of job.
+func isAgentOf(cmdline []byte, job string) bool {
+	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	i := slices.Index(argv, "--job")
+	return slices.Contains(argv, "agent") && slices.Contains(argv, "run") && i >= 0 && i+1 < len(argv) && argv[i+1] == job
 }
 
 // waitNoJobProcs waits until no process of job is left on hosts (all when

@@ -36,6 +36,23 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 }
 
+// drover --version and drover version print the same: the build's line
+// (as `agent version` prints it), its commit and Go release, and the
+// agent each platform's hosts would get.
+func TestVersionFlagAndCommand(t *testing.T) {
+	var flagOut, cmdOut, errOut bytes.Buffer
+	require.Equal(t, exitOK, run([]string{"drover", "--version"}, &flagOut, &errOut), errOut.String())
+	require.Equal(t, exitOK, run([]string{"drover", "version"}, &cmdOut, &errOut), errOut.String())
+	assert.Equal(t, flagOut.String(), cmdOut.String())
+	lines := strings.Split(strings.TrimSpace(cmdOut.String()), "\n")
+	require.GreaterOrEqual(t, len(lines), 4, cmdOut.String())
+	assert.Regexp(t, `^drover \S+ \S+/\S+$`, lines[0])
+	assert.Regexp(t, `^commit: `, lines[1])
+	assert.Regexp(t, `^go: go1\.`, lines[2])
+	assert.Regexp(t, `^agent`, lines[3])
+	assert.Equal(t, exitConfig, run([]string{"drover", "version", "x"}, &cmdOut, &errOut))
+}
+
 // TestUsageNamesEveryFlag: a command called with the wrong arguments
 // prints a usage line that names every flag it takes and its arguments,
 // because the line is made from the flag definitions (agent.UsageLine).
@@ -45,7 +62,7 @@ func TestUsageNamesEveryFlag(t *testing.T) {
 	for _, tc := range [][]string{
 		{"plan"}, {"probe"}, {"exec"}, {"push"}, {"run"}, {"submit"}, {"checkpoints"},
 		{"agent", "run"}, {"agent", "stop", "--pidfile", "p", "x"}, {"agent", "preflight", "a", "b"},
-		{"agent", "probe", "x"}, {"agent", "version", "x"}, {"agent", "sftp", "x"},
+		{"agent", "probe", "x"}, {"agent", "version", "x"}, {"agent", "sftp", "x"}, {"version", "x"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"drover"}, tc...), &out, &errb)

@@ -21,6 +21,16 @@
 //
 // Run with Subreaper (Linux; the CLI sets it), the agent also adopts
 // descendants that left the group (setsid, double fork) and stops them too.
+// CMD dies with the agent (a parent-death signal), so that an agent
+// killed outright leaves at most what CMD started in its group, which
+// `drover agent stop` finds through the pidfile.
+//
+// With --env-stdin the first line on stdin, before any control line, is
+// CMD's environment as a JSON object (EnvLine): the rank's variables are
+// set on CMD's exec only, never in the agent's own environment. With
+// --watch-workers the agent reports, one line each (WorkerExit.Line), the
+// exit of every child of CMD that carries a RANK (torchrun's workers), and
+// the first abnormal one stops the group and becomes the agent's status.
 //
 // # The rest of the agent
 //
@@ -122,6 +132,17 @@ type RunOptions struct {
 	LogFile string
 	// Job is the job's name, recorded in the pidfile for messages.
 	Job string
+	// EnvFromStdin makes the agent read the command's environment from the
+	// first line of Stdin (EnvLine) before anything else, so that the
+	// rank's variables are set only on the command's exec, never in the
+	// agent's own environ (see EnvLine).
+	EnvFromStdin bool
+	// WatchWorkers makes the agent watch the command's children (the
+	// workers torchrun starts) and report each one's exit the moment it
+	// happens (WorkerExit): the first that dies abnormally ends the run
+	// as that worker's failure, whatever torchrun does about it (torch
+	// 1.13's torchrun waits up to 300 s in its exit barrier).
+	WatchWorkers bool
 	// Heartbeat, when positive, makes the agent stop the group gracefully
 	// when no line at all arrived on stdin for that long. It is the only
 	// way an agent can notice a controller behind a dead network link: sshd
@@ -129,6 +150,9 @@ type RunOptions struct {
 	// unless the server sets ClientAliveInterval.
 	Heartbeat time.Duration
 
+	// Env is added over the agent's own environment for the command (and
+	// EnvFromStdin's line over it).
+	Env map[string]string
 	// Stdin carries the control lines; nil means no controller (only
 	// signals, ctx and the command's own exit end the run).
 	Stdin io.Reader
@@ -169,6 +193,12 @@ func Command(binary string, o RunOptions) []string {
 	}
 	if o.Job != "" {
 		args = append(args, "--"+flagJob, o.Job)
+	}
+	if o.EnvFromStdin {
+		args = append(args, "--"+flagEnvStdin)
+	}
+	if o.WatchWorkers {
+		args = append(args, "--"+flagWatchWorkers)
 	}
 	if o.HealthFile != "" {
 		args = append(args, "--"+flagHealthFile, o.HealthFile, "--"+flagHealthEvery, o.HealthEvery.String())
@@ -228,12 +258,15 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	signal.Notify(pipeSig, syscall.SIGPIPE)
 	defer signal.Stop(pipeSig)
 
+	if err := s.readEnv(); err != nil {
+		return ExitCannotRun, fmt.Errorf("agent run: %w", err)
+	}
 	closeLog, err := s.openLog()
 	if err != nil {
 		return ExitCannotRun, err
 	}
 	defer closeLog()
-	if err := prepareErrorFile(opts.ErrorFile); err != nil {
+	if err := prepareErrorFile(s.opts.ErrorFile); err != nil {
 		return ExitCannotRun, fmt.Errorf("agent run: %w", err)
 	}
 	if opts.Subreaper {
@@ -242,7 +275,14 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 		}
 	}
 	parent := os.Getppid()
-	cleanup, code, err := s.start()
+	// The command is forked from a thread that lives as long as Run, so
+	// that its parent-death signal fires when the agent dies, not when
+	// Go happens to retire the thread that forked it.
+	forker := newLockedThread()
+	defer forker.stop()
+	var cleanup func()
+	var code int
+	forker.run(func() { cleanup, code, err = s.start() })
 	if err != nil {
 		return code, err
 	}
@@ -255,16 +295,53 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	done := make(chan struct{})
 	defer close(done)
 	reqs := make(chan request)
-	if opts.Stdin != nil {
-		go readControl(opts.Stdin, reqs, opts.Heartbeat, done)
+	if s.stdin != nil {
+		go readControl(s.stdin, reqs, opts.Heartbeat, done)
 	}
 	if opts.WatchParent {
 		go watchParent(parent, reqs, done)
 	}
-	status := s.waitCommand(ctx, exited, reqs)
+	var workers <-chan WorkerExit
+	if opts.WatchWorkers {
+		workers = watchWorkers(s.child, done)
+	}
+	status := s.waitCommand(ctx, exited, reqs, workers)
 	s.stopLeftBehind(reqs)
 	s.drain()
+	if s.failed != nil {
+		// The worker's death is the run's failure, not how torchrun
+		// took being stopped.
+		return s.failed.Status, nil
+	}
 	return status, nil
+}
+
+// readEnv settles the command's environment: opts.Env, then the line on
+// stdin when EnvFromStdin; the error file defaults to the command's
+// TORCHELASTIC_ERROR_FILE.
+func (s *supervision) readEnv() error {
+	env := map[string]string{}
+	for k, v := range s.opts.Env {
+		env[k] = v
+	}
+	if s.opts.Stdin != nil {
+		br := bufio.NewReader(s.opts.Stdin)
+		s.stdin = br
+		if s.opts.EnvFromStdin {
+			got, err := readEnvLine(br)
+			if err != nil {
+				return err
+			}
+			for k, v := range got {
+				env[k] = v
+			}
+		}
+	}
+	if s.opts.ErrorFile == "" {
+		s.opts.ErrorFile = env["TORCHELASTIC_ERROR_FILE"]
+	}
+	s.environ = childEnviron(env)
+	return nil
 }
 
 // supervision is one Run's command and its process group: how far a stop
@@ -274,6 +351,11 @@ type supervision struct {
 	grace          time.Duration
 	stdout, stderr io.Writer
 	logw           *lockedWriter // nil without a log file
+
+	stdin   io.Reader // opts.Stdin, buffered past the environment's line
+	environ []string  // the command's environment
+	// failed is the first worker that died abnormally (WatchWorkers).
+	failed *WorkerExit
 
 	child      int
 	g          group
@@ -316,7 +398,7 @@ func (s *supervision) notice(format string, args ...any) {
 // it in the pidfile and only then lets it run. cleanup removes the
 // pidfile once Run is done.
 func (s *supervision) start() (cleanup func(), code int, err error) {
-	child, outR, errR, release, err := start(s.opts.Args)
+	child, outR, errR, release, err := start(s.opts.Args, s.environ)
 	if err != nil {
 		code := ExitCannotRun
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -362,7 +444,7 @@ func (s *supervision) start() (cleanup func(), code int, err error) {
 // than the one under way (SIGTERM, then SIGKILL after the grace).
 func (s *supervision) escalate(r request) {
 	if r.kind == dumpStacks {
-		s.g.dumpStacks(s.notice)
+		s.g.dumpStacks(s.notice, s.environ)
 		return
 	}
 	if r.kind <= s.state {
@@ -397,12 +479,14 @@ func (s *supervision) graceExpired(what string) {
 
 // waitCommand waits until the command itself exits, acting on requests,
 // ctx and the grace meanwhile, and returns its status.
-func (s *supervision) waitCommand(ctx context.Context, exited <-chan int, reqs <-chan request) int {
+func (s *supervision) waitCommand(ctx context.Context, exited <-chan int, reqs <-chan request, workers <-chan WorkerExit) int {
 	s.ctxEnd = ctx.Done()
 	for {
 		select {
 		case status := <-exited:
 			return status
+		case w := <-workers:
+			s.workerExited(w)
 		case r := <-reqs:
 			s.escalate(r)
 		case <-s.ctxEnd:
@@ -472,11 +556,12 @@ func (s *supervision) drain() {
 // PYTHONFAULTHANDLER on (drover sets it), SIGABRT makes Python print every
 // thread's stack and abort, even while blocked in C code (a collective);
 // SIGCONT wakes a frozen (SIGSTOPped) one so that it can. Otherwise the
-// process is left alone.
-func (g group) dumpStacks(notice func(format string, args ...any)) {
+// process is left alone. py-spy is looked up on the command's PATH
+// (environ: the login PATH, or PATH from [job.env]).
+func (g group) dumpStacks(notice func(format string, args ...any), environ []string) {
 	pids, fh := g.pythonMembers()
 	dumped, said := make([]bool, len(pids)), make([]string, len(pids))
-	if bin, err := exec.LookPath("py-spy"); err == nil {
+	if bin, err := lookPath("py-spy", environ); err == nil {
 		var wg sync.WaitGroup
 		for i, pid := range pids {
 			wg.Add(1)
@@ -536,10 +621,10 @@ const gateScript = `IFS= read -r _ <&3 || exit 126; exec 3<&-; exec "$@"`
 // held at the gate until release is called (or closed without it, which
 // ends the child before the command runs).
 // The child's stdin is /dev/null: the agent's stdin is the control channel.
-func start(args []string) (pid int, outR, errR *os.File, release func(bool), err error) {
+func start(args, environ []string) (pid int, outR, errR *os.File, release func(bool), err error) {
 	// Resolve the program now: behind the gate a missing one would only
 	// show as sh's exit 127, not as an error the agent can name.
-	if _, err := exec.LookPath(args[0]); err != nil {
+	if _, err := lookPath(args[0], environ); err != nil {
 		return 0, nil, nil, nil, err
 	}
 	gateR, gateW, err := os.Pipe()
@@ -563,7 +648,8 @@ func start(args []string) (pid int, outR, errR *os.File, release func(bool), err
 	cmd := exec.Command("/bin/sh", append([]string{"-c", gateScript, "sh"}, args...)...)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{gateR}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = environ
+	cmd.SysProcAttr = childAttr()
 	err = cmd.Start()
 	gateR.Close()
 	outW.Close()

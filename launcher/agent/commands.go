@@ -55,6 +55,8 @@ const (
 	flagTo            = "to"
 	flagRate          = "rate"
 	flagPart          = "part"
+	flagEnvStdin      = "env-stdin"
+	flagWatchWorkers  = "watch-workers"
 	flagHealthFile    = "health-file"
 	flagHealthEvery   = "health-every"
 	flagXIDWait       = "xid-wait"
@@ -110,6 +112,8 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagPidfile, TakesFile: true, Usage: "record the group here while it runs"},
 			&cli.StringFlag{Name: flagLog, TakesFile: true, Usage: "also append all output to this file"},
 			&cli.StringFlag{Name: flagJob, Usage: "job name, for the pidfile"},
+			&cli.BoolFlag{Name: flagEnvStdin, Usage: "read CMD's environment (a JSON object) from the first line of stdin"},
+			&cli.BoolFlag{Name: flagWatchWorkers, Usage: "report each exit of CMD's children (torchrun's workers); the first abnormal one fails the run"},
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
 		},
@@ -147,8 +151,10 @@ func runOptions(c *cli.Context) RunOptions {
 		LogFile:   c.String(flagLog),
 		Job:       c.String(flagJob),
 
-		HealthFile:  c.String(flagHealthFile),
-		HealthEvery: c.Duration(flagHealthEvery),
+		EnvFromStdin: c.Bool(flagEnvStdin),
+		WatchWorkers: c.Bool(flagWatchWorkers),
+		HealthFile:   c.String(flagHealthFile),
+		HealthEvery:  c.Duration(flagHealthEvery),
 	}
 }
 

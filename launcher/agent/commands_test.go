@@ -34,7 +34,8 @@ func parseAgent(t *testing.T, argv []string) *cli.Context {
 func TestAgentArgvRoundTrip(t *testing.T) {
 	t.Run("run", func(t *testing.T) {
 		o := RunOptions{Args: []string{"python3", "-u", "train.py", "--lr", "0.1"}, Grace: 7 * time.Second,
-			Heartbeat: 6 * time.Second, PIDFile: "/w/.drover/pids/a.json", LogFile: "/w/.drover/logs/a.log", Job: "mnist"}
+			Heartbeat: 6 * time.Second, PIDFile: "/w/.drover/pids/a.json", LogFile: "/w/.drover/logs/a.log", Job: "mnist",
+			EnvFromStdin: true, WatchWorkers: true}
 		c := parseAgent(t, Command("drover", o))
 		assert.Equal(t, cmdRun, c.Command.Name)
 		assert.Equal(t, o, runOptions(c))
@@ -120,7 +121,7 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION]",
 		"usage: drover agent preflight [--stop-leftovers DIR] [--lease FILE] [--lease-id ID] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -194,4 +195,80 @@ func siginfoPid(info *unix.Siginfo) int32 {
 	align := unsafe.Sizeof(uintptr(0))
 	off := (3*unsafe.Sizeof(int32(0)) + align - 1) &^ (align - 1)
 	return *(*int32)(unsafe.Add(unsafe.Pointer(info), off))
+}
+
+// childAttr puts the command in a process group of its own and makes it
+// die with the agent (Pdeathsig), whatever kills the agent (SIGKILL, the
+// OOM killer). The kernel sends the parent-death signal when the thread
+// that forked exits, not the process: Run forks from a locked thread that
+// outlives the command (lockedThread). What the command started itself is
+// stopped through its process group by whoever finds the pidfile (drover
+// does, when an agent's channel ends without an exit report).
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// exitStatus is the wait status of the zombie pid, from field 52 of
+// /proc/<pid>/stat (Linux 3.5 and later): ok is false when pid is not a
+// zombie or the field cannot be read. It lets the agent see how a
+// process that is not its child (a torchrun worker) ended before its
+// parent reaps it.
+func exitStatus(pid int) (syscall.WaitStatus, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 > len(data) {
+		return 0, false
+	}
+	f := bytes.Fields(data[i+2:])
+	// Field 3 (state) is f[0]; field 52 (exit_code) is f[49].
+	if len(f) < 50 || len(f[0]) != 1 || f[0][0] != 'Z' {
+		return 0, false
+	}
+	code, err := strconv.Atoi(string(f[49]))
+	if err != nil {
+		return 0, false
+	}
+	return syscall.WaitStatus(code), true
+}
+
+// procEnviron is pid's environment as a map (nil when it cannot be read).
+func procEnviron(pid int) map[string]string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return nil
+	}
+	env := map[string]string{}
+	for _, kv := range bytes.Split(data, []byte{0}) {
+		if k, v, ok := bytes.Cut(kv, []byte{'='}); ok {
+			env[string(k)] = string(v)
+		}
+	}
+	return env
+}
+
+// stderrFile is the regular file pid's stderr goes to ("" for a pipe or
+// a terminal): torchrun's --redirects send each worker's there.
+func stderrFile(pid int) string {
+	p, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/2")
+	if err != nil || !strings.HasPrefix(p, "/") {
+		return ""
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return p
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
+	for _, p := range allProcs() {
+		if p.ppid == pid && !p.dead() {
+			out = append(out, p.pid)
+		}
+	}
+	return out
 }

@@ -22,3 +22,13 @@ func liveProcess(pid int, _ uint64) bool { return syscall.Kill(pid, 0) == nil }
 func cmdline(int) []string { return nil }
 
 func peekExited(bool) (int, error) { return 0, errNoPeek }
+
+func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func exitStatus(int) (syscall.WaitStatus, bool) { return 0, false }
+
+func procEnviron(int) map[string]string { return nil }
+
+func stderrFile(int) string { return "" }
+
+func childrenOf(int) []int { return nil }

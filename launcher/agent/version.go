@@ -3,8 +3,10 @@ package agent
 import (
 	"debug/buildinfo"
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // Version is the line `drover agent version` prints for this binary:
@@ -65,4 +67,38 @@ func setting(bi *debug.BuildInfo, key string) string {
 		}
 	}
 	return ""
+}
+
+// WriteVersion writes what `drover version` (and `drover --version`)
+// prints for this binary: the line `agent version` prints (which the
+// installer compares, so it never changes shape), then the full commit,
+// whether the tree was modified, and the Go release that built it, so that
+// a bug report names the exact build.
+func WriteVersion(w io.Writer) error {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		bi = nil
+	}
+	_, err := io.WriteString(w, versionText(Version(), bi))
+	return err
+}
+
+// versionText is WriteVersion's text for line (Version's) and bi (nil when
+// the binary has no build information).
+func versionText(line string, bi *debug.BuildInfo) string {
+	lines := []string{line}
+	if bi == nil {
+		return strings.Join(append(lines, "go: "+runtime.Version()), "\n") + "\n"
+	}
+	commit := setting(bi, "vcs.revision")
+	if commit == "" {
+		commit = "unknown (built without VCS stamping: not from a git checkout, or with -buildvcs=false)"
+	} else if setting(bi, "vcs.modified") == "true" {
+		commit += " (modified tree)"
+	}
+	if t := setting(bi, "vcs.time"); t != "" {
+		commit += ", committed " + t
+	}
+	lines = append(lines, "commit: "+commit, "go: "+bi.GoVersion)
+	return strings.Join(lines, "\n") + "\n"
 }

@@ -382,7 +382,14 @@ func where(hosts []Host, paths map[string]string) string {
 			parts[len(parts)-1] += ", " + h.Name
 			continue
 		}
-		parts = append(parts, p+" on "+h.Name)
+		// Say whose file each host resumes from: a host resuming from
+		// the training's own file and one resuming from drover's copy
+		// of it are told apart.
+		whose := "its own file "
+		if h.Own != "" && strings.HasPrefix(p, strings.TrimSuffix(h.Own, "/")+"/") {
+			whose = "drover's copy "
+		}
+		parts = append(parts, whose+p+" on "+h.Name)
 		last = p
 	}
 	return strings.Join(parts, ", ")

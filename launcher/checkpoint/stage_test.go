@@ -72,6 +72,9 @@ func TestStageSkipsHostsWithTheSameContent(t *testing.T) {
 	assert.Equal(t, h1Before, tree(t, hs[1].Own), "h1 already held it: not sent again")
 	assert.Equal(t, h2Before, tree(t, hs[2].Own), "h2 already held it: not sent again")
 	assert.NotContains(t, ev.String(), "staged")
+	// The resume message says whose file each host resumes from.
+	assert.Contains(t, ev.String(), "its own file "+second["h0"]+" on h0")
+	assert.Contains(t, ev.String(), "drover's copy "+second["h1"]+" on h1")
 
 	// h2's copy loses its MANIFEST (a copy cut short): it is sent again.
 	require.NoError(t, os.Remove(filepath.Join(hs[2].Own, seqDir(1), ManifestName)))

@@ -312,3 +312,18 @@ func hangConfig(hosts ...config.Host) *config.Config {
 	c.Job.HangTimeout = time.Minute
 	return c
 }
+
+// Every process of every framework gets PYTHONUNBUFFERED=1 (its stdout is
+// a pipe, and Python would hold print() back in 8 KiB blocks), and
+// [job.env] may replace it.
+func TestPlanUnbufferedEveryFramework(t *testing.T) {
+	for _, cfg := range everyFramework() {
+		p := mustBuild(t, PlanInput{Config: cfg})
+		for _, pr := range p.Processes {
+			assert.Equal(t, "1", pr.Env["PYTHONUNBUFFERED"], "%s: %s", cfg.Job.Framework, pr.Name())
+		}
+		cfg.Job.Env = map[string]string{"PYTHONUNBUFFERED": ""}
+		p = mustBuild(t, PlanInput{Config: cfg})
+		assert.Equal(t, "", p.Processes[0].Env["PYTHONUNBUFFERED"], "%s: [job.env] wins", cfg.Job.Framework)
+	}
+}

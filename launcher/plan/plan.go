@@ -361,6 +361,13 @@ func commonEnv(pr *Process, in PlanInput) {
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
 	// by default counts fastest first. Make CUDA count like NVML.
 	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+	// A process's stdout is a pipe to the agent, so Python would buffer
+	// print() in 8 KiB blocks: lines would reach the logs tens of seconds
+	// late, in bursts, and hang_timeout would take a healthy run that
+	// prints every second for hung. Kubeflow's PyTorchJob sets it too.
+	// [job.env] may set it to "" to turn it off (Python reads an empty
+	// value as unset).
+	env["PYTHONUNBUFFERED"] = "1"
 	if job.HangTimeout > 0 {
 		// Progress for scripts that print rarely (see hang_timeout), and
 		// faulthandler on, so that a hung rank's stack can be asked for.

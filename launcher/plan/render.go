@@ -176,7 +176,7 @@ func RenderEnv(w io.Writer, p *Plan, opt RenderOptions) error {
 		fmt.Fprintf(&b, "\n# %s on %s (%s)\n", pr.Name(), pr.Host.Name, pr.Address)
 		for _, k := range sortedKeys(pr.Env) {
 			v := singleQuote(opt.value(k, pr.Env[k]))
-			if k == "DROVER_CHECKPOINT_DIR" && strings.HasPrefix(pr.Env[k], "~") {
+			if homePaths[k] && strings.HasPrefix(pr.Env[k], "~") {
 				// Without a probe the home directory is unknown and the
 				// plan says "~/..."; quoted, ~ would reach the process
 				// literally.
@@ -196,6 +196,16 @@ func RenderEnv(w io.Writer, p *Plan, opt RenderOptions) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// homePaths are the variables whose value drover makes from a path on the
+// host, "~/..." when the plan does not know the host's home directory:
+// RenderEnv writes them under "$HOME" so that the shell expands them. A
+// value from [job.env] is the user's and stays literal (these names are
+// reserved, so it cannot be one of them).
+var homePaths = map[string]bool{
+	"DROVER_CHECKPOINT_DIR": true, "TORCHELASTIC_ERROR_FILE": true,
+	"DROVER_PROGRESS_FILE": true, "DROVER_RESUME_FROM": true,
 }
 
 // jsonPlan and jsonProcess fix the JSON field names; they are an interface

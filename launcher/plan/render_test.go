@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/testenv"
@@ -130,7 +131,8 @@ func TestRenderEnvRelativeWorkdir(t *testing.T) {
 	h.Workdir = "drover/my job"
 	c := testConfig(config.PyTorch, h)
 	c.Job.CheckpointDir = "ck pt"
-	c.Job.Command = []string{"sh", "-c", `pwd; echo "$DROVER_CHECKPOINT_DIR"`}
+	c.Job.HangTimeout = time.Minute
+	c.Job.Command = []string{"sh", "-c", `pwd; echo "$DROVER_CHECKPOINT_DIR"; echo "$TORCHELASTIC_ERROR_FILE"; echo "$DROVER_PROGRESS_FILE"`}
 	p := mustBuild(t, PlanInput{Config: c})
 	var buf bytes.Buffer
 	require.NoError(t, RenderEnv(&buf, p, RenderOptions{}))
@@ -139,9 +141,13 @@ func TestRenderEnvRelativeWorkdir(t *testing.T) {
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
 	out, err := cmd.Output()
 	require.NoError(t, err, buf.String())
-	// Both the workdir and the checkpoint directory are absolute under the
-	// host's $HOME, never a literal "~".
-	assert.Equal(t, filepath.Join(home, "drover", "my job")+"\n"+filepath.Join(home, "drover", "my job", "ck pt")+"\n", string(out))
+	// The workdir, the checkpoint directory, the error file and the
+	// progress file are absolute under the host's $HOME, never a literal
+	// "~" (a pasted TORCHELASTIC_ERROR_FILE='~/...' is never expanded).
+	wd := filepath.Join(home, "drover", "my job")
+	assert.Equal(t, wd+"\n"+filepath.Join(wd, "ck pt")+"\n"+
+		filepath.Join(wd, ".drover", "errors", "attempt-0", "worker-0.json")+"\n"+
+		filepath.Join(wd, ".drover", "progress", "worker-0")+"\n", string(out))
 }
 
 func TestRenderSecrets(t *testing.T) {

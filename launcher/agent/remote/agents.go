@@ -206,3 +206,22 @@ func unamePlatform(s string) (Platform, bool) {
 	}
 	return Platform(goos + "/" + goarch), true
 }
+
+// Describe says, one line per platform, which agent a host of that
+// platform would get and what it answers to `drover agent version`, for
+// `drover version`: an agent built from another commit than drover is the
+// usual reason a host misbehaves after an upgrade.
+func (a Agents) Describe() []string {
+	var out []string
+	for _, p := range a.platforms() {
+		b, err := a.For("", p)
+		if err != nil {
+			continue
+		}
+		out = append(out, fmt.Sprintf("agent for %s: %s (%s)", p, b.Version, b.Path))
+	}
+	if len(out) == 0 {
+		out = append(out, "agents: none beside "+a.Self+" (run `make build`)")
+	}
+	return out
+}
