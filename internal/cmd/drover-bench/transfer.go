@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -91,12 +90,13 @@ func (b *bench) transfer(ctx context.Context) []Row {
 		return []Row{{Section: "transfer", N: transferHosts, What: "checkpoint copies and staging", Drover: na("no fleet")}}
 	}
 	defer f.Close()
-	ns, err := slowController(f.Fleet, opts.Name)
+	link, err := f.SlowLink(transferRate)
 	if err != nil {
 		b.note("transfer: %v", err)
 		return []Row{{Section: "transfer", N: transferHosts, What: "checkpoint copies and staging", Drover: na("no slow link")}}
 	}
-	defer exec.Command("ip", "netns", "del", ns).Run()
+	defer link.Close()
+	ns := link.NS
 	bin := path.Join(b.work, "tx-agent")
 	if err := copyFile(b.drover, bin); err != nil {
 		b.note("transfer: %v", err)
@@ -126,36 +126,6 @@ func (b *bench) transfer(ctx context.Context) []Row {
 		b.note("transfer: %v", err)
 	}
 	return transferRows(results)
-}
-
-// slowController makes a network namespace on the fleet's bridge whose
-// veth has a 50 Mbit/s token bucket on both ends, and returns its name.
-func slowController(f *fleettest.Fleet, name string) (string, error) {
-	octets := strings.Split(f.Hosts[0].Addr, ".")
-	if len(octets) != 4 {
-		return "", fmt.Errorf("fleet address %q is not IPv4", f.Hosts[0].Addr)
-	}
-	ns, veth := "drover-"+name+"-ctl", "dtxc"+octets[2]
-	addr := strings.Join(octets[:3], ".") + ".250/24"
-	tbf := []string{"root", "tbf", "rate", transferRate, "burst", "64kb", "latency", "100ms"}
-	_ = exec.Command("ip", "netns", "del", ns).Run() // left by a crashed run
-	steps := [][]string{
-		{"ip", "netns", "add", ns},
-		{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"ip", "link", "set", veth, "master", "dtbr" + octets[2], "up"},
-		{"ip", "-n", ns, "addr", "add", addr, "dev", "eth0"},
-		{"ip", "-n", ns, "link", "set", "eth0", "up"},
-		{"ip", "-n", ns, "link", "set", "lo", "up"},
-		append([]string{"tc", "qdisc", "add", "dev", veth}, tbf...),
-		append([]string{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0"}, tbf...),
-	}
-	for _, s := range steps {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			_ = exec.Command("ip", "netns", "del", ns).Run()
-			return "", fmt.Errorf("slow controller link: %s: %v: %s", strings.Join(s, " "), err, out)
-		}
-	}
-	return ns, nil
 }
 
 func copyFile(src, dst string) error {
