@@ -119,6 +119,9 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 	sc := a.scan()
 	defer func() { <-sc.done }() // nothing of the attempt outlives it
 	conns, err := a.connect(ctx, hosts)
+	if err == nil {
+		conns, err = a.netPreflight(ctx, conns) // a slow host without a spare is final too
+	}
 	steps("connect")
 	if err != nil {
 		if ctx.Err() != nil {

@@ -335,6 +335,7 @@ func (w *walker) job(top tbl, dir string) Job {
 	if n, ok := w.integer(t, "min_gpus", 0, 1024, "between 0 and 1024"); ok {
 		j.MinGPUs = n
 	}
+	w.network(t, &j)
 	j.Roles = w.roles(t, j.Framework)
 	return j
 }

@@ -79,7 +79,13 @@ type Job struct {
 	// drover reads a checkpoint from the host that wrote it while training
 	// runs (each destination receives it at that rate too); 0 is no cap.
 	CheckpointCopyRate int64
-	MaxRestarts        int
+	// MinBandwidth, when positive, is the slowest link in bits per
+	// second that `drover check net` (and preflight = ["net"]) accepts.
+	MinBandwidth float64
+	// Preflight names the checks run before the first attempt ("net");
+	// a host that fails one is swapped for a spare.
+	Preflight   []string
+	MaxRestarts int
 	// ProcsPerHost applies to hosts without GPUs (pytorch, torchrun).
 	ProcsPerHost int
 	MasterPort   int

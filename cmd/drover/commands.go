@@ -12,6 +12,8 @@ func commands() []*cli.Command {
 		execCommand(),
 		pushCommand(),
 		probeCommand(),
+		topCommand(),
+		checkCommand(),
 		runCommand(),
 		submitCommand(),
 		checkpointsCommand(),

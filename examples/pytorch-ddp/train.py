@@ -29,9 +29,10 @@ Environment (set by drover, or by torchrun for its children):
                           DROVER_RESUME_FROM was fixed when torchrun started.
   CUDA_VISIBLE_DEVICES    non-empty and CUDA available: NCCL on a GPU,
                           otherwise gloo on the CPU.
-  DROVER_PROGRESS_FILE    (with hang_timeout) touched by every rank after
-                          each step: progress for drover's hang detection,
-                          since only rank 0 prints while training.
+  DROVER_PROGRESS_FILE    rewritten by every rank after each step with
+                          "step=N": progress for drover's hang detection
+                          (only rank 0 prints while training), and the step
+                          and steps/s drover top shows.
 
 Output that tests rely on (stdout, flushed):
   every rank:  rank R/W local_rank L on HOST restart=N
@@ -67,14 +68,14 @@ def log(*args):
     sys.stdout.flush()
 
 
-def touch_progress():
-    """Tell drover this rank made progress (see hang_timeout). A rank
-    blocked in a collective stops touching, and so does a frozen one."""
+def report_progress(step):
+    """Tell drover this rank finished step (see hang_timeout and drover
+    top). A rank blocked in a collective stops writing, and so does a
+    frozen one."""
     path = os.environ.get("DROVER_PROGRESS_FILE")
     if path:
-        with open(path, "a"):
-            pass
-        os.utime(path)
+        with open(path, "w") as f:
+            f.write(f"step={step}\n")
 
 
 def parse_args(argv):
@@ -416,8 +417,8 @@ def main(argv):
         loss = loss_fn(ddp(x), y)
         loss.backward()
         opt.step()
-        touch_progress()
         done = step + 1
+        report_progress(done)
         if args.sharded and args.ckpt_every > 0 and (done % args.ckpt_every == 0 or done == args.steps):
             path = save_sharded(ckpt_dir, done, model, opt, rank, world, local_rank, args.keep)
             if rank == 0:

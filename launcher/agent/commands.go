@@ -31,6 +31,9 @@ const (
 	cmdSFTP      = "sftp"
 	cmdSend      = "send"
 	cmdRecv      = "recv"
+	cmdTop       = "top"
+	cmdNetListen = "net-listen"
+	cmdNetSend   = "net-send"
 
 	flagGrace         = "grace"
 	flagHeartbeat     = "heartbeat"
@@ -52,7 +55,6 @@ const (
 	flagForward       = "forward"
 	flagWait          = "wait"
 	flagPath          = "path"
-	flagTo            = "to"
 	flagRate          = "rate"
 	flagPart          = "part"
 	flagEnvStdin      = "env-stdin"
@@ -62,6 +64,13 @@ const (
 	flagXIDWait       = "xid-wait"
 	flagWatch         = "watch"
 	flagOut           = "out"
+	flagWorkdir       = "workdir"
+	flagEvery         = "every"
+	flagIface         = "iface"
+	flagAccept        = "accept"
+	flagTimeout       = "timeout"
+	flagTo            = "to"
+	flagDuration      = "duration"
 )
 
 // drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
@@ -79,7 +88,8 @@ func CLI() *cli.Command {
 		Usage:  "runs on hosts; used by drover itself",
 		Hidden: true,
 		Subcommands: []*cli.Command{
-			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(), recvCLI(), sendCLI(),
+			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(),
+			topCLI(), netListenCLI(), netSendCLI(), recvCLI(), sendCLI(),
 		},
 	}
 }
@@ -363,6 +373,36 @@ func sftpCLI() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// topCLI is `drover agent top --workdir DIR [--every 1s]`: this host's
+// GPUs and the job's processes as JSON lines, one per interval while
+// stdin stays open (see Top). `drover top` runs it on every host.
+func topCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdTop,
+		Usage: "print this host's GPUs and the job's processes as JSON, every interval",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagWorkdir, Required: true, TakesFile: true, Usage: "the job's workdir on this host"},
+			&cli.DurationFlag{Name: flagEvery, Usage: "print a sample this often until stdin ends (0: one sample)"},
+			&cli.DurationFlag{Name: flagHeartbeat, Usage: "stop when no byte arrives on stdin for this long (0: off)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			if err := Top(c.Context, topOptions(c), c.App.Reader, c.App.Writer); err != nil {
+				return cli.Exit(err.Error(), exitFailed)
+			}
+			return nil
+		},
+	}
+}
+
+// topOptions reads what `drover agent top`'s command line says: the
+// fields TopCommand writes.
+func topOptions(c *cli.Context) TopOptions {
+	return TopOptions{Workdir: c.String(flagWorkdir), Every: c.Duration(flagEvery), Heartbeat: c.Duration(flagHeartbeat)}
 }
 
 // recvCLI is `drover agent recv`: one direct checkpoint copy into

@@ -105,6 +105,24 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, 2*time.Second, c.Duration(flagWatch))
 		assert.Equal(t, "/w/health.json", c.String(flagOut))
 	})
+	t.Run("top", func(t *testing.T) {
+		o := TopOptions{Workdir: "runs/mnist", Every: time.Second, Heartbeat: 10 * time.Second}
+		c := parseAgent(t, TopCommand("drover", o))
+		assert.Equal(t, cmdTop, c.Command.Name)
+		assert.Equal(t, o, topOptions(c))
+	})
+	t.Run("net-listen", func(t *testing.T) {
+		o := NetListenOptions{Iface: "eth0", Accept: 3, Timeout: time.Minute}
+		c := parseAgent(t, NetListenCommand("drover", o))
+		assert.Equal(t, cmdNetListen, c.Command.Name)
+		assert.Equal(t, o, netListenOptions(c))
+	})
+	t.Run("net-send", func(t *testing.T) {
+		o := NetSendOptions{To: "10.0.0.12:4000", Duration: 2 * time.Second}
+		c := parseAgent(t, NetSendCommand("drover", o))
+		assert.Equal(t, cmdNetSend, c.Command.Name)
+		assert.Equal(t, o, netSendOptions(c))
+	})
 	t.Run("sftp", func(t *testing.T) {
 		c := parseAgent(t, SFTPCommand("drover"))
 		assert.Equal(t, cmdSFTP, c.Command.Name)
@@ -128,6 +146,9 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent health [--json] [--xid-wait DURATION] [--watch INTERVAL] [--out FILE]",
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
+		"usage: drover agent top --workdir FILE [--every DURATION] [--heartbeat DURATION]",
+		"usage: drover agent net-listen [--iface INTERFACE] [--accept N] [--timeout DURATION]",
+		"usage: drover agent net-send --to IP:PORT [--duration DURATION]",
 		"usage: drover agent recv --dir DIR --seq N --name NAME --listen ADDR [--forward ADDR] [--part HOST] [--wait DURATION] [--low-priority]",
 		"usage: drover agent send --path PATH --name NAME --to ADDR [--rate BYTES] [--low-priority]",
 	}, got)

@@ -197,6 +197,37 @@ func siginfoPid(info *unix.Siginfo) int32 {
 	return *(*int32)(unsafe.Add(unsafe.Pointer(info), off))
 }
 
+// procStateName is what `drover top` shows of process pid started at
+// start: its scheduler state, or "gone".
+func procStateName(pid int, start uint64) string {
+	p, ok := readStat(pid)
+	if !ok || (start != 0 && p.start != start) {
+		return "gone"
+	}
+	switch p.state {
+	case 'R':
+		return "running"
+	case 'S', 'I':
+		return "sleeping"
+	case 'D':
+		return "disk-wait"
+	case 'T', 't':
+		return "stopped"
+	case 'Z', 'X', 'x':
+		return "zombie"
+	}
+	return string(p.state)
+}
+
+// procGroup is pid's process group, 0 when it cannot be read.
+func procGroup(pid int) int {
+	p, ok := readStat(pid)
+	if !ok {
+		return 0
+	}
+	return p.pgrp
+}
+
 // childAttr puts the command in a process group of its own and makes it
 // die with the agent (Pdeathsig), whatever kills the agent (SIGKILL, the
 // OOM killer). The kernel sends the parent-death signal when the thread

@@ -23,6 +23,20 @@ func cmdline(int) []string { return nil }
 
 func peekExited(bool) (int, error) { return 0, errNoPeek }
 
+func procStateName(pid int, _ uint64) string {
+	if syscall.Kill(pid, 0) != nil {
+		return "gone"
+	}
+	return "running"
+}
+
+func procGroup(pid int) int {
+	g, err := syscall.Getpgid(pid)
+	if err != nil {
+		return 0
+	}
+	return g
+}
 func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 func exitStatus(int) (syscall.WaitStatus, bool) { return 0, false }

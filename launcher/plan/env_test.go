@@ -244,8 +244,11 @@ func TestPlanHangEnv(t *testing.T) {
 	assert.Equal(t, "", p.Processes[0].Env["PYTHONFAULTHANDLER"], "[job.env] wins")
 
 	cfg.Job.HangTimeout = 0
-	p = mustBuild(t, PlanInput{Config: cfg})
-	assert.NotContains(t, p.Processes[0].Env, "DROVER_PROGRESS_FILE", "no hang_timeout, no progress file")
+	cfg.Job.Env = nil
+	p = mustBuild(t, PlanInput{Config: cfg, HostHome: map[string]string{"b": "/home/u"}})
+	assert.Equal(t, "/home/u/"+cfg.Job.Workdir+"/.drover/progress/worker-0", p.Processes[0].Env["DROVER_PROGRESS_FILE"],
+		"every job has a progress file: drover top reads its step=N")
+	assert.NotContains(t, p.Processes[0].Env, "PYTHONFAULTHANDLER", "faulthandler only with hang_timeout")
 }
 
 // The ports a restart's preflight found free replace the configured ones

@@ -361,6 +361,9 @@ func commonEnv(pr *Process, in PlanInput) {
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
 	// by default counts fastest first. Make CUDA count like NVML.
 	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+	// Progress for scripts that print rarely (touching it counts for
+	// hang_timeout) and the step drover top shows (a line "step=N").
+	env["DROVER_PROGRESS_FILE"] = ProgressFile(pr.Workdir, in.HostHome[pr.Host.Name], pr.Name())
 	// A process's stdout is a pipe to the agent, so Python would buffer
 	// print() in 8 KiB blocks: lines would reach the logs tens of seconds
 	// late, in bursts, and hang_timeout would take a healthy run that
@@ -369,9 +372,7 @@ func commonEnv(pr *Process, in PlanInput) {
 	// value as unset).
 	env["PYTHONUNBUFFERED"] = "1"
 	if job.HangTimeout > 0 {
-		// Progress for scripts that print rarely (see hang_timeout), and
 		// faulthandler on, so that a hung rank's stack can be asked for.
-		env["DROVER_PROGRESS_FILE"] = ProgressFile(pr.Workdir, in.HostHome[pr.Host.Name], pr.Name())
 		env["PYTHONFAULTHANDLER"] = "1"
 	}
 }
@@ -383,7 +384,8 @@ func ProgressDir(workdir, home string) string {
 }
 
 // ProgressFile is DROVER_PROGRESS_FILE for a process: touching it counts
-// as progress for hang_timeout.
+// as progress for hang_timeout, and its last "step=N" is the step drover
+// top shows.
 func ProgressFile(workdir, home, name string) string {
 	return path.Join(ProgressDir(workdir, home), name)
 }

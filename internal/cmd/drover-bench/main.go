@@ -71,6 +71,10 @@ type bench struct {
 	// transferRelay adds the copy through the controller as a baseline.
 	transferMax   int64
 	transferRelay bool
+	// topN is the top section's fleet, topWindow how long the
+	// interactive view's CPU is measured.
+	topN      int
+	topWindow time.Duration
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -115,7 +119,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	quick := fs.Bool("quick", false, "skip the scale section (N=256)")
 	rtt := fs.Duration("rtt", 50*time.Millisecond, "round-trip time the latency section puts between drover and the hosts")
 	latencyN := fs.Int("latency-n", 8, "fleet size (among -sizes) for the latency section; 0 skips it")
-	sections := fs.String("sections", "fanout,push,failure,latency,scale", "sections to run (fanout, push, failure, latency, scale)")
+	sections := fs.String("sections", "fanout,push,failure,latency,scale,top", "sections to run (fanout, push, failure, latency, scale, top)")
+	topN := fs.Int("top-n", 16, "fleet size (among -sizes) for drover top; 0 skips it")
+	topWindow := fs.Duration("top-window", time.Minute, "how long the interactive drover top's CPU is measured")
 	prefix := fs.String("fleet-prefix", "b", "fleets are named PREFIX<N> (another prefix lets a second run share the machine)")
 	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2 and the checkpoint fleet X+3")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
@@ -141,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
 		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet,
-		transferMax: *transferMax, transferRelay: *transferRelay}
+		transferMax: *transferMax, transferRelay: *transferRelay, topN: *topN, topWindow: *topWindow}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
 	}
@@ -184,7 +190,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for i, n := range ns {
 		doPush := slices.Contains(ps, n) && b.sections["push"]
 		doFail := n == *failN && b.sections["failure"]
-		if !b.sections["fanout"] && !doPush && !doFail && !(n == *latencyN && b.rtt > 0 && b.sections["latency"]) {
+		if !b.sections["fanout"] && !doPush && !doFail && !(n == *latencyN && b.rtt > 0 && b.sections["latency"]) && !b.topSection(n) {
 			continue // no section uses this fleet (e.g. -sections "" -checkpoints)
 		}
 		need := fleetReserve + fanoutBudget/2
@@ -283,6 +289,9 @@ func (b *bench) onFleet(ctx context.Context, f *benchFleet, doPush, doFail bool)
 	}
 	if f.N == b.latencyN && b.rtt > 0 && b.sections["latency"] {
 		section(latBudget, func(ctx context.Context) []Row { return b.latency(ctx, f) })
+	}
+	if b.topSection(f.N) {
+		section(topBudget, func(ctx context.Context) []Row { return b.top(ctx, f) })
 	}
 	return rows
 }
@@ -528,6 +537,11 @@ func method(b *bench, sizes []int) []string {
 			"included, with the agent binary already on every host (hard links). "+
 			"Goals from issue 20 for exec: under 10 ms of drover CPU per host and under 100 MiB RSS. `make bench-quick` "+
 			"(drover-bench -quick) skips this section.", b.scaleN, benchShell),
+		fmt.Sprintf("Top (section top, N=%d): `drover top --once --json job.toml` timed from start to exit (every host "+
+			"dialled, its agent asked, one sample each; medians after one untimed run that installs the agents), and "+
+			"the interactive `drover top job.toml` in a pseudo-terminal (script -qfec) refreshing every second, its CPU "+
+			"(drover's and script's user+sys) over %s after 5 s to connect. No job runs and the hosts have no "+
+			"nvidia-smi. Goals from issue 28: under 2 s at 16 hosts, under 5%% of one core.", b.topN, b.topWindow),
 	}
 }
 

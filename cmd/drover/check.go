@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/launcher"
+)
+
+// checkCommand is `drover check`: checks of the fleet a job runs on,
+// before it runs (`drover check net`).
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "check",
+		Usage:       "check the fleet before a run",
+		Subcommands: []*cli.Command{checkNetCommand()},
+	}
+}
+
+// checkNetCommand is `drover check net JOB.toml`: the links between the
+// job's hosts (launcher.CheckNet). Exit 1 names the hosts under the job's
+// min_bandwidth or that could not be measured.
+func checkNetCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "net",
+		Usage:     "measure bandwidth and round trip between the job's hosts, over the collectives' interface",
+		ArgsUsage: "JOB.toml",
+		Flags: withFleetFlags(
+			&cli.StringFlag{Name: "hosts", Usage: "measure only these hosts (comma-separated names)"},
+			&cli.DurationFlag{Name: "duration", Value: launcher.DefaultNetDuration, Usage: "measure each link this long"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usage(c)
+			}
+			cfg, err := loadJob(c, false)
+			if err != nil {
+				return err
+			}
+			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
+			if err != nil {
+				return cli.Exit(err.Error(), exitConfig)
+			}
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
+			}
+			rep := launcher.CheckNet(c.Context, launcher.NetCheckOptions{Job: cfg.Job, Hosts: hosts,
+				Dial: dialOptions(c, cfg.Hosts), Bin: bin, Duration: c.Duration("duration")})
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				err = enc.Encode(rep)
+			} else {
+				err = launcher.RenderNet(c.App.Writer, rep)
+			}
+			if err != nil {
+				return err
+			}
+			if err := launcher.CheckMinBandwidth(rep, cfg.Job.MinBandwidth); err != nil {
+				var ne *launcher.NetError
+				if errors.As(err, &ne) {
+					return cli.Exit(err.Error(), exitFailed)
+				}
+				return err
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/topview"
+)
+
+// topCommand is `drover top JOB.toml`: the fleet's GPUs and the job's
+// processes, live (see launcher.WatchTop and package topview).
+func topCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "top",
+		Usage:     "watch each host's GPUs and the job's processes, live",
+		ArgsUsage: "JOB.toml",
+		Flags: withFleetFlags(
+			&cli.StringFlag{Name: "hosts", Usage: "watch only these hosts (comma-separated names)"},
+			&cli.BoolFlag{Name: "once", Usage: "print one view and exit"},
+			&cli.BoolFlag{Name: "json", Usage: "with --once: print the view as JSON"},
+			&cli.DurationFlag{Name: "every", Value: time.Second, Usage: "refresh this often"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics on this `ADDR` (\":9400\") at /metrics"},
+			&cli.StringFlag{Name: "textfile", TakesFile: true, Usage: "write Prometheus metrics to this `FILE` every refresh (node_exporter's textfile collector)"},
+		),
+		Action: topAction,
+	}
+}
+
+func topAction(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usage(c)
+	}
+	cfg, err := loadJob(c, true)
+	if err != nil {
+		return err
+	}
+	hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
+	if err != nil {
+		return cli.Exit(err.Error(), exitConfig)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the drover binary to install on hosts: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	every := c.Duration("every")
+	w := launcher.WatchTop(ctx, launcher.TopOptions{Job: cfg.Job, Hosts: hosts, Dial: dialOptions(c, cfg.Hosts), Bin: bin, Every: every})
+	if c.Bool("once") {
+		return topOnce(ctx, c, w)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(topview.NewCollector(w.View))
+	if addr := c.String("metrics-addr"); addr != "" {
+		if err := serveMetrics(ctx, c, addr, reg); err != nil {
+			return err
+		}
+	}
+	if file := c.String("textfile"); file != "" {
+		go writeTextfile(ctx, c, file, reg, every)
+	}
+	if f, ok := c.App.Writer.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return topview.Interactive(ctx, w.View, every)
+	}
+	<-ctx.Done() // no terminal: serve the metrics until stopped
+	return nil
+}
+
+// topOnce prints the first view every host answered (or failed) for,
+// waiting at most topOnceWait.
+func topOnce(ctx context.Context, c *cli.Context, w *launcher.TopWatcher) error {
+	wctx, cancel := context.WithTimeout(ctx, topOnceWait)
+	defer cancel()
+	w.WaitFirst(wctx)
+	v := w.View()
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	_, err := fmt.Fprintln(c.App.Writer, strings.Join(topview.Rows(v), "\n"))
+	return err
+}
+
+// topOnceWait bounds --once: a host that has not answered by then shows
+// as what it is so far ("connecting", or its error).
+const topOnceWait = 15 * time.Second
+
+// serveMetrics listens on addr and serves reg at /metrics until ctx
+// ends; the address it got goes to stderr (":0" picks a port).
+func serveMetrics(ctx context.Context, c *cli.Context, addr string, reg *prometheus.Registry) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("drover top: --metrics-addr %s: %v", addr, err), exitConfig)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintf(c.App.ErrWriter, "drover top: metrics server: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(c.App.ErrWriter, "drover top: metrics on http://%s/metrics\n", ln.Addr())
+	return nil
+}
+
+// writeTextfile writes reg's metrics to file every interval (atomically,
+// as node_exporter's textfile collector wants) until ctx ends.
+func writeTextfile(ctx context.Context, c *cli.Context, file string, reg *prometheus.Registry, every time.Duration) {
+	warned := false
+	for {
+		if err := prometheus.WriteToTextfile(file, reg); err != nil && !warned {
+			fmt.Fprintf(c.App.ErrWriter, "drover top: --textfile: %v\n", err)
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}

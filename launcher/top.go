@@ -1,0 +1,269 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
+)
+
+// `drover top`: one SSH connection per host, kept for as long as the view
+// is open, with one `drover agent top --every 1s` session on it streaming
+// samples. A host whose last sample is older than TopStale shows as
+// unreachable; one that sends nothing for topRedial has its connection
+// dropped and dialled again, so a host that comes back reappears.
+
+// TopStale is how old a host's last sample may be before the view calls
+// the host unreachable: three missed samples.
+const TopStale = 3 * time.Second
+
+// topRedial is how long a host may send nothing before its connection is
+// closed and dialled anew (a pulled cable never closes it).
+const topRedial = 6 * time.Second
+
+// TopHost is one host as `drover top` shows it.
+type TopHost struct {
+	Host      string `json:"host"`
+	Reachable bool   `json:"reachable"`
+	// Error says why the host is unreachable or what failed last.
+	Error string `json:"error,omitempty"`
+	// LastSeen is when its last sample arrived (this machine's clock).
+	LastSeen time.Time       `json:"last_seen,omitzero"`
+	GPUs     []agent.TopGPU  `json:"gpus"`
+	GPUError string          `json:"gpu_error,omitempty"`
+	Procs    []agent.TopProc `json:"procs"`
+	// Health holds findings of GPUs not listed (a lost one).
+	Health []agent.TopFinding `json:"health,omitempty"`
+}
+
+// TopView is what `drover top` shows: every host of the job, in file
+// order.
+type TopView struct {
+	Job   string    `json:"job"`
+	Time  time.Time `json:"time"`
+	Hosts []TopHost `json:"hosts"`
+}
+
+// TopOptions say what to watch.
+type TopOptions struct {
+	Job   config.Job
+	Hosts []config.Host
+	Dial  cluster.DialOptions
+	// Bin is the drover binary whose directory holds the agents.
+	Bin string
+	// Every is the time between samples.
+	Every time.Duration
+}
+
+// TopWatcher holds the hosts' latest samples; View reads them.
+type TopWatcher struct {
+	job   string
+	now   func() time.Time
+	hosts []*topHost
+}
+
+type topHost struct {
+	mu    sync.Mutex
+	state TopHost
+	// seen is signalled, without blocking, at each sample or failure.
+	seen chan struct{}
+}
+
+// WatchTop starts watching every host until ctx ends.
+func WatchTop(ctx context.Context, o TopOptions) *TopWatcher {
+	if o.Every <= 0 {
+		o.Every = time.Second
+	}
+	w := &TopWatcher{job: o.Job.Name, now: time.Now}
+	agents := remote.FindAgents(o.Bin)
+	for _, h := range o.Hosts {
+		th := &topHost{state: TopHost{Host: h.Name, Error: "connecting"}, seen: make(chan struct{}, 1)}
+		w.hosts = append(w.hosts, th)
+		go th.watch(ctx, h, o, agents)
+	}
+	return w
+}
+
+// View is every host's latest state; a host silent for TopStale is
+// unreachable.
+func (w *TopWatcher) View() TopView {
+	now := w.now()
+	v := TopView{Job: w.job, Time: now}
+	for _, th := range w.hosts {
+		th.mu.Lock()
+		s := th.state
+		th.mu.Unlock()
+		if s.Reachable && now.Sub(s.LastSeen) > TopStale {
+			s.Reachable = false
+			s.Error = fmt.Sprintf("no answer for %s", now.Sub(s.LastSeen).Round(time.Second))
+		}
+		if s.GPUs == nil {
+			s.GPUs = []agent.TopGPU{}
+		}
+		if s.Procs == nil {
+			s.Procs = []agent.TopProc{}
+		}
+		v.Hosts = append(v.Hosts, s)
+	}
+	return v
+}
+
+// WaitFirst waits until every host has sent a sample or failed once, or
+// ctx ends: what `top --once` shows.
+func (w *TopWatcher) WaitFirst(ctx context.Context) {
+	for _, th := range w.hosts {
+		select {
+		case <-th.seen:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (th *topHost) signal() {
+	select {
+	case th.seen <- struct{}{}:
+	default:
+	}
+}
+
+func (th *topHost) fail(err error) {
+	th.mu.Lock()
+	th.state.Reachable = false
+	th.state.Error = err.Error()
+	th.mu.Unlock()
+	th.signal()
+}
+
+// watch dials h, installs the agent and streams its samples, again after
+// each failure, until ctx ends.
+func (th *topHost) watch(ctx context.Context, h config.Host, o TopOptions, agents remote.Agents) {
+	for ctx.Err() == nil {
+		err := th.stream(ctx, h, o, agents)
+		if ctx.Err() != nil {
+			return
+		}
+		th.fail(err)
+		if sleepCtx(ctx, o.Every) != nil {
+			return
+		}
+	}
+}
+
+// stream runs one connection's session until it fails or falls silent.
+func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agents remote.Agents) error {
+	dopts := o.Dial
+	if dopts.ConnectTimeout <= 0 || dopts.ConnectTimeout > topRedial {
+		dopts.ConnectTimeout = topRedial
+	}
+	t, err := cluster.Dial(ctx, h.Endpoint(), dopts)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	bin, err := remote.Install(ctx, t, agents)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	outR, outW := io.Pipe()
+	stderr := cluster.NewHeadBuffer(4096, nil)
+	argv := agent.TopCommand(bin, agent.TopOptions{Workdir: h.Workdir, Every: o.Every, Heartbeat: topHeartbeat})
+	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdin: stdinR, Stdout: outW, Stderr: stderr})
+	if err != nil {
+		return fmt.Errorf("start drover agent top on %s: %w", h.Name, err)
+	}
+	go heartbeat(ctx, stdinW, o.Every)
+	go func() {
+		werr := p.Wait()
+		outW.CloseWithError(fmt.Errorf("drover agent top on %s ended: %v %s", h.Name, werr, stderr.Quote(4096)))
+	}()
+	lines := make(chan lineOrErr)
+	go readLines(ctx, outR, lines)
+	silent := time.NewTimer(topRedial)
+	defer silent.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-silent.C:
+			return fmt.Errorf("%s sent nothing for %s; dialling again", h.Name, topRedial)
+		case l := <-lines:
+			if l.err != nil {
+				return l.err
+			}
+			var s agent.TopSample
+			if err := json.Unmarshal(l.line, &s); err != nil {
+				return fmt.Errorf("read drover agent top's sample from %s: %w", h.Name, err)
+			}
+			th.mu.Lock()
+			th.state = TopHost{Host: h.Name, Reachable: true, LastSeen: time.Now(), GPUs: s.GPUs, GPUError: s.GPUError, Procs: s.Procs, Health: s.Health}
+			th.mu.Unlock()
+			th.signal()
+			silent.Reset(topRedial)
+		}
+	}
+}
+
+// topHeartbeat is how long a host's sampler goes on without hearing from
+// drover (agent.TopOptions.Heartbeat).
+const topHeartbeat = 10 * time.Second
+
+// heartbeat writes a newline to w every interval until ctx ends or a
+// write fails (the session is gone).
+func heartbeat(ctx context.Context, w io.Writer, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if _, err := w.Write([]byte("\n")); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// lineOrErr is a line read, or why reading stopped.
+type lineOrErr struct {
+	line []byte
+	err  error
+}
+
+// readLines sends each line of r to out, then the error that ended it,
+// until ctx ends.
+func readLines(ctx context.Context, r io.Reader, out chan<- lineOrErr) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	send := func(l lineOrErr) bool {
+		select {
+		case out <- l:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for sc.Scan() {
+		if !send(lineOrErr{line: append([]byte(nil), sc.Bytes()...)}) {
+			return
+		}
+	}
+	err := sc.Err()
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	send(lineOrErr{err: err})
+}

@@ -1,0 +1,44 @@
+package topview
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
+)
+
+// Whatever a host sends (an error, a process name, a state) reaches the
+// terminal escaped: no control character survives into a row.
+func TestRowsEscapeHostText(t *testing.T) {
+	step := int64(7)
+	v := launcher.TopView{Job: "j\x1b]0;title\x07", Time: time.Unix(0, 0), Hosts: []launcher.TopHost{
+		{Host: "h1", Error: "bad\x1b[2Jthing"},
+		{Host: "h2", Reachable: true, GPUError: "nvidia-smi: \x1b[31mred\u202e", Procs: []agent.TopProc{
+			{Name: "worker-0\r\x1b[1A", State: "running\x00", OutputAgeS: 2, Step: &step},
+		}},
+	}}
+	rows := Rows(v)
+	text := strings.Join(rows, "\n")
+	for _, r := range text {
+		if r == '\n' {
+			continue
+		}
+		assert.False(t, r < 0x20 || r == 0x7f || r == '\u202e', "raw %U in %q", r, text)
+	}
+	assert.Contains(t, text, `h1               unreachable: bad\x1b[2Jthing`)
+	assert.Contains(t, text, `worker-0\r\x1b[1A`)
+	assert.Contains(t, text, `\u202e`)
+}
+
+// Flags name the throttle reasons worth knowing and an ECC count; a quiet
+// GPU shows "-".
+func TestFlags(t *testing.T) {
+	bits, ecc, zero := uint64(0x40|0x80|0x1), 2.0, 0.0
+	assert.Equal(t, "hw-thermal,power-brake,ecc-uncorrected=2", Flags(agent.TopGPU{Throttle: &bits, ECCVolatile: &ecc}))
+	none := uint64(0x1) // idle
+	assert.Equal(t, "-", Flags(agent.TopGPU{Throttle: &none, ECCVolatile: &zero}))
+}
