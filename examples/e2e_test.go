@@ -243,6 +243,7 @@ type droverRun struct {
 	stderr string // drover's events and the summary
 	done   chan struct{}
 	err    error
+	netns  string // where drover runs; "" for this namespace
 }
 
 // startDrover starts the built binary with args in dir, its stdout and
@@ -250,7 +251,14 @@ type droverRun struct {
 // first, so that it stops its processes on the hosts.
 func startDrover(t *testing.T, dir string, args ...string) *droverRun {
 	t.Helper()
-	r := &droverRun{dir: dir, done: make(chan struct{}),
+	return startDroverIn(t, "", dir, args...)
+}
+
+// startDroverIn is startDrover in network namespace netns ("" for this
+// one), through `ip netns exec`, which executes drover in its place.
+func startDroverIn(t *testing.T, netns, dir string, args ...string) *droverRun {
+	t.Helper()
+	r := &droverRun{dir: dir, done: make(chan struct{}), netns: netns,
 		stdout: filepath.Join(dir, "drover.stdout"), stderr: filepath.Join(dir, "drover.stderr")}
 	stdout, err := os.Create(r.stdout)
 	require.NoError(t, err)
@@ -259,6 +267,9 @@ func startDrover(t *testing.T, dir string, args ...string) *droverRun {
 	require.NoError(t, err)
 	defer stderr.Close()
 	r.cmd = exec.Command(droverBin, args...)
+	if r.netns != "" {
+		r.cmd = exec.Command("ip", append([]string{"netns", "exec", r.netns, droverBin}, args...)...)
+	}
 	r.cmd.Dir = dir
 	r.cmd.Stdout, r.cmd.Stderr = stdout, stderr
 	require.NoError(t, r.cmd.Start())

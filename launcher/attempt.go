@@ -64,6 +64,28 @@ type hostConn struct {
 	toldOnce   sync.Once
 	toldHome   string
 	newWorkdir atomic.Bool
+	// installed is closed once installAgents has set agent (or failed):
+	// direct checkpoint copies, which start beside the install, wait for
+	// it (installedCh).
+	installedMu   sync.Mutex
+	installed     chan struct{}
+	installedOnce sync.Once
+}
+
+// installedCh is closed once the agent install over c is over.
+func (c *hostConn) installedCh() chan struct{} {
+	c.installedMu.Lock()
+	defer c.installedMu.Unlock()
+	if c.installed == nil {
+		c.installed = make(chan struct{})
+	}
+	return c.installed
+}
+
+// installDone says the install is over (agent is set, or "").
+func (c *hostConn) installDone() {
+	ch := c.installedCh()
+	c.installedOnce.Do(func() { close(ch) })
 }
 
 // tell records what the install learnt (see hostConn.told); only the
@@ -636,6 +658,7 @@ func waitTold(ctx context.Context, conns []*hostConn) error {
 func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
 		defer c.tell("", false) // nothing learnt, or failed
+		defer c.installDone()
 		if c.agent != "" {
 			return nil
 		}

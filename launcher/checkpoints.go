@@ -2,11 +2,16 @@ package launcher
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"path/filepath"
 	"sync"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // LogRoot is the directory of a job's runs (RunOptions.LogDir, default
@@ -45,14 +50,15 @@ func (a *attempt_) checkpoints() (*checkpoint.Manager, error) {
 func (a *attempt_) checkpointSettings() checkpoint.Settings {
 	j := a.cfg.Job
 	return checkpoint.Settings{Marker: j.CheckpointMarker, Copies: j.CheckpointCopies, Keep: j.CheckpointKeep,
-		Mirror: j.CheckpointMirror, CopyRate: j.CheckpointCopyRate}
+		Mirror: j.CheckpointMirror, CopyRate: j.CheckpointCopyRate, Layout: j.CheckpointLayout}
 }
 
 func (a *attempt_) checkpointHosts(conns []*hostConn) []checkpoint.Host {
 	hosts := make([]checkpoint.Host, len(conns))
 	for i, c := range conns {
 		wd := remoteAbs(c.home, c.host.Workdir)
-		hosts[i] = checkpoint.Host{Name: c.host.Name, FS: c.fs, Dir: remoteAbs(wd, a.cfg.Job.CheckpointDir), Own: checkpoint.OwnDir(wd)}
+		hosts[i] = checkpoint.Host{Name: c.host.Name, FS: c.fs, Dir: remoteAbs(wd, a.cfg.Job.CheckpointDir), Own: checkpoint.OwnDir(wd),
+			Addr: plan.HostAddress(c.host), Peer: agentPeer{c}}
 	}
 	return hosts
 }
@@ -108,4 +114,37 @@ type ckptState struct {
 	ckptOnce sync.Once
 	ckptRec  *checkpoint.Record
 	ckptErr  error
+}
+
+// agentPeer runs the ends of direct checkpoint copies (checkpoint.Peer)
+// with the drover agent installed over c. Staging runs beside the
+// install, so each start first waits for it.
+type agentPeer struct{ c *hostConn }
+
+func (p agentPeer) binary(ctx context.Context) (string, error) {
+	select {
+	case <-p.c.installedCh():
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	if p.c.agent == "" {
+		return "", fmt.Errorf("drover's agent is not installed on %s", p.c.host.Name)
+	}
+	return p.c.agent, nil
+}
+
+func (p agentPeer) StartRecv(ctx context.Context, o checkpoint.PeerRecv, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
+	bin, err := p.binary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.c.t.Start(ctx, cluster.Cmd{Args: agent.RecvCommand(bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+func (p agentPeer) StartSend(ctx context.Context, o checkpoint.PeerSend, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
+	bin, err := p.binary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.c.t.Start(ctx, cluster.Cmd{Args: agent.SendCommand(bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }

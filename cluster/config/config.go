@@ -19,8 +19,12 @@ import (
 
 // Defaults applied by Load to keys a job file leaves out.
 const (
-	DefaultCheckpointDir     = "checkpoints"
-	DefaultCheckpointCopies  = 2
+	DefaultCheckpointDir    = "checkpoints"
+	DefaultCheckpointCopies = 2
+	// DefaultShardedMarker is checkpoint_marker for checkpoint_layout =
+	// "sharded": the file torch.distributed.checkpoint's coordinator writes
+	// last, once every rank's shard is written.
+	DefaultShardedMarker     = ".metadata"
 	DefaultCheckpointKeep    = 2
 	DefaultMaxRestarts       = 3
 	DefaultProcsPerHost      = 1
@@ -343,6 +347,7 @@ func defaultJob(dir string) Job {
 		Code:              dir,
 		CheckpointDir:     DefaultCheckpointDir,
 		CheckpointCopies:  DefaultCheckpointCopies,
+		CheckpointLayout:  LayoutSingle,
 		CheckpointKeep:    DefaultCheckpointKeep,
 		MaxRestarts:       DefaultMaxRestarts,
 		ProcsPerHost:      DefaultProcsPerHost,
@@ -417,6 +422,18 @@ func (w *walker) jobFiles(t tbl, j *Job, dir string) {
 		} else {
 			j.CheckpointMarker = s
 		}
+	}
+	if s, ok := w.str(t, "checkpoint_layout"); ok {
+		switch s {
+		case LayoutSingle, LayoutSharded:
+			j.CheckpointLayout = s
+		default:
+			w.add(t.key("checkpoint_layout"), fmt.Sprintf("%s is not a checkpoint layout", show(s)),
+				`write checkpoint_layout = "sharded" when every host writes its own part of each checkpoint (DCP, FSDP), or "single" (the default)`)
+		}
+	}
+	if j.CheckpointLayout == LayoutSharded && j.CheckpointMarker == "" {
+		j.CheckpointMarker = DefaultShardedMarker
 	}
 	w.checkpointCopies(t, j, dir)
 	if pats, ok := w.strList(t, "exclude"); ok {

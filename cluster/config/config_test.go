@@ -70,6 +70,7 @@ func TestLoadFullExample(t *testing.T) {
 			Workdir:            "drover/mnist",
 			CheckpointDir:      "ckpt",
 			CheckpointMarker:   "DONE",
+			CheckpointLayout:   LayoutSingle,
 			CheckpointCopies:   3,
 			CheckpointKeep:     4,
 			CheckpointMirror:   filepath.Join(dir, "mirror"),
@@ -123,6 +124,7 @@ func TestLoadDefaults(t *testing.T) {
 			Code:              dir,
 			Workdir:           "drover/tiny",
 			CheckpointDir:     "checkpoints",
+			CheckpointLayout:  LayoutSingle,
 			CheckpointCopies:  2,
 			CheckpointKeep:    2,
 			MaxRestarts:       3,
@@ -400,6 +402,8 @@ var errorCases = []errorCase{
 		line: 5, key: "job.checkpoint_dir", msg: "empty", fix: `checkpoint_dir = "checkpoints"`},
 	{name: "checkpoint_marker with slash", job: joinParts(jobHead, lns(`checkpoint_marker = "a/DONE"`), hostA),
 		line: 5, key: "job.checkpoint_marker", msg: "not a file name", fix: `checkpoint_marker = "DONE"`},
+	{name: "checkpoint_layout unknown", job: joinParts(jobHead, lns(`checkpoint_layout = "dcp"`), hostA),
+		line: 5, key: "job.checkpoint_layout", msg: "not a checkpoint layout", fix: `checkpoint_layout = "sharded"`},
 	{name: "checkpoint_copies zero", job: joinParts(jobHead, lns(`checkpoint_copies = 0`), hostA),
 		line: 5, key: "job.checkpoint_copies", msg: "between 1 and 64", fix: "checkpoint_copies = 2"},
 	{name: "checkpoint_keep as string", job: joinParts(jobHead, lns(`checkpoint_keep = "2"`), hostA),
@@ -685,4 +689,23 @@ func TestLoadRecoveryKeys(t *testing.T) {
 	assert.Equal(t, 0, cfg.Job.MaxRestartsWithoutProgress)
 	assert.Equal(t, HealthWarn, cfg.Job.Health)
 	assert.Equal(t, []int{13, 94}, cfg.Job.IgnoreXIDs)
+}
+
+// checkpoint_layout = "sharded" is read, and its marker defaults to DCP's
+// .metadata unless checkpoint_marker names another.
+func TestLoadShardedLayout(t *testing.T) {
+	for _, tc := range []struct {
+		lines  []string
+		marker string
+	}{
+		{lns(`checkpoint_layout = "sharded"`), ".metadata"},
+		{lns(`checkpoint_layout = "sharded"`, `checkpoint_marker = "DONE"`), "DONE"},
+	} {
+		job := filepath.Join(t.TempDir(), "job.toml")
+		require.NoError(t, os.WriteFile(job, []byte(joinParts(jobHead, tc.lines, hostA)), 0o644))
+		cfg, err := Load(job, LoadOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, LayoutSharded, cfg.Job.CheckpointLayout)
+		assert.Equal(t, tc.marker, cfg.Job.CheckpointMarker)
+	}
 }

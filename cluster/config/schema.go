@@ -36,6 +36,7 @@ var jobFields = []field{
 	{"workdir", `workdir = "drover/mnist"`},
 	{"checkpoint_dir", `checkpoint_dir = "checkpoints"`},
 	{"checkpoint_marker", `checkpoint_marker = "DONE"`},
+	{"checkpoint_layout", `checkpoint_layout = "sharded"`},
 	{"checkpoint_copies", `checkpoint_copies = 2`},
 	{"checkpoint_keep", `checkpoint_keep = 2`},
 	{"checkpoint_mirror", `checkpoint_mirror = "../checkpoint-mirror"`},

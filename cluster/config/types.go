@@ -61,6 +61,11 @@ type Job struct {
 	// CheckpointMarker, when set, names a file (e.g. "DONE") that must exist
 	// inside a checkpoint entry for it to count as complete.
 	CheckpointMarker string
+	// CheckpointLayout is LayoutSingle (each checkpoint is one host's
+	// entry) or LayoutSharded (each is the same-named directory on every
+	// host of the group, one part each, complete when CheckpointMarker is
+	// in one of them).
+	CheckpointLayout string
 	// CheckpointCopies is how many hosts should hold each checkpoint
 	// (drover copies it to the others); 1 turns copying off.
 	CheckpointCopies int
@@ -272,3 +277,9 @@ func (g GPUSpec) String() string {
 	}
 	return s + "]"
 }
+
+// Values of checkpoint_layout.
+const (
+	LayoutSingle  = "single"
+	LayoutSharded = "sharded"
+)

@@ -44,6 +44,7 @@ import argparse
 import datetime
 import hashlib
 import os
+import shutil
 import socket
 import sys
 import time
@@ -90,6 +91,10 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--keep", type=int, default=3,
                    help="checkpoints to keep in the checkpoint dir (0: all)")
+    p.add_argument("--sharded", action="store_true",
+                   help="every rank writes its shard of each checkpoint, as "
+                        "torch.distributed.checkpoint does (step-N/__<rank>_0.distcp, "
+                        "then step-N/.metadata from rank 0); for checkpoint_layout = \"sharded\"")
     args = p.parse_args(argv)
     if args.steps < 0 or args.ckpt_every < 0 or args.batch_size <= 0 or args.keep < 0:
         p.error("--steps and --ckpt-every must be >= 0, --batch-size > 0, --keep >= 0")
@@ -245,6 +250,65 @@ def save_checkpoint(ckpt_dir, step, model, opt, world_size, args, keep):
     return final
 
 
+def state_items(model, opt):
+    """The training state as flat (key, tensor) pairs: parameters and
+    buffers, then the optimizer's momentum buffers."""
+    items = [("model." + k, v) for k, v in model.state_dict().items()]
+    for i, st in sorted(opt.state_dict()["state"].items()):
+        items.append((f"opt.{i}", st["momentum_buffer"]))
+    return items
+
+
+def save_sharded(ckpt_dir, step, model, opt, rank, world, local_rank, keep):
+    """DCP's layout without DCP (torch < 2.0 has none): rank r saves the
+    items k with k % world == r as step-N/__r_0.distcp; once every rank
+    has, rank 0 writes step-N/.metadata, the marker drover waits for."""
+    d = os.path.join(ckpt_dir, f"step-{step:06d}")
+    os.makedirs(d, exist_ok=True)
+    mine = {k: v.detach().cpu().clone() for n, (k, v) in enumerate(state_items(model, opt)) if n % world == rank}
+    tmp = os.path.join(d, f".__{rank}_0.distcp.tmp")
+    with open(tmp, "wb") as f:
+        torch.save({"step": step, "world_size": world, "items": mine}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(d, f"__{rank}_0.distcp"))
+    dist.barrier()
+    if rank == 0:
+        tmp = os.path.join(d, ".metadata.tmp")
+        with open(tmp, "w") as f:
+            f.write(f"step {step} world_size {world}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(d, ".metadata"))
+    if local_rank == 0 and keep > 0:
+        old = sorted(n for n in os.listdir(ckpt_dir) if n.startswith("step-") and not n.endswith(".pt"))
+        for n in old[:-keep]:
+            shutil.rmtree(os.path.join(ckpt_dir, n), ignore_errors=True)
+    return d
+
+
+def load_sharded(path, model, opt):
+    """Every rank reads every shard in path (the union drover stages) and
+    restores the whole state; returns the step."""
+    if not os.path.isfile(os.path.join(path, ".metadata")):
+        raise SystemExit(f"train.py: DROVER_RESUME_FROM={path} has no .metadata on {socket.gethostname()}")
+    items, step, shards = {}, None, 0
+    for n in sorted(os.listdir(path)):
+        if n.startswith("__") and n.endswith(".distcp"):
+            s = torch.load(os.path.join(path, n), map_location="cpu")
+            items.update(s["items"])
+            step, shards = s["step"], shards + 1
+    want = [k for k, _ in state_items(model, opt)]
+    model.load_state_dict({k[len("model."):]: v for k, v in items.items() if k.startswith("model.")})
+    sd = opt.state_dict()
+    sd["state"] = {int(k[len("opt."):]): {"momentum_buffer": v} for k, v in items.items() if k.startswith("opt.")}
+    opt.load_state_dict(sd)
+    missing = [k for k in want if k not in items]
+    if missing:
+        raise SystemExit(f"train.py: {path} lacks {missing} ({shards} shards)")
+    return int(step), shards
+
+
 def broadcast_state(state, device):
     """Rank 0's checkpoint (or None) to every rank."""
     obj = [state]
@@ -297,10 +361,25 @@ def main(argv):
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
 
     start_step, resume_path, state = 0, None, None
-    if rank == 0:
+    if args.sharded:
+        # Every rank restores the whole state from the union of shards on
+        # its own host; a first step fills the momentum buffers' slots so
+        # that the optimizer's state has the keys a checkpoint holds.
+        resume = os.environ.get("DROVER_RESUME_FROM", "")
+        if resume:
+            for p in model.parameters():
+                opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
+            start_step, shards = load_sharded(resume, model, opt)
+            log(f"rank {rank} loaded {shards} shards from {resume}")
+            if rank == 0:
+                log(f"resumed from {resume} at step {start_step}")
+        elif rank == 0:
+            log("starting from step 0")
+    elif rank == 0:
         remove_stale_temps(ckpt_dir)
         resume_path, state = choose_resume(ckpt_dir)
-    state = broadcast_state(state, device)
+    if not args.sharded:
+        state = broadcast_state(state, device)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -310,7 +389,7 @@ def main(argv):
             if state.get("world_size") != world:
                 log(f"warning: checkpoint was written with world size "
                     f"{state.get('world_size')}, now {world}: the data order changes")
-    elif rank == 0:
+    elif rank == 0 and not args.sharded:
         log("starting from step 0")
     del state
 
@@ -340,7 +419,11 @@ def main(argv):
         opt.step()
         done = step + 1
         report_progress(done)
-        if rank == 0 and args.ckpt_every > 0 and (done % args.ckpt_every == 0 or done == args.steps):
+        if args.sharded and args.ckpt_every > 0 and (done % args.ckpt_every == 0 or done == args.steps):
+            path = save_sharded(ckpt_dir, done, model, opt, rank, world, local_rank, args.keep)
+            if rank == 0:
+                log(f"step {done} loss={loss.item():.6f} checkpoint {path}")
+        elif rank == 0 and args.ckpt_every > 0 and (done % args.ckpt_every == 0 or done == args.steps):
             path = save_checkpoint(ckpt_dir, done, model, opt, world, args, args.keep)
             log(f"step {done} loss={loss.item():.6f} checkpoint {path}")
         if args.sleep_per_step > 0:

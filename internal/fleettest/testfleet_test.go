@@ -735,3 +735,30 @@ func TestShell(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasSuffix(strings.TrimSpace(string(pw)), ":/bin/sh"), "the machine's account is unchanged: %s", pw)
 }
+
+// A slow link is a namespace on the fleet's bridge with a token bucket on
+// both ends of its veth, from which the hosts are reachable; its bytes
+// are counted; Close removes it.
+func TestSlowLink(t *testing.T) {
+	Need(t, fleet)
+	l, err := fleet.SlowLink("50mbit")
+	require.NoError(t, err)
+	for _, args := range [][]string{{"ip", "netns", "exec", l.NS, "tc", "qdisc", "show", "dev", "eth0"}, {"tc", "qdisc", "show", "dev", l.veth}} {
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Contains(t, string(out), "tbf", "%v", args)
+		assert.Contains(t, string(out), "rate 50Mbit", "%v", args)
+	}
+	before, err := l.Bytes()
+	require.NoError(t, err)
+	out, err := exec.Command("ip", "netns", "exec", l.NS, "bash", "-c",
+		fmt.Sprintf("exec 3<>/dev/tcp/%s/22; head -c 4 <&3", fleet.Hosts[0].Addr)).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "SSH-", string(out), "a host's sshd answers across the link")
+	after, err := l.Bytes()
+	require.NoError(t, err)
+	assert.Greater(t, after, before)
+	require.NoError(t, l.Close())
+	out, _ = exec.Command("ip", "netns", "list").CombinedOutput()
+	assert.NotContains(t, string(out), l.NS)
+}

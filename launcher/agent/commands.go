@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
 // The agent's subcommands and flags are named here once. CLI declares the
@@ -26,6 +30,8 @@ const (
 	cmdHealth    = "health"
 	cmdVersion   = "version"
 	cmdSFTP      = "sftp"
+	cmdSend      = "send"
+	cmdRecv      = "recv"
 	cmdTop       = "top"
 	cmdNetListen = "net-listen"
 	cmdNetSend   = "net-send"
@@ -70,6 +76,14 @@ const (
 	flagTimeout           = "timeout"
 	flagTo                = "to"
 	flagDuration          = "duration"
+	flagDir               = "dir"
+	flagSeq               = "seq"
+	flagListen            = "listen"
+	flagForward           = "forward"
+	flagWait              = "wait"
+	flagPath              = "path"
+	flagRate              = "rate"
+	flagPart              = "part"
 )
 
 // drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
@@ -88,7 +102,7 @@ func CLI() *cli.Command {
 		Hidden: true,
 		Subcommands: []*cli.Command{
 			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(),
-			topCLI(), netListenCLI(), netSendCLI(), attachCLI(), runsCLI(),
+			topCLI(), netListenCLI(), netSendCLI(), recvCLI(), sendCLI(), attachCLI(), runsCLI(),
 		},
 	}
 }
@@ -477,4 +491,95 @@ func topCLI() *cli.Command {
 // fields TopCommand writes.
 func topOptions(c *cli.Context) TopOptions {
 	return TopOptions{Workdir: c.String(flagWorkdir), Every: c.Duration(flagEvery), Heartbeat: c.Duration(flagHeartbeat)}
+}
+
+// recvCLI is `drover agent recv`: one direct checkpoint copy into
+// drover's copy area, from a sender that knows the one-time token on
+// stdin (RecvCommand; see checkpoint.ReceiveDirect).
+func recvCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdRecv,
+		Usage: "receive one checkpoint copy from another host's agent",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagDir, Required: true, TakesFile: true, Usage: "drover's copy area (`DIR`)"},
+			&cli.IntFlag{Name: flagSeq, Required: true, Usage: "the checkpoint's number in drover's record"},
+			&cli.StringFlag{Name: flagName, Required: true, Usage: "the checkpoint's `NAME`"},
+			&cli.StringFlag{Name: flagListen, Required: true, Usage: "listen on this `ADDR` (port chosen by the kernel)"},
+			&cli.StringFlag{Name: flagForward, Usage: "forward the copy to the receiver at `ADDR` as it arrives"},
+			&cli.StringFlag{Name: flagPart, Usage: "the copy is `HOST`'s part of a sharded checkpoint"},
+			&cli.DurationFlag{Name: flagWait, Value: 20 * time.Second, Usage: "give up when no sender came within this long"},
+			&cli.BoolFlag{Name: flagLowPriority, Usage: "run at nice 19 and in the idle I/O class"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			return recvAction(c, recvOptions(c))
+		},
+	}
+}
+
+// recvOptions reads what RecvCommand wrote.
+func recvOptions(c *cli.Context) checkpoint.PeerRecv {
+	return checkpoint.PeerRecv{Own: c.String(flagDir), Seq: c.Int(flagSeq), Name: c.String(flagName),
+		Listen: c.String(flagListen), Forward: c.String(flagForward), Part: c.String(flagPart), Wait: c.Duration(flagWait), LowPriority: c.Bool(flagLowPriority)}
+}
+
+// sendCLI is `drover agent send`: one direct checkpoint copy to the
+// receiver at --to, which must prove the token on stdin (SendCommand).
+func sendCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdSend,
+		Usage: "send one checkpoint to another host's agent",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagPath, Required: true, TakesFile: true, Usage: "the checkpoint file or directory (`PATH`)"},
+			&cli.StringFlag{Name: flagName, Required: true, Usage: "the checkpoint's `NAME`"},
+			&cli.StringFlag{Name: flagTo, Required: true, Usage: "the receiver's `ADDR`"},
+			&cli.Int64Flag{Name: flagRate, Usage: "read at most this many `BYTES` per second (0: no cap)"},
+			&cli.BoolFlag{Name: flagLowPriority, Usage: "run at nice 19 and in the idle I/O class"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			return sendAction(c, sendOptions(c))
+		},
+	}
+}
+
+// sendOptions reads what SendCommand wrote.
+func sendOptions(c *cli.Context) checkpoint.PeerSend {
+	return checkpoint.PeerSend{Path: c.String(flagPath), Name: c.String(flagName), To: c.String(flagTo),
+		Rate: c.Int64(flagRate), LowPriority: c.Bool(flagLowPriority)}
+}
+
+// RecvCommand is the argv of `drover agent recv` for o.
+func RecvCommand(binary string, o checkpoint.PeerRecv) []string {
+	args := []string{binary, cmdAgent, cmdRecv, "--" + flagDir, o.Own, "--" + flagSeq, strconv.Itoa(o.Seq),
+		"--" + flagName, o.Name, "--" + flagListen, o.Listen}
+	if o.Forward != "" {
+		args = append(args, "--"+flagForward, o.Forward)
+	}
+	if o.Part != "" {
+		args = append(args, "--"+flagPart, o.Part)
+	}
+	if o.Wait > 0 {
+		args = append(args, "--"+flagWait, o.Wait.String())
+	}
+	if o.LowPriority {
+		args = append(args, "--"+flagLowPriority)
+	}
+	return args
+}
+
+// SendCommand is the argv of `drover agent send` for o.
+func SendCommand(binary string, o checkpoint.PeerSend) []string {
+	args := []string{binary, cmdAgent, cmdSend, "--" + flagPath, o.Path, "--" + flagName, o.Name, "--" + flagTo, o.To}
+	if o.Rate > 0 {
+		args = append(args, "--"+flagRate, strconv.FormatInt(o.Rate, 10))
+	}
+	if o.LowPriority {
+		args = append(args, "--"+flagLowPriority)
+	}
+	return args
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
 // parseAgent parses argv (as Command and friends build it, binary first)
@@ -90,6 +92,25 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, cmdProbe, c.Command.Name)
 		assert.True(t, c.Bool(flagJSON))
 	})
+	t.Run("recv", func(t *testing.T) {
+		o := checkpoint.PeerRecv{Own: "/w/.drover/checkpoints", Seq: 12, Name: "step-20", Listen: "10.0.0.12",
+			Forward: "10.0.0.13:40111", Part: "gpu-b", Wait: 9 * time.Second, LowPriority: true}
+		c := parseAgent(t, RecvCommand("drover", o))
+		assert.Equal(t, cmdRecv, c.Command.Name)
+		assert.Equal(t, o, recvOptions(c))
+		bare := checkpoint.PeerRecv{Own: "/o", Seq: 1, Name: "a.pt", Listen: "::1"}
+		got := recvOptions(parseAgent(t, RecvCommand("drover", bare)))
+		got.Wait = 0 // the agent's default
+		assert.Equal(t, bare, got)
+	})
+	t.Run("send", func(t *testing.T) {
+		o := checkpoint.PeerSend{Path: "/w/ck/step-20", Name: "step-20", To: "10.0.0.12:40110", Rate: 1 << 20, LowPriority: true}
+		c := parseAgent(t, SendCommand("drover", o))
+		assert.Equal(t, cmdSend, c.Command.Name)
+		assert.Equal(t, o, sendOptions(c))
+		bare := checkpoint.PeerSend{Path: "/w/a.pt", Name: "a.pt", To: "[::1]:5"}
+		assert.Equal(t, bare, sendOptions(parseAgent(t, SendCommand("drover", bare))))
+	})
 	t.Run("health", func(t *testing.T) {
 		c := parseAgent(t, HealthCommand("drover", 3*time.Second))
 		assert.Equal(t, cmdHealth, c.Command.Name)
@@ -147,6 +168,8 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent top --workdir FILE [--every DURATION] [--heartbeat DURATION]",
 		"usage: drover agent net-listen [--iface INTERFACE] [--accept N] [--timeout DURATION]",
 		"usage: drover agent net-send --to IP:PORT [--duration DURATION]",
+		"usage: drover agent recv --dir DIR --seq N --name NAME --listen ADDR [--forward ADDR] [--part HOST] [--wait DURATION] [--low-priority]",
+		"usage: drover agent send --path PATH --name NAME --to ADDR [--rate BYTES] [--low-priority]",
 		"usage: drover agent attach --state FILE [--from OFFSET] [--heartbeat DURATION]",
 		"usage: drover agent runs [--workdir DIR] [--run-id ID]",
 	}, got)

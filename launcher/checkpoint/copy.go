@@ -53,6 +53,20 @@ func parseSeqDir(name string) (int, bool) {
 	return n, err == nil
 }
 
+// partDir is where drover's copy of part (a host's name) of sharded
+// checkpoint seq lives under own: <seq>/parts/<part>, beside the union
+// <seq>/<name> that staging builds from every part.
+func partDir(own string, seq int, part string) string {
+	return path.Join(own, seqDir(seq), "parts", part)
+}
+
+// newPartDest is where a copy of one part of a sharded checkpoint goes.
+func newPartDest(h Host, fsys cluster.FS, seq int, part, name string) *dest {
+	final := partDir(h.Own, seq, part)
+	return &dest{label: h.Name, fs: fsys, own: h.Own, tmp: final + ".tmp", final: final,
+		loc: Location{Kind: Copy, Host: h.Name, Part: part, Path: path.Join(final, name)}}
+}
+
 func newDest(label string, kind, host string, fsys cluster.FS, own string, seq int, name string) *dest {
 	d := &dest{label: label, fs: fsys, own: own, tmp: path.Join(own, seqDir(seq)+".tmp"), final: path.Join(own, seqDir(seq))}
 	d.loc = Location{Kind: kind, Host: host, Path: path.Join(d.final, name)}
@@ -256,7 +270,7 @@ func (c *copier) file(srcPath, rel string) error {
 	}
 	c.size += n
 	c.rels = append(c.rels, rel)
-	fmt.Fprintf(&c.manifest, "%s %d %x\n", strconv.Quote(rel), n, f.h.Sum(nil))
+	writeManifestLine(&c.manifest, rel, n, f.h.Sum(nil))
 	return nil
 }
 

@@ -7,9 +7,12 @@
 // and there may be no shared filesystem: a host lost for good takes its
 // checkpoints with it. So while an attempt runs, a Watcher polls every
 // host's checkpoint_dir over drover's existing connections and, when a new
-// entry becomes complete, streams it host -> controller -> host (hosts may
-// not reach each other) until checkpoint_copies hosts hold it, and onto
-// the controller's checkpoint_mirror directory when one is set. A newer
+// entry becomes complete, streams it to other hosts until
+// checkpoint_copies hosts hold it (host to host between drover's agents
+// where they can reach each other, see direct.go; host -> controller ->
+// host where they cannot), and onto the controller's checkpoint_mirror
+// directory when one is set. With the sharded layout (sharded.go), one
+// checkpoint is every host's same-named directory, each a part. A newer
 // checkpoint cancels a copy still in flight. Before each attempt, Stage
 // picks the newest checkpoint that still exists anywhere and puts it on
 // every host of the new group that lacks it, so that DROVER_RESUME_FROM

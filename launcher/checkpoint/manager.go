@@ -28,6 +28,12 @@ type Host struct {
 	// server on the host (agent.SFTPCommand), so that the copy yields to
 	// training there. Listing and staging use FS.
 	CopyFS cluster.FS
+	// Addr is the host's address on the job's network (the one the
+	// collective uses) and Peer starts drover's agent there: with both,
+	// on this host and the other end, copies go host to host (directCopy)
+	// rather than through the controller.
+	Addr string
+	Peer Peer
 }
 
 // copyFS is the file access for copies made while training runs.
@@ -56,10 +62,21 @@ type Settings struct {
 	// made while training runs reads the checkpoint (checkpoint_copy_rate).
 	// Staging, between attempts, is not capped: nothing else runs then.
 	CopyRate int64
+	// Layout is config.LayoutSharded when every host writes its own part
+	// of each checkpoint (see scanParts); anything else is one entry per
+	// checkpoint.
+	Layout string
 	// PollEvery is how often a Watcher lists every host's checkpoint_dir;
 	// 0 means DefaultPollEvery.
 	PollEvery time.Duration
 }
+
+// Sharded reports whether checkpoints have the sharded layout.
+func (s Settings) Sharded() bool { return s.Layout == LayoutSharded }
+
+// LayoutSharded is config.LayoutSharded, the layout whose checkpoints are
+// one part per host.
+const LayoutSharded = "sharded"
 
 // DefaultPollEvery is how often checkpoint directories are listed while an
 // attempt runs: one SFTP readdir per host, cheap next to training.
@@ -73,6 +90,11 @@ type Manager struct {
 	events func(format string, args ...any)
 	now    func() time.Time
 	mirror cluster.FS
+
+	mu sync.Mutex
+	// noDirect holds the "src\x00dst" pairs a direct copy failed between:
+	// they go through the controller from then on.
+	noDirect map[string]bool
 }
 
 // New returns a Manager over rec. events receives one line per thing the
@@ -90,8 +112,16 @@ func (m *Manager) Record() *Record { return m.rec }
 
 // scanAll lists every host's checkpoint_dir at once. A host whose listing
 // fails is left out of the result (ok[i] false), so that nothing is
-// concluded about it.
-func scanAll(ctx context.Context, hosts []Host, marker string) (found [][]Found, ok []bool, errs []error) {
+// concluded about it. With the sharded layout (scanParts), each host's
+// part of a checkpoint is listed once the marker is in any host's part.
+func scanAll(ctx context.Context, hosts []Host, set Settings) (found [][]Found, ok []bool, errs []error) {
+	if set.Sharded() {
+		return scanParts(ctx, hosts, set.Marker)
+	}
+	return scanEach(ctx, hosts, set.Marker)
+}
+
+func scanEach(ctx context.Context, hosts []Host, marker string) (found [][]Found, ok []bool, errs []error) {
 	found, ok, errs = make([][]Found, len(hosts)), make([]bool, len(hosts)), make([]error, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -106,13 +136,33 @@ func scanAll(ctx context.Context, hosts []Host, marker string) (found [][]Found,
 	return found, ok, errs
 }
 
+// scanParts lists the parts of sharded checkpoints: every host's
+// directory of a name whose marker some host's directory holds. Only the
+// coordinator writes the marker, and only once every rank's shard is
+// written (torch.distributed.checkpoint's .metadata), so the other hosts'
+// directories of that name are complete then too.
+func scanParts(ctx context.Context, hosts []Host, marker string) ([][]Found, []bool, []error) {
+	marked, _, _ := scanEach(ctx, hosts, marker)
+	all, ok, errs := scanEach(ctx, hosts, "")
+	complete := map[string]bool{}
+	for _, fs := range marked {
+		for _, f := range fs {
+			complete[f.Name] = true
+		}
+	}
+	for i := range all {
+		all[i] = slices.DeleteFunc(all[i], func(f Found) bool { return !f.IsDir || !complete[f.Name] })
+	}
+	return all, ok, errs
+}
+
 // reconcile brings the record up to date with what the hosts hold now:
 // entries drover has no record of are added (oldest first by their own
 // host's clock), and locations on these hosts that are gone are dropped,
 // drover's copies among them that no longer match their MANIFEST
 // (verifyCopy): staging then sends a whole copy again.
 func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) error {
-	found, ok, errs := scanAll(ctx, hosts, set.Marker)
+	found, ok, errs := scanAll(ctx, hosts, set)
 	var unknown []Found
 	for i := range hosts {
 		if errs[i] != nil {
@@ -123,6 +173,11 @@ func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) err
 	slices.SortStableFunc(unknown, ByModTime)
 	if _, err := m.rec.Saw(unknown, m.now()); err != nil {
 		return err
+	}
+	if set.Sharded() {
+		if err := m.rec.NoteParts(); err != nil {
+			return err
+		}
 	}
 	present := map[Location]bool{}
 	for i, h := range hosts {
@@ -155,7 +210,11 @@ func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) err
 			default:
 				fsys = hosts[i].FS
 			}
-			if err := verifyCopy(fsys, path.Dir(l.Path), e.Digest); err != nil {
+			digest := e.Digest
+			if l.Part != "" {
+				digest = e.PartDigests[l.Part]
+			}
+			if err := verifyCopy(fsys, path.Dir(l.Path), digest); err != nil {
 				if !errors.Is(err, errNoCopy) {
 					m.events("drover's copy of checkpoint %s (#%d) at %s is damaged: %v; it is not resumed from (staged again where needed)", e.Name, e.Seq, l, err)
 				}
@@ -197,6 +256,9 @@ func (m *Manager) Stage(ctx context.Context, hosts []Host, set Settings) (map[st
 // stageEntry puts e on every host, or returns nil paths when no host of
 // the group nor the mirror holds it.
 func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Settings) (map[string]string, error) {
+	if len(e.Parts) > 0 {
+		return m.stageParts(ctx, e, hosts, set)
+	}
 	paths := map[string]string{}
 	var lacking []Host
 	var sources []Location
@@ -221,25 +283,62 @@ func (m *Manager) stageEntry(ctx context.Context, e Entry, hosts []Host, set Set
 		return paths, nil
 	}
 	start := m.now()
-	dests, src, digest, size, err := m.stageFrom(ctx, e, sources, hosts, lacking)
-	if err != nil {
-		return nil, err
+	var names, direct []string
+	srcName, size := "", int64(0)
+	if src, h, ok := directSource(sources, hosts); ok {
+		sent := m.sendDirect(ctx, e, directJob{src: h, srcPath: src.Path, seq: e.Seq, name: e.Name}, lacking, set)
+		lacking = slices.DeleteFunc(lacking, func(h Host) bool {
+			d, ok := sent[h.Name]
+			if ok {
+				paths[h.Name], size, srcName = path.Join(h.Own, seqDir(e.Seq), e.Name), d.size, src.String()
+				names, direct = append(names, h.Name), append(direct, h.Name)
+			}
+			return ok
+		})
 	}
-	var names []string
-	for _, d := range dests {
-		if d.err != nil {
-			return nil, d.err
-		}
-		if err := m.rec.Add(e.Seq, d.loc, digest, size); err != nil {
+	if len(lacking) > 0 {
+		var err error
+		if srcName, size, err = m.stageRelay(ctx, e, sources, hosts, lacking, set, paths, &names); err != nil {
 			return nil, err
 		}
+	}
+	m.events("resuming from checkpoint %s (#%d, seen %s): %s; staged %s from %s onto %s in %s%s", e.Name, e.Seq,
+		e.Seen.Format(time.RFC3339), where(hosts, paths), human(size), srcName, strings.Join(names, ", "), m.now().Sub(start).Round(time.Millisecond), hostToHost(direct))
+	return paths, nil
+}
+
+// directSource is the first source of sources on a host of the group
+// whose agent can send, and that host.
+func directSource(sources []Location, hosts []Host) (Location, Host, bool) {
+	for _, l := range sources {
+		for _, h := range hosts {
+			if l.Kind != Mirror && h.Name == l.Host && h.Peer != nil {
+				return l, h, true
+			}
+		}
+	}
+	return Location{}, Host{}, false
+}
+
+// stageRelay copies e onto lacking through the controller (stageFrom),
+// adding each to paths and names; it returns the source and size.
+func (m *Manager) stageRelay(ctx context.Context, e Entry, sources []Location, hosts, lacking []Host, set Settings, paths map[string]string, names *[]string) (string, int64, error) {
+	dests, src, digest, size, err := m.stageFrom(ctx, e, sources, hosts, lacking)
+	if err != nil {
+		return "", 0, err
+	}
+	for _, d := range dests {
+		if d.err != nil {
+			return "", 0, d.err
+		}
+		if err := m.rec.Add(e.Seq, d.loc, digest, size); err != nil {
+			return "", 0, err
+		}
 		paths[d.label] = d.loc.Path
-		names = append(names, d.label)
+		*names = append(*names, d.label)
 		m.prune(d.fs, d.label, Copy, d.label, d.own, set.Keep, e.Seq)
 	}
-	m.events("resuming from checkpoint %s (#%d, seen %s): %s; staged %s from %s onto %s in %s", e.Name, e.Seq,
-		e.Seen.Format(time.RFC3339), where(hosts, paths), human(size), src, strings.Join(names, ", "), m.now().Sub(start).Round(time.Millisecond))
-	return paths, nil
+	return src.String(), size, nil
 }
 
 // stageFrom copies e onto the lacking hosts from the first of sources
@@ -329,7 +428,7 @@ func (m *Manager) prune(fsys cluster.FS, label, kind, host, own string, keep, pr
 				continue
 			}
 			for _, l := range e.Held {
-				if l.Kind == kind && l.Host == host && path.Dir(l.Path) == path.Join(own, seqDir(seq)) {
+				if l.Kind == kind && l.Host == host && strings.HasPrefix(l.Path, path.Join(own, seqDir(seq))+"/") {
 					if err := m.rec.Drop(seq, l); err != nil {
 						m.events("%v", err)
 					}
@@ -354,26 +453,101 @@ func human(n int64) string {
 
 // replicate copies checkpoint seq from a host that wrote it to as many
 // other hosts as Copies asks (the hosts after the writer, in the group's
-// order, that do not hold it yet) and to the mirror, in one read.
+// order, that do not hold it yet) and to the mirror. Hosts go host to
+// host where the agents can (directCopy); the rest, and the mirror, go
+// through the controller in one read.
 func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Settings) error {
+	if set.Sharded() {
+		return m.replicateParts(ctx, seq, hosts, set)
+	}
+	e, srcIdx, targets := copyTargets(m.rec.Entries(), seq, hosts, set)
+	if srcIdx < 0 {
+		return nil // written by a host no longer in the group
+	}
+	src, _ := e.holder(Written, hosts[srcIdx].Name)
+	wantMirror := false
+	if set.Mirror != "" {
+		_, has := e.holder(Mirror, "")
+		wantMirror = !has
+	}
+	if len(targets) == 0 && !wantMirror {
+		return nil
+	}
+	start := m.now()
+	low := hosts[srcIdx].CopyFS != nil
+	sent := m.sendDirect(ctx, e, directJob{src: hosts[srcIdx], srcPath: src.Path, seq: seq, name: e.Name, rate: set.CopyRate, low: low}, targets, set)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var to, direct []string
+	var size int64
+	var dests []*dest
+	for _, h := range targets {
+		if d, ok := sent[h.Name]; ok {
+			to, size, direct = append(to, h.Name), d.size, append(direct, h.Name)
+			continue
+		}
+		dests = append(dests, newDest(h.Name, Copy, h.Name, h.copyFS(), h.Own, seq, e.Name))
+	}
+	if wantMirror {
+		dests = append(dests, newDest("mirror", Mirror, "", cluster.NewRootFS(set.Mirror), set.Mirror, seq, e.Name))
+	}
+	if len(dests) > 0 {
+		lim := newLimiter(set.CopyRate, realClock{})
+		digest, n, err := copyEntry(ctx, hosts[srcIdx].copyFS(), src.String(), src.Path, e.Name, dests, lim)
+		if err != nil {
+			return err
+		}
+		size = n
+		for _, d := range dests {
+			if d.err != nil {
+				m.events("copy of checkpoint %s (#%d): %v", e.Name, seq, d.err)
+				continue
+			}
+			if err := m.rec.Add(seq, d.loc, digest, n); err != nil {
+				return err
+			}
+			to = append(to, d.label)
+			m.prune(d.fs, d.label, d.loc.Kind, d.loc.Host, d.own, set.Keep, seq)
+		}
+	}
+	m.events("checkpoint %s (#%d, %s) copied from %s to %v in %s%s", e.Name, seq, human(size), src.Host, to,
+		m.now().Sub(start).Round(time.Millisecond), hostToHost(direct))
+	return nil
+}
+
+// hostToHost is the end of a copy's event that names the hosts it reached
+// directly, not through the controller.
+func hostToHost(direct []string) string {
+	if len(direct) == 0 {
+		return ""
+	}
+	return " (host to host: " + strings.Join(direct, ", ") + ")"
+}
+
+// copyTargets finds checkpoint seq, the index in hosts of a host that
+// wrote it (-1 for none) and the hosts it should be copied to: as many as
+// Copies asks, the hosts after the writer in the group's order that do
+// not hold it yet.
+func copyTargets(entries []Entry, seq int, hosts []Host, set Settings) (Entry, int, []Host) {
 	var e Entry
-	for _, x := range m.rec.Entries() {
+	for _, x := range entries {
 		if x.Seq == seq {
 			e = x
 		}
 	}
-	src, srcIdx := Location{}, -1
+	srcIdx := -1
 	holders := map[string]bool{}
 	for _, l := range e.Held {
 		holders[l.Host] = l.Kind != Mirror
 		for i, h := range hosts {
 			if l.Kind == Written && h.Name == l.Host && srcIdx < 0 {
-				src, srcIdx = l, i
+				srcIdx = i
 			}
 		}
 	}
 	if srcIdx < 0 {
-		return nil // written by a host no longer in the group
+		return e, -1, nil
 	}
 	need := set.Copies
 	for h, isHost := range holders {
@@ -381,41 +555,75 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 			need--
 		}
 	}
-	var dests []*dest
+	var targets []Host
 	for k := 1; k < len(hosts) && need > 0; k++ {
 		h := hosts[(srcIdx+k)%len(hosts)]
 		if !holders[h.Name] {
-			dests = append(dests, newDest(h.Name, Copy, h.Name, h.copyFS(), h.Own, seq, e.Name))
+			targets = append(targets, h)
 			need--
 		}
 	}
-	if set.Mirror != "" {
-		if _, ok := e.holder(Mirror, ""); !ok {
-			dests = append(dests, newDest("mirror", Mirror, "", cluster.NewRootFS(set.Mirror), set.Mirror, seq, e.Name))
-		}
-	}
-	if len(dests) == 0 {
+	return e, srcIdx, targets
+}
+
+// sendDirect copies e from src straight to the targets that can take a
+// direct copy, records and prunes what arrived, and returns it by host
+// name. A target that a direct copy could not reach is left for the
+// relay, with one event that says why, and is not tried directly again by
+// this Manager (a firewall does not open between two checkpoints).
+func (m *Manager) sendDirect(ctx context.Context, e Entry, j directJob, targets []Host, set Settings) map[string]directDone {
+	src := j.src
+	if src.Peer == nil || len(targets) == 0 {
 		return nil
 	}
-	start := m.now()
-	lim := newLimiter(set.CopyRate, realClock{})
-	digest, size, err := copyEntry(ctx, hosts[srcIdx].copyFS(), src.String(), src.Path, e.Name, dests, lim)
-	if err != nil {
-		return err
+	var try []Host
+	for _, h := range targets {
+		if h.Peer != nil && !m.relayOnly(src.Name, h.Name) {
+			try = append(try, h)
+		}
 	}
-	var to []string
-	for _, d := range dests {
-		if d.err != nil {
-			m.events("copy of checkpoint %s (#%d): %v", e.Name, seq, d.err)
+	if len(try) == 0 {
+		return nil
+	}
+	done, failed, why := directCopy(ctx, j, try, m.events)
+	out := map[string]directDone{}
+	for _, d := range done {
+		loc := j.dest(d.host)
+		var err error
+		if j.part != "" {
+			err = m.rec.AddPart(e.Seq, loc, d.digest, d.size)
+		} else {
+			err = m.rec.Add(e.Seq, loc, d.digest, d.size)
+		}
+		if err != nil {
+			m.events("%v", err)
 			continue
 		}
-		if err := m.rec.Add(seq, d.loc, digest, size); err != nil {
-			return err
-		}
-		to = append(to, d.label)
-		m.prune(d.fs, d.label, d.loc.Kind, d.loc.Host, d.own, set.Keep, seq)
+		out[d.host.Name] = d
+		m.prune(d.host.copyFS(), d.host.Name, Copy, d.host.Name, d.host.Own, set.Keep, e.Seq)
 	}
-	m.events("checkpoint %s (#%d, %s) copied from %s to %v in %s", e.Name, seq, human(size), src.Host, to,
-		m.now().Sub(start).Round(time.Millisecond))
-	return nil
+	if len(failed) > 0 && ctx.Err() == nil {
+		var names []string
+		for _, h := range failed {
+			names = append(names, h.Name)
+			m.setRelayOnly(src.Name, h.Name)
+		}
+		m.events("direct copy of checkpoint %s (#%d) from %s to %s failed (%v); copying through the controller instead", e.Name, e.Seq, src.Name, strings.Join(names, ", "), why)
+	}
+	return out
+}
+
+func (m *Manager) relayOnly(src, dst string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.noDirect[src+"\x00"+dst]
+}
+
+func (m *Manager) setRelayOnly(src, dst string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.noDirect == nil {
+		m.noDirect = map[string]bool{}
+	}
+	m.noDirect[src+"\x00"+dst] = true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +33,10 @@ type Location struct {
 	// Stamp is the Found.Stamp of a Written entry: the version of the
 	// user's file that this location holds.
 	Stamp string `json:"stamp,omitempty"`
+	// Part is, for drover's copy of a part of a sharded checkpoint, the
+	// host that wrote that part; "" otherwise (a Written location holds
+	// its own host's part).
+	Part string `json:"part,omitempty"`
 }
 
 func (l Location) String() string {
@@ -54,6 +59,13 @@ type Entry struct {
 	// Digest is the sha256 of its MANIFEST, once drover has read it.
 	Digest string     `json:"digest,omitempty"`
 	Held   []Location `json:"held"`
+	// Parts are, for a checkpoint of the sharded layout, the hosts that
+	// wrote a part of it: it is whole only with every one of them, and
+	// PartDigests holds the sha256 of the MANIFEST of drover's copy of
+	// each part.
+	Parts       []string          `json:"parts,omitempty"`
+	PartDigests map[string]string `json:"part_digests,omitempty"`
+	PartSizes   map[string]int64  `json:"part_sizes,omitempty"`
 }
 
 // Holds reports whether the entry lists a location of this kind on host.
@@ -120,6 +132,9 @@ func (r *Record) Entries() []Entry {
 	for i, e := range r.data.Entries {
 		out[i] = *e
 		out[i].Held = slices.Clone(e.Held)
+		out[i].Parts = slices.Clone(e.Parts)
+		out[i].PartDigests = maps.Clone(e.PartDigests)
+		out[i].PartSizes = maps.Clone(e.PartSizes)
 	}
 	return out
 }
@@ -336,5 +351,52 @@ func (r *Record) Drop(seq int, loc Location) error {
 		n := len(e.Held)
 		e.Held = slices.DeleteFunc(e.Held, func(l Location) bool { return l == loc })
 		return len(e.Held) != n
+	})
+}
+
+// NoteParts records, for checkpoints of the sharded layout, every host
+// that holds one as written as the writer of a part of it: the parts a
+// checkpoint needs are remembered after their hosts are lost.
+func (r *Record) NoteParts() error {
+	return r.update(func(d *recordFile) bool {
+		changed := false
+		for _, e := range d.Entries {
+			for _, l := range e.Held {
+				if l.Kind == Written && !slices.Contains(e.Parts, l.Host) {
+					e.Parts = append(e.Parts, l.Host)
+					slices.Sort(e.Parts)
+					changed = true
+				}
+			}
+		}
+		return changed
+	})
+}
+
+// AddPart notes that loc holds drover's copy of part loc.Part of
+// checkpoint seq, whose MANIFEST has the sha256 digest and whose files
+// size bytes; the checkpoint's Size is the sum of its parts' known so far.
+func (r *Record) AddPart(seq int, loc Location, digest string, size int64) error {
+	return r.update(func(d *recordFile) bool {
+		e := d.find(seq)
+		if e == nil {
+			return false
+		}
+		if e.PartDigests == nil {
+			e.PartDigests, e.PartSizes = map[string]string{}, map[string]int64{}
+		}
+		e.PartDigests[loc.Part] = digest
+		if e.PartSizes == nil {
+			e.PartSizes = map[string]int64{}
+		}
+		e.PartSizes[loc.Part] = size
+		e.Size = 0
+		for _, n := range e.PartSizes {
+			e.Size += n
+		}
+		if !slices.Contains(e.Held, loc) {
+			e.Held = append(e.Held, loc)
+		}
+		return true
 	})
 }

@@ -28,6 +28,12 @@ func Render(w io.Writer, entries []Entry, loc *time.Location) error {
 			switch l.Kind {
 			case Mirror:
 				held = append(held, "mirror")
+			case Copy:
+				if l.Part != "" {
+					held = append(held, fmt.Sprintf("%s (copy of %s's part)", l.Host, l.Part))
+					continue
+				}
+				held = append(held, fmt.Sprintf("%s (%s)", l.Host, l.Kind))
 			default:
 				held = append(held, fmt.Sprintf("%s (%s)", l.Host, l.Kind))
 			}
@@ -35,6 +41,9 @@ func Render(w io.Writer, entries []Entry, loc *time.Location) error {
 		where := strings.Join(held, ", ")
 		if where == "" {
 			where = "nowhere any more"
+		}
+		if len(e.Parts) > 0 {
+			where += "; " + partsStatus(e)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, cluster.Escape(e.Name), human(e.Size), e.Seen.In(loc).Format("2006-01-02 15:04:05"), where)
 	}

@@ -80,7 +80,7 @@ func (w *watcher) poll(ctx context.Context) {
 // scan records what completed since the last scan and asks for the newest
 // to be copied, superseding a copy of an older one.
 func (w *watcher) scan(ctx context.Context) {
-	found, _, _ := scanAll(ctx, w.hosts, w.set.Marker)
+	found, _, _ := scanAll(ctx, w.hosts, w.set)
 	var all []Found
 	for _, f := range found {
 		all = append(all, f...)
@@ -88,6 +88,9 @@ func (w *watcher) scan(ctx context.Context) {
 	// Entries that completed within one poll: their own host's order.
 	slices.SortStableFunc(all, ByModTime)
 	added, err := w.m.rec.Saw(all, w.m.now())
+	if err == nil && w.set.Sharded() {
+		err = w.m.rec.NoteParts()
+	}
 	if err != nil {
 		w.m.events("%v", err)
 		return

@@ -617,6 +617,11 @@ func isLocal(h config.Host) bool {
 }
 
 // hostAddress is how other processes reach h.
+// HostAddress is how other hosts reach h on the job's network: the
+// address MASTER_ADDR and the collective use (127.0.0.1 for a local host).
+// Direct checkpoint copies listen there too.
+func HostAddress(h config.Host) string { return hostAddress(h) }
+
 func hostAddress(h config.Host) string {
 	if isLocal(h) || h.Address == "" {
 		return localAddress

@@ -35,6 +35,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == transferChildArg {
+		os.Exit(transferChild(os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -64,6 +67,10 @@ type bench struct {
 	// diskHomes keeps the hosts' homes on this machine's filesystem
 	// rather than a tmpfs (fleettest.Options.TmpfsHomes).
 	diskHomes bool
+	// transferMax is the largest checkpoint the transfer section moves;
+	// transferRelay adds the copy through the controller as a baseline.
+	transferMax   int64
+	transferRelay bool
 	// topN is the top section's fleet, topWindow how long the
 	// interactive view's CPU is measured.
 	topN      int
@@ -119,6 +126,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	subnet := fs.Int("subnet", 20, "first subnet X of 10.231.X.0/24; fleets use X, X+1, X+2 and the checkpoint fleet X+3")
 	diskHomes := fs.Bool("disk-homes", false, "keep the hosts' homes on this machine's filesystem instead of a tmpfs")
 	ckpt := fs.Bool("checkpoints", true, "measure checkpoint copying and a lost host on a fleet of its own (PREFIXck, subnet -subnet+3)")
+	transfer := fs.Bool("transfer", true, "measure checkpoint copies and staging from a controller 50 Mbit/s away (fleet PREFIXtx, subnet -subnet+4)")
+	transferMax := fs.Int64("transfer-max", 2<<30, "largest checkpoint the transfer section moves, in bytes (200 MiB and 2 GiB are measured)")
+	transferRelay := fs.Bool("transfer-relay", true, "also copy 200 MiB through the controller, the baseline (about 70 s at 50 Mbit/s)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -137,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
 		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet,
-		topN: *topN, topWindow: *topWindow}
+		transferMax: *transferMax, transferRelay: *transferRelay, topN: *topN, topWindow: *topWindow}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
 	}
@@ -217,6 +227,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			b.note("checkpoints not run: out of time (%s left of the %s deadline)", remaining(ctx).Round(time.Second), *deadline)
 		} else {
 			rows = append(rows, b.checkpoints(ctx)...)
+			fleetsUp++
+		}
+	}
+
+	if *transfer {
+		if remaining(ctx) < transferBudget/2 {
+			b.note("transfer not run: out of time (%s left of the %s deadline)", remaining(ctx).Round(time.Second), *deadline)
+		} else {
+			rows = append(rows, b.transfer(ctx)...)
 			fleetsUp++
 		}
 	}
@@ -482,6 +501,14 @@ func method(b *bench, sizes []int) []string {
 			"which takes keepalive detection (about 6 s), the reconnect that fails (bounded by host_wait for a host just lost), the spare's "+
 			"dial and agent install, and staging.",
 			ckptHosts, ckptWork, ckptIdleMS, ckptSize>>20, ckptEvery, ckptRate),
+		fmt.Sprintf("Transfer (issue 27): %d hosts on the fleet's bridge and a controller in a network namespace of its own, "+
+			"%s away (tbf on both ends of its veth; this kernel has no netem), running launcher/checkpoint as drover run does "+
+			"with `drover agent send/recv` on the hosts. h0 holds 200 MiB and 2 GiB checkpoints, one file and 1,000 files each "+
+			"(homes on disk). Copy: a Watcher copies one file to 2 hosts (checkpoint_copies = 3), timed until both hold a verified "+
+			"copy; the baseline sends it through the controller (hosts without agents). Staging: Stage onto 1 and onto 8 hosts "+
+			"(one chain). The controller's CPU is getrusage's for the case, its RSS the peak so far; the hosts' CPU comes from "+
+			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time.",
+			transferHosts, transferRate),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/checkpoint"
+)
+
+// The transfer section (issue 27): how long checkpoint copies and staging
+// take when the controller sits behind a slow link (50 Mbit/s, token
+// bucket on both ends of its own veth; this kernel has tbf, not netem)
+// and the hosts share a fast bridge, for one large file and for 1,000
+// shard files, onto 1 and onto 8 hosts; and the controller's CPU and
+// peak RSS meanwhile. The controller is a child of this harness run in a
+// network namespace of its own (transferChild) with the code drover run
+// uses (launcher/checkpoint, drover agent send/recv on the hosts).
+const (
+	transferBudget   = 8 * time.Minute
+	transferHosts    = 9 // h0 holds the checkpoints; staging onto up to 8 others
+	transferRate     = "50mbit"
+	transferChildArg = "transfer-child"
+	// transferStart is the child's line before each case.
+	transferStart = "start"
+)
+
+// transferCase is one measurement the child makes.
+type transferCase struct {
+	// Kind is "copy" (a Watcher copies it to Targets hosts while
+	// "training") or "stage" (Stage puts it on Targets hosts).
+	Kind    string
+	Entry   string // the checkpoint on h0, alone in its own checkpoint_dir
+	Targets int
+	Relay   bool // hosts without agents: through the controller
+}
+
+// transferSpec is what the child is told on stdin.
+type transferSpec struct {
+	Hosts []config.Host
+	Agent string // the drover binary, readable by the fleet's user
+	Cases []transferCase
+}
+
+// transferResult is one case's outcome, a JSON line on the child's stdout.
+type transferResult struct {
+	Case    transferCase
+	Seconds float64
+	CPU     float64 // controller CPU seconds during the case
+	MaxRSS  float64 // controller peak RSS so far, MiB
+	// HostsCPU is the CPU seconds every host used during the case (the
+	// fleet's cgroup: sshd, the agents, every hash and write; 0 without
+	// cgroup accounting), filled in by the harness.
+	HostsCPU float64
+	Err      string
+}
+
+// transferEntries are the checkpoints h0 holds: name, total size, files.
+var transferEntries = []struct {
+	name  string
+	size  int64
+	files int
+}{
+	{"one-200M", 200 << 20, 1}, {"shards-200M", 200 << 20, 1000},
+	{"one-2G", 2 << 30, 1}, {"shards-2G", 2 << 30, 1000},
+}
+
+// transfer runs the section on its own fleet.
+func (b *bench) transfer(ctx context.Context) []Row {
+	ctx, cancel := context.WithTimeout(ctx, transferBudget)
+	defer cancel()
+	opts := fleettest.Options{Name: b.fleetPrefix + "tx", N: transferHosts, Subnet: b.subnet + 4}
+	b.progress("bringing up fleet %s (%d hosts, homes on disk)", opts.Name, opts.N)
+	f, err := upFleet(opts)
+	if err != nil {
+		b.note("transfer fleet did not come up: %v", err)
+		return []Row{{Section: "transfer", N: transferHosts, What: "checkpoint copies and staging", Drover: na("no fleet")}}
+	}
+	defer f.Close()
+	link, err := f.SlowLink(transferRate)
+	if err != nil {
+		b.note("transfer: %v", err)
+		return []Row{{Section: "transfer", N: transferHosts, What: "checkpoint copies and staging", Drover: na("no slow link")}}
+	}
+	defer link.Close()
+	ns := link.NS
+	bin := path.Join(b.work, "tx-agent")
+	if err := copyFile(b.drover, bin); err != nil {
+		b.note("transfer: %v", err)
+		return nil
+	}
+	var cases []transferCase
+	for _, e := range transferEntries {
+		if e.size > b.transferMax {
+			continue
+		}
+		if err := makeEntry(f.Fleet, e.name, e.size, e.files); err != nil {
+			b.note("transfer: write %s on %s: %v", e.name, f.Hosts[0].Name, err)
+			continue
+		}
+		if e.files == 1 {
+			cases = append(cases, transferCase{Kind: "copy", Entry: e.name, Targets: 2})
+			if b.transferRelay && e.size <= 200<<20 {
+				cases = append(cases, transferCase{Kind: "copy", Entry: e.name, Targets: 2, Relay: true})
+			}
+		}
+		cases = append(cases, transferCase{Kind: "stage", Entry: e.name, Targets: 1}, transferCase{Kind: "stage", Entry: e.name, Targets: 8})
+	}
+	b.progress("transfer: %d measurements from a controller %s away (namespace %s)", len(cases), transferRate, ns)
+	spec := transferSpec{Hosts: f.ClusterHosts(), Agent: bin, Cases: cases}
+	results, err := runTransferChild(ctx, ns, spec, f.cpu, b.stderr)
+	if err != nil {
+		b.note("transfer: %v", err)
+	}
+	return transferRows(results)
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("read the agent binary: %w", err)
+	}
+	if err := os.WriteFile(dst+".tmp", b, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(dst+".tmp", dst)
+}
+
+// makeEntry writes checkpoint name on host 0 as the login user, alone in
+// its own checkpoint_dir (~/tx/ck-<name>): one file, or files of equal
+// size in a directory.
+func makeEntry(f *fleettest.Fleet, name string, size int64, files int) error {
+	dir := "/home/" + fleettest.User + "/tx/ck-" + name
+	var script string
+	if files == 1 {
+		script = fmt.Sprintf(`set -e; mkdir -p %[1]s; head -c %[2]d /dev/urandom > %[1]s/%[3]s`, dir, size, name)
+	} else {
+		script = fmt.Sprintf(`set -e; mkdir -p %[1]s/%[2]s; head -c %[4]d /dev/urandom > %[1]s/seed; i=0; while [ $i -lt %[3]d ]; do
+			{ echo $i; cat %[1]s/seed; } | head -c %[4]d > %[1]s/%[2]s/__${i}_0.distcp; i=$((i+1)); done; rm %[1]s/seed`,
+			dir, name, files, size/int64(files))
+	}
+	script += fmt.Sprintf("; chown -R %s /home/%s/tx", fleettest.User, fleettest.User)
+	out, err := f.Exec(0, "sh", "-c", script)
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	return nil
+}
+
+// runTransferChild runs the controller's side in namespace ns. The child
+// says "start" before each case; the hosts' CPU is read here between that
+// line and the case's result: `ip netns exec` mounts a sysfs of its own,
+// which hides the cgroup from the child.
+func runTransferChild(ctx context.Context, ns string, spec transferSpec, cg *cpuGroup, stderr io.Writer) ([]transferResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	in, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, self, transferChildArg)
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("the controller's side: %w", err)
+	}
+	var results []transferResult
+	var before time.Duration
+	var beforeErr error
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if sc.Text() == transferStart {
+			if cg != nil {
+				before, beforeErr = cg.usage()
+			}
+			continue
+		}
+		var r transferResult
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			continue
+		}
+		if cg != nil && beforeErr == nil {
+			if after, err := cg.usage(); err == nil {
+				r.HostsCPU = (after - before).Seconds()
+			}
+		}
+		results = append(results, r)
+	}
+	if err := cmd.Wait(); err != nil {
+		return results, fmt.Errorf("the controller's side: %w", err)
+	}
+	return results, nil
+}
+
+func (c transferCase) String() string {
+	how := "host to host"
+	if c.Relay {
+		how = "through the controller"
+	}
+	if c.Kind == "copy" {
+		return fmt.Sprintf("copy %s to %d hosts (checkpoint_copies = %d), %s", c.Entry, c.Targets, c.Targets+1, how)
+	}
+	return fmt.Sprintf("stage %s onto %d host(s), %s", c.Entry, c.Targets, how)
+}
+
+// transferRows makes the table: each staging onto 8 hosts against the
+// same onto 1 (target: at most 1.5 times as long), each direct copy
+// against the relay, and the controller's CPU and memory.
+func transferRows(results []transferResult) []Row {
+	var rows []Row
+	find := func(c transferCase) (transferResult, bool) {
+		for _, r := range results {
+			if r.Case == c {
+				return r, true
+			}
+		}
+		return transferResult{}, false
+	}
+	for _, r := range results {
+		m := measureOf(r)
+		c := r.Case
+		switch {
+		case c.Kind == "stage" && c.Targets == 8:
+			one := c
+			one.Targets = 1
+			base, _ := find(one)
+			rows = append(rows, Row{Section: "transfer", N: 9, What: c.String(), Drover: m, Baseline: "onto 1 host", BaselineTime: measureOf(base),
+				Target: Target{MinSpeedup: 1 / 1.5}})
+		case c.Kind == "stage":
+			rows = append(rows, Row{Section: "transfer", N: 2, What: c.String(), Drover: m})
+		case c.Kind == "copy" && !c.Relay:
+			relay := c
+			relay.Relay = true
+			row := Row{Section: "transfer", N: 3, What: c.String(), Drover: m}
+			if base, ok := find(relay); ok {
+				row.Baseline, row.BaselineTime = "through the controller", measureOf(base)
+			}
+			rows = append(rows, row)
+		}
+		if r.Err == "" && r.HostsCPU > 0 && c.Kind == "stage" {
+			floor := r.HostsCPU / float64(runtime.NumCPU())
+			rows = append(rows, Row{Section: "transfer", N: c.Targets + 1, What: c.String() + fmt.Sprintf(": wall time / hosts' CPU floor (%d cores)", runtime.NumCPU()),
+				Drover: Measure{Value: r.Seconds / floor, Unit: Ratio, N: 1}})
+		}
+		if r.Err == "" {
+			rows = append(rows, Row{Section: "transfer", N: c.Targets + 1, What: c.String() + ": controller CPU", Drover: Measure{Value: r.CPU * 1000, Unit: Millis, N: 1}},
+				Row{Section: "transfer", N: c.Targets + 1, What: c.String() + ": controller peak RSS", Drover: Measure{Value: r.MaxRSS, Unit: MiB, N: 1},
+					Target: Target{Max: 100, Unit: MiB}})
+		}
+	}
+	return rows
+}
+
+func measureOf(r transferResult) Measure {
+	if r.Err != "" {
+		return na("%s", r.Err)
+	}
+	if r.Seconds == 0 {
+		return na("not measured")
+	}
+	return Measure{Value: r.Seconds, Unit: Seconds, N: 1}
+}
+
+// benchPeer runs drover's agent ends of a direct copy over a transport,
+// as launcher's agentPeer does.
+type benchPeer struct {
+	t   cluster.Transport
+	bin string
+}
+
+func (p benchPeer) StartRecv(ctx context.Context, o checkpoint.PeerRecv, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
+	return p.t.Start(ctx, cluster.Cmd{Args: agent.RecvCommand(p.bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+func (p benchPeer) StartSend(ctx context.Context, o checkpoint.PeerSend, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
+	return p.t.Start(ctx, cluster.Cmd{Args: agent.SendCommand(p.bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}

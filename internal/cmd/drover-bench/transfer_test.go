@@ -1,0 +1,43 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Staging onto 8 hosts is judged against staging onto 1 in the same run
+// (at most 1.5 times as long), a direct copy against the relay, and the
+// controller's peak RSS against 100 MiB.
+func TestTransferRows(t *testing.T) {
+	one := transferCase{Kind: "stage", Entry: "one-2G", Targets: 1}
+	eight := transferCase{Kind: "stage", Entry: "one-2G", Targets: 8}
+	direct := transferCase{Kind: "copy", Entry: "one-200M", Targets: 2}
+	relay := direct
+	relay.Relay = true
+	for _, tc := range []struct {
+		eight float64
+		met   string
+	}{{1.4, "yes"}, {1.6, "no"}} {
+		rows := transferRows([]transferResult{
+			{Case: one, Seconds: 1, MaxRSS: 30, HostsCPU: 1},
+			{Case: eight, Seconds: tc.eight, MaxRSS: 130},
+			{Case: direct, Seconds: 1.2, MaxRSS: 30},
+			{Case: relay, Seconds: 70, MaxRSS: 30},
+		})
+		byWhat := map[string]Row{}
+		for _, r := range rows {
+			byWhat[r.What] = r
+		}
+		r, ok := byWhat[eight.String()]
+		require.True(t, ok)
+		assert.Equal(t, tc.met, r.Met(), "%.1f s onto 8 vs 1 s onto 1", tc.eight)
+		assert.Equal(t, "no", byWhat[eight.String()+": controller peak RSS"].Met())
+		assert.Equal(t, "yes", byWhat[one.String()+": controller peak RSS"].Met())
+		assert.InDelta(t, 70/1.2, byWhat[direct.String()].Ratio(), 0.01)
+		assert.Contains(t, byWhat, one.String()+fmt.Sprintf(": wall time / hosts' CPU floor (%d cores)", runtime.NumCPU()))
+	}
+}

@@ -1,0 +1,326 @@
+package checkpoint
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"time"
+)
+
+// maxAuthFailures is how many connections that do not know the token a
+// receiver turns away before it gives up: a port scan must not keep it
+// listening for good, nor make it accept a stranger's stream.
+const maxAuthFailures = 8
+
+// ForwardFailed starts the event a receiver reports when it cannot pass
+// the copy on to the next host of its chain: the controller then stops
+// waiting for the hosts after it and copies to them another way.
+const ForwardFailed = "forward to the next host failed"
+
+// Forward is the next hop of a chain: a receiver forwards every frame it
+// reads to the receiver at Addr, which knows Token.
+type Forward struct {
+	Addr  string
+	Token []byte
+}
+
+// Receive is what ReceiveDirect does: accept one sender that knows Token
+// on Listener, write checkpoint Seq named Name into Own (drover's copy
+// area on this host) and forward it to Next when set.
+type Receive struct {
+	Listener net.Listener
+	Token    []byte
+	Own      string
+	Seq      int
+	Name     string
+	Next     *Forward
+	// Part, for a part of a sharded checkpoint, is the host that wrote
+	// it: the copy goes to <Own>/<seq>/parts/<Part> (partDir).
+	Part string
+	// Wait, when positive, bounds waiting for the sender to connect.
+	Wait time.Duration
+	// Events receives what the controller should hear of (a next hop
+	// that could not be reached); the copy here goes on.
+	Events func(format string, args ...any)
+}
+
+// ReceiveDirect takes one direct copy (see SendDirect) and returns its
+// digest and size once it is renamed into place as <Own>/<seq>/<name>.
+// The listener is closed as soon as the sender has proved the token:
+// drover listens only for the transfer. Files are written through an
+// os.Root at Own, so no name in the stream leads out of it.
+func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
+	if !fs.ValidPath(o.Name) || strings.Contains(o.Name, "/") || o.Name == "." {
+		return "", 0, fmt.Errorf("direct copy: %q is not a checkpoint name", o.Name)
+	}
+	conn, err := acceptPeer(ctx, o.Listener, o.Token, o.Wait)
+	if err != nil {
+		return "", 0, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if err := os.MkdirAll(o.Own, 0o700); err != nil {
+		return "", 0, fmt.Errorf("direct copy: %w", err)
+	}
+	root, err := os.OpenRoot(o.Own)
+	if err != nil {
+		return "", 0, fmt.Errorf("direct copy: %w", err)
+	}
+	defer root.Close()
+	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events}
+	if o.Part != "" {
+		if !fs.ValidPath(o.Part) || strings.Contains(o.Part, "/") || o.Part == "." {
+			return "", 0, fmt.Errorf("direct copy: %q is not a part name", o.Part)
+		}
+		r.final = path.Join(seqDir(o.Seq), "parts", o.Part)
+		r.tmp = r.final + ".tmp"
+	}
+	if o.Next != nil {
+		r.forwardTo(ctx, *o.Next)
+	}
+	defer r.closeNext()
+	digest, err := r.run(bufio.NewReaderSize(conn, 256<<10))
+	if err != nil {
+		_ = root.RemoveAll(r.tmp)
+		_ = writeFrame(conn, frameFail, []byte(err.Error()))
+		if e := ctx.Err(); e != nil {
+			err = e
+		}
+		return "", 0, err
+	}
+	if err := writeFrame(conn, frameOK, []byte(digest)); err != nil {
+		return "", 0, fmt.Errorf("direct copy: answer the sender: %w", err)
+	}
+	return digest, r.size, nil
+}
+
+// acceptPeer accepts connections until one proves the token.
+func acceptPeer(ctx context.Context, ln net.Listener, token []byte, wait time.Duration) (net.Conn, error) {
+	if tl, ok := ln.(*net.TCPListener); ok && wait > 0 {
+		_ = tl.SetDeadline(time.Now().Add(wait))
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+	var last error
+	for range maxAuthFailures {
+		conn, err := ln.Accept()
+		if err != nil {
+			if e := ctx.Err(); e != nil {
+				return nil, fmt.Errorf("direct copy: no sender came: %w", e)
+			}
+			return nil, fmt.Errorf("direct copy: accept: %w", err)
+		}
+		if last = proveReceiver(conn, token); last == nil {
+			return conn, nil
+		}
+		conn.Close()
+	}
+	return nil, fmt.Errorf("direct copy: %d connections did not know the token: %w", maxAuthFailures, last)
+}
+
+type receiver struct {
+	root       *os.Root
+	tmp, final string
+	name       string
+	events     func(format string, args ...any)
+	next       net.Conn
+	nextW      *bufio.Writer
+	f          *os.File
+	h          hash.Hash
+	n          int64
+	rel        string
+	rels       []string
+	manifest   bytes.Buffer
+	size       int64
+}
+
+// forwardTo connects to the next hop; when it cannot, the copy here goes
+// on and the controller copies to that hop another way.
+func (r *receiver) forwardTo(ctx context.Context, next Forward) {
+	conn, err := dialPeer(ctx, next.Addr, next.Token)
+	if err != nil {
+		r.event("%s: %v", ForwardFailed, err)
+		return
+	}
+	r.next, r.nextW = conn, bufio.NewWriterSize(conn, 256<<10)
+}
+
+func (r *receiver) event(format string, args ...any) {
+	if r.events != nil {
+		r.events(format, args...)
+	}
+}
+
+// forward passes a frame on; a next hop that fails drops out.
+func (r *receiver) forward(t byte, p []byte) {
+	if r.nextW == nil {
+		return
+	}
+	err := writeFrame(r.nextW, t, p)
+	if err == nil && t == frameManifest {
+		err = r.nextW.Flush()
+	}
+	if err != nil {
+		r.event("%s: %v", ForwardFailed, err)
+		r.next.Close()
+		r.next, r.nextW = nil, nil
+	}
+}
+
+// closeNext waits (bounded) for the next hop's answer, so that the
+// connection closes only after it has read everything.
+func (r *receiver) closeNext() {
+	if r.next == nil {
+		return
+	}
+	_ = r.next.SetReadDeadline(time.Now().Add(time.Minute))
+	_, _, _ = readFrame(r.next, make([]byte, 4<<10))
+	r.next.Close()
+}
+
+// run applies frames until the MANIFEST, and returns the digest.
+func (r *receiver) run(in io.Reader) (string, error) {
+	if err := r.root.RemoveAll(r.tmp); err != nil {
+		return "", err
+	}
+	if err := r.root.MkdirAll(r.tmp, 0o700); err != nil {
+		return "", err
+	}
+	buf := make([]byte, maxFrame)
+	for {
+		t, p, err := readFrame(in, buf)
+		if err != nil {
+			return "", err
+		}
+		r.forward(t, p)
+		if t == frameManifest {
+			return r.finish(p)
+		}
+		if err := r.apply(t, p); err != nil {
+			return "", err
+		}
+	}
+}
+
+// checkRel refuses a path that is not inside the checkpoint.
+func (r *receiver) checkRel(rel string) error {
+	if !fs.ValidPath(rel) || (rel != r.name && !strings.HasPrefix(rel, r.name+"/")) {
+		return fmt.Errorf("direct copy: %q is not a path inside checkpoint %q", rel, r.name)
+	}
+	return nil
+}
+
+func (r *receiver) apply(t byte, p []byte) error {
+	switch t {
+	case frameDir:
+		if err := r.checkRel(string(p)); err != nil {
+			return err
+		}
+		return r.root.MkdirAll(path.Join(r.tmp, string(p)), 0o700)
+	case frameFile:
+		if r.f != nil {
+			return errors.New("direct copy: a file started before the last one ended")
+		}
+		if err := r.checkRel(string(p)); err != nil {
+			return err
+		}
+		f, err := r.root.OpenFile(path.Join(r.tmp, string(p)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		r.f, r.h, r.n, r.rel = f, sha256.New(), 0, string(p)
+		return nil
+	case frameData:
+		if r.f == nil {
+			return errors.New("direct copy: data outside a file")
+		}
+		r.h.Write(p)
+		r.n += int64(len(p))
+		_, err := r.f.Write(p)
+		return err
+	case frameEnd:
+		return r.endFile(p)
+	}
+	return fmt.Errorf("direct copy: unknown frame %q", t)
+}
+
+// endFile checks the file's sha256 and puts it on the disk.
+func (r *receiver) endFile(sum []byte) error {
+	if r.f == nil {
+		return errors.New("direct copy: a file ended that never started")
+	}
+	got := r.h.Sum(nil)
+	err := r.f.Sync()
+	if cerr := r.f.Close(); err == nil {
+		err = cerr
+	}
+	r.f = nil
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, sum) {
+		return fmt.Errorf("direct copy: %s arrived with sha256 %x, sent %x", r.rel, got, sum)
+	}
+	writeManifestLine(&r.manifest, r.rel, r.n, got)
+	r.rels = append(r.rels, r.rel)
+	r.size += r.n
+	return nil
+}
+
+// finish checks the sender's MANIFEST against the one built from what
+// arrived, writes it, dates the files before it (see verifyCopy) and
+// renames the copy into place.
+func (r *receiver) finish(sent []byte) (string, error) {
+	if r.f != nil {
+		return "", errors.New("direct copy: the MANIFEST came before the last file ended")
+	}
+	if !bytes.Equal(sent, r.manifest.Bytes()) {
+		return "", errors.New("direct copy: the MANIFEST sent does not list what arrived")
+	}
+	mp := path.Join(r.tmp, ManifestName)
+	f, err := r.root.OpenFile(mp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(sent)
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	mi, err := r.root.Stat(mp)
+	if err != nil {
+		return "", err
+	}
+	t := truncSecond(mi.ModTime()).Add(-time.Second)
+	for _, rel := range r.rels {
+		if err := r.root.Chtimes(path.Join(r.tmp, rel), t, t); err != nil {
+			return "", err
+		}
+	}
+	if err := r.root.RemoveAll(r.final); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if err := r.root.Rename(r.tmp, r.final); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(sent)
+	return hex.EncodeToString(sum[:]), nil
+}
