@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
 )
 
 // TestEveryCommandTakesFleetFlags: every command that reads a job file
@@ -16,7 +17,7 @@ import (
 // ..."); `drover plan --accept-new-hosts` used to exit 2.
 func TestEveryCommandTakesFleetFlags(t *testing.T) {
 	app := newApp(io.Discard, io.Discard)
-	for _, cmd := range app.Commands {
+	for _, cmd := range leafCommands(app.Commands) {
 		if cmd.Name == "agent" || cmd.Name == slurmStepCommand || cmd.Name == "version" {
 			continue // runs on a host, or reads no job file
 		}
@@ -29,6 +30,21 @@ func TestEveryCommandTakesFleetFlags(t *testing.T) {
 		assert.True(t, names[flagInventory], "drover %s lacks --%s", cmd.Name, flagInventory)
 		assert.True(t, names[flagAcceptNewHosts], "drover %s lacks --%s", cmd.Name, flagAcceptNewHosts)
 	}
+}
+
+// leafCommands is every command that runs something: a command with
+// subcommands (drover check) is only their parent, and each of them
+// (check net) takes the flags. The agent's subcommands stay under it.
+func leafCommands(cmds []*cli.Command) []*cli.Command {
+	var leaves []*cli.Command
+	for _, c := range cmds {
+		if len(c.Subcommands) > 0 && c.Name != "agent" {
+			leaves = append(leaves, leafCommands(c.Subcommands)...)
+			continue
+		}
+		leaves = append(leaves, c)
+	}
+	return leaves
 }
 
 // TestPlanAcceptsFleetFlags runs the CLI with both flags, before and

@@ -69,12 +69,18 @@ func WatchHealth(ctx context.Context, file string, every time.Duration) error {
 	parent := os.Getppid()
 	for ctx.Err() == nil && os.Getppid() == parent {
 		start := time.Now()
-		b, err := json.Marshal(readHealth(ctx, every))
+		rep := readHealth(ctx, every)
+		if ctx.Err() != nil {
+			// The reads were cut short by the stop ("nvidia-smi: signal:
+			// killed"): the last whole report stays the one drover reads.
+			return nil
+		}
+		b, err := json.Marshal(rep)
 		if err != nil {
 			return fmt.Errorf("agent health: encode report: %w", err)
 		}
 		tmp := file + ".tmp"
-		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
 			return fmt.Errorf("agent health: write %s: %w", tmp, err)
 		}
 		if err := os.Rename(tmp, file); err != nil {
