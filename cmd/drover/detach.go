@@ -143,6 +143,22 @@ func currentUser() string {
 	return strconv.Itoa(os.Getuid())
 }
 
+// onRun is the action of a command that reads a run from its hosts
+// (status, stop, logs, attach): one JOB.toml argument, then what the
+// hosts are read with.
+func onRun(action func(c *cli.Context, o launcher.InspectOptions) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if c.NArg() != 1 {
+			return usage(c)
+		}
+		o, err := inspectOptions(c)
+		if err != nil {
+			return err
+		}
+		return action(c, o)
+	}
+}
+
 // inspectOptions are what status, stop and logs need to read the hosts.
 func inspectOptions(c *cli.Context) (launcher.InspectOptions, error) {
 	bin, err := os.Executable()
@@ -158,14 +174,7 @@ func statusCommand() *cli.Command {
 		Usage:     "show the job's detached run as its hosts know it (from any machine; changes nothing)",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "json", Usage: "print the status as JSON"}),
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			o, err := inspectOptions(c)
-			if err != nil {
-				return err
-			}
+		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
 			st, err := launcher.Status(c.Context, o)
 			if err != nil {
 				return err
@@ -177,7 +186,7 @@ func statusCommand() *cli.Command {
 			}
 			launcher.RenderStatus(c.App.Writer, st)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -187,20 +196,13 @@ func stopCommand() *cli.Command {
 		Usage:     "stop the job's detached run from any machine (SIGTERM, SIGKILL after stop_grace)",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "abort", Usage: "SIGKILL every process now"}),
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			o, err := inspectOptions(c)
-			if err != nil {
-				return err
-			}
+		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
 			if err := launcher.Stop(c.Context, o, c.Bool("abort"), c.App.ErrWriter); err != nil {
 				return err
 			}
 			fmt.Fprintln(c.App.ErrWriter, "stopped: no process of the run is left")
 			return nil
-		},
+		}),
 	}
 }
 
@@ -216,14 +218,7 @@ func logsCommand() *cli.Command {
 			&cli.BoolFlag{Name: "previous", Usage: "the attempt before the newest"},
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing, across restarts, until the run ends"},
 		),
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			o, err := inspectOptions(c)
-			if err != nil {
-				return err
-			}
+		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
 			lo := launcher.LogsOptions{Host: c.String("host"), Attempt: c.Int("attempt"), Previous: c.Bool("previous"), Follow: c.Bool("follow")}
 			for _, s := range strings.Split(c.String("rank"), ",") {
 				if s = strings.TrimSpace(s); s == "" {
@@ -239,7 +234,7 @@ func logsCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
 			defer stop()
 			return launcher.Logs(ctx, o, lo, c.App.Writer)
-		},
+		}),
 	}
 }
 
@@ -295,24 +290,17 @@ func attachCommand() *cli.Command {
 		Usage:     "watch the job's detached run live (its lines and changes of state); Ctrl-C detaches only",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "history", Usage: "print the current attempt's lines so far first"}),
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			o, err := inspectOptions(c)
-			if err != nil {
-				return err
-			}
+		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
 			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
 			defer stop()
 			lo := launcher.LogsOptions{Follow: true, FromEnd: !c.Bool("history"), Events: c.App.ErrWriter}
-			err = launcher.Logs(ctx, o, lo, c.App.Writer)
+			err := launcher.Logs(ctx, o, lo, c.App.Writer)
 			if ctx.Err() != nil {
 				job := c.Args().First()
 				fmt.Fprintf(c.App.ErrWriter, "detached; the run goes on\n  re-attach: drover attach %s\n  stop:      drover stop %s\n", job, job)
 				return nil
 			}
 			return err
-		},
+		}),
 	}
 }
