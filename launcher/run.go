@@ -332,6 +332,11 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		}
 		return r.finish(res, Interrupted, context.Cause(ctx))
 	}
+	if delay == 0 {
+		// No backoff: the check above is this instant's, and another
+		// would cost every restart a round trip to every host.
+		return nil
+	}
 	if lost := r.checkLeases(ctx); lost != nil {
 		return r.finish(res, Failed, lost)
 	}
