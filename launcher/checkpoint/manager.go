@@ -114,6 +114,17 @@ func (m *Manager) Record() *Record { return m.rec }
 // fails is left out of the result (ok[i] false), so that nothing is
 // concluded about it. With the sharded layout (scanParts), each host's
 // part of a checkpoint is listed once the marker is in any host's part.
+// unscanned are the hosts whose checkpoint_dir could not be listed.
+func unscanned(hosts []Host, ok []bool) []string {
+	var names []string
+	for i, h := range hosts {
+		if !ok[i] {
+			names = append(names, h.Name)
+		}
+	}
+	return names
+}
+
 func scanAll(ctx context.Context, hosts []Host, set Settings) (found [][]Found, ok []bool, errs []error) {
 	if set.Sharded() {
 		return scanParts(ctx, hosts, set.Marker)
@@ -171,11 +182,15 @@ func (m *Manager) reconcile(ctx context.Context, hosts []Host, set Settings) err
 		unknown = append(unknown, found[i]...)
 	}
 	slices.SortStableFunc(unknown, ByModTime)
-	if _, err := m.rec.Saw(unknown, m.now()); err != nil {
+	added, err := m.rec.Saw(unknown, m.now())
+	if err != nil {
 		return err
 	}
 	if set.Sharded() {
 		if err := m.rec.NoteParts(); err != nil {
+			return err
+		}
+		if err := m.rec.ExpectParts(added, unscanned(hosts, ok)); err != nil {
 			return err
 		}
 	}

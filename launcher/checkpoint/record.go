@@ -373,6 +373,37 @@ func (r *Record) NoteParts() error {
 	})
 }
 
+// ExpectParts adds hosts as parts of the sharded checkpoints added, seen
+// first while those hosts of the group could not be listed (one lost as
+// the checkpoint appeared): every host of the group writes a part, so a
+// part drover never saw is missing, not absent, and a checkpoint missing
+// it is never resumed from (its ranks would load a partial state).
+func (r *Record) ExpectParts(added []Entry, hosts []string) error {
+	if len(added) == 0 || len(hosts) == 0 {
+		return nil
+	}
+	seqs := map[int]bool{}
+	for _, e := range added {
+		seqs[e.Seq] = true
+	}
+	return r.update(func(d *recordFile) bool {
+		changed := false
+		for _, e := range d.Entries {
+			if !seqs[e.Seq] {
+				continue
+			}
+			for _, h := range hosts {
+				if !slices.Contains(e.Parts, h) {
+					e.Parts = append(e.Parts, h)
+					slices.Sort(e.Parts)
+					changed = true
+				}
+			}
+		}
+		return changed
+	})
+}
+
 // AddPart notes that loc holds drover's copy of part loc.Part of
 // checkpoint seq, whose MANIFEST has the sha256 digest and whose files
 // size bytes; the checkpoint's Size is the sum of its parts' known so far.

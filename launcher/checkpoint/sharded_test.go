@@ -85,3 +85,38 @@ func TestShardedStageUnion(t *testing.T) {
 	assert.Contains(t, b.String(), "h0 (copy of h2's part)")
 	assert.Contains(t, b.String(), "3 parts, each held: recoverable")
 }
+
+// A sharded checkpoint first seen while a host of the group cannot be
+// listed (lost as the checkpoint appeared) lacks that host's part: it is
+// never resumed from, the complete one before it is. Without the rule the
+// record listed only the parts it saw, and the ranks of the next attempt
+// loaded a partial state ("Missing key(s) in state_dict").
+func TestShardedSeenWithoutAHostIsNotComplete(t *testing.T) {
+	hs := newHosts(t, "h0", "h1", "h2", "h3")
+	m, ev, _ := newManager(t)
+	group := hostsOf(hs[0], hs[1], hs[2])
+	stop := m.Watch(context.Background(), group, sharded(2))
+	for i := 2; i >= 0; i-- {
+		writePart(t, hs[i], i, "step-10", i == 0)
+	}
+	eventually(t, "every part of step-10 copied once", func() bool { return len(holders(m, 1)) == 6 })
+	stop()
+
+	// h1 can no longer be listed: its checkpoint_dir is now a file.
+	require.NoError(t, os.Rename(hs[1].Dir, hs[1].Dir+".gone"))
+	require.NoError(t, os.WriteFile(hs[1].Dir, []byte("x"), 0o644))
+	stop = m.Watch(context.Background(), group, sharded(2))
+	for _, i := range []int{2, 0} {
+		writePart(t, hs[i], i, "step-20", i == 0)
+	}
+	eventually(t, "step-20 seen", func() bool { return len(m.Record().Entries()) == 2 })
+	stop()
+	assert.Equal(t, []string{"h0", "h1", "h2"}, m.Record().Entries()[1].Parts, "h1's part is expected though drover never saw it")
+
+	paths, err := m.Stage(context.Background(), hostsOf(hs[0], hs[2], hs[3]), sharded(2))
+	require.NoError(t, err)
+	assert.Contains(t, ev.String(), "checkpoint step-20 (#2) is not resumed from: no host of the group holds the part h1 wrote")
+	for _, h := range []testHost{hs[0], hs[2], hs[3]} {
+		assert.Equal(t, filepath.Join(h.Own, seqDir(1), "step-10"), paths[h.Name])
+	}
+}

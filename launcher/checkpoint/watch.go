@@ -80,7 +80,7 @@ func (w *watcher) poll(ctx context.Context) {
 // scan records what completed since the last scan and asks for the newest
 // to be copied, superseding a copy of an older one.
 func (w *watcher) scan(ctx context.Context) {
-	found, _, _ := scanAll(ctx, w.hosts, w.set)
+	found, ok, _ := scanAll(ctx, w.hosts, w.set)
 	var all []Found
 	for _, f := range found {
 		all = append(all, f...)
@@ -90,6 +90,9 @@ func (w *watcher) scan(ctx context.Context) {
 	added, err := w.m.rec.Saw(all, w.m.now())
 	if err == nil && w.set.Sharded() {
 		err = w.m.rec.NoteParts()
+	}
+	if err == nil && w.set.Sharded() {
+		err = w.m.rec.ExpectParts(added, unscanned(w.hosts, ok))
 	}
 	if err != nil {
 		w.m.events("%v", err)
