@@ -115,8 +115,17 @@ func runTop(t *testing.T, j *fleetJob, args ...string) []byte {
 func TestTopOnceJSON(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := startStepJob(t)
+	// The progress file follows the output lines by a moment: ask again
+	// (bounded) until every process has reported a step.
 	var v launcher.TopView
-	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
+	for try := 0; ; try++ {
+		v = launcher.TopView{}
+		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
+		if everyProcStepped(v) || try == 20 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	assert.Equal(t, j.Name, v.Job)
 	require.Len(t, v.Hosts, 4)
 	for i, h := range v.Hosts {
@@ -360,4 +369,16 @@ func TestTopInteractiveQuitsOnQ(t *testing.T) {
 	_, err = tm("send-keys", "-t", session, "q")
 	require.NoError(t, err)
 	screen(regexp.MustCompile(`top-exited-0`))
+}
+
+// everyProcStepped reports whether every process top shows has a step.
+func everyProcStepped(v launcher.TopView) bool {
+	for _, h := range v.Hosts {
+		for _, p := range h.Procs {
+			if p.Step == nil {
+				return false
+			}
+		}
+	}
+	return len(v.Hosts) > 0
 }

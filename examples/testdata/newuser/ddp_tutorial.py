@@ -8,7 +8,7 @@ from the environment drover (or torchrun) sets.
 Every rank prints one line per step with print() and sleeps SLEEP seconds
 after it. MODE:
   ok        train STEPS steps and exit 0 (default)
-  desync    ranks 0 and 1 return after the first step and exit 0 while the
+  desync    ranks 0 and 1 exit 0 at once after the first step while the
             others go on training (a desync: the others then fail)
   child     also start a child process (as a DataLoader worker would)
 """
@@ -57,7 +57,11 @@ def demo_basic(steps, pause, mode):
         print(f"rank {rank} step {step} done")
         if mode == "desync" and rank in (0, 1):
             print(f"rank {rank} leaves early")
-            return
+            # At once: torch's teardown at interpreter exit can take longer
+            # under load than the others' next step, and their failure then
+            # reached drover before this exit did.
+            sys.stdout.flush()
+            os._exit(0)
         time.sleep(pause)
     dist.destroy_process_group()
     print(f"rank {rank} finished")
