@@ -27,8 +27,8 @@ import (
 	"github.com/droverhq/drover/launcher/plan"
 )
 
-// attempt_ is one start of the whole group.
-type attempt_ struct {
+// attempt is one start of the whole group.
+type attempt struct {
 	r        *runner
 	cfg      *config.Config
 	n, total int
@@ -98,20 +98,20 @@ func (c *hostConn) tell(home string, newWorkdir bool) {
 	})
 }
 
-func (a *attempt_) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
+func (a *attempt) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
 
 // setupFailure ends an attempt that could not start the group. Only a
 // connection that died on the way counts as a lost host (worth a restart);
 // a missing program, a taken port or a failed push would fail the same way
 // again.
-func (a *attempt_) setupFailure(err error) attemptOutcome {
+func (a *attempt) setupFailure(err error) attemptOutcome {
 	a.r.events.printf("%s: %v", a.prefix(), err)
 	// The next attempt dials and checks every host again.
 	a.r.pool.forgetPrepared()
 	return setupFailed(err)
 }
 
-func (a *attempt_) run(ctx context.Context) attemptOutcome {
+func (a *attempt) run(ctx context.Context) attemptOutcome {
 	hosts, err := a.r.participants(a.cfg)
 	if err != nil {
 		return a.setupFailure(err)
@@ -184,7 +184,7 @@ func (a *attempt_) run(ctx context.Context) attemptOutcome {
 // the push nothing but the lease: each starts as soon as what it needs is
 // there, beside the others (on a fresh host the agent's upload and the
 // first push overlap).
-func (a *attempt_) prepare(ctx context.Context, conns []*hostConn) (installed <-chan error, err error) {
+func (a *attempt) prepare(ctx context.Context, conns []*hostConn) (installed <-chan error, err error) {
 	done := make(chan error, 1)
 	for _, c := range conns {
 		c.told, c.toldOnce = make(chan struct{}), sync.Once{}
@@ -203,7 +203,7 @@ func (a *attempt_) prepare(ctx context.Context, conns []*hostConn) (installed <-
 // noteMembership says which hosts left (or joined) the inventory since the
 // last attempt that ran, and what that did to the world size: an edit of
 // the inventory between attempts silently changed the job's size before.
-func (a *attempt_) noteMembership(pl *plan.Plan) {
+func (a *attempt) noteMembership(pl *plan.Plan) {
 	inv := map[string]bool{}
 	for _, h := range a.cfg.Hosts {
 		inv[h.Name] = true
@@ -248,7 +248,7 @@ func (a *attempt_) noteMembership(pl *plan.Plan) {
 // what the push put back). The preflight needs nothing of the checkpoint
 // (ports, program and rendezvous do not depend on it): it checks the plan
 // built without it.
-func (a *attempt_) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
+func (a *attempt) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
 	pushed := make(chan pushOutcome, 1)
 	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
 	var resume map[string]string
@@ -347,7 +347,7 @@ func allPushed(conns []*hostConn, key string) bool {
 
 // stepTimer returns a function that notes in events.log how long the
 // attempt's setup took up to each step it names.
-func (a *attempt_) stepTimer() func(step string) {
+func (a *attempt) stepTimer() func(step string) {
 	start := a.r.now()
 	return func(step string) {
 		a.r.events.debugf("%s: setup: %s done after %s", a.prefix(), step, a.r.now().Sub(start).Round(time.Millisecond))
@@ -358,7 +358,7 @@ func (a *attempt_) stepTimer() func(step string) {
 // builds the plan, without a checkpoint to resume from. in keeps what the
 // plan was built from: the checkpoint and preflight's findings
 // (interfaces, moved ports) build it again from in (replan).
-func (a *attempt_) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
+func (a *attempt) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
 	if err := <-installed; err != nil {
 		return plan.PlanInput{}, nil, err
 	}
@@ -424,7 +424,7 @@ func isUnreachable(err error) bool {
 // on the first attempt as on a restart (a host rebooting when the run
 // starts is as common as one rebooting during it); a refused key or login
 // fails at once. Every connection made joins the pool.
-func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
+func (a *attempt) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := a.r.opts.Dial
 	opts.Inventory = config.Endpoints(a.cfg.Hosts)
 	lost := a.r.takeLost()
@@ -503,7 +503,7 @@ func (a *attempt_) connect(ctx context.Context, hosts []config.Host) ([]*hostCon
 // conns yet (hosts in lost with a dial bounded by host_wait: dialFirst),
 // adds the new ones to conns and the pool, and returns each host's dial
 // error.
-func (a *attempt_) dialMissing(ctx context.Context, hosts []config.Host, conns []*hostConn, opts cluster.DialOptions, lost map[string]bool) []error {
+func (a *attempt) dialMissing(ctx context.Context, hosts []config.Host, conns []*hostConn, opts cluster.DialOptions, lost map[string]bool) []error {
 	var fresh []config.Host
 	var at []int
 	for i, c := range conns {
@@ -535,7 +535,7 @@ func waitDialTimeout(timeout, left time.Duration) time.Duration {
 }
 
 // takeSpare dials the first spare host not already in use.
-func (a *attempt_) takeSpare(ctx context.Context, inUse []config.Host, opts cluster.DialOptions) (config.Host, cluster.Transport, error) {
+func (a *attempt) takeSpare(ctx context.Context, inUse []config.Host, opts cluster.DialOptions) (config.Host, cluster.Transport, error) {
 	used := map[string]bool{}
 	for _, h := range inUse {
 		used[h.Name] = true
@@ -585,7 +585,7 @@ func hostLabel(h config.Host) string {
 
 // openFiles opens file access and learns the home directory on every
 // connection that does not have them yet.
-func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
+func (a *attempt) openFiles(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
 		if c.fs != nil {
 			return nil
@@ -608,7 +608,7 @@ func (a *attempt_) openFiles(ctx context.Context, conns []*hostConn) error {
 // about when SFTP has opened, a round trip before an SFTP request for it
 // would answer; on Slurm, where a step takes a while to start, SFTP's
 // answer may come first.
-func (a *attempt_) home(ctx context.Context, c *hostConn, fsys cluster.FS) (string, error) {
+func (a *attempt) home(ctx context.Context, c *hostConn, fsys cluster.FS) (string, error) {
 	type answer struct {
 		home string
 		err  error
@@ -655,7 +655,7 @@ func waitTold(ctx context.Context, conns []*hostConn) error {
 // else (on the host it also creates the workdir's state directory, which
 // the lease would create otherwise), so it runs beside the other setup
 // steps.
-func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
+func (a *attempt) installAgents(ctx context.Context, conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
 		defer c.tell("", false) // nothing learnt, or failed
 		defer c.installDone()
@@ -678,7 +678,7 @@ func (a *attempt_) installAgents(ctx context.Context, conns []*hostConn) error {
 // rules; GPU-less hosts need no probe. Hosts with pinned GPUs are probed
 // too, only to learn which processes were on their GPUs before the attempt
 // (see waitGPUsReleased).
-func (a *attempt_) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]plan.HostGPUs, error) {
+func (a *attempt) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]plan.HostGPUs, error) {
 	var mu sync.Mutex
 	out := map[string]plan.HostGPUs{}
 	a.gpuBefore = map[string]map[int][]int{}
@@ -715,7 +715,7 @@ const gpuReleaseWait = 30 * time.Second
 // no process of the job on the job's GPUs, so that the next attempt finds
 // its memory free; a GPU still held when the wait ends is reported with
 // the holding process.
-func (a *attempt_) waitGPUsReleased(ctx context.Context, conns []*hostConn, pl *plan.Plan) {
+func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*hostConn, pl *plan.Plan) {
 	used := map[string][]int{}
 	for _, p := range pl.Processes {
 		for _, g := range p.Visible {
@@ -763,7 +763,7 @@ type scanned struct {
 
 // scan scans the code directory in the background: it is local work that
 // needs no host, so it runs while the hosts are connected and prepared.
-func (a *attempt_) scan() *scanned {
+func (a *attempt) scan() *scanned {
 	// The same rule as `drover push` (pushOptions). What is about to run
 	// is checked (sizes and mtimes): a file edited or deleted on a host
 	// since the last push is put back.
@@ -787,7 +787,7 @@ type pushOutcome struct {
 
 // push syncs the code directory, as sc scanned it, to every host's
 // workdir (incremental).
-func (a *attempt_) push(ctx context.Context, conns []*hostConn, sc *scanned) pushOutcome {
+func (a *attempt) push(ctx context.Context, conns []*hostConn, sc *scanned) pushOutcome {
 	<-sc.done
 	tree, opts, err := sc.tree, sc.opts, sc.err
 	if err != nil {
@@ -850,7 +850,7 @@ type preflightFound struct {
 // exchange. On a restart a port still held (by the previous attempt's
 // rendezvous, say) does not fail it: the host's agent finds as many
 // consecutive free ports.
-func (a *attempt_) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
+func (a *attempt) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
 	byHost := map[string][]plan.Process{}
 	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
@@ -940,7 +940,7 @@ func (e *leaseMovedError) Error() string {
 // *lease.LostError when another run took one over, or takes it back when
 // that run may not hold it (an older run's late renewal over a --force
 // takeover), and then tries again.
-func (a *attempt_) preflightOwned(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
+func (a *attempt) preflightOwned(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
 	for try := 0; ; try++ {
 		found, err := a.preflight(ctx, conns, pl)
 		var moved *leaseMovedError
@@ -1017,7 +1017,7 @@ func portRange(base, n int) string {
 // replan builds the plan again from in (which has the checkpoint now)
 // with what preflight found: each host's interface, and free ports in
 // place of held ones.
-func (a *attempt_) replan(in plan.PlanInput, pl *plan.Plan, found preflightFound) (*plan.Plan, error) {
+func (a *attempt) replan(in plan.PlanInput, pl *plan.Plan, found preflightFound) (*plan.Plan, error) {
 	in.Ifaces = found.ifaces
 	in.BasePorts = map[string]int{}
 	for _, p := range pl.Processes {

@@ -55,7 +55,7 @@ type detachState struct {
 }
 
 // processFiles are p's state record and log on its host (absolute).
-func (a *attempt_) processFiles(c *hostConn, name string) (state, log string) {
+func (a *attempt) processFiles(c *hostConn, name string) (state, log string) {
 	st, lg := agent.ProcessFiles(a.r.runID, a.n, name)
 	wd := remoteAbs(c.home, c.host.Workdir)
 	return path.Join(wd, st), path.Join(wd, lg)

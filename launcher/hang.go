@@ -92,7 +92,7 @@ func (s *supervisor) checkHang() {
 // prepareProgress creates each host's progress directory, so that a
 // process can write its DROVER_PROGRESS_FILE (every job has one: drover
 // top reads the step in it).
-func (a *attempt_) prepareProgress(conns []*hostConn) error {
+func (a *attempt) prepareProgress(conns []*hostConn) error {
 	return forEach(conns, func(c *hostConn) error {
 		dir := plan.ProgressDir(c.host.Workdir, c.home)
 		if err := c.fs.MkdirAll(dir, 0o700); err != nil {

@@ -29,7 +29,7 @@ type sharedFS interface{ SharesFS() bool }
 // pushTargets are the hosts whose workdir gets the code (workdirClaims).
 // A node reached over Slurm that does not see this machine's workdir has
 // one of its own and gets its own push, as over SSH, and the events say so.
-func (a *attempt_) pushTargets(conns []*hostConn) []*hostConn {
+func (a *attempt) pushTargets(conns []*hostConn) []*hostConn {
 	var out []*hostConn
 	claims := newWorkdirClaims(a.cfg.Job.Code)
 	for _, c := range conns {
