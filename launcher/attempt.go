@@ -44,7 +44,11 @@ type attempt struct {
 	progress attemptProgress
 }
 
-// hostConn is a connected, prepared host of this attempt.
+// hostConn is a connected host, kept in the run's pool (connPool) from
+// one attempt to the next: only what outlives an attempt (the transport,
+// the file access, the home directory, the installed agent, the last tree
+// pushed). What an attempt learns while it prepares the host is its own
+// (attemptHost).
 type hostConn struct {
 	host  config.Host
 	t     cluster.Transport
@@ -54,6 +58,14 @@ type hostConn struct {
 	// pushed is the Key of the tree the last push over this connection
 	// left on the host ("" before one); see pushAndCheck.
 	pushed string
+}
+
+// attemptHost is a host of one attempt: the pooled connection and what
+// this attempt's setup learns of the host on it. Each attempt makes its
+// own (newAttemptHosts), so nothing of an attempt is re-armed on a
+// connection the next attempt reuses.
+type attemptHost struct {
+	*hostConn
 	// What this attempt's agent install learnt of the host, before its
 	// upload: told is closed once it has said (or failed, or had nothing
 	// to do). toldHome is the home directory, so that opening the files
@@ -66,31 +78,44 @@ type hostConn struct {
 	newWorkdir atomic.Bool
 	// installed is closed once installAgents has set agent (or failed):
 	// direct checkpoint copies, which start beside the install, wait for
-	// it (installedCh).
-	installedMu   sync.Mutex
+	// it.
 	installed     chan struct{}
 	installedOnce sync.Once
 }
 
-// installedCh is closed once the agent install over c is over.
-func (c *hostConn) installedCh() chan struct{} {
-	c.installedMu.Lock()
-	defer c.installedMu.Unlock()
-	if c.installed == nil {
-		c.installed = make(chan struct{})
+// newAttemptHost is c as a host of a new attempt: nothing told or
+// installed yet.
+func newAttemptHost(c *hostConn) *attemptHost {
+	return &attemptHost{hostConn: c, told: make(chan struct{}), installed: make(chan struct{})}
+}
+
+// newAttemptHosts gives each of an attempt's connections the attempt's
+// own setup state.
+func newAttemptHosts(conns []*hostConn) []*attemptHost {
+	out := make([]*attemptHost, len(conns))
+	for i, c := range conns {
+		out[i] = newAttemptHost(c)
 	}
-	return c.installed
+	return out
+}
+
+// hostConns are the pooled connections under hosts.
+func hostConns(hosts []*attemptHost) []*hostConn {
+	out := make([]*hostConn, len(hosts))
+	for i, h := range hosts {
+		out[i] = h.hostConn
+	}
+	return out
 }
 
 // installDone says the install is over (agent is set, or "").
-func (c *hostConn) installDone() {
-	ch := c.installedCh()
-	c.installedOnce.Do(func() { close(ch) })
+func (c *attemptHost) installDone() {
+	c.installedOnce.Do(func() { close(c.installed) })
 }
 
-// tell records what the install learnt (see hostConn.told); only the
+// tell records what the install learnt (see attemptHost.told); only the
 // first call counts.
-func (c *hostConn) tell(home string, newWorkdir bool) {
+func (c *attemptHost) tell(home string, newWorkdir bool) {
 	c.toldOnce.Do(func() {
 		c.toldHome = home
 		c.newWorkdir.Store(newWorkdir)
@@ -121,9 +146,9 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	steps := a.stepTimer()
 	sc := a.scan()
 	defer func() { <-sc.done }() // nothing of the attempt outlives it
-	conns, err := a.connect(ctx, hosts)
+	pooled, err := a.connect(ctx, hosts)
 	if err == nil {
-		conns, err = a.netPreflight(ctx, conns) // a slow host without a spare is final too
+		pooled, err = a.netPreflight(ctx, pooled) // a slow host without a spare is final too
 	}
 	steps("connect")
 	if err != nil {
@@ -137,12 +162,15 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 		return out
 	}
 	hosts = hosts[:0]
-	for _, c := range conns {
+	for _, c := range pooled {
 		hosts = append(hosts, c.host)
 	}
 	cfg := *a.cfg
 	cfg.Hosts = hosts
 
+	// The connections outlive the attempt; what it learns of each host
+	// while preparing it is its own.
+	conns := newAttemptHosts(pooled)
 	installed, err := a.prepare(ctx, conns)
 	steps("files and lease")
 	if err != nil {
@@ -184,11 +212,8 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 // the push nothing but the lease: each starts as soon as what it needs is
 // there, beside the others (on a fresh host the agent's upload and the
 // first push overlap).
-func (a *attempt) prepare(ctx context.Context, conns []*hostConn) (installed <-chan error, err error) {
+func (a *attempt) prepare(ctx context.Context, conns []*attemptHost) (installed <-chan error, err error) {
 	done := make(chan error, 1)
-	for _, c := range conns {
-		c.told, c.toldOnce = make(chan struct{}), sync.Once{}
-	}
 	go func() { done <- a.installAgents(ctx, conns) }()
 	err = a.openFiles(ctx, conns)
 	if err == nil {
@@ -248,7 +273,7 @@ func (a *attempt) noteMembership(pl *plan.Plan) {
 // what the push put back). The preflight needs nothing of the checkpoint
 // (ports, program and rendezvous do not depend on it): it checks the plan
 // built without it.
-func (a *attempt) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
+func (a *attempt) pushAndCheck(ctx context.Context, conns []*attemptHost, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
 	pushed := make(chan pushOutcome, 1)
 	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
 	var resume map[string]string
@@ -305,7 +330,7 @@ func (a *attempt) pushAndCheck(ctx context.Context, conns []*hostConn, sc *scann
 // on a fresh host is still sending, instead of after it. A host whose own
 // PATH leads into the workdir fails that early preflight when the program
 // is not there yet, and preflight runs again after the push.
-func programsFromPush(pl *plan.Plan, conns []*hostConn) bool {
+func programsFromPush(pl *plan.Plan, conns []*attemptHost) bool {
 	homes := map[string]string{}
 	for _, c := range conns {
 		homes[c.host.Name] = c.home
@@ -336,7 +361,7 @@ var errNotChecked = errors.New("not checked")
 
 // allPushed reports whether every connection's last push sent the tree
 // named key.
-func allPushed(conns []*hostConn, key string) bool {
+func allPushed(conns []*attemptHost, key string) bool {
 	for _, c := range conns {
 		if c.pushed != key {
 			return false
@@ -358,7 +383,7 @@ func (a *attempt) stepTimer() func(step string) {
 // builds the plan, without a checkpoint to resume from. in keeps what the
 // plan was built from: the checkpoint and preflight's findings
 // (interfaces, moved ports) build it again from in (replan).
-func (a *attempt) planAttempt(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
+func (a *attempt) planAttempt(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
 	if err := <-installed; err != nil {
 		return plan.PlanInput{}, nil, err
 	}
@@ -562,7 +587,7 @@ func (a *attempt) takeSpare(ctx context.Context, inUse []config.Host, opts clust
 }
 
 // forEach runs fn for every host at once and joins the errors.
-func forEach(conns []*hostConn, fn func(c *hostConn) error) error {
+func forEach[C any](conns []C, fn func(c C) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(conns))
 	for i, c := range conns {
@@ -585,8 +610,8 @@ func hostLabel(h config.Host) string {
 
 // openFiles opens file access and learns the home directory on every
 // connection that does not have them yet.
-func (a *attempt) openFiles(ctx context.Context, conns []*hostConn) error {
-	return forEach(conns, func(c *hostConn) error {
+func (a *attempt) openFiles(ctx context.Context, conns []*attemptHost) error {
+	return forEach(conns, func(c *attemptHost) error {
 		if c.fs != nil {
 			return nil
 		}
@@ -608,7 +633,7 @@ func (a *attempt) openFiles(ctx context.Context, conns []*hostConn) error {
 // about when SFTP has opened, a round trip before an SFTP request for it
 // would answer; on Slurm, where a step takes a while to start, SFTP's
 // answer may come first.
-func (a *attempt) home(ctx context.Context, c *hostConn, fsys cluster.FS) (string, error) {
+func (a *attempt) home(ctx context.Context, c *attemptHost, fsys cluster.FS) (string, error) {
 	type answer struct {
 		home string
 		err  error
@@ -633,11 +658,11 @@ func (a *attempt) home(ctx context.Context, c *hostConn, fsys cluster.FS) (strin
 }
 
 // waitTold waits until every install has said whether it made the
-// workdir (see hostConn.told), before the lease: the lease would make a
+// workdir (see attemptHost.told), before the lease: the lease would make a
 // missing workdir itself, and the install would then find it there and
 // the first push list what is a new workdir. The install's answer comes
 // about when SFTP opens, so this seldom waits.
-func waitTold(ctx context.Context, conns []*hostConn) error {
+func waitTold(ctx context.Context, conns []*attemptHost) error {
 	for _, c := range conns {
 		select {
 		case <-c.told:
@@ -655,8 +680,8 @@ func waitTold(ctx context.Context, conns []*hostConn) error {
 // else (on the host it also creates the workdir's state directory, which
 // the lease would create otherwise), so it runs beside the other setup
 // steps.
-func (a *attempt) installAgents(ctx context.Context, conns []*hostConn) error {
-	return forEach(conns, func(c *hostConn) error {
+func (a *attempt) installAgents(ctx context.Context, conns []*attemptHost) error {
+	return forEach(conns, func(c *attemptHost) error {
 		defer c.tell("", false) // nothing learnt, or failed
 		defer c.installDone()
 		if c.agent != "" {
@@ -678,11 +703,11 @@ func (a *attempt) installAgents(ctx context.Context, conns []*hostConn) error {
 // rules; GPU-less hosts need no probe. Hosts with pinned GPUs are probed
 // too, only to learn which processes were on their GPUs before the attempt
 // (see waitGPUsReleased).
-func (a *attempt) selectGPUs(ctx context.Context, conns []*hostConn) (map[string]plan.HostGPUs, error) {
+func (a *attempt) selectGPUs(ctx context.Context, conns []*attemptHost) (map[string]plan.HostGPUs, error) {
 	var mu sync.Mutex
 	out := map[string]plan.HostGPUs{}
 	a.gpuBefore = map[string]map[int][]int{}
-	err := forEach(conns, func(c *hostConn) error {
+	err := forEach(conns, func(c *attemptHost) error {
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		var before map[int][]int
 		if c.host.GPUs.Auto || len(c.host.GPUs.List) > 0 {
@@ -715,7 +740,7 @@ const gpuReleaseWait = 30 * time.Second
 // no process of the job on the job's GPUs, so that the next attempt finds
 // its memory free; a GPU still held when the wait ends is reported with
 // the holding process.
-func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*hostConn, pl *plan.Plan) {
+func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*attemptHost, pl *plan.Plan) {
 	used := map[string][]int{}
 	for _, p := range pl.Processes {
 		for _, g := range p.Visible {
@@ -724,7 +749,7 @@ func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*hostConn, pl *p
 			}
 		}
 	}
-	forEach(conns, func(c *hostConn) error {
+	forEach(conns, func(c *attemptHost) error {
 		gpus := used[c.host.Name]
 		if len(gpus) == 0 {
 			return nil
@@ -787,7 +812,7 @@ type pushOutcome struct {
 
 // push syncs the code directory, as sc scanned it, to every host's
 // workdir (incremental).
-func (a *attempt) push(ctx context.Context, conns []*hostConn, sc *scanned) pushOutcome {
+func (a *attempt) push(ctx context.Context, conns []*attemptHost, sc *scanned) pushOutcome {
 	<-sc.done
 	tree, opts, err := sc.tree, sc.opts, sc.err
 	if err != nil {
@@ -797,7 +822,7 @@ func (a *attempt) push(ctx context.Context, conns []*hostConn, sc *scanned) push
 		a.r.events.printf("%s: push: warning: %s", a.prefix(), w)
 	}
 	var changed atomic.Bool
-	err = forEach(a.pushTargets(conns), func(c *hostConn) error {
+	err = forEach(a.pushTargets(conns), func(c *attemptHost) error {
 		o := opts
 		o.NewWorkdir = c.newWorkdir.Load()
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
@@ -850,14 +875,14 @@ type preflightFound struct {
 // exchange. On a restart a port still held (by the previous attempt's
 // rendezvous, say) does not fail it: the host's agent finds as many
 // consecutive free ports.
-func (a *attempt) preflight(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
+func (a *attempt) preflight(ctx context.Context, conns []*attemptHost, pl *plan.Plan) (preflightFound, error) {
 	byHost := map[string][]plan.Process{}
 	for _, p := range pl.Processes {
 		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
 	}
 	var mu sync.Mutex
 	found := preflightFound{ifaces: map[string]string{}, moved: map[string]int{}}
-	err := forEach(conns, func(c *hostConn) error {
+	err := forEach(conns, func(c *attemptHost) error {
 		wd := remoteAbs(c.home, c.host.Workdir)
 		o := agent.PreflightOptions{Leftovers: path.Join(wd, pidDir), Grace: a.cfg.Job.StopGrace,
 			RouteTo: pl.RendezvousAddr(), Lease: path.Join(wd, lease.File), LeaseID: a.r.leases.ID()}
@@ -940,7 +965,7 @@ func (e *leaseMovedError) Error() string {
 // *lease.LostError when another run took one over, or takes it back when
 // that run may not hold it (an older run's late renewal over a --force
 // takeover), and then tries again.
-func (a *attempt) preflightOwned(ctx context.Context, conns []*hostConn, pl *plan.Plan) (preflightFound, error) {
+func (a *attempt) preflightOwned(ctx context.Context, conns []*attemptHost, pl *plan.Plan) (preflightFound, error) {
 	for try := 0; ; try++ {
 		found, err := a.preflight(ctx, conns, pl)
 		var moved *leaseMovedError

@@ -92,8 +92,8 @@ func (s *supervisor) checkHang() {
 // prepareProgress creates each host's progress directory, so that a
 // process can write its DROVER_PROGRESS_FILE (every job has one: drover
 // top reads the step in it).
-func (a *attempt) prepareProgress(conns []*hostConn) error {
-	return forEach(conns, func(c *hostConn) error {
+func (a *attempt) prepareProgress(conns []*attemptHost) error {
+	return forEach(conns, func(c *attemptHost) error {
 		dir := plan.ProgressDir(c.host.Workdir, c.home)
 		if err := c.fs.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("create %s on %s: %w", dir, hostLabel(c.host), err)
@@ -106,7 +106,7 @@ func (a *attempt) prepareProgress(conns []*hostConn) error {
 // ends; a file whose mtime changed marks its process as progressing.
 func (s *supervisor) watchProgressFiles(ctx context.Context) {
 	byFile := map[string]*running{}
-	dirs := map[string]*hostConn{}
+	dirs := map[string]*attemptHost{}
 	for _, rp := range s.procs {
 		f := rp.p.Env["DROVER_PROGRESS_FILE"]
 		if f == "" {

@@ -126,13 +126,13 @@ func (a *attempt) warn(f gpu.Finding) {
 // Under "enforce" hosts with a critical finding (or fenced earlier in the
 // run) make it return an *UnhealthyError; a host whose health cannot be
 // read is let through with an event (the probe decides about its GPUs).
-func (a *attempt) healthGate(ctx context.Context, conns []*hostConn) error {
+func (a *attempt) healthGate(ctx context.Context, conns []*attemptHost) error {
 	mode := a.cfg.Job.Health
 	if mode == config.HealthOff {
 		return nil
 	}
 	bad := make([]*gpu.Finding, len(conns))
-	forEach(conns, func(c *hostConn) error {
+	forEach(conns, func(c *attemptHost) error {
 		i := slices.Index(conns, c)
 		if f, ok := a.r.fencedFor(c.host.Name); ok && mode == config.HealthEnforce {
 			bad[i] = &f

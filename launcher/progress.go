@@ -44,7 +44,7 @@ func (a *attempt) noteResumed(paths map[string]string) {
 
 // checkProgress lists the checkpoints once more after a failed attempt
 // that resumed from one, and notes whether a newer one appeared.
-func (a *attempt) checkProgress(ctx context.Context, conns []*hostConn) {
+func (a *attempt) checkProgress(ctx context.Context, conns []*attemptHost) {
 	if a.progress.resumed == nil || a.cfg.Job.MaxRestartsWithoutProgress == 0 {
 		return
 	}

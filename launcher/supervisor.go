@@ -135,7 +135,7 @@ type exitMsg struct {
 type supervisor struct {
 	a      *attempt
 	pl     *plan.Plan
-	byHost map[string]*hostConn
+	byHost map[string]*attemptHost
 	// sessions is the context of every process's session; cancelling it
 	// closes the channels, which the agents take as "drover is gone".
 	sessions context.Context
@@ -177,8 +177,8 @@ type supervisor struct {
 	stopWaits sync.WaitGroup
 }
 
-func newSupervisor(a *attempt, conns []*hostConn, pl *plan.Plan) *supervisor {
-	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
+func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*attemptHost{}, exits: make(chan exitMsg, len(pl.Processes)),
 		workers: make(chan workerMsg, 64),
 		health:  make(chan healthRead), warned: map[string]bool{}}
 	for _, c := range conns {
@@ -190,7 +190,7 @@ func newSupervisor(a *attempt, conns []*hostConn, pl *plan.Plan) *supervisor {
 }
 
 // supervise runs the attempt's group to its end.
-func (a *attempt) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
+func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
 	a.r.makeLogDir(a.logDir)
 	if err := a.prepareProgress(conns); err != nil {
 		return a.setupFailure(err)
@@ -605,7 +605,7 @@ func (s *supervisor) checkPaused() {
 }
 
 // rootCause finds why a failed process failed (see rootCause).
-func (a *attempt) rootCause(c *hostConn, rp *running) string {
+func (a *attempt) rootCause(c *attemptHost, rp *running) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs
