@@ -128,6 +128,15 @@ type exitMsg struct {
 	at  time.Time
 }
 
+const pidDir = ".drover/pids"
+
+// Drover pings every agent this often; an agent that hears nothing for
+// heartbeatTimeout stops its group (drover died or the link is down).
+const (
+	heartbeatEvery   = time.Second
+	heartbeatTimeout = 6 * time.Second
+)
+
 // supervisor starts the processes of one attempt and watches them until
 // the group has stopped: start, then wait; the first event that ends the
 // attempt (a failure, success, an interrupt) calls stop with its reason,
