@@ -13,12 +13,12 @@ import (
 // attempt is one start of the whole group. run takes it through its
 // phases in this order, and each phase's methods live in the file named:
 //
+//   - scan (attempt_push.go): the code directory, locally, in the
+//     background while connect and prepare run.
 //   - connect (attempt_connect.go): every host's kept connection reused or
-//     the host dialled, a spare for one that stays unreachable (lostdial.go:
-//     the first dial of a host lost in the last attempt; netcheck_preflight.go: preflight =
-//     ["net"]).
-//   - scan (attempt_push.go): the code directory, locally, beside connect
-//     and prepare.
+//     the host dialled, a spare for one that stays unreachable; lostdial.go
+//     bounds the first dial of a host lost in the last attempt, and
+//     netcheck_preflight.go swaps out slow hosts (preflight = ["net"]).
 //   - prepare (attempt_prepare.go): the agent installed, file access and
 //     the home directory opened, the workdirs leased (run_lease.go). What
 //     the attempt learns of a host here is an attemptHost of its own; the
