@@ -56,6 +56,9 @@ type attempt struct {
 	adopt *adoption
 	// progress is what the crash-loop breaker learns (progress.go).
 	progress attemptProgress
+	// leaseCheck, once the attempt failed, waits for the lease check
+	// that started at the failure (see supervisor.stop).
+	leaseCheck func() error
 }
 
 // run is the attempt, phase by phase (see attempt).

@@ -320,7 +320,11 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 		return r.finish(res, Failed, err)
 	}
-	if lost := r.checkLeases(ctx); lost != nil {
+	check := a.leaseCheck
+	if check == nil {
+		check = func() error { return r.checkLeases(ctx) }
+	}
+	if lost := check(); lost != nil {
 		return r.finish(res, Failed, lost)
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "restarting" })
@@ -333,7 +337,8 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		return r.finish(res, Interrupted, context.Cause(ctx))
 	}
 	if delay == 0 {
-		// No backoff: the check above is this instant's, and another
+		// No backoff: the check above is as old as the stop, and the
+		// next attempt's lease finds a takeover since; another check
 		// would cost every restart a round trip to every host.
 		return nil
 	}

@@ -66,6 +66,17 @@ func (r *runner) checkLeases(ctx context.Context) error {
 	return err
 }
 
+// checkLeasesSoon starts checkLeases now and returns its wait: a failed
+// attempt starts it as it begins to stop its group, so that the check the
+// restart needs costs it no round trip of its own. A lease taken over
+// after the check is still found: by the next attempt's lease, and by
+// every host's agent before it stops a leftover.
+func (r *runner) checkLeasesSoon(ctx context.Context) func() error {
+	done := make(chan error, 1)
+	go func() { done <- r.checkLeases(ctx) }()
+	return func() error { return <-done }
+}
+
 // lostLease is the *lease.LostError that ended the run, when one did:
 // the cause of ctx (a renewal found the lease taken) or err (an attempt
 // found it taken: a newer forced run's lease at Acquire, or a host's

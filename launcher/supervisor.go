@@ -149,6 +149,8 @@ type supervisor struct {
 	// closes the channels, which the agents take as "drover is gone".
 	sessions context.Context
 	cancel   context.CancelFunc
+	// ctx is the attempt's: it ends when the run is interrupted.
+	ctx context.Context
 
 	procs     []*running // the started ones, in plan order
 	exits     chan exitMsg
@@ -202,6 +204,7 @@ func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor 
 func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
 	a.r.makeLogDir(a.logDir)
 	s := newSupervisor(a, conns, pl)
+	s.ctx = ctx
 	defer s.cancel()
 	s.start()
 	if !s.stopping {
@@ -399,6 +402,11 @@ func (s *supervisor) stop(out attemptOutcome, why string) {
 		return
 	}
 	s.stopping = true
+	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted && s.a.leaseCheck == nil {
+		// The check a restart needs runs while the group stops, not
+		// after it: one round trip less for every restart.
+		s.a.leaseCheck = s.a.r.checkLeasesSoon(s.ctx)
+	}
 	s.requestStop(why)
 }
 
