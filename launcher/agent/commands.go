@@ -52,6 +52,9 @@ const (
 
 	cmdAttach = "attach"
 	cmdRuns   = "runs"
+	cmdSince  = "since"
+	flagAgo   = "ago"
+	flagAt    = "at"
 
 	flagState             = "state"
 	flagRunID             = "run-id"
@@ -103,6 +106,7 @@ func CLI() *cli.Command {
 		Subcommands: []*cli.Command{
 			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(),
 			topCLI(), netListenCLI(), netSendCLI(), recvCLI(), sendCLI(), attachCLI(), runsCLI(),
+			sinceCLI(),
 		},
 	}
 }
@@ -250,6 +254,45 @@ func runsCLI() *cli.Command {
 			return enc.Encode(rep)
 		},
 	}
+}
+
+// sinceCLI is `drover agent since (--ago D | --at TIME) LOG...`: where
+// each log's output newer than a time starts, from its time index, as
+// JSON (a SinceResult per log). --ago is counted back from this host's
+// clock, so that a cut by duration does not depend on the controller's.
+func sinceCLI() *cli.Command {
+	return &cli.Command{
+		Name:      cmdSince,
+		Usage:     "print where each log's output newer than a time starts, as JSON",
+		ArgsUsage: "LOG...",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: flagAgo, Usage: "output newer than this long ago, by this host's clock"},
+			&cli.TimestampFlag{Name: flagAt, Layout: time.RFC3339Nano, Usage: "output newer than this RFC3339 `TIME`"},
+		},
+		Action: func(c *cli.Context) error {
+			t := time.Now().Add(-c.Duration(flagAgo))
+			if at := c.Timestamp(flagAt); at != nil {
+				t = *at
+			}
+			out := []SinceResult{}
+			for _, log := range c.Args().Slice() {
+				out = append(out, SinceOffset(log, t))
+			}
+			return json.NewEncoder(c.App.Writer).Encode(out)
+		},
+	}
+}
+
+// SinceCommand returns the argv of `drover agent since` for logs: ago
+// back from the host's clock, or at when ago is 0.
+func SinceCommand(binary string, ago time.Duration, at time.Time, logs []string) []string {
+	args := []string{binary, cmdAgent, cmdSince}
+	if ago > 0 {
+		args = append(args, "--"+flagAgo, ago.String())
+	} else {
+		args = append(args, "--"+flagAt, at.UTC().Format(time.RFC3339Nano))
+	}
+	return append(append(args, "--"), logs...)
 }
 
 // stopCLI is `drover agent stop --pidfile PATH`: it stops a group an
