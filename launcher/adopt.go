@@ -40,12 +40,10 @@ type adoption struct {
 const runIDFile = "run-id"
 
 // findAdoptable looks on the job's hosts for a detached run that is not
-// over and has a live process: nil when there is none (or this is not a
-// detached run).
+// over and has a live process: nil when there is none. A foreground run
+// looks too: it adopts such a group rather than stopping it as a
+// leftover (see controllerTimeout).
 func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
-	if !r.opts.Detach {
-		return nil, true
-	}
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
 	views := readViews(ctx, cfg.Hosts, dial, r.agents(), false)
@@ -172,7 +170,22 @@ func (a *attempt_) attachArgs(c *hostConn, p plan.Process, localLog string) []st
 		a.r.events.printf("%s: %v; streaming %s from its start", a.prefix(), err, p.Name())
 	}
 	st, _ := a.processFiles(c, p.Name())
-	return agent.AttachCommand(c.agent, agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout})
+	return agent.AttachCommand(c.agent, agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
+		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)})
+}
+
+// controllerTimeout is how long the agents of a detached group keep it
+// with no supervisor attached: the job's controller_timeout for a
+// detached run; for a foreground run that adopted a group, the
+// foreground heartbeat, as its own agents have. A foreground supervisor
+// promises that Ctrl-C, or its death (SIGKILL, a closed terminal),
+// leaves nothing behind, and the group it adopted is then its group:
+// the attach clients switch the adopted agents to this timeout too.
+func (r *runner) controllerTimeout(cfg *config.Config) time.Duration {
+	if r.opts.Detach {
+		return cfg.Job.ControllerTimeout
+	}
+	return heartbeatTimeout
 }
 
 // appendLog opens a process's local log for appending (an adopted run's).
@@ -191,7 +204,7 @@ func (r *runner) appendLog(file string) *logFileWriter {
 // agents keep the group for the new supervisor. It reports whether it did.
 func (s *supervisor) handOver(ctx context.Context) bool {
 	var lost *lease.LostError
-	if !s.a.r.opts.Detach || !errors.As(context.Cause(ctx), &lost) {
+	if !s.a.r.detachedGroup || !errors.As(context.Cause(ctx), &lost) {
 		return false
 	}
 	out := interrupted()

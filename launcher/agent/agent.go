@@ -355,9 +355,7 @@ func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, sto
 	if det != nil {
 		det.running(s.child)
 		go detachedSignals(reqs, done)
-		if opts.ControllerTimeout > 0 {
-			go watchSupervisor(beatFile(det.path), opts.ControllerTimeout, reqs, done)
-		}
+		go watchSupervisor(det.path, opts.ControllerTimeout, reqs, done)
 	}
 	var workers <-chan WorkerExit
 	if opts.WatchWorkers {

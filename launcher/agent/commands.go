@@ -233,6 +233,7 @@ func attachCLI() *cli.Command {
 			&cli.StringFlag{Name: flagState, Required: true, TakesFile: true, Usage: "the process's state file"},
 			&cli.Int64Flag{Name: flagFrom, Usage: "byte `OFFSET` in its log to stream from"},
 			&cli.DurationFlag{Name: flagHeartbeat, Usage: "detach when no line arrives on stdin for this long (0: off)"},
+			&cli.DurationFlag{Name: flagControllerTimeout, Usage: "from now on, the agent stops its group after this long with no attach client (0: never)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -240,10 +241,15 @@ func attachCLI() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 			defer stop()
-			o := AttachOptions{State: c.String(flagState), From: c.Int64(flagFrom), Heartbeat: c.Duration(flagHeartbeat)}
-			return exitWith(Attach(ctx, o, c.App.Reader, c.App.Writer))
+			return exitWith(Attach(ctx, attachOptions(c), c.App.Reader, c.App.Writer))
 		},
 	}
+}
+
+// attachOptions reads attach's flags (what AttachCommand writes).
+func attachOptions(c *cli.Context) AttachOptions {
+	return AttachOptions{State: c.String(flagState), From: c.Int64(flagFrom), Heartbeat: c.Duration(flagHeartbeat),
+		SetControllerTimeout: c.IsSet(flagControllerTimeout), ControllerTimeout: c.Duration(flagControllerTimeout)}
 }
 
 // runsCLI is `drover agent runs`: what this host knows of detached runs,
