@@ -46,7 +46,7 @@ type detachState struct {
 	// adopted (see adopt.go). Its processes are then attached to, and the
 	// run's record is kept on the hosts.
 	detachedGroup bool
-	readyOnce    sync.Once
+	readyOnce     sync.Once
 	// abort is closed when `drover stop --abort` asked for the group to
 	// be killed at once.
 	abort     chan struct{}
