@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -21,7 +22,13 @@ func (b *bench) status(ctx context.Context, f *benchFleet) []Row {
 		return []Row{{Section: "status", N: f.N, What: "`status --json`, detached run, 1 process per host", Drover: m, Target: Target{Max: 2}}}
 	}
 	job := filepath.Join(b.work, fmt.Sprintf("status-%d.toml", f.N))
-	if err := writeJob(job, f.Inventory, b.tree, "bench-status", []string{"sleep", "600"}, 0, 1); err != nil {
+	// A code directory of its own: the generated tree exists only when
+	// the push section runs, and status does not measure a push.
+	code := filepath.Join(b.work, "status-code")
+	if err := os.MkdirAll(code, 0o755); err != nil {
+		return row(na("%v", err))
+	}
+	if err := writeJob(job, f.Inventory, code, "bench-status", []string{"sleep", "600"}, 0, 1); err != nil {
 		return row(na("%v", err))
 	}
 	b.progress("status, %d hosts: `drover run -d`, then `drover status --json`, %d runs after a warm-up", f.N, b.reps)
