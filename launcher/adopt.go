@@ -1,12 +1,17 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,10 +47,13 @@ const runIDFile = "run-id"
 // findAdoptable looks on the job's hosts for a detached run that is not
 // over and has a live process: nil when there is none. A foreground run
 // looks too: it adopts such a group rather than stopping it as a
-// leftover (see controllerTimeout).
+// leftover (see controllerTimeout); it first asks cheaply (mayAdopt).
 func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
+	if !r.opts.Detach && !r.mayAdopt(ctx, cfg, dial) {
+		return nil, true
+	}
 	views := readViews(ctx, cfg.Hosts, dial, r.agents(), false)
 	defer closeViews(views)
 	rec, errs := newestRecord(views)
@@ -74,6 +82,37 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 		since = r.now().Add(-time.Duration(leaseAge * float64(time.Second)))
 	}
 	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}, answered
+}
+
+// mayAdopt is a foreground run's first look for a group to adopt, at the
+// price of one command per host over connections the first attempt then
+// uses (they join the pool): whether any host's workdir has a detached
+// run whose record is not final. Only then does findAdoptable read the
+// hosts in full (the agents' reports), which would cost every foreground
+// start an agent check and a report per host.
+func (r *runner) mayAdopt(ctx context.Context, cfg *config.Config, dial cluster.DialOptions) bool {
+	ts, _ := cluster.DialAll(ctx, config.Endpoints(cfg.Hosts), dial)
+	found := make([]bool, len(ts))
+	var wg sync.WaitGroup
+	for i, t := range ts {
+		if t == nil {
+			continue
+		}
+		r.pool.addFresh(&hostConn{host: cfg.Hosts[i], t: t})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out bytes.Buffer
+			rec := path.Join(cfg.Hosts[i].Workdir, agent.CurrentRun, agent.RunRecordFile)
+			if runToEnd(ctx, t, cluster.Cmd{Args: []string{"cat", rec}, Stdout: &out, Stderr: io.Discard}) != nil {
+				return // no run record: nothing to adopt
+			}
+			var rr agent.RunRecord
+			found[i] = json.Unmarshal(out.Bytes(), &rr) == nil && !isFinal(rr.State)
+		}()
+	}
+	wg.Wait()
+	return slices.Contains(found, true)
 }
 
 // readViews reads every host's report of its workdir's newest run (with
