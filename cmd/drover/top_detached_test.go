@@ -21,11 +21,18 @@ func TestTopDetachedOutputAgeAgreesWithStatus(t *testing.T) {
 	j := newFleetJob(t, jobSpec{Script: "echo one line\nexec sleep 600\n", Hosts: 1})
 	startDetachedRun(t, j)
 	// The log stops growing after its one line: ages only grow from then.
-	asked := time.Now()
-	st := waitStatus(t, j, 30*time.Second, "quiet for 2 s", func(st launcher.RunStatus) bool {
+	var st launcher.RunStatus
+	var asked time.Time // just before the status that is compared
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		asked = time.Now()
-		return running(st) == 1 && st.Processes[0].LastOutputAgeS >= 2
-	})
+		st = status(t, j)
+		if running(st) == 1 && st.Processes[0].LastOutputAgeS >= 2 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "status never showed the process quiet for 2 s: %+v", st)
+		time.Sleep(300 * time.Millisecond)
+	}
 	var v launcher.TopView
 	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 	since := time.Since(asked).Seconds()
