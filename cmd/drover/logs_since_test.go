@@ -4,6 +4,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +71,14 @@ func TestLogsSince(t *testing.T) {
 	}
 	assert.NotContains(t, out, "first=", "--since %s", cut)
 	assert.Regexp(t, `(?m)^\[worker-0@\S+\] second=1 rank=0$`, out)
+
+	// attach --since: the same cut, then live.
+	att := startDroverArgs(t, j, "attach", j.Path, "--since", cut)
+	att.waitOutput(t, regexp.MustCompile(`second=3 rank=1\n`), 30*time.Second)
+	att.waitOutput(t, regexp.MustCompile(`second=3 rank=0\n`), 30*time.Second)
+	att.signal(t, syscall.SIGINT)
+	require.Equal(t, 0, att.wait(t, 10*time.Second))
+	assert.NotContains(t, att.stdout.String(), "first=")
 
 	// A duration back to before the run: both batches, once each.
 	all, errs := logs("--since", "1h")

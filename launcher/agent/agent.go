@@ -457,8 +457,14 @@ func (s *supervision) openLog() (closeLog func(), err error) {
 	}
 	// The time index beside it (see timeindex.go) is what --since cuts by.
 	ix := newTimeIndex(s.opts.LogFile, size)
-	s.logw = &lockedWriter{w: f, ix: ix}
-	return func() { f.Close(); ix.close() }, nil
+	lw := &lockedWriter{w: f, ix: ix}
+	s.logw = lw
+	return func() {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		f.Close()
+		ix.close()
+	}, nil
 }
 
 // notice writes one of the agent's own lines to stderr and the log.

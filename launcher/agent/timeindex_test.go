@@ -116,3 +116,21 @@ func TestSinceOffsetNoIndex(t *testing.T) {
 		t.Fatalf("SinceOffset = %+v, want not indexed, offset 0, size 20", got)
 	}
 }
+
+// TestCurrentTimeout: the controller timeout an attach client set wins
+// over the one the agent started with; none, or one it cannot read,
+// leaves that.
+func TestCurrentTimeout(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "worker-0.json")
+	if got := currentTimeout(state, time.Hour); got != time.Hour {
+		t.Errorf("no file: %s, want 1h", got)
+	}
+	for text, want := range map[string]time.Duration{"6s\n": 6 * time.Second, "0s\n": 0, "soon\n": time.Hour} {
+		if err := os.WriteFile(timeoutFile(state), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := currentTimeout(state, time.Hour); got != want {
+			t.Errorf("file %q: %s, want %s", text, got, want)
+		}
+	}
+}
