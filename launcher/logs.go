@@ -202,7 +202,9 @@ func cutSince(ctx context.Context, srcs []*logSource, lo LogsOptions) bool {
 			continue
 		}
 		for i, s := range hs {
-			if !res[i].Indexed || res[i].Error != "" {
+			// A log that cannot be read (never written) has nothing to
+			// print either way.
+			if !res[i].Indexed && res[i].Error == "" {
 				unindexed++
 			}
 			s.offset = res[i].Offset
