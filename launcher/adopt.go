@@ -91,29 +91,30 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 // hosts in full (the agents' reports), which would cost every foreground
 // start an agent check and a report per host.
 func (r *runner) mayAdopt(ctx context.Context, cfg *config.Config, dial cluster.DialOptions) bool {
-	ts, _ := cluster.DialAll(ctx, config.Endpoints(cfg.Hosts), dial)
-	found := make([]bool, len(ts))
-	var wg sync.WaitGroup
-	for i, t := range ts {
-		if t == nil {
-			continue
+	// Bounded: a host that does not answer at once (rebooting, cut off)
+	// is the first attempt's to wait for, as before, not this look's.
+	ctx, cancel := context.WithTimeout(ctx, mayAdoptWait)
+	defer cancel()
+	found := make([]bool, len(cfg.Hosts))
+	cluster.DialEach(ctx, config.Endpoints(cfg.Hosts), dial, func(i int, t cluster.Transport, err error) {
+		if err != nil {
+			return
 		}
 		r.pool.addFresh(&hostConn{host: cfg.Hosts[i], t: t})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var out bytes.Buffer
-			rec := path.Join(cfg.Hosts[i].Workdir, agent.CurrentRun, agent.RunRecordFile)
-			if runToEnd(ctx, t, cluster.Cmd{Args: []string{"cat", rec}, Stdout: &out, Stderr: io.Discard}) != nil {
-				return // no run record: nothing to adopt
-			}
-			var rr agent.RunRecord
-			found[i] = json.Unmarshal(out.Bytes(), &rr) == nil && !isFinal(rr.State)
-		}()
-	}
-	wg.Wait()
+		var out bytes.Buffer
+		rec := path.Join(cfg.Hosts[i].Workdir, agent.CurrentRun, agent.RunRecordFile)
+		if runToEnd(ctx, t, cluster.Cmd{Args: []string{"cat", rec}, Stdout: &out, Stderr: io.Discard}) != nil {
+			return // no run record: nothing to adopt
+		}
+		var rr agent.RunRecord
+		found[i] = json.Unmarshal(out.Bytes(), &rr) == nil && !isFinal(rr.State)
+	})
 	return slices.Contains(found, true)
 }
+
+// mayAdoptWait bounds mayAdopt: every host of a run holds its record, so
+// the hosts that answer in time are enough to find it.
+const mayAdoptWait = 3 * time.Second
 
 // readViews reads every host's report of its workdir's newest run (with
 // file access on each when files).
