@@ -190,7 +190,7 @@ func (r *runner) adopt(ad *adoption, res *Result) {
 // instead of starting one: the plan is built as for a start (it names the
 // processes and their environment) but nothing is pushed, checked or
 // started; every process is attached to (see startOne).
-func (a *attempt_) adoptGroup(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) attemptOutcome {
+func (a *attempt) adoptGroup(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) attemptOutcome {
 	_, pl, err := a.planAttempt(ctx, conns, cfg, installed)
 	if err != nil {
 		return a.setupFailure(err)
@@ -203,7 +203,7 @@ func (a *attempt_) adoptGroup(ctx context.Context, conns []*hostConn, cfg *confi
 
 // attachArgs is the command that attaches to p's detached process, from
 // where this machine's log of it ends.
-func (a *attempt_) attachArgs(c *hostConn, p plan.Process, localLog string) []string {
+func (a *attempt) attachArgs(c *attemptHost, p plan.Process, localLog string) []string {
 	var from int64
 	if fi, err := os.Stat(localLog); err == nil {
 		from = fi.Size()

@@ -2,12 +2,31 @@ package launcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"path"
 	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 )
+
+// hostConn is a connected host, kept in the run's pool (connPool) from
+// one attempt to the next: only what outlives an attempt (the transport,
+// the file access, the home directory, the installed agent, the last tree
+// pushed). What an attempt learns while it prepares the host is its own
+// (attemptHost).
+type hostConn struct {
+	host  config.Host
+	t     cluster.Transport
+	fs    cluster.FS
+	home  string
+	agent string // remote path of the drover binary
+	// pushed is the Key of the tree the last push over this connection
+	// left on the host ("" before one); see pushAndCheck.
+	pushed string
+}
 
 // connPool keeps a run's connections from one attempt to the next. Dialling
 // a host, opening its file access and checking its agent cost 10 to 20
@@ -214,3 +233,32 @@ func (p *connPool) leaseDialer(dial func(context.Context, config.Host) (cluster.
 type noClose struct{ cluster.Transport }
 
 func (noClose) Close() error { return nil }
+
+// forEach runs fn for every host at once and joins the errors.
+func forEach[C any](conns []C, fn func(c C) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(conns))
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(c)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func hostLabel(h config.Host) string {
+	if h.Transport == config.TransportLocal {
+		return h.Name + " (local)"
+	}
+	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
+}
+
+func remoteAbs(home, p string) string {
+	if path.IsAbs(p) {
+		return path.Clean(p)
+	}
+	return path.Join(home, p)
+}

@@ -60,7 +60,7 @@ type detachState struct {
 }
 
 // processFiles are p's state record and log on its host (absolute).
-func (a *attempt_) processFiles(c *hostConn, name string) (state, log string) {
+func (a *attempt) processFiles(c *attemptHost, name string) (state, log string) {
 	st, lg := agent.ProcessFiles(a.r.runID, a.n, name)
 	wd := remoteAbs(c.home, c.host.Workdir)
 	return path.Join(wd, st), path.Join(wd, lg)
@@ -157,9 +157,9 @@ const (
 
 // announceRunning records the attempt as running and, on the first
 // attempt that got every process running, tells the caller (Ready).
-func (s *supervisor) announceRunning(conns []*hostConn) {
+func (s *supervisor) announceRunning(conns []*attemptHost) {
 	a := s.a
-	a.r.setRecord(conns, func(rec *agent.RunRecord) {
+	a.r.setRecord(hostConns(conns), func(rec *agent.RunRecord) {
 		rec.State, rec.Attempt, rec.Restarts, rec.Checkpoint = "running", a.n, a.restarts, a.r.newestCheckpoint()
 	})
 	if a.r.opts.Ready == nil {

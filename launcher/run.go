@@ -259,14 +259,14 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		start, first, b.restarts = ad.rec.Attempt, 0, ad.rec.Restarts
 	}
 	r.firstAttempt = start
-	for attempt := start; ; attempt++ {
-		res.Attempts = attempt
-		if attempt > start {
-			cfg = r.reload(cfg, attempt, b.total(cfg.Job))
+	for n := start; ; n++ {
+		res.Attempts = n
+		if n > start {
+			cfg = r.reload(cfg, n, b.total(cfg.Job))
 		}
 		total := b.total(cfg.Job)
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: first + b.restarts + b.hostFailures,
-			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
+		a := &attempt{r: r, cfg: cfg, n: n, total: total, restarts: first + b.restarts + b.hostFailures,
+			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", n))}
 		a.adopt, r.adopting = r.adopting, nil
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
@@ -276,7 +276,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		if out.kind == outcomeFenced && ctx.Err() == nil {
 			// A spare stands in for a host the health gate kept out:
 			// the same attempt again, not a restart.
-			attempt--
+			n--
 			continue
 		}
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
@@ -285,18 +285,18 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 			out = interrupted()
 		}
 		switch {
-		case out.kind == outcomeSetupFailed && attempt == start && (config.IsConfigError(out.err) || IsHeld(out.err)):
+		case out.kind == outcomeSetupFailed && n == start && (config.IsConfigError(out.err) || IsHeld(out.err)):
 			return nil, out.err
 		case out.kind == outcomeInterrupted:
 			r.events.printf("interrupted: every process stopped")
 			return r.finish(res, Interrupted, context.Cause(ctx)), nil
 		case out.kind == outcomeSucceeded:
-			r.events.printf("attempt %d/%d: job %s succeeded", attempt, total, cfg.Job.Name)
+			r.events.printf("attempt %d/%d: job %s succeeded", n, total, cfg.Job.Name)
 			return r.finish(res, Succeeded, nil), nil
 		}
 		if out.reattach {
-			if r.adopting = r.waitReattach(ctx, cfg, attempt); r.adopting != nil {
-				attempt-- // the same attempt, attached again
+			if r.adopting = r.waitReattach(ctx, cfg, n); r.adopting != nil {
+				n-- // the same attempt, attached again
 				continue
 			}
 		}
@@ -311,7 +311,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 // max_host_failures or max_restarts_without_progress), makes sure every
 // lease is still this run's, and waits the backoff. A non-nil Result ends
 // the run with it.
-func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *budget, stuck *breaker, a *attempt_, out attemptOutcome) *Result {
+func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *budget, stuck *breaker, a *attempt, out attemptOutcome) *Result {
 	// An adopted run's first attempt is its first here.
 	err := b.spend(cfg.Job, out, a.n-r.firstAttempt+1)
 	if err == nil {

@@ -31,7 +31,7 @@ func (r *runner) startLeases(ctx context.Context, job string) (_ context.Context
 // connections (connPool.leaseDialer); on a restart the leases are held
 // already and this costs nothing. A live run holding one is a
 // *lease.HeldError: nothing was changed on any host.
-func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
+func (a *attempt) holdWorkdirs(ctx context.Context, conns []*attemptHost) error {
 	targets := make([]lease.Target, len(conns))
 	for i, c := range conns {
 		// Absolute: the lease then needs no request for the home.

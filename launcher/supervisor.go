@@ -128,14 +128,23 @@ type exitMsg struct {
 	at  time.Time
 }
 
+const pidDir = ".drover/pids"
+
+// Drover pings every agent this often; an agent that hears nothing for
+// heartbeatTimeout stops its group (drover died or the link is down).
+const (
+	heartbeatEvery   = time.Second
+	heartbeatTimeout = 6 * time.Second
+)
+
 // supervisor starts the processes of one attempt and watches them until
 // the group has stopped: start, then wait; the first event that ends the
 // attempt (a failure, success, an interrupt) calls stop with its reason,
 // and onExit accounts for each process as it goes.
 type supervisor struct {
-	a      *attempt_
+	a      *attempt
 	pl     *plan.Plan
-	byHost map[string]*hostConn
+	byHost map[string]*attemptHost
 	// sessions is the context of every process's session; cancelling it
 	// closes the channels, which the agents take as "drover is gone".
 	sessions context.Context
@@ -177,8 +186,8 @@ type supervisor struct {
 	stopWaits sync.WaitGroup
 }
 
-func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
-	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
+func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*attemptHost{}, exits: make(chan exitMsg, len(pl.Processes)),
 		workers: make(chan workerMsg, 64),
 		health:  make(chan healthRead), warned: map[string]bool{}}
 	for _, c := range conns {
@@ -190,7 +199,7 @@ func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
 }
 
 // supervise runs the attempt's group to its end.
-func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
+func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
 	a.r.makeLogDir(a.logDir)
 	s := newSupervisor(a, conns, pl)
 	defer s.cancel()
@@ -337,7 +346,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 }
 
 // processEnv is p's environment with the run's extra variables (tests).
-func (a *attempt_) processEnv(p plan.Process) map[string]string {
+func (a *attempt) processEnv(p plan.Process) map[string]string {
 	if len(a.r.opts.Env) == 0 {
 		return p.Env
 	}
@@ -602,7 +611,7 @@ func (s *supervisor) checkPaused() {
 }
 
 // rootCause finds why a failed process failed (see rootCause).
-func (a *attempt_) rootCause(c *hostConn, rp *running) string {
+func (a *attempt) rootCause(c *attemptHost, rp *running) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs
@@ -612,7 +621,7 @@ func (a *attempt_) rootCause(c *hostConn, rp *running) string {
 
 // succeeded applies the success policy to the processes that have exited
 // (all with status 0, since any failure stops the group first).
-func (a *attempt_) succeeded(procs []*running) bool {
+func (a *attempt) succeeded(procs []*running) bool {
 	if a.cfg.Job.Framework != config.TensorFlow {
 		for _, rp := range procs {
 			if !rp.done {
@@ -643,7 +652,7 @@ func (a *attempt_) succeeded(procs []*running) bool {
 	return true
 }
 
-func (a *attempt_) successNote(procs []*running) string {
+func (a *attempt) successNote(procs []*running) string {
 	for _, rp := range procs {
 		if !rp.done {
 			return "success policy met (" + string(a.cfg.Job.SuccessPolicy) + ")"
