@@ -23,7 +23,7 @@ const sharedRecordFile = "checkpoints.json"
 // detached run when it changed since it was last written there. It runs
 // from the supervisor's stop poll, once a second at most.
 func (r *runner) shareCheckpoints() {
-	if !r.opts.Detach {
+	if !r.detachedGroup {
 		return
 	}
 	rec, err := r.checkpointRecord(r.runRec.Job)

@@ -228,9 +228,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer stopRequested(nil)
 	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
 		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), SupervisorVersion: agent.Version(), Started: r.now().UTC()}
+	r.detachedGroup = r.opts.Detach
 	if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
 		r.adopt(ad, res)
-		r.adopting = ad
+		r.adopting, r.detachedGroup = ad, true
 	} else if r.opts.Detach {
 		_ = os.WriteFile(filepath.Join(res.LogDir, runIDFile), []byte(r.runID+"\n"), 0o644)
 	}

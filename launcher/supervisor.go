@@ -293,7 +293,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
 	torchrun := a.cfg.Job.Framework == config.Torchrun
-	if a.r.opts.Detach {
+	if a.r.detachedGroup {
 		// An attach client sends stdout and stderr as one stream.
 		stdout = io.MultiWriter(stdout, rp.stderrTail)
 		if torchrun {
@@ -330,10 +330,10 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// torchrun (and its 300 s exit barrier) reports them.
 		WatchWorkers: torchrun,
 	}
-	if a.r.opts.Detach {
+	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())
 		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
-		ro.ControllerTimeout = a.cfg.Job.ControllerTimeout
+		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
 	}
 	args := agent.Command(c.agent, ro)
 	if a.adopt != nil {
@@ -438,7 +438,7 @@ func (s *supervisor) onExit(m exitMsg) {
 	s.remaining--
 	rp := s.procs[m.i]
 	rp.done = true
-	if s.a.r.opts.Detach && !s.stopping && cluster.IsConnectionLost(m.err) {
+	if s.a.r.detachedGroup && !s.stopping && cluster.IsConnectionLost(m.err) {
 		s.letGo(fmt.Sprintf("lost the channel to %s@%s: %v", rp.p.Name(), rp.p.Host.Name, m.err))
 	}
 	rp.closeLogs()
@@ -609,7 +609,7 @@ func (s *supervisor) checkPaused() {
 	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
 		return
 	}
-	if s.a.r.opts.Detach {
+	if s.a.r.detachedGroup {
 		s.letGo(fmt.Sprintf("this supervisor was silent for %s (suspended, or the machine slept)", gap.Round(time.Second)))
 		return
 	}
