@@ -184,7 +184,8 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent net-send --to IP:PORT [--duration DURATION]",
 		"usage: drover agent recv --dir DIR --seq N --name NAME --listen ADDR [--forward ADDR] [--part HOST] [--wait DURATION] [--low-priority]",
 		"usage: drover agent send --path PATH --name NAME --to ADDR [--rate BYTES] [--low-priority]",
-		"usage: drover agent attach --state FILE [--from OFFSET] [--heartbeat DURATION]",
+		"usage: drover agent attach --state FILE [--from OFFSET] [--heartbeat DURATION] [--controller-timeout DURATION]",
 		"usage: drover agent runs [--workdir DIR] [--run-id ID]",
+		"usage: drover agent since [--ago DURATION] [--at TIME] LOG...",
 	}, got)
 }
