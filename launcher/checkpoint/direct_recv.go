@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,6 +54,9 @@ type Receive struct {
 	// Events receives what the controller should hear of (a next hop
 	// that could not be reached); the copy here goes on.
 	Events func(format string, args ...any)
+	// beforeApply, set by tests, runs before each frame is applied to
+	// the disk (on the goroutine that applies them).
+	beforeApply func(frame byte)
 }
 
 // ReceiveDirect takes one direct copy (see SendDirect) and returns its
@@ -79,7 +83,7 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 		return "", 0, fmt.Errorf("direct copy: %w", err)
 	}
 	defer root.Close()
-	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events}
+	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events, beforeApply: o.beforeApply, conn: conn}
 	if o.Part != "" {
 		if !fs.ValidPath(o.Part) || strings.Contains(o.Part, "/") || o.Part == "." {
 			return "", 0, fmt.Errorf("direct copy: %q is not a part name", o.Part)
@@ -145,6 +149,11 @@ type receiver struct {
 	rels       []string
 	manifest   bytes.Buffer
 	size       int64
+	// conn is the sender's connection: a failure on the disk side ends
+	// its reads.
+	conn net.Conn
+	// beforeApply is Receive.beforeApply.
+	beforeApply func(frame byte)
 }
 
 // forwardTo connects to the next hop; when it cannot, the copy here goes
@@ -191,7 +200,23 @@ func (r *receiver) closeNext() {
 	r.next.Close()
 }
 
-// run applies frames until the MANIFEST, and returns the digest.
+// recvDepth is how many data frames (copyBuffer each) a receiver holds
+// between reading them and writing them to its disk: the hop forwards
+// while it hashes, writes and fsyncs, so a next hop never waits on this
+// host's disk, and a receiver's memory stays bounded (recvDepth MiB).
+const recvDepth = 8
+
+// inFrame is one frame read and forwarded, waiting to be applied; buf
+// goes back to the pool once it is.
+type inFrame struct {
+	t   byte
+	p   []byte
+	buf []byte
+}
+
+// run reads frames until the MANIFEST and forwards each as it reads it,
+// while another goroutine applies them (apply: hash, write, fsync), and
+// returns the digest once every file is written and checked.
 func (r *receiver) run(in io.Reader) (string, error) {
 	if err := r.root.RemoveAll(r.tmp); err != nil {
 		return "", err
@@ -199,19 +224,80 @@ func (r *receiver) run(in io.Reader) (string, error) {
 	if err := r.root.MkdirAll(r.tmp, 0o700); err != nil {
 		return "", err
 	}
-	buf := make([]byte, maxFrame)
+	work, free := make(chan inFrame, recvDepth), make(chan []byte, recvDepth)
+	for range recvDepth {
+		free <- nil // allocated on first use: a small checkpoint needs few
+	}
+	applied := make(chan error, 1)
+	var failed atomic.Bool
+	go func() { applied <- r.applyAll(work, free, &failed) }()
+	stop := func(err error) (string, error) {
+		close(work)
+		if aerr := <-applied; aerr != nil {
+			err = aerr // why the disk side stopped, rather than its effect
+		}
+		r.closeFile()
+		return "", err
+	}
 	for {
-		t, p, err := readFrame(in, buf)
+		buf := <-free
+		if failed.Load() {
+			return stop(nil)
+		}
+		t, p, err := readFrameInto(in, func(t byte) []byte {
+			if t == frameManifest {
+				return make([]byte, maxManifest) // pages only as written
+			}
+			if buf == nil {
+				buf = make([]byte, copyBuffer)
+			}
+			return buf
+		})
 		if err != nil {
-			return "", err
+			return stop(err)
 		}
 		r.forward(t, p)
-		if t == frameManifest {
-			return r.finish(p)
+		if t != frameManifest {
+			work <- inFrame{t: t, p: p, buf: buf}
+			continue
 		}
-		if err := r.apply(t, p); err != nil {
+		close(work)
+		if err := <-applied; err != nil {
+			r.closeFile()
 			return "", err
 		}
+		return r.finish(p)
+	}
+}
+
+// applyAll applies every frame of work, giving each buffer back to free;
+// after an error it only gives them back, and failed tells run to stop.
+func (r *receiver) applyAll(work <-chan inFrame, free chan<- []byte, failed *atomic.Bool) error {
+	var err error
+	for f := range work {
+		if err == nil {
+			if r.beforeApply != nil {
+				r.beforeApply(f.t)
+			}
+			if err = r.apply(f.t, f.p); err != nil {
+				failed.Store(true)
+				if r.conn != nil {
+					// Wake run, which may be waiting for a frame
+					// that a sender waiting for our answer never sends.
+					_ = r.conn.SetReadDeadline(time.Now())
+				}
+			}
+		}
+		free <- f.buf
+	}
+	return err
+}
+
+// closeFile closes the file being written when a copy stops midway.
+func (r *receiver) closeFile() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
 	}
 }
 

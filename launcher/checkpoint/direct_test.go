@@ -9,7 +9,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,6 +101,59 @@ func TestDirectCopyMatchesRelayAndChains(t *testing.T) {
 		sameFiles(t, filepath.Join(relayOwn, seqDir(3), "step-7"), filepath.Join(own, seqDir(3), "step-7"))
 		_, err = os.Stat(filepath.Join(own, seqDir(3)+".tmp"))
 		assert.ErrorIs(t, err, os.ErrNotExist)
+	}
+}
+
+// A hop of a chain forwards while its own disk is busy: with h1's
+// writing held at its first data frame, h2 still receives and writes
+// four MiB of the stream, so a next hop never waits on this host's
+// hashing, writing and fsyncs (only on recvDepth frames of them). The
+// copy then completes on both.
+func TestDirectCopyForwardsWhileDiskIsBusy(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "big.pt")
+	b := make([]byte, 6<<20+5)
+	for i := range b {
+		b[i] = byte(i * 13)
+	}
+	require.NoError(t, os.WriteFile(src, b, 0o644))
+	reached := make(chan struct{})
+	var n atomic.Int32
+	counting := func(frame byte) {
+		if frame == frameData && n.Add(1) == 4 {
+			close(reached)
+		}
+	}
+	held := false
+	var once sync.Once
+	holding := func(frame byte) {
+		if frame != frameData {
+			return
+		}
+		once.Do(func() {
+			select {
+			case <-reached:
+				held = true
+			case <-time.After(20 * time.Second): // only ends a test that fails
+			}
+		})
+	}
+	own1, own2 := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	tok1, tok2 := token(t), token(t)
+	ln1, ln2 := listen(t), listen(t)
+	second := receive(Receive{Listener: ln2, Token: tok2, Own: own2, Seq: 1, Name: "big.pt", beforeApply: counting})
+	first := receive(Receive{Listener: ln1, Token: tok1, Own: own1, Seq: 1, Name: "big.pt", beforeApply: holding,
+		Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
+	digest, _, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "big.pt", 0)
+	require.NoError(t, err)
+	for _, r := range []recvResult{<-first, <-second} {
+		require.NoError(t, r.err)
+		assert.Equal(t, digest, r.digest)
+	}
+	assert.True(t, held, "h2 got 4 MiB while h1's disk side held the first")
+	for _, own := range []string{own1, own2} {
+		got, err := os.ReadFile(filepath.Join(own, seqDir(1), "big.pt"))
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(b, got))
 	}
 }
 
