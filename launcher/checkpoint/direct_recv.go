@@ -57,6 +57,8 @@ type Receive struct {
 	// beforeApply, set by tests, runs before each frame is applied to
 	// the disk (on the goroutine that applies them).
 	beforeApply func(frame byte)
+	// writeback, set by tests, replaces startWriteback.
+	writeback func(f *os.File, off, n int64)
 }
 
 // ReceiveDirect takes one direct copy (see SendDirect) and returns its
@@ -83,7 +85,10 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 		return "", 0, fmt.Errorf("direct copy: %w", err)
 	}
 	defer root.Close()
-	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events, beforeApply: o.beforeApply, conn: conn}
+	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events, beforeApply: o.beforeApply, conn: conn, writeback: startWriteback}
+	if o.writeback != nil {
+		r.writeback = o.writeback
+	}
 	if o.Part != "" {
 		if !fs.ValidPath(o.Part) || strings.Contains(o.Part, "/") || o.Part == "." {
 			return "", 0, fmt.Errorf("direct copy: %q is not a part name", o.Part)
@@ -149,6 +154,10 @@ type receiver struct {
 	rels       []string
 	manifest   bytes.Buffer
 	size       int64
+	// flushed is how much of the file being written the kernel was
+	// asked to write to the disk (writeback).
+	flushed   int64
+	writeback func(f *os.File, off, n int64)
 	// conn is the sender's connection: a failure on the disk side ends
 	// its reads.
 	conn net.Conn
@@ -205,6 +214,15 @@ func (r *receiver) closeNext() {
 // while it hashes, writes and fsyncs, so a next hop never waits on this
 // host's disk, and a receiver's memory stays bounded (recvDepth MiB).
 const recvDepth = 8
+
+// writebackChunk is how much of a file a receiver writes before it asks
+// the kernel to start writing it to the disk (startWriteback). Left to
+// itself, the kernel keeps up to a tenth of the host's memory dirty, and
+// the fsync at the end of the file then writes it all while the copy
+// waits: tens of GB on a large host, and on every host of a chain at the
+// same moment. Written back as it arrives, the disk keeps pace with the
+// network and the fsync finds little left.
+const writebackChunk = 8 << 20
 
 // inFrame is one frame read and forwarded, waiting to be applied; buf
 // goes back to the pool once it is.
@@ -327,15 +345,19 @@ func (r *receiver) apply(t byte, p []byte) error {
 		if err != nil {
 			return err
 		}
-		r.f, r.h, r.n, r.rel = f, sha256.New(), 0, string(p)
+		r.f, r.h, r.n, r.flushed, r.rel = f, sha256.New(), 0, 0, string(p)
 		return nil
 	case frameData:
 		if r.f == nil {
 			return errors.New("direct copy: data outside a file")
 		}
 		r.h.Write(p)
-		r.n += int64(len(p))
 		_, err := r.f.Write(p)
+		r.n += int64(len(p))
+		if r.n-r.flushed >= writebackChunk {
+			r.writeback(r.f, r.flushed, r.n-r.flushed)
+			r.flushed = r.n
+		}
 		return err
 	case frameEnd:
 		return r.endFile(p)

@@ -157,6 +157,39 @@ func TestDirectCopyForwardsWhileDiskIsBusy(t *testing.T) {
 	}
 }
 
+// A receiver asks the kernel to write each 8 MiB of a file to the disk as
+// it arrives, not all at the fsync after its last byte (which on a large
+// host, and on every host of a chain at once, would be a long wait after
+// the network is done).
+func TestDirectCopyWritesBackAsItArrives(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "big.pt")
+	require.NoError(t, os.WriteFile(src, make([]byte, 20<<20+3), 0o644))
+	var mu sync.Mutex
+	var ranges [][2]int64
+	ended := false
+	o := Receive{Listener: listen(t), Token: token(t), Own: t.TempDir(), Seq: 1, Name: "big.pt",
+		beforeApply: func(frame byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			ended = ended || frame == frameEnd
+		},
+		writeback: func(f *os.File, off, n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !ended {
+				ranges = append(ranges, [2]int64{off, n})
+			}
+			startWriteback(f, off, n)
+		}}
+	got := receive(o)
+	_, _, err := SendDirect(context.Background(), o.Listener.Addr().String(), o.Token, src, "big.pt", 0)
+	require.NoError(t, err)
+	require.NoError(t, (<-got).err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, [][2]int64{{0, 8 << 20}, {8 << 20, 8 << 20}}, ranges, "written back while the file arrived")
+}
+
 // A sender that does not know the token is turned away before a byte of
 // the checkpoint is written, and one that does still gets through; a
 // receiver that does not know it is not sent anything.
