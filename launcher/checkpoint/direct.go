@@ -95,18 +95,11 @@ func writeFrame(w io.Writer, t byte, p []byte) error {
 
 // readFrame reads one frame into buf (at least maxFrame long).
 func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
-	return readFrameInto(r, func(byte) []byte { return buf })
-}
-
-// readFrameInto reads one frame into the buffer pick gives for its type;
-// a frame longer than that buffer is refused.
-func readFrameInto(r io.Reader, pick func(t byte) []byte) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(h[1:])
-	buf := pick(h[0])
 	if int64(n) > int64(len(buf)) {
 		return 0, nil, fmt.Errorf("direct copy: a frame of %d bytes (at most %d)", n, len(buf))
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -155,6 +156,40 @@ func TestDirectCopyForwardsWhileDiskIsBusy(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, bytes.Equal(b, got))
 	}
+}
+
+// A hop passes a frame on as it arrives, not once the whole frame is in:
+// with only 200 KiB of a 1 MiB data frame sent, the next hop already
+// has the first 128 KiB of it.
+func TestDirectCopyChainStreamsWithinAFrame(t *testing.T) {
+	tok1, tok2 := token(t), token(t)
+	ln1, ln2 := listen(t), listen(t)
+	first := receive(Receive{Listener: ln1, Token: tok1, Own: t.TempDir(), Seq: 1, Name: "c.pt", Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
+	got := make(chan error, 1)
+	go func() {
+		conn, err := ln2.Accept()
+		if err == nil {
+			defer conn.Close()
+			err = proveReceiver(conn, tok2)
+		}
+		if err == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second)) // only ends a test that fails
+			if _, _, err = readFrame(conn, make([]byte, 64)); err == nil {
+				_, err = io.ReadFull(conn, make([]byte, 5+forwardChunk))
+			}
+		}
+		got <- err
+	}()
+	conn, err := dialPeer(context.Background(), ln1.Addr().String(), tok1)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, writeFrame(conn, frameFile, []byte("c.pt")))
+	head := []byte{frameData, 0, 0x10, 0, 0} // 1 MiB follows
+	_, err = conn.Write(append(head, make([]byte, 200<<10)...))
+	require.NoError(t, err)
+	require.NoError(t, <-got, "the next hop has the frame's first 128 KiB before its last 824 KiB were sent")
+	conn.Close()
+	assert.Error(t, (<-first).err, "a stream cut short is refused")
 }
 
 // A receiver asks the kernel to write each 8 MiB of a file to the disk as
