@@ -205,7 +205,7 @@ var lostLine = regexp.MustCompile(`(?i)GPU\s*([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]
 func ParseSMIHealth(out []byte) (map[int]Health, []string, error) {
 	health := map[int]Health{}
 	var lost []string
-	for n, line := range lines(out) {
+	for n, line := range SMILines(out) {
 		if m := lostLine.FindStringSubmatch(line); m != nil && !strings.Contains(line, ",") {
 			id := m[1]
 			if id == "" {
@@ -214,25 +214,18 @@ func ParseSMIHealth(out []byte) (map[int]Health, []string, error) {
 			lost = append(lost, strings.ToUpper(id))
 			continue
 		}
-		f := strings.Split(line, ",")
-		if len(f) != 11 {
-			return nil, nil, fmt.Errorf("parse nvidia-smi --query-gpu=%s line %d %q: want 11 fields, got %d", SMIHealthFields, n+1, line, len(f))
-		}
-		for i := range f {
-			f[i] = strings.TrimSpace(f[i])
-		}
-		idx, err := strconv.Atoi(f[0])
+		idx, f, err := SMIRecord(n+1, line, SMIHealthFields, 11)
 		if err != nil {
-			return nil, nil, fmt.Errorf("parse nvidia-smi health line %d: index %q: %w", n+1, f[0], err)
+			return nil, nil, err
 		}
 		if slices.ContainsFunc(f[1:], func(v string) bool { return strings.Contains(strings.ToLower(v), "gpu is lost") }) {
 			lost = append(lost, strconv.Itoa(idx))
 			continue
 		}
 		health[idx] = Health{
-			ECCVolatile: smiUint(f[1]), ECCAggregate: smiUint(f[2]),
+			ECCVolatile: SMIUint(f[1]), ECCAggregate: SMIUint(f[2]),
 			RetiredPending: smiBool(f[3]), RemapPending: smiBool(f[4]), RemapFailure: smiBool(f[5]),
-			Throttle: smiUint(f[6]),
+			Throttle: SMIUint(f[6]),
 			PCIeGen:  smiInt(f[7]), PCIeGenMax: smiInt(f[8]), PCIeWidth: smiInt(f[9]), PCIeWidthMax: smiInt(f[10]),
 		}
 	}
@@ -250,7 +243,7 @@ func AddSMIHealth(rep *HostReport, health map[int]Health, lost []string) {
 }
 
 // smiUint reads a count or a hex bitmask; nil for "[N/A]" and the like.
-func smiUint(v string) *uint64 {
+func SMIUint(v string) *uint64 {
 	if smiUnknown(v) {
 		return nil
 	}
@@ -262,7 +255,7 @@ func smiUint(v string) *uint64 {
 }
 
 func smiInt(v string) *int {
-	u := smiUint(v)
+	u := SMIUint(v)
 	if u == nil {
 		return nil
 	}
@@ -296,7 +289,7 @@ var kernelXID = regexp.MustCompile(`NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a
 // log again tells old events from new ones.
 func ParseKernelXIDs(out []byte, devs []Device) []XID {
 	var xs []XID
-	for _, line := range lines(out) {
+	for _, line := range SMILines(out) {
 		m := kernelXID.FindStringSubmatch(line)
 		if m == nil {
 			continue

@@ -31,23 +31,36 @@ func smiUnknown(v string) bool {
 	return v == "" || strings.HasPrefix(v, "[") || strings.EqualFold(v, "N/A")
 }
 
+// SMIRecord splits line n (counted from 1) of a `--query-gpu=QUERY
+// --format=csv,noheader,nounits` answer into its want fields, trimmed, the
+// first of which is the GPU's index. Every --query-gpu parser (the probe's,
+// the health gate's, drover top's) reads its lines through it, so that a
+// line of the wrong shape is refused the same way everywhere.
+func SMIRecord(n int, line, query string, want int) (int, []string, error) {
+	f := strings.Split(line, ",")
+	if len(f) != want {
+		return 0, nil, fmt.Errorf("parse nvidia-smi --query-gpu=%s line %d %q: want %d fields, got %d", query, n, line, want, len(f))
+	}
+	for i := range f {
+		f[i] = strings.TrimSpace(f[i])
+	}
+	idx, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0, nil, fmt.Errorf("parse nvidia-smi --query-gpu=%s line %d: index %q: %w", query, n, f[0], err)
+	}
+	return idx, f, nil
+}
+
 // ParseSMIGPUs parses the output of
 // `nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,pci.bus_id,driver_version --format=csv,noheader,nounits`
 // into devices (without processes) and the driver version.
 func ParseSMIGPUs(out []byte) ([]Device, string, error) {
 	var devs []Device
 	driver := ""
-	for n, line := range lines(out) {
-		f := strings.Split(line, ",")
-		if len(f) != 8 {
-			return nil, "", fmt.Errorf("parse nvidia-smi --query-gpu line %d %q: want 8 fields, got %d", n+1, line, len(f))
-		}
-		for i := range f {
-			f[i] = strings.TrimSpace(f[i])
-		}
-		idx, err := strconv.Atoi(f[0])
+	for n, line := range SMILines(out) {
+		idx, f, err := SMIRecord(n+1, line, "index,uuid,...,driver_version", 8)
 		if err != nil {
-			return nil, "", fmt.Errorf("parse nvidia-smi --query-gpu line %d: index %q: %w", n+1, f[0], err)
+			return nil, "", err
 		}
 		d := Device{Index: idx, Processes: []Process{}}
 		if smiUnknown(f[1]) {
@@ -91,7 +104,7 @@ func ParseSMIGPUs(out []byte) ([]Device, string, error) {
 // cannot contain commas, so a name with commas survives.
 func ParseSMIApps(out []byte) (map[string][]Process, error) {
 	procs := map[string][]Process{}
-	for n, line := range lines(out) {
+	for n, line := range SMILines(out) {
 		first := strings.SplitN(line, ",", 3)
 		last := strings.LastIndex(line, ",")
 		if len(first) != 3 || last <= len(first[0])+len(first[1])+1 {
@@ -120,7 +133,7 @@ func ParseSMIApps(out []byte) (map[string][]Process, error) {
 // print "[N/A]" and are left out.
 func ParseSMIMIG(out []byte) (map[int]bool, error) {
 	mig := map[int]bool{}
-	for n, line := range lines(out) {
+	for n, line := range SMILines(out) {
 		idx, mode, ok := strings.Cut(line, ",")
 		if !ok {
 			return nil, fmt.Errorf("parse nvidia-smi mig.mode.current line %d %q: want 2 fields", n+1, line)
@@ -201,8 +214,8 @@ func ReportFromSMI(host string, o SMIOutputs) (HostReport, error) {
 	return rep, nil
 }
 
-// lines splits output into non-empty trimmed lines.
-func lines(out []byte) []string {
+// SMILines splits nvidia-smi's output into its non-empty trimmed lines.
+func SMILines(out []byte) []string {
 	var ls []string
 	for _, l := range strings.Split(string(out), "\n") {
 		if l = strings.TrimSpace(l); l != "" {

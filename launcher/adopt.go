@@ -157,6 +157,7 @@ func (a *attempt_) adoptGroup(ctx context.Context, conns []*hostConn, cfg *confi
 	if err != nil {
 		return a.setupFailure(err)
 	}
+	a.takeSharedCheckpoints(ctx, conns)
 	a.r.events.printf("adopting attempt %d of run %s (%s)", a.n, a.r.runID, a.adopt.gone)
 	defer a.watchCheckpoints(ctx, conns)()
 	return a.supervise(ctx, conns, pl)

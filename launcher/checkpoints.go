@@ -114,6 +114,9 @@ type ckptState struct {
 	ckptOnce sync.Once
 	ckptRec  *checkpoint.Record
 	ckptErr  error
+	// sharedChanges is the record's change count last written to the
+	// hosts (shareCheckpoints).
+	sharedChanges int
 }
 
 // agentPeer runs the ends of direct checkpoint copies (checkpoint.Peer)

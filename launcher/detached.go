@@ -105,20 +105,7 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 // writeRecord writes data (JSON and a newline) as run id's record in workdir wd over c, and
 // points the newest-run link at it.
 func writeRecord(c *hostConn, wd, id string, data []byte) error {
-	dir := path.Join(wd, agent.RunDir(id))
-	if err := c.fs.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp := path.Join(dir, ".run.json.tmp")
-	w, err := c.fs.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, werr := w.Write(data)
-	if err := errors.Join(werr, w.Close()); err != nil {
-		return err
-	}
-	if err := c.fs.Rename(tmp, path.Join(dir, agent.RunRecordFile)); err != nil {
+	if err := writeAtomic(c, path.Join(wd, agent.RunDir(id)), agent.RunRecordFile, data); err != nil {
 		return err
 	}
 	cur := path.Join(wd, agent.CurrentRun)
@@ -222,6 +209,7 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 				return
 			}
 			r.noteCheckpoint()
+			r.shareCheckpoints()
 			r.connMu.Lock()
 			conns := r.conns
 			r.connMu.Unlock()

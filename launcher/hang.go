@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"path"
 	"time"
-
-	"github.com/droverhq/drover/launcher/plan"
 )
 
 // Hang detection (hang_timeout): the group is hung when no process showed
@@ -87,19 +85,6 @@ func (s *supervisor) checkHang() {
 	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
 	s.send("stacks")
 	s.stacksDone = time.After(stackDumpWait)
-}
-
-// prepareProgress creates each host's progress directory, so that a
-// process can write its DROVER_PROGRESS_FILE (every job has one: drover
-// top reads the step in it).
-func (a *attempt_) prepareProgress(conns []*hostConn) error {
-	return forEach(conns, func(c *hostConn) error {
-		dir := plan.ProgressDir(c.host.Workdir, c.home)
-		if err := c.fs.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("create %s on %s: %w", dir, hostLabel(c.host), err)
-		}
-		return nil
-	})
 }
 
 // watchProgressFiles polls every host's progress directory until ctx

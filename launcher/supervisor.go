@@ -192,9 +192,6 @@ func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
 // supervise runs the attempt's group to its end.
 func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
 	a.r.makeLogDir(a.logDir)
-	if err := a.prepareProgress(conns); err != nil {
-		return a.setupFailure(err)
-	}
 	s := newSupervisor(a, conns, pl)
 	defer s.cancel()
 	s.start()

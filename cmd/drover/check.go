@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -35,23 +33,12 @@ func checkNetCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			cfg, err := loadJob(c, false)
+			t, err := loadFleetTarget(c, false)
 			if err != nil {
 				return err
 			}
-			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
-			if err != nil {
-				return cli.Exit(err.Error(), exitConfig)
-			}
-			bin, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
-			}
-			rep := launcher.CheckNet(c.Context, launcher.NetCheckOptions{Job: cfg.Job, Hosts: hosts,
-				Dial: dialOptions(c, cfg.Hosts), Bin: bin, Duration: c.Duration("duration")})
+			rep := launcher.CheckNet(c.Context, launcher.NetCheckOptions{Job: t.cfg.Job, Hosts: t.hosts,
+				Dial: t.dial(c), Bin: t.bin, Duration: c.Duration("duration")})
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
@@ -62,7 +49,7 @@ func checkNetCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := launcher.CheckMinBandwidth(rep, cfg.Job.MinBandwidth); err != nil {
+			if err := launcher.CheckMinBandwidth(rep, t.cfg.Job.MinBandwidth); err != nil {
 				var ne *launcher.NetError
 				if errors.As(err, &ne) {
 					return cli.Exit(err.Error(), exitFailed)

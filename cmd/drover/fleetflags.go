@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"os"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
@@ -46,4 +49,40 @@ func dialOptions(c *cli.Context, inventory []config.Host) cluster.DialOptions {
 		Inventory:      config.Endpoints(inventory),
 		Dialers:        slurmDialers(),
 	}
+}
+
+// fleetTarget is what probe, top and check net read before they dial: the
+// job, the hosts --hosts picks (spares included: a spare is probed,
+// watched and measured like any host) and the drover binary they install
+// on the hosts.
+type fleetTarget struct {
+	cfg   *config.Config
+	hosts []config.Host
+	bin   string
+}
+
+// loadFleetTarget reads a fleetTarget from the command's one argument and
+// its --hosts flag; hostsOnly as for loadJob.
+func loadFleetTarget(c *cli.Context, hostsOnly bool) (fleetTarget, error) {
+	if c.NArg() != 1 {
+		return fleetTarget{}, usage(c)
+	}
+	cfg, err := loadJob(c, hostsOnly)
+	if err != nil {
+		return fleetTarget{}, err
+	}
+	hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
+	if err != nil {
+		return fleetTarget{}, cli.Exit(err.Error(), exitConfig)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fleetTarget{}, fmt.Errorf("find the drover binary to install on hosts: %w", err)
+	}
+	return fleetTarget{cfg: cfg, hosts: hosts, bin: bin}, nil
+}
+
+// dial is the dial options for the target's hosts.
+func (t fleetTarget) dial(c *cli.Context) cluster.DialOptions {
+	return dialOptions(c, t.cfg.Hosts)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,26 +25,15 @@ func probeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "health", Usage: "also read every GPU's health: ECC errors, retired pages, remapped rows, throttling, PCIe link, Xids"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			cfg, err := loadJob(c, true)
+			t, err := loadFleetTarget(c, true)
 			if err != nil {
 				return err
-			}
-			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
-			if err != nil {
-				return cli.Exit(err.Error(), exitConfig)
-			}
-			bin, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find the drover binary to install on hosts: %w", err)
 			}
 			probe := launcher.Probe
 			if c.Bool("health") {
 				probe = launcher.ProbeHealth
 			}
-			results := probe(c.Context, cfg.Job, hosts, dialOptions(c, cfg.Hosts), bin)
+			results := probe(c.Context, t.cfg.Job, t.hosts, t.dial(c), t.bin)
 			if c.Bool("json") {
 				err = gpu.RenderJSON(c.App.Writer, results)
 			} else {

@@ -42,25 +42,14 @@ func topCommand() *cli.Command {
 }
 
 func topAction(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usage(c)
-	}
-	cfg, err := loadJob(c, true)
+	t, err := loadFleetTarget(c, true)
 	if err != nil {
 		return err
-	}
-	hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
-	if err != nil {
-		return cli.Exit(err.Error(), exitConfig)
-	}
-	bin, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the drover binary to install on hosts: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	every := c.Duration("every")
-	w := launcher.WatchTop(ctx, launcher.TopOptions{Job: cfg.Job, Hosts: hosts, Dial: dialOptions(c, cfg.Hosts), Bin: bin, Every: every})
+	w := launcher.WatchTop(ctx, launcher.TopOptions{Job: t.cfg.Job, Hosts: t.hosts, Dial: t.dial(c), Bin: t.bin, Every: every})
 	if c.Bool("once") {
 		return topOnce(ctx, c, w)
 	}

@@ -399,9 +399,22 @@ func (s *supervision) readEnv() error {
 	if s.opts.ErrorFile == "" {
 		s.opts.ErrorFile = env["TORCHELASTIC_ERROR_FILE"]
 	}
+	if f := env[progressFileEnv]; f != "" {
+		// Made here, where it costs nothing, rather than by the
+		// controller over SFTP: that was two round trips before every
+		// start of every attempt.
+		if err := os.MkdirAll(filepath.Dir(f), privateDir); err != nil {
+			return fmt.Errorf("agent run: create the directory of %s: %w", progressFileEnv, err)
+		}
+	}
 	s.environ = childEnviron(env)
 	return nil
 }
+
+// progressFileEnv names the file whose touch counts as progress
+// (hang_timeout, drover top's step); the agent makes its directory before
+// the command starts, so a process may touch it at once.
+const progressFileEnv = "DROVER_PROGRESS_FILE"
 
 // supervision is one Run's command and its process group: how far a stop
 // has gone, and where notices go.

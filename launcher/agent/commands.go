@@ -121,6 +121,20 @@ func noArgs(c *cli.Context) error {
 	return nil
 }
 
+// failedAction is the Action of a subcommand that takes no arguments and
+// whose one error means exit 1 with the error's text.
+func failedAction(run cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if err := noArgs(c); err != nil {
+			return err
+		}
+		if err := run(c); err != nil {
+			return cli.Exit(err.Error(), exitFailed)
+		}
+		return nil
+	}
+}
+
 // runCLI is `drover agent run -- CMD...`, the supervisor that keeps a
 // training process from outliving the drover that started it (see Run for
 // the stdin protocol).
@@ -475,15 +489,9 @@ func topCLI() *cli.Command {
 			&cli.DurationFlag{Name: flagEvery, Usage: "print a sample this often until stdin ends (0: one sample)"},
 			&cli.DurationFlag{Name: flagHeartbeat, Usage: "stop when no byte arrives on stdin for this long (0: off)"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			if err := Top(c.Context, topOptions(c), c.App.Reader, c.App.Writer); err != nil {
-				return cli.Exit(err.Error(), exitFailed)
-			}
-			return nil
-		},
+		Action: failedAction(func(c *cli.Context) error {
+			return Top(c.Context, topOptions(c), c.App.Reader, c.App.Writer)
+		}),
 	}
 }
 

@@ -104,15 +104,9 @@ func netListenCLI() *cli.Command {
 			&cli.IntFlag{Name: flagAccept, Usage: "exit after this many measurements (0: when stdin ends)"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 5 * time.Minute, Usage: "exit after this long"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			if err := NetListen(c.Context, netListenOptions(c), c.App.Reader, c.App.Writer); err != nil {
-				return cli.Exit(err.Error(), exitFailed)
-			}
-			return nil
-		},
+		Action: failedAction(func(c *cli.Context) error {
+			return NetListen(c.Context, netListenOptions(c), c.App.Reader, c.App.Writer)
+		}),
 	}
 }
 

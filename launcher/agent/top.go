@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/droverhq/drover/gpu"
 )
 
 // TopSample is one reading of a host for `drover top`: its GPUs and the
@@ -248,27 +250,13 @@ func smiErr(err error) error {
 // nounits): "[N/A]" and "[Not Supported]" become nil values.
 func ParseTopGPUs(out []byte) ([]TopGPU, error) {
 	var gpus []TopGPU
-	for n, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		f := strings.Split(line, ",")
-		if len(f) != 9 {
-			return nil, fmt.Errorf("parse nvidia-smi --query-gpu line %d %q: want 9 fields, got %d", n+1, line, len(f))
-		}
-		for i := range f {
-			f[i] = strings.TrimSpace(f[i])
-		}
-		idx, err := strconv.Atoi(f[0])
+	for n, line := range gpu.SMILines(out) {
+		idx, f, err := gpu.SMIRecord(n+1, line, smiQueryGPU, 9)
 		if err != nil {
-			return nil, fmt.Errorf("parse nvidia-smi --query-gpu line %d: index %q: %w", n+1, f[0], err)
+			return nil, err
 		}
-		g := TopGPU{Index: idx, UUID: f[1], UtilPct: num(f[2]), MemUsedMiB: num(f[3]), MemTotalMiB: num(f[4]),
-			TempC: num(f[5]), PowerW: num(f[6]), ECCVolatile: num(f[8])}
-		if v, err := strconv.ParseUint(strings.TrimPrefix(f[7], "0x"), 16, 64); err == nil {
-			g.Throttle = &v
-		}
-		gpus = append(gpus, g)
+		gpus = append(gpus, TopGPU{Index: idx, UUID: f[1], UtilPct: num(f[2]), MemUsedMiB: num(f[3]), MemTotalMiB: num(f[4]),
+			TempC: num(f[5]), PowerW: num(f[6]), Throttle: gpu.SMIUint(f[7]), ECCVolatile: num(f[8])})
 	}
 	return gpus, nil
 }

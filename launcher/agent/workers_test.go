@@ -87,3 +87,33 @@ exec sleep 1000`
 		t.Errorf("the report is not in words:\n%s", out.String())
 	}
 }
+
+// The agent makes the directory of DROVER_PROGRESS_FILE before the
+// command starts (drover no longer makes it over SFTP before every start),
+// so a process may touch the file as its first act; the directory is the
+// login user's only.
+func TestCLIMakesProgressFileDirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "wd", ".drover", "progress", "worker-0")
+	cmd, stdin, out := startAgent(t, RunOptions{Args: []string{"sh", "-c", `touch "$DROVER_PROGRESS_FILE" && echo touched`}, EnvFromStdin: true, Grace: time.Second})
+	defer stdin.Close()
+	line, err := EnvLine(map[string]string{"DROVER_PROGRESS_FILE": file, "PATH": "/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stdin.Write(line); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, 10*time.Second); code != 0 {
+		t.Fatalf("agent exit %d, want 0; output:\n%s", code, out.String())
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("the command could not touch its progress file: %v; output:\n%s", err, out.String())
+	}
+	fi, err := os.Stat(filepath.Dir(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("progress directory mode %o, want no access for group and others", perm)
+	}
+}

@@ -91,6 +91,9 @@ type Record struct {
 	// work counts the entries Saw looked at: tests check that it grows
 	// linearly with the entries, not with their square.
 	work int
+	// changes counts the saves, so that the copy on the hosts is
+	// written again only after one (see Shared).
+	changes int
 }
 
 type recordFile struct {
@@ -155,6 +158,7 @@ func (r *Record) update(fn func(d *recordFile) bool) error {
 const maxEntries = 1000
 
 func (r *Record) saveLocked() error {
+	r.changes++
 	if excess := len(r.data.Entries) - r.max; excess > 0 {
 		// Oldest first, in one pass: forget entries held nowhere until
 		// the record is back within bounds.

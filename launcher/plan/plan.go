@@ -377,8 +377,9 @@ func commonEnv(pr *Process, in PlanInput) {
 	}
 }
 
-// ProgressDir is the directory of DROVER_PROGRESS_FILE on a host: drover
-// creates it before the processes start and watches the files' mtimes.
+// ProgressDir is the directory of DROVER_PROGRESS_FILE on a host: each
+// process's agent creates it before the process starts, and drover
+// watches the files' mtimes.
 func ProgressDir(workdir, home string) string {
 	return checkpointDir(workdir, path.Join(".drover", "progress"), home)
 }

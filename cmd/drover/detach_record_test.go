@@ -1,0 +1,85 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/checkpoint"
+)
+
+// A run adopted from another machine (here: another --log-dir, with no
+// record of the run) goes on with the same checkpoint record: the entries
+// the first supervisor recorded keep their sequence numbers, names and
+// digests, taken from the copy the supervisor keeps on the hosts.
+func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: checkpointingScript, Hosts: 2, Job: "max_restarts = 3\ncheckpoint_dir = \"ckpt\"\ncheckpoint_copies = 2"})
+	sup := startDetachedRun(t, j)
+	st := waitStatus(t, j, 30*time.Second, "running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	shared := path.Join(hostHome, j.Workdir, agent.RunDir(st.RunID), "checkpoints.json")
+	local := checkpoint.RecordPath(j.LogRoot, j.Name)
+	// Two checkpoints recorded here and the same record on the host.
+	var before []checkpoint.Entry
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		require.True(t, time.Now().Before(deadline), "the hosts never had this machine's record of 2 checkpoints")
+		rec, err := checkpoint.LoadRecord(local, j.Name)
+		require.NoError(t, err)
+		mine := rec.Entries()
+		onHost, err := fleet.Exec(0, "cat", shared)
+		var theirs struct {
+			Entries []checkpoint.Entry `json:"checkpoints"`
+		}
+		if err == nil && json.Unmarshal(onHost, &theirs) == nil && len(mine) >= 2 && len(theirs.Entries) >= 2 {
+			before = theirs.Entries
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+
+	elsewhere := t.TempDir()
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", elsewhere)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+		sup2, _ := strconv.Atoi(m[1])
+		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+	}
+	st2 := waitStatus(t, j, 30*time.Second, "a live supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	assert.Equal(t, st.RunID, st2.RunID)
+	assert.Equal(t, 1, st2.Attempt, "adopted, not restarted")
+
+	rec, err := checkpoint.LoadRecord(checkpoint.RecordPath(elsewhere, j.Name), j.Name)
+	require.NoError(t, err)
+	after := map[int]checkpoint.Entry{}
+	for _, e := range rec.Entries() {
+		after[e.Seq] = e
+	}
+	for _, e := range before {
+		got, ok := after[e.Seq]
+		if assert.True(t, ok, "checkpoint %d (%s) lost in the adoption; now: %+v", e.Seq, e.Name, rec.Entries()) {
+			assert.Equal(t, e.Name, got.Name, "seq %d", e.Seq)
+			assert.Equal(t, e.Digest, got.Digest, "seq %d", e.Seq)
+		}
+	}
+	events, _ := filepath.Glob(filepath.Join(elsewhere, "*", "events.log"))
+	require.Len(t, events, 1)
+	b, err := os.ReadFile(events[0])
+	require.NoError(t, err)
+	assert.Regexp(t, `took run `+st.RunID+`'s checkpoint record from \S+ \(newest: step-\d+\)`, string(b))
+}
