@@ -516,8 +516,11 @@ func method(b *bench, sizes []int) []string {
 			"(homes on disk). Copy: a Watcher copies one file to 2 hosts (checkpoint_copies = 3), timed until both hold a verified "+
 			"copy; the baseline sends it through the controller (hosts without agents). Staging: Stage onto 1 and onto 8 hosts "+
 			"(one chain). The controller's CPU is getrusage's for the case, its RSS the peak so far; the hosts' CPU comes from "+
-			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time.",
-			transferHosts, transferRate),
+			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time. "+
+			"Then staging again with every host's link at %s (tbf on eth0 in each host's namespace, LimitHosts), as on a fleet "+
+			"whose hosts have cores and NICs of their own: onto 8 against onto 1 with the same links is the goal's ratio, and "+
+			"wall time / link floor (size / link rate) near 1 means the links set the time.",
+			transferHosts, transferRate, b.transferLink),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+
