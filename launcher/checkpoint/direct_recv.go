@@ -188,15 +188,16 @@ func (r *receiver) event(format string, args ...any) {
 // rather than a whole 1 MiB frame (8 hops at 400 Mbit/s would add 170 ms).
 const forwardChunk = 128 << 10
 
-// readForward reads one frame into the buffer pick gives for its type,
+// readForward reads one frame into the buffer pick gives for its type and
+// length (capped at maxFrame, so a stream cannot make it allocate more),
 // forwarding it to the next hop as it arrives, forwardChunk at a time.
-func (r *receiver) readForward(in io.Reader, pick func(t byte) []byte) (byte, []byte, error) {
+func (r *receiver) readForward(in io.Reader, pick func(t byte, n int) []byte) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(in, h[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(h[1:])
-	buf := pick(h[0])
+	buf := pick(h[0], int(min(n, maxFrame)))
 	if int64(n) > int64(len(buf)) {
 		return 0, nil, fmt.Errorf("direct copy: a frame of %d bytes (at most %d)", n, len(buf))
 	}
@@ -297,9 +298,9 @@ func (r *receiver) run(in io.Reader) (string, error) {
 		if failed.Load() {
 			return stop(nil)
 		}
-		t, p, err := r.readForward(in, func(t byte) []byte {
+		t, p, err := r.readForward(in, func(t byte, n int) []byte {
 			if t == frameManifest {
-				return make([]byte, maxManifest) // pages only as written
+				return make([]byte, min(n, maxManifest))
 			}
 			if buf == nil {
 				buf = make([]byte, copyBuffer)
