@@ -1,12 +1,17 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,14 +45,15 @@ type adoption struct {
 const runIDFile = "run-id"
 
 // findAdoptable looks on the job's hosts for a detached run that is not
-// over and has a live process: nil when there is none (or this is not a
-// detached run).
+// over and has a live process: nil when there is none. A foreground run
+// looks too: it adopts such a group rather than stopping it as a
+// leftover (see controllerTimeout); it first asks cheaply (mayAdopt).
 func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
-	if !r.opts.Detach {
-		return nil, true
-	}
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
+	if !r.opts.Detach && !r.mayAdopt(ctx, cfg, dial) {
+		return nil, true
+	}
 	views := readViews(ctx, cfg.Hosts, dial, r.agents(), false)
 	defer closeViews(views)
 	rec, errs := newestRecord(views)
@@ -77,6 +83,38 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 	}
 	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}, answered
 }
+
+// mayAdopt is a foreground run's first look for a group to adopt, at the
+// price of one command per host over connections the first attempt then
+// uses (they join the pool): whether any host's workdir has a detached
+// run whose record is not final. Only then does findAdoptable read the
+// hosts in full (the agents' reports), which would cost every foreground
+// start an agent check and a report per host.
+func (r *runner) mayAdopt(ctx context.Context, cfg *config.Config, dial cluster.DialOptions) bool {
+	// Bounded: a host that does not answer at once (rebooting, cut off)
+	// is the first attempt's to wait for, as before, not this look's.
+	ctx, cancel := context.WithTimeout(ctx, mayAdoptWait)
+	defer cancel()
+	found := make([]bool, len(cfg.Hosts))
+	cluster.DialEach(ctx, config.Endpoints(cfg.Hosts), dial, func(i int, t cluster.Transport, err error) {
+		if err != nil {
+			return
+		}
+		r.pool.addFresh(&hostConn{host: cfg.Hosts[i], t: t})
+		var out bytes.Buffer
+		rec := path.Join(cfg.Hosts[i].Workdir, agent.CurrentRun, agent.RunRecordFile)
+		if runToEnd(ctx, t, cluster.Cmd{Args: []string{"cat", rec}, Stdout: &out, Stderr: io.Discard}) != nil {
+			return // no run record: nothing to adopt
+		}
+		var rr agent.RunRecord
+		found[i] = json.Unmarshal(out.Bytes(), &rr) == nil && !isFinal(rr.State)
+	})
+	return slices.Contains(found, true)
+}
+
+// mayAdoptWait bounds mayAdopt: every host of a run holds its record, so
+// the hosts that answer in time are enough to find it.
+const mayAdoptWait = 3 * time.Second
 
 // readViews reads every host's report of its workdir's newest run (with
 // file access on each when files).
@@ -152,7 +190,7 @@ func (r *runner) adopt(ad *adoption, res *Result) {
 // instead of starting one: the plan is built as for a start (it names the
 // processes and their environment) but nothing is pushed, checked or
 // started; every process is attached to (see startOne).
-func (a *attempt_) adoptGroup(ctx context.Context, conns []*hostConn, cfg *config.Config, installed <-chan error) attemptOutcome {
+func (a *attempt) adoptGroup(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) attemptOutcome {
 	_, pl, err := a.planAttempt(ctx, conns, cfg, installed)
 	if err != nil {
 		return a.setupFailure(err)
@@ -165,7 +203,7 @@ func (a *attempt_) adoptGroup(ctx context.Context, conns []*hostConn, cfg *confi
 
 // attachArgs is the command that attaches to p's detached process, from
 // where this machine's log of it ends.
-func (a *attempt_) attachArgs(c *hostConn, p plan.Process, localLog string) []string {
+func (a *attempt) attachArgs(c *attemptHost, p plan.Process, localLog string) []string {
 	var from int64
 	if fi, err := os.Stat(localLog); err == nil {
 		from = fi.Size()
@@ -173,7 +211,22 @@ func (a *attempt_) attachArgs(c *hostConn, p plan.Process, localLog string) []st
 		a.r.events.printf("%s: %v; streaming %s from its start", a.prefix(), err, p.Name())
 	}
 	st, _ := a.processFiles(c, p.Name())
-	return agent.AttachCommand(c.agent, agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout})
+	return agent.AttachCommand(c.agent, agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
+		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)})
+}
+
+// controllerTimeout is how long the agents of a detached group keep it
+// with no supervisor attached: the job's controller_timeout for a
+// detached run; for a foreground run that adopted a group, the
+// foreground heartbeat, as its own agents have. A foreground supervisor
+// promises that Ctrl-C, or its death (SIGKILL, a closed terminal),
+// leaves nothing behind, and the group it adopted is then its group:
+// the attach clients switch the adopted agents to this timeout too.
+func (r *runner) controllerTimeout(cfg *config.Config) time.Duration {
+	if r.opts.Detach {
+		return cfg.Job.ControllerTimeout
+	}
+	return heartbeatTimeout
 }
 
 // appendLog opens a process's local log for appending (an adopted run's).
@@ -192,7 +245,7 @@ func (r *runner) appendLog(file string) *logFileWriter {
 // agents keep the group for the new supervisor. It reports whether it did.
 func (s *supervisor) handOver(ctx context.Context) bool {
 	var lost *lease.LostError
-	if !s.a.r.opts.Detach || !errors.As(context.Cause(ctx), &lost) {
+	if !s.a.r.detachedGroup || !errors.As(context.Cause(ctx), &lost) {
 		return false
 	}
 	out := interrupted()

@@ -100,7 +100,7 @@ func newDirectFleet(t *testing.T) *directFleet {
 		require.NoError(t, err)
 		home, err := fsys.Home()
 		require.NoError(t, err)
-		c := &hostConn{host: h, t: tr, fs: fsys, home: home, agent: uploadAgent(t, fsys, home, bin)}
+		c := newAttemptHost(&hostConn{host: h, t: tr, fs: fsys, home: home, agent: uploadAgent(t, fsys, home, bin)})
 		c.installDone()
 		work := path.Join(home, wd)
 		f.hosts = append(f.hosts, checkpoint.Host{Name: h.Name, FS: countingFS{fsys, &f.relayed}, Dir: path.Join(work, "checkpoints"),

@@ -36,7 +36,7 @@ func (r *runner) checkpointRecord(job string) (*checkpoint.Record, error) {
 
 // checkpoints is this attempt's view of the record, its events prefixed
 // with the attempt.
-func (a *attempt_) checkpoints() (*checkpoint.Manager, error) {
+func (a *attempt) checkpoints() (*checkpoint.Manager, error) {
 	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
 	if err != nil {
 		return nil, err
@@ -47,13 +47,13 @@ func (a *attempt_) checkpoints() (*checkpoint.Manager, error) {
 	return checkpoint.New(rec, events, a.r.now), nil
 }
 
-func (a *attempt_) checkpointSettings() checkpoint.Settings {
+func (a *attempt) checkpointSettings() checkpoint.Settings {
 	j := a.cfg.Job
 	return checkpoint.Settings{Marker: j.CheckpointMarker, Copies: j.CheckpointCopies, Keep: j.CheckpointKeep,
 		Mirror: j.CheckpointMirror, CopyRate: j.CheckpointCopyRate, Layout: j.CheckpointLayout}
 }
 
-func (a *attempt_) checkpointHosts(conns []*hostConn) []checkpoint.Host {
+func (a *attempt) checkpointHosts(conns []*attemptHost) []checkpoint.Host {
 	hosts := make([]checkpoint.Host, len(conns))
 	for i, c := range conns {
 		wd := remoteAbs(c.home, c.host.Workdir)
@@ -66,7 +66,7 @@ func (a *attempt_) checkpointHosts(conns []*hostConn) []checkpoint.Host {
 // stageCheckpoint finds the newest checkpoint anywhere and puts it on
 // every host: the result is DROVER_RESUME_FROM per host name, nil to start
 // from scratch.
-func (a *attempt_) stageCheckpoint(ctx context.Context, conns []*hostConn) (map[string]string, error) {
+func (a *attempt) stageCheckpoint(ctx context.Context, conns []*attemptHost) (map[string]string, error) {
 	m, err := a.checkpoints()
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func (a *attempt_) stageCheckpoint(ctx context.Context, conns []*hostConn) (map[
 // watchCheckpoints copies checkpoints while the attempt runs, through
 // each host's low-priority file access (lowPriorityFS); the returned stop
 // must run before the connections close.
-func (a *attempt_) watchCheckpoints(ctx context.Context, conns []*hostConn) (stop func()) {
+func (a *attempt) watchCheckpoints(ctx context.Context, conns []*attemptHost) (stop func()) {
 	m, err := a.checkpoints()
 	if err != nil {
 		a.r.events.printf("%s: %v; checkpoints are not copied", a.prefix(), err)
@@ -94,7 +94,7 @@ func (a *attempt_) watchCheckpoints(ctx context.Context, conns []*hostConn) (sto
 	copyFS := make([]*lowPriorityFS, len(conns))
 	events := func(format string, args ...any) { a.r.events.printf(a.prefix()+": "+format, args...) }
 	for i, c := range conns {
-		copyFS[i] = newLowPriorityFS(ctx, c, events)
+		copyFS[i] = newLowPriorityFS(ctx, c.hostConn, events)
 		hosts[i].CopyFS = copyFS[i]
 	}
 	stopWatch := m.Watch(ctx, hosts, a.checkpointSettings())
@@ -122,11 +122,11 @@ type ckptState struct {
 // agentPeer runs the ends of direct checkpoint copies (checkpoint.Peer)
 // with the drover agent installed over c. Staging runs beside the
 // install, so each start first waits for it.
-type agentPeer struct{ c *hostConn }
+type agentPeer struct{ c *attemptHost }
 
 func (p agentPeer) binary(ctx context.Context) (string, error) {
 	select {
-	case <-p.c.installedCh():
+	case <-p.c.installed:
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}

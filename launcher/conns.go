@@ -2,12 +2,31 @@ package launcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"path"
 	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 )
+
+// hostConn is a connected host, kept in the run's pool (connPool) from
+// one attempt to the next: only what outlives an attempt (the transport,
+// the file access, the home directory, the installed agent, the last tree
+// pushed). What an attempt learns while it prepares the host is its own
+// (attemptHost).
+type hostConn struct {
+	host  config.Host
+	t     cluster.Transport
+	fs    cluster.FS
+	home  string
+	agent string // remote path of the drover binary
+	// pushed is the Key of the tree the last push over this connection
+	// left on the host ("" before one); see pushAndCheck.
+	pushed string
+}
 
 // connPool keeps a run's connections from one attempt to the next. Dialling
 // a host, opening its file access and checking its agent cost 10 to 20
@@ -20,9 +39,22 @@ import (
 type connPool struct {
 	mu    sync.Mutex
 	conns map[string]*hostConn // by host name
+	// fresh are the hosts whose connection was dialled just before the
+	// first attempt (mayAdopt): reused without a keepalive, once.
+	fresh map[string]bool
 }
 
-func newConnPool() *connPool { return &connPool{conns: map[string]*hostConn{}} }
+func newConnPool() *connPool {
+	return &connPool{conns: map[string]*hostConn{}, fresh: map[string]bool{}}
+}
+
+// addFresh adds c, dialled a moment ago: the next reuse takes it as it is.
+func (p *connPool) addFresh(c *hostConn) {
+	p.add(c)
+	p.mu.Lock()
+	p.fresh[c.host.Name] = true
+	p.mu.Unlock()
+}
 
 // pingTimeout bounds the keepalive that checks a kept connection: one that
 // does not answer within it is dropped and the host dialled again.
@@ -55,6 +87,17 @@ func (p *connPool) reuse(ctx context.Context, hosts []config.Host) []*hostConn {
 			p.drop(c)
 			continue
 		}
+		p.mu.Lock()
+		fresh := p.fresh[h.Name]
+		delete(p.fresh, h.Name)
+		if fresh {
+			c.host = h
+		}
+		p.mu.Unlock()
+		if fresh {
+			out[i] = c
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -84,6 +127,7 @@ func (p *connPool) add(c *hostConn) {
 	p.mu.Lock()
 	old := p.conns[c.host.Name]
 	p.conns[c.host.Name] = c
+	delete(p.fresh, c.host.Name)
 	p.mu.Unlock()
 	if old != nil && old != c {
 		old.t.Close()
@@ -95,6 +139,7 @@ func (p *connPool) drop(c *hostConn) {
 	p.mu.Lock()
 	if p.conns[c.host.Name] == c {
 		delete(p.conns, c.host.Name)
+		delete(p.fresh, c.host.Name)
 	}
 	p.mu.Unlock()
 	c.t.Close()
@@ -188,3 +233,32 @@ func (p *connPool) leaseDialer(dial func(context.Context, config.Host) (cluster.
 type noClose struct{ cluster.Transport }
 
 func (noClose) Close() error { return nil }
+
+// forEach runs fn for every host at once and joins the errors.
+func forEach[C any](conns []C, fn func(c C) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(conns))
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(c)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func hostLabel(h config.Host) string {
+	if h.Transport == config.TransportLocal {
+		return h.Name + " (local)"
+	}
+	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
+}
+
+func remoteAbs(home, p string) string {
+	if path.IsAbs(p) {
+		return path.Clean(p)
+	}
+	return path.Join(home, p)
+}

@@ -207,7 +207,7 @@ echo "resume=$DROVER_RESUME_FROM"
 // Preflight runs beside the push unless the push can change what it finds
 // of the programs.
 func TestProgramsFromPush(t *testing.T) {
-	conns := []*hostConn{{host: config.Host{Name: "h"}, home: "/home/u"}}
+	conns := newAttemptHosts([]*hostConn{{host: config.Host{Name: "h"}, home: "/home/u"}})
 	tests := []struct {
 		name    string
 		program string

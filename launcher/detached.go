@@ -41,7 +41,12 @@ type detachState struct {
 	// one's, else 1).
 	adopting     *adoption
 	firstAttempt int
-	readyOnce    sync.Once
+	// detachedGroup says the group runs under detached agents (see
+	// agent/detach.go): a detached run's, or the one a foreground run
+	// adopted (see adopt.go). Its processes are then attached to, and the
+	// run's record is kept on the hosts.
+	detachedGroup bool
+	readyOnce     sync.Once
 	// abort is closed when `drover stop --abort` asked for the group to
 	// be killed at once.
 	abort     chan struct{}
@@ -55,7 +60,7 @@ type detachState struct {
 }
 
 // processFiles are p's state record and log on its host (absolute).
-func (a *attempt_) processFiles(c *hostConn, name string) (state, log string) {
+func (a *attempt) processFiles(c *attemptHost, name string) (state, log string) {
 	st, lg := agent.ProcessFiles(a.r.runID, a.n, name)
 	wd := remoteAbs(c.home, c.host.Workdir)
 	return path.Join(wd, st), path.Join(wd, lg)
@@ -65,7 +70,7 @@ func (a *attempt_) processFiles(c *hostConn, name string) (state, log string) {
 // conns (those of the newest attempt when conns is nil), with the link
 // to the newest run. Failures are events: the run goes on without them.
 func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord)) {
-	if !r.opts.Detach {
+	if !r.detachedGroup {
 		return
 	}
 	r.connMu.Lock()
@@ -152,9 +157,9 @@ const (
 
 // announceRunning records the attempt as running and, on the first
 // attempt that got every process running, tells the caller (Ready).
-func (s *supervisor) announceRunning(conns []*hostConn) {
+func (s *supervisor) announceRunning(conns []*attemptHost) {
 	a := s.a
-	a.r.setRecord(conns, func(rec *agent.RunRecord) {
+	a.r.setRecord(hostConns(conns), func(rec *agent.RunRecord) {
 		rec.State, rec.Attempt, rec.Restarts, rec.Checkpoint = "running", a.n, a.restarts, a.r.newestCheckpoint()
 	})
 	if a.r.opts.Ready == nil {
@@ -200,7 +205,7 @@ const stopPoll = time.Second
 // watchStopRequest ends ctx (cancel) once `drover stop` wrote the run's
 // stop file on one of the hosts; --abort also closes r.abort.
 func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCauseFunc) {
-	if !r.opts.Detach {
+	if !r.detachedGroup {
 		return
 	}
 	go func() {

@@ -1,8 +1,9 @@
 // Package launcher runs a plan on the fleet and keeps it running.
 //
-// Run is the supervisor of `drover run`: each attempt connects to the
-// hosts (keeping the previous attempt's connections that still answer,
-// conns.go), holds their workdirs for this run (package lease: a live run
+// Run is the supervisor of `drover run`: each attempt (type attempt in
+// attempt.go, which names its phases in order and the attempt_*.go file
+// of each) connects to the hosts (keeping the previous attempt's
+// connections that still answer, conns.go), holds their workdirs for this run (package lease: a live run
 // of the same workdir makes it refuse, a dead one's group is a leftover),
 // probes their GPUs, builds the plan (package plan), pushes the code,
 // preflights every host (leftovers, interface, program, ports: one agent

@@ -124,7 +124,7 @@ func colon(s string) string {
 
 // workerCause is why a torchrun worker failed: the exception in its own
 // error file, else the end of its own stderr.
-func (a *attempt_) workerCause(c *hostConn, w agent.WorkerExit) string {
+func (a *attempt) workerCause(c *attemptHost, w agent.WorkerExit) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs

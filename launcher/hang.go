@@ -91,7 +91,7 @@ func (s *supervisor) checkHang() {
 // ends; a file whose mtime changed marks its process as progressing.
 func (s *supervisor) watchProgressFiles(ctx context.Context) {
 	byFile := map[string]*running{}
-	dirs := map[string]*hostConn{}
+	dirs := map[string]*attemptHost{}
 	for _, rp := range s.procs {
 		f := rp.p.Env["DROVER_PROGRESS_FILE"]
 		if f == "" {

@@ -23,7 +23,7 @@ func TestHangAndPauseIgnoreWallClockStep(t *testing.T) {
 	var events bytes.Buffer
 	r := &runner{now: func() time.Time { return wall }, mono: func() time.Duration { return mono }}
 	r.events = &eventLog{w: &events, now: r.now}
-	a := &attempt_{r: r, cfg: &config.Config{Job: config.Job{HangTimeout: 10 * time.Second, StopGrace: time.Second}}, n: 1, total: 1}
+	a := &attempt{r: r, cfg: &config.Config{Job: config.Job{HangTimeout: 10 * time.Second, StopGrace: time.Second}}, n: 1, total: 1}
 	rp := &running{p: plan.Process{Role: plan.RoleWorker, Host: config.Host{Name: "h0"}}, ctl: newControl()}
 	s := &supervisor{a: a, procs: []*running{rp}, remaining: 1}
 

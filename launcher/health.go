@@ -107,14 +107,14 @@ func hasGPUs(h config.Host) bool { return h.GPUs.Auto || len(h.GPUs.List) > 0 }
 
 // findings judges a health read of host: the counters, and the Xids not
 // judged before. idle says the read was taken before the attempt started.
-func (a *attempt_) findings(rep gpu.HostReport, idle bool) []gpu.Finding {
+func (a *attempt) findings(rep gpu.HostReport, idle bool) []gpu.Finding {
 	rep.XIDs = a.r.newXIDs(rep.Host, rep.XIDs)
 	return gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: a.cfg.Job.IgnoreXIDs, Idle: idle})
 }
 
 // warn prints a finding as a warning event; a critical one names the
 // mode that lets it train.
-func (a *attempt_) warn(f gpu.Finding) {
+func (a *attempt) warn(f gpu.Finding) {
 	note := ""
 	if f.Critical {
 		note = ` (critical; health = "warn" lets it train)`
@@ -126,13 +126,13 @@ func (a *attempt_) warn(f gpu.Finding) {
 // Under "enforce" hosts with a critical finding (or fenced earlier in the
 // run) make it return an *UnhealthyError; a host whose health cannot be
 // read is let through with an event (the probe decides about its GPUs).
-func (a *attempt_) healthGate(ctx context.Context, conns []*hostConn) error {
+func (a *attempt) healthGate(ctx context.Context, conns []*attemptHost) error {
 	mode := a.cfg.Job.Health
 	if mode == config.HealthOff {
 		return nil
 	}
 	bad := make([]*gpu.Finding, len(conns))
-	forEach(conns, func(c *hostConn) error {
+	forEach(conns, func(c *attemptHost) error {
 		i := slices.Index(conns, c)
 		if f, ok := a.r.fencedFor(c.host.Name); ok && mode == config.HealthEnforce {
 			bad[i] = &f
@@ -173,7 +173,7 @@ func (a *attempt_) healthGate(ctx context.Context, conns []*hostConn) error {
 // keepOut handles a gate's *UnhealthyError: each host is fenced and a
 // spare takes its place, and the attempt is set up again (outcomeFenced);
 // without a spare for every one the run fails before anything starts.
-func (a *attempt_) keepOut(ue *UnhealthyError) attemptOutcome {
+func (a *attempt) keepOut(ue *UnhealthyError) attemptOutcome {
 	a.r.pool.forgetPrepared()
 	for _, f := range ue.Findings {
 		a.r.fence(f.Host, f)
@@ -192,7 +192,7 @@ func (a *attempt_) keepOut(ue *UnhealthyError) attemptOutcome {
 // standIn makes the first free spare stand in for host (a participant,
 // or a spare standing in for one) from the next setup on, and returns its
 // name; false when no spare is free.
-func (a *attempt_) standIn(host string) (string, bool) {
+func (a *attempt) standIn(host string) (string, bool) {
 	spare, ok := a.freeSpare()
 	if !ok {
 		return "", false
@@ -203,7 +203,7 @@ func (a *attempt_) standIn(host string) (string, bool) {
 
 // freeSpare is the first spare host that is not in use, replaced or
 // fenced.
-func (a *attempt_) freeSpare() (config.Host, bool) {
+func (a *attempt) freeSpare() (config.Host, bool) {
 	used := map[string]bool{}
 	for _, v := range a.r.replaced {
 		used[v] = true

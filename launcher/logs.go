@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/logstream"
 )
@@ -31,6 +33,35 @@ type LogsOptions struct {
 	// Events, when set, receives a line at each change of the run's
 	// state or attempt while following.
 	Events io.Writer
+	// Since, when set, prints only the output newer than it (see
+	// ParseSince): without Attempt or Previous, from the earliest attempt
+	// that has some.
+	Since Since
+	// Notices receives drover's own one-line remarks (nil: dropped).
+	Notices io.Writer
+}
+
+// Since is a cut in time for `drover logs --since`: Ago back from each
+// host's own clock (so that a cut by duration does not depend on this
+// machine's), or At.
+type Since struct {
+	Ago time.Duration
+	At  time.Time
+}
+
+// Set reports whether s cuts anything.
+func (s Since) Set() bool { return s.Ago > 0 || !s.At.IsZero() }
+
+// ParseSince reads --since: a Go duration (10m, 1h30m) back from now, or
+// an absolute RFC3339 time (2026-03-12T12:00:00Z).
+func ParseSince(text string) (Since, error) {
+	if d, err := time.ParseDuration(text); err == nil && d > 0 {
+		return Since{Ago: d}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, text); err == nil {
+		return Since{At: t}, nil
+	}
+	return Since{}, fmt.Errorf("--since %q: neither a positive duration (10m, 1h30m) nor an RFC3339 time (2026-03-12T12:00:00Z)", text)
 }
 
 // logsPoll is how often --follow reads the hosts' logs.
@@ -70,8 +101,18 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 	}
 	sink := logstream.NewSink(w)
 	lastState := st.State
+	if lo.Notices != nil {
+		lo.Notices = &onceWriter{w: lo.Notices}
+	}
+	if lo.Since.Set() {
+		printSinceHistory(ctx, views, st.RunID, attempt, lo, sink)
+	}
 	for {
 		srcs := logSources(views, st.RunID, attempt, lo, sink)
+		if lo.Since.Set() {
+			cutSince(ctx, srcs, lo)
+			lo.Since = Since{} // a new attempt's logs are printed whole
+		}
 		if lo.FromEnd {
 			for _, s := range srcs {
 				s.skipToEnd()
@@ -108,6 +149,110 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 			}
 		}
 	}
+}
+
+// printSinceHistory prints, when lo asks for the newest attempt, the
+// output newer than lo.Since of the attempts before it: walking back from
+// the newest, every attempt that has some (output only grows in time, so
+// the first attempt with none ends the walk).
+func printSinceHistory(ctx context.Context, views []*hostView, id string, newest int, lo LogsOptions, sink *logstream.Sink) {
+	if lo.Attempt > 0 || lo.Previous {
+		return
+	}
+	var prior [][]*logSource
+	for a := newest - 1; a >= 1; a-- {
+		srcs := logSources(views, id, a, lo, sink)
+		if !cutSince(ctx, srcs, lo) {
+			closeSources(srcs)
+			break
+		}
+		prior = append([][]*logSource{srcs}, prior...)
+	}
+	for _, srcs := range prior {
+		for _, s := range srcs {
+			s.copy()
+		}
+		closeSources(srcs)
+	}
+}
+
+// cutSince moves each source to where its output newer than lo.Since
+// starts, asking each host's agent once (`drover agent since`), and
+// reports whether any has such output. A log without a time index (an
+// older agent wrote it, or an older agent answers) is printed from its
+// start, which one line on lo.Notices says.
+func cutSince(ctx context.Context, srcs []*logSource, lo LogsOptions) bool {
+	byHost := map[*hostView][]*logSource{}
+	var hosts []*hostView
+	for _, s := range srcs {
+		if byHost[s.v] == nil {
+			hosts = append(hosts, s.v)
+		}
+		byHost[s.v] = append(byHost[s.v], s)
+	}
+	newer, unindexed := false, 0
+	var reasons []string
+	for _, v := range hosts {
+		hs := byHost[v]
+		res, err := sinceOffsets(ctx, v, hs, lo.Since)
+		if err != nil {
+			unindexed += len(hs)
+			reasons = append(reasons, err.Error())
+			newer = true
+			continue
+		}
+		for i, s := range hs {
+			// A log that cannot be read (never written) has nothing to
+			// print either way.
+			if !res[i].Indexed && res[i].Error == "" {
+				unindexed++
+			}
+			s.offset = res[i].Offset
+			newer = newer || res[i].Offset < res[i].Size
+		}
+	}
+	if unindexed > 0 && lo.Notices != nil {
+		why := "written by an older drover agent"
+		if len(reasons) > 0 {
+			why = reasons[0]
+		}
+		fmt.Fprintf(lo.Notices, "drover: --since: %d log(s) have no time index (%s): printing them from the start\n", unindexed, why)
+	}
+	return newer
+}
+
+// sinceOffsets asks v's agent where each of srcs' output newer than since
+// starts, one result per source in order.
+func sinceOffsets(ctx context.Context, v *hostView, srcs []*logSource, since Since) ([]agent.SinceResult, error) {
+	files := make([]string, len(srcs))
+	for i, s := range srcs {
+		files[i] = s.file
+	}
+	var out, errb bytes.Buffer
+	err := runToEnd(ctx, v.t, cluster.Cmd{Args: agent.SinceCommand(v.agent, since.Ago, since.At, files), Stdout: &out, Stderr: &errb})
+	if err != nil {
+		return nil, fmt.Errorf("the agent on %s cannot cut by time: %w: %s", hostLabel(v.host), err, firstLine(errb.String()))
+	}
+	var res []agent.SinceResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil || len(res) != len(srcs) {
+		return nil, fmt.Errorf("the agent on %s answered `since` with %q, not one result per log", hostLabel(v.host), firstLine(out.String()))
+	}
+	return res, nil
+}
+
+// onceWriter passes on its first write only: a remark said once per
+// command, however many attempts it concerns.
+type onceWriter struct {
+	w    io.Writer
+	done bool
+}
+
+func (o *onceWriter) Write(p []byte) (int, error) {
+	if !o.done {
+		o.done = true
+		return o.w.Write(p)
+	}
+	return len(p), nil
 }
 
 // refresh reads every host's report again.

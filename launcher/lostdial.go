@@ -40,7 +40,7 @@ func (l *lostState) takeLost() map[string]bool {
 // are (waitDialTimeout), so that a restart does not spend a whole connect
 // timeout (10 s by default) on it before host_wait even starts. Every
 // other host gets the configured timeout.
-func (a *attempt_) dialFirst(ctx context.Context, hosts []config.Host, opts cluster.DialOptions, lost map[string]bool) ([]cluster.Transport, []error) {
+func (a *attempt) dialFirst(ctx context.Context, hosts []config.Host, opts cluster.DialOptions, lost map[string]bool) ([]cluster.Transport, []error) {
 	var gone, rest []int
 	for i, h := range hosts {
 		if lost[h.Name] {

@@ -26,7 +26,7 @@ const (
 // Without a spare left the run fails before anything starts, naming the
 // host. Later attempts skip it: a link that degrades during the run
 // shows in the run's speed, and restarts should be quick.
-func (a *attempt_) netPreflight(ctx context.Context, conns []*hostConn) ([]*hostConn, error) {
+func (a *attempt) netPreflight(ctx context.Context, conns []*hostConn) ([]*hostConn, error) {
 	if a.n != 1 || !slices.Contains(a.cfg.Job.Preflight, config.PreflightNet) {
 		return conns, nil
 	}
@@ -51,7 +51,7 @@ func (a *attempt_) netPreflight(ctx context.Context, conns []*hostConn) ([]*host
 }
 
 // measureNet installs the agent where needed and measures conns' links.
-func (a *attempt_) measureNet(ctx context.Context, conns []*hostConn) (*NetReport, error) {
+func (a *attempt) measureNet(ctx context.Context, conns []*hostConn) (*NetReport, error) {
 	peers := make([]*netPeer, len(conns))
 	err := forEach(conns, func(c *hostConn) error {
 		bin, err := remote.Install(ctx, c.t, a.r.agents())
@@ -74,7 +74,7 @@ func (a *attempt_) measureNet(ctx context.Context, conns []*hostConn) (*NetRepor
 
 // swapOut replaces each host ne names by a spare, for the rest of the
 // run; an error when no spare is left.
-func (a *attempt_) swapOut(ctx context.Context, conns []*hostConn, ne *NetError) error {
+func (a *attempt) swapOut(ctx context.Context, conns []*hostConn, ne *NetError) error {
 	opts := a.r.opts.Dial
 	opts.Inventory = config.Endpoints(a.cfg.Hosts)
 	for _, bad := range ne.Hosts {

@@ -29,7 +29,7 @@ type attemptProgress struct {
 
 // noteResumed records which checkpoint the attempt resumes from, given
 // the DROVER_RESUME_FROM paths that staging returned.
-func (a *attempt_) noteResumed(paths map[string]string) {
+func (a *attempt) noteResumed(paths map[string]string) {
 	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
 	if err != nil || len(paths) == 0 {
 		return
@@ -44,7 +44,7 @@ func (a *attempt_) noteResumed(paths map[string]string) {
 
 // checkProgress lists the checkpoints once more after a failed attempt
 // that resumed from one, and notes whether a newer one appeared.
-func (a *attempt_) checkProgress(ctx context.Context, conns []*hostConn) {
+func (a *attempt) checkProgress(ctx context.Context, conns []*attemptHost) {
 	if a.progress.resumed == nil || a.cfg.Job.MaxRestartsWithoutProgress == 0 {
 		return
 	}

@@ -23,7 +23,7 @@ const sharedRecordFile = "checkpoints.json"
 // detached run when it changed since it was last written there. It runs
 // from the supervisor's stop poll, once a second at most.
 func (r *runner) shareCheckpoints() {
-	if !r.opts.Detach {
+	if !r.detachedGroup {
 		return
 	}
 	rec, err := r.checkpointRecord(r.runRec.Job)
@@ -56,7 +56,7 @@ func (r *runner) shareCheckpoints() {
 // knows of more than this machine's record. What a host sends is
 // bounded and checked (checkpoint.Record.AdoptShared): every location in
 // it must be in the job's checkpoint directories or the mirror.
-func (a *attempt_) takeSharedCheckpoints(ctx context.Context, conns []*hostConn) {
+func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHost) {
 	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
 	if err != nil {
 		return

@@ -228,9 +228,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer stopRequested(nil)
 	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
 		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), SupervisorVersion: agent.Version(), Started: r.now().UTC()}
+	r.detachedGroup = r.opts.Detach
 	if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
 		r.adopt(ad, res)
-		r.adopting = ad
+		r.adopting, r.detachedGroup = ad, true
 	} else if r.opts.Detach {
 		_ = os.WriteFile(filepath.Join(res.LogDir, runIDFile), []byte(r.runID+"\n"), 0o644)
 	}
@@ -258,14 +259,14 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		start, first, b.restarts = ad.rec.Attempt, 0, ad.rec.Restarts
 	}
 	r.firstAttempt = start
-	for attempt := start; ; attempt++ {
-		res.Attempts = attempt
-		if attempt > start {
-			cfg = r.reload(cfg, attempt, b.total(cfg.Job))
+	for n := start; ; n++ {
+		res.Attempts = n
+		if n > start {
+			cfg = r.reload(cfg, n, b.total(cfg.Job))
 		}
 		total := b.total(cfg.Job)
-		a := &attempt_{r: r, cfg: cfg, n: attempt, total: total, restarts: first + b.restarts + b.hostFailures,
-			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", attempt))}
+		a := &attempt{r: r, cfg: cfg, n: n, total: total, restarts: first + b.restarts + b.hostFailures,
+			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", n))}
 		a.adopt, r.adopting = r.adopting, nil
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
@@ -275,7 +276,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		if out.kind == outcomeFenced && ctx.Err() == nil {
 			// A spare stands in for a host the health gate kept out:
 			// the same attempt again, not a restart.
-			attempt--
+			n--
 			continue
 		}
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
@@ -284,18 +285,18 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 			out = interrupted()
 		}
 		switch {
-		case out.kind == outcomeSetupFailed && attempt == start && (config.IsConfigError(out.err) || IsHeld(out.err)):
+		case out.kind == outcomeSetupFailed && n == start && (config.IsConfigError(out.err) || IsHeld(out.err)):
 			return nil, out.err
 		case out.kind == outcomeInterrupted:
 			r.events.printf("interrupted: every process stopped")
 			return r.finish(res, Interrupted, context.Cause(ctx)), nil
 		case out.kind == outcomeSucceeded:
-			r.events.printf("attempt %d/%d: job %s succeeded", attempt, total, cfg.Job.Name)
+			r.events.printf("attempt %d/%d: job %s succeeded", n, total, cfg.Job.Name)
 			return r.finish(res, Succeeded, nil), nil
 		}
 		if out.reattach {
-			if r.adopting = r.waitReattach(ctx, cfg, attempt); r.adopting != nil {
-				attempt-- // the same attempt, attached again
+			if r.adopting = r.waitReattach(ctx, cfg, n); r.adopting != nil {
+				n-- // the same attempt, attached again
 				continue
 			}
 		}
@@ -310,7 +311,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 // max_host_failures or max_restarts_without_progress), makes sure every
 // lease is still this run's, and waits the backoff. A non-nil Result ends
 // the run with it.
-func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *budget, stuck *breaker, a *attempt_, out attemptOutcome) *Result {
+func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *budget, stuck *breaker, a *attempt, out attemptOutcome) *Result {
 	// An adopted run's first attempt is its first here.
 	err := b.spend(cfg.Job, out, a.n-r.firstAttempt+1)
 	if err == nil {
@@ -320,7 +321,11 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 		return r.finish(res, Failed, err)
 	}
-	if lost := r.checkLeases(ctx); lost != nil {
+	check := a.leaseCheck
+	if check == nil {
+		check = func() error { return r.checkLeases(ctx) }
+	}
+	if lost := check(); lost != nil {
 		return r.finish(res, Failed, lost)
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "restarting" })
@@ -333,7 +338,8 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		return r.finish(res, Interrupted, context.Cause(ctx))
 	}
 	if delay == 0 {
-		// No backoff: the check above is this instant's, and another
+		// No backoff: the check above is as old as the stop, and the
+		// next attempt's lease finds a takeover since; another check
 		// would cost every restart a round trip to every host.
 		return nil
 	}

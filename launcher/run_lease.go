@@ -31,7 +31,7 @@ func (r *runner) startLeases(ctx context.Context, job string) (_ context.Context
 // connections (connPool.leaseDialer); on a restart the leases are held
 // already and this costs nothing. A live run holding one is a
 // *lease.HeldError: nothing was changed on any host.
-func (a *attempt_) holdWorkdirs(ctx context.Context, conns []*hostConn) error {
+func (a *attempt) holdWorkdirs(ctx context.Context, conns []*attemptHost) error {
 	targets := make([]lease.Target, len(conns))
 	for i, c := range conns {
 		// Absolute: the lease then needs no request for the home.
@@ -64,6 +64,17 @@ func (r *runner) checkLeases(ctx context.Context) error {
 	}
 	r.events.printf("%v", err)
 	return err
+}
+
+// checkLeasesSoon starts checkLeases now and returns its wait: a failed
+// attempt starts it as it begins to stop its group, so that the check the
+// restart needs costs it no round trip of its own. A lease taken over
+// after the check is still found: by the next attempt's lease, and by
+// every host's agent before it stops a leftover.
+func (r *runner) checkLeasesSoon(ctx context.Context) func() error {
+	done := make(chan error, 1)
+	go func() { done <- r.checkLeases(ctx) }()
+	return func() error { return <-done }
 }
 
 // lostLease is the *lease.LostError that ended the run, when one did:

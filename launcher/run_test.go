@@ -148,7 +148,7 @@ func TestSucceededPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &attempt_{cfg: &config.Config{Job: config.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
+			a := &attempt{cfg: &config.Config{Job: config.Job{Framework: tt.framework, SuccessPolicy: tt.policy}}}
 			procs := make([]*running, len(tt.procs))
 			for i, rp := range tt.procs {
 				procs[i] = &running{p: rp.p, done: tt.finished[i]}

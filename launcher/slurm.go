@@ -29,8 +29,8 @@ type sharedFS interface{ SharesFS() bool }
 // pushTargets are the hosts whose workdir gets the code (workdirClaims).
 // A node reached over Slurm that does not see this machine's workdir has
 // one of its own and gets its own push, as over SSH, and the events say so.
-func (a *attempt_) pushTargets(conns []*hostConn) []*hostConn {
-	var out []*hostConn
+func (a *attempt) pushTargets(conns []*attemptHost) []*attemptHost {
+	var out []*attemptHost
 	claims := newWorkdirClaims(a.cfg.Job.Code)
 	for _, c := range conns {
 		if claims.skip(c.host, c.t, c.home) != "" {

@@ -128,18 +128,29 @@ type exitMsg struct {
 	at  time.Time
 }
 
+const pidDir = ".drover/pids"
+
+// Drover pings every agent this often; an agent that hears nothing for
+// heartbeatTimeout stops its group (drover died or the link is down).
+const (
+	heartbeatEvery   = time.Second
+	heartbeatTimeout = 6 * time.Second
+)
+
 // supervisor starts the processes of one attempt and watches them until
 // the group has stopped: start, then wait; the first event that ends the
 // attempt (a failure, success, an interrupt) calls stop with its reason,
 // and onExit accounts for each process as it goes.
 type supervisor struct {
-	a      *attempt_
+	a      *attempt
 	pl     *plan.Plan
-	byHost map[string]*hostConn
+	byHost map[string]*attemptHost
 	// sessions is the context of every process's session; cancelling it
 	// closes the channels, which the agents take as "drover is gone".
 	sessions context.Context
 	cancel   context.CancelFunc
+	// ctx is the attempt's: it ends when the run is interrupted.
+	ctx context.Context
 
 	procs     []*running // the started ones, in plan order
 	exits     chan exitMsg
@@ -177,8 +188,8 @@ type supervisor struct {
 	stopWaits sync.WaitGroup
 }
 
-func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
-	s := &supervisor{a: a, pl: pl, byHost: map[string]*hostConn{}, exits: make(chan exitMsg, len(pl.Processes)),
+func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*attemptHost{}, exits: make(chan exitMsg, len(pl.Processes)),
 		workers: make(chan workerMsg, 64),
 		health:  make(chan healthRead), warned: map[string]bool{}}
 	for _, c := range conns {
@@ -190,9 +201,10 @@ func newSupervisor(a *attempt_, conns []*hostConn, pl *plan.Plan) *supervisor {
 }
 
 // supervise runs the attempt's group to its end.
-func (a *attempt_) supervise(ctx context.Context, conns []*hostConn, pl *plan.Plan) attemptOutcome {
+func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
 	a.r.makeLogDir(a.logDir)
 	s := newSupervisor(a, conns, pl)
+	s.ctx = ctx
 	defer s.cancel()
 	s.start()
 	if !s.stopping {
@@ -281,7 +293,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
 	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
 	torchrun := a.cfg.Job.Framework == config.Torchrun
-	if a.r.opts.Detach {
+	if a.r.detachedGroup {
 		// An attach client sends stdout and stderr as one stream.
 		stdout = io.MultiWriter(stdout, rp.stderrTail)
 		if torchrun {
@@ -318,10 +330,10 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// torchrun (and its 300 s exit barrier) reports them.
 		WatchWorkers: torchrun,
 	}
-	if a.r.opts.Detach {
+	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())
 		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
-		ro.ControllerTimeout = a.cfg.Job.ControllerTimeout
+		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
 	}
 	args := agent.Command(c.agent, ro)
 	if a.adopt != nil {
@@ -337,7 +349,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 }
 
 // processEnv is p's environment with the run's extra variables (tests).
-func (a *attempt_) processEnv(p plan.Process) map[string]string {
+func (a *attempt) processEnv(p plan.Process) map[string]string {
 	if len(a.r.opts.Env) == 0 {
 		return p.Env
 	}
@@ -390,6 +402,11 @@ func (s *supervisor) stop(out attemptOutcome, why string) {
 		return
 	}
 	s.stopping = true
+	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted && s.a.leaseCheck == nil {
+		// The check a restart needs runs while the group stops, not
+		// after it: one round trip less for every restart.
+		s.a.leaseCheck = s.a.r.checkLeasesSoon(s.ctx)
+	}
 	s.requestStop(why)
 }
 
@@ -421,7 +438,7 @@ func (s *supervisor) onExit(m exitMsg) {
 	s.remaining--
 	rp := s.procs[m.i]
 	rp.done = true
-	if s.a.r.opts.Detach && !s.stopping && cluster.IsConnectionLost(m.err) {
+	if s.a.r.detachedGroup && !s.stopping && cluster.IsConnectionLost(m.err) {
 		s.letGo(fmt.Sprintf("lost the channel to %s@%s: %v", rp.p.Name(), rp.p.Host.Name, m.err))
 	}
 	rp.closeLogs()
@@ -592,7 +609,7 @@ func (s *supervisor) checkPaused() {
 	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
 		return
 	}
-	if s.a.r.opts.Detach {
+	if s.a.r.detachedGroup {
 		s.letGo(fmt.Sprintf("this supervisor was silent for %s (suspended, or the machine slept)", gap.Round(time.Second)))
 		return
 	}
@@ -602,7 +619,7 @@ func (s *supervisor) checkPaused() {
 }
 
 // rootCause finds why a failed process failed (see rootCause).
-func (a *attempt_) rootCause(c *hostConn, rp *running) string {
+func (a *attempt) rootCause(c *attemptHost, rp *running) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs
@@ -612,7 +629,7 @@ func (a *attempt_) rootCause(c *hostConn, rp *running) string {
 
 // succeeded applies the success policy to the processes that have exited
 // (all with status 0, since any failure stops the group first).
-func (a *attempt_) succeeded(procs []*running) bool {
+func (a *attempt) succeeded(procs []*running) bool {
 	if a.cfg.Job.Framework != config.TensorFlow {
 		for _, rp := range procs {
 			if !rp.done {
@@ -643,7 +660,7 @@ func (a *attempt_) succeeded(procs []*running) bool {
 	return true
 }
 
-func (a *attempt_) successNote(procs []*running) string {
+func (a *attempt) successNote(procs []*running) string {
 	for _, rp := range procs {
 		if !rp.done {
 			return "success policy met (" + string(a.cfg.Job.SuccessPolicy) + ")"

@@ -217,9 +217,15 @@ func logsCommand() *cli.Command {
 			&cli.IntFlag{Name: "attempt", Usage: "this attempt (default: the newest)"},
 			&cli.BoolFlag{Name: "previous", Usage: "the attempt before the newest"},
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing, across restarts, until the run ends"},
+			sinceFlag(),
 		),
 		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
-			lo := launcher.LogsOptions{Host: c.String("host"), Attempt: c.Int("attempt"), Previous: c.Bool("previous"), Follow: c.Bool("follow")}
+			since, err := parseSince(c)
+			if err != nil {
+				return err
+			}
+			lo := launcher.LogsOptions{Host: c.String("host"), Attempt: c.Int("attempt"), Previous: c.Bool("previous"), Follow: c.Bool("follow"),
+				Since: since, Notices: c.App.ErrWriter}
 			for _, s := range strings.Split(c.String("rank"), ",") {
 				if s = strings.TrimSpace(s); s == "" {
 					continue
@@ -236,6 +242,23 @@ func logsCommand() *cli.Command {
 			return launcher.Logs(ctx, o, lo, c.App.Writer)
 		}),
 	}
+}
+
+// sinceFlag is --since of logs and attach.
+func sinceFlag() cli.Flag {
+	return &cli.StringFlag{Name: "since", Usage: "only output newer than this: a duration back from now (`10m`) or an RFC3339 time"}
+}
+
+// parseSince reads --since (a usage error when malformed).
+func parseSince(c *cli.Context) (launcher.Since, error) {
+	if !c.IsSet("since") {
+		return launcher.Since{}, nil
+	}
+	s, err := launcher.ParseSince(c.String("since"))
+	if err != nil {
+		return s, cli.Exit(err.Error(), exitConfig)
+	}
+	return s, nil
 }
 
 func psCommand() *cli.Command {
@@ -289,12 +312,17 @@ func attachCommand() *cli.Command {
 		Name:      "attach",
 		Usage:     "watch the job's detached run live (its lines and changes of state); Ctrl-C detaches only",
 		ArgsUsage: "JOB.toml",
-		Flags:     withFleetFlags(&cli.BoolFlag{Name: "history", Usage: "print the current attempt's lines so far first"}),
+		Flags:     withFleetFlags(&cli.BoolFlag{Name: "history", Usage: "print the current attempt's lines so far first"}, sinceFlag()),
 		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
+			since, err := parseSince(c)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
 			defer stop()
-			lo := launcher.LogsOptions{Follow: true, FromEnd: !c.Bool("history"), Events: c.App.ErrWriter}
-			err := launcher.Logs(ctx, o, lo, c.App.Writer)
+			lo := launcher.LogsOptions{Follow: true, FromEnd: !c.Bool("history") && !since.Set(), Events: c.App.ErrWriter,
+				Since: since, Notices: c.App.ErrWriter}
+			err = launcher.Logs(ctx, o, lo, c.App.Writer)
 			if ctx.Err() != nil {
 				job := c.Args().First()
 				fmt.Fprintf(c.App.ErrWriter, "detached; the run goes on\n  re-attach: drover attach %s\n  stop:      drover stop %s\n", job, job)

@@ -355,9 +355,7 @@ func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, sto
 	if det != nil {
 		det.running(s.child)
 		go detachedSignals(reqs, done)
-		if opts.ControllerTimeout > 0 {
-			go watchSupervisor(beatFile(det.path), opts.ControllerTimeout, reqs, done)
-		}
+		go watchSupervisor(det.path, opts.ControllerTimeout, reqs, done)
 	}
 	var workers <-chan WorkerExit
 	if opts.WatchWorkers {
@@ -453,8 +451,20 @@ func (s *supervision) openLog() (closeLog func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent run: open log: %w", err)
 	}
-	s.logw = &lockedWriter{w: f}
-	return func() { f.Close() }, nil
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	// The time index beside it (see timeindex.go) is what --since cuts by.
+	ix := newTimeIndex(s.opts.LogFile, size)
+	lw := &lockedWriter{w: f, ix: ix}
+	s.logw = lw
+	return func() {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		f.Close()
+		ix.close()
+	}, nil
 }
 
 // notice writes one of the agent's own lines to stderr and the log.
@@ -887,12 +897,20 @@ func copyOut(r io.Reader, out io.Writer, logw *lockedWriter) {
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+	// ix, when set, learns the time and offset of every write.
+	ix *timeIndex
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	if l.ix == nil {
+		return l.w.Write(p)
+	}
+	l.ix.before(time.Now())
+	n, err := l.w.Write(p)
+	l.ix.size += int64(n)
+	return n, err
 }
 
 func orDiscard(w io.Writer) io.Writer {

@@ -52,6 +52,9 @@ const (
 
 	cmdAttach = "attach"
 	cmdRuns   = "runs"
+	cmdSince  = "since"
+	flagAgo   = "ago"
+	flagAt    = "at"
 
 	flagState             = "state"
 	flagRunID             = "run-id"
@@ -103,6 +106,7 @@ func CLI() *cli.Command {
 		Subcommands: []*cli.Command{
 			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(),
 			topCLI(), netListenCLI(), netSendCLI(), recvCLI(), sendCLI(), attachCLI(), runsCLI(),
+			sinceCLI(),
 		},
 	}
 }
@@ -229,6 +233,7 @@ func attachCLI() *cli.Command {
 			&cli.StringFlag{Name: flagState, Required: true, TakesFile: true, Usage: "the process's state file"},
 			&cli.Int64Flag{Name: flagFrom, Usage: "byte `OFFSET` in its log to stream from"},
 			&cli.DurationFlag{Name: flagHeartbeat, Usage: "detach when no line arrives on stdin for this long (0: off)"},
+			&cli.DurationFlag{Name: flagControllerTimeout, Usage: "from now on, the agent stops its group after this long with no attach client (0: never)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -236,10 +241,15 @@ func attachCLI() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 			defer stop()
-			o := AttachOptions{State: c.String(flagState), From: c.Int64(flagFrom), Heartbeat: c.Duration(flagHeartbeat)}
-			return exitWith(Attach(ctx, o, c.App.Reader, c.App.Writer))
+			return exitWith(Attach(ctx, attachOptions(c), c.App.Reader, c.App.Writer))
 		},
 	}
+}
+
+// attachOptions reads attach's flags (what AttachCommand writes).
+func attachOptions(c *cli.Context) AttachOptions {
+	return AttachOptions{State: c.String(flagState), From: c.Int64(flagFrom), Heartbeat: c.Duration(flagHeartbeat),
+		SetControllerTimeout: c.IsSet(flagControllerTimeout), ControllerTimeout: c.Duration(flagControllerTimeout)}
 }
 
 // runsCLI is `drover agent runs`: what this host knows of detached runs,
@@ -264,6 +274,45 @@ func runsCLI() *cli.Command {
 			return enc.Encode(rep)
 		},
 	}
+}
+
+// sinceCLI is `drover agent since (--ago D | --at TIME) LOG...`: where
+// each log's output newer than a time starts, from its time index, as
+// JSON (a SinceResult per log). --ago is counted back from this host's
+// clock, so that a cut by duration does not depend on the controller's.
+func sinceCLI() *cli.Command {
+	return &cli.Command{
+		Name:      cmdSince,
+		Usage:     "print where each log's output newer than a time starts, as JSON",
+		ArgsUsage: "LOG...",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: flagAgo, Usage: "output newer than this long ago, by this host's clock"},
+			&cli.TimestampFlag{Name: flagAt, Layout: time.RFC3339Nano, Usage: "output newer than this RFC3339 `TIME`"},
+		},
+		Action: func(c *cli.Context) error {
+			t := time.Now().Add(-c.Duration(flagAgo))
+			if at := c.Timestamp(flagAt); at != nil {
+				t = *at
+			}
+			out := []SinceResult{}
+			for _, log := range c.Args().Slice() {
+				out = append(out, SinceOffset(log, t))
+			}
+			return json.NewEncoder(c.App.Writer).Encode(out)
+		},
+	}
+}
+
+// SinceCommand returns the argv of `drover agent since` for logs: ago
+// back from the host's clock, or at when ago is 0.
+func SinceCommand(binary string, ago time.Duration, at time.Time, logs []string) []string {
+	args := []string{binary, cmdAgent, cmdSince}
+	if ago > 0 {
+		args = append(args, "--"+flagAgo, ago.String())
+	} else {
+		args = append(args, "--"+flagAt, at.UTC().Format(time.RFC3339Nano))
+	}
+	return append(append(args, "--"), logs...)
 }
 
 // stopCLI is `drover agent stop --pidfile PATH`: it stops a group an

@@ -48,10 +48,24 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, o, runOptions(c))
 	})
 	t.Run("attach", func(t *testing.T) {
-		o := AttachOptions{State: "/w/s.json", From: 12345, Heartbeat: 6 * time.Second}
-		c := parseAgent(t, AttachCommand("drover", o))
-		assert.Equal(t, cmdAttach, c.Command.Name)
-		assert.Equal(t, o, AttachOptions{State: c.String(flagState), From: c.Int64(flagFrom), Heartbeat: c.Duration(flagHeartbeat)})
+		for _, o := range []AttachOptions{
+			{State: "/w/s.json", From: 12345, Heartbeat: 6 * time.Second},
+			{State: "/w/s.json", SetControllerTimeout: true, ControllerTimeout: 6 * time.Second},
+			{State: "/w/s.json", SetControllerTimeout: true},
+		} {
+			c := parseAgent(t, AttachCommand("drover", o))
+			assert.Equal(t, cmdAttach, c.Command.Name)
+			assert.Equal(t, o, attachOptions(c))
+		}
+	})
+	t.Run("since", func(t *testing.T) {
+		c := parseAgent(t, SinceCommand("drover", 10*time.Minute, time.Time{}, []string{"/w/a.log", "/w/b.log"}))
+		assert.Equal(t, cmdSince, c.Command.Name)
+		assert.Equal(t, 10*time.Minute, c.Duration(flagAgo))
+		assert.Equal(t, []string{"/w/a.log", "/w/b.log"}, c.Args().Slice())
+		at := time.Date(2026, 3, 12, 12, 0, 0, 5, time.UTC)
+		c = parseAgent(t, SinceCommand("drover", 0, at, []string{"/w/a.log"}))
+		assert.True(t, at.Equal(*c.Timestamp(flagAt)), "%v", c.Timestamp(flagAt))
 	})
 	t.Run("runs", func(t *testing.T) {
 		c := parseAgent(t, RunsCommand("drover", "/w", "r1"))

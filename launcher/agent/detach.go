@@ -220,16 +220,44 @@ func detachedSignals(reqs chan<- request, done <-chan struct{}) {
 	}
 }
 
+// timeoutFile is where an attach client sets the controller timeout (see
+// AttachOptions.SetControllerTimeout).
+func timeoutFile(state string) string { return state + ".timeout" }
+
+// currentTimeout is the controller timeout in force: the one an attach
+// client set last, else the one the agent was started with.
+func currentTimeout(state string, started time.Duration) time.Duration {
+	b, err := os.ReadFile(timeoutFile(state))
+	if err != nil {
+		return started
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(string(b)))
+	if err != nil {
+		return started
+	}
+	return d
+}
+
 // watchSupervisor stops the group gracefully once no attach client has
-// touched the beat file for timeout (see RunOptions.ControllerTimeout).
-func watchSupervisor(beat string, timeout time.Duration, reqs chan<- request, done <-chan struct{}) {
-	tick := time.NewTicker(min(time.Second, timeout/2+time.Millisecond))
+// touched the beat file for the controller timeout in force (see
+// RunOptions.ControllerTimeout, currentTimeout; 0: never).
+func watchSupervisor(state string, started time.Duration, reqs chan<- request, done <-chan struct{}) {
+	beat := beatFile(state)
+	every := time.Second
+	if started > 0 {
+		every = min(every, started/2+time.Millisecond)
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-done:
 			return
 		case <-tick.C:
+			timeout := currentTimeout(state, started)
+			if timeout <= 0 {
+				continue
+			}
 			fi, err := os.Stat(beat)
 			if err == nil && time.Since(fi.ModTime()) < timeout {
 				continue
@@ -356,6 +384,12 @@ type AttachOptions struct {
 	// Heartbeat, when positive, detaches once no control line arrived for
 	// that long (the controller is behind a dead link).
 	Heartbeat time.Duration
+	// SetControllerTimeout makes the agent keep the group for
+	// ControllerTimeout (0: for ever) with no attach client from now on,
+	// whatever it was started with: the attaching supervisor's promise
+	// (a foreground one's is a few seconds) replaces the starter's.
+	SetControllerTimeout bool
+	ControllerTimeout    time.Duration
 }
 
 // Attach streams the log of the detached process at o.State to stdout
@@ -370,6 +404,13 @@ func Attach(ctx context.Context, o AttachOptions, stdin io.Reader, stdout io.Wri
 	}
 	beat := beatFile(o.State)
 	touch(beat)
+	if o.SetControllerTimeout {
+		// After the beat: a stale beat must not meet a short timeout.
+		if err := os.WriteFile(timeoutFile(o.State), []byte(o.ControllerTimeout.String()+"\n"), 0o600); err != nil {
+			fmt.Fprintf(os.Stderr, "agent attach: set the controller timeout: %v\n", err)
+			return ExitCannotRun
+		}
+	}
 	gone := make(chan struct{})
 	if stdin != nil {
 		go attachControl(stdin, st, beat, o.Heartbeat, gone)
@@ -486,6 +527,9 @@ func AttachCommand(binary string, o AttachOptions) []string {
 	args := []string{binary, cmdAgent, cmdAttach, "--" + flagState, o.State, "--" + flagFrom, fmt.Sprint(o.From)}
 	if o.Heartbeat > 0 {
 		args = append(args, "--"+flagHeartbeat, o.Heartbeat.String())
+	}
+	if o.SetControllerTimeout {
+		args = append(args, "--"+flagControllerTimeout, o.ControllerTimeout.String())
 	}
 	return args
 }

@@ -302,9 +302,16 @@ func (t *topper) procs(now time.Time) []TopProc {
 	return out
 }
 
-// lastLog is when the newest attempt's log of process name last grew.
+// lastLog is when the newest attempt's log of process name last grew: a
+// foreground run's (.drover/logs/attempt-N/) or the newest detached
+// run's (.drover/runs/ID/attempt-N/, which drover status reads), so that
+// top and status give a detached process the same output age.
 func (t *topper) lastLog(name string) (time.Time, bool) {
 	logs, _ := filepath.Glob(filepath.Join(t.workdir, ".drover", "logs", "attempt-*", name+".log"))
+	if id, err := os.Readlink(filepath.Join(t.workdir, CurrentRun)); err == nil && !strings.ContainsRune(id, '/') {
+		runLogs, _ := filepath.Glob(filepath.Join(t.workdir, RunDir(id), "attempt-*", name+".log"))
+		logs = append(logs, runLogs...)
+	}
 	var newest time.Time
 	for _, l := range logs {
 		if st, err := os.Stat(l); err == nil && st.ModTime().After(newest) {

@@ -80,6 +80,8 @@ type bench struct {
 	// interactive view's CPU is measured.
 	topN      int
 	topWindow time.Duration
+	// statusN is the status section's fleet.
+	statusN int
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -124,7 +126,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	quick := fs.Bool("quick", false, "skip the scale section (N=256)")
 	rtt := fs.Duration("rtt", 50*time.Millisecond, "round-trip time the latency section puts between drover and the hosts")
 	latencyN := fs.Int("latency-n", 8, "fleet size (among -sizes) for the latency section; 0 skips it")
-	sections := fs.String("sections", "fanout,push,failure,latency,scale,top", "sections to run (fanout, push, failure, latency, scale, top)")
+	sections := fs.String("sections", "fanout,push,failure,latency,scale,top,status", "sections to run (fanout, push, failure, latency, scale, top, status)")
+	statusN := fs.Int("status-n", 16, "fleet size (among -sizes) for drover status; 0 skips it")
 	topN := fs.Int("top-n", 16, "fleet size (among -sizes) for drover top; 0 skips it")
 	topWindow := fs.Duration("top-window", time.Minute, "how long the interactive drover top's CPU is measured")
 	prefix := fs.String("fleet-prefix", "b", "fleets are named PREFIX<N> (another prefix lets a second run share the machine)")
@@ -154,7 +157,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
 		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet,
-		transferMax: *transferMax, transferRelay: *transferRelay, transferLink: *transferLink, transferLinkMax: *transferLinkMax, topN: *topN, topWindow: *topWindow}
+		transferMax: *transferMax, transferRelay: *transferRelay, transferLink: *transferLink, transferLinkMax: *transferLinkMax,
+		topN: *topN, topWindow: *topWindow, statusN: *statusN}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
 	}
@@ -198,7 +202,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for i, n := range ns {
 		doPush := slices.Contains(ps, n) && b.sections["push"]
 		doFail := n == *failN && b.sections["failure"]
-		if !b.sections["fanout"] && !doPush && !doFail && !(n == *latencyN && b.rtt > 0 && b.sections["latency"]) && !b.topSection(n) {
+		if !b.sections["fanout"] && !doPush && !doFail && !(n == *latencyN && b.rtt > 0 && b.sections["latency"]) && !b.topSection(n) && !b.statusSection(n) {
 			continue // no section uses this fleet (e.g. -sections "" -checkpoints)
 		}
 		need := fleetReserve + fanoutBudget/2
@@ -301,6 +305,9 @@ func (b *bench) onFleet(ctx context.Context, f *benchFleet, doPush, doFail bool)
 	}
 	if b.topSection(f.N) {
 		section(topBudget, func(ctx context.Context) []Row { return b.top(ctx, f) })
+	}
+	if b.statusSection(f.N) {
+		section(statusBudget, func(ctx context.Context) []Row { return b.status(ctx, f) })
 	}
 	return rows
 }
@@ -554,6 +561,9 @@ func method(b *bench, sizes []int) []string {
 			"the interactive `drover top job.toml` in a pseudo-terminal (script -qfec) refreshing every second, its CPU "+
 			"(drover's and script's user+sys) over %s after 5 s to connect. No job runs and the hosts have no "+
 			"nvidia-smi. Goals from issue 28: under 2 s at 16 hosts, under 5%% of one core.", b.topN, b.topWindow),
+		fmt.Sprintf("Status (section status, N=%d): `drover run -d job.toml` of `sleep 600`, one process per host, then "+
+			"`drover status --json job.toml` timed from start to exit (every host dialled, its agent asked for the run; "+
+			"the median of the runs after one untimed), then `drover stop --abort`. Goal from issue 26: under 2 s at 16 hosts.", b.statusN),
 	}
 }
 

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/launcher"
+)
+
+// adoptInForeground starts a detached run of 2 hosts, SIGKILLs its
+// supervisor, and has a foreground drover run adopt the group: the same
+// attempt and processes, the message printed, the new supervisor alive.
+func adoptInForeground(t *testing.T) (*fleetJob, *droverProc) {
+	t.Helper()
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: "max_restarts = 3"})
+	sup := startDetachedRun(t, j)
+	before := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+
+	fg := startDrover(t, j)
+	adopting := regexp.MustCompile(`adopting attempt 1 of run ` + before.RunID + ` \(supervisor \S+ pid ` + strconv.Itoa(sup) + ` gone since \d\d:\d\d:\d\d\)`)
+	deadline := time.Now().Add(60 * time.Second)
+	for !adopting.MatchString(fg.stderr.String()) {
+		select {
+		case <-fg.done:
+			t.Fatalf("the foreground drover exited %d before adopting:\n%s", fg.code, fg.stderr.String())
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "no adoption within 60s:\n%s", fg.stderr.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Its lines are streamed as a foreground run's.
+	fg.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-1@\S+\] n=\d+ rank=1 `), 30*time.Second)
+	after := waitStatus(t, j, 30*time.Second, "the foreground supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	assert.Equal(t, fg.cmd.Process.Pid, after.Supervisor.PID)
+	assert.Equal(t, 1, after.Attempt, "adopted, not restarted")
+	assert.Equal(t, 0, after.Restarts)
+	require.Equal(t, 2, running(after))
+	for i := range before.Processes {
+		assert.Equal(t, before.Processes[i].PID, after.Processes[i].PID, "the same processes, not restarted")
+	}
+	return j, fg
+}
+
+// A foreground drover run adopts an unsupervised detached group as
+// drover run -d does, and Ctrl-C then stops every process of the job.
+func TestRunForegroundAdoptsThenCtrlC(t *testing.T) {
+	j, fg := adoptInForeground(t)
+	fg.signal(t, syscall.SIGINT)
+	assert.Equal(t, exitInterrupted, fg.wait(t, 60*time.Second))
+	waitNoJobProcs(t, j.Name, 10*time.Second)
+	assert.Equal(t, "stopped", status(t, j).State)
+}
+
+// A foreground supervisor leaves nothing behind when it is SIGKILLed,
+// adopted group included: its attach clients switched the detached
+// agents to the foreground heartbeat, so they stop the group a few
+// seconds later (a detached run's agents would keep it for ever).
+func TestRunForegroundAdoptsThenSIGKILL(t *testing.T) {
+	j, fg := adoptInForeground(t)
+	fg.signal(t, syscall.SIGKILL)
+	fg.wait(t, 10*time.Second)
+	waitNoJobProcs(t, j.Name, 30*time.Second)
+}

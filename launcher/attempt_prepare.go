@@ -1,0 +1,191 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/lease"
+)
+
+// The prepare phase of an attempt (see attempt): the agent installed,
+// file access and the home directory opened, the workdirs leased
+// (run_lease.go), each beside the others.
+
+// attemptHost is a host of one attempt: the pooled connection and what
+// this attempt's setup learns of the host on it. Each attempt makes its
+// own (newAttemptHosts), so nothing of an attempt is re-armed on a
+// connection the next attempt reuses.
+type attemptHost struct {
+	*hostConn
+	// What this attempt's agent install learnt of the host, before its
+	// upload: told is closed once it has said (or failed, or had nothing
+	// to do). toldHome is the home directory, so that opening the files
+	// needs no request of its own for it; newWorkdir says the install
+	// created the workdir (it was not there), so the first push has
+	// nothing on the host to compare.
+	told       chan struct{}
+	toldOnce   sync.Once
+	toldHome   string
+	newWorkdir atomic.Bool
+	// installed is closed once installAgents has set agent (or failed):
+	// direct checkpoint copies, which start beside the install, wait for
+	// it.
+	installed     chan struct{}
+	installedOnce sync.Once
+}
+
+// newAttemptHost is c as a host of a new attempt: nothing told or
+// installed yet.
+func newAttemptHost(c *hostConn) *attemptHost {
+	return &attemptHost{hostConn: c, told: make(chan struct{}), installed: make(chan struct{})}
+}
+
+// newAttemptHosts gives each of an attempt's connections the attempt's
+// own setup state.
+func newAttemptHosts(conns []*hostConn) []*attemptHost {
+	out := make([]*attemptHost, len(conns))
+	for i, c := range conns {
+		out[i] = newAttemptHost(c)
+	}
+	return out
+}
+
+// hostConns are the pooled connections under hosts.
+func hostConns(hosts []*attemptHost) []*hostConn {
+	out := make([]*hostConn, len(hosts))
+	for i, h := range hosts {
+		out[i] = h.hostConn
+	}
+	return out
+}
+
+// prepare starts installing the agents and opens file access and the
+// leases beside it; installed says when the install is done. The agent
+// needs nothing but the connection, the lease nothing but file access,
+// the push nothing but the lease: each starts as soon as what it needs is
+// there, beside the others (on a fresh host the agent's upload and the
+// first push overlap).
+func (a *attempt) prepare(ctx context.Context, conns []*attemptHost) (installed <-chan error, err error) {
+	done := make(chan error, 1)
+	go func() { done <- a.installAgents(ctx, conns) }()
+	err = a.openFiles(ctx, conns)
+	if err == nil {
+		err = waitTold(ctx, conns)
+	}
+	if err == nil {
+		err = a.holdWorkdirs(ctx, conns)
+	}
+	return done, err
+}
+
+// installAgents installs the agent on every connection that an earlier
+// attempt did not install it over (a kept connection's agent was checked
+// when it was installed; after a setup failure the next attempt starts on
+// new connections, see forgetPrepared). It sets hostConn.agent and nothing
+// else (on the host it also creates the workdir's state directory, which
+// the lease would create otherwise), so it runs beside the other setup
+// steps.
+func (a *attempt) installAgents(ctx context.Context, conns []*attemptHost) error {
+	return forEach(conns, func(c *attemptHost) error {
+		defer c.tell("", false) // nothing learnt, or failed
+		defer c.installDone()
+		if c.agent != "" {
+			return nil
+		}
+		// The lease, taken beside the install, then finds the
+		// workdir's state directory there (see lease.File).
+		wd := c.host.Workdir
+		in, err := remote.InstallWith(ctx, c.t, a.r.agents(), remote.InstallOptions{
+			Dirs: []string{wd, path.Join(wd, path.Dir(lease.File))},
+			Told: func(home string, made []string) { c.tell(home, slices.Contains(made, wd)) },
+		})
+		c.agent = in.Path
+		return err // "install drover agent on <host> (<address>): ..."
+	})
+}
+
+// installDone says the install is over (agent is set, or "").
+func (c *attemptHost) installDone() {
+	c.installedOnce.Do(func() { close(c.installed) })
+}
+
+// tell records what the install learnt (see attemptHost.told); only the
+// first call counts.
+func (c *attemptHost) tell(home string, newWorkdir bool) {
+	c.toldOnce.Do(func() {
+		c.toldHome = home
+		c.newWorkdir.Store(newWorkdir)
+		close(c.told)
+	})
+}
+
+// waitTold waits until every install has said whether it made the
+// workdir (see attemptHost.told), before the lease: the lease would make a
+// missing workdir itself, and the install would then find it there and
+// the first push list what is a new workdir. The install's answer comes
+// about when SFTP opens, so this seldom waits.
+func waitTold(ctx context.Context, conns []*attemptHost) error {
+	for _, c := range conns {
+		select {
+		case <-c.told:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// openFiles opens file access and learns the home directory on every
+// connection that does not have them yet.
+func (a *attempt) openFiles(ctx context.Context, conns []*attemptHost) error {
+	return forEach(conns, func(c *attemptHost) error {
+		if c.fs != nil {
+			return nil
+		}
+		fsys, err := c.t.FS(ctx)
+		if err != nil {
+			return fmt.Errorf("open files on %s: %w", hostLabel(c.host), err)
+		}
+		home, err := a.home(ctx, c, fsys)
+		if err != nil {
+			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
+		}
+		c.fs, c.home = fsys, home
+		return nil
+	})
+}
+
+// home is c's home directory: what the agent's install said of it, or
+// what fsys says, whichever comes first. The install's command says it
+// about when SFTP has opened, a round trip before an SFTP request for it
+// would answer; on Slurm, where a step takes a while to start, SFTP's
+// answer may come first.
+func (a *attempt) home(ctx context.Context, c *attemptHost, fsys cluster.FS) (string, error) {
+	type answer struct {
+		home string
+		err  error
+	}
+	asked := make(chan answer, 1)
+	go func() {
+		h, err := fsys.Home()
+		asked <- answer{h, err}
+	}()
+	select {
+	case <-c.told:
+		if c.toldHome != "" {
+			return c.toldHome, nil
+		}
+	case r := <-asked:
+		return r.home, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	r := <-asked
+	return r.home, r.err
+}

@@ -1,0 +1,137 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/droverhq/drover/cluster/push"
+	"github.com/droverhq/drover/launcher/plan"
+)
+
+// The scan and push phases of an attempt (see attempt): the code
+// directory scanned here while the hosts are connected, then pushed to
+// every workdir (slurm.go: which hosts share one).
+
+// scanned is the local side of an attempt's push: the code directory's
+// tree and the options it was scanned with, once scan's goroutine is done.
+type scanned struct {
+	done chan struct{}
+	tree *push.Tree
+	opts push.Options
+	err  error
+}
+
+// scan scans the code directory in the background: it is local work that
+// needs no host, so it runs while the hosts are connected and prepared.
+func (a *attempt) scan() *scanned {
+	// The same rule as `drover push` (pushOptions). What is about to run
+	// is checked (sizes and mtimes): a file edited or deleted on a host
+	// since the last push is put back.
+	sc := &scanned{done: make(chan struct{}), opts: pushOptions(a.cfg, a.r.logRoot, a.r.opts.PushCacheDir, push.VerifyStat)}
+	opts := sc.opts // the scan's own copy
+	go func() {
+		defer close(sc.done)
+		start := a.r.now()
+		sc.tree, sc.err = scanLocal(a.cfg.Job.Code, opts)
+		a.r.events.debugf("%s: setup: scan of %s took %s", a.prefix(), a.cfg.Job.Code, a.r.now().Sub(start).Round(time.Millisecond))
+	}()
+	return sc
+}
+
+// pushOutcome is how an attempt's push went: changed says it sent or
+// deleted anything on any host.
+type pushOutcome struct {
+	changed bool
+	err     error
+}
+
+// push syncs the code directory, as sc scanned it, to every host's
+// workdir (incremental).
+func (a *attempt) push(ctx context.Context, conns []*attemptHost, sc *scanned) pushOutcome {
+	<-sc.done
+	tree, opts, err := sc.tree, sc.opts, sc.err
+	if err != nil {
+		return pushOutcome{err: fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)}
+	}
+	for _, w := range tree.Warnings {
+		a.r.events.printf("%s: push: warning: %s", a.prefix(), w)
+	}
+	var changed atomic.Bool
+	err = forEach(a.pushTargets(conns), func(c *attemptHost) error {
+		o := opts
+		o.NewWorkdir = c.newWorkdir.Load()
+		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
+		// As `drover push` shows them: what did not stop the push but
+		// the user should hear of (the tar fallback, a link left alone
+		// on the host).
+		for _, w := range res.Warnings {
+			a.r.events.printf("%s: push to %s: warning: %s", a.prefix(), c.host.Name, w)
+		}
+		if err != nil {
+			return err
+		}
+		fresh := ""
+		if o.NewWorkdir {
+			fresh = " (into a workdir the install made: nothing to compare)"
+		}
+		a.r.events.debugf("%s: setup: push to %s took %s%s", a.prefix(), c.host.Name, res.Duration.Round(time.Millisecond), fresh)
+		if res.FilesSent > 0 || res.FilesDeleted > 0 {
+			changed.Store(true)
+			a.r.events.printf("%s: pushed %d file(s) (%d bytes), deleted %d on %s", a.prefix(), res.FilesSent, res.BytesSent, res.FilesDeleted, c.host.Name)
+		}
+		return nil
+	})
+	return pushOutcome{changed: changed.Load(), err: err}
+}
+
+// programsFromPush reports whether a push can change what preflight finds
+// of pl's programs: one named by a relative path (./train.sh, bin/run),
+// which is looked up in the workdir the push fills, or by an absolute one
+// into a workdir, or a PATH in the plan's environment that has a directory
+// in a workdir. A program found on the host's own PATH (python3, torchrun)
+// is not the push's: its preflight (with the ports, leftovers and the
+// route, none of which the code changes) then runs beside the push, which
+// on a fresh host is still sending, instead of after it. A host whose own
+// PATH leads into the workdir fails that early preflight when the program
+// is not there yet, and preflight runs again after the push.
+func programsFromPush(pl *plan.Plan, conns []*attemptHost) bool {
+	homes := map[string]string{}
+	for _, c := range conns {
+		homes[c.host.Name] = c.home
+	}
+	for _, p := range pl.Processes {
+		wd := remoteAbs(homes[p.Host.Name], p.Workdir)
+		prog := p.Command[0]
+		if strings.Contains(prog, "/") && (!path.IsAbs(prog) || within(prog, wd)) {
+			return true
+		}
+		for _, dir := range filepath.SplitList(p.Env["PATH"]) {
+			if !path.IsAbs(dir) || within(dir, wd) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// within reports whether the absolute path p is dir or under it.
+func within(p, dir string) bool {
+	rel, ok := strings.CutPrefix(path.Clean(p), path.Clean(dir))
+	return ok && (rel == "" || strings.HasPrefix(rel, "/"))
+}
+
+// allPushed reports whether every connection's last push sent the tree
+// named key.
+func allPushed(conns []*attemptHost, key string) bool {
+	for _, c := range conns {
+		if c.pushed != key {
+			return false
+		}
+	}
+	return true
+}
