@@ -37,7 +37,7 @@ const (
 	transferRate   = "50mbit"
 	// transferLink is each host's own link in the second half of the
 	// section (LimitHosts): slow enough that the 2 shared cores are not
-	// what sets the time (8 receivers at 50 MB/s need under one core),
+	// what sets the time (9 hosts at 50 MB/s need about one core),
 	// so that onto 8 against onto 1 is measured as on a fleet whose hosts
 	// have CPUs and NICs of their own.
 	transferLink     = "400mbit"
