@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -151,17 +151,17 @@ func (f *directFleet) sum(t *testing.T, i int, p string) string {
 	return strings.Fields(string(out))[0]
 }
 
-// block makes host from unable to reach host to on the job's network (a
-// route to nowhere in from's namespace: a firewall's stand-in that needs
-// no iptables), leaving SSH from the controller alone.
+// block makes host from unable to reach host to on the job's network
+// but for SSH: an iptables DROP rule in to's namespace (a site firewall;
+// fleettest.Firewall). from's connections to to hang until they time
+// out; the controller's SSH to both is untouched.
 func (f *directFleet) block(t *testing.T, from, to int) {
 	t.Helper()
-	dst := f.fleet.Hosts[to].Addr + "/32"
-	out, err := exec.Command("ip", "-n", f.fleet.Hosts[from].NetNS, "route", "add", "blackhole", dst).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	undo, err := f.fleet.Firewall(to, from)
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "-n", f.fleet.Hosts[from].NetNS, "route", "del", "blackhole", dst).CombinedOutput(); err != nil {
-			t.Errorf("remove the blackhole route: %v: %s", err, out)
+		if err := undo(); err != nil {
+			t.Errorf("remove the firewall rule: %v", err)
 		}
 	})
 }
@@ -322,7 +322,8 @@ func TestDirectCopyFallsBackToRelay(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, f.relayed.Load(), int64(16*mib), "the copies went through the controller")
 	assert.Equal(t, 1, strings.Count(ev.String(), "copying through the controller instead"), "one event, not one per checkpoint")
-	assert.Regexp(t, `direct copy of checkpoint step-10.pt \(#1\) from `+f.hosts[0].Name+` to `+f.hosts[1].Name+`, `+f.hosts[2].Name+` failed \(.*connect to .*\); copying through the controller instead`, ev.String())
+	assert.Regexp(t, `direct copy of checkpoint step-10.pt \(#1\) from `+f.hosts[0].Name+` to `+f.hosts[1].Name+`, `+f.hosts[2].Name+` failed \(.*connect to `+regexp.QuoteMeta(f.hosts[1].Addr)+`:\d+: .*i/o timeout.*\); copying through the controller instead`, ev.String(),
+		"the event says why: the connection to h1 timed out (the firewall drops it)")
 }
 
 // writeParts saves sharded checkpoint name on host i as DCP does: one
@@ -426,7 +427,7 @@ func TestDirectCopyChainBrokenMidway(t *testing.T) {
 	assert.Contains(t, ev.String(), f.hosts[1].Name+": "+checkpoint.ForwardFailed)
 	assert.Regexp(t, `direct copy of checkpoint step-10.pt \(#1\) from `+f.hosts[0].Name+` to `+f.hosts[2].Name+` failed \(.*\); copying through the controller instead`, ev.String())
 	assert.Contains(t, ev.String(), "(host to host: "+f.hosts[1].Name+")")
-	assert.NotContains(t, ev.String(), "i/o timeout", "h2's receiver is stopped once h1 says it cannot forward, not left to wait for a sender")
+	assert.NotContains(t, ev.String(), "accept tcp", "h2's receiver is stopped once h1 says it cannot forward, not left to wait for a sender")
 	n := f.relayed.Load()
 	assert.True(t, n >= 16*mib && n < 17*mib, "only h2's copy went through the controller (read once, written once): %d bytes", n)
 }

@@ -79,3 +79,26 @@ func (l *SlowLink) Close() error {
 	}
 	return nil
 }
+
+// LimitHosts caps what every host sends on the fleet's network at rate
+// (tc's syntax: "400mbit"; a token bucket on eth0 inside its namespace),
+// as if each host had a NIC of its own that speed: a transfer then takes
+// the time its links set rather than the time this machine's shared CPU
+// does. Each host receives from one sender at a time in a chain, so
+// limiting what hosts send limits every link. "" removes the limits.
+func (f *Fleet) LimitHosts(rate string) error {
+	f.mu.Lock()
+	hosts := append([]Host(nil), f.Hosts...)
+	f.mu.Unlock()
+	for _, h := range hosts {
+		args := []string{"netns", "exec", h.NetNS, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "256kb", "latency", "50ms"}
+		if rate == "" {
+			args = []string{"netns", "exec", h.NetNS, "tc", "qdisc", "del", "dev", "eth0", "root"}
+		}
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil && !(rate == "" && strings.Contains(string(out), "No such file")) {
+			return fmt.Errorf("limit %s's link to %q: %s: %w: %s", h.Name, rate, strings.Join(args[3:], " "), err, out)
+		}
+	}
+	return nil
+}

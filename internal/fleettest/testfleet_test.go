@@ -762,3 +762,52 @@ func TestSlowLink(t *testing.T) {
 	out, _ = exec.Command("ip", "netns", "list").CombinedOutput()
 	assert.NotContains(t, string(out), l.NS)
 }
+
+// probeTCP says how a TCP connection from host from to addr:port ends
+// within 3 s: "open", "refused" (nothing listens; the host answered) or
+// "timeout" (the packets were dropped).
+func probeTCP(t *testing.T, from int, addr, port string) string {
+	t.Helper()
+	out, err := fleet.Exec(from, "bash", "-c", `timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2"' bash "$1" "$2" 2>/dev/null; echo $?`, "bash", addr, port)
+	require.NoError(t, err)
+	switch strings.TrimSpace(string(out)) {
+	case "0":
+		return "open"
+	case "124":
+		return "timeout"
+	}
+	return "refused"
+}
+
+// Firewall drops host 0's connections to host 1 but SSH, leaves host 2's
+// alone, and its undo restores host 0's.
+func TestFirewall(t *testing.T) {
+	Need(t, fleet)
+	addr := fleet.Hosts[1].Addr
+	require.Equal(t, "refused", probeTCP(t, 0, addr, "7123"), "nothing listens on 7123")
+	undo, err := fleet.Firewall(1, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = undo() })
+	assert.Equal(t, "timeout", probeTCP(t, 0, addr, "7123"), "host 0's connection dropped")
+	assert.Equal(t, "open", probeTCP(t, 0, addr, "22"), "SSH still let in")
+	assert.Equal(t, "refused", probeTCP(t, 2, addr, "7123"), "host 2 not blocked")
+	require.NoError(t, undo())
+	assert.Equal(t, "refused", probeTCP(t, 0, addr, "7123"), "rule removed")
+}
+
+// LimitHosts puts a token bucket on every host's eth0, and "" takes it off.
+func TestLimitHosts(t *testing.T) {
+	Need(t, fleet)
+	require.NoError(t, fleet.LimitHosts("400mbit"))
+	t.Cleanup(func() { _ = fleet.LimitHosts("") })
+	for i := range fleet.Hosts {
+		out, err := fleet.Exec(i, "tc", "qdisc", "show", "dev", "eth0")
+		require.NoError(t, err)
+		assert.Contains(t, string(out), "tbf", "host %d", i)
+		assert.Contains(t, string(out), "rate 400Mbit", "host %d", i)
+	}
+	require.NoError(t, fleet.LimitHosts(""))
+	out, err := fleet.Exec(0, "tc", "qdisc", "show", "dev", "eth0")
+	require.NoError(t, err)
+	assert.NotContains(t, string(out), "tbf")
+}

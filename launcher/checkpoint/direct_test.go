@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,6 +103,126 @@ func TestDirectCopyMatchesRelayAndChains(t *testing.T) {
 		_, err = os.Stat(filepath.Join(own, seqDir(3)+".tmp"))
 		assert.ErrorIs(t, err, os.ErrNotExist)
 	}
+}
+
+// A hop of a chain forwards while its own disk is busy: with h1's
+// writing held at its first data frame, h2 still receives and writes
+// four MiB of the stream, so a next hop never waits on this host's
+// hashing, writing and fsyncs (only on recvDepth frames of them). The
+// copy then completes on both.
+func TestDirectCopyForwardsWhileDiskIsBusy(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "big.pt")
+	b := make([]byte, 6<<20+5)
+	for i := range b {
+		b[i] = byte(i * 13)
+	}
+	require.NoError(t, os.WriteFile(src, b, 0o644))
+	reached := make(chan struct{})
+	var n atomic.Int32
+	counting := func(frame byte) {
+		if frame == frameData && n.Add(1) == 4 {
+			close(reached)
+		}
+	}
+	held := false
+	var once sync.Once
+	holding := func(frame byte) {
+		if frame != frameData {
+			return
+		}
+		once.Do(func() {
+			select {
+			case <-reached:
+				held = true
+			case <-time.After(20 * time.Second): // only ends a test that fails
+			}
+		})
+	}
+	own1, own2 := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	tok1, tok2 := token(t), token(t)
+	ln1, ln2 := listen(t), listen(t)
+	second := receive(Receive{Listener: ln2, Token: tok2, Own: own2, Seq: 1, Name: "big.pt", beforeApply: counting})
+	first := receive(Receive{Listener: ln1, Token: tok1, Own: own1, Seq: 1, Name: "big.pt", beforeApply: holding,
+		Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
+	digest, _, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "big.pt", 0)
+	require.NoError(t, err)
+	for _, r := range []recvResult{<-first, <-second} {
+		require.NoError(t, r.err)
+		assert.Equal(t, digest, r.digest)
+	}
+	assert.True(t, held, "h2 got 4 MiB while h1's disk side held the first")
+	for _, own := range []string{own1, own2} {
+		got, err := os.ReadFile(filepath.Join(own, seqDir(1), "big.pt"))
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(b, got))
+	}
+}
+
+// A hop passes a frame on as it arrives, not once the whole frame is in:
+// with only 200 KiB of a 1 MiB data frame sent, the next hop already
+// has the first 128 KiB of it.
+func TestDirectCopyChainStreamsWithinAFrame(t *testing.T) {
+	tok1, tok2 := token(t), token(t)
+	ln1, ln2 := listen(t), listen(t)
+	first := receive(Receive{Listener: ln1, Token: tok1, Own: t.TempDir(), Seq: 1, Name: "c.pt", Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
+	got := make(chan error, 1)
+	go func() {
+		conn, err := ln2.Accept()
+		if err == nil {
+			defer conn.Close()
+			err = proveReceiver(conn, tok2)
+		}
+		if err == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second)) // only ends a test that fails
+			if _, _, err = readFrame(conn, make([]byte, 64)); err == nil {
+				_, err = io.ReadFull(conn, make([]byte, 5+forwardChunk))
+			}
+		}
+		got <- err
+	}()
+	conn, err := dialPeer(context.Background(), ln1.Addr().String(), tok1)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, writeFrame(conn, frameFile, []byte("c.pt")))
+	head := []byte{frameData, 0, 0x10, 0, 0} // 1 MiB follows
+	_, err = conn.Write(append(head, make([]byte, 200<<10)...))
+	require.NoError(t, err)
+	require.NoError(t, <-got, "the next hop has the frame's first 128 KiB before its last 824 KiB were sent")
+	conn.Close()
+	assert.Error(t, (<-first).err, "a stream cut short is refused")
+}
+
+// A receiver asks the kernel to write each 8 MiB of a file to the disk as
+// it arrives, not all at the fsync after its last byte (which on a large
+// host, and on every host of a chain at once, would be a long wait after
+// the network is done).
+func TestDirectCopyWritesBackAsItArrives(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "big.pt")
+	require.NoError(t, os.WriteFile(src, make([]byte, 20<<20+3), 0o644))
+	var mu sync.Mutex
+	var ranges [][2]int64
+	ended := false
+	o := Receive{Listener: listen(t), Token: token(t), Own: t.TempDir(), Seq: 1, Name: "big.pt",
+		beforeApply: func(frame byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			ended = ended || frame == frameEnd
+		},
+		writeback: func(f *os.File, off, n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !ended {
+				ranges = append(ranges, [2]int64{off, n})
+			}
+			startWriteback(f, off, n)
+		}}
+	got := receive(o)
+	_, _, err := SendDirect(context.Background(), o.Listener.Addr().String(), o.Token, src, "big.pt", 0)
+	require.NoError(t, err)
+	require.NoError(t, (<-got).err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, [][2]int64{{0, 8 << 20}, {8 << 20, 8 << 20}}, ranges, "written back while the file arrived")
 }
 
 // A sender that does not know the token is turned away before a byte of

@@ -11,8 +11,9 @@
 // Every drover figure comes from running the bin/drover binary as a
 // subprocess, so process start is included as it is for pdsh. A drover
 // command that is missing or fails makes its row "n/a (reason)"; nothing
-// the harness starts can hang it (every subprocess has a timeout and the
-// whole run a deadline). It is run by `make bench` (scripts/bench), needs
+// the harness starts can hang it (every subprocess has a timeout, the
+// sections a deadline, and the transfer section, run after them whatever
+// time they left, a budget of its own). It is run by `make bench` (scripts/bench), needs
 // root for the fleet, prints a table and writes docs/benchmarks.md.
 package main
 
@@ -71,6 +72,10 @@ type bench struct {
 	// transferRelay adds the copy through the controller as a baseline.
 	transferMax   int64
 	transferRelay bool
+	// transferLink is every host's own link rate for a second round of
+	// staging (entries up to transferLinkMax bytes); "" skips it.
+	transferLink    string
+	transferLinkMax int64
 	// topN is the top section's fleet, topWindow how long the
 	// interactive view's CPU is measured.
 	topN      int
@@ -113,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	pushReps := fs.Int("push-reps", 3, "repetitions of the first push")
 	kills := fs.Int("kills", 5, "outside SIGKILLs during the failure benchmark (one per attempt)")
 	steady := fs.Duration("steady", 10*time.Second, "window for drover run's steady CPU use")
-	deadline := fs.Duration("deadline", 9*time.Minute, "the whole run must end within this")
+	deadline := fs.Duration("deadline", 9*time.Minute, fmt.Sprintf("every section but transfer must end within this (transfer then has a budget of its own, %s)", transferBudget))
 	work := fs.String("work", filepath.Join(os.TempDir(), "drover-bench"), "scratch directory (job files, the pushed tree)")
 	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
 	cmdline := fs.String("command", "make bench", "the command to name in the results file")
@@ -132,6 +137,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	transfer := fs.Bool("transfer", true, "measure checkpoint copies and staging from a controller 50 Mbit/s away (fleet PREFIXtx, subnet -subnet+4)")
 	transferMax := fs.Int64("transfer-max", 2<<30, "largest checkpoint the transfer section moves, in bytes (200 MiB and 2 GiB are measured)")
 	transferRelay := fs.Bool("transfer-relay", true, "also copy 200 MiB through the controller, the baseline (about 70 s at 50 Mbit/s)")
+	transferLink := fs.String("transfer-link", transferLink, `stage again with every host's link at this rate (tc's syntax; "" skips it)`)
+	transferLinkMax := fs.Int64("transfer-link-max", 200<<20, "largest checkpoint staged with -transfer-link, in bytes")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -150,7 +157,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	b := &bench{drover: abs, work: *work, tree: filepath.Join(*work, "tree"), reps: *reps, pushReps: *pushReps,
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
 		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet,
-		transferMax: *transferMax, transferRelay: *transferRelay, topN: *topN, topWindow: *topWindow, statusN: *statusN}
+		transferMax: *transferMax, transferRelay: *transferRelay, transferLink: *transferLink, transferLinkMax: *transferLinkMax,
+		topN: *topN, topWindow: *topWindow, statusN: *statusN}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
 	}
@@ -160,6 +168,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	sigCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, *deadline)
 	defer cancel()
 
@@ -235,12 +244,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if *transfer {
-		if remaining(ctx) < transferBudget/2 {
-			b.note("transfer not run: out of time (%s left of the %s deadline)", remaining(ctx).Round(time.Second), *deadline)
-		} else {
-			rows = append(rows, b.transfer(ctx)...)
-			fleetsUp++
-		}
+		// Issue 27's measurements always run: after the other sections,
+		// under a budget of their own rather than what -deadline left
+		// (so a run takes at most -deadline + transferBudget).
+		tctx, cancel := context.WithTimeout(sigCtx, transferBudget)
+		rows = append(rows, b.transfer(tctx)...)
+		cancel()
+		fleetsUp++
 	}
 
 	fmt.Fprintln(stdout)
@@ -513,8 +523,11 @@ func method(b *bench, sizes []int) []string {
 			"(homes on disk). Copy: a Watcher copies one file to 2 hosts (checkpoint_copies = 3), timed until both hold a verified "+
 			"copy; the baseline sends it through the controller (hosts without agents). Staging: Stage onto 1 and onto 8 hosts "+
 			"(one chain). The controller's CPU is getrusage's for the case, its RSS the peak so far; the hosts' CPU comes from "+
-			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time.",
-			transferHosts, transferRate),
+			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time. "+
+			"Then staging again with every host's link at %s (tbf on eth0 in each host's namespace, LimitHosts), as on a fleet "+
+			"whose hosts have cores and NICs of their own: onto 8 against onto 1 with the same links is the goal's ratio, and "+
+			"wall time / link floor (size / link rate) near 1 means the links set the time.",
+			transferHosts, transferRate, b.transferLink),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
 			"harness interrupts it (SIGINT) at the end of the failure run; steady CPU from /proc/PID/stat over a %s window "+

@@ -10,7 +10,8 @@ import (
 )
 
 // Staging onto 8 hosts is judged against staging onto 1 in the same run
-// (at most 1.5 times as long), a direct copy against the relay, and the
+// (at most 1.5 times as long), with the hosts' links limited against the
+// same with them limited; a direct copy against the relay, and the
 // controller's peak RSS against 100 MiB.
 func TestTransferRows(t *testing.T) {
 	one := transferCase{Kind: "stage", Entry: "one-2G", Targets: 1}
@@ -18,6 +19,8 @@ func TestTransferRows(t *testing.T) {
 	direct := transferCase{Kind: "copy", Entry: "one-200M", Targets: 2}
 	relay := direct
 	relay.Relay = true
+	linkOne, linkEight := one, eight
+	linkOne.Link, linkEight.Link = "400mbit", "400mbit"
 	for _, tc := range []struct {
 		eight float64
 		met   string
@@ -27,6 +30,8 @@ func TestTransferRows(t *testing.T) {
 			{Case: eight, Seconds: tc.eight, MaxRSS: 130},
 			{Case: direct, Seconds: 1.2, MaxRSS: 30},
 			{Case: relay, Seconds: 70, MaxRSS: 30},
+			{Case: linkOne, Seconds: 50, MaxRSS: 30, HostsCPU: 8},
+			{Case: linkEight, Seconds: 50 * tc.eight, MaxRSS: 30, HostsCPU: 36},
 		})
 		byWhat := map[string]Row{}
 		for _, r := range rows {
@@ -39,5 +44,10 @@ func TestTransferRows(t *testing.T) {
 		assert.Equal(t, "yes", byWhat[one.String()+": controller peak RSS"].Met())
 		assert.InDelta(t, 70/1.2, byWhat[direct.String()].Ratio(), 0.01)
 		assert.Contains(t, byWhat, one.String()+fmt.Sprintf(": wall time / hosts' CPU floor (%d cores)", runtime.NumCPU()))
+		r, ok = byWhat[linkEight.String()]
+		require.True(t, ok)
+		assert.Equal(t, tc.met, r.Met(), "against onto 1 with the same links")
+		assert.InDelta(t, 4000, byWhat[linkEight.String()+": hosts' CPU per host"].Drover.Value, 0.01, "36 CPU-seconds over 9 hosts")
+		assert.InDelta(t, 50/(2.0*(1<<30)*8/400e6), byWhat[linkOne.String()+": wall time / link floor (size / link rate)"].Drover.Value, 0.01)
 	}
 }
