@@ -20,8 +20,11 @@ all: build
 # symbol table and DWARF (-s -w; a panic still names its functions): 40%
 # less to upload to a fresh host, whose install is mostly that upload. They
 # are built with the droveragent tag, which leaves out every command but
-# `drover agent` (cmd/drover/commands_agent.go): a quarter less again.
-AGENT_FLAGS := -tags droveragent -ldflags='-s -w'
+# `drover agent` (cmd/drover/commands_agent.go) and the libraries only
+# those commands use (drover top's terminal UI and Prometheus client), a
+# quarter less again, and urfave_cli_no_docs, which leaves out the CLI
+# library's man page and Markdown writers.
+AGENT_FLAGS := -tags droveragent,urfave_cli_no_docs -ldflags='-s -w'
 build:
 	./scripts/build-agent $$($(GO) env GOOS) $$($(GO) env GOARCH) $(BIN)
 	./scripts/build-agent linux amd64 bin/drover-agent-linux-amd64 $(AGENT_FLAGS)

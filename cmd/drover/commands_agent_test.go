@@ -40,3 +40,18 @@ func TestAgentBuildHasOnlyAgent(t *testing.T) {
 	assert.Equal(t, exitConfig, ee.ExitCode())
 	assert.True(t, strings.Contains(string(out), `unknown command "run"`), "%s", out)
 }
+
+// The agent build links none of the libraries only the controller's
+// commands use: every byte of it is uploaded to every fresh host (drover
+// top's terminal UI and Prometheus client once made it 44% larger).
+func TestAgentBuildLeavesOutControllerLibraries(t *testing.T) {
+	cmd := exec.Command("go", "list", "-tags", "droveragent,urfave_cli_no_docs", "-deps", ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	for _, pkg := range []string{"github.com/gdamore/tcell", "github.com/prometheus/", "launcher/topview", "go-md2man"} {
+		if strings.Contains(string(out), pkg) {
+			t.Errorf("the agent build links %s", pkg)
+		}
+	}
+}
