@@ -46,14 +46,12 @@ const runIDFile = "run-id"
 
 // findAdoptable looks on the job's hosts for a detached run that is not
 // over and has a live process: nil when there is none. A foreground run
-// looks too: it adopts such a group rather than stopping it as a
-// leftover (see controllerTimeout); it first asks cheaply (mayAdopt).
+// looks too, when its first attempt's cheap look found a run record that
+// is not final (lookForGroup): it adopts such a group rather than stop it
+// as a leftover (see controllerTimeout).
 func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	if !r.opts.Detach && !r.mayAdopt(ctx, cfg, dial) {
-		return nil, true
-	}
 	views := readViews(ctx, cfg.Hosts, dial, r.agents(), false)
 	defer closeViews(views)
 	rec, errs := newestRecord(views)
@@ -84,35 +82,41 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}, answered
 }
 
-// mayAdopt is a foreground run's first look for a group to adopt, at the
-// price of one command per host over connections the first attempt then
-// uses (they join the pool): whether any host's workdir has a detached
-// run whose record is not final. Only then does findAdoptable read the
-// hosts in full (the agents' reports), which would cost every foreground
-// start an agent check and a report per host.
-func (r *runner) mayAdopt(ctx context.Context, cfg *config.Config, dial cluster.DialOptions) bool {
+// lookForGroup is a foreground run's first look for a group to adopt, at
+// the price of one command per host, which the first attempt runs beside
+// its setup (files, lease, agent) over its own connections: whether any
+// host's workdir has a detached run whose record is not final. Only then
+// does the run read the hosts in full (findAdoptable), which would cost
+// every foreground start an agent check and a report per host. The
+// returned wait gives the answer.
+func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 	// Bounded: a host that does not answer at once (rebooting, cut off)
-	// is the first attempt's to wait for, as before, not this look's.
+	// is the attempt's to wait for, as before, not this look's.
 	ctx, cancel := context.WithTimeout(ctx, mayAdoptWait)
-	defer cancel()
-	found := make([]bool, len(cfg.Hosts))
-	cluster.DialEach(ctx, config.Endpoints(cfg.Hosts), dial, func(i int, t cluster.Transport, err error) {
-		if err != nil {
-			return
-		}
-		r.pool.addFresh(&hostConn{host: cfg.Hosts[i], t: t})
-		var out bytes.Buffer
-		rec := path.Join(cfg.Hosts[i].Workdir, agent.CurrentRun, agent.RunRecordFile)
-		if runToEnd(ctx, t, cluster.Cmd{Args: []string{"cat", rec}, Stdout: &out, Stderr: io.Discard}) != nil {
-			return // no run record: nothing to adopt
-		}
-		var rr agent.RunRecord
-		found[i] = json.Unmarshal(out.Bytes(), &rr) == nil && !isFinal(rr.State)
-	})
-	return slices.Contains(found, true)
+	found := make([]bool, len(conns))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		_ = forEach(conns, func(c *hostConn) error {
+			var out bytes.Buffer
+			rec := path.Join(c.host.Workdir, agent.CurrentRun, agent.RunRecordFile)
+			if runToEnd(ctx, c.t, cluster.Cmd{Args: []string{"cat", rec}, Stdout: &out, Stderr: io.Discard}) != nil {
+				return nil // no run record: nothing to adopt
+			}
+			var rr agent.RunRecord
+			i := slices.Index(conns, c)
+			found[i] = json.Unmarshal(out.Bytes(), &rr) == nil && !isFinal(rr.State)
+			return nil
+		})
+	}()
+	return func() bool {
+		<-done
+		return slices.Contains(found, true)
+	}
 }
 
-// mayAdoptWait bounds mayAdopt: every host of a run holds its record, so
+// mayAdoptWait bounds lookForGroup: every host of a run holds its record, so
 // the hosts that answer in time are enough to find it.
 const mayAdoptWait = 3 * time.Second
 

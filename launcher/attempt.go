@@ -82,11 +82,21 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	}
 	cfg := a.configFor(pooled)
 	conns := newAttemptHosts(pooled)
+	adoptable := func() bool { return false }
+	if a.r.lookFirst {
+		a.r.lookFirst = false
+		adoptable = lookForGroup(ctx, pooled)
+	}
 	installed, err := a.prepare(ctx, conns)
 	steps("files and lease")
+	found := adoptable()
 	if err != nil {
 		<-installed
 		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
+	}
+	if found {
+		<-installed
+		return attemptOutcome{kind: outcomeAdoptable} // see runner.attempts
 	}
 	if a.adopt != nil {
 		return a.adoptGroup(ctx, conns, cfg, installed)

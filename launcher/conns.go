@@ -39,22 +39,9 @@ type hostConn struct {
 type connPool struct {
 	mu    sync.Mutex
 	conns map[string]*hostConn // by host name
-	// fresh are the hosts whose connection was dialled just before the
-	// first attempt (mayAdopt): reused without a keepalive, once.
-	fresh map[string]bool
 }
 
-func newConnPool() *connPool {
-	return &connPool{conns: map[string]*hostConn{}, fresh: map[string]bool{}}
-}
-
-// addFresh adds c, dialled a moment ago: the next reuse takes it as it is.
-func (p *connPool) addFresh(c *hostConn) {
-	p.add(c)
-	p.mu.Lock()
-	p.fresh[c.host.Name] = true
-	p.mu.Unlock()
-}
+func newConnPool() *connPool { return &connPool{conns: map[string]*hostConn{}} }
 
 // pingTimeout bounds the keepalive that checks a kept connection: one that
 // does not answer within it is dropped and the host dialled again.
@@ -87,17 +74,6 @@ func (p *connPool) reuse(ctx context.Context, hosts []config.Host) []*hostConn {
 			p.drop(c)
 			continue
 		}
-		p.mu.Lock()
-		fresh := p.fresh[h.Name]
-		delete(p.fresh, h.Name)
-		if fresh {
-			c.host = h
-		}
-		p.mu.Unlock()
-		if fresh {
-			out[i] = c
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -127,7 +103,6 @@ func (p *connPool) add(c *hostConn) {
 	p.mu.Lock()
 	old := p.conns[c.host.Name]
 	p.conns[c.host.Name] = c
-	delete(p.fresh, c.host.Name)
 	p.mu.Unlock()
 	if old != nil && old != c {
 		old.t.Close()
@@ -139,7 +114,6 @@ func (p *connPool) drop(c *hostConn) {
 	p.mu.Lock()
 	if p.conns[c.host.Name] == c {
 		delete(p.conns, c.host.Name)
-		delete(p.fresh, c.host.Name)
 	}
 	p.mu.Unlock()
 	c.t.Close()

@@ -41,6 +41,9 @@ type detachState struct {
 	// one's, else 1).
 	adopting     *adoption
 	firstAttempt int
+	// lookFirst makes a foreground run's first attempt look for a group
+	// to adopt beside its setup (lookForGroup).
+	lookFirst bool
 	// detachedGroup says the group runs under detached agents (see
 	// agent/detach.go): a detached run's, or the one a foreground run
 	// adopted (see adopt.go). Its processes are then attached to, and the

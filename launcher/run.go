@@ -229,10 +229,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
 		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), SupervisorVersion: agent.Version(), Started: r.now().UTC()}
 	r.detachedGroup = r.opts.Detach
-	if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
+	if !r.opts.Detach {
+		r.lookFirst = true // the first attempt looks, beside its setup
+	} else if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
 		r.adopt(ad, res)
 		r.adopting, r.detachedGroup = ad, true
-	} else if r.opts.Detach {
+	} else {
 		_ = os.WriteFile(filepath.Join(res.LogDir, runIDFile), []byte(r.runID+"\n"), 0o644)
 	}
 	r.watchStopRequest(ctx, stopRequested)
@@ -270,6 +272,15 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		a.adopt, r.adopting = r.adopting, nil
 		r.saveRestart(cfg, a.restarts)
 		out := a.run(ctx)
+		if out.kind == outcomeAdoptable {
+			if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
+				r.adopt(ad, res)
+				r.adopting, r.detachedGroup = ad, true
+				return r.attempts(ctx, cfg, res)
+			}
+			n-- // it ended meanwhile: the same attempt, set up again
+			continue
+		}
 		if lost := lostLease(ctx, out.err); lost != nil {
 			return r.finish(res, Failed, lost), nil
 		}

@@ -46,6 +46,9 @@ const (
 	// outcomeFenced: the health gate kept hosts out before anything
 	// started and spares stand in for them: set the attempt up again.
 	outcomeFenced
+	// outcomeAdoptable: a foreground run's first attempt found, before
+	// it pushed or started anything, a detached group to adopt.
+	outcomeAdoptable
 )
 
 func (k outcomeKind) String() string {
@@ -64,6 +67,8 @@ func (k outcomeKind) String() string {
 		return "interrupted"
 	case outcomeFenced:
 		return "hosts kept out"
+	case outcomeAdoptable:
+		return "a group to adopt"
 	}
 	return fmt.Sprintf("outcomeKind(%d)", int(k))
 }
