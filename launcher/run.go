@@ -278,7 +278,8 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 				r.adopting, r.detachedGroup = ad, true
 				return r.attempts(ctx, cfg, res)
 			}
-			n-- // it ended meanwhile: the same attempt, set up again
+			r.events.printf("the hosts' newest run record is not final, but no process of that run is left: starting a new group")
+			n-- // the same attempt, set up again
 			continue
 		}
 		if lost := lostLease(ctx, out.err); lost != nil {

@@ -265,6 +265,17 @@ func TestRunDetachedControllerTimeout(t *testing.T) {
 	for _, p := range st.Processes {
 		assert.Equal(t, "stopped", p.State, "%+v", p)
 	}
+
+	// The run's record on the hosts is not final (its supervisor died),
+	// but its group is gone: a foreground run's look finds the record,
+	// adopts nothing and starts a group of its own.
+	d := startDrover(t, j)
+	d.waitStderr(t, regexp.MustCompile(`attempt 1/\d+: started 2 process\(es\) on 2 host\(s\)`), 60*time.Second)
+	d.signal(t, syscall.SIGINT)
+	require.Equal(t, exitInterrupted, d.wait(t, 30*time.Second), "stderr:\n%s", d.stderr.String())
+	assert.NotContains(t, d.stderr.String(), "adopting")
+	assert.Contains(t, d.stderr.String(), "the hosts' newest run record is not final, but no process of that run is left: starting a new group")
+	waitNoJobProcs(t, j.Name, 30*time.Second)
 }
 
 // numbers are the n= values of rank's lines in out, in order.

@@ -118,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	pushReps := fs.Int("push-reps", 3, "repetitions of the first push")
 	kills := fs.Int("kills", 5, "outside SIGKILLs during the failure benchmark (one per attempt)")
 	steady := fs.Duration("steady", 10*time.Second, "window for drover run's steady CPU use")
-	deadline := fs.Duration("deadline", 9*time.Minute, fmt.Sprintf("every section but transfer must end within this (transfer then has a budget of its own, %s)", transferBudget))
+	deadline := fs.Duration("deadline", 12*time.Minute, fmt.Sprintf("every section but transfer must end within this (transfer then has a budget of its own, %s)", transferBudget))
 	work := fs.String("work", filepath.Join(os.TempDir(), "drover-bench"), "scratch directory (job files, the pushed tree)")
 	doc := fs.String("doc", "docs/benchmarks.md", `markdown results file to write ("" for none)`)
 	cmdline := fs.String("command", "make bench", "the command to name in the results file")
