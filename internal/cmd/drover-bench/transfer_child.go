@@ -106,7 +106,12 @@ func runTransferCase(ctx context.Context, hs []txHost, spec transferSpec, i int,
 	res.Seconds = time.Since(start).Seconds()
 	after := rusage()
 	res.CPU = cpuSeconds(after) - cpuSeconds(before)
-	res.MaxRSS = float64(after.Maxrss) / 1024
+	// VmHWM, not getrusage's ru_maxrss: that keeps across exec the
+	// harness's own peak at the fork (see watchHWM), which after the
+	// other sections is larger than this child will ever be.
+	if kb, err := vmHWM(os.Getpid()); err == nil {
+		res.MaxRSS = float64(kb) / 1024
+	}
 	if err != nil {
 		res.Err = err.Error()
 	}
