@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/internal/fleettest"
 )
 
 // directCopyScript is the job of TestFleetDirectCopySlowController: rank
@@ -35,14 +37,7 @@ exec sleep 600
 // controller's link carries a few MiB meanwhile where the relay needs
 // 600 MiB (read once, written twice).
 func TestFleetDirectCopySlowController(t *testing.T) {
-	needFleet(t)
-	link, err := fleet.SlowLink("50mbit")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if err := link.Close(); err != nil {
-			t.Errorf("remove the slow link: %v", err)
-		}
-	})
+	link := slowController(t)
 	dir := t.TempDir()
 	j := &fleetJob{dir: dir, framework: "pytorch", name: "e2e-direct",
 		workdir: fmt.Sprintf("e2e/direct-%d", time.Now().UnixNano())}
@@ -124,10 +119,7 @@ exec sleep 600
 // the controller's link carries the spare's agent install, not the
 // checkpoint (the relay would need 600 MiB).
 func TestFleetLostHostSlowController(t *testing.T) {
-	needFleet(t)
-	link, err := fleet.SlowLink("50mbit")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = link.Close() })
+	link := slowController(t)
 	dir := t.TempDir()
 	j := &fleetJob{dir: dir, framework: "pytorch", name: "e2e-direct-lost", workdir: fmt.Sprintf("e2e/direct-lost-%d", time.Now().UnixNano())}
 	hosts := fleet.ClusterHosts()
@@ -189,4 +181,19 @@ restart_backoff = "1s"
 	if testing.Verbose() {
 		t.Logf("drover's events:\n%s", events)
 	}
+}
+
+// slowController puts drover 50 Mbit/s away from the fleet's hosts for
+// the test (see fleettest.SlowLink) and takes the link away after it.
+func slowController(t *testing.T) *fleettest.SlowLink {
+	t.Helper()
+	needFleet(t)
+	link, err := fleet.SlowLink("50mbit")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := link.Close(); err != nil {
+			t.Errorf("remove the slow link: %v", err)
+		}
+	})
+	return link
 }
