@@ -19,14 +19,18 @@ import (
 // directCopyScript is the job of TestFleetDirectCopySlowController: rank
 // 0 saves one 200 MiB checkpoint (temp name, rename) once the test says
 // go, and every rank then waits.
+// save200MiB is rank 0's save in both scripts: 200 MiB of noise under a
+// temporary name, renamed into place as training frameworks do.
+const save200MiB = `  head -c 209715200 /dev/urandom > "$DROVER_CHECKPOINT_DIR/.step-1.pt.tmp"
+  mv "$DROVER_CHECKPOINT_DIR/.step-1.pt.tmp" "$DROVER_CHECKPOINT_DIR/step-1.pt"
+`
+
 const directCopyScript = `set -e
 mkdir -p "$DROVER_CHECKPOINT_DIR"
 if [ "$RANK" = 0 ]; then
   touch ready
   while [ ! -e go ]; do sleep 0.2; done
-  head -c 209715200 /dev/urandom > "$DROVER_CHECKPOINT_DIR/.step-1.pt.tmp"
-  mv "$DROVER_CHECKPOINT_DIR/.step-1.pt.tmp" "$DROVER_CHECKPOINT_DIR/step-1.pt"
-fi
+` + save200MiB + `fi
 exec sleep 600
 `
 
@@ -105,9 +109,7 @@ if [ -n "$DROVER_RESUME_FROM" ]; then
   exit 0
 fi
 if [ "$RANK" = 0 ]; then
-  head -c 209715200 /dev/urandom > "$DROVER_CHECKPOINT_DIR/.step-1.pt.tmp"
-  mv "$DROVER_CHECKPOINT_DIR/.step-1.pt.tmp" "$DROVER_CHECKPOINT_DIR/step-1.pt"
-fi
+` + save200MiB + `fi
 exec sleep 600
 `
 
