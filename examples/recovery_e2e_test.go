@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -45,7 +46,7 @@ func TestFleetRecovery(t *testing.T) {
 			waitRank0Line(t, j, r, regexp.MustCompile(`(?m)^step 20 loss=`))
 			require.NoError(t, syscall.Kill(p.pid, syscall.SIGSTOP))
 			frozenAt = time.Now()
-			t.Cleanup(func() { _ = syscall.Kill(p.pid, syscall.SIGCONT) })
+			testenv.SignalAtCleanup(t, p.pid, syscall.SIGCONT, false)
 			t.Logf("kill -STOP %d (rank 3) on %s after the step-20 checkpoint", p.pid, fleet.Hosts[1].Name)
 			findRestarted(t, 1, r)
 			took := time.Since(frozenAt)
@@ -127,5 +128,5 @@ func holdPort(t *testing.T, i int, port string) {
 	require.NoError(t, err, "start the port holder: %s", out)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	require.NoError(t, err, "holder pid %q", out)
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	testenv.SignalAtCleanup(t, pid, syscall.SIGKILL, false)
 }

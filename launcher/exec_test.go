@@ -186,6 +186,33 @@ func alive(pid string) bool {
 	return k > 0 && k+2 < len(stat) && stat[k+2] != 'Z'
 }
 
+// childThen starts the background child the interrupt cases look for. The
+// child announces itself from a program of its own (exec reset its caught
+// signals), not through the parent's echo of $!: between fork and exec a
+// bash child still has its parent's TERM trap, so a SIGTERM landing there
+// is taken by the trap and dropped when the child resets its traps, and
+// sleep then outlives the interrupt holding the channel's stdout open
+// (TERM_handled, under CI load).
+const childThen = `sh -c 'echo "child $$ of $PPID"; exec sleep 300' & `
+
+// procStates says, for a failure message, what each pid is doing: its
+// state letter (T: stopped), process group and what it waits in.
+func procStates(pids []string) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		k := bytes.LastIndexByte(stat, ')')
+		if err != nil || k < 0 {
+			fmt.Fprintf(&b, "%s gone; ", pid)
+			continue
+		}
+		f := strings.Fields(string(stat[k+1:]))
+		wchan, _ := os.ReadFile("/proc/" + pid + "/wchan")
+		fmt.Fprintf(&b, "%s %s state %s pgid %s wchan %s; ", pid, stat[:k+1], f[0], f[2], wchan)
+	}
+	return b.String()
+}
+
 // testExecInterrupt cancels an Exec whose commands each started a
 // background child, and checks that every host's command and child are
 // stopped, by the signal the case expects, before Exec returns.
@@ -197,12 +224,12 @@ func testExecInterrupt(t *testing.T, hosts []config.Host, dial cluster.DialOptio
 		hard   bool
 		want   string
 	}{
-		{"TERM", `sleep 300 & echo "child $!"; sleep 301`, time.Minute, false, "TERM"},
+		{"TERM", childThen + `sleep 301`, time.Minute, false, "TERM"},
 		// A command that cleans up on SIGTERM gets to, and what it says
 		// doing so reaches the output.
-		{"TERM handled", `trap 'echo cleaned up; exit 3' TERM; sleep 300 & echo "child $!"; wait`, time.Minute, false, ""},
-		{"KILL after grace", `trap '' TERM; sleep 300 & echo "child $!"; sleep 301`, 300 * time.Millisecond, false, "KILL"},
-		{"KILL when hard", `trap '' TERM; sleep 300 & echo "child $!"; sleep 301`, time.Hour, true, "KILL"},
+		{"TERM handled", `trap 'echo cleaned up; exit 3' TERM; ` + childThen + `wait`, time.Minute, false, ""},
+		{"KILL after grace", `trap '' TERM; ` + childThen + `sleep 301`, 300 * time.Millisecond, false, "KILL"},
+		{"KILL when hard", `trap '' TERM; ` + childThen + `sleep 301`, time.Hour, true, "KILL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -215,13 +242,14 @@ func testExecInterrupt(t *testing.T, hosts []config.Host, dial cluster.DialOptio
 				res <- Exec(ctx, hosts, ExecOptions{Args: []string{tc.script}, Dial: dial, Stdout: &stdout, Grace: tc.grace, Hard: hard})
 			}()
 			require.Eventually(t, func() bool { return stdout.lines() == len(hosts) }, 60*time.Second, 10*time.Millisecond)
-			var children []string
+			var children, parents []string
 			started := stdout.String()
 			for _, line := range strings.Split(strings.TrimSpace(started), "\n") {
-				_, pid, ok := strings.Cut(line, " child ")
-				require.True(t, ok, "line %q", line)
+				_, pids, ok := strings.Cut(line, " child ")
+				pid, parent, ok2 := strings.Cut(pids, " of ")
+				require.True(t, ok && ok2, "line %q", line)
 				require.True(t, alive(pid), "child %s", pid)
-				children = append(children, pid)
+				children, parents = append(children, pid), append(parents, parent)
 			}
 			cancel()
 			if tc.hard {
@@ -232,7 +260,8 @@ func testExecInterrupt(t *testing.T, hosts []config.Host, dial cluster.DialOptio
 			select {
 			case results = <-res:
 			case <-time.After(30 * time.Second):
-				t.Fatal("Exec did not return within 30s of the interrupt")
+				t.Fatalf("Exec did not return within 30s of the interrupt; output:\n%s\ncommands: %s\nchildren: %s",
+					stdout.String(), procStates(parents), procStates(children))
 			}
 			if tc.hard {
 				assert.Less(t, time.Since(start), 30*time.Second, "Hard did not cut the grace short")
@@ -276,7 +305,7 @@ func testExecTimeout(t *testing.T, hosts []config.Host, dial cluster.DialOptions
 			var stdout lineWaiter
 			// $H, set per host (one Exec each), picks the slow host:
 			// local hosts share one machine and hostname.
-			line := fmt.Sprintf(`echo "started"; [ "$H" = %s ] || exit 0; %ssleep 300 & echo "child $!"; wait`, last, tc.trap)
+			line := fmt.Sprintf(`echo "started"; [ "$H" = %s ] || exit 0; %s%swait`, last, tc.trap, childThen)
 			results := make([]ExecResult, len(hosts))
 			var wg sync.WaitGroup
 			for i, h := range hosts {
@@ -292,8 +321,8 @@ func testExecTimeout(t *testing.T, hosts []config.Host, dial cluster.DialOptions
 			wg.Wait()
 			var child string
 			for _, l := range strings.Split(stdout.String(), "\n") {
-				if _, pid, ok := strings.Cut(l, "] child "); ok {
-					child = pid
+				if _, pids, ok := strings.Cut(l, "] child "); ok {
+					child, _, _ = strings.Cut(pids, " of ")
 				}
 			}
 			require.NotEmpty(t, child, "output:\n%s", stdout.String())

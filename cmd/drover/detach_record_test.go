@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
@@ -58,7 +59,7 @@ func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
 	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
 	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
 		sup2, _ := strconv.Atoi(m[1])
-		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
 	st2 := waitStatus(t, j, 30*time.Second, "a live supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, st.RunID, st2.RunID)

@@ -138,7 +138,7 @@ func startDetachedRun(t *testing.T, j *fleetJob) int {
 	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String())
 	require.NotNil(t, m, d.stdout.String())
 	sup, _ := strconv.Atoi(m[1])
-	t.Cleanup(func() { _ = syscall.Kill(sup, syscall.SIGKILL) })
+	testenv.SignalAtCleanup(t, sup, syscall.SIGKILL, false)
 	// The session that started it is gone entirely.
 	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
 	sid, err := unix.Getsid(sup)
@@ -328,7 +328,7 @@ func TestRunDetachedAdopt(t *testing.T) {
 	sup2 := 0
 	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
 		sup2, _ = strconv.Atoi(m[1])
-		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
 	st = waitStatus(t, j, 30*time.Second, "a live supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, id, st.RunID)
@@ -376,7 +376,7 @@ func TestRunDetachedSecondSupervisor(t *testing.T) {
 	assert.Contains(t, d.stderr.String(), "adopting attempt 1 of run "+before.RunID)
 	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
 		sup2, _ := strconv.Atoi(m[1])
-		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
 	// The first supervisor lets go and exits; the group is untouched.
 	deadline := time.Now().Add(30 * time.Second)
@@ -515,7 +515,7 @@ func TestRunDetachedDeathWhileUnsupervised(t *testing.T) {
 	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
 	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
 		sup2, _ := strconv.Atoi(m[1])
-		t.Cleanup(func() { _ = syscall.Kill(sup2, syscall.SIGKILL) })
+		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
 	assert.Contains(t, d.stderr.String(), "adopting attempt 1 of run "+st.RunID)
 	waitStatus(t, j, 60*time.Second, "restarted", func(st launcher.RunStatus) bool {

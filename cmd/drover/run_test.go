@@ -32,6 +32,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
@@ -831,7 +832,7 @@ func TestRunPreflightPortInUse(t *testing.T) {
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	require.NoError(t, err, "listener pid %q", out)
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	testenv.SignalAtCleanup(t, pid, syscall.SIGKILL, false)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ss, _ := fleet.Exec(0, "ss", "-Hltn", "sport = :"+port)

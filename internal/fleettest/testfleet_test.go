@@ -18,6 +18,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -290,7 +291,7 @@ func TestMove(t *testing.T) {
 	require.NoError(t, err)
 	sleepPid, err := strconv.Atoi(out)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = syscall.Kill(sleepPid, syscall.SIGKILL) })
+	testenv.SignalAtCleanup(t, sleepPid, syscall.SIGKILL, false)
 
 	require.NoError(t, fleet.Move(2, newAddr))
 	t.Cleanup(func() {

@@ -5,7 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Need skips outside CI and fails under CI=true: checked in a child
@@ -37,4 +41,24 @@ func TestNeedSkipsHereFailsUnderCI(t *testing.T) {
 
 func TestNeedNilDoesNothing(t *testing.T) {
 	Need(t, "anything", nil)
+}
+
+// The pid must still name the process that started at the recorded tick:
+// one that started at another (the pid handed on) is not signalled.
+func TestSignalIfSame(t *testing.T) {
+	c := exec.Command("sleep", "100")
+	require.NoError(t, c.Start())
+	pid := c.Process.Pid
+	start, ok := startTicks(pid)
+	require.True(t, ok)
+	assert.False(t, signalIfSame(pid, start+1, syscall.SIGKILL, false), "another process's start time")
+	_, ok = startTicks(pid)
+	assert.True(t, ok, "sleep was signalled all the same")
+	t.Run("cleanup", func(t *testing.T) { SignalAtCleanup(t, pid, syscall.SIGKILL, false) })
+	var ee *exec.ExitError
+	require.ErrorAs(t, c.Wait(), &ee)
+	assert.Equal(t, "signal: killed", ee.Error())
+	_, ok = startTicks(pid)
+	assert.False(t, ok)
+	assert.False(t, signalIfSame(pid, start, syscall.SIGKILL, false), "a pid that ended")
 }

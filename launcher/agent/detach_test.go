@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -66,7 +67,8 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 	out.waitFor(t, "n=5\n", 10*time.Second)
 	st, err := ReadState(state)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = syscall.Kill(-st.Pid, syscall.SIGKILL); _ = syscall.Kill(st.AgentPid, syscall.SIGKILL) })
+	testenv.SignalAtCleanup(t, st.Pid, syscall.SIGKILL, true)
+	testenv.SignalAtCleanup(t, st.AgentPid, syscall.SIGKILL, false)
 	require.NoError(t, in.Close()) // the controller is gone
 	assert.Equal(t, ExitDetached, exitCode(t, launcher.Wait()))
 
@@ -128,7 +130,8 @@ func TestAttachAgentKilled(t *testing.T) {
 	out.waitFor(t, "started\n", 10*time.Second)
 	st, err := ReadState(state)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = syscall.Kill(-st.Pid, syscall.SIGKILL); in.Close() })
+	testenv.SignalAtCleanup(t, st.Pid, syscall.SIGKILL, true)
+	t.Cleanup(func() { in.Close() })
 	require.NoError(t, syscall.Kill(st.AgentPid, syscall.SIGKILL))
 	done := make(chan error, 1)
 	go func() { done <- launcher.Wait() }()
