@@ -111,7 +111,7 @@ func (s *supervisor) onWorkerExit(m workerMsg) {
 		reason := fmt.Sprintf("%s %s", m.who(), m.w.How())
 		m.rp.setCause(reason+colon(cause), m.at)
 		s.flushEarly()
-		s.stop(attemptOutcome{kind: outcomeFailed, err: errors.New(reason + colon(cause)), exitCode: m.w.Status}, reason+colon(cause))
+		s.fail(m.rp, attemptOutcome{kind: outcomeFailed, err: errors.New(reason + colon(cause)), exitCode: m.w.Status}, reason+colon(cause))
 	}
 }
 
@@ -145,7 +145,11 @@ func (a *attempt) workerCause(c *attemptHost, w agent.WorkerExit) string {
 // noteEarly records rp's exit 0 while others still run (pytorch and the
 // other per-process frameworks).
 func (s *supervisor) noteEarly(rp *running, at time.Time) {
-	what := fmt.Sprintf("%s@%s finished while %d other(s) still run", rp.p.Name(), rp.p.Host.Name, s.remaining)
+	others := s.remaining
+	if s.held != nil {
+		others++ // the held failure's process still ran when it finished
+	}
+	what := fmt.Sprintf("%s@%s finished while %d other(s) still run", rp.p.Name(), rp.p.Host.Name, others)
 	s.early = append(s.early, earlyFinish{rp: rp, what: what, at: at})
 	s.armEarly()
 }
@@ -165,7 +169,7 @@ func (s *supervisor) flushEarly() {
 	for _, e := range s.early {
 		s.a.r.events.printf("%s: %s (exit 0 at %s)", s.a.prefix(), e.what, e.at.Format("15:04:05.000"))
 		if !s.earlySaid {
-			s.earlySaid, s.firstEvent = true, e.what
+			s.earlySaid, s.firstEvent, s.firstEventAt = true, e.what, e.at
 			e.rp.setCause(e.what+": the attempt's first event", e.at)
 			if e.rp.done { // its exit is recorded already
 				s.a.r.recordCause(e.rp.p, e.rp.cause, e.rp.causeAt)

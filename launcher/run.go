@@ -71,6 +71,9 @@ type RunOptions struct {
 	// Ready, for a detached run, is called once every process of the
 	// first attempt that started them all runs.
 	Ready func(runID, logDir string)
+
+	// peerLostSettle replaces peerLostSettle (the constant) in tests.
+	peerLostSettle time.Duration
 }
 
 // Outcome is how a run ended.

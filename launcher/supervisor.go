@@ -184,10 +184,15 @@ type supervisor struct {
 	// early are exits 0 while others still ran, not yet named; earlyAt
 	// names them (earlyFinishWait); earlySaid: the attempt's first event
 	// was one.
-	early      []earlyFinish
-	earlyAt    <-chan time.Time
-	earlySaid  bool
-	firstEvent string
+	early        []earlyFinish
+	earlyAt      <-chan time.Time
+	earlySaid    bool
+	firstEvent   string
+	firstEventAt time.Time
+	// held is a failure that reads as a lost peer, waiting until heldAt
+	// for the exit that explains it (see fail).
+	held   *heldFailure
+	heldAt <-chan time.Time
 	// stopWaits are the stops, through their hosts, of what dead agents
 	// left (stopLeftBy); the attempt ends after them.
 	stopWaits sync.WaitGroup
@@ -471,16 +476,22 @@ func (s *supervisor) onExit(m exitMsg) {
 	}
 	if m.err != nil {
 		s.flushEarly()
-		s.stop(s.failure(rp, m.err, text, code, lost))
+		out, reason := s.failure(rp, m.err, text, code, lost)
+		s.fail(rp, out, reason)
 		return
 	}
-	if len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs) {
+	if s.held == nil && len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs) {
 		s.early, s.earlyAt = nil, nil // the end of a healthy run: no event
 		s.stop(succeeded(), s.a.successNote(s.procs))
 		return
 	}
-	if s.remaining > 0 {
+	if s.remaining > 0 || s.held != nil {
 		s.noteEarly(rp, m.at)
+	}
+	if s.held != nil {
+		// The peer that went away, most likely: named first.
+		s.flushEarly()
+		s.releaseHeld()
 	}
 }
 
@@ -560,6 +571,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.onWorkerExit(wm)
 		case <-s.earlyAt:
 			s.flushEarly()
+		case <-s.heldAt:
+			s.releaseHeld()
 		case <-ctxDone:
 			ctxDone = nil
 			if s.handOver(ctx) {
