@@ -107,6 +107,10 @@ func (s *supervisor) onWorkerExit(m workerMsg) {
 			m.who(), m.w.Running, m.rp.p.Host.Name, s.remaining-1)
 		s.early = append(s.early, earlyFinish{rp: m.rp, what: what, at: m.at})
 		s.armEarly()
+		if s.held != nil { // the peer that went away, most likely
+			s.flushEarly()
+			s.releaseHeld()
+		}
 	default:
 		reason := fmt.Sprintf("%s %s", m.who(), m.w.How())
 		m.rp.setCause(reason+colon(cause), m.at)
