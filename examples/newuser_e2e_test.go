@@ -172,6 +172,27 @@ func TestNewUserDesyncEvent(t *testing.T) {
 	assert.Regexp(t, `(?m)^then: worker-[23] on `, events, "the victims come after the root cause")
 }
 
+// The same desync under torchrun: node-0's workers (ranks 0 and 1) finish
+// after the first step, and torchrun there waits in its exit barrier
+// while node-1's workers fail on the closed connections. The early
+// workers' exits, as their agent reports them, are the root cause, even
+// when a victim's failure reaches drover first (it is held for them).
+func TestNewUserTorchrunDesyncEvent(t *testing.T) {
+	needFleet(t)
+	dir := newUserJob(t, "torchrun", 2, []string{"30", "1", "desync"}, "max_restarts = 0")
+	r := startDrover(t, dir, "run", "--quiet", "--log-dir", filepath.Join(dir, "runs"), filepath.Join(dir, "job.toml"))
+	require.Equal(t, 1, r.wait(t), "drover exit status; output:\n%s", r.output())
+	events := r.events(t)
+	if testing.Verbose() {
+		t.Logf("drover's events:\n%s", events)
+	}
+	h0 := regexp.QuoteMeta(fleet.Hosts[0].Name)
+	assert.Regexp(t, `attempt 1/1: rank [01] \(node-0@`+h0+`\) finished while`, events, "no event for the early exits")
+	assert.Regexp(t, `attempt 1/1: rank [23] \(node-1@\S+\) exited 1: .*; the attempt's first event: rank [01] \(node-0@`+h0+`\) finished while`, events)
+	assert.Regexp(t, `(?m)^root cause: node-0 on `+h0+`: rank [01] \(node-0@`+h0+`\) finished while`, events)
+	assert.Regexp(t, `(?m)^then: node-1 on `, events, "the victims come after the root cause")
+}
+
 // SIGKILL of one rank's agent, with max_restarts = 0: drover exits 1, and
 // within stop_grace + 3 s nothing of the job runs on any host, not the
 // rank (it dies with its agent), nor the child it started (drover stops

@@ -112,10 +112,13 @@ func (s *supervisor) onWorkerExit(m workerMsg) {
 			s.releaseHeld()
 		}
 	default:
-		reason := fmt.Sprintf("%s %s", m.who(), m.w.How())
-		m.rp.setCause(reason+colon(cause), m.at)
+		reason := fmt.Sprintf("%s %s", m.who(), m.w.How()) + colon(cause)
+		m.rp.setCause(reason, m.at)
 		s.flushEarly()
-		s.fail(m.rp, attemptOutcome{kind: outcomeFailed, err: errors.New(reason + colon(cause)), exitCode: m.w.Status}, reason+colon(cause))
+		if s.firstEvent != "" { // a desync: the failing worker is most likely a victim
+			reason += "; the attempt's first event: " + s.firstEvent
+		}
+		s.fail(m.rp, attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: m.w.Status}, reason)
 	}
 }
 
