@@ -1,12 +1,10 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -99,14 +97,14 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 		defer close(done)
 		defer cancel()
 		_ = forEach(conns, func(c *hostConn) error {
-			var out bytes.Buffer
 			rec := path.Join(c.host.Workdir, agent.CurrentRun, agent.RunRecordFile)
-			if runToEnd(ctx, c.t, cluster.Cmd{Args: []string{"cat", rec}, Stdout: &out, Stderr: io.Discard}) != nil {
-				return nil // no run record: nothing to adopt
+			out, _, err := readFromHost(ctx, c.t, []string{"cat", rec}, "cat "+rec, runRecordLimit)
+			if err != nil {
+				return nil // no run record (or no sane one): nothing to adopt
 			}
 			var rr agent.RunRecord
 			i := slices.Index(conns, c)
-			found[i] = json.Unmarshal(out.Bytes(), &rr) == nil && !isFinal(rr.State)
+			found[i] = json.Unmarshal(out, &rr) == nil && !isFinal(rr.State)
 			return nil
 		})
 	}()

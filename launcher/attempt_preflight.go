@@ -226,3 +226,32 @@ func runToEnd(ctx context.Context, t cluster.Transport, cmd cluster.Cmd) error {
 	}
 	return err
 }
+
+// Bounds on one answer read from a host's agent (readFromHost): a host
+// is not trusted, and whatever it prints must not become drover's memory.
+// Each is far above what the answer holds for a real fleet.
+const (
+	hostReportLimit = 8 << 20 // drover agent runs: every run and process of a workdir
+	runRecordLimit  = 8 << 20 // a run record (adoption's look)
+	sinceLimit      = 1 << 20 // drover agent since: an offset per log
+)
+
+// readFromHost runs args on t's host to their end and returns what they
+// printed, keeping at most limit bytes: a host that prints more is stopped
+// there, and the error says so (*cluster.TooMuchOutputError). said is the
+// start of its stderr, escaped, for the caller's error; what names the
+// command there.
+func readFromHost(ctx context.Context, t cluster.Transport, args []string, what string, limit int) (out []byte, said string, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stdout := cluster.NewHeadBuffer(limit, cancel)
+	stderr := cluster.NewHeadBuffer(cluster.QuoteLimit, nil)
+	err = runToEnd(ctx, t, cluster.Cmd{Args: args, Stdout: stdout, Stderr: stderr})
+	if oe := stdout.Overflow(t.Host().Name, what); oe != nil {
+		return nil, "", oe
+	}
+	if err != nil {
+		return nil, stderr.Quote(cluster.QuoteLimit), err
+	}
+	return stdout.Bytes(), "", nil
+}

@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,13 +83,12 @@ func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents re
 // runs runs `drover agent runs` for v's workdir (its host's index when
 // v.wd is "").
 func (v *hostView) runs(ctx context.Context) (*agent.HostReport, error) {
-	var out, errb bytes.Buffer
-	err := runToEnd(ctx, v.t, cluster.Cmd{Args: agent.RunsCommand(v.agent, v.wd, ""), Stdout: &out, Stderr: &errb})
+	out, said, err := readFromHost(ctx, v.t, agent.RunsCommand(v.agent, v.wd, ""), "drover agent runs", hostReportLimit)
 	if err != nil {
-		return nil, fmt.Errorf("read runs of %s on %s: %w: %s", v.wd, hostLabel(v.host), err, bytes.TrimSpace(errb.Bytes()))
+		return nil, fmt.Errorf("read runs of %s on %s: %w: %s", v.wd, hostLabel(v.host), err, said)
 	}
 	var rep agent.HostReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+	if err := json.Unmarshal(out, &rep); err != nil {
 		return nil, fmt.Errorf("read runs of %s on %s: %w", v.wd, hostLabel(v.host), err)
 	}
 	return &rep, nil

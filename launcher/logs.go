@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/logstream"
 )
@@ -228,14 +226,13 @@ func sinceOffsets(ctx context.Context, v *hostView, srcs []*logSource, since Sin
 	for i, s := range srcs {
 		files[i] = s.file
 	}
-	var out, errb bytes.Buffer
-	err := runToEnd(ctx, v.t, cluster.Cmd{Args: agent.SinceCommand(v.agent, since.Ago, since.At, files), Stdout: &out, Stderr: &errb})
+	out, said, err := readFromHost(ctx, v.t, agent.SinceCommand(v.agent, since.Ago, since.At, files), "drover agent since", sinceLimit)
 	if err != nil {
-		return nil, fmt.Errorf("the agent on %s cannot cut by time: %w: %s", hostLabel(v.host), err, firstLine(errb.String()))
+		return nil, fmt.Errorf("the agent on %s cannot cut by time: %w: %s", hostLabel(v.host), err, firstLine(said))
 	}
 	var res []agent.SinceResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil || len(res) != len(srcs) {
-		return nil, fmt.Errorf("the agent on %s answered `since` with %q, not one result per log", hostLabel(v.host), firstLine(out.String()))
+	if err := json.Unmarshal(out, &res); err != nil || len(res) != len(srcs) {
+		return nil, fmt.Errorf("the agent on %s answered `since` with %q, not one result per log", hostLabel(v.host), firstLine(string(out)))
 	}
 	return res, nil
 }
