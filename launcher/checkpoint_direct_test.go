@@ -259,6 +259,8 @@ func TestDirectCopyAndStage(t *testing.T) {
 	defer stop()
 	want := f.save(t, 0, "step-10.pt", 200)
 	waitFor(t, "both copies", func() bool { return len(holdersOf(m, "step-10.pt")) == 3 })
+	// The record has the copies a moment before the event says so.
+	waitFor(t, "the copy's event", func() bool { return strings.Contains(ev.String(), "step-10.pt (#1, 200.0 MiB) copied") })
 	stop()
 	t.Log(ev)
 	assert.ElementsMatch(t, []string{"written:" + f.hosts[0].Name, "copy:" + f.hosts[1].Name, "copy:" + f.hosts[2].Name}, holdersOf(m, "step-10.pt"))
@@ -419,6 +421,7 @@ func TestDirectCopyChainBrokenMidway(t *testing.T) {
 	defer stop()
 	want := f.save(t, 0, "step-10.pt", 8)
 	waitFor(t, "both copies", func() bool { return len(holdersOf(m, "step-10.pt")) == 3 })
+	waitFor(t, "the copy's event", func() bool { return strings.Contains(ev.String(), "step-10.pt (#1, 8.0 MiB) copied") })
 	stop()
 	t.Log(ev)
 	for i := 1; i < 3; i++ {

@@ -523,11 +523,17 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 				return err
 			}
 			to = append(to, d.label)
-			m.prune(d.fs, d.label, d.loc.Kind, d.loc.Host, d.own, set.Keep, seq)
 		}
 	}
 	m.events("checkpoint %s (#%d, %s) copied from %s to %v in %s%s", e.Name, seq, human(size), src.Host, to,
 		m.now().Sub(start).Round(time.Millisecond), hostToHost(direct))
+	// Old copies go once the event has said where the new one is: the
+	// listing and removal are round trips the copy's time does not count.
+	for _, d := range dests {
+		if d.err == nil {
+			m.prune(d.fs, d.label, d.loc.Kind, d.loc.Host, d.own, set.Keep, seq)
+		}
+	}
 	return nil
 }
 
