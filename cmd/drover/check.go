@@ -1,3 +1,5 @@
+//go:build !droveragent
+
 package main
 
 import (

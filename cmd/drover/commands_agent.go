@@ -6,8 +6,10 @@ import "github.com/urfave/cli/v2"
 
 // commands, in the agents `make build` carries to hosts (built with the
 // droveragent tag, see scripts/build-agent), are only `drover agent`: what
-// hosts run. The rest of drover (the SSH client, the launcher, the
-// planner) is left out by the linker, a quarter less to upload to every
+// hosts run. The other commands' files are built only without the tag
+// (`//go:build !droveragent`), so the launcher, the planner, push and
+// Slurm are not linked at all: a linked package keeps its package-level
+// state even when no function of it is called. Less to upload to every
 // fresh host, where the upload is most of the install.
 func commands() []*cli.Command {
 	agent := agentCommand()

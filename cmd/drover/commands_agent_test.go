@@ -28,6 +28,10 @@ func TestAgentBuildHasOnlyAgent(t *testing.T) {
 	out, err = exec.Command(bin, "agent", "version").Output()
 	require.NoError(t, err)
 	assert.Regexp(t, `^drover \S+ \S+/\S+\n$`, string(out))
+	version := string(out)
+	out, err = exec.Command(bin, "--version").Output()
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(out), version), "--version of an agent build is its own: %s", out)
 	out, err = exec.Command(bin, "agent", "--help").CombinedOutput()
 	require.NoError(t, err)
 	for _, sub := range []string{"run", "stop", "preflight", "probe", "version", "sftp"} {
@@ -53,5 +57,12 @@ func TestAgentBuildLeavesOutControllerLibraries(t *testing.T) {
 		if strings.Contains(string(out), pkg) {
 			t.Errorf("the agent build links %s", pkg)
 		}
+	}
+	// Nor the controller itself: the launcher, the planner, push, Slurm
+	// (their package-level state stays in a binary even when no function
+	// of theirs is called; about 0.65 MB).
+	deps := strings.Fields(string(out))
+	for _, pkg := range []string{"launcher", "launcher/plan", "launcher/lease", "cluster/push", "cluster/slurm"} {
+		assert.NotContains(t, deps, "github.com/droverhq/drover/"+pkg, "the agent build links it")
 	}
 }
