@@ -136,6 +136,7 @@ func TestTopOnceJSON(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("worker-%d", i), p.Name)
 		assert.Contains(t, []string{"running", "sleeping"}, p.State)
 		assert.Less(t, p.OutputAgeS, 10.0, "it prints five lines a second")
+		assert.GreaterOrEqual(t, p.OutputAgeS, 0.0, "-1 is no log found")
 		require.NotNil(t, p.Step, h.Host)
 		assert.Positive(t, *p.Step)
 		if i >= 2 {

@@ -294,7 +294,9 @@ func (t *topper) procs(now time.Time) []TopProc {
 		p := TopProc{Name: name, Pid: pf.ChildPid, Started: pf.Started, OutputAgeS: -1}
 		p.State = procStateName(pf.ChildPid, pf.ChildStart)
 		if mt, ok := t.lastLog(name); ok {
-			p.OutputAgeS = now.Sub(mt).Seconds()
+			// A line written since now was taken is no age below 0
+			// (which reads as "no log").
+			p.OutputAgeS = max(0, now.Sub(mt).Seconds())
 		}
 		p.Step, p.StepRate = t.step(name)
 		out = append(out, p)

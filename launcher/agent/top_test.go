@@ -65,6 +65,14 @@ func TestTopProcs(t *testing.T) {
 	assert.Equal(t, int64(150), *ps[0].Step)
 	require.NotNil(t, ps[0].StepRate)
 	assert.InDelta(t, 10.0, *ps[0].StepRate, 0.01)
+
+	// A line the process printed after the sample's time was taken (it
+	// prints while top reads): its output is 0 s old, not unknown (-1,
+	// which top shows as "-"; TestTopOnceJSON met it under load).
+	before := time.Now()
+	require.NoError(t, os.Chtimes(logf, before.Add(50*time.Millisecond), before.Add(50*time.Millisecond)))
+	ps = tp.procs(before)
+	assert.Zero(t, ps[0].OutputAgeS)
 }
 
 // Without nvidia-smi a sample still comes, saying why it has no GPUs.
