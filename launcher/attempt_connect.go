@@ -53,7 +53,7 @@ func (a *attempt) connect(ctx context.Context, hosts []config.Host) ([]*hostConn
 	opts := a.r.opts.Dial
 	opts.Inventory = config.Endpoints(a.cfg.Hosts)
 	lost := a.r.takeLost()
-	a.r.pool.dropHosts(lost)
+	a.r.pool.closeHosts(lost)
 	conns := a.r.pool.reuse(ctx, hosts)
 	deadline := a.r.now().Add(a.cfg.Job.HostWait) // host_wait counts from the first dial
 	errs := a.dialMissing(ctx, hosts, conns, opts, lost)

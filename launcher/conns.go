@@ -119,16 +119,18 @@ func (p *connPool) drop(c *hostConn) {
 	c.t.Close()
 }
 
-// dropHosts closes the connections of the named hosts: their connection
+// closeHosts closes the connections of the named hosts: their connection
 // was lost (no answer to keepalives), so a ping before reusing it would
-// only wait out pingTimeout.
-func (p *connPool) dropHosts(names map[string]bool) {
+// only wait out pingTimeout, while a closed one fails at once. They are
+// kept until the redial replaces them (add), as reuse keeps a dead one:
+// a lease renewed or checked meanwhile then fails and tries again, rather
+// than dialling a connection of its own beside the attempt's.
+func (p *connPool) closeHosts(names map[string]bool) {
 	p.mu.Lock()
 	var gone []*hostConn
 	for name := range names {
 		if c := p.conns[name]; c != nil {
 			gone = append(gone, c)
-			delete(p.conns, name)
 		}
 	}
 	p.mu.Unlock()
