@@ -153,14 +153,7 @@ func TestNewUserTorchrunWorkerKilledAtStartup(t *testing.T) {
 // early exits are an event, named before the failure, and the summary
 // gives them as the root cause, the victims' errors after it.
 func TestNewUserDesyncEvent(t *testing.T) {
-	needFleet(t)
-	dir := newUserJob(t, "pytorch", 2, []string{"30", "1", "desync"}, "max_restarts = 0")
-	r := startDrover(t, dir, "run", "--quiet", "--log-dir", filepath.Join(dir, "runs"), filepath.Join(dir, "job.toml"))
-	require.Equal(t, 1, r.wait(t), "drover exit status; output:\n%s", r.output())
-	events := r.events(t)
-	if testing.Verbose() {
-		t.Logf("drover's events:\n%s", events)
-	}
+	events := desyncEvents(t, "pytorch")
 	h0 := fleet.Hosts[0].Name
 	early := regexp.MustCompile(`attempt 1/1: worker-[01]@` + h0 + ` finished while [0-9]+ other\(s\) still run`)
 	failed := regexp.MustCompile(`attempt 1/1: worker-[23]@\S+ exited`)
@@ -178,19 +171,28 @@ func TestNewUserDesyncEvent(t *testing.T) {
 // workers' exits, as their agent reports them, are the root cause, even
 // when a victim's failure reaches drover first (it is held for them).
 func TestNewUserTorchrunDesyncEvent(t *testing.T) {
+	events := desyncEvents(t, "torchrun")
+	h0 := regexp.QuoteMeta(fleet.Hosts[0].Name)
+	assert.Regexp(t, `attempt 1/1: rank [01] \(node-0@`+h0+`\) finished while`, events, "no event for the early exits")
+	assert.Regexp(t, `attempt 1/1: rank [23] \(node-1@\S+\) exited 1: .*; the attempt's first event: rank [01] \(node-0@`+h0+`\) finished while`, events)
+	assert.Regexp(t, `(?m)^root cause: node-0 on `+h0+`: rank [01] \(node-0@`+h0+`\) finished while`, events)
+	assert.Regexp(t, `(?m)^then: node-1 on `, events, "the victims come after the root cause")
+}
+
+// desyncEvents runs the tutorial's desync (ranks 0 and 1 leave after the
+// first step) under framework, with no restart, and returns drover's
+// events once it has failed.
+func desyncEvents(t *testing.T, framework string) string {
+	t.Helper()
 	needFleet(t)
-	dir := newUserJob(t, "torchrun", 2, []string{"30", "1", "desync"}, "max_restarts = 0")
+	dir := newUserJob(t, framework, 2, []string{"30", "1", "desync"}, "max_restarts = 0")
 	r := startDrover(t, dir, "run", "--quiet", "--log-dir", filepath.Join(dir, "runs"), filepath.Join(dir, "job.toml"))
 	require.Equal(t, 1, r.wait(t), "drover exit status; output:\n%s", r.output())
 	events := r.events(t)
 	if testing.Verbose() {
 		t.Logf("drover's events:\n%s", events)
 	}
-	h0 := regexp.QuoteMeta(fleet.Hosts[0].Name)
-	assert.Regexp(t, `attempt 1/1: rank [01] \(node-0@`+h0+`\) finished while`, events, "no event for the early exits")
-	assert.Regexp(t, `attempt 1/1: rank [23] \(node-1@\S+\) exited 1: .*; the attempt's first event: rank [01] \(node-0@`+h0+`\) finished while`, events)
-	assert.Regexp(t, `(?m)^root cause: node-0 on `+h0+`: rank [01] \(node-0@`+h0+`\) finished while`, events)
-	assert.Regexp(t, `(?m)^then: node-1 on `, events, "the victims come after the root cause")
+	return events
 }
 
 // SIGKILL of one rank's agent, with max_restarts = 0: drover exits 1, and

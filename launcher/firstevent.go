@@ -107,17 +107,12 @@ func (s *supervisor) onWorkerExit(m workerMsg) {
 			m.who(), m.w.Running, m.rp.p.Host.Name, s.remaining-1)
 		s.early = append(s.early, earlyFinish{rp: m.rp, what: what, at: m.at})
 		s.armEarly()
-		if s.held != nil { // the peer that went away, most likely
-			s.flushEarly()
-			s.releaseHeld()
-		}
+		s.earlyExplainsHeld()
 	default:
 		reason := fmt.Sprintf("%s %s", m.who(), m.w.How()) + colon(cause)
 		m.rp.setCause(reason, m.at)
 		s.flushEarly()
-		if s.firstEvent != "" { // a desync: the failing worker is most likely a victim
-			reason += "; the attempt's first event: " + s.firstEvent
-		}
+		reason = s.withFirstEvent(reason)
 		s.fail(m.rp, attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: m.w.Status}, reason)
 	}
 }
@@ -184,6 +179,16 @@ func (s *supervisor) flushEarly() {
 		}
 	}
 	s.early = s.early[:0]
+}
+
+// withFirstEvent adds the attempt's first event, when there was one, to a
+// failure's reason: after an early finish (a desync) the failing rank is
+// most likely a victim of it.
+func (s *supervisor) withFirstEvent(reason string) string {
+	if s.firstEvent == "" {
+		return reason
+	}
+	return reason + "; the attempt's first event: " + s.firstEvent
 }
 
 // setCause records why rp's attempt went wrong and when drover saw it;

@@ -94,13 +94,22 @@ func (s *supervisor) releaseHeld() {
 	if h == nil || s.stopping {
 		return
 	}
-	reason := h.reason
+	reason := s.withFirstEvent(h.reason)
 	if s.firstEvent != "" {
-		reason += "; the attempt's first event: " + s.firstEvent
 		h.rp.causeAfter(s.firstEventAt, s.a.r)
 	}
 	h.out.err = errors.New(reason)
 	s.stop(h.out, reason)
+}
+
+// earlyExplainsHeld releases a held failure once an exit 0 came while it
+// waited: that process, the peer that went away most likely, is named
+// first, as the attempt's first event.
+func (s *supervisor) earlyExplainsHeld() {
+	if s.held != nil {
+		s.flushEarly()
+		s.releaseHeld()
+	}
 }
 
 // causeAfter moves rp's cause after t on drover's clock, so that the

@@ -488,11 +488,7 @@ func (s *supervisor) onExit(m exitMsg) {
 	if s.remaining > 0 || s.held != nil {
 		s.noteEarly(rp, m.at)
 	}
-	if s.held != nil {
-		// The peer that went away, most likely: named first.
-		s.flushEarly()
-		s.releaseHeld()
-	}
+	s.earlyExplainsHeld()
 }
 
 // drainWorkers acts on every worker report already queued.
@@ -532,10 +528,7 @@ func (s *supervisor) failure(rp *running, err error, text string, code int, lost
 	cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp)
 	reason += colon(cause)
 	rp.setCause(cause, s.a.r.now())
-	if s.firstEvent != "" {
-		// A desync: the failing rank is most likely a victim.
-		reason += "; the attempt's first event: " + s.firstEvent
-	}
+	reason = s.withFirstEvent(reason)
 	return attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: code}, reason
 }
 
