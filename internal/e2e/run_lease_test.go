@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fleet tests of issue 21 item 3: two `drover run`s never destroy each
 // other. The real drover binary runs twice as controller against the real

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fleet tests of `drover run`: the real drover binary (built once, see
 // droverBinary) runs as the controller here and as the agent on four real

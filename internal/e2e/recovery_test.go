@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fleet tests of how `drover run` recovers from what is not the job's
 // fault: a controller that was suspended (Ctrl-Z), a host unreachable when
