@@ -24,9 +24,30 @@ const (
 // bubble's fake clock like any other sleep.
 func Wait(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, status string)) {
 	t.Helper()
+	poll(t, timeout, what, cond, firstPoll, maxPoll)
+}
+
+// WaitFor is Wait for a condition with nothing to say while it does not
+// hold.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	Wait(t, timeout, what, func() (bool, string) { return cond(), "" })
+}
+
+// WaitEvery is WaitFor checking every interval, with no backoff: for a
+// condition that holds only for a moment (a run still in its setup), which
+// a poll backed off to maxPoll could miss.
+func WaitEvery(t testing.TB, every, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	poll(t, timeout, what, func() (bool, string) { return cond(), "" }, every, every)
+}
+
+// poll is Wait with its backoff from first up to most.
+func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, string), first, most time.Duration) {
+	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
-	pause := firstPoll
+	pause := first
 	for {
 		ok, status := cond()
 		if ok {
@@ -42,13 +63,6 @@ func Wait(t testing.TB, timeout time.Duration, what string, cond func() (ok bool
 			return
 		}
 		time.Sleep(min(pause, left))
-		pause = min(2*pause, maxPoll)
+		pause = min(2*pause, most)
 	}
-}
-
-// WaitFor is Wait for a condition with nothing to say while it does not
-// hold.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	Wait(t, timeout, what, func() (bool, string) { return cond(), "" })
 }

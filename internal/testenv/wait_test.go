@@ -90,3 +90,18 @@ func TestWaitChecksAtTheDeadline(t *testing.T) {
 		}
 	})
 }
+
+// WaitEvery does not back off.
+func TestWaitEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTB{TB: t}
+		checks := 0
+		WaitEvery(f, 5*time.Millisecond, time.Second, "nothing", func() bool { checks++; return false })
+		if checks != 201 {
+			t.Errorf("%d checks in 1 s every 5 ms, want 201", checks)
+		}
+		if len(f.fatal) != 1 || f.fatal[0] != "waited 1s for nothing" {
+			t.Errorf("failed with %q", f.fatal)
+		}
+	})
+}
