@@ -72,15 +72,12 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	defer func() { <-sc.done }() // nothing of the attempt outlives it
 	// The connections are the runner's (connPool): they outlive the
 	// attempt, and the next one reuses them.
-	pooled, err := a.connect(ctx, hosts)
-	if err == nil {
-		pooled, err = a.netPreflight(ctx, pooled) // a slow host without a spare is final too
-	}
-	steps("connect")
-	if err != nil {
+	ph := newPhases(a)
+	st := &attemptState{hosts: hosts}
+	if err := runPhase(ctx, ph.connect, st, steps); err != nil {
 		return a.connectFailure(ctx, err)
 	}
-	cfg := a.configFor(pooled)
+	pooled, cfg := st.pooled, st.cfg
 	conns := newAttemptHosts(pooled)
 	adoptable := func() bool { return false }
 	if a.r.lookFirst {
@@ -191,7 +188,35 @@ func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan
 	return out
 }
 
-func (a *attempt) prefix() string { return fmt.Sprintf("attempt %d/%d", a.n, a.total) }
+func (a *attempt) prefix() string { return attemptPrefix(a.n, a.total) }
+
+// attemptPrefix begins every event of attempt n of total.
+func attemptPrefix(n, total int) string { return fmt.Sprintf("attempt %d/%d", n, total) }
+
+// phases are an attempt's phases, each given what it needs of the run.
+type phases struct {
+	connect *connectPhase
+}
+
+// newPhases makes a's phases: this is where the run's parts are handed to
+// each phase, so that no phase holds the runner.
+func newPhases(a *attempt) phases {
+	r := a.r
+	env := phaseEnv{n: a.n, total: a.total, cfg: a.cfg, events: r.events}
+	clk := clock{now: r.now, sleep: r.sleep}
+	return phases{
+		connect: &connectPhase{phaseEnv: env, clock: clk, dial: sshDialer{}, opts: r.opts.Dial, pool: r.pool,
+			lost: r.takeLost, replaced: r.replaced, agents: r.agents,
+			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
+	}
+}
+
+// runPhase runs p on st and notes in events.log when it was done.
+func runPhase(ctx context.Context, p phase, st *attemptState, steps func(string)) error {
+	err := p.run(ctx, st)
+	steps(p.name())
+	return err
+}
 
 // setupFailure ends an attempt that could not start the group. Only a
 // connection that died on the way counts as a lost host (worth a restart);

@@ -1,0 +1,96 @@
+package launcher
+
+import (
+	"context"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/plan"
+)
+
+// phase is one step of an attempt (see attempt), in the spirit of Nomad's
+// task-runner hooks: the attempt runs its phases in order and owns only
+// what they share (attemptState); what a phase needs of the run it is
+// given as fields when the attempt makes it (newPhases), never the whole
+// runner, so that each phase can be tested on its own with a fake dialer
+// or local transports.
+type phase interface {
+	// name is the step events.log notes the phase done under (see
+	// attempt.stepTimer).
+	name() string
+	// run does the phase's work on st, reading what earlier phases left
+	// there and adding its own.
+	run(ctx context.Context, st *attemptState) error
+	// cleanup gives back what the phase holds once the attempt is over,
+	// whatever happened; the connections are the pool's, not a phase's.
+	cleanup()
+}
+
+// attemptState is what an attempt's phases share: each reads what the
+// phases before it left and adds its own.
+type attemptState struct {
+	// hosts are the participants (runner.participants), before connect.
+	hosts []config.Host
+	// pooled are the connections connect made or reused (the run's pool
+	// keeps them for the next attempt).
+	pooled []*hostConn
+	// cfg is the job as the connected hosts run it: spares in place of
+	// the hosts they replaced (configFor).
+	cfg *config.Config
+	// conns are this attempt's hosts over pooled (newAttemptHosts).
+	conns []*attemptHost
+	// installed says when prepare's agent installs are done.
+	installed <-chan error
+	// scan is the code directory, scanned in the background.
+	scan *scanned
+	// plan is the checked plan the group starts with.
+	plan *plan.Plan
+}
+
+// dialer dials hosts: cluster.Dial and cluster.DialAll for a run
+// (sshDialer), a fake in tests.
+type dialer interface {
+	dial(ctx context.Context, h config.Host, opts cluster.DialOptions) (cluster.Transport, error)
+	dialAll(ctx context.Context, hosts []config.Host, opts cluster.DialOptions) ([]cluster.Transport, []error)
+}
+
+// sshDialer dials over the transports the inventory names.
+type sshDialer struct{}
+
+func (sshDialer) dial(ctx context.Context, h config.Host, opts cluster.DialOptions) (cluster.Transport, error) {
+	return cluster.Dial(ctx, h.Endpoint(), opts)
+}
+
+func (sshDialer) dialAll(ctx context.Context, hosts []config.Host, opts cluster.DialOptions) ([]cluster.Transport, []error) {
+	return cluster.DialAll(ctx, config.Endpoints(hosts), opts)
+}
+
+// clock is the run's wall clock and sleep (RunOptions.Now, Sleep).
+type clock struct {
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// phaseEnv is what every phase may use of its attempt: which attempt it
+// is (for event texts), the job, and the run's event log.
+type phaseEnv struct {
+	n, total int
+	cfg      *config.Config
+	events   *eventLog
+}
+
+func (e phaseEnv) prefix() string { return attemptPrefix(e.n, e.total) }
+
+// hostsIn are the hosts of conns.
+func hostsIn(conns []*hostConn) []config.Host {
+	out := make([]config.Host, len(conns))
+	for i, c := range conns {
+		out[i] = c.host
+	}
+	return out
+}
+
+// agentsFunc finds the agent binaries (runner.agents).
+type agentsFunc func() remote.Agents
