@@ -78,14 +78,13 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 		return a.connectFailure(ctx, err)
 	}
 	pooled, cfg := st.pooled, st.cfg
-	conns := newAttemptHosts(pooled)
 	adoptable := func() bool { return false }
 	if a.r.lookFirst {
 		a.r.lookFirst = false
 		adoptable = lookForGroup(ctx, pooled)
 	}
-	installed, err := a.prepare(ctx, conns)
-	steps("files and lease")
+	err = runPhase(ctx, ph.prepare, st, steps)
+	conns, installed := st.conns, st.installed
 	found := adoptable()
 	if err != nil {
 		<-installed
@@ -196,6 +195,7 @@ func attemptPrefix(n, total int) string { return fmt.Sprintf("attempt %d/%d", n,
 // phases are an attempt's phases, each given what it needs of the run.
 type phases struct {
 	connect *connectPhase
+	prepare *preparePhase
 }
 
 // newPhases makes a's phases: this is where the run's parts are handed to
@@ -208,6 +208,7 @@ func newPhases(a *attempt) phases {
 		connect: &connectPhase{phaseEnv: env, clock: clk, dial: sshDialer{}, opts: r.opts.Dial, pool: r.pool,
 			lost: r.takeLost, replaced: r.replaced, agents: r.agents,
 			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
+		prepare: &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/lease"
 )
 
 // fakeDialer "dials" a host to a local transport, or fails with the
@@ -126,4 +128,41 @@ func TestConnectPhase(t *testing.T) {
 			assert.Equal(t, dials, d.total(), "and dials none")
 		})
 	}
+}
+
+// TestPreparePhase: over local transports whose agent an earlier
+// attempt installed, prepare opens file access, learns the home
+// directory and leases every workdir, and says the install is done.
+func TestPreparePhase(t *testing.T) {
+	var hosts []config.Host
+	for _, name := range []string{"a", "b"} {
+		h := localHost(name, false)
+		h.Workdir = t.TempDir()
+		hosts = append(hosts, h)
+	}
+	cfg := &config.Config{Hosts: hosts}
+	pool := newConnPool()
+	defer pool.closeAll()
+	var pooled []*hostConn
+	for _, h := range hosts {
+		tr, err := cluster.NewLocal(h.Endpoint())
+		require.NoError(t, err)
+		c := &hostConn{host: h, t: tr, agent: "/installed/drover"}
+		pool.add(c)
+		pooled = append(pooled, c)
+	}
+	var buf bytes.Buffer
+	leases := lease.New(lease.Self("job", time.Now()), lease.Options{Logf: func(string, ...any) {}})
+	defer leases.Release()
+	p := &preparePhase{phaseEnv: testEnv(cfg, &buf), dial: &fakeDialer{}, pool: pool, leases: leases}
+	st := &attemptState{pooled: pooled, cfg: cfg}
+	require.NoError(t, p.run(context.Background(), st))
+	require.NoError(t, <-st.installed)
+	require.Len(t, st.conns, 2)
+	for _, c := range st.conns {
+		assert.NotNil(t, c.fs, c.host.Name)
+		assert.NotEmpty(t, c.home, c.host.Name)
+		assert.FileExists(t, filepath.Join(c.host.Workdir, lease.File))
+	}
+	require.NoError(t, leases.Check(context.Background()))
 }

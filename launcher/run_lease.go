@@ -31,19 +31,19 @@ func (r *runner) startLeases(ctx context.Context, job string) (_ context.Context
 // connections (connPool.leaseDialer); on a restart the leases are held
 // already and this costs nothing. A live run holding one is a
 // *lease.HeldError: nothing was changed on any host.
-func (a *attempt) holdWorkdirs(ctx context.Context, conns []*attemptHost) error {
+func (p *preparePhase) holdWorkdirs(ctx context.Context, conns []*attemptHost) error {
 	targets := make([]lease.Target, len(conns))
 	for i, c := range conns {
 		// Absolute: the lease then needs no request for the home.
 		targets[i] = lease.Target{Host: c.host, Workdir: remoteAbs(c.home, c.host.Workdir)}
 	}
-	opts := a.r.opts.Dial
-	opts.Inventory = config.Endpoints(a.cfg.Hosts)
-	dial := a.r.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
-		return cluster.Dial(ctx, h.Endpoint(), opts)
+	opts := p.opts
+	opts.Inventory = config.Endpoints(p.cfg.Hosts)
+	dial := p.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+		return p.dial.dial(ctx, h, opts)
 	})
-	err := a.r.leases.Acquire(ctx, dial, targets)
-	a.r.leases.Keep(targets)
+	err := p.leases.Acquire(ctx, dial, targets)
+	p.leases.Keep(targets)
 	return err
 }
 
