@@ -192,14 +192,15 @@ func (r *runner) adopt(ad *adoption, res *Result) {
 // instead of starting one: the plan is built as for a start (it names the
 // processes and their environment) but nothing is pushed, checked or
 // started; every process is attached to (see startOne).
-func (a *attempt) adoptGroup(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) attemptOutcome {
-	_, pl, err := a.planAttempt(ctx, conns, cfg, installed)
-	if err != nil {
+func (a *attempt) adoptGroup(ctx context.Context, st *attemptState) attemptOutcome {
+	conns := st.conns
+	if err := a.ph.plan.run(ctx, st); err != nil {
 		return a.setupFailure(err)
 	}
+	pl := st.plan
 	a.takeSharedCheckpoints(ctx, conns)
 	a.r.events.printf("adopting attempt %d of run %s (%s)", a.n, a.r.runID, a.adopt.gone)
-	defer a.watchCheckpoints(ctx, conns)()
+	defer a.ph.ckpt.watch(ctx, conns)()
 	return a.supervise(ctx, conns, pl)
 }
 

@@ -40,7 +40,7 @@ import (
 //   - after a failure: what the crash-loop breaker learns (progress.go),
 //     and the GPUs released (attempt_gpus.go).
 //
-// push, checkpoint, plan and preflight run side by side (pushAndCheck),
+// push, checkpoint, plan and preflight run side by side (checkPhase),
 // since each waits on the network and not on the others.
 type attempt struct {
 	r        *runner
@@ -48,14 +48,13 @@ type attempt struct {
 	n, total int
 	restarts int
 	logDir   string
-	// gpuBefore is, per host, the processes on each GPU before the
-	// attempt started (not the job's).
-	gpuBefore map[string]map[int][]int
 	// adopt, on the first attempt of a run that adopts a live group,
 	// is that group (see adopt.go).
 	adopt *adoption
 	// progress is what the crash-loop breaker learns (progress.go).
 	progress attemptProgress
+	// ph are the attempt's phases (newPhases), made when it runs.
+	ph phases
 	// leaseCheck, once the attempt failed, waits for the lease check
 	// that started at the failure (see supervisor.stop).
 	leaseCheck func() error
@@ -67,37 +66,34 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		return a.setupFailure(err)
 	}
-	steps := a.stepTimer()
-	sc := a.scan()
-	defer func() { <-sc.done }() // nothing of the attempt outlives it
+	a.ph = newPhases(a)
+	defer a.ph.cleanup()
+	st := &attemptState{hosts: hosts, steps: a.stepTimer(), scan: a.ph.push.scan()}
+	defer func() { <-st.scan.done }() // nothing of the attempt outlives it
 	// The connections are the runner's (connPool): they outlive the
 	// attempt, and the next one reuses them.
-	ph := newPhases(a)
-	st := &attemptState{hosts: hosts}
-	if err := runPhase(ctx, ph.connect, st, steps); err != nil {
+	if err := runPhase(ctx, a.ph.connect, st); err != nil {
 		return a.connectFailure(ctx, err)
 	}
-	pooled, cfg := st.pooled, st.cfg
 	adoptable := func() bool { return false }
 	if a.r.lookFirst {
 		a.r.lookFirst = false
-		adoptable = lookForGroup(ctx, pooled)
+		adoptable = lookForGroup(ctx, st.pooled)
 	}
-	err = runPhase(ctx, ph.prepare, st, steps)
-	conns, installed := st.conns, st.installed
+	err = runPhase(ctx, a.ph.prepare, st)
 	found := adoptable()
 	if err != nil {
-		<-installed
+		<-st.installed
 		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
 	}
 	if found {
-		<-installed
+		<-st.installed
 		return attemptOutcome{kind: outcomeAdoptable} // see runner.attempts
 	}
 	if a.adopt != nil {
-		return a.adoptGroup(ctx, conns, cfg, installed)
+		return a.adoptGroup(ctx, st)
 	}
-	pl, err := a.pushAndCheck(ctx, conns, sc, cfg, installed, steps)
+	err = runPhase(ctx, a.ph.check, st)
 	var ue *UnhealthyError
 	if errors.As(err, &ue) && ctx.Err() == nil {
 		return a.keepOut(ue)
@@ -108,64 +104,7 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	if ctx.Err() != nil {
 		return interrupted()
 	}
-	return a.supervised(ctx, conns, pl)
-}
-
-// pushAndCheck pushes the code and stages the newest checkpoint while the
-// agents are installed (installed says when) and the GPUs probed, then
-// preflights the plan and returns it with what preflight and the staging
-// found. On a restart whose code is what the last push over the same
-// connections sent, the push can only repair drift (a file edited on a
-// host): the preflight then runs beside it, and again after it only when
-// it repaired something or the preflight failed (it may have failed for
-// what the push put back). The preflight needs nothing of the checkpoint
-// (ports, program and rendezvous do not depend on it): it checks the plan
-// built without it.
-func (a *attempt) pushAndCheck(ctx context.Context, conns []*attemptHost, sc *scanned, cfg *config.Config, installed <-chan error, steps func(string)) (*plan.Plan, error) {
-	pushed := make(chan pushOutcome, 1)
-	go func() { pushed <- a.push(ctx, conns, sc); steps("push") }()
-	var resume map[string]string
-	var serr error
-	staged := make(chan struct{})
-	go func() {
-		defer close(staged)
-		resume, serr = a.stageCheckpoint(ctx, conns)
-		steps("checkpoint")
-	}()
-	in, pl, err := a.planAttempt(ctx, conns, cfg, installed)
-	steps("agent, probe, plan")
-	var found preflightFound
-	ferr := errNotChecked
-	<-sc.done
-	fromPush := err == nil && programsFromPush(pl, conns)
-	if early := err == nil && sc.err == nil && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
-		found, ferr = a.preflightOwned(ctx, conns, pl)
-		steps("preflight beside the push")
-	}
-	po := <-pushed
-	<-staged
-	for _, e := range []error{po.err, serr} {
-		if err == nil {
-			err = e
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range conns {
-		// Hosts that share a pushed workdir (Slurm) hold the tree too.
-		c.pushed = sc.tree.Key()
-	}
-	if ferr != nil || (po.changed && fromPush) {
-		found, ferr = a.preflightOwned(ctx, conns, pl)
-		steps("preflight")
-	}
-	if ferr != nil {
-		return nil, ferr
-	}
-	in.HostResumeFrom = resume
-	a.noteResumed(resume)
-	return a.replan(in, pl, found)
+	return a.supervised(ctx, st.conns, st.plan)
 }
 
 // supervised runs the planned group to its end with its checkpoints
@@ -174,11 +113,11 @@ func (a *attempt) pushAndCheck(ctx context.Context, conns []*attemptHost, sc *sc
 func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
 	a.progress.ran = true
 	a.noteMembership(pl)
-	stopWatch := a.watchCheckpoints(ctx, conns)
+	stopWatch := a.ph.ckpt.watch(ctx, conns)
 	out := a.supervise(ctx, conns, pl)
 	stopWatch()
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
-		a.checkProgress(ctx, conns)
+		a.ph.ckpt.checkProgress(ctx, conns)
 		a.waitGPUsReleased(ctx, conns, pl)
 	}
 	if out.kind == outcomeSetupFailed {
@@ -194,8 +133,14 @@ func attemptPrefix(n, total int) string { return fmt.Sprintf("attempt %d/%d", n,
 
 // phases are an attempt's phases, each given what it needs of the run.
 type phases struct {
-	connect *connectPhase
-	prepare *preparePhase
+	connect   *connectPhase
+	prepare   *preparePhase
+	push      *pushPhase
+	ckpt      *ckptPhase
+	plan      *planPhase
+	preflight *preflightPhase
+	// check is push, ckpt, plan and preflight side by side.
+	check *checkPhase
 }
 
 // newPhases makes a's phases: this is where the run's parts are handed to
@@ -203,19 +148,34 @@ type phases struct {
 func newPhases(a *attempt) phases {
 	r := a.r
 	env := phaseEnv{n: a.n, total: a.total, cfg: a.cfg, events: r.events}
-	clk := clock{now: r.now, sleep: r.sleep}
-	return phases{
-		connect: &connectPhase{phaseEnv: env, clock: clk, dial: sshDialer{}, opts: r.opts.Dial, pool: r.pool,
-			lost: r.takeLost, replaced: r.replaced, agents: r.agents,
+	ph := phases{
+		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
+			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents,
 			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
-		prepare: &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
+		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
+		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
+		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: r.checkpointRecord, progress: &a.progress},
+		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
+		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
+	}
+	ph.check = &checkPhase{push: ph.push, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}
+	return ph
+}
+
+// cleanup cleans up after every phase, last first.
+func (ph phases) cleanup() {
+	for _, p := range []phase{ph.check, ph.preflight, ph.plan, ph.ckpt, ph.push, ph.prepare, ph.connect} {
+		p.cleanup()
 	}
 }
 
-// runPhase runs p on st and notes in events.log when it was done.
-func runPhase(ctx context.Context, p phase, st *attemptState, steps func(string)) error {
+// runPhase runs p on st and notes in events.log when it was done (a
+// phase composed of others notes its parts itself).
+func runPhase(ctx context.Context, p phase, st *attemptState) error {
 	err := p.run(ctx, st)
-	steps(p.name())
+	if n := p.name(); n != "" {
+		st.steps(n)
+	}
 	return err
 }
 

@@ -20,10 +20,10 @@ import (
 // rules; GPU-less hosts need no probe. Hosts with pinned GPUs are probed
 // too, only to learn which processes were on their GPUs before the attempt
 // (see waitGPUsReleased).
-func (a *attempt) selectGPUs(ctx context.Context, conns []*attemptHost) (map[string]plan.HostGPUs, error) {
+func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[string]plan.HostGPUs, error) {
 	var mu sync.Mutex
 	out := map[string]plan.HostGPUs{}
-	a.gpuBefore = map[string]map[int][]int{}
+	p.gpuBefore = map[string]map[int][]int{}
 	err := forEach(conns, func(c *attemptHost) error {
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		var before map[int][]int
@@ -31,19 +31,19 @@ func (a *attempt) selectGPUs(ctx context.Context, conns []*attemptHost) (map[str
 			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
 			before = gpu.Pids(rep)
 			if c.host.GPUs.Auto {
-				sel, err := gpu.Select(c.host.Name, gpuPolicy(c.host, a.cfg.Job), rep)
+				sel, err := gpu.Select(c.host.Name, gpuPolicy(c.host, p.cfg.Job), rep)
 				if err != nil {
 					return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
 				}
 				hg.Indices = sel.Indices
 				if len(sel.Indices) == 0 && rep.Reason != "" {
-					a.r.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", a.prefix(), c.host.Name, rep.Reason)
+					p.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", p.prefix(), c.host.Name, rep.Reason)
 				}
 			}
 		}
 		mu.Lock()
 		out[c.host.Name] = hg
-		a.gpuBefore[c.host.Name] = before
+		p.gpuBefore[c.host.Name] = before
 		mu.Unlock()
 		return nil
 	})
@@ -72,7 +72,7 @@ func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*attemptHost, pl
 			return nil
 		}
 		probe := func(ctx context.Context) gpu.HostReport { return remote.ProbeInstalled(ctx, c.t, c.agent) }
-		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
+		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.ph.plan.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
 			a.r.events.printf("%s: GPU %d on %s is still held by pid %d (%s) %s after the stop; the next attempt may not get its memory",
 				a.prefix(), h.GPU, c.host.Name, h.Process.PID, orUnknown(h.Process.Name), gpuReleaseWait)
 		}

@@ -126,15 +126,15 @@ func (a *attempt) warn(f gpu.Finding) {
 // Under "enforce" hosts with a critical finding (or fenced earlier in the
 // run) make it return an *UnhealthyError; a host whose health cannot be
 // read is let through with an event (the probe decides about its GPUs).
-func (a *attempt) healthGate(ctx context.Context, conns []*attemptHost) error {
-	mode := a.cfg.Job.Health
+func (p *planPhase) healthGate(ctx context.Context, conns []*attemptHost) error {
+	mode := p.cfg.Job.Health
 	if mode == config.HealthOff {
 		return nil
 	}
 	bad := make([]*gpu.Finding, len(conns))
 	forEach(conns, func(c *attemptHost) error {
 		i := slices.Index(conns, c)
-		if f, ok := a.r.fencedFor(c.host.Name); ok && mode == config.HealthEnforce {
+		if f, ok := p.fenced(c.host.Name); ok && mode == config.HealthEnforce {
 			bad[i] = &f
 			return nil
 		}
@@ -143,18 +143,18 @@ func (a *attempt) healthGate(ctx context.Context, conns []*attemptHost) error {
 		}
 		rep, err := remote.Health(ctx, c.t, c.agent, 0)
 		if err != nil {
-			a.r.events.printf("%s: %v; going on without its health", a.prefix(), err)
+			p.events.printf("%s: %v; going on without its health", p.prefix(), err)
 			return nil
 		}
-		for _, f := range a.findings(rep, true) {
+		for _, f := range p.findings(rep, true) {
 			if f.Critical && mode == config.HealthEnforce {
 				if bad[i] == nil {
 					bad[i] = &f
 				}
-				a.r.events.printf("%s: GPU health: %s", a.prefix(), f)
+				p.events.printf("%s: GPU health: %s", p.prefix(), f)
 				continue
 			}
-			a.warn(f)
+			p.warn(f)
 		}
 		return nil
 	})

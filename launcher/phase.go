@@ -45,8 +45,74 @@ type attemptState struct {
 	installed <-chan error
 	// scan is the code directory, scanned in the background.
 	scan *scanned
-	// plan is the checked plan the group starts with.
+	// plan is the plan the group starts with: without the checkpoint
+	// while preflight checks it, with it and what preflight found once
+	// the check phase is done.
 	plan *plan.Plan
+	// steps notes in events.log how long the setup took up to a step
+	// (attempt.stepTimer).
+	steps func(step string)
+}
+
+// checkPhase pushes the code and stages the newest checkpoint while the
+// agents are installed (st.installed says when) and the GPUs probed, then
+// preflights the plan and leaves it in st.plan with what preflight and the
+// staging found. On a restart whose code is what the last push over the
+// same connections sent, the push can only repair drift (a file edited on
+// a host): the preflight then runs beside it, and again after it only
+// when it repaired something or the preflight failed (it may have failed
+// for what the push put back). The preflight needs nothing of the
+// checkpoint (ports, program and rendezvous do not depend on it): it
+// checks the plan built without it.
+type checkPhase struct {
+	push      *pushPhase
+	ckpt      *ckptPhase
+	plan      *planPhase
+	preflight *preflightPhase
+}
+
+// name is empty: the phases it is made of note their own steps.
+func (p *checkPhase) name() string { return "" }
+
+func (p *checkPhase) cleanup() {}
+
+func (p *checkPhase) run(ctx context.Context, st *attemptState) error {
+	pushed := make(chan error, 1)
+	go func() { pushed <- runPhase(ctx, p.push, st) }()
+	staged := make(chan error, 1)
+	go func() { staged <- runPhase(ctx, p.ckpt, st) }()
+	err := runPhase(ctx, p.plan, st)
+	ferr := errNotChecked
+	sc, conns := st.scan, st.conns
+	<-sc.done
+	fromPush := err == nil && programsFromPush(st.plan, conns)
+	if early := err == nil && sc.err == nil && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
+		ferr = p.preflight.run(ctx, st)
+		st.steps("preflight beside the push")
+	}
+	perr, serr := <-pushed, <-staged
+	for _, e := range []error{perr, serr} {
+		if err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, c := range conns {
+		// Hosts that share a pushed workdir (Slurm) hold the tree too.
+		c.pushed = sc.tree.Key()
+	}
+	if ferr != nil || (p.push.outcome.changed && fromPush) {
+		ferr = runPhase(ctx, p.preflight, st)
+	}
+	if ferr != nil {
+		return ferr
+	}
+	p.plan.in.HostResumeFrom = p.ckpt.resume
+	p.ckpt.noteResumed(p.ckpt.resume)
+	st.plan, err = p.plan.replan(st.plan, p.preflight.found)
+	return err
 }
 
 // dialer dials hosts: cluster.Dial and cluster.DialAll for a run

@@ -14,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/lease"
 )
 
@@ -165,4 +166,52 @@ func TestPreparePhase(t *testing.T) {
 		assert.FileExists(t, filepath.Join(c.host.Workdir, lease.File))
 	}
 	require.NoError(t, leases.Check(context.Background()))
+}
+
+// TestPlanPhase: once the agents are in, the plan phase builds the plan
+// from the hosts' homes and GPUs (none here: nothing to probe) and the
+// replan moves the rendezvous to the port preflight found free; with
+// health = "enforce" a fenced host fails the gate with an UnhealthyError
+// that names it (a spare may then stand in).
+func TestPlanPhase(t *testing.T) {
+	for _, tc := range []struct {
+		name, health string
+		fenced       string
+	}{
+		{name: "plan", health: "off"},
+		{name: "fenced", health: "enforce", fenced: "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load(localJob(t, "exit 0\n", "health = \""+tc.health+"\""), config.LoadOptions{})
+			require.NoError(t, err)
+			var conns []*attemptHost
+			for _, h := range cfg.Hosts {
+				conns = append(conns, newAttemptHost(&hostConn{host: h, home: "/home/" + h.Name, agent: "/installed/drover"}))
+			}
+			installed := make(chan error, 1)
+			installed <- nil
+			var buf bytes.Buffer
+			p := &planPhase{phaseEnv: testEnv(cfg, &buf), restarts: 2,
+				fenced: func(host string) (gpu.Finding, bool) {
+					return gpu.Finding{Host: host, What: "fenced", Critical: true}, host == tc.fenced
+				},
+				findings: func(gpu.HostReport, bool) []gpu.Finding { return nil }, warn: func(gpu.Finding) {}}
+			st := &attemptState{conns: conns, cfg: cfg, installed: installed}
+			err = p.run(context.Background(), st)
+			if tc.fenced != "" {
+				var ue *UnhealthyError
+				require.ErrorAs(t, err, &ue)
+				require.Len(t, ue.Findings, 1)
+				assert.Equal(t, tc.fenced, ue.Findings[0].Host)
+				return
+			}
+			require.NoError(t, err)
+			require.Len(t, st.plan.Processes, 2)
+			assert.Equal(t, "/home/a", p.in.HostHome["a"])
+			assert.Equal(t, 2, p.in.RestartCount)
+			pl, err := p.replan(st.plan, preflightFound{moved: map[string]int{"a": 41000}})
+			require.NoError(t, err)
+			assert.Equal(t, "41000", pl.Processes[0].Env["MASTER_PORT"])
+		})
+	}
 }

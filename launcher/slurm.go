@@ -29,15 +29,15 @@ type sharedFS interface{ SharesFS() bool }
 // pushTargets are the hosts whose workdir gets the code (workdirClaims).
 // A node reached over Slurm that does not see this machine's workdir has
 // one of its own and gets its own push, as over SSH, and the events say so.
-func (a *attempt) pushTargets(conns []*attemptHost) []*attemptHost {
+func (p *pushPhase) pushTargets(conns []*attemptHost) []*attemptHost {
 	var out []*attemptHost
-	claims := newWorkdirClaims(a.cfg.Job.Code)
+	claims := newWorkdirClaims(p.cfg.Job.Code)
 	for _, c := range conns {
 		if claims.skip(c.host, c.t, c.home) != "" {
 			continue
 		}
 		if _, shared := sharedWorkdir(c.host, c.t, c.home); !shared && c.host.Transport == config.TransportSlurm {
-			a.r.events.printf("%s: workdir %s is not shared with node %s: pushing", a.prefix(), remoteAbs(c.home, c.host.Workdir), c.host.Name)
+			p.events.printf("%s: workdir %s is not shared with node %s: pushing", p.prefix(), remoteAbs(c.home, c.host.Workdir), c.host.Name)
 		}
 		out = append(out, c)
 	}
