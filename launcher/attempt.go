@@ -4,44 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
-// attempt is one start of the whole group. run takes it through its
-// phases in this order, and each phase's methods live in the file named:
+// attempt is one start of the whole group: a list of phases (see phase),
+// each a type with its own state that is given what it needs of the run
+// as fields (newPhases), run in this order over one attemptState:
 //
-//   - scan (attempt_push.go): the code directory, locally, in the
-//     background while connect and prepare run.
-//   - connect (attempt_connect.go): every host's kept connection reused or
-//     the host dialled, a spare for one that stays unreachable; lostdial.go
-//     bounds the first dial of a host lost in the last attempt, and
-//     netcheck_preflight.go swaps out slow hosts (preflight = ["net"]).
-//   - prepare (attempt_prepare.go): the agent installed, file access and
-//     the home directory opened, the workdirs leased (run_lease.go). What
-//     the attempt learns of a host here is an attemptHost of its own; the
-//     pooled hostConn keeps only what outlives the attempt.
+//   - scan (pushPhase.scan, attempt_push.go): the code directory, locally,
+//     in the background while connect and prepare run.
+//   - connect (connectPhase, attempt_connect.go): every host's kept
+//     connection reused or the host dialled, a spare for one that stays
+//     unreachable; lostdial.go bounds the first dial of a host lost in the
+//     last attempt, and netcheck_preflight.go swaps out slow hosts
+//     (preflight = ["net"]).
+//   - prepare (preparePhase, attempt_prepare.go): the agent installed, file
+//     access and the home directory opened, the workdirs leased
+//     (run_lease.go). What the attempt learns of a host here is an
+//     attemptHost of its own; the pooled hostConn keeps only what outlives
+//     the attempt.
 //   - adopt (adopt.go): a live group that a restarted drover attaches to,
 //     in place of every phase below.
-//   - push (attempt_push.go): the code to every workdir (slurm.go: hosts
-//     that share one).
-//   - checkpoint (checkpoints.go): the newest checkpoint staged on every
-//     host.
-//   - plan (attempt_plan.go): the health gate (health.go), the GPUs
-//     (attempt_gpus.go) and plan.Build; replanned with the checkpoint and
-//     what preflight found.
-//   - preflight (attempt_preflight.go): leftovers stopped, the interface
-//     found, the program and ports checked: one agent command a host.
-//   - supervise (supervisor.go): every process started, watched
-//     (firstevent.go, hang.go, health.go, detached.go) and stopped, with
-//     its checkpoints copied meanwhile (checkpoints.go).
-//   - after a failure: what the crash-loop breaker learns (progress.go),
-//     and the GPUs released (attempt_gpus.go).
+//   - check (checkPhase, phase.go), four phases side by side, since each
+//     waits on the network and not on the others: push (pushPhase,
+//     attempt_push.go; slurm.go: hosts that share a workdir), checkpoint
+//     (ckptPhase, checkpoints.go: the newest checkpoint staged on every
+//     host), plan (planPhase, attempt_plan.go: the health gate in
+//     health.go, the GPUs in attempt_gpus.go, plan.Build; replanned with
+//     the checkpoint and what preflight found) and preflight
+//     (preflightPhase, attempt_preflight.go: leftovers stopped, the
+//     interface found, the program and ports checked, one agent command a
+//     host).
+//   - supervise (attempt_supervise.go, supervisor.go): every process
+//     started, watched (firstevent.go, hang.go, health.go, detached.go)
+//     and stopped, with its checkpoints copied meanwhile (ckptPhase.watch).
+//   - after a failure: what the crash-loop breaker learns
+//     (ckptPhase.checkProgress, progress.go), and the GPUs released
+//     (attempt_supervise.go).
 //
-// push, checkpoint, plan and preflight run side by side (checkPhase),
-// since each waits on the network and not on the others.
+// The attempt itself owns only what its phases share and what follows
+// them: the outcome, the keep-out of an unhealthy host, the membership
+// note.
 type attempt struct {
 	r        *runner
 	cfg      *config.Config
@@ -201,3 +214,154 @@ func (a *attempt) stepTimer() func(step string) {
 
 // errNotChecked: no preflight ran yet.
 var errNotChecked = errors.New("not checked")
+
+// connectFailure ends an attempt whose hosts could not all be connected.
+// connect already waited host_wait (restarts) or tried the spares: an
+// unreachable host is final here.
+func (a *attempt) connectFailure(ctx context.Context, err error) attemptOutcome {
+	if ctx.Err() != nil {
+		return interrupted()
+	}
+	out := a.setupFailure(err)
+	out.kind, out.permanent = outcomeSetupFailed, true
+	return out
+}
+
+// findings judges a health read of host: the counters, and the Xids not
+// judged before. idle says the read was taken before the attempt started.
+func (a *attempt) findings(rep gpu.HostReport, idle bool) []gpu.Finding {
+	rep.XIDs = a.r.newXIDs(rep.Host, rep.XIDs)
+	return gpu.CheckHealth(rep, gpu.HealthPolicy{IgnoreXIDs: a.cfg.Job.IgnoreXIDs, Idle: idle})
+}
+
+// warn prints a finding as a warning event; a critical one names the
+// mode that lets it train.
+func (a *attempt) warn(f gpu.Finding) {
+	note := ""
+	if f.Critical {
+		note = ` (critical; health = "warn" lets it train)`
+	}
+	a.r.events.printf("%s: warning: GPU health: %s%s", a.prefix(), f, note)
+}
+
+// keepOut handles a gate's *UnhealthyError: each host is fenced and a
+// spare takes its place, and the attempt is set up again (outcomeFenced);
+// without a spare for every one the run fails before anything starts.
+func (a *attempt) keepOut(ue *UnhealthyError) attemptOutcome {
+	a.r.pool.forgetPrepared()
+	for _, f := range ue.Findings {
+		a.r.fence(f.Host, f)
+		spare, ok := a.standIn(f.Host)
+		if !ok {
+			err := fmt.Errorf("%w; health = \"enforce\" keeps %s out and no spare host is left: fix the GPU, add a host with spare = true, or set health = \"warn\" to train on it anyway",
+				ue, f.Host)
+			a.r.events.printf("%s: %v", a.prefix(), err)
+			return attemptOutcome{kind: outcomeSetupFailed, err: err, exitCode: -1, permanent: true}
+		}
+		a.r.events.printf("%s: %s kept out (GPU health: %s %s); replaced by spare %s", a.prefix(), f.Host, f.GPU, f.What, spare)
+	}
+	return attemptOutcome{kind: outcomeFenced, exitCode: -1, err: ue}
+}
+
+// standIn makes the first free spare stand in for host (a participant,
+// or a spare standing in for one) from the next setup on, and returns its
+// name; false when no spare is free.
+func (a *attempt) standIn(host string) (string, bool) {
+	spare, ok := a.freeSpare()
+	if !ok {
+		return "", false
+	}
+	a.r.replaced[a.r.standsFor(host)] = spare.Name
+	return spare.Name, true
+}
+
+// freeSpare is the first spare host that is not in use, replaced or
+// fenced.
+func (a *attempt) freeSpare() (config.Host, bool) {
+	used := map[string]bool{}
+	for _, v := range a.r.replaced {
+		used[v] = true
+	}
+	for _, h := range a.cfg.Hosts {
+		if _, bad := a.r.fencedFor(h.Name); h.Spare && !used[h.Name] && !bad {
+			return h, true
+		}
+	}
+	return config.Host{}, false
+}
+
+// noteMembership says which hosts left (or joined) the inventory since the
+// last attempt that ran, and what that did to the world size: an edit of
+// the inventory between attempts silently changed the job's size before.
+func (a *attempt) noteMembership(pl *plan.Plan) {
+	inv := map[string]bool{}
+	for _, h := range a.cfg.Hosts {
+		inv[h.Name] = true
+	}
+	var names []string
+	for _, h := range pl.Hosts {
+		names = append(names, h.Name)
+	}
+	prev := a.r.lastHosts
+	if prev != nil {
+		var left, joined []string
+		for _, h := range prev {
+			if !inv[h] {
+				left = append(left, h)
+			}
+		}
+		spares := slices.Collect(maps.Values(a.r.replaced))
+		for _, h := range names {
+			if !slices.Contains(prev, h) && !slices.Contains(spares, h) {
+				joined = append(joined, h)
+			}
+		}
+		for _, c := range []struct {
+			hosts []string
+			what  string
+		}{{left, "left"}, {joined, "joined"}} {
+			if len(c.hosts) > 0 {
+				a.r.events.printf("%s: %s %s the inventory: world size %d -> %d", a.prefix(), strings.Join(c.hosts, ", "), c.what, a.r.lastWorld, len(pl.Processes))
+			}
+		}
+	}
+	a.r.lastHosts, a.r.lastWorld = names, len(pl.Processes)
+}
+
+// takeSharedCheckpoints reads the record's copy on every host of an
+// adopted run and takes the one that knows of most checkpoints, when it
+// knows of more than this machine's record. What a host sends is
+// bounded and checked (checkpoint.Record.AdoptShared): every location in
+// it must be in the job's checkpoint directories or the mirror.
+func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHost) {
+	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
+	if err != nil {
+		return
+	}
+	places := checkpoint.Places{Hosts: map[string][]string{}, Mirror: a.cfg.Job.CheckpointMirror}
+	for _, c := range conns {
+		wd := remoteAbs(c.home, c.host.Workdir)
+		places.Hosts[c.host.Name] = []string{remoteAbs(wd, a.cfg.Job.CheckpointDir), checkpoint.OwnDir(wd)}
+	}
+	for _, c := range conns {
+		if ctx.Err() != nil || c.fs == nil {
+			return
+		}
+		file := path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(a.r.runID), sharedRecordFile)
+		b, err := readSmall(c.fs, file, checkpoint.MaxSharedRecord+1)
+		if err != nil {
+			continue // none there: an older drover, or a host added since
+		}
+		took, err := rec.AdoptShared(b, c.host.Name, places)
+		if err != nil {
+			a.r.events.printf("%s: %v; not taken", a.prefix(), err)
+			continue
+		}
+		if took {
+			a.r.events.printf("%s: took run %s's checkpoint record from %s (newest: %s)", a.prefix(), a.r.runID, c.host.Name, orNone(a.r.newestCheckpoint()))
+		}
+	}
+	a.r.connMu.Lock()
+	a.r.sharedChanges = -1 // write the adopted record back to every host
+	a.r.connMu.Unlock()
+}

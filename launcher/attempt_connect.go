@@ -154,18 +154,6 @@ func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hos
 	return conns, nil
 }
 
-// connectFailure ends an attempt whose hosts could not all be connected.
-// connect already waited host_wait (restarts) or tried the spares: an
-// unreachable host is final here.
-func (a *attempt) connectFailure(ctx context.Context, err error) attemptOutcome {
-	if ctx.Err() != nil {
-		return interrupted()
-	}
-	out := a.setupFailure(err)
-	out.kind, out.permanent = outcomeSetupFailed, true
-	return out
-}
-
 // dialOptions are the run's dial options with the inventory's hosts (a
 // ProxyJump may name one).
 func (p *connectPhase) dialOptions() cluster.DialOptions {

@@ -3,7 +3,6 @@ package launcher
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -52,33 +51,6 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 
 // gpuReleaseWait bounds the wait for a stopped attempt's GPUs to be free.
 const gpuReleaseWait = 30 * time.Second
-
-// waitGPUsReleased waits, after a failed attempt stopped, until NVML shows
-// no process of the job on the job's GPUs, so that the next attempt finds
-// its memory free; a GPU still held when the wait ends is reported with
-// the holding process.
-func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*attemptHost, pl *plan.Plan) {
-	used := map[string][]int{}
-	for _, p := range pl.Processes {
-		for _, g := range p.Visible {
-			if !slices.Contains(used[p.Host.Name], g) {
-				used[p.Host.Name] = append(used[p.Host.Name], g)
-			}
-		}
-	}
-	forEach(conns, func(c *attemptHost) error {
-		gpus := used[c.host.Name]
-		if len(gpus) == 0 {
-			return nil
-		}
-		probe := func(ctx context.Context) gpu.HostReport { return remote.ProbeInstalled(ctx, c.t, c.agent) }
-		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.ph.plan.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
-			a.r.events.printf("%s: GPU %d on %s is still held by pid %d (%s) %s after the stop; the next attempt may not get its memory",
-				a.prefix(), h.GPU, c.host.Name, h.Process.PID, orUnknown(h.Process.Name), gpuReleaseWait)
-		}
-		return nil
-	})
-}
 
 func orUnknown(s string) string {
 	if s == "" {

@@ -2,9 +2,6 @@ package launcher
 
 import (
 	"context"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
@@ -91,42 +88,4 @@ func (p *planPhase) replan(pl *plan.Plan, found preflightFound) (*plan.Plan, err
 		}
 	}
 	return plan.Build(in)
-}
-
-// noteMembership says which hosts left (or joined) the inventory since the
-// last attempt that ran, and what that did to the world size: an edit of
-// the inventory between attempts silently changed the job's size before.
-func (a *attempt) noteMembership(pl *plan.Plan) {
-	inv := map[string]bool{}
-	for _, h := range a.cfg.Hosts {
-		inv[h.Name] = true
-	}
-	var names []string
-	for _, h := range pl.Hosts {
-		names = append(names, h.Name)
-	}
-	prev := a.r.lastHosts
-	if prev != nil {
-		var left, joined []string
-		for _, h := range prev {
-			if !inv[h] {
-				left = append(left, h)
-			}
-		}
-		spares := slices.Collect(maps.Values(a.r.replaced))
-		for _, h := range names {
-			if !slices.Contains(prev, h) && !slices.Contains(spares, h) {
-				joined = append(joined, h)
-			}
-		}
-		for _, c := range []struct {
-			hosts []string
-			what  string
-		}{{left, "left"}, {joined, "joined"}} {
-			if len(c.hosts) > 0 {
-				a.r.events.printf("%s: %s %s the inventory: world size %d -> %d", a.prefix(), strings.Join(c.hosts, ", "), c.what, a.r.lastWorld, len(pl.Processes))
-			}
-		}
-	}
-	a.r.lastHosts, a.r.lastWorld = names, len(pl.Processes)
 }

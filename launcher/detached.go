@@ -62,13 +62,6 @@ type detachState struct {
 	started time.Time
 }
 
-// processFiles are p's state record and log on its host (absolute).
-func (a *attempt) processFiles(c *attemptHost, name string) (state, log string) {
-	st, lg := agent.ProcessFiles(a.r.runID, a.n, name)
-	wd := remoteAbs(c.home, c.host.Workdir)
-	return path.Join(wd, st), path.Join(wd, lg)
-}
-
 // setRecord updates the run's record and writes it to every host of
 // conns (those of the newest attempt when conns is nil), with the link
 // to the newest run. Failures are events: the run goes on without them.

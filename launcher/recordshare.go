@@ -1,12 +1,10 @@
 package launcher
 
 import (
-	"context"
 	"errors"
 	"path"
 
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
 // A detached run's checkpoint record goes with the run: its supervisor
@@ -49,44 +47,6 @@ func (r *runner) shareCheckpoints() {
 	r.connMu.Lock()
 	r.sharedChanges = n
 	r.connMu.Unlock()
-}
-
-// takeSharedCheckpoints reads the record's copy on every host of an
-// adopted run and takes the one that knows of most checkpoints, when it
-// knows of more than this machine's record. What a host sends is
-// bounded and checked (checkpoint.Record.AdoptShared): every location in
-// it must be in the job's checkpoint directories or the mirror.
-func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHost) {
-	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
-	if err != nil {
-		return
-	}
-	places := checkpoint.Places{Hosts: map[string][]string{}, Mirror: a.cfg.Job.CheckpointMirror}
-	for _, c := range conns {
-		wd := remoteAbs(c.home, c.host.Workdir)
-		places.Hosts[c.host.Name] = []string{remoteAbs(wd, a.cfg.Job.CheckpointDir), checkpoint.OwnDir(wd)}
-	}
-	for _, c := range conns {
-		if ctx.Err() != nil || c.fs == nil {
-			return
-		}
-		file := path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(a.r.runID), sharedRecordFile)
-		b, err := readSmall(c.fs, file, checkpoint.MaxSharedRecord+1)
-		if err != nil {
-			continue // none there: an older drover, or a host added since
-		}
-		took, err := rec.AdoptShared(b, c.host.Name, places)
-		if err != nil {
-			a.r.events.printf("%s: %v; not taken", a.prefix(), err)
-			continue
-		}
-		if took {
-			a.r.events.printf("%s: took run %s's checkpoint record from %s (newest: %s)", a.prefix(), a.r.runID, c.host.Name, orNone(a.r.newestCheckpoint()))
-		}
-	}
-	a.r.connMu.Lock()
-	a.r.sharedChanges = -1 // write the adopted record back to every host
-	a.r.connMu.Unlock()
 }
 
 func orNone(s string) string {
