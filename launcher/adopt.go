@@ -236,10 +236,10 @@ func (r *runner) controllerTimeout(cfg *config.Config) time.Duration {
 func (r *runner) appendLog(file string) *logFileWriter {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		r.logWriteFailed(filepath.Dir(filepath.Dir(file)), err)
+		r.logFail.report(filepath.Dir(filepath.Dir(file)), err)
 		f = nil
 	}
-	return &logFileWriter{f: f, r: r}
+	return &logFileWriter{f: f, fail: r.logFail}
 }
 
 // handOver, when another drover took a detached run over with --force

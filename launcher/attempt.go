@@ -75,7 +75,7 @@ type attempt struct {
 
 // run is the attempt, phase by phase (see attempt).
 func (a *attempt) run(ctx context.Context) attemptOutcome {
-	hosts, err := a.r.participants(a.cfg)
+	hosts, err := a.r.replaced.participants(a.cfg)
 	if err != nil {
 		return a.setupFailure(err)
 	}
@@ -167,7 +167,7 @@ func newPhases(a *attempt) phases {
 			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
-		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: r.checkpointRecord, progress: &a.progress},
+		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress},
 		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 	}
@@ -271,7 +271,7 @@ func (a *attempt) standIn(host string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	a.r.replaced[a.r.standsFor(host)] = spare.Name
+	a.r.replaced[a.r.replaced.standsFor(host)] = spare.Name
 	return spare.Name, true
 }
 
@@ -334,7 +334,7 @@ func (a *attempt) noteMembership(pl *plan.Plan) {
 // bounded and checked (checkpoint.Record.AdoptShared): every location in
 // it must be in the job's checkpoint directories or the mirror.
 func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHost) {
-	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
+	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
 	if err != nil {
 		return
 	}

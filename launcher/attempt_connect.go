@@ -16,7 +16,11 @@ import (
 
 // participants are the non-spare hosts in file order, with hosts that were
 // replaced earlier swapped for their spare.
-func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
+// replacements are a run's hosts replaced by a spare: the unreachable (or
+// unhealthy, or slow) host's name -> its spare's.
+type replacements map[string]string
+
+func (r replacements) participants(cfg *config.Config) ([]config.Host, error) {
 	byName := map[string]config.Host{}
 	for _, h := range cfg.Hosts {
 		byName[h.Name] = h
@@ -26,7 +30,7 @@ func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
 		if h.Spare {
 			continue
 		}
-		if sp, ok := r.replaced[h.Name]; ok {
+		if sp, ok := r[h.Name]; ok {
 			s, ok := byName[sp]
 			if !ok {
 				return nil, fmt.Errorf("spare %s, which replaced %s, is no longer in %s", sp, h.Name, cfg.InventoryPath)
@@ -41,6 +45,17 @@ func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
 		return nil, fmt.Errorf("no hosts to run on in %s", cfg.InventoryPath)
 	}
 	return out, nil
+}
+
+// standsFor is the inventory host that name stands in for: itself, or the
+// host a spare of that name replaced.
+func (r replacements) standsFor(name string) string {
+	for orig, sp := range r {
+		if sp == name {
+			return orig
+		}
+	}
+	return name
 }
 
 // connectPhase connects the attempt's hosts (see connect), swaps out the

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/lease"
 )
@@ -214,4 +215,25 @@ func toldHome(ctx context.Context, c *attemptHost, fsys cluster.FS) (string, err
 	}
 	r := <-asked
 	return r.home, r.err
+}
+
+// holdWorkdirs takes the lease of every host's workdir before the
+// attempt touches it (push, leftovers, start), over the run's kept
+// connections (connPool.leaseDialer); on a restart the leases are held
+// already and this costs nothing. A live run holding one is a
+// *lease.HeldError: nothing was changed on any host.
+func (p *preparePhase) holdWorkdirs(ctx context.Context, conns []*attemptHost) error {
+	targets := make([]lease.Target, len(conns))
+	for i, c := range conns {
+		// Absolute: the lease then needs no request for the home.
+		targets[i] = lease.Target{Host: c.host, Workdir: remoteAbs(c.home, c.host.Workdir)}
+	}
+	opts := p.opts
+	opts.Inventory = config.Endpoints(p.cfg.Hosts)
+	dial := p.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+		return p.dial.dial(ctx, h, opts)
+	})
+	err := p.leases.Acquire(ctx, dial, targets)
+	p.leases.Keep(targets)
+	return err
 }

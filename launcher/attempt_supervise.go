@@ -21,7 +21,7 @@ import (
 
 // supervise runs the attempt's group to its end.
 func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
-	a.r.makeLogDir(a.logDir)
+	a.r.logFail.makeDir(a.logDir)
 	s := newSupervisor(a, conns, pl)
 	s.ctx = ctx
 	defer s.cancel()

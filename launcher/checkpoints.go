@@ -28,9 +28,9 @@ func LogRoot(cfg *config.Config, logDir string) string {
 // stage before an attempt, watch while it runs.
 
 // checkpointRecord loads the job's record once per run.
-func (r *runner) checkpointRecord(job string) (*checkpoint.Record, error) {
+func (r *ckptState) checkpointRecord(root, job string) (*checkpoint.Record, error) {
 	r.ckptOnce.Do(func() {
-		r.ckptRec, r.ckptErr = checkpoint.LoadRecord(checkpoint.RecordPath(r.logRoot, job), job)
+		r.ckptRec, r.ckptErr = checkpoint.LoadRecord(checkpoint.RecordPath(root, job), job)
 	})
 	return r.ckptRec, r.ckptErr
 }

@@ -153,17 +153,6 @@ func (p *planPhase) healthGate(ctx context.Context, conns []*attemptHost) error 
 	return ue
 }
 
-// standsFor is the inventory host that name stands in for: itself, or the
-// host a spare of that name replaced.
-func (r *runner) standsFor(name string) string {
-	for orig, sp := range r.replaced {
-		if sp == name {
-			return orig
-		}
-	}
-	return name
-}
-
 // healthRead is one read of a running attempt's host.
 type healthRead struct {
 	host string
