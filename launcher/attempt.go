@@ -30,7 +30,7 @@ import (
 //     (preflight = ["net"]).
 //   - prepare (preparePhase, attempt_prepare.go): the agent installed, file
 //     access and the home directory opened, the workdirs leased
-//     (run_lease.go). What the attempt learns of a host here is an
+//     (holdWorkdirs). What the attempt learns of a host here is an
 //     attemptHost of its own; the pooled hostConn keeps only what outlives
 //     the attempt.
 //   - adopt (adopt.go): a live group that a restarted drover attaches to,

@@ -16,7 +16,7 @@ import (
 
 // The prepare phase of an attempt (see attempt): the agent installed,
 // file access and the home directory opened, the workdirs leased
-// (run_lease.go), each beside the others.
+// (holdWorkdirs), each beside the others.
 
 // attemptHost is a host of one attempt: the pooled connection and what
 // this attempt's setup learns of the host on it. Each attempt makes its
