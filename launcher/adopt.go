@@ -192,14 +192,15 @@ func (r *runner) adopt(ad *adoption, res *Result) {
 // instead of starting one: the plan is built as for a start (it names the
 // processes and their environment) but nothing is pushed, checked or
 // started; every process is attached to (see startOne).
-func (a *attempt) adoptGroup(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) attemptOutcome {
-	_, pl, err := a.planAttempt(ctx, conns, cfg, installed)
-	if err != nil {
+func (a *attempt) adoptGroup(ctx context.Context, st *attemptState) attemptOutcome {
+	conns := st.conns
+	if err := a.ph.plan.run(ctx, st); err != nil {
 		return a.setupFailure(err)
 	}
+	pl := st.plan
 	a.takeSharedCheckpoints(ctx, conns)
 	a.r.events.printf("adopting attempt %d of run %s (%s)", a.n, a.r.runID, a.adopt.gone)
-	defer a.watchCheckpoints(ctx, conns)()
+	defer a.ph.ckpt.watch(ctx, conns)()
 	return a.supervise(ctx, conns, pl)
 }
 
@@ -235,10 +236,10 @@ func (r *runner) controllerTimeout(cfg *config.Config) time.Duration {
 func (r *runner) appendLog(file string) *logFileWriter {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		r.logWriteFailed(filepath.Dir(filepath.Dir(file)), err)
+		r.logFail.report(filepath.Dir(filepath.Dir(file)), err)
 		f = nil
 	}
-	return &logFileWriter{f: f, r: r}
+	return &logFileWriter{f: f, fail: r.logFail}
 }
 
 // handOver, when another drover took a detached run over with --force

@@ -124,26 +124,6 @@ func colon(s string) string {
 	return ": " + s
 }
 
-// workerCause is why a torchrun worker failed: the exception in its own
-// error file, else the end of its own stderr.
-func (a *attempt) workerCause(c *attemptHost, w agent.WorkerExit) string {
-	var fsys cluster.FS
-	if c != nil {
-		fsys = c.fs
-	}
-	if fsys != nil && path.IsAbs(w.ErrorFile) {
-		if b, err := readSmall(fsys, w.ErrorFile, 1<<20); err == nil {
-			if cause, ok := parseErrorFile(b); ok {
-				return cause
-			}
-		}
-	}
-	if w.Stderr != "" {
-		return "stderr: " + w.Stderr
-	}
-	return ""
-}
-
 // noteEarly records rp's exit 0 while others still run (pytorch and the
 // other per-process frameworks).
 func (s *supervisor) noteEarly(rp *running, at time.Time) {

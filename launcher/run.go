@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -140,9 +141,8 @@ type runner struct {
 	agents func() remote.Agents
 
 	mu       sync.Mutex
-	procs    map[string]*ProcSummary // by process name
-	order    []string
-	replaced map[string]string // unreachable host name -> spare name
+	table    procTable    // the summary, under mu
+	replaced replacements // unreachable host name -> spare name
 	// logRoot is the directory holding every run's logs (runs/).
 	logRoot string
 	// leases are this run's hold on the hosts' workdirs.
@@ -153,8 +153,8 @@ type runner struct {
 	// attempt that got as far as its plan (see noteMembership).
 	lastHosts []string
 	lastWorld int
-	// logFailOnce: a failing local log disk is reported once per run.
-	logFailOnce sync.Once
+	// logFail: a failing local log disk is reported once per run.
+	logFail *logFailure
 	ckptState
 	lostState
 	detachState
@@ -162,7 +162,7 @@ type runner struct {
 }
 
 func newRunner(opts RunOptions) *runner {
-	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}, pool: newConnPool()}
+	r := &runner{opts: opts, table: procTable{procs: map[string]*ProcSummary{}}, replaced: replacements{}, pool: newConnPool()}
 	found := make(chan remote.Agents, 1)
 	go func() { found <- remote.FindAgents(opts.AgentBinary) }()
 	r.agents = sync.OnceValue(func() remote.Agents { return <-found })
@@ -184,6 +184,7 @@ func newRunner(opts RunOptions) *runner {
 		ev = io.Discard
 	}
 	r.events = &eventLog{w: ev, now: r.now}
+	r.logFail = &logFailure{events: r.events}
 	r.abort = make(chan struct{})
 	r.runID = opts.RunID
 	if r.runID == "" {
@@ -225,7 +226,8 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// Deferred first, so it runs last: the leases are given back over
 	// these connections.
 	defer r.pool.closeAll()
-	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
+	var releaseLeases func()
+	ctx, r.leases, releaseLeases = startLeases(ctx, cfg.Job.Name, r.now(), r.opts.Force, r.events)
 	defer releaseLeases()
 	ctx, stopRequested := context.WithCancelCause(ctx)
 	defer stopRequested(nil)
@@ -258,7 +260,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 
 	var b budget
 	var stuck breaker
-	first := r.firstRestart(cfg)
+	first := firstRestart(r.opts, r.events, cfg)
 	start := 1
 	if ad := r.adopting; ad != nil {
 		start, first, b.restarts = ad.rec.Attempt, 0, ad.rec.Restarts
@@ -273,7 +275,7 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 		a := &attempt{r: r, cfg: cfg, n: n, total: total, restarts: first + b.restarts + b.hostFailures,
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", n))}
 		a.adopt, r.adopting = r.adopting, nil
-		r.saveRestart(cfg, a.restarts)
+		saveRestart(r.opts, r.events, cfg, a.restarts)
 		out := a.run(ctx)
 		if out.kind == outcomeAdoptable {
 			if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
@@ -338,7 +340,7 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	}
 	check := a.leaseCheck
 	if check == nil {
-		check = func() error { return r.checkLeases(ctx) }
+		check = func() error { return checkLeases(ctx, r.leases, r.events) }
 	}
 	if lost := check(); lost != nil {
 		return r.finish(res, Failed, lost)
@@ -358,7 +360,7 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		// would cost every restart a round trip to every host.
 		return nil
 	}
-	if lost := r.checkLeases(ctx); lost != nil {
+	if lost := checkLeases(ctx, r.leases, r.events); lost != nil {
 		return r.finish(res, Failed, lost)
 	}
 	return nil
@@ -402,7 +404,9 @@ func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
 // gone (`drover run ... 2>&1 | head -1`).
 func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 	res.Outcome, res.Err = o, err
-	res.Processes = r.summaries()
+	r.mu.Lock()
+	res.Processes = r.table.summaries()
+	r.mu.Unlock()
 	r.events.summary(res)
 	return res
 }
@@ -483,16 +487,23 @@ func retryable(job config.Job, out attemptOutcome, n int) (bool, string) {
 func (r *runner) register(p plan.Process) *ProcSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.registerLocked(p)
+	return r.table.registerLocked(p)
 }
 
-func (r *runner) registerLocked(p plan.Process) *ProcSummary {
+// procTable is the end-of-run summary's rows, by process name in plan
+// order; the runner's mu guards it.
+type procTable struct {
+	procs map[string]*ProcSummary
+	order []string
+}
+
+func (t *procTable) registerLocked(p plan.Process) *ProcSummary {
 	key := p.Name()
-	s, ok := r.procs[key]
+	s, ok := t.procs[key]
 	if !ok {
 		s = &ProcSummary{Name: key, Host: p.Host.Name, Exit: "not started"}
-		r.procs[key] = s
-		r.order = append(r.order, key)
+		t.procs[key] = s
+		t.order = append(t.order, key)
 	}
 	return s
 }
@@ -500,7 +511,7 @@ func (r *runner) registerLocked(p plan.Process) *ProcSummary {
 func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.registerLocked(p)
+	s := r.table.registerLocked(p)
 	s.Host = p.Host.Name
 	s.Attempts++
 	s.Exit = exit
@@ -513,16 +524,15 @@ func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 func (r *runner) recordCause(p plan.Process, cause string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.registerLocked(p)
+	s := r.table.registerLocked(p)
 	s.Cause, s.CauseAt = cause, at
 }
 
-func (r *runner) summaries() []ProcSummary {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]ProcSummary, 0, len(r.order))
-	for _, k := range r.order {
-		out = append(out, *r.procs[k])
+// summaries are the rows (the caller holds the runner's mu).
+func (t *procTable) summaries() []ProcSummary {
+	out := make([]ProcSummary, 0, len(t.order))
+	for _, k := range t.order {
+		out = append(out, *t.procs[k])
 	}
 	return out
 }
@@ -614,3 +624,153 @@ func writeCauses(w io.Writer, procs []ProcSummary) {
 		fmt.Fprintf(w, "%s: %s on %s: %s\n", label, p.Name, p.Host, cluster.Escape(p.Cause))
 	}
 }
+
+// startLeases gives the run its workdir leases (see package lease). The
+// returned context ends, with a *lease.LostError as its cause, when
+// another run takes a workdir over with --force; release gives every
+// lease back and must run after the last process stopped.
+func startLeases(ctx context.Context, job string, now time.Time, force bool, events *eventLog) (_ context.Context, _ *lease.Holder, release func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	leases := lease.New(lease.Self(job, now), lease.Options{
+		Force: force,
+		Logf:  events.printf,
+		Lost:  func(err error) { events.printf("%v", err); cancel(err) },
+	})
+	return ctx, leases, func() {
+		leases.Release()
+		cancel(nil)
+	}
+}
+
+// checkLeases reads every lease of the run before a restart (see
+// lease.Holder.Check): the attempt that just failed may have failed
+// because another run took the workdirs over with --force and stopped
+// its processes as leftovers, and restarting would stop that run's
+// processes in turn. A lease taken is a *lease.LostError, said as an
+// event: the run then ends without restarting.
+func checkLeases(ctx context.Context, leases *lease.Holder, events *eventLog) error {
+	if lost := lostLease(ctx, nil); lost != nil {
+		return lost // a renewal found it first, and said so
+	}
+	err := leases.Check(ctx)
+	var le *lease.LostError
+	if !errors.As(err, &le) {
+		return nil
+	}
+	events.printf("%v", err)
+	return err
+}
+
+// checkLeasesSoon starts checkLeases now and returns its wait: a failed
+// attempt starts it as it begins to stop its group, so that the check the
+// restart needs costs it no round trip of its own. A lease taken over
+// after the check is still found: by the next attempt's lease, and by
+// every host's agent before it stops a leftover.
+func (r *runner) checkLeasesSoon(ctx context.Context) func() error {
+	done := make(chan error, 1)
+	go func() { done <- checkLeases(ctx, r.leases, r.events) }()
+	return func() error { return <-done }
+}
+
+// lostLease is the *lease.LostError that ended the run, when one did:
+// the cause of ctx (a renewal found the lease taken) or err (an attempt
+// found it taken: a newer forced run's lease at Acquire, or a host's
+// agent refusing to stop leftovers for a run that no longer holds it).
+func lostLease(ctx context.Context, err error) error {
+	var le *lease.LostError
+	if cause := context.Cause(ctx); errors.As(cause, &le) {
+		return cause
+	}
+	if errors.As(err, &le) {
+		return err
+	}
+	return nil
+}
+
+// IsLost reports whether err is (or wraps) a workdir another run took
+// over: the run failed (exit status 1) without restarting.
+func IsLost(err error) bool {
+	var le *lease.LostError
+	return errors.As(err, &le)
+}
+
+// IsHeld reports whether err is (or wraps) a workdir held by another live
+// run, which the CLI reports like a configuration error (exit status 2).
+func IsHeld(err error) bool {
+	var he *lease.HeldError
+	return errors.As(err, &he)
+}
+
+// logFileWriter is a process's local log file as its stream sees it: a
+// write that fails (the log disk is full, or gone) is reported once per
+// run and then swallowed, so that the stream goes on to the terminal and
+// the remote process never blocks on its stdout. The file gets nothing
+// more after its first failed write, so it ends at a whole line (the hosts
+// keep the whole log in <workdir>/.drover/logs/). A file that could not be
+// created at all (f nil) takes nothing.
+type logFileWriter struct {
+	f      *os.File
+	fail   *logFailure
+	failed bool
+}
+
+// Write never fails.
+func (w *logFileWriter) Write(p []byte) (int, error) {
+	if w.failed || w.f == nil {
+		return len(p), nil
+	}
+	if _, err := w.f.Write(p); err != nil {
+		w.failed = true
+		w.fail.report(path.Dir(path.Dir(w.f.Name())), err)
+	}
+	return len(p), nil
+}
+
+func (w *logFileWriter) Close() error {
+	if w.f == nil {
+		return nil
+	}
+	return w.f.Close()
+}
+
+// createLog creates a process's local log file (see logFileWriter). Its
+// sink serialises the writes, so the writer needs no lock of its own.
+func (r *runner) createLog(file string) io.WriteCloser {
+	f, err := os.Create(file)
+	if err != nil {
+		r.logFail.report(path.Dir(path.Dir(file)), err)
+		f = nil
+	}
+	return &logFileWriter{f: f, fail: r.logFail}
+}
+
+// makeDir creates an attempt's log directory. A restart on a full log
+// disk goes on without local logs rather than failing: the files it then
+// cannot create say so, once, in createLog.
+func (l *logFailure) makeDir(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		l.report(path.Dir(dir), err)
+	}
+}
+
+// report says, once per run and loudly, that the local logs under
+// runDir are incomplete and where the whole logs are. err names the file
+// and the operation (an *fs.PathError).
+// logFailure reports, once per run, that the local logs cannot be
+// written.
+type logFailure struct {
+	once   sync.Once
+	events *eventLog
+}
+
+func (l *logFailure) report(runDir string, err error) {
+	l.once.Do(func() {
+		l.events.printf("WARNING: cannot write the local logs (%v). The log files under %s are incomplete from here on; "+
+			"output still streams to this terminal, and every host keeps the whole log in <workdir>/%s/attempt-<n>/. "+
+			"The processes are not held up.", err, runDir, hostLogDir)
+	})
+}
+
+// hostLogDir is where the agent keeps each process's log on its host,
+// under the workdir.
+const hostLogDir = ".drover/logs"

@@ -210,25 +210,6 @@ func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor 
 	return s
 }
 
-// supervise runs the attempt's group to its end.
-func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
-	a.r.makeLogDir(a.logDir)
-	s := newSupervisor(a, conns, pl)
-	s.ctx = ctx
-	defer s.cancel()
-	s.start()
-	if !s.stopping {
-		s.announceRunning(conns)
-	}
-	if a.cfg.Job.HangTimeout > 0 {
-		go s.watchProgressFiles(s.sessions)
-	}
-	if a.cfg.Job.Health != config.HealthOff {
-		s.watchHealth(s.sessions, s.health)
-	}
-	return s.wait(ctx)
-}
-
 // start starts every process of the plan, all at once: each start waits
 // for its host to open a session and run the agent (two round trips),
 // and one after another they would cost two round trips per process. A
@@ -356,21 +337,6 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
 	}
 	return rp, proc, nil
-}
-
-// processEnv is p's environment with the run's extra variables (tests).
-func (a *attempt) processEnv(p plan.Process) map[string]string {
-	if len(a.r.opts.Env) == 0 {
-		return p.Env
-	}
-	env := make(map[string]string, len(p.Env)+len(a.r.opts.Env))
-	for k, v := range p.Env {
-		env[k] = v
-	}
-	for k, v := range a.r.opts.Env {
-		env[k] = v
-	}
-	return env
 }
 
 func (rp *running) closeLogs() {
@@ -627,57 +593,6 @@ func (s *supervisor) checkPaused() {
 	reason := fmt.Sprintf("controller stopped sending heartbeats for %s (drover was suspended, e.g. by Ctrl-Z, or starved); the agents stop their groups after %s",
 		gap.Round(time.Second), heartbeatTimeout)
 	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
-}
-
-// rootCause finds why a failed process failed (see rootCause).
-func (a *attempt) rootCause(c *attemptHost, rp *running) string {
-	var fsys cluster.FS
-	if c != nil {
-		fsys = c.fs
-	}
-	return rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
-}
-
-// succeeded applies the success policy to the processes that have exited
-// (all with status 0, since any failure stops the group first).
-func (a *attempt) succeeded(procs []*running) bool {
-	if a.cfg.Job.Framework != config.TensorFlow {
-		for _, rp := range procs {
-			if !rp.done {
-				return false
-			}
-		}
-		return true
-	}
-	hasChief := false
-	for _, rp := range procs {
-		if rp.p.Role == plan.RoleChief {
-			hasChief = true
-		}
-	}
-	for _, rp := range procs {
-		switch rp.p.Role {
-		case plan.RoleChief:
-			if !rp.done {
-				return false
-			}
-		case plan.RoleWorker:
-			mustFinish := a.cfg.Job.SuccessPolicy != config.SuccessChief || (!hasChief && rp.p.Index == 0)
-			if mustFinish && !rp.done {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func (a *attempt) successNote(procs []*running) string {
-	for _, rp := range procs {
-		if !rp.done {
-			return "success policy met (" + string(a.cfg.Job.SuccessPolicy) + ")"
-		}
-	}
-	return ""
 }
 
 // describeExit renders a process's end for events and the summary.
