@@ -72,7 +72,8 @@ type RunOptions struct {
 	// first attempt that started them all runs.
 	Ready func(runID, logDir string)
 
-	// peerLostSettle replaces peerLostSettle (the constant) in tests.
+	// peerLostSettle replaces cause.PeerLostSettle, the hold of a failure
+	// that reads as a lost peer, in tests (0: that constant).
 	peerLostSettle time.Duration
 }
 
