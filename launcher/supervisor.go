@@ -22,57 +22,24 @@ import (
 	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
-// outcomeKind is how one attempt of the whole group ended. Exactly one
-// applies; the run loop (runner.run) decides on it what happens next.
-type outcomeKind int
+// outcomeKind is how one attempt of the whole group ended (package
+// restart, whose policy decides on it): exactly one applies; the run loop
+// (runner.run) decides on it what happens next.
+type outcomeKind = restart.Kind
 
 const (
-	// outcomeSucceeded: the success policy was met.
-	outcomeSucceeded outcomeKind = iota
-	// outcomeFailed: a process exited non-zero or was killed, or the
-	// group ended without meeting the success policy.
-	outcomeFailed
-	// outcomeSetupFailed: the group could not be set up (connect, probe,
-	// plan, push, preflight, start).
-	outcomeSetupFailed
-	// outcomeHostLost: a host stopped answering, before or after its
-	// processes started.
-	outcomeHostLost
-	// outcomeHung: no process showed progress for hang_timeout.
-	outcomeHung
-	// outcomeInterrupted: the user stopped the run (ctx cancelled).
-	outcomeInterrupted
-	// outcomeFenced: the health gate kept hosts out before anything
-	// started and spares stand in for them: set the attempt up again.
-	outcomeFenced
-	// outcomeAdoptable: a foreground run's first attempt found, before
-	// it pushed or started anything, a detached group to adopt.
-	outcomeAdoptable
+	outcomeSucceeded   = restart.Succeeded
+	outcomeFailed      = restart.Failed
+	outcomeSetupFailed = restart.SetupFailed
+	outcomeHostLost    = restart.HostLost
+	outcomeHung        = restart.Hung
+	outcomeInterrupted = restart.Interrupted
+	outcomeFenced      = restart.Fenced
+	outcomeAdoptable   = restart.Adoptable
 )
-
-func (k outcomeKind) String() string {
-	switch k {
-	case outcomeSucceeded:
-		return "succeeded"
-	case outcomeFailed:
-		return "failed"
-	case outcomeSetupFailed:
-		return "setup failed"
-	case outcomeHostLost:
-		return "host lost"
-	case outcomeHung:
-		return "hung"
-	case outcomeInterrupted:
-		return "interrupted"
-	case outcomeFenced:
-		return "hosts kept out"
-	case outcomeAdoptable:
-		return "a group to adopt"
-	}
-	return fmt.Sprintf("outcomeKind(%d)", int(k))
-}
 
 // attemptOutcome is how one attempt ended and why.
 type attemptOutcome struct {
@@ -90,6 +57,12 @@ type attemptOutcome struct {
 	// supervisor lost its processes' channels (a dead link, a machine
 	// asleep), not because they ended: the run attaches again.
 	reattach bool
+}
+
+// policy is what the restart policy needs of out: a setup failure is
+// permanent also when the hosts' workdirs are held by another run.
+func (out attemptOutcome) policy() restart.Outcome {
+	return restart.Outcome{Kind: out.kind, Err: out.err, ExitCode: out.exitCode, Permanent: out.permanent || IsHeld(out.err)}
 }
 
 func succeeded() attemptOutcome   { return attemptOutcome{kind: outcomeSucceeded, exitCode: -1} }
