@@ -242,41 +242,6 @@ func (r *runner) appendLog(file string) *logFileWriter {
 	return &logFileWriter{f: f, fail: r.logFail}
 }
 
-// handOver, when another drover took a detached run over with --force
-// (ctx ended with a *lease.LostError), lets go of the group without
-// stopping it: the channels close, the attach clients detach, and the
-// agents keep the group for the new supervisor. It reports whether it did.
-func (s *supervisor) handOver(ctx context.Context) bool {
-	var lost *lease.LostError
-	if !s.a.r.detachedGroup || !errors.As(context.Cause(ctx), &lost) {
-		return false
-	}
-	out := interrupted()
-	s.out, s.stopping = &out, true
-	s.a.r.events.printf("%s: handing the group over; it keeps running", s.a.prefix())
-	s.detachAll()
-	return true
-}
-
-// letGo ends a detached run's attempt because this supervisor lost its
-// processes (why), not because they ended: it detaches from all of them
-// and the run attaches again (attemptOutcome.reattach).
-func (s *supervisor) letGo(why string) {
-	out := attemptOutcome{kind: outcomeHostLost, err: errors.New(why), exitCode: -1, reattach: true}
-	s.out, s.stopping = &out, true
-	s.a.r.events.printf("%s: %s; detaching, the group keeps running", s.a.prefix(), why)
-	s.detachAll()
-}
-
-// detachAll closes every channel without a stop: the attach clients let
-// go, the agents keep their processes.
-func (s *supervisor) detachAll() {
-	for _, rp := range s.procs {
-		rp.letGo = true
-		rp.ctl.Close()
-	}
-}
-
 // reattachWait is how often a supervisor that lost its processes looks
 // for them again, for up to host_wait.
 const reattachEvery = 2 * time.Second

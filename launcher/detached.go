@@ -143,57 +143,6 @@ func (r *runner) noteCheckpoint() {
 	}
 }
 
-// readyPoll bounds how long a detached run's first attempt may take to
-// have every process recorded as running before `drover run -d` is told
-// it is, and how often the records are read meanwhile.
-const (
-	readyWait = 60 * time.Second
-	readyPoll = 200 * time.Millisecond
-)
-
-// announceRunning records the attempt as running and, on the first
-// attempt that got every process running, tells the caller (Ready).
-func (s *supervisor) announceRunning(conns []*attemptHost) {
-	a := s.a
-	a.r.setRecord(hostConns(conns), func(rec *agent.RunRecord) {
-		rec.State, rec.Attempt, rec.Restarts, rec.Checkpoint = "running", a.n, a.restarts, a.r.newestCheckpoint()
-	})
-	if a.r.opts.Ready == nil {
-		return
-	}
-	procs := append([]*running(nil), s.procs...)
-	go func() {
-		deadline := a.r.now().Add(readyWait)
-		for a.r.now().Before(deadline) {
-			if s.allRunning(procs) {
-				a.r.readyOnce.Do(func() { a.r.opts.Ready(a.r.runID, a.r.runLogDir) })
-				return
-			}
-			time.Sleep(readyPoll)
-		}
-	}()
-}
-
-// allRunning reports whether every process's agent recorded it as
-// started (running, or already ended).
-func (s *supervisor) allRunning(procs []*running) bool {
-	for _, rp := range procs {
-		c := s.byHost[rp.p.Host.Name]
-		st, _ := s.a.processFiles(c, rp.p.Name())
-		rc, err := c.fs.Open(st)
-		if err != nil {
-			return false
-		}
-		var rec agent.State
-		err = json.NewDecoder(rc).Decode(&rec)
-		rc.Close()
-		if err != nil || rec.State == agent.StateStarting {
-			return false
-		}
-	}
-	return true
-}
-
 // stopPoll is how often a detached run's supervisor looks for a stop that
 // `drover stop` asked for.
 const stopPoll = time.Second

@@ -2,17 +2,11 @@ package launcher
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"path"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent/remote"
@@ -157,92 +151,4 @@ func (p *planPhase) healthGate(ctx context.Context, conns []*attemptHost) error 
 type healthRead struct {
 	host string
 	rep  gpu.HostReport
-}
-
-// healthWatchers are, by host, the process whose agent watches the
-// host's GPU health (agent.RunOptions.HealthFile): the first one of each
-// host that the plan gives GPUs. Hosts planned without GPUs (a CPU host
-// with gpus = "auto") are not watched.
-func (s *supervisor) healthWatchers() map[string]string {
-	out := map[string]string{}
-	if s.a.cfg.Job.Health == config.HealthOff {
-		return out
-	}
-	for _, p := range s.pl.Processes {
-		if _, ok := out[p.Host.Name]; !ok && len(p.Visible) > 0 {
-			out[p.Host.Name] = p.Name()
-		}
-	}
-	return out
-}
-
-// healthFile is where the watching agent of attempt n writes the host's
-// health, under its workdir wd.
-func healthFile(wd string, n int) string {
-	return path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", n), "health.json")
-}
-
-// watchHealth reads each watched host's health file every healthEvery,
-// over the host's file access, until ctx ends, and hands each read to
-// out. A file not written yet (the watch starts with the process) is
-// skipped.
-func (s *supervisor) watchHealth(ctx context.Context, out chan<- healthRead) {
-	for host := range s.healthWatchers() {
-		c := s.byHost[host]
-		file := healthFile(remoteAbs(c.home, c.host.Workdir), s.a.n)
-		go func() {
-			for sleepCtx(ctx, healthEvery) == nil {
-				rep, err := readHealthFile(c.fs, file)
-				if err != nil {
-					continue
-				}
-				rep.Host = host
-				select {
-				case out <- healthRead{host: host, rep: rep}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-}
-
-// readHealthFile reads one report the health watch wrote.
-func readHealthFile(fsys cluster.FS, file string) (gpu.HostReport, error) {
-	f, err := fsys.Open(file)
-	if err != nil {
-		return gpu.HostReport{}, err
-	}
-	defer f.Close()
-	var rep gpu.HostReport
-	if err := json.NewDecoder(io.LimitReader(f, 4<<20)).Decode(&rep); err != nil {
-		return gpu.HostReport{}, fmt.Errorf("read %s: %w", file, err)
-	}
-	return rep, nil
-}
-
-// onHealth judges a read while the attempt runs: under "enforce" a
-// critical finding fences the host and stops the group (a host failure);
-// warnings are printed once per attempt.
-func (s *supervisor) onHealth(h healthRead) {
-	if s.stopping {
-		return
-	}
-	for _, f := range s.a.findings(h.rep, false) {
-		if f.Critical && s.a.cfg.Job.Health == config.HealthEnforce {
-			s.a.r.fence(h.host, f)
-			reason := fmt.Sprintf("GPU health: %s; health = \"enforce\" keeps %s out: the group restarts without it", f, h.host)
-			// Its spare is chosen now, so that the restart sets up
-			// (pushes to, stages the checkpoint on) the spare, not it.
-			if spare, ok := s.a.standIn(h.host); ok {
-				reason += ", on spare " + spare
-			}
-			s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
-			return
-		}
-		if key := f.String(); !s.warned[key] {
-			s.warned[key] = true
-			s.a.warn(f)
-		}
-	}
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
 // RunOptions configures a supervised run of a job.
@@ -44,8 +44,13 @@ type RunOptions struct {
 	// Hard is closed when the user insists (second Ctrl-C): processes are
 	// killed at once instead of being given their grace period.
 	Hard <-chan struct{}
-	// Now and Sleep are the clock; tests leave them nil.
-	Now   func() time.Time
+	// Now is the wall clock (nil: time.Now): it stamps events, causes
+	// and the log directory's name; one test freezes it. Hangs and
+	// heartbeats are measured on the monotonic clock whatever Now says.
+	Now func() time.Time
+	// Sleep waits out the restart backoff, a lost host's redial and a
+	// detached run's re-attach (nil: a timer that ctx cuts short).
+	// Nothing sets it today.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Env is extra environment for every process, after the plan's; tests
 	// use it, users use [job.env].
@@ -73,7 +78,8 @@ type RunOptions struct {
 	// first attempt that started them all runs.
 	Ready func(runID, logDir string)
 
-	// peerLostSettle replaces peerLostSettle (the constant) in tests.
+	// peerLostSettle replaces cause.PeerLostSettle, the hold of a failure
+	// that reads as a lost peer, in tests (0: that constant).
 	peerLostSettle time.Duration
 }
 
@@ -258,21 +264,21 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 // attempts runs the job's attempts until one ends the run.
 func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) (*Result, error) {
 
-	var b budget
-	var stuck breaker
+	var b restart.Budget
+	var stuck restart.Breaker
 	first := firstRestart(r.opts, r.events, cfg)
 	start := 1
 	if ad := r.adopting; ad != nil {
-		start, first, b.restarts = ad.rec.Attempt, 0, ad.rec.Restarts
+		start, first, b.Restarts = ad.rec.Attempt, 0, ad.rec.Restarts
 	}
 	r.firstAttempt = start
 	for n := start; ; n++ {
 		res.Attempts = n
 		if n > start {
-			cfg = r.reload(cfg, n, b.total(cfg.Job))
+			cfg = r.reload(cfg, n, b.Total(cfg.Job))
 		}
-		total := b.total(cfg.Job)
-		a := &attempt{r: r, cfg: cfg, n: n, total: total, restarts: first + b.restarts + b.hostFailures,
+		total := b.Total(cfg.Job)
+		a := &attempt{r: r, cfg: cfg, n: n, total: total, restarts: first + b.Used(),
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", n))}
 		a.adopt, r.adopting = r.adopting, nil
 		saveRestart(r.opts, r.events, cfg, a.restarts)
@@ -328,11 +334,11 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 // max_host_failures or max_restarts_without_progress), makes sure every
 // lease is still this run's, and waits the backoff. A non-nil Result ends
 // the run with it.
-func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *budget, stuck *breaker, a *attempt, out attemptOutcome) *Result {
+func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *restart.Budget, stuck *restart.Breaker, a *attempt, out attemptOutcome) *Result {
 	// An adopted run's first attempt is its first here.
-	err := b.spend(cfg.Job, out, a.n-r.firstAttempt+1)
+	err := b.Spend(cfg.Job, out.policy(), a.n-r.firstAttempt+1)
 	if err == nil {
-		err = stuck.judge(cfg.Job.MaxRestartsWithoutProgress, a.progress, out.err)
+		err = stuck.Judge(cfg.Job.MaxRestartsWithoutProgress, a.progress.policy(), out.err)
 	}
 	if err != nil {
 		r.events.printf("job %s failed: %v", cfg.Job.Name, err)
@@ -346,8 +352,8 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		return r.finish(res, Failed, lost)
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "restarting" })
-	delay := backoff(cfg.Job, b.restarts+b.hostFailures)
-	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.total(cfg.Job), delay.Round(time.Millisecond))
+	delay := restart.Backoff(cfg.Job, b.Used())
+	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))
 	if err := r.sleep(ctx, delay); err != nil {
 		if lost := lostLease(ctx, nil); lost != nil {
 			return r.finish(res, Failed, lost)
@@ -362,39 +368,6 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	}
 	if lost := checkLeases(ctx, r.leases, r.events); lost != nil {
 		return r.finish(res, Failed, lost)
-	}
-	return nil
-}
-
-// budget counts the restarts a run has used, by cause: lost hosts and
-// hangs (the fleet's fault) count against max_host_failures, everything
-// else against max_restarts, as JobSet's RestartJobSetAndIgnoreMaxRestarts
-// does for node failures.
-type budget struct {
-	restarts, hostFailures int
-}
-
-// total is the number of attempts the run may take as things stand: each
-// host failure adds one beyond max_restarts + 1.
-func (b budget) total(job config.Job) int { return job.MaxRestarts + 1 + b.hostFailures }
-
-// spend takes a restart for out from the budget, or returns why the run
-// ends here: the policy says not to restart, or the budget is spent.
-func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
-	retry, why := retryable(job, out, attempt)
-	switch {
-	case !retry:
-		return fmt.Errorf("%v; not restarting: %s", out.err, why)
-	case out.kind == outcomeHostLost || out.kind == outcomeHung:
-		if b.hostFailures >= job.MaxHostFailures {
-			return fmt.Errorf("%v; no restarts left for lost hosts and hangs (max_host_failures = %d)", out.err, job.MaxHostFailures)
-		}
-		b.hostFailures++
-	default:
-		if b.restarts >= job.MaxRestarts {
-			return fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.err, job.MaxRestarts)
-		}
-		b.restarts++
 	}
 	return nil
 }
@@ -448,39 +421,6 @@ func (r *runner) openLogs(cfg *config.Config) (string, error) {
 			return "", fmt.Errorf("create log directory: %w", err)
 		}
 	}
-}
-
-// backoff is restart_backoff doubled per restart, capped.
-func backoff(job config.Job, restarts int) time.Duration {
-	d := job.RestartBackoff
-	for i := 1; i < restarts && d < job.RestartBackoffMax; i++ {
-		d *= 2
-	}
-	if job.RestartBackoffMax > 0 && d > job.RestartBackoffMax {
-		d = job.RestartBackoffMax
-	}
-	return d
-}
-
-// retryable applies restart_policy and the exit-status lists to how
-// attempt n ended. A setup failure is worth another attempt only on a
-// restart (the first attempt fails fast, so that a typo does not cost
-// minutes) and unless it is a configuration error or marked permanent.
-func retryable(job config.Job, out attemptOutcome, n int) (bool, string) {
-	exited := out.kind == outcomeFailed && out.exitCode > 0
-	switch {
-	case exited && slices.Contains(job.FatalExitCodes, out.exitCode):
-		return false, fmt.Sprintf("exit status %d is in fatal_exit_codes", out.exitCode)
-	case exited && slices.Contains(job.RetryExitCodes, out.exitCode):
-		return true, ""
-	case job.RestartPolicy == config.RestartNever:
-		return false, `restart_policy = "never"`
-	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || config.IsConfigError(out.err) || IsHeld(out.err)):
-		return false, "the group could not be set up (see the error above)"
-	case job.RestartPolicy == config.RestartExitCode && exited && out.exitCode <= 127:
-		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
-	}
-	return true, ""
 }
 
 // register adds p to the summary in plan order.
