@@ -19,6 +19,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -206,13 +207,7 @@ func holdersOf(m *checkpoint.Manager, name string) []string {
 // waitFor polls cond; the bound only ends a hung test.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 2*time.Minute, what, cond)
 }
 
 const mib = 1 << 20

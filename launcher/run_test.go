@@ -21,6 +21,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
@@ -320,11 +321,9 @@ echo "done $DROVER_RESTART_COUNT"
 		sync := t.TempDir()
 		mp := port + 1
 		go func() {
-			for {
-				if _, err := os.Stat(filepath.Join(sync, "ready")); err == nil {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
+			ready := func() bool { _, err := os.Stat(filepath.Join(sync, "ready")); return err == nil }
+			if !assert.NoError(t, testenv.Until(2*time.Minute, "the first attempt's ready file", ready)) {
+				return
 			}
 			l, err := net.Listen("tcp", fmt.Sprintf(":%d", mp))
 			if !assert.NoError(t, err) {
@@ -423,13 +422,11 @@ echo "restart $DROVER_RESTART_COUNT"
 		job := localJob(t, `echo ready; sleep 1000`, nextPort())
 		go func() {
 			// Cancel once both processes are up.
-			for {
+			up := func() bool {
 				m, _ := filepath.Glob(filepath.Join(os.Getenv("HOME"), "wd-*", ".drover", "pids", "*.pid"))
-				if len(m) == 2 {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
+				return len(m) == 2
 			}
+			assert.NoError(t, testenv.Until(2*time.Minute, "both processes' pid files", up))
 			cancel(errors.New("interrupt"))
 		}()
 		start := time.Now()

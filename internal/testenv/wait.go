@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -42,25 +43,39 @@ func WaitEvery(t testing.TB, every, timeout time.Duration, what string, cond fun
 	poll(t, timeout, what, func() (bool, string) { return cond(), "" }, every, every)
 }
 
+// Until is Wait for a goroutine other than the test's own, which must
+// not call t.Fatalf: it returns an error naming what it waited for instead
+// of failing the test, for the goroutine to report (assert.NoError) and
+// return.
+func Until(timeout time.Duration, what string, cond func() bool) error {
+	return await(timeout, what, func() (bool, string) { return cond(), "" }, firstPoll, maxPoll)
+}
+
 // poll is Wait with its backoff from first up to most.
 func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, string), first, most time.Duration) {
 	t.Helper()
+	if err := await(timeout, what, cond, first, most); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+// await checks cond with backoff from first up to most until it holds,
+// or returns the timeout's error.
+func await(timeout time.Duration, what string, cond func() (bool, string), first, most time.Duration) error {
 	start := time.Now()
 	deadline := start.Add(timeout)
 	pause := first
 	for {
 		ok, status := cond()
 		if ok {
-			return
+			return nil
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			if status == "" {
-				t.Fatalf("waited %s for %s", time.Since(start).Round(time.Millisecond), what)
-				return
+				return fmt.Errorf("waited %s for %s", time.Since(start).Round(time.Millisecond), what)
 			}
-			t.Fatalf("waited %s for %s; last seen: %s", time.Since(start).Round(time.Millisecond), what, status)
-			return
+			return fmt.Errorf("waited %s for %s; last seen: %s", time.Since(start).Round(time.Millisecond), what, status)
 		}
 		time.Sleep(min(pause, left))
 		pause = min(2*pause, most)

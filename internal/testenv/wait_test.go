@@ -105,3 +105,22 @@ func TestWaitEvery(t *testing.T) {
 		}
 	})
 }
+
+// Until, for goroutines that must not fail the test themselves, waits as
+// Wait does and returns the timeout as an error.
+func TestUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		checks := 0
+		if err := Until(time.Second, "the thing", func() bool { checks++; return checks == 3 }); err != nil {
+			t.Errorf("Until = %v, want nil once it holds", err)
+		}
+		start := time.Now()
+		err := Until(2*time.Second, "the thing", func() bool { return false })
+		if err == nil || err.Error() != "waited 2s for the thing" {
+			t.Errorf("Until = %v, want the timeout named", err)
+		}
+		if took := time.Since(start); took != 2*time.Second {
+			t.Errorf("took %s, want 2s", took)
+		}
+	})
+}
