@@ -110,10 +110,6 @@ func New(rec *Record, events func(format string, args ...any), now func() time.T
 // Record is the record the Manager keeps.
 func (m *Manager) Record() *Record { return m.rec }
 
-// scanAll lists every host's checkpoint_dir at once. A host whose listing
-// fails is left out of the result (ok[i] false), so that nothing is
-// concluded about it. With the sharded layout (scanParts), each host's
-// part of a checkpoint is listed once the marker is in any host's part.
 // unscanned are the hosts whose checkpoint_dir could not be listed.
 func unscanned(hosts []Host, ok []bool) []string {
 	var names []string
@@ -125,6 +121,10 @@ func unscanned(hosts []Host, ok []bool) []string {
 	return names
 }
 
+// scanAll lists every host's checkpoint_dir at once. A host whose listing
+// fails is left out of the result (ok[i] false), so that nothing is
+// concluded about it. With the sharded layout (scanParts), each host's
+// part of a checkpoint is listed once the marker is in any host's part.
 func scanAll(ctx context.Context, hosts []Host, set Settings) (found [][]Found, ok []bool, errs []error) {
 	if set.Sharded() {
 		return scanParts(ctx, hosts, set.Marker)
