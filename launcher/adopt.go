@@ -98,7 +98,7 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 		defer cancel()
 		_ = forEach(conns, func(c *hostConn) error {
 			rec := path.Join(c.host.Workdir, agent.CurrentRun, agent.RunRecordFile)
-			out, _, err := readFromHost(ctx, c.t, []string{"cat", rec}, "cat "+rec, runRecordLimit)
+			out, _, err := remote.Read(ctx, c.t, []string{"cat", rec}, "cat "+rec, remote.RunRecordLimit)
 			if err != nil {
 				return nil // no run record (or no sane one): nothing to adopt
 			}
@@ -203,9 +203,9 @@ func (a *attempt) adoptGroup(ctx context.Context, conns []*attemptHost, cfg *con
 	return a.supervise(ctx, conns, pl)
 }
 
-// attachArgs is the command that attaches to p's detached process, from
-// where this machine's log of it ends.
-func (a *attempt) attachArgs(c *attemptHost, p plan.Process, localLog string) []string {
+// attachOptions attach to p's detached process, from where this
+// machine's log of it ends.
+func (a *attempt) attachOptions(c *attemptHost, p plan.Process, localLog string) agent.AttachOptions {
 	var from int64
 	if fi, err := os.Stat(localLog); err == nil {
 		from = fi.Size()
@@ -213,8 +213,8 @@ func (a *attempt) attachArgs(c *attemptHost, p plan.Process, localLog string) []
 		a.r.events.printf("%s: %v; streaming %s from its start", a.prefix(), err, p.Name())
 	}
 	st, _ := a.processFiles(c, p.Name())
-	return agent.AttachCommand(c.agent, agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
-		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)})
+	return agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
+		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)}
 }
 
 // controllerTimeout is how long the agents of a detached group keep it

@@ -10,6 +10,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // hostConn is a connected host, kept in the run's pool (connPool) from
@@ -27,6 +28,9 @@ type hostConn struct {
 	// left on the host ("" before one); see pushAndCheck.
 	pushed string
 }
+
+// client is c's agent, for the commands the run runs there.
+func (c *hostConn) client() remote.Client { return remote.Client{T: c.t, Path: c.agent} }
 
 // connPool keeps a run's connections from one attempt to the next. Dialling
 // a host, opening its file access and checking its agent cost 10 to 20

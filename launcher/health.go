@@ -15,7 +15,6 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
-	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // The GPU health gate (the job's health key): before each attempt every
@@ -141,7 +140,7 @@ func (a *attempt) healthGate(ctx context.Context, conns []*attemptHost) error {
 		if !hasGPUs(c.host) {
 			return nil
 		}
-		rep, err := remote.Health(ctx, c.t, c.agent, 0)
+		rep, err := c.client().Health(ctx, 0)
 		if err != nil {
 			a.r.events.printf("%s: %v; going on without its health", a.prefix(), err)
 			return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // forged is what a hostile host puts in a checkpoint name or its output:
@@ -103,7 +104,7 @@ func TestAgentAnswersBounded(t *testing.T) {
 			return err
 		}},
 		{"run record", func() error {
-			_, _, err := readFromHost(context.Background(), local, []string{endless}, "cat run.json", runRecordLimit)
+			_, _, err := remote.Read(context.Background(), local, []string{endless}, "cat run.json", remote.RunRecordLimit)
 			return err
 		}},
 	} {
@@ -122,7 +123,7 @@ func TestAgentAnswersBounded(t *testing.T) {
 			require.ErrorAs(t, err, &tooMuch)
 			assert.Equal(t, "h0", tooMuch.Host)
 			assert.NotContains(t, err.Error(), "\x1b", "the host's bytes reach the error escaped")
-			assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8*hostReportLimit), "the answer was read to its bound only (and its buffer grown by doubling)")
+			assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8*remote.RunRecordLimit), "the answer was read to its bound only (and its buffer grown by doubling)")
 		})
 	}
 }

@@ -83,15 +83,11 @@ func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents re
 // runs runs `drover agent runs` for v's workdir (its host's index when
 // v.wd is "").
 func (v *hostView) runs(ctx context.Context) (*agent.HostReport, error) {
-	out, said, err := readFromHost(ctx, v.t, agent.RunsCommand(v.agent, v.wd, ""), "drover agent runs", hostReportLimit)
+	rep, err := remote.Client{T: v.t, Path: v.agent}.Runs(ctx, v.wd, "")
 	if err != nil {
-		return nil, fmt.Errorf("read runs of %s on %s: %w: %s", v.wd, hostLabel(v.host), err, said)
-	}
-	var rep agent.HostReport
-	if err := json.Unmarshal(out, &rep); err != nil {
 		return nil, fmt.Errorf("read runs of %s on %s: %w", v.wd, hostLabel(v.host), err)
 	}
-	return &rep, nil
+	return rep, nil
 }
 
 // RunStatus is `drover status --json`; its keys are a stable interface.
@@ -307,11 +303,7 @@ func stopThroughAgents(ctx context.Context, views []*hostView, id string, grace 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				args := agent.StopCommand(v.agent, path.Join(v.wd, pidDir, p.Name+".pid"), grace)
-				if abort {
-					args = append(args, "--kill")
-				}
-				_ = runToEnd(ctx, v.t, cluster.Cmd{Args: args, Stdout: io.Discard, Stderr: io.Discard})
+				_ = remote.Client{T: v.t, Path: v.agent}.Stop(ctx, path.Join(v.wd, pidDir, p.Name+".pid"), grace, abort, io.Discard)
 			}()
 		}
 	}

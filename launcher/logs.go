@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/logstream"
 )
 
@@ -226,7 +227,7 @@ func sinceOffsets(ctx context.Context, v *hostView, srcs []*logSource, since Sin
 	for i, s := range srcs {
 		files[i] = s.file
 	}
-	out, said, err := readFromHost(ctx, v.t, agent.SinceCommand(v.agent, since.Ago, since.At, files), "drover agent since", sinceLimit)
+	out, said, err := remote.Client{T: v.t, Path: v.agent}.Since(ctx, since.Ago, since.At, files)
 	if err != nil {
 		return nil, fmt.Errorf("the agent on %s cannot cut by time: %w: %s", hostLabel(v.host), err, firstLine(said))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // The network check (`drover check net`, preflight = ["net"]): every host
@@ -146,8 +147,8 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	argv := agent.NetListenCommand(p.agent, agent.NetListenOptions{Iface: p.iface, Accept: n, Timeout: 10 * time.Minute})
-	proc, err := p.t.Start(ctx, cluster.Cmd{Args: argv, Stdin: inR, Stdout: outW, Stderr: stderr})
+	o := agent.NetListenOptions{Iface: p.iface, Accept: n, Timeout: 10 * time.Minute}
+	proc, err := remote.Client{T: p.t, Path: p.agent}.NetListen(ctx, o, cluster.Cmd{Stdin: inR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent net-listen on %s: %w", p.host.Name, err)
 	}
@@ -197,10 +198,10 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 func sendOne(ctx context.Context, p, to *netPeer, token string, d time.Duration) (agent.NetResult, error) {
 	out := cluster.NewHeadBuffer(64<<10, nil)
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	argv := agent.NetSendCommand(p.agent, agent.NetSendOptions{To: to.addr, Duration: d})
 	cctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	err := runToEnd(cctx, p.t, cluster.Cmd{Args: argv, Stdin: strings.NewReader(token + "\n"), Stdout: out, Stderr: stderr})
+	o := agent.NetSendOptions{To: to.addr, Duration: d}
+	err := remote.Client{T: p.t, Path: p.agent}.NetSend(cctx, o, cluster.Cmd{Stdin: strings.NewReader(token + "\n"), Stdout: out, Stderr: stderr})
 	var res agent.NetResult
 	if err != nil {
 		return res, fmt.Errorf("%s to %s: %w: %s", p.host.Name, to.host.Name, err, stderr.Quote(4096))

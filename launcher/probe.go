@@ -85,7 +85,7 @@ func addHealth(ctx context.Context, t cluster.Transport, agents remote.Agents, r
 	path, err := remote.Install(ctx, t, agents)
 	var h gpu.HostReport
 	if err == nil {
-		h, err = remote.Health(ctx, t, path, 0)
+		h, err = remote.Client{T: t, Path: path}.Health(ctx, 0)
 	}
 	if err != nil {
 		rep.Reason = strings.TrimPrefix(rep.Reason+"; health: "+err.Error(), "; ")

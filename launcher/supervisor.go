@@ -345,12 +345,14 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
 	}
-	args := agent.Command(c.agent, ro)
-	if a.adopt != nil {
-		args = a.attachArgs(c, p, localLog)
-	}
 	stdin := io.MultiReader(bytes.NewReader(envLine), rp.ctl)
-	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Dir: p.Workdir, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	var proc cluster.Process
+	if a.adopt != nil {
+		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
+	} else {
+		proc, err = c.client().Run(s.sessions, ro, cmd)
+	}
 	if err != nil {
 		rp.closeLogs()
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)

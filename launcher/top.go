@@ -179,8 +179,8 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 	defer stdinW.Close()
 	outR, outW := io.Pipe()
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	argv := agent.TopCommand(bin, agent.TopOptions{Workdir: h.Workdir, Every: o.Every, Heartbeat: topHeartbeat})
-	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdin: stdinR, Stdout: outW, Stderr: stderr})
+	ao := agent.TopOptions{Workdir: h.Workdir, Every: o.Every, Heartbeat: topHeartbeat}
+	p, err := remote.Client{T: t, Path: bin}.Top(ctx, ao, cluster.Cmd{Stdin: stdinR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent top on %s: %w", h.Name, err)
 	}
