@@ -27,8 +27,13 @@ func (f *argvTransport) Host() cluster.Endpoint { return cluster.Endpoint{Name: 
 
 func (f *argvTransport) Start(_ context.Context, cmd cluster.Cmd) (cluster.Process, error) {
 	f.argv = append(f.argv, cmd.Args)
+	if cmd.Stdin != nil {
+		go func() { _, _ = io.Copy(io.Discard, cmd.Stdin) }()
+	}
 	if cmd.Stdout != nil {
-		_, _ = io.WriteString(cmd.Stdout, f.answer)
+		if f.answer != "" { // an empty write to a pipe waits for its reader
+			_, _ = io.WriteString(cmd.Stdout, f.answer)
+		}
 		if c, ok := cmd.Stdout.(io.Closer); ok {
 			_ = c.Close() // a pipe (the SFTP client's): its reader sees the end
 		}
