@@ -11,13 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -50,24 +49,24 @@ const runIDFile = "run-id"
 func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	views := readViews(ctx, cfg.Hosts, dial, r.agents(), false)
-	defer closeViews(views)
-	rec, errs := newestRecord(views)
+	views := hostio.ReadViews(ctx, cfg.Hosts, dial, r.agents(), false)
+	defer hostio.CloseViews(views)
+	rec, errs := hostio.NewestRecord(views)
 	answered = len(errs) == 0
-	if rec == nil || isFinal(rec.State) {
+	if rec == nil || hostio.IsFinal(rec.State) {
 		return nil, answered
 	}
 	var alive bool
 	var leaseAge float64 = -1
 	for _, v := range views {
-		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != rec.RunID {
+		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != rec.RunID {
 			continue
 		}
-		for _, p := range v.rep.Processes {
+		for _, p := range v.Report.Processes {
 			alive = alive || p.Alive
 		}
-		if v.rep.Lease != "" && (leaseAge < 0 || v.rep.LeaseAgeS < leaseAge) {
-			leaseAge = v.rep.LeaseAgeS
+		if v.Report.Lease != "" && (leaseAge < 0 || v.Report.LeaseAgeS < leaseAge) {
+			leaseAge = v.Report.LeaseAgeS
 		}
 	}
 	if !alive {
@@ -104,7 +103,7 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 			}
 			var rr agent.RunRecord
 			i := slices.Index(conns, c)
-			found[i] = json.Unmarshal(out, &rr) == nil && !isFinal(rr.State)
+			found[i] = json.Unmarshal(out, &rr) == nil && !hostio.IsFinal(rr.State)
 			return nil
 		})
 	}()
@@ -117,45 +116,6 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 // mayAdoptWait bounds lookForGroup: every host of a run holds its record, so
 // the hosts that answer in time are enough to find it.
 const mayAdoptWait = 3 * time.Second
-
-// readViews reads every host's report of its workdir's newest run (with
-// file access on each when files).
-func readViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents, files bool) []*hostView {
-	views := make([]*hostView, len(hosts))
-	var wg sync.WaitGroup
-	for i, h := range hosts {
-		views[i] = &hostView{host: h}
-		wg.Add(1)
-		go func() { defer wg.Done(); views[i].read(ctx, dial, agents, files) }()
-	}
-	wg.Wait()
-	return views
-}
-
-func closeViews(views []*hostView) {
-	for _, v := range views {
-		if v.t != nil {
-			v.t.Close()
-		}
-	}
-}
-
-// newestRecord is the run record most lately updated on any host, and the
-// hosts that could not be read.
-func newestRecord(views []*hostView) (*agent.RunRecord, []error) {
-	var rec *agent.RunRecord
-	var errs []error
-	for _, v := range views {
-		if v.err != nil {
-			errs = append(errs, v.err)
-			continue
-		}
-		if r := v.rep.Run; r != nil && (rec == nil || r.Updated.After(rec.Updated)) {
-			rec = r
-		}
-	}
-	return rec, errs
-}
 
 // adopt makes this run the adopted one: its id and record, and, when this
 // machine has the run's directory, that directory (res.LogDir) instead of

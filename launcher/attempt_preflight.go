@@ -13,6 +13,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -89,7 +90,7 @@ func (a *attempt) preflight(ctx context.Context, conns []*attemptHost, pl *plan.
 				continue
 			}
 			if v, ok := strings.CutPrefix(line, agent.IfacePrefix); ok {
-				if ifc := ifaceName(v); ifc != "" {
+				if ifc := hostio.IfaceName(v); ifc != "" {
 					mu.Lock()
 					found.ifaces[c.host.Name] = ifc
 					mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // A detached run (RunOptions.Detach, `drover run -d`) keeps its state on
@@ -93,7 +94,7 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	data = append(data, '\n')
 	rec := r.runRec
 	r.connMu.Unlock()
-	r.noteLocally(rec)
+	hostio.NoteLocally(r.opts.JobPath, rec)
 	if err != nil {
 		r.events.printf("warning: record run %s: %v", r.runID, err)
 		return
@@ -113,15 +114,7 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 // writeRecord writes data (JSON and a newline) as run id's record in workdir wd over c, and
 // points the newest-run link at it.
 func writeRecord(c *hostConn, wd, id string, data []byte) error {
-	if err := writeAtomic(c, path.Join(wd, agent.RunDir(id)), agent.RunRecordFile, data); err != nil {
-		return err
-	}
-	cur := path.Join(wd, agent.CurrentRun)
-	if old, err := c.fs.Readlink(cur); err == nil && old == id {
-		return nil
-	}
-	_ = c.fs.Remove(cur)
-	return c.fs.Symlink(id, cur)
+	return hostio.WriteRecord(c.fs, wd, id, data)
 }
 
 // newestCheckpoint names the newest checkpoint in the run's record ("" for

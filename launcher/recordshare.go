@@ -7,6 +7,7 @@ import (
 
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // A detached run's checkpoint record goes with the run: its supervisor
@@ -100,17 +101,5 @@ func orNone(s string) string {
 // user), through a temporary file renamed into place, so that a reader
 // never sees half of it.
 func writeAtomic(c *hostConn, dir, name string, data []byte) error {
-	if err := c.fs.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp := path.Join(dir, "."+name+".tmp")
-	w, err := c.fs.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, werr := w.Write(data)
-	if err := errors.Join(werr, w.Close()); err != nil {
-		return err
-	}
-	return c.fs.Rename(tmp, path.Join(dir, name))
+	return hostio.WriteAtomic(c.fs, dir, name, data)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -133,7 +134,7 @@ type exitMsg struct {
 	at  time.Time
 }
 
-const pidDir = ".drover/pids"
+const pidDir = hostio.PidDir
 
 // Drover pings every agent this often; an agent that hears nothing for
 // heartbeatTimeout stops its group (drover died or the link is down).

@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/runview"
+	"github.com/droverhq/drover/launcher/top"
 )
 
 // drover top and drover status give a detached run's process the same
@@ -21,7 +22,7 @@ func TestTopDetachedOutputAgeAgreesWithStatus(t *testing.T) {
 	j := newFleetJob(t, jobSpec{Script: "echo one line\nexec sleep 600\n", Hosts: 1})
 	startDetachedRun(t, j)
 	// The log stops growing after its one line: ages only grow from then.
-	var st launcher.RunStatus
+	var st runview.RunStatus
 	var asked time.Time // just before the status that is compared
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -33,7 +34,7 @@ func TestTopDetachedOutputAgeAgreesWithStatus(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "status never showed the process quiet for 2 s: %+v", st)
 		time.Sleep(300 * time.Millisecond)
 	}
-	var v launcher.TopView
+	var v top.TopView
 	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 	since := time.Since(asked).Seconds()
 	require.Len(t, v.Hosts, 1)

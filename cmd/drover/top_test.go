@@ -23,7 +23,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/top"
 )
 
 // topSMI gives fleet host i two GPUs through a stand-in nvidia-smi (and
@@ -117,9 +117,9 @@ func TestTopOnceJSON(t *testing.T) {
 	j := startStepJob(t)
 	// The progress file follows the output lines by a moment: ask again
 	// (bounded) until every process has reported a step.
-	var v launcher.TopView
+	var v top.TopView
 	for try := 0; ; try++ {
-		v = launcher.TopView{}
+		v = top.TopView{}
 		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 		if everyProcStepped(v) || try == 20 {
 			break
@@ -175,7 +175,7 @@ func TestTopShowsHealthWatch(t *testing.T) {
 	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 2, 60*time.Second)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var v launcher.TopView
+		var v top.TopView
 		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json", "--hosts", fleet.Hosts[0].Name), &v))
 		require.Len(t, v.Hosts, 1)
 		if gs := v.Hosts[0].GPUs; len(gs) == 2 && len(gs[1].Health) > 0 {
@@ -195,7 +195,7 @@ func TestTopOnceInventory(t *testing.T) {
 	j := newFleetJob(t, jobSpec{Script: "true"})
 	topSMI(t, 0, j.Workdir)
 	j.Path = j.Inventory
-	var v launcher.TopView
+	var v top.TopView
 	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 	require.Len(t, v.Hosts, 4)
 	for _, h := range v.Hosts {
@@ -373,7 +373,7 @@ func TestTopInteractiveQuitsOnQ(t *testing.T) {
 }
 
 // everyProcStepped reports whether every process top shows has a step.
-func everyProcStepped(v launcher.TopView) bool {
+func everyProcStepped(v top.TopView) bool {
 	for _, h := range v.Hosts {
 		for _, p := range h.Procs {
 			if p.Step == nil {

@@ -66,9 +66,13 @@ func TestClientArgv(t *testing.T) {
 			agent.AttachCommand(bin, attachO)},
 		{"Preflight", "preflight", "", func(ctx context.Context, c Client) error { return c.Preflight(ctx, preO, cluster.Cmd{}) },
 			agent.PreflightCommand(bin, preO)},
-		{"Stop", "stop", "", func(ctx context.Context, c Client) error { return c.Stop(ctx, "/w/p.pid", time.Second, false, io.Discard) },
+		{"Stop", "stop", "", func(ctx context.Context, c Client) error {
+			return c.Stop(ctx, "/w/p.pid", time.Second, false, io.Discard)
+		},
 			agent.StopCommand(bin, "/w/p.pid", time.Second)},
-		{"Stop kill", "stop", "", func(ctx context.Context, c Client) error { return c.Stop(ctx, "/w/p.pid", time.Second, true, io.Discard) },
+		{"Stop kill", "stop", "", func(ctx context.Context, c Client) error {
+			return c.Stop(ctx, "/w/p.pid", time.Second, true, io.Discard)
+		},
 			append(agent.StopCommand(bin, "/w/p.pid", time.Second), "--kill")},
 		{"Runs", "runs", "{}", func(ctx context.Context, c Client) error { _, err := c.Runs(ctx, "/w", "r1"); return err },
 			agent.RunsCommand(bin, "/w", "r1")},

@@ -1,4 +1,4 @@
-package launcher
+package netcheck
 
 import (
 	"bufio"
@@ -163,10 +163,10 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 	if _, err := io.WriteString(inW, token+"\n"); err != nil {
 		return fmt.Errorf("hand the token to %s: %w", p.host.Name, err)
 	}
-	line := make(chan lineOrErr, 1)
+	line := make(chan firstLine, 1)
 	go func() {
 		s, err := bufio.NewReader(io.LimitReader(outR, 4096)).ReadString('\n')
-		line <- lineOrErr{line: []byte(s), err: err}
+		line <- firstLine{line: []byte(s), err: err}
 		_, _ = io.Copy(io.Discard, outR)
 	}()
 	select {
@@ -240,14 +240,14 @@ func (rep *NetReport) summarise(peers []*netPeer, listenErr []error) {
 		rep.Hosts = append(rep.Hosts, h)
 	}
 	for _, h := range rep.Hosts {
-		if rep.Slowest == "" || h.Rate < rep.host(rep.Slowest).Rate {
+		if rep.Slowest == "" || h.Rate < rep.HostNamed(rep.Slowest).Rate {
 			rep.Slowest = h.Name
 		}
 	}
 }
 
-// host is the report of host name.
-func (rep *NetReport) host(name string) NetHost {
+// HostNamed is the report of host name.
+func (rep *NetReport) HostNamed(name string) NetHost {
 	for _, h := range rep.Hosts {
 		if h.Name == name {
 			return h
@@ -278,4 +278,10 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// firstLine is a listener's first line, or why reading it failed.
+type firstLine struct {
+	line []byte
+	err  error
 }

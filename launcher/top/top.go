@@ -1,4 +1,4 @@
-package launcher
+package top
 
 import (
 	"bufio"
@@ -266,4 +266,16 @@ func readLines(ctx context.Context, r io.Reader, out chan<- lineOrErr) {
 		err = io.ErrUnexpectedEOF
 	}
 	send(lineOrErr{err: err})
+}
+
+// sleepCtx waits d, or until ctx ends (its error then).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
