@@ -346,8 +346,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
 	}
-	stdin := io.MultiReader(bytes.NewReader(envLine), rp.ctl)
-	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
 	var proc cluster.Process
 	if a.adopt != nil {
 		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
