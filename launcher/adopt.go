@@ -11,13 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -50,24 +49,24 @@ const runIDFile = "run-id"
 func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	views := readViews(ctx, cfg.Hosts, dial, r.agents(), false)
-	defer closeViews(views)
-	rec, errs := newestRecord(views)
+	views := hostio.ReadViews(ctx, cfg.Hosts, dial, r.agents(), false)
+	defer hostio.CloseViews(views)
+	rec, errs := hostio.NewestRecord(views)
 	answered = len(errs) == 0
-	if rec == nil || isFinal(rec.State) {
+	if rec == nil || hostio.IsFinal(rec.State) {
 		return nil, answered
 	}
 	var alive bool
 	var leaseAge float64 = -1
 	for _, v := range views {
-		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != rec.RunID {
+		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != rec.RunID {
 			continue
 		}
-		for _, p := range v.rep.Processes {
+		for _, p := range v.Report.Processes {
 			alive = alive || p.Alive
 		}
-		if v.rep.Lease != "" && (leaseAge < 0 || v.rep.LeaseAgeS < leaseAge) {
-			leaseAge = v.rep.LeaseAgeS
+		if v.Report.Lease != "" && (leaseAge < 0 || v.Report.LeaseAgeS < leaseAge) {
+			leaseAge = v.Report.LeaseAgeS
 		}
 	}
 	if !alive {
@@ -98,13 +97,13 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 		defer cancel()
 		_ = forEach(conns, func(c *hostConn) error {
 			rec := path.Join(c.host.Workdir, agent.CurrentRun, agent.RunRecordFile)
-			out, _, err := readFromHost(ctx, c.t, []string{"cat", rec}, "cat "+rec, runRecordLimit)
+			out, _, err := remote.Read(ctx, c.t, []string{"cat", rec}, "cat "+rec, remote.RunRecordLimit)
 			if err != nil {
 				return nil // no run record (or no sane one): nothing to adopt
 			}
 			var rr agent.RunRecord
 			i := slices.Index(conns, c)
-			found[i] = json.Unmarshal(out, &rr) == nil && !isFinal(rr.State)
+			found[i] = json.Unmarshal(out, &rr) == nil && !hostio.IsFinal(rr.State)
 			return nil
 		})
 	}()
@@ -117,45 +116,6 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 // mayAdoptWait bounds lookForGroup: every host of a run holds its record, so
 // the hosts that answer in time are enough to find it.
 const mayAdoptWait = 3 * time.Second
-
-// readViews reads every host's report of its workdir's newest run (with
-// file access on each when files).
-func readViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents, files bool) []*hostView {
-	views := make([]*hostView, len(hosts))
-	var wg sync.WaitGroup
-	for i, h := range hosts {
-		views[i] = &hostView{host: h}
-		wg.Add(1)
-		go func() { defer wg.Done(); views[i].read(ctx, dial, agents, files) }()
-	}
-	wg.Wait()
-	return views
-}
-
-func closeViews(views []*hostView) {
-	for _, v := range views {
-		if v.t != nil {
-			v.t.Close()
-		}
-	}
-}
-
-// newestRecord is the run record most lately updated on any host, and the
-// hosts that could not be read.
-func newestRecord(views []*hostView) (*agent.RunRecord, []error) {
-	var rec *agent.RunRecord
-	var errs []error
-	for _, v := range views {
-		if v.err != nil {
-			errs = append(errs, v.err)
-			continue
-		}
-		if r := v.rep.Run; r != nil && (rec == nil || r.Updated.After(rec.Updated)) {
-			rec = r
-		}
-	}
-	return rec, errs
-}
 
 // adopt makes this run the adopted one: its id and record, and, when this
 // machine has the run's directory, that directory (res.LogDir) instead of
@@ -204,9 +164,9 @@ func (a *attempt) adoptGroup(ctx context.Context, st *attemptState) attemptOutco
 	return a.supervise(ctx, conns, pl)
 }
 
-// attachArgs is the command that attaches to p's detached process, from
-// where this machine's log of it ends.
-func (a *attempt) attachArgs(c *attemptHost, p plan.Process, localLog string) []string {
+// attachOptions attach to p's detached process, from where this
+// machine's log of it ends.
+func (a *attempt) attachOptions(c *attemptHost, p plan.Process, localLog string) agent.AttachOptions {
 	var from int64
 	if fi, err := os.Stat(localLog); err == nil {
 		from = fi.Size()
@@ -214,8 +174,8 @@ func (a *attempt) attachArgs(c *attemptHost, p plan.Process, localLog string) []
 		a.r.events.printf("%s: %v; streaming %s from its start", a.prefix(), err, p.Name())
 	}
 	st, _ := a.processFiles(c, p.Name())
-	return agent.AttachCommand(c.agent, agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
-		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)})
+	return agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
+		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)}
 }
 
 // controllerTimeout is how long the agents of a detached group keep it

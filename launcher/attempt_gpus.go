@@ -8,6 +8,7 @@ import (
 
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -30,7 +31,7 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
 			before = gpu.Pids(rep)
 			if c.host.GPUs.Auto {
-				sel, err := gpu.Select(c.host.Name, gpuPolicy(c.host, p.cfg.Job), rep)
+				sel, err := gpu.Select(c.host.Name, hostio.GPUPolicy(c.host, p.cfg.Job), rep)
 				if err != nil {
 					return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
 				}

@@ -10,11 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -98,8 +97,8 @@ func (p *preflightPhase) preflight(ctx context.Context, conns []*attemptHost, pl
 		}
 		// Both streams into one buffer, from two goroutines: a locked one.
 		out := cluster.NewTailBuffer(preflightOutput)
-		cmd.Args, cmd.Stdout, cmd.Stderr = agent.PreflightCommand(c.agent, o), out, out
-		err := runToEnd(ctx, c.t, cmd)
+		cmd.Stdout, cmd.Stderr = out, out
+		err := c.client().Preflight(ctx, o, cmd)
 		var rest []string
 		for _, line := range strings.Split(out.String(), "\n") {
 			if holds, ok := strings.CutPrefix(line, agent.LeaseTakenPrefix); ok {
@@ -110,7 +109,7 @@ func (p *preflightPhase) preflight(ctx context.Context, conns []*attemptHost, pl
 				continue
 			}
 			if v, ok := strings.CutPrefix(line, agent.IfacePrefix); ok {
-				if ifc := ifaceName(v); ifc != "" {
+				if ifc := hostio.IfaceName(v); ifc != "" {
 					mu.Lock()
 					found.ifaces[c.host.Name] = ifc
 					mu.Unlock()
@@ -214,63 +213,4 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
-}
-
-// stopWait bounds the wait for a command stopped because ctx ended (see
-// runToEnd) to report its exit.
-const stopWait = 5 * time.Second
-
-// runToEnd runs cmd on t's host and waits for it. When ctx ends first the
-// command is stopped (SIGTERM to its group) rather than left running on
-// the host, as closing its channel would: a preflight stopping leftovers
-// for a run that has just lost its workdir must not go on doing so.
-func runToEnd(ctx context.Context, t cluster.Transport, cmd cluster.Cmd) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	own, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	p, err := t.Start(own, cmd)
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() {
-		_ = p.Signal(syscall.SIGTERM)
-		time.AfterFunc(stopWait, cancel) // a host that does not answer
-	})
-	defer stop()
-	err = p.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
-}
-
-// Bounds on one answer read from a host's agent (readFromHost): a host
-// is not trusted, and whatever it prints must not become drover's memory.
-// Each is far above what the answer holds for a real fleet.
-const (
-	hostReportLimit = 8 << 20 // drover agent runs: every run and process of a workdir
-	runRecordLimit  = 8 << 20 // a run record (adoption's look)
-	sinceLimit      = 1 << 20 // drover agent since: an offset per log
-)
-
-// readFromHost runs args on t's host to their end and returns what they
-// printed, keeping at most limit bytes: a host that prints more is stopped
-// there, and the error says so (*cluster.TooMuchOutputError). said is the
-// start of its stderr, escaped, for the caller's error; what names the
-// command there.
-func readFromHost(ctx context.Context, t cluster.Transport, args []string, what string, limit int) (out []byte, said string, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stdout := cluster.NewHeadBuffer(limit, cancel)
-	stderr := cluster.NewHeadBuffer(cluster.QuoteLimit, nil)
-	err = runToEnd(ctx, t, cluster.Cmd{Args: args, Stdout: stdout, Stderr: stderr})
-	if oe := stdout.Overflow(t.Host().Name, what); oe != nil {
-		return nil, "", oe
-	}
-	if err != nil {
-		return nil, stderr.Quote(cluster.QuoteLimit), err
-	}
-	return stdout.Bytes(), "", nil
 }

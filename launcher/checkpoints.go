@@ -10,7 +10,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -168,7 +168,7 @@ func (p agentPeer) StartRecv(ctx context.Context, o checkpoint.PeerRecv, stdin i
 	if err != nil {
 		return nil, err
 	}
-	return p.c.t.Start(ctx, cluster.Cmd{Args: agent.RecvCommand(bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	return remote.Client{T: p.c.t, Path: bin}.StartRecv(ctx, o, stdin, stdout, stderr)
 }
 
 func (p agentPeer) StartSend(ctx context.Context, o checkpoint.PeerSend, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
@@ -176,7 +176,7 @@ func (p agentPeer) StartSend(ctx context.Context, o checkpoint.PeerSend, stdin i
 	if err != nil {
 		return nil, err
 	}
-	return p.c.t.Start(ctx, cluster.Cmd{Args: agent.SendCommand(bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	return remote.Client{T: p.c.t, Path: bin}.StartSend(ctx, o, stdin, stdout, stderr)
 }
 
 // noteResumed records which checkpoint the attempt resumes from, given

@@ -3,13 +3,13 @@ package launcher
 import (
 	"context"
 	"errors"
-	"fmt"
-	"path"
 	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // hostConn is a connected host, kept in the run's pool (connPool) from
@@ -27,6 +27,14 @@ type hostConn struct {
 	// left on the host ("" before one); see checkPhase.
 	pushed string
 }
+
+// conn is c as the host I/O the run shares with the verbs takes it.
+func (c *hostConn) conn() *hostio.Conn {
+	return &hostio.Conn{Host: c.host, T: c.t, FS: c.fs, Home: c.home, AgentPath: c.agent}
+}
+
+// client is c's agent, for the commands the run runs there.
+func (c *hostConn) client() remote.Client { return c.conn().Agent() }
 
 // connPool keeps a run's connections from one attempt to the next. Dialling
 // a host, opening its file access and checking its agent cost 10 to 20
@@ -225,16 +233,6 @@ func forEach[C any](conns []C, fn func(c C) error) error {
 	return errors.Join(errs...)
 }
 
-func hostLabel(h config.Host) string {
-	if h.Transport == config.TransportLocal {
-		return h.Name + " (local)"
-	}
-	return fmt.Sprintf("%s (%s)", h.Name, h.Address)
-}
+func hostLabel(h config.Host) string { return hostio.Label(h) }
 
-func remoteAbs(home, p string) string {
-	if path.IsAbs(p) {
-		return path.Clean(p)
-	}
-	return path.Join(home, p)
-}
+func remoteAbs(home, p string) string { return hostio.Abs(home, p) }

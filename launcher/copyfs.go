@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // lowPriorityFS is the file access checkpoint copies go through while an
@@ -44,7 +44,7 @@ func (l *lowPriorityFS) get() cluster.FS {
 	if l.closed {
 		return l.plain
 	}
-	cmd, err := cluster.OpenCommandFS(l.ctx, l.t, agent.SFTPCommand(l.agent))
+	cmd, err := remote.Client{T: l.t, Path: l.agent}.SFTP(l.ctx)
 	if err != nil {
 		l.events("%v; checkpoint copies on %s run at normal priority", err, l.t.Host().Name)
 		l.fs = l.plain

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // A detached run (RunOptions.Detach, `drover run -d`) keeps its state on
@@ -86,7 +87,7 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	data = append(data, '\n')
 	rec := r.runRec
 	r.connMu.Unlock()
-	r.noteLocally(rec)
+	hostio.NoteLocally(r.opts.JobPath, rec)
 	if err != nil {
 		r.events.printf("warning: record run %s: %v", r.runID, err)
 		return
@@ -106,15 +107,7 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 // writeRecord writes data (JSON and a newline) as run id's record in workdir wd over c, and
 // points the newest-run link at it.
 func writeRecord(c *hostConn, wd, id string, data []byte) error {
-	if err := writeAtomic(c, path.Join(wd, agent.RunDir(id)), agent.RunRecordFile, data); err != nil {
-		return err
-	}
-	cur := path.Join(wd, agent.CurrentRun)
-	if old, err := c.fs.Readlink(cur); err == nil && old == id {
-		return nil
-	}
-	_ = c.fs.Remove(cur)
-	return c.fs.Symlink(id, cur)
+	return hostio.WriteRecord(c.fs, wd, id, data)
 }
 
 // newestCheckpoint names the newest checkpoint in the run's record ("" for
@@ -261,17 +254,5 @@ func orNone(s string) string {
 // user), through a temporary file renamed into place, so that a reader
 // never sees half of it.
 func writeAtomic(c *hostConn, dir, name string, data []byte) error {
-	if err := c.fs.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp := path.Join(dir, "."+name+".tmp")
-	w, err := c.fs.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, werr := w.Write(data)
-	if err := errors.Join(werr, w.Close()); err != nil {
-		return err
-	}
-	return c.fs.Rename(tmp, path.Join(dir, name))
+	return hostio.WriteAtomic(c.fs, dir, name, data)
 }

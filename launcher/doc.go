@@ -14,8 +14,12 @@
 // the newest checkpoint, re-reading the inventory first. Checkpoints are
 // package checkpoint's: before each attempt it stages the newest one onto
 // every host, and while the attempt runs it copies new ones to other hosts
-// (launcher/checkpoints.go is the whole seam). Exec is the
-// fan-out of `drover exec`: one command on every host at once.
+// (launcher/checkpoints.go is the whole seam). The verbs that look at
+// or act on a run from outside it (status, stop, logs, ps: runview;
+// check net: netcheck; top; exec and probe: fanout) are packages of
+// their own, beside this one; what the run shares with them (a
+// connection to a host, the hosts' views of a workdir's runs, the run
+// record) is package hostio's, below both.
 //
 // Each attempt ends in exactly one outcome (succeeded, failed, setup
 // failed, host lost, hung, interrupted; see outcomeKind). The supervisor

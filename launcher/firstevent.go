@@ -110,7 +110,7 @@ func (s *supervisor) stopLeftBy(rp *running, how string) {
 		ctx, cancel := context.WithTimeout(context.Background(), grace+agentStopWait)
 		defer cancel()
 		out := cluster.NewTailBuffer(4 << 10)
-		err := runToEnd(ctx, c.t, cluster.Cmd{Args: agent.StopCommand(c.agent, pidfile, grace), Stdout: out, Stderr: out})
+		err := c.client().Stop(ctx, pidfile, grace, false, out)
 		said := strings.TrimSpace(out.String())
 		switch {
 		case err != nil:

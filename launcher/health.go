@@ -9,7 +9,6 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
-	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // The GPU health gate (the job's health key): before each attempt every
@@ -118,7 +117,7 @@ func (p *planPhase) healthGate(ctx context.Context, conns []*attemptHost) error 
 		if !hasGPUs(c.host) {
 			return nil
 		}
-		rep, err := remote.Health(ctx, c.t, c.agent, 0)
+		rep, err := c.client().Health(ctx, 0)
 		if err != nil {
 			p.events.printf("%s: %v; going on without its health", p.prefix(), err)
 			return nil

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
-	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // forged is what a hostile host puts in a checkpoint name or its output:
@@ -75,54 +75,8 @@ func TestDiscoverIfaceBounded(t *testing.T) {
 	tr := pathTransport{local, dir}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	got := DiscoverIfaces(context.Background(), []cluster.Transport{tr}, "127.0.0.1")
+	got := hostio.DiscoverIfaces(context.Background(), []cluster.Transport{tr}, "127.0.0.1")
 	runtime.ReadMemStats(&after)
 	assert.Empty(t, got)
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "the answer was read to its bound only")
-}
-
-// A host's agent that answers `drover agent runs` (status, logs, stop,
-// ps), `drover agent since` or the adoption's look at the run record
-// without end costs drover the answer's bound, not its memory: the
-// command is stopped there and the error says the host printed too much.
-func TestAgentAnswersBounded(t *testing.T) {
-	dir := t.TempDir()
-	endless := filepath.Join(dir, "drover")
-	require.NoError(t, os.WriteFile(endless, []byte("#!/bin/sh\nprintf '\\033[2J'; exec yes '{\"runs\": ['\n"), 0o755))
-	local, err := cluster.NewLocal(cluster.Endpoint{Name: "h0", Transport: cluster.TransportLocal})
-	require.NoError(t, err)
-	defer local.Close()
-	v := &hostView{host: config.Host{Name: "h0"}, t: local, agent: endless, wd: dir}
-	for _, tc := range []struct {
-		name string
-		read func() error
-	}{
-		{"runs", func() error { _, err := v.runs(context.Background()); return err }},
-		{"since", func() error {
-			_, err := sinceOffsets(context.Background(), v, []*logSource{{file: "w.log"}}, Since{Ago: time.Minute})
-			return err
-		}},
-		{"run record", func() error {
-			_, _, err := readFromHost(context.Background(), local, []string{endless}, "cat run.json", runRecordLimit)
-			return err
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			done := make(chan error, 1)
-			go func() { done <- tc.read() }()
-			select {
-			case err = <-done:
-			case <-time.After(time.Minute):
-				t.Fatal("the endless answer was read for a minute")
-			}
-			runtime.ReadMemStats(&after)
-			var tooMuch *cluster.TooMuchOutputError
-			require.ErrorAs(t, err, &tooMuch)
-			assert.Equal(t, "h0", tooMuch.Host)
-			assert.NotContains(t, err.Error(), "\x1b", "the host's bytes reach the error escaped")
-			assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8*hostReportLimit), "the answer was read to its bound only (and its buffer grown by doubling)")
-		})
-	}
 }

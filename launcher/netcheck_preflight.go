@@ -9,6 +9,8 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/netcheck"
 )
 
 // netPreflightBudget bounds the measuring of preflight = ["net"]: each
@@ -36,11 +38,11 @@ func (p *connectPhase) netPreflight(ctx context.Context, conns []*hostConn) ([]*
 			return nil, err
 		}
 		if rep.Slowest != "" {
-			h := rep.host(rep.Slowest)
+			h := rep.HostNamed(rep.Slowest)
 			p.events.printf("%s: network check: slowest host %s at %s", p.prefix(), h.Name, config.FormatBandwidth(h.Rate))
 		}
-		cerr := CheckMinBandwidth(rep, p.cfg.Job.MinBandwidth)
-		var ne *NetError
+		cerr := netcheck.CheckMinBandwidth(rep, p.cfg.Job.MinBandwidth)
+		var ne *netcheck.NetError
 		if !errors.As(cerr, &ne) {
 			return conns, cerr
 		}
@@ -51,30 +53,29 @@ func (p *connectPhase) netPreflight(ctx context.Context, conns []*hostConn) ([]*
 }
 
 // measureNet installs the agent where needed and measures conns' links.
-func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*NetReport, error) {
-	peers := make([]*netPeer, len(conns))
+func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*netcheck.NetReport, error) {
+	peers := make([]hostio.Conn, len(conns))
 	err := forEach(conns, func(c *hostConn) error {
 		bin, err := remote.Install(ctx, c.t, p.agents())
 		if err != nil {
 			return err
 		}
-		peers[slices.Index(conns, c)] = &netPeer{host: c.host, t: c.t, agent: bin}
+		peers[slices.Index(conns, c)] = hostio.Conn{Host: c.host, T: c.t, AgentPath: bin}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	setIfaces(ctx, p.cfg.Job, peers)
-	d := DefaultNetDuration
+	d := netcheck.DefaultNetDuration
 	if len(peers) > 1 {
 		d = max(netLinkMin, min(d, netPreflightBudget/time.Duration(len(peers)-1)))
 	}
-	return checkNet(ctx, peers, d), nil
+	return netcheck.Measure(ctx, p.cfg.Job, peers, d), nil
 }
 
 // swapOut replaces each host ne names by a spare, for the rest of the
 // run; an error when no spare is left.
-func (p *connectPhase) swapOut(ctx context.Context, conns []*hostConn, ne *NetError) error {
+func (p *connectPhase) swapOut(ctx context.Context, conns []*hostConn, ne *netcheck.NetError) error {
 	opts := p.dialOptions()
 	for _, bad := range ne.Hosts {
 		i := slices.IndexFunc(conns, func(c *hostConn) bool { return c.host.Name == bad.Name })

@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/fleettest/lighthost"
+	"github.com/droverhq/drover/launcher/fanout"
 )
 
 // Environment of the child process that TestPushUnderLowFileLimit runs:
@@ -108,7 +109,7 @@ func pushChild(t *testing.T, job string) {
 	dial := cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none", ConnectTimeout: time.Minute}
 	if os.Getenv(pushChildExec) != "" {
 		var failed []error
-		for _, r := range Exec(context.Background(), cfg.Hosts, ExecOptions{Args: []string{"true"}, Dial: dial, Stdout: os.Stdout, Stderr: os.Stdout}) {
+		for _, r := range fanout.Exec(context.Background(), cfg.Hosts, fanout.ExecOptions{Args: []string{"true"}, Dial: dial, Stdout: os.Stdout, Stderr: os.Stdout}) {
 			fmt.Printf("%s: %v\n", r.Host, r.Err)
 			failed = append(failed, r.Err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -104,6 +105,10 @@ func TestDescribeExit(t *testing.T) {
 		assert.Equal(t, tt.lost, lost)
 	}
 }
+
+// updateExec rewrites the summary golden file (the flag exec's tests, now
+// in package fanout, share).
+var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/run_summary.txt")
 
 func TestRenderSummary(t *testing.T) {
 	procs := []ProcSummary{

@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
@@ -104,7 +105,7 @@ type exitMsg struct {
 	at  time.Time
 }
 
-const pidDir = ".drover/pids"
+const pidDir = hostio.PidDir
 
 // Drover pings every agent this often; an agent that hears nothing for
 // heartbeatTimeout stops its group (drover died or the link is down).
@@ -293,12 +294,13 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
 	}
-	args := agent.Command(c.agent, ro)
+	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
+	var proc cluster.Process
 	if a.adopt != nil {
-		args = a.attachArgs(c, p, localLog)
+		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
+	} else {
+		proc, err = c.client().Run(s.sessions, ro, cmd)
 	}
-	stdin := io.MultiReader(bytes.NewReader(envLine), rp.ctl)
-	proc, err := c.t.Start(s.sessions, cluster.Cmd{Args: args, Dir: p.Workdir, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		rp.closeLogs()
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)

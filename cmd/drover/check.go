@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/netcheck"
 )
 
 // checkCommand is `drover check`: checks of the fleet a job runs on,
@@ -22,7 +22,7 @@ func checkCommand() *cli.Command {
 }
 
 // checkNetCommand is `drover check net JOB.toml`: the links between the
-// job's hosts (launcher.CheckNet). Exit 1 names the hosts under the job's
+// job's hosts (netcheck.CheckNet). Exit 1 names the hosts under the job's
 // min_bandwidth or that could not be measured.
 func checkNetCommand() *cli.Command {
 	return &cli.Command{
@@ -31,7 +31,7 @@ func checkNetCommand() *cli.Command {
 		ArgsUsage: "JOB.toml",
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "measure only these hosts (comma-separated names)"},
-			&cli.DurationFlag{Name: "duration", Value: launcher.DefaultNetDuration, Usage: "measure each link this long"},
+			&cli.DurationFlag{Name: "duration", Value: netcheck.DefaultNetDuration, Usage: "measure each link this long"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		),
 		Action: func(c *cli.Context) error {
@@ -39,20 +39,20 @@ func checkNetCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rep := launcher.CheckNet(c.Context, launcher.NetCheckOptions{Job: t.cfg.Job, Hosts: t.hosts,
+			rep := netcheck.CheckNet(c.Context, netcheck.NetCheckOptions{Job: t.cfg.Job, Hosts: t.hosts,
 				Dial: t.dial(c), Bin: t.bin, Duration: c.Duration("duration")})
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
 				err = enc.Encode(rep)
 			} else {
-				err = launcher.RenderNet(c.App.Writer, rep)
+				err = netcheck.RenderNet(c.App.Writer, rep)
 			}
 			if err != nil {
 				return err
 			}
-			if err := launcher.CheckMinBandwidth(rep, t.cfg.Job.MinBandwidth); err != nil {
-				var ne *launcher.NetError
+			if err := netcheck.CheckMinBandwidth(rep, t.cfg.Job.MinBandwidth); err != nil {
+				var ne *netcheck.NetError
 				if errors.As(err, &ne) {
 					return cli.Exit(err.Error(), exitFailed)
 				}

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/runview"
 )
 
 // detachedChildEnv marks the background supervisor `drover run -d` starts
@@ -148,7 +149,7 @@ func currentUser() string {
 // onRun is the action of a command that reads a run from its hosts
 // (status, stop, logs, attach): one JOB.toml argument, then what the
 // hosts are read with.
-func onRun(action func(c *cli.Context, o launcher.InspectOptions) error) cli.ActionFunc {
+func onRun(action func(c *cli.Context, o runview.InspectOptions) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		if c.NArg() != 1 {
 			return usage(c)
@@ -162,12 +163,12 @@ func onRun(action func(c *cli.Context, o launcher.InspectOptions) error) cli.Act
 }
 
 // inspectOptions are what status, stop and logs need to read the hosts.
-func inspectOptions(c *cli.Context) (launcher.InspectOptions, error) {
+func inspectOptions(c *cli.Context) (runview.InspectOptions, error) {
 	bin, err := os.Executable()
 	if err != nil {
-		return launcher.InspectOptions{}, fmt.Errorf("find the drover binary to install on hosts: %w", err)
+		return runview.InspectOptions{}, fmt.Errorf("find the drover binary to install on hosts: %w", err)
 	}
-	return launcher.InspectOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory), Dial: dialOptions(c, nil), AgentBinary: bin}, nil
+	return runview.InspectOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory), Dial: dialOptions(c, nil), AgentBinary: bin}, nil
 }
 
 func statusCommand() *cli.Command {
@@ -176,8 +177,8 @@ func statusCommand() *cli.Command {
 		Usage:     "show the job's detached run as its hosts know it (from any machine; changes nothing)",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "json", Usage: "print the status as JSON"}),
-		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
-			st, err := launcher.Status(c.Context, o)
+		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
+			st, err := runview.Status(c.Context, o)
 			if err != nil {
 				return err
 			}
@@ -186,7 +187,7 @@ func statusCommand() *cli.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)
 			}
-			launcher.RenderStatus(c.App.Writer, st)
+			runview.RenderStatus(c.App.Writer, st)
 			return nil
 		}),
 	}
@@ -198,8 +199,8 @@ func stopCommand() *cli.Command {
 		Usage:     "stop the job's detached run from any machine (SIGTERM, SIGKILL after stop_grace)",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "abort", Usage: "SIGKILL every process now"}),
-		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
-			if err := launcher.Stop(c.Context, o, c.Bool("abort"), c.App.ErrWriter); err != nil {
+		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
+			if err := runview.Stop(c.Context, o, c.Bool("abort"), c.App.ErrWriter); err != nil {
 				return err
 			}
 			fmt.Fprintln(c.App.ErrWriter, "stopped: no process of the run is left")
@@ -221,12 +222,12 @@ func logsCommand() *cli.Command {
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing, across restarts, until the run ends"},
 			sinceFlag(),
 		),
-		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
+		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
 			since, err := parseSince(c)
 			if err != nil {
 				return err
 			}
-			lo := launcher.LogsOptions{Host: c.String("host"), Attempt: c.Int("attempt"), Previous: c.Bool("previous"), Follow: c.Bool("follow"),
+			lo := runview.LogsOptions{Host: c.String("host"), Attempt: c.Int("attempt"), Previous: c.Bool("previous"), Follow: c.Bool("follow"),
 				Since: since, Notices: c.App.ErrWriter}
 			for _, s := range strings.Split(c.String("rank"), ",") {
 				if s = strings.TrimSpace(s); s == "" {
@@ -241,7 +242,7 @@ func logsCommand() *cli.Command {
 			slices.Sort(lo.Ranks)
 			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
 			defer stop()
-			return launcher.Logs(ctx, o, lo, c.App.Writer)
+			return runview.Logs(ctx, o, lo, c.App.Writer)
 		}),
 	}
 }
@@ -252,11 +253,11 @@ func sinceFlag() cli.Flag {
 }
 
 // parseSince reads --since (a usage error when malformed).
-func parseSince(c *cli.Context) (launcher.Since, error) {
+func parseSince(c *cli.Context) (runview.Since, error) {
 	if !c.IsSet("since") {
-		return launcher.Since{}, nil
+		return runview.Since{}, nil
 	}
-	s, err := launcher.ParseSince(c.String("since"))
+	s, err := runview.ParseSince(c.String("since"))
 	if err != nil {
 		return s, cli.Exit(err.Error(), exitConfig)
 	}
@@ -276,16 +277,16 @@ func psCommand() *cli.Command {
 			if err := noArgsHere(c); err != nil {
 				return err
 			}
-			var rows []launcher.PsRow
+			var rows []hostio.PsRow
 			var err error
 			if inv := c.String(flagInventory); inv != "" {
 				bin, berr := os.Executable()
 				if berr != nil {
 					return fmt.Errorf("find the drover binary to install on hosts: %w", berr)
 				}
-				rows, err = launcher.HostRuns(c.Context, inv, dialOptions(c, nil), bin)
+				rows, err = runview.HostRuns(c.Context, inv, dialOptions(c, nil), bin)
 			} else {
-				rows, err = launcher.LocalRuns()
+				rows, err = hostio.LocalRuns()
 			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
@@ -294,7 +295,7 @@ func psCommand() *cli.Command {
 					return eerr
 				}
 			} else {
-				launcher.RenderPs(c.App.Writer, rows)
+				runview.RenderPs(c.App.Writer, rows)
 			}
 			return err
 		},
@@ -315,16 +316,16 @@ func attachCommand() *cli.Command {
 		Usage:     "watch the job's detached run live (its lines and changes of state); Ctrl-C detaches only",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "history", Usage: "print the current attempt's lines so far first"}, sinceFlag()),
-		Action: onRun(func(c *cli.Context, o launcher.InspectOptions) error {
+		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
 			since, err := parseSince(c)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
 			defer stop()
-			lo := launcher.LogsOptions{Follow: true, FromEnd: !c.Bool("history") && !since.Set(), Events: c.App.ErrWriter,
+			lo := runview.LogsOptions{Follow: true, FromEnd: !c.Bool("history") && !since.Set(), Events: c.App.ErrWriter,
 				Since: since, Notices: c.App.ErrWriter}
-			err = launcher.Logs(ctx, o, lo, c.App.Writer)
+			err = runview.Logs(ctx, o, lo, c.App.Writer)
 			if ctx.Err() != nil {
 				job := c.Args().First()
 				fmt.Fprintf(c.App.ErrWriter, "detached; the run goes on\n  re-attach: drover attach %s\n  stop:      drover stop %s\n", job, job)

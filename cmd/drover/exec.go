@@ -8,14 +8,14 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/fanout"
 )
 
 // execCommand is `drover exec JOB.toml -- CMD ARGS...`: run an ad-hoc
 // command on every host of the job at once (pdsh-like), e.g. to install
 // packages or look at nvidia-smi. One argument is a shell line, as ssh and
-// pdsh take it; several are passed exactly (launcher.ExecOptions.Args).
+// pdsh take it; several are passed exactly (fanout.ExecOptions.Args).
 // Output is streamed line by line prefixed "[host] "; the exit status is
 // the worst of the hosts' (255 for a host that could not be reached),
 // followed by a summary of the failures on stderr. Ctrl-C stops the command
@@ -30,7 +30,7 @@ func execCommand() *cli.Command {
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "only these hosts (comma-separated names); spare hosts run only when named here"},
 			&cli.DurationFlag{Name: "timeout", Usage: "stop the command on a host where it runs longer than this (exit status 124 there); 0: no limit"},
-			&cli.DurationFlag{Name: "stop-grace", Value: launcher.DefaultExecGrace, Usage: "after Ctrl-C or --timeout, time between SIGTERM and SIGKILL on the hosts"},
+			&cli.DurationFlag{Name: "stop-grace", Value: fanout.DefaultExecGrace, Usage: "after Ctrl-C or --timeout, time between SIGTERM and SIGKILL on the hosts"},
 		),
 		Action: func(c *cli.Context) error {
 			jobPath, args, err := splitExecArgs(c.Args().Slice())
@@ -47,7 +47,7 @@ func execCommand() *cli.Command {
 			}
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping the command on every host")
 			defer stop()
-			results := launcher.Exec(ctx, hosts, launcher.ExecOptions{
+			results := fanout.Exec(ctx, hosts, fanout.ExecOptions{
 				Args:    args,
 				Timeout: c.Duration("timeout"),
 				Grace:   c.Duration("stop-grace"),
@@ -56,13 +56,13 @@ func execCommand() *cli.Command {
 				Stdout:  c.App.Writer,
 				Stderr:  c.App.ErrWriter,
 			})
-			if err := launcher.WriteExecSummary(c.App.ErrWriter, results); err != nil {
+			if err := fanout.WriteExecSummary(c.App.ErrWriter, results); err != nil {
 				return err
 			}
 			if ctx.Err() != nil {
 				return cli.Exit("", exitInterrupted)
 			}
-			if code := launcher.WorstExitCode(results); code != 0 {
+			if code := fanout.WorstExitCode(results); code != 0 {
 				return cli.Exit("", code)
 			}
 			return nil

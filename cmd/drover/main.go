@@ -12,10 +12,11 @@ import (
 	"os/signal"
 	"strings"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/urfave/cli/v2"
 )
 
 // Exit statuses shared by every command.

@@ -12,7 +12,8 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/fanout"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -108,7 +109,7 @@ func probeForPlan(c *cli.Context, cfg *config.Config) (map[string]plan.HostGPUs,
 		return nil, fmt.Errorf("find the drover binary to install on hosts: %w", err)
 	}
 	var errs []error
-	for _, r := range launcher.Probe(c.Context, cfg.Job, auto, dialOptions(c, cfg.Hosts), bin) {
+	for _, r := range fanout.Probe(c.Context, cfg.Job, auto, dialOptions(c, cfg.Hosts), bin) {
 		if r.Err != nil {
 			errs = append(errs, fmt.Errorf("probe %s: %w", r.Report.Host, r.Err))
 			continue
@@ -133,6 +134,6 @@ func planWithIfaces(c *cli.Context, cfg *config.Config, in plan.PlanInput, p *pl
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	in.Ifaces = launcher.DiscoverIfaces(c.Context, up, p.RendezvousAddr())
+	in.Ifaces = hostio.DiscoverIfaces(c.Context, up, p.RendezvousAddr())
 	return plan.Build(in)
 }

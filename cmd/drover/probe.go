@@ -8,7 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/gpu"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/fanout"
 )
 
 // probeCommand is `drover probe JOB.toml`: it shows every host's GPUs and
@@ -31,9 +31,9 @@ func probeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			probe := launcher.Probe
+			probe := fanout.Probe
 			if c.Bool("health") {
-				probe = launcher.ProbeHealth
+				probe = fanout.ProbeHealth
 			}
 			results := probe(c.Context, t.cfg.Job, t.hosts, t.dial(c), t.bin)
 			if c.Bool("json") {

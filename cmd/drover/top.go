@@ -20,12 +20,12 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/top"
 	"github.com/droverhq/drover/launcher/topview"
 )
 
 // topCommand is `drover top JOB.toml`: the fleet's GPUs and the job's
-// processes, live (see launcher.WatchTop and package topview).
+// processes, live (see top.WatchTop and package topview).
 func topCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "top",
@@ -51,7 +51,7 @@ func topAction(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	every := c.Duration("every")
-	w := launcher.WatchTop(ctx, launcher.TopOptions{Job: t.cfg.Job, Hosts: t.hosts, Dial: t.dial(c), Bin: t.bin, Every: every})
+	w := top.WatchTop(ctx, top.TopOptions{Job: t.cfg.Job, Hosts: t.hosts, Dial: t.dial(c), Bin: t.bin, Every: every})
 	if c.Bool("once") {
 		return topOnce(ctx, c, w)
 	}
@@ -74,7 +74,7 @@ func topAction(c *cli.Context) error {
 
 // topOnce prints the first view every host answered (or failed) for,
 // waiting at most topOnceWait.
-func topOnce(ctx context.Context, c *cli.Context, w *launcher.TopWatcher) error {
+func topOnce(ctx context.Context, c *cli.Context, w *top.TopWatcher) error {
 	wctx, cancel := context.WithTimeout(ctx, topOnceWait)
 	defer cancel()
 	w.WaitFirst(wctx)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/runview"
 )
 
 // adoptInForeground starts a detached run of 2 hosts, SIGKILLs its
@@ -23,7 +23,7 @@ func adoptInForeground(t *testing.T) (*fleetJob, *droverProc) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: "max_restarts = 3"})
 	sup := startDetachedRun(t, j)
-	before := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	before := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 
 	fg := startDrover(t, j)
@@ -41,7 +41,7 @@ func adoptInForeground(t *testing.T) (*fleetJob, *droverProc) {
 	})
 	// Its lines are streamed as a foreground run's.
 	fg.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-1@\S+\] n=\d+ rank=1 `), 30*time.Second)
-	after := waitStatus(t, j, 30*time.Second, "the foreground supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	after := waitStatus(t, j, 30*time.Second, "the foreground supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, fg.cmd.Process.Pid, after.Supervisor.PID)
 	assert.Equal(t, 1, after.Attempt, "adopted, not restarted")
 	assert.Equal(t, 0, after.Restarts)

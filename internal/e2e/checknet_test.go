@@ -17,7 +17,7 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/netcheck"
 )
 
 // limitEgress limits what fleet host i sends to rate with a token bucket
@@ -72,7 +72,7 @@ func TestCheckNetNamesSlowHost(t *testing.T) {
 
 	code, out, stderr := checkNet(t, j, "--json")
 	require.Equal(t, 0, code, "without min_bandwidth nothing fails:\n%s\n%s", out, stderr)
-	var rep launcher.NetReport
+	var rep netcheck.NetReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.Len(t, rep.Hosts, 4)
 	assert.Len(t, rep.Links, 12, "every ordered pair")

@@ -18,9 +18,9 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
-	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/runview"
 )
 
 // A run adopted from another machine (here: another --log-dir, with no
@@ -31,7 +31,7 @@ func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: checkpointingScript, Hosts: 2, Job: "max_restarts = 3\ncheckpoint_dir = \"ckpt\"\ncheckpoint_copies = 2"})
 	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	st := waitStatus(t, j, 30*time.Second, "running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	shared := path.Join(hostHome, j.Workdir, agent.RunDir(st.RunID), "checkpoints.json")
 	local := checkpoint.RecordPath(j.LogRoot, j.Name)
 	// Two checkpoints recorded here and the same record on the host.
@@ -59,7 +59,7 @@ func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
 		sup2, _ := strconv.Atoi(m[1])
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
-	st2 := waitStatus(t, j, 30*time.Second, "a live supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	st2 := waitStatus(t, j, 30*time.Second, "a live supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, st.RunID, st2.RunID)
 	assert.Equal(t, 1, st2.Attempt, "adopted, not restarted")
 

@@ -24,7 +24,8 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/runview"
 )
 
 // numberedScript prints a numbered line every 0.2 s, forever.
@@ -88,7 +89,7 @@ func droverIn(t *testing.T, j *fleetJob, dir string, within time.Duration, args 
 }
 
 // status is `drover status JOB --json` from a directory of its own.
-func status(t *testing.T, j *fleetJob) launcher.RunStatus {
+func status(t *testing.T, j *fleetJob) runview.RunStatus {
 	t.Helper()
 	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path, "--json")
 	if code != 0 {
@@ -96,15 +97,15 @@ func status(t *testing.T, j *fleetJob) launcher.RunStatus {
 		t.Logf("host 0: %s %v", out, err)
 	}
 	require.Equal(t, 0, code, "drover status: %s", errs)
-	var st launcher.RunStatus
+	var st runview.RunStatus
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	return st
 }
 
 // waitStatus polls status until ok holds, failing after within.
-func waitStatus(t *testing.T, j *fleetJob, within time.Duration, what string, ok func(st launcher.RunStatus) bool) launcher.RunStatus {
+func waitStatus(t *testing.T, j *fleetJob, within time.Duration, what string, ok func(st runview.RunStatus) bool) runview.RunStatus {
 	t.Helper()
-	var st launcher.RunStatus
+	var st runview.RunStatus
 	testenv.Wait(t, within, "status to show "+what, func() (bool, string) {
 		st = status(t, j)
 		return ok(st), fmt.Sprintf("%+v", st)
@@ -113,7 +114,7 @@ func waitStatus(t *testing.T, j *fleetJob, within time.Duration, what string, ok
 }
 
 // running counts st's processes in state running.
-func running(st launcher.RunStatus) int {
+func running(st runview.RunStatus) int {
 	n := 0
 	for _, p := range st.Processes {
 		if p.State == "running" {
@@ -156,7 +157,7 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	j := newFleetJob(t, jobSpec{Script: checkpointingScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3\ncheckpoint_dir = \"ckpt\""})
 	sup := startDetachedRun(t, j)
 
-	st := waitStatus(t, j, 30*time.Second, "6 running", func(st launcher.RunStatus) bool { return running(st) == 6 })
+	st := waitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
 	assert.Equal(t, "running", st.State)
 	assert.Equal(t, 1, st.Attempt)
 	assert.Equal(t, 0, st.Restarts)
@@ -174,13 +175,13 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 		}
 	}
 	require.NotZero(t, victim)
-	ckpt := waitStatus(t, j, 30*time.Second, "a checkpoint", func(st launcher.RunStatus) bool { return st.Checkpoint != "" }).Checkpoint
+	ckpt := waitStatus(t, j, 30*time.Second, "a checkpoint", func(st runview.RunStatus) bool { return st.Checkpoint != "" }).Checkpoint
 	// drover attach shows the live lines and the restart; Ctrl-C only
 	// detaches it.
 	att := startDroverArgs(t, j, "attach", j.Path)
 	att.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=0 `), 30*time.Second)
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
-	st = waitStatus(t, j, 30*time.Second, "restarts 1 and 6 running", func(st launcher.RunStatus) bool {
+	st = waitStatus(t, j, 30*time.Second, "restarts 1 and 6 running", func(st runview.RunStatus) bool {
 		return st.Restarts == 1 && st.State == "running" && running(st) == 6
 	})
 	assert.Equal(t, 2, st.Attempt)
@@ -223,10 +224,10 @@ func TestRunDetachedSupervisorGone(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
 	sup := startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 
-	st := waitStatus(t, j, 30*time.Second, "unsupervised", func(st launcher.RunStatus) bool { return st.State == "unsupervised" })
+	st := waitStatus(t, j, 30*time.Second, "unsupervised", func(st runview.RunStatus) bool { return st.State == "unsupervised" })
 	assert.Equal(t, 2, running(st))
 	assert.False(t, st.Supervisor.Alive)
 	first, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
@@ -249,7 +250,7 @@ func TestRunDetachedControllerTimeout(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: `controller_timeout = "2s"`})
 	sup := startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 	waitNoJobProcs(t, j.Name, 30*time.Second)
 	st := status(t, j)
@@ -299,7 +300,7 @@ func TestRunDetachedAdopt(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3"})
 	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "6 running", func(st launcher.RunStatus) bool { return running(st) == 6 })
+	st := waitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
 	id := st.RunID
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
@@ -323,7 +324,7 @@ func TestRunDetachedAdopt(t *testing.T) {
 		sup2, _ = strconv.Atoi(m[1])
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
-	st = waitStatus(t, j, 30*time.Second, "a live supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	st = waitStatus(t, j, 30*time.Second, "a live supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, id, st.RunID)
 	assert.Equal(t, 1, st.Attempt, "adopted, not restarted")
 	assert.Equal(t, 0, st.Restarts)
@@ -337,7 +338,7 @@ func TestRunDetachedAdopt(t *testing.T) {
 		}
 	}
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
-	waitStatus(t, j, 30*time.Second, "restarted by the new supervisor", func(st launcher.RunStatus) bool {
+	waitStatus(t, j, 30*time.Second, "restarted by the new supervisor", func(st runview.RunStatus) bool {
 		return st.Restarts == 1 && st.Attempt == 2 && running(st) == 6
 	})
 
@@ -358,7 +359,7 @@ func TestRunDetachedSecondSupervisor(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
 	sup := startDetachedRun(t, j)
-	before := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	before := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 
 	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "run", "-d", j.Path, "--log-dir", j.LogRoot)
 	assert.Equal(t, 2, code, errs)
@@ -380,7 +381,7 @@ func TestRunDetachedSecondSupervisor(t *testing.T) {
 		_, _ = syscall.Wait4(sup, &ws, syscall.WNOHANG, nil)
 		return false
 	})
-	after := waitStatus(t, j, 30*time.Second, "the new supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
+	after := waitStatus(t, j, 30*time.Second, "the new supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, 1, after.Attempt)
 	require.Equal(t, 2, running(after))
 	for i := range before.Processes {
@@ -423,7 +424,7 @@ func TestRunDetachedSupervisorSuspended(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
 	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	st := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGSTOP))
 	testenv.Wait(t, 30*time.Second, "the attach clients to go with the supervisor stopped", func() (bool, string) {
 		left := channelProcs(t, j.Name)
@@ -432,7 +433,7 @@ func TestRunDetachedSupervisorSuspended(t *testing.T) {
 	require.NoError(t, syscall.Kill(sup, syscall.SIGCONT))
 	events := filepath.Join(j.runDir(t), "events.log")
 	waitFile(t, events, regexp.MustCompile(`adopting attempt 1 of run `+st.RunID+` \(re-attaching`), 60*time.Second)
-	after := waitStatus(t, j, 30*time.Second, "supervised again", func(st launcher.RunStatus) bool { return st.Supervisor.Alive && running(st) == 2 })
+	after := waitStatus(t, j, 30*time.Second, "supervised again", func(st runview.RunStatus) bool { return st.Supervisor.Alive && running(st) == 2 })
 	assert.Equal(t, 1, after.Attempt)
 	assert.Equal(t, 0, after.Restarts)
 	for i := range st.Processes {
@@ -456,9 +457,9 @@ func assertPs(t *testing.T, j *fleetJob, id string) {
 	for _, args := range [][]string{{"ps", "--json"}, {"ps", "--json", "--inventory", j.Inventory}} {
 		out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, args...)
 		require.Equal(t, 0, code, "%v: %s", args, errs)
-		var rows []launcher.PsRow
+		var rows []hostio.PsRow
 		require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
-		var found *launcher.PsRow
+		var found *hostio.PsRow
 		for i := range rows {
 			if rows[i].RunID == id {
 				found = &rows[i]
@@ -477,7 +478,7 @@ func TestRunDetachedStopAbort(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: "trap '' TERM\n" + numberedScript, Hosts: 2, Job: `stop_grace = "5m"`})
 	startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", "--abort", j.Path)
 	require.Equal(t, 0, code, errs)
 	waitNoJobProcs(t, j.Name, 5*time.Second)
@@ -491,10 +492,10 @@ func TestRunDetachedDeathWhileUnsupervised(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: "max_restarts = 3"})
 	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	st := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 	require.NoError(t, syscall.Kill(st.Processes[1].PID, syscall.SIGKILL))
-	st = waitStatus(t, j, 30*time.Second, "rank 1 exited, unsupervised", func(st launcher.RunStatus) bool {
+	st = waitStatus(t, j, 30*time.Second, "rank 1 exited, unsupervised", func(st runview.RunStatus) bool {
 		return st.State == "unsupervised" && running(st) == 1
 	})
 	assert.Equal(t, 0, st.Restarts, "nobody restarts it while nobody supervises")
@@ -506,7 +507,7 @@ func TestRunDetachedDeathWhileUnsupervised(t *testing.T) {
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
 	assert.Contains(t, d.stderr.String(), "adopting attempt 1 of run "+st.RunID)
-	waitStatus(t, j, 60*time.Second, "restarted", func(st launcher.RunStatus) bool {
+	waitStatus(t, j, 60*time.Second, "restarted", func(st runview.RunStatus) bool {
 		return st.Restarts == 1 && st.Attempt == 2 && running(st) == 2 && st.Supervisor.Alive
 	})
 	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/runview"
 )
 
 // batchesScript prints a first batch, waits for the file "go" in its
@@ -32,7 +32,7 @@ func TestLogsSince(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := newFleetJob(t, jobSpec{Script: batchesScript, Hosts: 2})
 	startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
+	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	logs := func(args ...string) (string, string) {
 		out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, append([]string{"logs", j.Path}, args...)...)
 		require.Equal(t, 0, code, errs)
@@ -100,14 +100,14 @@ func TestLogsSince(t *testing.T) {
 
 // --since takes a Go duration or an RFC3339 time, and nothing else.
 func TestParseSince(t *testing.T) {
-	s, err := launcher.ParseSince("10m")
+	s, err := runview.ParseSince("10m")
 	require.NoError(t, err)
 	assert.Equal(t, 10*time.Minute, s.Ago)
-	s, err = launcher.ParseSince("2026-03-12T12:00:00Z")
+	s, err = runview.ParseSince("2026-03-12T12:00:00Z")
 	require.NoError(t, err)
 	assert.Equal(t, time.Date(2026, 3, 12, 12, 0, 0, 0, time.UTC), s.At.UTC())
 	for _, bad := range []string{"yesterday", "-5m", "0s", "12:00"} {
-		_, err := launcher.ParseSince(bad)
+		_, err := runview.ParseSince(bad)
 		assert.Error(t, err, bad)
 	}
 }

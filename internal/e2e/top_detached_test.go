@@ -11,7 +11,8 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
-	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/runview"
+	"github.com/droverhq/drover/launcher/top"
 )
 
 // drover top and drover status give a detached run's process the same
@@ -23,14 +24,14 @@ func TestTopDetachedOutputAgeAgreesWithStatus(t *testing.T) {
 	j := newFleetJob(t, jobSpec{Script: "echo one line\nexec sleep 600\n", Hosts: 1})
 	startDetachedRun(t, j)
 	// The log stops growing after its one line: ages only grow from then.
-	var st launcher.RunStatus
+	var st runview.RunStatus
 	var asked time.Time // just before the status that is compared
 	testenv.Wait(t, 30*time.Second, "status to show the process quiet for 2 s", func() (bool, string) {
 		asked = time.Now()
 		st = status(t, j)
 		return running(st) == 1 && st.Processes[0].LastOutputAgeS >= 2, fmt.Sprintf("%+v", st)
 	})
-	var v launcher.TopView
+	var v top.TopView
 	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 	since := time.Since(asked).Seconds()
 	require.Len(t, v.Hosts, 1)

@@ -16,11 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/fleettest"
-	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
 // The transfer section (issue 27): how long checkpoint copies and staging
@@ -360,19 +357,4 @@ func measureOf(r transferResult) Measure {
 		return na("not measured")
 	}
 	return Measure{Value: r.Seconds, Unit: Seconds, N: 1}
-}
-
-// benchPeer runs drover's agent ends of a direct copy over a transport,
-// as launcher's agentPeer does.
-type benchPeer struct {
-	t   cluster.Transport
-	bin string
-}
-
-func (p benchPeer) StartRecv(ctx context.Context, o checkpoint.PeerRecv, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
-	return p.t.Start(ctx, cluster.Cmd{Args: agent.RecvCommand(p.bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
-}
-
-func (p benchPeer) StartSend(ctx context.Context, o checkpoint.PeerSend, stdin io.Reader, stdout, stderr io.Writer) (cluster.Process, error) {
-	return p.t.Start(ctx, cluster.Cmd{Args: agent.SendCommand(p.bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }

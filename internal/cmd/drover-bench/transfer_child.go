@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
@@ -81,7 +82,7 @@ func runTransferCase(ctx context.Context, hs []txHost, spec transferSpec, i int,
 		own := path.Join(h.home, "tx", fmt.Sprintf("own-%d", i))
 		hosts[k] = checkpoint.Host{Name: spec.Hosts[k].Name, FS: h.fs, Dir: path.Join(h.home, "tx", "ck-"+c.Entry), Own: own}
 		if !c.Relay {
-			hosts[k].Addr, hosts[k].Peer = spec.Hosts[k].Address, benchPeer{t: h.t, bin: spec.Agent}
+			hosts[k].Addr, hosts[k].Peer = spec.Hosts[k].Address, remote.Client{T: h.t, Path: spec.Agent}
 		}
 	}
 	dir, err := os.MkdirTemp("", "drover-bench-tx")

@@ -30,6 +30,15 @@
 // plus the upload, and the upload goes over a channel of its own, not the
 // SFTP session the lease and the push use.
 //
+// # Calling it
+//
+// Client is the controller's one way to run an agent command on a host:
+// a method per command (Run, Attach, Preflight, Stop, Runs, Since, Top,
+// NetListen, NetSend, SFTP, StartRecv/StartSend, Health, Probe) builds
+// its argv with package agent's builder and runs or starts it over the
+// transport; answers read whole are bounded (Read), and a command run to
+// its end is stopped on the host when the caller gives up (RunToEnd).
+//
 // # Probing
 //
 // Probe asks the agent for the host's GPUs (`drover agent probe --json`,

@@ -2,7 +2,6 @@ package remote
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/gpu"
-	"github.com/droverhq/drover/launcher/agent"
 )
 
 // stepTimeout bounds each command of a probe. NVML and nvidia-smi hang on a
@@ -51,7 +49,7 @@ func probe(ctx context.Context, t cluster.Transport, remote string, installErr e
 		var r gpu.HostReport
 		err := installErr // says "install drover agent on <host>"
 		if err == nil {
-			r, err = probeAgent(ctx, t, remote)
+			r, err = Client{T: t, Path: remote}.Probe(ctx)
 		}
 		if err == nil && r.Source == gpu.SourceNVML {
 			return r
@@ -97,24 +95,6 @@ func ProbeAll(ctx context.Context, ts []cluster.Transport, agents Agents) []gpu.
 	}
 	wg.Wait()
 	return reps
-}
-
-// probeAgent runs the NVML probe of the agent at remote.
-func probeAgent(ctx context.Context, t cluster.Transport, remote string) (gpu.HostReport, error) {
-	out, err := output(ctx, t, agent.ProbeCommand(remote)...)
-	if err != nil {
-		return gpu.HostReport{}, err
-	}
-	var rep gpu.HostReport
-	if err := json.Unmarshal(out, &rep); err != nil {
-		return gpu.HostReport{}, fmt.Errorf("parse %s agent probe --json: %w", remote, err)
-	}
-	if rep.Devices == nil {
-		rep.Devices = []gpu.Device{}
-	}
-	// The agent knows its hostname, not the inventory's name for it.
-	rep.Host = t.Host().Name
-	return rep, nil
 }
 
 // probeSMI runs the nvidia-smi queries; only the GPU query must succeed.

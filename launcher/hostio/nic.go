@@ -1,4 +1,4 @@
-package launcher
+package hostio
 
 import (
 	"context"
@@ -12,6 +12,10 @@ import (
 
 // ifaceNameRE is what a Linux interface name may look like.
 var ifaceNameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
+
+// ValidIfaceName reports whether name looks like a Linux interface name:
+// a host's answer or a job's environment is checked before it is used.
+func ValidIfaceName(name string) bool { return ifaceNameRE.MatchString(name) }
 
 // DiscoverIfaces asks each host, in parallel, which of its network
 // interfaces reaches addr (the rendezvous address, Plan.RendezvousAddr),
@@ -54,12 +58,12 @@ func discoverIface(ctx context.Context, t cluster.Transport, addr string) string
 	if err != nil || p.Wait() != nil || stdout.More() > 0 {
 		return ""
 	}
-	return ifaceName(string(stdout.Bytes()))
+	return IfaceName(string(stdout.Bytes()))
 }
 
-// ifaceName is the interface name in what IfaceScript printed ("eth0",
+// IfaceName is the interface name in what IfaceScript printed ("eth0",
 // "eth0@if12" for a veth), "" when it does not look like one.
-func ifaceName(out string) string {
+func IfaceName(out string) string {
 	name, _, _ := strings.Cut(strings.TrimSpace(out), "@")
 	if !ifaceNameRE.MatchString(name) {
 		return ""

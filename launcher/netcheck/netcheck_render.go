@@ -1,4 +1,4 @@
-package launcher
+package netcheck
 
 import (
 	"fmt"
@@ -75,7 +75,7 @@ func RenderNet(w io.Writer, rep *NetReport) error {
 		}
 	}
 	if rep.Slowest != "" {
-		h := rep.host(rep.Slowest)
+		h := rep.HostNamed(rep.Slowest)
 		_, err := fmt.Fprintf(w, "slowest: %s at %s\n", h.Name, config.FormatBandwidth(h.Rate))
 		return err
 	}

@@ -1,4 +1,4 @@
-package launcher
+package runview
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 )
 
@@ -29,69 +30,19 @@ type InspectOptions struct {
 	AgentBinary string
 }
 
-// hostView is one host of the job as `drover agent runs` reported it.
-type hostView struct {
-	host  config.Host
-	t     cluster.Transport
-	fs    cluster.FS
-	home  string
-	agent string
-	wd    string // absolute workdir
-	rep   *agent.HostReport
-	err   error
-}
-
 // inspect connects to every host of the job (spares too: they may stand
 // in for one) and reads what each knows of the workdir's newest run.
 // files opens file access on every host too (stop and logs need it;
 // status, which must answer fast, does not).
-func inspect(ctx context.Context, o InspectOptions, files bool) (*config.Config, []*hostView, func(), error) {
+func inspect(ctx context.Context, o InspectOptions, files bool) (*config.Config, []*hostio.View, func(), error) {
 	cfg, err := config.Load(o.JobPath, config.LoadOptions{InventoryPath: o.InventoryPath})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	dial := o.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	views := readViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary), files)
-	return cfg, views, func() { closeViews(views) }, nil
-}
-
-// read connects to v's host and asks its agent for the newest run; with
-// files it opens file access too. Without, the workdir stays as the
-// inventory says (the agent runs in the home, where a relative one is).
-func (v *hostView) read(ctx context.Context, dial cluster.DialOptions, agents remote.Agents, files bool) {
-	v.t, v.err = cluster.Dial(ctx, v.host.Endpoint(), dial)
-	if v.err != nil {
-		return
-	}
-	v.wd = v.host.Workdir
-	if files {
-		if v.fs, v.err = v.t.FS(ctx); v.err != nil {
-			return
-		}
-		if v.home, v.err = v.fs.Home(); v.err != nil {
-			return
-		}
-		v.wd = remoteAbs(v.home, v.host.Workdir)
-	}
-	if v.agent, v.err = remote.Install(ctx, v.t, agents); v.err != nil {
-		return
-	}
-	v.rep, v.err = v.runs(ctx)
-}
-
-// runs runs `drover agent runs` for v's workdir (its host's index when
-// v.wd is "").
-func (v *hostView) runs(ctx context.Context) (*agent.HostReport, error) {
-	out, said, err := readFromHost(ctx, v.t, agent.RunsCommand(v.agent, v.wd, ""), "drover agent runs", hostReportLimit)
-	if err != nil {
-		return nil, fmt.Errorf("read runs of %s on %s: %w: %s", v.wd, hostLabel(v.host), err, said)
-	}
-	var rep agent.HostReport
-	if err := json.Unmarshal(out, &rep); err != nil {
-		return nil, fmt.Errorf("read runs of %s on %s: %w", v.wd, hostLabel(v.host), err)
-	}
-	return &rep, nil
+	views := hostio.ReadViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary), files)
+	return cfg, views, func() { hostio.CloseViews(views) }, nil
 }
 
 // RunStatus is `drover status --json`; its keys are a stable interface.
@@ -139,8 +90,8 @@ func Status(ctx context.Context, o InspectOptions) (*RunStatus, error) {
 
 // summarize folds the hosts' reports into the run's status; a host that
 // could not be read is an error only when none could.
-func summarize(views []*hostView) (*RunStatus, error) {
-	rec, errs := newestRecord(views)
+func summarize(views []*hostio.View) (*RunStatus, error) {
+	rec, errs := hostio.NewestRecord(views)
 	if rec == nil {
 		if len(errs) > 0 {
 			return nil, errors.Join(errs...)
@@ -150,18 +101,18 @@ func summarize(views []*hostView) (*RunStatus, error) {
 	st := &RunStatus{State: rec.State, RunID: rec.RunID, Attempt: rec.Attempt, Restarts: rec.Restarts, Checkpoint: rec.Checkpoint,
 		Supervisor: SupervisorStatus{Host: rec.SupervisorHost, PID: rec.SupervisorPid}, Processes: []ProcessStatus{}}
 	for _, v := range views {
-		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != rec.RunID {
+		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != rec.RunID {
 			continue
 		}
-		if supervisorAlive(v.rep, rec) {
+		if supervisorAlive(v.Report, rec) {
 			st.Supervisor.Alive = true
 		}
-		for _, p := range v.rep.Processes {
-			st.Processes = append(st.Processes, processStatus(v.host.Name, p))
+		for _, p := range v.Report.Processes {
+			st.Processes = append(st.Processes, processStatus(v.Host.Name, p))
 		}
 	}
 	sort.Slice(st.Processes, func(i, j int) bool { return st.Processes[i].Rank < st.Processes[j].Rank })
-	if !isFinal(st.State) && !st.Supervisor.Alive {
+	if !hostio.IsFinal(st.State) && !st.Supervisor.Alive {
 		st.State = "unsupervised"
 	}
 	return st, nil
@@ -180,10 +131,6 @@ func supervisorAlive(rep *agent.HostReport, rec *agent.RunRecord) bool {
 // leaseStale is how old a lease may be and its holder still count as
 // alive: lease.Options' default StaleAfter.
 const leaseStale = 12 * time.Second
-
-func isFinal(state string) bool {
-	return state == "succeeded" || state == "failed" || state == "stopped"
-}
 
 // processStatus is p's row: running only while its agent runs.
 func processStatus(host string, p agent.ProcReport) ProcessStatus {
@@ -242,8 +189,8 @@ func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) e
 		what = "abort"
 	}
 	for _, v := range views {
-		if v.err == nil && v.rep.Run != nil && v.rep.Run.RunID == st.RunID {
-			_ = writeFile(v.fs, path.Join(v.wd, agent.RunDir(st.RunID), agent.StopFile), what+"\n")
+		if v.Err == nil && v.Report.Run != nil && v.Report.Run.RunID == st.RunID {
+			_ = writeFile(v.FS, path.Join(v.Workdir, agent.RunDir(st.RunID), agent.StopFile), what+"\n")
 		}
 	}
 	if st.Supervisor.Alive {
@@ -267,19 +214,19 @@ func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) e
 
 // waitGone waits up to limit until no process of run id is alive on any
 // host, and returns how many are left.
-func waitGone(ctx context.Context, views []*hostView, id string, limit time.Duration) int {
+func waitGone(ctx context.Context, views []*hostio.View, id string, limit time.Duration) int {
 	deadline := time.Now().Add(limit)
 	for {
 		left := 0
 		for _, v := range views {
-			if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != id {
+			if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != id {
 				continue
 			}
-			rep, err := v.runs(ctx)
+			rep, err := v.Runs(ctx)
 			if err != nil {
 				continue
 			}
-			v.rep = rep
+			v.Report = rep
 			for _, p := range rep.Processes {
 				if p.Alive {
 					left++
@@ -294,24 +241,20 @@ func waitGone(ctx context.Context, views []*hostView, id string, limit time.Dura
 
 // stopThroughAgents stops every live process of run id with `drover agent
 // stop` on its host (SIGTERM, SIGKILL after grace; abort: SIGKILL now).
-func stopThroughAgents(ctx context.Context, views []*hostView, id string, grace time.Duration, abort bool) {
+func stopThroughAgents(ctx context.Context, views []*hostio.View, id string, grace time.Duration, abort bool) {
 	var wg sync.WaitGroup
 	for _, v := range views {
-		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != id {
+		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != id {
 			continue
 		}
-		for _, p := range v.rep.Processes {
+		for _, p := range v.Report.Processes {
 			if !p.Alive {
 				continue
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				args := agent.StopCommand(v.agent, path.Join(v.wd, pidDir, p.Name+".pid"), grace)
-				if abort {
-					args = append(args, "--kill")
-				}
-				_ = runToEnd(ctx, v.t, cluster.Cmd{Args: args, Stdout: io.Discard, Stderr: io.Discard})
+				_ = remote.Client{T: v.T, Path: v.AgentPath}.Stop(ctx, path.Join(v.Workdir, hostio.PidDir, p.Name+".pid"), grace, abort, io.Discard)
 			}()
 		}
 	}
@@ -320,16 +263,16 @@ func stopThroughAgents(ctx context.Context, views []*hostView, id string, grace 
 
 // markStopped records run id as stopped on the hosts whose record still
 // says otherwise (its supervisor was gone).
-func markStopped(views []*hostView, id string) {
+func markStopped(views []*hostio.View, id string) {
 	for _, v := range views {
-		if v.err != nil || v.rep.Run == nil || v.rep.Run.RunID != id || isFinal(v.rep.Run.State) {
+		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != id || hostio.IsFinal(v.Report.Run.State) {
 			continue
 		}
-		rec := *v.rep.Run
+		rec := *v.Report.Run
 		rec.State, rec.Updated = "stopped", time.Now().UTC()
 		data, _ := json.MarshalIndent(rec, "", "  ")
 		data = append(data, '\n')
-		_ = writeRecord(&hostConn{host: v.host, fs: v.fs}, v.wd, id, data)
+		_ = hostio.WriteRecord(v.FS, v.Workdir, id, data)
 	}
 }
 
@@ -341,4 +284,16 @@ func writeFile(fsys cluster.FS, p, text string) error {
 	}
 	_, werr := io.WriteString(w, text)
 	return errors.Join(werr, w.Close())
+}
+
+// sleepCtx waits d, or until ctx ends (its error then).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

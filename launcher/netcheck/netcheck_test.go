@@ -1,4 +1,4 @@
-package launcher
+package netcheck
 
 import (
 	"errors"
@@ -40,11 +40,11 @@ func TestNetSummariseAttributes(t *testing.T) {
 	}
 	rep.summarise(netPeers(names...), make([]error, 4))
 	assert.Equal(t, "c", rep.Slowest)
-	c := rep.host("c")
+	c := rep.HostNamed("c")
 	assert.Equal(t, 50e6, c.Rate)
 	assert.Equal(t, 50e6, c.Out)
 	assert.Equal(t, 9e9, c.In)
-	assert.Equal(t, 9e9, rep.host("d").Rate, "one slow link in of three leaves the median alone")
+	assert.Equal(t, 9e9, rep.HostNamed("d").Rate, "one slow link in of three leaves the median alone")
 
 	bad := rep.Below(100e6)
 	require.Len(t, bad, 1)
@@ -59,7 +59,7 @@ func TestNetSummariseAttributes(t *testing.T) {
 	rep2 := &NetReport{Links: []NetLink{{From: "a", To: "b", Err: "refused"}, {From: "b", To: "a", Err: "refused"}}}
 	rep2.summarise(netPeers("a", "b"), []error{nil, errors.New("listener did not start")})
 	require.Len(t, rep2.Below(0), 2)
-	assert.Equal(t, "listener did not start", rep2.host("b").Err)
+	assert.Equal(t, "listener did not start", rep2.HostNamed("b").Err)
 }
 
 func TestNamedIface(t *testing.T) {

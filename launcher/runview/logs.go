@@ -1,4 +1,4 @@
-package launcher
+package runview
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/logstream"
 )
 
@@ -67,7 +69,7 @@ const logsPoll = 500 * time.Millisecond
 
 // logSource is one process's log on its host and how far it was read.
 type logSource struct {
-	v      *hostView
+	v      *hostio.View
 	name   string
 	file   string
 	offset int64
@@ -134,12 +136,12 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 				fmt.Fprintf(lo.Events, "%s run %s: %s, attempt %d, %d restart(s)\n", time.Now().Format("15:04:05.000"), next.RunID, next.State, next.Attempt, next.Restarts)
 				lastState = next.State
 			}
-			if err == nil && (next.Attempt != attempt || isFinal(next.State)) {
+			if err == nil && (next.Attempt != attempt || hostio.IsFinal(next.State)) {
 				for _, s := range srcs {
 					s.copy()
 				}
 				closeSources(srcs)
-				if isFinal(next.State) && next.Attempt == attempt {
+				if hostio.IsFinal(next.State) && next.Attempt == attempt {
 					return nil
 				}
 				attempt = next.Attempt
@@ -153,7 +155,7 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 // output newer than lo.Since of the attempts before it: walking back from
 // the newest, every attempt that has some (output only grows in time, so
 // the first attempt with none ends the walk).
-func printSinceHistory(ctx context.Context, views []*hostView, id string, newest int, lo LogsOptions, sink *logstream.Sink) {
+func printSinceHistory(ctx context.Context, views []*hostio.View, id string, newest int, lo LogsOptions, sink *logstream.Sink) {
 	if lo.Attempt > 0 || lo.Previous {
 		return
 	}
@@ -180,8 +182,8 @@ func printSinceHistory(ctx context.Context, views []*hostView, id string, newest
 // older agent wrote it, or an older agent answers) is printed from its
 // start, which one line on lo.Notices says.
 func cutSince(ctx context.Context, srcs []*logSource, lo LogsOptions) bool {
-	byHost := map[*hostView][]*logSource{}
-	var hosts []*hostView
+	byHost := map[*hostio.View][]*logSource{}
+	var hosts []*hostio.View
 	for _, s := range srcs {
 		if byHost[s.v] == nil {
 			hosts = append(hosts, s.v)
@@ -221,18 +223,18 @@ func cutSince(ctx context.Context, srcs []*logSource, lo LogsOptions) bool {
 
 // sinceOffsets asks v's agent where each of srcs' output newer than since
 // starts, one result per source in order.
-func sinceOffsets(ctx context.Context, v *hostView, srcs []*logSource, since Since) ([]agent.SinceResult, error) {
+func sinceOffsets(ctx context.Context, v *hostio.View, srcs []*logSource, since Since) ([]agent.SinceResult, error) {
 	files := make([]string, len(srcs))
 	for i, s := range srcs {
 		files[i] = s.file
 	}
-	out, said, err := readFromHost(ctx, v.t, agent.SinceCommand(v.agent, since.Ago, since.At, files), "drover agent since", sinceLimit)
+	out, said, err := remote.Client{T: v.T, Path: v.AgentPath}.Since(ctx, since.Ago, since.At, files)
 	if err != nil {
-		return nil, fmt.Errorf("the agent on %s cannot cut by time: %w: %s", hostLabel(v.host), err, firstLine(said))
+		return nil, fmt.Errorf("the agent on %s cannot cut by time: %w: %s", hostio.Label(v.Host), err, firstLine(said))
 	}
 	var res []agent.SinceResult
 	if err := json.Unmarshal(out, &res); err != nil || len(res) != len(srcs) {
-		return nil, fmt.Errorf("the agent on %s answered `since` with %q, not one result per log", hostLabel(v.host), firstLine(string(out)))
+		return nil, fmt.Errorf("the agent on %s answered `since` with %q, not one result per log", hostio.Label(v.Host), firstLine(string(out)))
 	}
 	return res, nil
 }
@@ -253,11 +255,11 @@ func (o *onceWriter) Write(p []byte) (int, error) {
 }
 
 // refresh reads every host's report again.
-func refresh(ctx context.Context, views []*hostView) []*hostView {
+func refresh(ctx context.Context, views []*hostio.View) []*hostio.View {
 	for _, v := range views {
-		if v.err == nil {
-			if rep, err := v.runs(ctx); err == nil {
-				v.rep = rep
+		if v.Err == nil {
+			if rep, err := v.Runs(ctx); err == nil {
+				v.Report = rep
 			}
 		}
 	}
@@ -266,14 +268,14 @@ func refresh(ctx context.Context, views []*hostView) []*hostView {
 
 // logSources are the logs of attempt's processes that lo selects, read
 // from each host's state records of that attempt.
-func logSources(views []*hostView, id string, attempt int, lo LogsOptions, sink *logstream.Sink) []*logSource {
+func logSources(views []*hostio.View, id string, attempt int, lo LogsOptions, sink *logstream.Sink) []*logSource {
 	var out []*logSource
 	for _, v := range views {
-		if v.err != nil || (lo.Host != "" && v.host.Name != lo.Host) {
+		if v.Err != nil || (lo.Host != "" && v.Host.Name != lo.Host) {
 			continue
 		}
-		dir := path.Join(v.wd, agent.RunDir(id), fmt.Sprintf("attempt-%d", attempt))
-		entries, err := v.fs.ReadDir(dir)
+		dir := path.Join(v.Workdir, agent.RunDir(id), fmt.Sprintf("attempt-%d", attempt))
+		entries, err := v.FS.ReadDir(dir)
 		if err != nil {
 			continue
 		}
@@ -281,7 +283,7 @@ func logSources(views []*hostView, id string, attempt int, lo LogsOptions, sink 
 			if !strings.HasSuffix(e.Name(), ".json") {
 				continue
 			}
-			b, err := readSmall(v.fs, path.Join(dir, e.Name()), 1<<16)
+			b, err := hostio.ReadSmall(v.FS, path.Join(dir, e.Name()), 1<<16)
 			var st agent.State
 			if err != nil || json.Unmarshal(b, &st) != nil {
 				continue
@@ -290,8 +292,8 @@ func logSources(views []*hostView, id string, attempt int, lo LogsOptions, sink 
 				continue
 			}
 			_, log := agent.ProcessFiles(id, attempt, st.Name)
-			out = append(out, &logSource{v: v, name: st.Name, file: path.Join(v.wd, log),
-				out: logstream.NewPrefixWriter(sink, fmt.Sprintf("[%s@%s] ", st.Name, v.host.Name))})
+			out = append(out, &logSource{v: v, name: st.Name, file: path.Join(v.Workdir, log),
+				out: logstream.NewPrefixWriter(sink, fmt.Sprintf("[%s@%s] ", st.Name, v.Host.Name))})
 		}
 	}
 	return out
@@ -299,14 +301,14 @@ func logSources(views []*hostView, id string, attempt int, lo LogsOptions, sink 
 
 // skipToEnd moves s past what its log holds now.
 func (s *logSource) skipToEnd() {
-	if fi, err := s.v.fs.Stat(s.file); err == nil {
+	if fi, err := s.v.FS.Stat(s.file); err == nil {
 		s.offset = fi.Size()
 	}
 }
 
 // copy prints what the log gained since the last call.
 func (s *logSource) copy() {
-	f, err := s.v.fs.Open(s.file)
+	f, err := s.v.FS.Open(s.file)
 	if err != nil {
 		return
 	}
@@ -326,4 +328,13 @@ func closeSources(srcs []*logSource) {
 	for _, s := range srcs {
 		s.out.Close()
 	}
+}
+
+// firstLine is the first line of s, trimmed.
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = strings.TrimSpace(s[:i])
+	}
+	return s
 }

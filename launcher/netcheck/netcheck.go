@@ -1,4 +1,4 @@
-package launcher
+package netcheck
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 )
 
 // The network check (`drover check net`, preflight = ["net"]): every host
@@ -146,8 +147,8 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	argv := agent.NetListenCommand(p.agent, agent.NetListenOptions{Iface: p.iface, Accept: n, Timeout: 10 * time.Minute})
-	proc, err := p.t.Start(ctx, cluster.Cmd{Args: argv, Stdin: inR, Stdout: outW, Stderr: stderr})
+	o := agent.NetListenOptions{Iface: p.iface, Accept: n, Timeout: 10 * time.Minute}
+	proc, err := remote.Client{T: p.t, Path: p.agent}.NetListen(ctx, o, cluster.Cmd{Stdin: inR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent net-listen on %s: %w", p.host.Name, err)
 	}
@@ -162,10 +163,10 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 	if _, err := io.WriteString(inW, token+"\n"); err != nil {
 		return fmt.Errorf("hand the token to %s: %w", p.host.Name, err)
 	}
-	line := make(chan lineOrErr, 1)
+	line := make(chan firstLine, 1)
 	go func() {
 		s, err := bufio.NewReader(io.LimitReader(outR, 4096)).ReadString('\n')
-		line <- lineOrErr{line: []byte(s), err: err}
+		line <- firstLine{line: []byte(s), err: err}
 		_, _ = io.Copy(io.Discard, outR)
 	}()
 	select {
@@ -197,10 +198,10 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 func sendOne(ctx context.Context, p, to *netPeer, token string, d time.Duration) (agent.NetResult, error) {
 	out := cluster.NewHeadBuffer(64<<10, nil)
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	argv := agent.NetSendCommand(p.agent, agent.NetSendOptions{To: to.addr, Duration: d})
 	cctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	err := runToEnd(cctx, p.t, cluster.Cmd{Args: argv, Stdin: strings.NewReader(token + "\n"), Stdout: out, Stderr: stderr})
+	o := agent.NetSendOptions{To: to.addr, Duration: d}
+	err := remote.Client{T: p.t, Path: p.agent}.NetSend(cctx, o, cluster.Cmd{Stdin: strings.NewReader(token + "\n"), Stdout: out, Stderr: stderr})
 	var res agent.NetResult
 	if err != nil {
 		return res, fmt.Errorf("%s to %s: %w: %s", p.host.Name, to.host.Name, err, stderr.Quote(4096))
@@ -239,14 +240,14 @@ func (rep *NetReport) summarise(peers []*netPeer, listenErr []error) {
 		rep.Hosts = append(rep.Hosts, h)
 	}
 	for _, h := range rep.Hosts {
-		if rep.Slowest == "" || h.Rate < rep.host(rep.Slowest).Rate {
+		if rep.Slowest == "" || h.Rate < rep.HostNamed(rep.Slowest).Rate {
 			rep.Slowest = h.Name
 		}
 	}
 }
 
-// host is the report of host name.
-func (rep *NetReport) host(name string) NetHost {
+// HostNamed is the report of host name.
+func (rep *NetReport) HostNamed(name string) NetHost {
 	for _, h := range rep.Hosts {
 		if h.Name == name {
 			return h
@@ -277,4 +278,10 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// firstLine is a listener's first line, or why reading it failed.
+type firstLine struct {
+	line []byte
+	err  error
 }

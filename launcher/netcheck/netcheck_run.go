@@ -1,4 +1,4 @@
-package launcher
+package netcheck
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // NetCheckOptions say which hosts `drover check net` measures, and how.
@@ -69,6 +70,18 @@ func CheckNet(ctx context.Context, o NetCheckOptions) *NetReport {
 	return rep
 }
 
+// Measure measures the links between conns, whose agents are installed,
+// each for d, over the interface the job's collectives use: a run's
+// preflight = ["net"] (package launcher), over the run's connections.
+func Measure(ctx context.Context, job config.Job, conns []hostio.Conn, d time.Duration) *NetReport {
+	peers := make([]*netPeer, len(conns))
+	for i, c := range conns {
+		peers[i] = &netPeer{host: c.Host, t: c.T, agent: c.AgentPath}
+	}
+	setIfaces(ctx, job, peers)
+	return checkNet(ctx, peers, d)
+}
+
 // setIfaces finds, per peer, the interface the job's collectives use:
 // the one [job.env] names in NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME,
 // else the one that reaches the rendezvous host (what the plan puts in
@@ -93,7 +106,7 @@ func setIfaces(ctx context.Context, job config.Job, peers []*netPeer) {
 			rdzv = peers[i].host.Address
 		}
 	}
-	found := DiscoverIfaces(ctx, ts, rdzv)
+	found := hostio.DiscoverIfaces(ctx, ts, rdzv)
 	for _, p := range peers {
 		p.iface = found[p.host.Name]
 	}
@@ -109,7 +122,7 @@ func namedIface(env map[string]string) string {
 			continue
 		}
 		first, _, _ := strings.Cut(v, ",")
-		if ifaceNameRE.MatchString(first) {
+		if hostio.ValidIfaceName(first) {
 			return first
 		}
 	}

@@ -1,4 +1,4 @@
-package launcher
+package top
 
 import (
 	"bufio"
@@ -179,8 +179,8 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 	defer stdinW.Close()
 	outR, outW := io.Pipe()
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	argv := agent.TopCommand(bin, agent.TopOptions{Workdir: h.Workdir, Every: o.Every, Heartbeat: topHeartbeat})
-	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdin: stdinR, Stdout: outW, Stderr: stderr})
+	ao := agent.TopOptions{Workdir: h.Workdir, Every: o.Every, Heartbeat: topHeartbeat}
+	p, err := remote.Client{T: t, Path: bin}.Top(ctx, ao, cluster.Cmd{Stdin: stdinR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent top on %s: %w", h.Name, err)
 	}
@@ -266,4 +266,16 @@ func readLines(ctx context.Context, r io.Reader, out chan<- lineOrErr) {
 		err = io.ErrUnexpectedEOF
 	}
 	send(lineOrErr{err: err})
+}
+
+// sleepCtx waits d, or until ctx ends (its error then).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

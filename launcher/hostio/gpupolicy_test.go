@@ -1,4 +1,4 @@
-package launcher
+package hostio
 
 import (
 	"testing"
@@ -28,8 +28,8 @@ func TestGPUPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, gpuPolicy(tt.host, job))
-			assert.Equal(t, tt.host.GPUs.String(), gpuPolicy(tt.host, job).GPUs.String(), "errors quote the key as written")
+			assert.Equal(t, tt.want, GPUPolicy(tt.host, job))
+			assert.Equal(t, tt.host.GPUs.String(), GPUPolicy(tt.host, job).GPUs.String(), "errors quote the key as written")
 		})
 	}
 }

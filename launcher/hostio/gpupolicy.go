@@ -1,15 +1,15 @@
-package launcher
+package hostio
 
 import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 )
 
-// gpuPolicy is what gpu.Select needs of the job file for host h: its gpus
+// GPUPolicy is what gpu.Select needs of the job file for host h: its gpus
 // key, the host's min_gpus (else the job's) and gpu_max_used_mib. The
 // conversion lives here, at the boundary, so package gpu does not read
 // the job file.
-func gpuPolicy(h config.Host, job config.Job) gpu.Policy {
+func GPUPolicy(h config.Host, job config.Job) gpu.Policy {
 	minGPUs := h.MinGPUs
 	if minGPUs == 0 {
 		minGPUs = job.MinGPUs

@@ -1,4 +1,4 @@
-package launcher
+package fanout
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // Probe is `drover probe`: it dials hosts, probes the reachable ones in
@@ -62,7 +63,7 @@ func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 		}
 		rep := reps[next]
 		next++
-		sel, err := gpu.Select(h.Name, gpuPolicy(h, job), rep)
+		sel, err := gpu.Select(h.Name, hostio.GPUPolicy(h, job), rep)
 		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
 		if health {
 			// The kernel log's Xids are listed, not judged: a run judges
@@ -85,7 +86,7 @@ func addHealth(ctx context.Context, t cluster.Transport, agents remote.Agents, r
 	path, err := remote.Install(ctx, t, agents)
 	var h gpu.HostReport
 	if err == nil {
-		h, err = remote.Health(ctx, t, path, 0)
+		h, err = remote.Client{T: t, Path: path}.Health(ctx, 0)
 	}
 	if err != nil {
 		rep.Reason = strings.TrimPrefix(rep.Reason+"; health: "+err.Error(), "; ")

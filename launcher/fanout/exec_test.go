@@ -1,4 +1,4 @@
-package launcher
+package fanout
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
-var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_summary.txt and run_summary.txt")
+var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_summary.txt")
 
 func execLocalHost(name string) config.Host {
 	return config.Host{Name: name, Address: "local", Transport: config.TransportLocal}

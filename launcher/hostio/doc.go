@@ -1,0 +1,14 @@
+// Package hostio is drover's I/O with the hosts of a job as both `drover
+// run` (package launcher) and the inspection verbs (runview, netcheck,
+// top, fanout) do it: a connection to one host (Conn: its transport,
+// file access, home and agent), the hosts' views of a workdir's runs
+// (ReadViews, through `drover agent runs`), the run record written to
+// them (WriteRecord), this machine's list of the detached runs it
+// supervised (NoteLocally, LocalRuns), and what both read of a host's
+// network and GPUs (DiscoverIfaces, GPUPolicy).
+//
+// It sits below the run and the verbs so that neither imports the other:
+// what both need lives here, once, and data flows one way, from cmd/drover
+// through the run or a verb to this package and on to cluster and the
+// agent's client (agent/remote).
+package hostio

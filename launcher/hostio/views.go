@@ -1,0 +1,106 @@
+package hostio
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
+)
+
+// View is one host of a job as `drover agent runs` reported its workdir's
+// newest run: what `drover status`, `stop` and `logs` read, and what a
+// run that looks for a group to adopt reads.
+type View struct {
+	Conn
+	Workdir string // absolute with file access, else as the inventory says
+	Report  *agent.HostReport
+	Err     error // the host could not be read
+}
+
+// ReadViews reads every host's report of its workdir's newest run (with
+// file access on each when files), all at once. The caller closes them
+// (CloseViews).
+func ReadViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents, files bool) []*View {
+	views := make([]*View, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		views[i] = &View{Conn: Conn{Host: h}}
+		wg.Add(1)
+		go func() { defer wg.Done(); views[i].read(ctx, dial, agents, files) }()
+	}
+	wg.Wait()
+	return views
+}
+
+// CloseViews closes the views' connections.
+func CloseViews(views []*View) {
+	for _, v := range views {
+		if v.T != nil {
+			v.T.Close()
+		}
+	}
+}
+
+// read connects to v's host and asks its agent for the newest run; with
+// files it opens file access too. Without, the workdir stays as the
+// inventory says (the agent runs in the home, where a relative one is).
+func (v *View) read(ctx context.Context, dial cluster.DialOptions, agents remote.Agents, files bool) {
+	v.T, v.Err = cluster.Dial(ctx, v.Host.Endpoint(), dial)
+	if v.Err != nil {
+		return
+	}
+	v.Workdir = v.Host.Workdir
+	if files {
+		if v.FS, v.Err = v.T.FS(ctx); v.Err != nil {
+			return
+		}
+		if v.Home, v.Err = v.FS.Home(); v.Err != nil {
+			return
+		}
+		v.Workdir = Abs(v.Home, v.Host.Workdir)
+	}
+	if v.AgentPath, v.Err = remote.Install(ctx, v.T, agents); v.Err != nil {
+		return
+	}
+	v.Report, v.Err = v.Runs(ctx)
+}
+
+// Runs runs `drover agent runs` for v's workdir (its host's index when
+// v.Workdir is "").
+func (v *View) Runs(ctx context.Context) (*agent.HostReport, error) {
+	rep, err := v.Agent().Runs(ctx, v.Workdir, "")
+	if err != nil {
+		return nil, fmt.Errorf("read runs of %s on %s: %w", v.Workdir, Label(v.Host), err)
+	}
+	return rep, nil
+}
+
+// NewestRecord is the run record most lately updated on any host, and the
+// hosts that could not be read.
+func NewestRecord(views []*View) (*agent.RunRecord, []error) {
+	var rec *agent.RunRecord
+	var errs []error
+	for _, v := range views {
+		if v.Err != nil {
+			errs = append(errs, v.Err)
+			continue
+		}
+		if r := v.Report.Run; r != nil && (rec == nil || r.Updated.After(rec.Updated)) {
+			rec = r
+		}
+	}
+	return rec, errs
+}
+
+// PidDir is where, in a workdir, the agents keep a pidfile per process
+// (`drover agent stop --pidfile`).
+const PidDir = ".drover/pids"
+
+// IsFinal reports whether a run in state is over.
+func IsFinal(state string) bool {
+	return state == "succeeded" || state == "failed" || state == "stopped"
+}
