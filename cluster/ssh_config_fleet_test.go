@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // TestSSHConfigMatchExec: an ssh_config with Match exec and Match final
@@ -105,7 +106,10 @@ Host behind
 	}
 	require.NotEmpty(t, proxies(), "the proxy command runs while connected")
 	require.NoError(t, tr.Close())
-	require.Eventually(t, func() bool { return proxies() == "" }, 10*time.Second, 50*time.Millisecond, "proxy command left running: %s", proxies())
+	testenv.Wait(t, 10*time.Second, "the proxy command to end", func() (bool, string) {
+		left := proxies()
+		return left == "", "left running: " + left
+	})
 
 	// A proxy command that fails says why, and the host counts as unreachable.
 	require.NoError(t, os.WriteFile(cfgFile, []byte("Host behind\n    User x\n    ProxyCommand sh -c 'echo no route to bastion >&2; exit 1'\n"), 0o600))

@@ -21,6 +21,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 var fleet *fleettest.Fleet
@@ -228,7 +229,10 @@ func TestSSHAgentAuth(t *testing.T) {
 	agent := exec.Command("ssh-agent", "-D", "-a", sock)
 	require.NoError(t, agent.Start())
 	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
-	require.Eventually(t, func() bool { _, err := os.Stat(sock); return err == nil }, 10*time.Second, 20*time.Millisecond)
+	testenv.Wait(t, 10*time.Second, "ssh-agent's socket", func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil, fmt.Sprint(err)
+	})
 	add := exec.Command("ssh-add", fleet.KeyFile)
 	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
 	out, err := add.CombinedOutput()
@@ -360,7 +364,7 @@ func TestSSHConnectionLost(t *testing.T) {
 	require.NoError(t, err)
 	ph, err := healthy.Start(ctx, cluster.Cmd{Args: []string{"sh", "-c", "sleep 4; echo done"}, Stdout: &hOut})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return vOut.Len() > 0 }, 10*time.Second, 10*time.Millisecond)
+	testenv.WaitFor(t, 10*time.Second, "the victim's first line", func() bool { mu.Lock(); defer mu.Unlock(); return vOut.Len() > 0 })
 
 	require.NoError(t, fleet.Cut(2))
 	t.Cleanup(func() { _ = fleet.Heal(2) })
@@ -405,7 +409,16 @@ func TestSSHCloseEndsCommands(t *testing.T) {
 	require.NoError(t, err)
 	p, err := tr.Start(context.Background(), cluster.Cmd{Args: []string{"sleep", "60"}})
 	require.NoError(t, err)
-	time.Sleep(200 * time.Millisecond)
+	testenv.WaitFor(t, 10*time.Second, "sleep 60 to run on the host", func() bool {
+		pids, err := fleet.Pids(4)
+		require.NoError(t, err)
+		for _, pid := range pids {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && string(b) == "sleep\x0060\x00" {
+				return true
+			}
+		}
+		return false
+	})
 	require.NoError(t, tr.Close())
 	done := make(chan error, 1)
 	go func() { done <- p.Wait() }()

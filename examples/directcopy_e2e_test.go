@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // directCopyScript is the job of TestFleetDirectCopySlowController: rank
@@ -64,15 +65,13 @@ stop_grace = "2s"
 	r := startDroverIn(t, link.NS, dir, "run", "--quiet", "--log-dir", filepath.Join(dir, "runs"), j.jobPath())
 
 	work := "/home/" + fleet.User + "/" + j.workdir
-	deadline := time.Now().Add(checkpointTimeout)
-	for {
+	testenv.Wait(t, checkpointTimeout, "rank 0 to run", func() (bool, string) {
 		if _, err := fleet.Exec(0, "test", "-e", path.Join(work, "ready")); err == nil {
-			break
+			return true, ""
 		}
 		require.False(t, r.finished(), "drover exited before rank 0 ran; output:\n%s", r.output())
-		require.True(t, time.Now().Before(deadline), "rank 0 never ran; output:\n%s", r.output())
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, "output:\n" + r.output()
+	})
 	before, err := link.Bytes()
 	require.NoError(t, err)
 	require.Positive(t, before, "drover's SSH sessions (dials, push) crossed the link: it is counted")

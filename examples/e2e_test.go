@@ -473,22 +473,17 @@ func runDisturbed(t *testing.T, framework, want string, hit disturbance, extra .
 // waitFirstCheckpoint waits until rank 0 has written a checkpoint.
 func waitFirstCheckpoint(t *testing.T, j *fleetJob, r *droverRun) {
 	t.Helper()
-	deadline := time.Now().Add(checkpointTimeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
+	testenv.Wait(t, checkpointTimeout, "a checkpoint on "+fleet.Hosts[0].Name, func() (bool, string) {
 		if r.finished() {
 			t.Fatalf("drover exited before the first checkpoint; output:\n%s", r.output())
 		}
 		names, err := j.checkpoints()
 		if err == nil && len(names) > 0 {
 			t.Logf("first checkpoint: %s", names[0])
-			return
+			return true, ""
 		}
-		lastErr = err
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no checkpoint on %s within %s (last error: %v); output:\n%s",
-		fleet.Hosts[0].Name, checkpointTimeout, lastErr, r.output())
+		return false, fmt.Sprintf("last error: %v; output:\n%s", err, r.output())
+	})
 }
 
 // procInfo is what the test reads of a process on a fleet host.
@@ -558,7 +553,9 @@ func findRank(t *testing.T, framework string, host, rank int) procInfo {
 	t.Helper()
 	want := "RANK=" + strconv.Itoa(rank)
 	var seen []string
-	for range 50 {
+	var found procInfo
+	// The bound is the 50 looks 0.2 s apart this was.
+	testenv.Wait(t, 10*time.Second, fmt.Sprintf("python3 train.py with %s on %s", want, fleet.Hosts[host].Name), func() (bool, string) {
 		procs := hostProcs(t, host)
 		byPid := map[int]procInfo{}
 		for _, p := range procs {
@@ -577,32 +574,32 @@ func findRank(t *testing.T, framework string, host, rank int) procInfo {
 				t.Fatalf("rank %d (pid %d) on %s is not torchrun's child (parent %d %q)",
 					rank, p.pid, fleet.Hosts[host].Name, p.ppid, byPid[p.ppid].argv)
 			}
-			return p
+			found = p
+			return true, ""
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no python3 train.py with %s on %s; trainers seen: %v", want, fleet.Hosts[host].Name, seen)
-	return procInfo{}
+		return false, fmt.Sprintf("trainers seen: %v", seen)
+	})
+	return found
 }
 
 // findRestarted waits for a trainer of attempt 2 (DROVER_RESTART_COUNT=1)
 // on host i.
 func findRestarted(t *testing.T, i int, r *droverRun) procInfo {
 	t.Helper()
-	deadline := time.Now().Add(runTimeout)
-	for time.Now().Before(deadline) {
+	var found procInfo
+	testenv.Wait(t, runTimeout, "a trainer of attempt 2 on "+fleet.Hosts[i].Name, func() (bool, string) {
 		for _, p := range hostProcs(t, i) {
 			if p.isTrainer() && slices.Contains(p.env, "DROVER_RESTART_COUNT=1") {
-				return p
+				found = p
+				return true, ""
 			}
 		}
 		if r.finished() {
 			t.Fatalf("drover exited before attempt 2 ran on %s; output:\n%s", fleet.Hosts[i].Name, r.output())
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no trainer of attempt 2 on %s within %s; output:\n%s", fleet.Hosts[i].Name, runTimeout, r.output())
-	return procInfo{}
+		return false, "output:\n" + r.output()
+	})
+	return found
 }
 
 // envValue is NAME's value in a NAME=VALUE list, "" when absent.
@@ -630,8 +627,7 @@ func killRank(framework string, host, rank int) disturbance {
 // drover has exited: no trainer, no torchrun, no agent.
 func assertNoLeftovers(t *testing.T, j *fleetJob) {
 	t.Helper()
-	deadline := time.Now().Add(leftoverTimeout)
-	for {
+	testenv.Wait(t, leftoverTimeout, "no process of the job left on the hosts after drover exited", func() (bool, string) {
 		var left []string
 		for i := range fleetHosts {
 			for _, p := range hostProcs(t, i) {
@@ -640,15 +636,8 @@ func assertNoLeftovers(t *testing.T, j *fleetJob) {
 				}
 			}
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("processes left on the hosts %s after drover exited:\n%s", leftoverTimeout, strings.Join(left, "\n"))
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(left) == 0, "\n" + strings.Join(left, "\n")
+	})
 }
 
 // TestFleetTraining trains examples/pytorch-ddp on three fleet hosts, two

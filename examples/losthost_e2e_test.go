@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -46,18 +46,17 @@ func lostHostJob(t *testing.T) *fleetJob {
 // its submatches.
 func waitEvent(t *testing.T, r *droverRun, re *regexp.Regexp) []string {
 	t.Helper()
-	deadline := time.Now().Add(checkpointTimeout)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(r.events(t)); m != nil {
-			return m
+	var m []string
+	testenv.Wait(t, checkpointTimeout, fmt.Sprintf("an event %q", re), func() (bool, string) {
+		if m = re.FindStringSubmatch(r.events(t)); m != nil {
+			return true, ""
 		}
 		if r.finished() {
 			t.Fatalf("drover exited before %q; output:\n%s", re, r.output())
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("no event %q within %s; output:\n%s", re, checkpointTimeout, r.output())
-	return nil
+		return false, "output:\n" + r.output()
+	})
+	return m
 }
 
 // TestFleetLostHost: rank 0's host, the only one that writes checkpoints,

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -55,20 +56,23 @@ func newUserJob(t *testing.T, framework string, hosts int, args []string, extra 
 func tutorialWorker(t *testing.T, r *droverRun, host, rank, restart int) procInfo {
 	t.Helper()
 	want := []string{"RANK=" + strconv.Itoa(rank), "DROVER_RESTART_COUNT=" + strconv.Itoa(restart)}
-	deadline := time.Now().Add(runTimeout)
-	for time.Now().Before(deadline) && !r.finished() {
+	var found procInfo
+	testenv.Wait(t, runTimeout, fmt.Sprintf("%s with %v on %s", newUserScript, want, fleet.Hosts[host].Name), func() (bool, string) {
+		if r.finished() {
+			t.Fatalf("drover exited before %s with %v ran on %s; output:\n%s", newUserScript, want, fleet.Hosts[host].Name, r.output())
+		}
 		for _, p := range hostProcs(t, host) {
 			// torchrun starts its workers as `python -u SCRIPT ...`.
 			if strings.HasPrefix(filepath.Base(p.argv[0]), "python") && slices.Contains(p.argv, newUserScript) &&
 				!slices.Contains(p.argv, "torch.distributed.run") && !slices.Contains(p.argv, "-c") &&
 				slices.Contains(p.env, want[0]) && slices.Contains(p.env, want[1]) {
-				return p
+				found = p
+				return true, ""
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no %s with %v on %s; output:\n%s", newUserScript, want, fleet.Hosts[host].Name, r.output())
-	return procInfo{}
+		return false, "output:\n" + r.output()
+	})
+	return found
 }
 
 // jobProcs lists what of the job runs on the first hosts hosts: anything
@@ -97,17 +101,18 @@ func TestNewUserPrintArrivesAndNoFalseHang(t *testing.T) {
 	// The first step's line, while the script still trains: it has 19
 	// more steps, a second each, to go.
 	first := regexp.MustCompile(`(?m)^\[worker-0@\S+\] rank 0 step 0 done$`)
-	for {
+	// Bounded by the script's 20 s of steps: drover exits after them.
+	testenv.WaitFor(t, runTimeout, "rank 0's first line", func() bool {
 		out, err := os.ReadFile(r.stdout)
 		require.NoError(t, err)
 		if first.Match(out) {
 			assert.NotContains(t, string(out), "rank 0 step 19 done", "the line came only with the last ones")
 			require.False(t, r.finished(), "the line came only when the script exited; output:\n%s", r.output())
-			break
+			return true
 		}
 		require.False(t, r.finished(), "drover exited before rank 0's first line; output:\n%s", r.output())
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	})
 	require.Equal(t, 0, r.wait(t), "drover exit status; output:\n%s", r.output())
 	events := r.events(t)
 	if testing.Verbose() {
@@ -214,40 +219,29 @@ func TestNewUserAgentKilledLeavesNothing(t *testing.T) {
 		assert.NotEqual(t, "RANK=3", kv, "the agent's environ holds the rank's environment")
 	}
 	// Wait for the child, so that there is something for the group stop.
-	deadline := time.Now().Add(runTimeout)
-	for !strings.Contains(strings.Join(jobProcs(t, 2), "\n"), "newuser-child") {
-		require.True(t, time.Now().Before(deadline), "the ranks' children never started; output:\n%s", r.output())
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Wait(t, runTimeout, "the ranks' children to start", func() (bool, string) {
+		return strings.Contains(strings.Join(jobProcs(t, 2), "\n"), "newuser-child"), "output:\n" + r.output()
+	})
 	t.Logf("kill -9 %d (the agent of rank %d) on %s", agentProc.pid, rank, fleet.Hosts[host].Name)
 	require.NoError(t, syscall.Kill(agentProc.pid, syscall.SIGKILL))
 	require.Equal(t, 1, r.wait(t), "drover exit status; output:\n%s", r.output())
 	limit := 2*time.Second + 3*time.Second // stop_grace + 3 s
-	deadline = time.Now().Add(limit)
-	for {
+	testenv.Wait(t, limit, "no process of the job left after drover exited", func() (bool, string) {
 		left := jobProcs(t, 2)
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the job left %s after drover exited:\n%s\noutput:\n%s", limit, strings.Join(left, "\n"), r.output())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(left) == 0, strings.Join(left, "\n") + "\noutput:\n" + r.output()
+	})
 	assert.Contains(t, r.events(t), "the agent of worker-3@"+fleet.Hosts[host].Name+" died (SIGKILL)")
 }
 
 // waitOutput waits until drover's stdout holds line n times.
 func waitOutput(t *testing.T, r *droverRun, line string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(runTimeout)
-	for time.Now().Before(deadline) && !r.finished() {
+	testenv.Wait(t, runTimeout, fmt.Sprintf("drover's output to hold %q %d time(s)", line, n), func() (bool, string) {
+		if r.finished() {
+			t.Fatalf("drover exited before its output held %q %d time(s); output:\n%s", line, n, r.output())
+		}
 		out, err := os.ReadFile(r.stdout)
 		require.NoError(t, err)
-		if strings.Count(string(out), line) >= n {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("drover's output never held %q %d time(s); output:\n%s", line, n, r.output())
+		return strings.Count(string(out), line) >= n, "output:\n" + r.output()
+	})
 }

@@ -91,20 +91,20 @@ func TestFleetRecovery(t *testing.T) {
 // machine, as drover writes it) has a line matching re.
 func waitRank0Line(t *testing.T, j *fleetJob, r *droverRun, re *regexp.Regexp) {
 	t.Helper()
-	deadline := time.Now().Add(checkpointTimeout)
-	for time.Now().Before(deadline) {
+	// Every 20 ms: the caller acts on the line (freezes a rank) while it
+	// is the last one.
+	testenv.WaitEvery(t, 20*time.Millisecond, checkpointTimeout, "rank 0 to log "+re.String(), func() bool {
 		if r.finished() {
 			t.Fatalf("drover exited before rank 0 logged %s; output:\n%s", re, r.output())
 		}
 		m, _ := filepath.Glob(filepath.Join(j.dir, "runs", "*", "attempt-1", j.rank0Log()))
 		if len(m) == 1 {
 			if b, err := os.ReadFile(m[0]); err == nil && re.Match(b) {
-				return
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("rank 0 did not log %s within %s; output:\n%s", re, checkpointTimeout, r.output())
+		return false
+	})
 }
 
 // holdPort starts a process on fleet host i that takes TCP port as soon as

@@ -192,14 +192,15 @@ func (r *runner) adopt(ad *adoption, res *Result) {
 // instead of starting one: the plan is built as for a start (it names the
 // processes and their environment) but nothing is pushed, checked or
 // started; every process is attached to (see startOne).
-func (a *attempt) adoptGroup(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) attemptOutcome {
-	_, pl, err := a.planAttempt(ctx, conns, cfg, installed)
-	if err != nil {
+func (a *attempt) adoptGroup(ctx context.Context, st *attemptState) attemptOutcome {
+	conns := st.conns
+	if err := a.ph.plan.run(ctx, st); err != nil {
 		return a.setupFailure(err)
 	}
+	pl := st.plan
 	a.takeSharedCheckpoints(ctx, conns)
 	a.r.events.printf("adopting attempt %d of run %s (%s)", a.n, a.r.runID, a.adopt.gone)
-	defer a.watchCheckpoints(ctx, conns)()
+	defer a.ph.ckpt.watch(ctx, conns)()
 	return a.supervise(ctx, conns, pl)
 }
 
@@ -235,45 +236,10 @@ func (r *runner) controllerTimeout(cfg *config.Config) time.Duration {
 func (r *runner) appendLog(file string) *logFileWriter {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		r.logWriteFailed(filepath.Dir(filepath.Dir(file)), err)
+		r.logFail.report(filepath.Dir(filepath.Dir(file)), err)
 		f = nil
 	}
-	return &logFileWriter{f: f, r: r}
-}
-
-// handOver, when another drover took a detached run over with --force
-// (ctx ended with a *lease.LostError), lets go of the group without
-// stopping it: the channels close, the attach clients detach, and the
-// agents keep the group for the new supervisor. It reports whether it did.
-func (s *supervisor) handOver(ctx context.Context) bool {
-	var lost *lease.LostError
-	if !s.a.r.detachedGroup || !errors.As(context.Cause(ctx), &lost) {
-		return false
-	}
-	out := interrupted()
-	s.out, s.stopping = &out, true
-	s.a.r.events.printf("%s: handing the group over; it keeps running", s.a.prefix())
-	s.detachAll()
-	return true
-}
-
-// letGo ends a detached run's attempt because this supervisor lost its
-// processes (why), not because they ended: it detaches from all of them
-// and the run attaches again (attemptOutcome.reattach).
-func (s *supervisor) letGo(why string) {
-	out := attemptOutcome{kind: outcomeHostLost, err: errors.New(why), exitCode: -1, reattach: true}
-	s.out, s.stopping = &out, true
-	s.a.r.events.printf("%s: %s; detaching, the group keeps running", s.a.prefix(), why)
-	s.detachAll()
-}
-
-// detachAll closes every channel without a stop: the attach clients let
-// go, the agents keep their processes.
-func (s *supervisor) detachAll() {
-	for _, rp := range s.procs {
-		rp.letGo = true
-		rp.ctl.Close()
-	}
+	return &logFileWriter{f: f, fail: r.logFail}
 }
 
 // reattachWait is how often a supervisor that lost its processes looks

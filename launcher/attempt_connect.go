@@ -16,7 +16,11 @@ import (
 
 // participants are the non-spare hosts in file order, with hosts that were
 // replaced earlier swapped for their spare.
-func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
+// replacements are a run's hosts replaced by a spare: the unreachable (or
+// unhealthy, or slow) host's name -> its spare's.
+type replacements map[string]string
+
+func (r replacements) participants(cfg *config.Config) ([]config.Host, error) {
 	byName := map[string]config.Host{}
 	for _, h := range cfg.Hosts {
 		byName[h.Name] = h
@@ -26,7 +30,7 @@ func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
 		if h.Spare {
 			continue
 		}
-		if sp, ok := r.replaced[h.Name]; ok {
+		if sp, ok := r[h.Name]; ok {
 			s, ok := byName[sp]
 			if !ok {
 				return nil, fmt.Errorf("spare %s, which replaced %s, is no longer in %s", sp, h.Name, cfg.InventoryPath)
@@ -43,45 +47,90 @@ func (r *runner) participants(cfg *config.Config) ([]config.Host, error) {
 	return out, nil
 }
 
+// standsFor is the inventory host that name stands in for: itself, or the
+// host a spare of that name replaced.
+func (r replacements) standsFor(name string) string {
+	for orig, sp := range r {
+		if sp == name {
+			return orig
+		}
+	}
+	return name
+}
+
+// connectPhase connects the attempt's hosts (see connect), swaps out the
+// slow ones on the first attempt (netPreflight) and leaves the
+// connections and the job as they run it in the attempt's state.
+type connectPhase struct {
+	phaseEnv
+	clock
+	dial dialer
+	// opts are the run's dial options (the inventory is added per dial).
+	opts cluster.DialOptions
+	pool *connPool
+	// lost takes the hosts lost in the last attempt (lostState.takeLost).
+	lost func() map[string]bool
+	// replaced is the run's unreachable host name -> spare name.
+	replaced map[string]string
+	// reload re-reads the job and inventory while a host is waited for.
+	reload func() (*config.Config, error)
+	agents agentsFunc
+}
+
+func (p *connectPhase) name() string { return "connect" }
+
+func (p *connectPhase) cleanup() {}
+
+func (p *connectPhase) run(ctx context.Context, st *attemptState) error {
+	pooled, err := p.connect(ctx, st.hosts)
+	if err == nil {
+		pooled, err = p.netPreflight(ctx, pooled) // a slow host without a spare is final too
+	}
+	if err != nil {
+		return err
+	}
+	st.pooled, st.cfg = pooled, configFor(p.cfg, pooled)
+	return nil
+}
+
 // connect returns a connection to every host: the one an earlier attempt
 // made when it still answers (connPool.reuse), else a new one. An
 // unreachable host is retried for host_wait and then replaced by a spare,
 // on the first attempt as on a restart (a host rebooting when the run
 // starts is as common as one rebooting during it); a refused key or login
 // fails at once. Every connection made joins the pool.
-func (a *attempt) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
-	opts := a.r.opts.Dial
-	opts.Inventory = config.Endpoints(a.cfg.Hosts)
-	lost := a.r.takeLost()
-	a.r.pool.closeHosts(lost)
-	conns := a.r.pool.reuse(ctx, hosts)
-	deadline := a.r.now().Add(a.cfg.Job.HostWait) // host_wait counts from the first dial
-	errs := a.dialMissing(ctx, hosts, conns, opts, lost)
+func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
+	opts := p.dialOptions()
+	lost := p.lost()
+	p.pool.closeHosts(lost)
+	conns := p.pool.reuse(ctx, hosts)
+	deadline := p.now().Add(p.cfg.Job.HostWait) // host_wait counts from the first dial
+	errs := p.dialMissing(ctx, hosts, conns, opts, lost)
 	for i, h := range hosts {
 		err := errs[i]
 		if err == nil {
 			continue
 		}
-		if a.n == 1 {
+		if p.n == 1 {
 			if name, ok := unresolvable(err); ok {
 				// A typo, not a host rebooting: waiting host_wait
 				// (5 minutes by default) would not make it resolve.
 				return nil, fmt.Errorf("%s: address %q does not resolve (%w); fix the address of host %s in %s",
-					h.Name, name, err, h.Name, a.cfg.InventoryPath)
+					h.Name, name, err, h.Name, p.cfg.InventoryPath)
 			}
 		}
 		waited := false
-		for isUnreachable(err) && a.r.now().Before(deadline) {
+		for isUnreachable(err) && p.now().Before(deadline) {
 			if !waited {
-				a.r.events.printf("%s: %s (%s) unreachable, waiting up to %s for it: %v", a.prefix(), h.Name, h.Address, a.cfg.Job.HostWait, err)
+				p.events.printf("%s: %s (%s) unreachable, waiting up to %s for it: %v", p.prefix(), h.Name, h.Address, p.cfg.Job.HostWait, err)
 				waited = true
 			}
-			if serr := a.r.sleep(ctx, min(2*time.Second, deadline.Sub(a.r.now()))); serr != nil {
+			if serr := p.sleep(ctx, min(2*time.Second, deadline.Sub(p.now()))); serr != nil {
 				return nil, serr
 			}
 			// Re-read the inventory: the user may be fixing the address
 			// while drover waits.
-			if cfg, lerr := config.Load(a.r.opts.JobPath, a.r.opts.loadOptions()); lerr == nil {
+			if cfg, lerr := p.reload(); lerr == nil {
 				for _, nh := range cfg.Hosts {
 					if nh.Name == h.Name {
 						h = nh
@@ -90,12 +139,12 @@ func (a *attempt) connect(ctx context.Context, hosts []config.Host) ([]*hostConn
 			}
 			var t cluster.Transport
 			wopts := opts
-			wopts.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, deadline.Sub(a.r.now()))
-			t, err = cluster.Dial(ctx, h.Endpoint(), wopts)
+			wopts.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, deadline.Sub(p.now()))
+			t, err = p.dial.dial(ctx, h, wopts)
 			if err == nil {
 				conns[i] = &hostConn{host: h, t: t}
-				a.r.pool.add(conns[i])
-				a.r.events.printf("%s: %s (%s) is back", a.prefix(), h.Name, h.Address)
+				p.pool.add(conns[i])
+				p.events.printf("%s: %s (%s) is back", p.prefix(), h.Name, h.Address)
 			}
 		}
 		if err == nil {
@@ -104,42 +153,34 @@ func (a *attempt) connect(ctx context.Context, hosts []config.Host) ([]*hostConn
 		if !isUnreachable(err) {
 			return nil, err
 		}
-		spare, t, serr := a.takeSpare(ctx, hosts, opts)
+		spare, t, serr := p.takeSpare(ctx, hosts, opts)
 		if serr != nil {
 			return nil, fmt.Errorf("%w; %v", err, serr)
 		}
-		a.r.events.printf("%s: %s (%s) unreachable: %v; replaced by spare %s (%s)", a.prefix(), h.Name, h.Address, err, spare.Name, spare.Address)
-		a.r.replaced[h.Name] = spare.Name
+		p.events.printf("%s: %s (%s) unreachable: %v; replaced by spare %s (%s)", p.prefix(), h.Name, h.Address, err, spare.Name, spare.Address)
+		p.replaced[h.Name] = spare.Name
 		// It stands in for h now: the plan gives it h's ranks (a host
 		// still marked spare would get none and the world would shrink).
 		spare.Spare = false
 		conns[i] = &hostConn{host: spare, t: t}
-		a.r.pool.add(conns[i])
+		p.pool.add(conns[i])
 	}
-	inUse := make([]config.Host, len(conns))
-	for i, c := range conns {
-		inUse[i] = c.host
-	}
-	a.r.pool.keepOnly(inUse)
+	p.pool.keepOnly(hostsIn(conns))
 	return conns, nil
 }
 
-// connectFailure ends an attempt whose hosts could not all be connected.
-// connect already waited host_wait (restarts) or tried the spares: an
-// unreachable host is final here.
-func (a *attempt) connectFailure(ctx context.Context, err error) attemptOutcome {
-	if ctx.Err() != nil {
-		return interrupted()
-	}
-	out := a.setupFailure(err)
-	out.kind, out.permanent = outcomeSetupFailed, true
-	return out
+// dialOptions are the run's dial options with the inventory's hosts (a
+// ProxyJump may name one).
+func (p *connectPhase) dialOptions() cluster.DialOptions {
+	opts := p.opts
+	opts.Inventory = config.Endpoints(p.cfg.Hosts)
+	return opts
 }
 
-// configFor is the job as the connected hosts run it: spares in place of
-// the hosts they replaced.
-func (a *attempt) configFor(conns []*hostConn) *config.Config {
-	cfg := *a.cfg
+// configFor is job as the connected hosts run it: spares in place of the
+// hosts they replaced.
+func configFor(job *config.Config, conns []*hostConn) *config.Config {
+	cfg := *job
 	cfg.Hosts = make([]config.Host, len(conns))
 	for i, c := range conns {
 		cfg.Hosts[i] = c.host
@@ -151,7 +192,7 @@ func (a *attempt) configFor(conns []*hostConn) *config.Config {
 // conns yet (hosts in lost with a dial bounded by host_wait: dialFirst),
 // adds the new ones to conns and the pool, and returns each host's dial
 // error.
-func (a *attempt) dialMissing(ctx context.Context, hosts []config.Host, conns []*hostConn, opts cluster.DialOptions, lost map[string]bool) []error {
+func (p *connectPhase) dialMissing(ctx context.Context, hosts []config.Host, conns []*hostConn, opts cluster.DialOptions, lost map[string]bool) []error {
 	var fresh []config.Host
 	var at []int
 	for i, c := range conns {
@@ -161,11 +202,11 @@ func (a *attempt) dialMissing(ctx context.Context, hosts []config.Host, conns []
 		}
 	}
 	errs := make([]error, len(hosts))
-	ts, ferrs := a.dialFirst(ctx, fresh, opts, lost)
+	ts, ferrs := p.dialFirst(ctx, fresh, opts, lost)
 	for k, i := range at {
 		if errs[i] = ferrs[k]; errs[i] == nil {
 			conns[i] = &hostConn{host: hosts[i], t: ts[k]}
-			a.r.pool.add(conns[i])
+			p.pool.add(conns[i])
 		}
 	}
 	return errs
@@ -183,20 +224,20 @@ func waitDialTimeout(timeout, left time.Duration) time.Duration {
 }
 
 // takeSpare dials the first spare host not already in use.
-func (a *attempt) takeSpare(ctx context.Context, inUse []config.Host, opts cluster.DialOptions) (config.Host, cluster.Transport, error) {
+func (p *connectPhase) takeSpare(ctx context.Context, inUse []config.Host, opts cluster.DialOptions) (config.Host, cluster.Transport, error) {
 	used := map[string]bool{}
 	for _, h := range inUse {
 		used[h.Name] = true
 	}
-	for _, v := range a.r.replaced {
+	for _, v := range p.replaced {
 		used[v] = true
 	}
 	var lastErr error
-	for _, h := range a.cfg.Hosts {
+	for _, h := range p.cfg.Hosts {
 		if !h.Spare || used[h.Name] {
 			continue
 		}
-		t, err := cluster.Dial(ctx, h.Endpoint(), opts)
+		t, err := p.dial.dial(ctx, h, opts)
 		if err != nil {
 			lastErr = err
 			continue

@@ -2,11 +2,9 @@ package launcher
 
 import (
 	"context"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -15,19 +13,47 @@ import (
 // (attempt_gpus.go), then again with the checkpoint and what preflight
 // found.
 
+// planPhase waits for the agents, runs the health gate beside the GPU
+// probe and builds the plan (without the checkpoint: see checkPhase).
+type planPhase struct {
+	phaseEnv
+	restarts int
+	// fenced, findings and warn are the run's health state as the
+	// attempt reads it (healthState.fencedFor, attempt.findings, warn).
+	fenced   func(host string) (gpu.Finding, bool)
+	findings func(rep gpu.HostReport, idle bool) []gpu.Finding
+	warn     func(gpu.Finding)
+	// in is the plan's input; gpuBefore, per host, the processes on each
+	// GPU before the attempt (not the job's), which waitGPUsReleased
+	// reads after a failure.
+	in        plan.PlanInput
+	gpuBefore map[string]map[int][]int
+}
+
+func (p *planPhase) name() string { return "agent, probe, plan" }
+
+func (p *planPhase) cleanup() {}
+
+// run leaves the plan in st.plan.
+func (p *planPhase) run(ctx context.Context, st *attemptState) error {
+	var err error
+	p.in, st.plan, err = p.planAttempt(ctx, st.conns, st.cfg, st.installed)
+	return err
+}
+
 // planAttempt waits for the agents (installed), probes the GPUs and
 // builds the plan, without a checkpoint to resume from. in keeps what the
 // plan was built from: the checkpoint and preflight's findings
 // (interfaces, moved ports) build it again from in (replan).
-func (a *attempt) planAttempt(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
+func (p *planPhase) planAttempt(ctx context.Context, conns []*attemptHost, cfg *config.Config, installed <-chan error) (plan.PlanInput, *plan.Plan, error) {
 	if err := <-installed; err != nil {
 		return plan.PlanInput{}, nil, err
 	}
 	// The health gate and the GPU probe are a command each per host:
 	// side by side, the gate costs no round trip of its own.
 	gate := make(chan error, 1)
-	go func() { gate <- a.healthGate(ctx, conns) }()
-	gpus, err := a.selectGPUs(ctx, conns)
+	go func() { gate <- p.healthGate(ctx, conns) }()
+	gpus, err := p.selectGPUs(ctx, conns)
 	if gerr := <-gate; gerr != nil {
 		return plan.PlanInput{}, nil, gerr // a spare may stand in: before the probe's error
 	}
@@ -38,7 +64,7 @@ func (a *attempt) planAttempt(ctx context.Context, conns []*attemptHost, cfg *co
 	for _, c := range conns {
 		homes[c.host.Name] = c.home
 	}
-	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: a.restarts, HostHome: homes}
+	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: p.restarts, HostHome: homes}
 	pl, err := plan.Build(in)
 	return in, pl, err
 }
@@ -46,57 +72,20 @@ func (a *attempt) planAttempt(ctx context.Context, conns []*attemptHost, cfg *co
 // replan builds the plan again from in (which has the checkpoint now)
 // with what preflight found: each host's interface, and free ports in
 // place of held ones.
-func (a *attempt) replan(in plan.PlanInput, pl *plan.Plan, found preflightFound) (*plan.Plan, error) {
+func (p *planPhase) replan(pl *plan.Plan, found preflightFound) (*plan.Plan, error) {
+	in := p.in
 	in.Ifaces = found.ifaces
 	in.BasePorts = map[string]int{}
-	for _, p := range pl.Processes {
-		base, ok := found.moved[p.Host.Name]
+	for _, proc := range pl.Processes {
+		base, ok := found.moved[proc.Host.Name]
 		if !ok {
 			continue
 		}
-		if a.cfg.Job.Framework == config.TensorFlow {
-			in.BasePorts[p.Address] = base
+		if p.cfg.Job.Framework == config.TensorFlow {
+			in.BasePorts[proc.Address] = base
 		} else {
 			in.MasterPort = base
 		}
 	}
 	return plan.Build(in)
-}
-
-// noteMembership says which hosts left (or joined) the inventory since the
-// last attempt that ran, and what that did to the world size: an edit of
-// the inventory between attempts silently changed the job's size before.
-func (a *attempt) noteMembership(pl *plan.Plan) {
-	inv := map[string]bool{}
-	for _, h := range a.cfg.Hosts {
-		inv[h.Name] = true
-	}
-	var names []string
-	for _, h := range pl.Hosts {
-		names = append(names, h.Name)
-	}
-	prev := a.r.lastHosts
-	if prev != nil {
-		var left, joined []string
-		for _, h := range prev {
-			if !inv[h] {
-				left = append(left, h)
-			}
-		}
-		spares := slices.Collect(maps.Values(a.r.replaced))
-		for _, h := range names {
-			if !slices.Contains(prev, h) && !slices.Contains(spares, h) {
-				joined = append(joined, h)
-			}
-		}
-		for _, c := range []struct {
-			hosts []string
-			what  string
-		}{{left, "left"}, {joined, "joined"}} {
-			if len(c.hosts) > 0 {
-				a.r.events.printf("%s: %s %s the inventory: world size %d -> %d", a.prefix(), strings.Join(c.hosts, ", "), c.what, a.r.lastWorld, len(pl.Processes))
-			}
-		}
-	}
-	a.r.lastHosts, a.r.lastWorld = names, len(pl.Processes)
 }

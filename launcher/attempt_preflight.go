@@ -31,20 +31,39 @@ type preflightFound struct {
 	moved  map[string]int
 }
 
+// preflightPhase checks the plan on every host (see preflight): one agent
+// command a host, again while the lease moved under it (preflightOwned).
+type preflightPhase struct {
+	phaseEnv
+	leases *lease.Holder
+	found  preflightFound
+}
+
+func (p *preflightPhase) name() string { return "preflight" }
+
+func (p *preflightPhase) cleanup() {}
+
+// run checks st.plan and keeps what it found for the replan.
+func (p *preflightPhase) run(ctx context.Context, st *attemptState) error {
+	var err error
+	p.found, err = p.preflightOwned(ctx, st.conns, st.plan)
+	return err
+}
+
 // preflightOwned is preflight, which stops leftovers only under this
 // run's lease, settled with the leases when an agent found one that is
 // not: the run checks them (lease.Holder.Check), which ends it with a
 // *lease.LostError when another run took one over, or takes it back when
 // that run may not hold it (an older run's late renewal over a --force
 // takeover), and then tries again.
-func (a *attempt) preflightOwned(ctx context.Context, conns []*attemptHost, pl *plan.Plan) (preflightFound, error) {
+func (p *preflightPhase) preflightOwned(ctx context.Context, conns []*attemptHost, pl *plan.Plan) (preflightFound, error) {
 	for try := 0; ; try++ {
-		found, err := a.preflight(ctx, conns, pl)
+		found, err := p.preflight(ctx, conns, pl)
 		var moved *leaseMovedError
 		if !errors.As(err, &moved) || try == 3 {
 			return found, err
 		}
-		if err := a.r.leases.Check(ctx); err != nil {
+		if err := p.leases.Check(ctx); err != nil {
 			return found, err
 		}
 	}
@@ -59,22 +78,22 @@ func (a *attempt) preflightOwned(ctx context.Context, conns []*attemptHost, pl *
 // exchange. On a restart a port still held (by the previous attempt's
 // rendezvous, say) does not fail it: the host's agent finds as many
 // consecutive free ports.
-func (a *attempt) preflight(ctx context.Context, conns []*attemptHost, pl *plan.Plan) (preflightFound, error) {
+func (p *preflightPhase) preflight(ctx context.Context, conns []*attemptHost, pl *plan.Plan) (preflightFound, error) {
 	byHost := map[string][]plan.Process{}
-	for _, p := range pl.Processes {
-		byHost[p.Host.Name] = append(byHost[p.Host.Name], p)
+	for _, proc := range pl.Processes {
+		byHost[proc.Host.Name] = append(byHost[proc.Host.Name], proc)
 	}
 	var mu sync.Mutex
 	found := preflightFound{ifaces: map[string]string{}, moved: map[string]int{}}
 	err := forEach(conns, func(c *attemptHost) error {
 		wd := remoteAbs(c.home, c.host.Workdir)
-		o := agent.PreflightOptions{Leftovers: path.Join(wd, pidDir), Grace: a.cfg.Job.StopGrace,
-			RouteTo: pl.RendezvousAddr(), Lease: path.Join(wd, lease.File), LeaseID: a.r.leases.ID()}
+		o := agent.PreflightOptions{Leftovers: path.Join(wd, pidDir), Grace: p.cfg.Job.StopGrace,
+			RouteTo: pl.RendezvousAddr(), Lease: path.Join(wd, lease.File), LeaseID: p.leases.ID()}
 		cmd := cluster.Cmd{}
 		procs := byHost[c.host.Name]
 		if len(procs) > 0 {
 			o.Program, o.Ports = procs[0].Command[0], plannedPorts(pl, procs)
-			o.MovePorts = a.n > 1 && len(o.Ports) > 0
+			o.MovePorts = p.n > 1 && len(o.Ports) > 0
 			cmd.Env, cmd.Dir = preflightEnv(procs[0].Env), procs[0].Workdir
 		}
 		// Both streams into one buffer, from two goroutines: a locked one.
@@ -87,7 +106,7 @@ func (a *attempt) preflight(ctx context.Context, conns []*attemptHost, pl *plan.
 				return &leaseMovedError{host: c.host.Name, dir: wd, by: lease.Decode(holds)}
 			}
 			if msg, ok := strings.CutPrefix(line, agent.LeftoverPrefix); ok {
-				a.r.events.printf("%s: %s: %s", a.prefix(), c.host.Name, msg)
+				p.events.printf("%s: %s: %s", p.prefix(), c.host.Name, msg)
 				continue
 			}
 			if v, ok := strings.CutPrefix(line, agent.IfacePrefix); ok {
@@ -110,7 +129,7 @@ func (a *attempt) preflight(ctx context.Context, conns []*attemptHost, pl *plan.
 			mu.Lock()
 			found.moved[c.host.Name] = base
 			mu.Unlock()
-			a.r.events.printf("%s: port(s) %s held on %s; this attempt uses %s", a.prefix(),
+			p.events.printf("%s: port(s) %s held on %s; this attempt uses %s", p.prefix(),
 				strings.Join(o.Ports, ", "), c.host.Name, portRange(base, len(o.Ports)))
 		}
 		var ee *cluster.ExitError

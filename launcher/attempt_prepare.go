@@ -9,13 +9,14 @@ import (
 	"sync/atomic"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/lease"
 )
 
 // The prepare phase of an attempt (see attempt): the agent installed,
 // file access and the home directory opened, the workdirs leased
-// (run_lease.go), each beside the others.
+// (holdWorkdirs), each beside the others.
 
 // attemptHost is a host of one attempt: the pooled connection and what
 // this attempt's setup learns of the host on it. Each attempt makes its
@@ -65,21 +66,47 @@ func hostConns(hosts []*attemptHost) []*hostConn {
 	return out
 }
 
+// preparePhase installs the agents, opens file access and leases the
+// workdirs of the attempt's hosts (see prepare).
+type preparePhase struct {
+	phaseEnv
+	agents agentsFunc
+	// opts and dial make a lease's own connection to a host whose kept
+	// one is being redialled (connPool.leaseDialer).
+	opts   cluster.DialOptions
+	dial   dialer
+	pool   *connPool
+	leases *lease.Holder
+}
+
+func (p *preparePhase) name() string { return "files and lease" }
+
+func (p *preparePhase) cleanup() {}
+
+// run makes the attempt's hosts over the pooled connections and prepares
+// them; st.installed says when the agents' install is done.
+func (p *preparePhase) run(ctx context.Context, st *attemptState) error {
+	st.conns = newAttemptHosts(st.pooled)
+	var err error
+	st.installed, err = p.prepare(ctx, st.conns)
+	return err
+}
+
 // prepare starts installing the agents and opens file access and the
 // leases beside it; installed says when the install is done. The agent
 // needs nothing but the connection, the lease nothing but file access,
 // the push nothing but the lease: each starts as soon as what it needs is
 // there, beside the others (on a fresh host the agent's upload and the
 // first push overlap).
-func (a *attempt) prepare(ctx context.Context, conns []*attemptHost) (installed <-chan error, err error) {
+func (p *preparePhase) prepare(ctx context.Context, conns []*attemptHost) (installed <-chan error, err error) {
 	done := make(chan error, 1)
-	go func() { done <- a.installAgents(ctx, conns) }()
-	err = a.openFiles(ctx, conns)
+	go func() { done <- p.installAgents(ctx, conns) }()
+	err = p.openFiles(ctx, conns)
 	if err == nil {
 		err = waitTold(ctx, conns)
 	}
 	if err == nil {
-		err = a.holdWorkdirs(ctx, conns)
+		err = p.holdWorkdirs(ctx, conns)
 	}
 	return done, err
 }
@@ -91,7 +118,7 @@ func (a *attempt) prepare(ctx context.Context, conns []*attemptHost) (installed 
 // else (on the host it also creates the workdir's state directory, which
 // the lease would create otherwise), so it runs beside the other setup
 // steps.
-func (a *attempt) installAgents(ctx context.Context, conns []*attemptHost) error {
+func (p *preparePhase) installAgents(ctx context.Context, conns []*attemptHost) error {
 	return forEach(conns, func(c *attemptHost) error {
 		defer c.tell("", false) // nothing learnt, or failed
 		defer c.installDone()
@@ -101,7 +128,7 @@ func (a *attempt) installAgents(ctx context.Context, conns []*attemptHost) error
 		// The lease, taken beside the install, then finds the
 		// workdir's state directory there (see lease.File).
 		wd := c.host.Workdir
-		in, err := remote.InstallWith(ctx, c.t, a.r.agents(), remote.InstallOptions{
+		in, err := remote.InstallWith(ctx, c.t, p.agents(), remote.InstallOptions{
 			Dirs: []string{wd, path.Join(wd, path.Dir(lease.File))},
 			Told: func(home string, made []string) { c.tell(home, slices.Contains(made, wd)) },
 		})
@@ -143,7 +170,7 @@ func waitTold(ctx context.Context, conns []*attemptHost) error {
 
 // openFiles opens file access and learns the home directory on every
 // connection that does not have them yet.
-func (a *attempt) openFiles(ctx context.Context, conns []*attemptHost) error {
+func (p *preparePhase) openFiles(ctx context.Context, conns []*attemptHost) error {
 	return forEach(conns, func(c *attemptHost) error {
 		if c.fs != nil {
 			return nil
@@ -152,7 +179,7 @@ func (a *attempt) openFiles(ctx context.Context, conns []*attemptHost) error {
 		if err != nil {
 			return fmt.Errorf("open files on %s: %w", hostLabel(c.host), err)
 		}
-		home, err := a.home(ctx, c, fsys)
+		home, err := toldHome(ctx, c, fsys)
 		if err != nil {
 			return fmt.Errorf("home directory on %s: %w", hostLabel(c.host), err)
 		}
@@ -161,12 +188,12 @@ func (a *attempt) openFiles(ctx context.Context, conns []*attemptHost) error {
 	})
 }
 
-// home is c's home directory: what the agent's install said of it, or
+// toldHome is c's home directory: what the agent's install said of it, or
 // what fsys says, whichever comes first. The install's command says it
 // about when SFTP has opened, a round trip before an SFTP request for it
 // would answer; on Slurm, where a step takes a while to start, SFTP's
 // answer may come first.
-func (a *attempt) home(ctx context.Context, c *attemptHost, fsys cluster.FS) (string, error) {
+func toldHome(ctx context.Context, c *attemptHost, fsys cluster.FS) (string, error) {
 	type answer struct {
 		home string
 		err  error
@@ -188,4 +215,25 @@ func (a *attempt) home(ctx context.Context, c *attemptHost, fsys cluster.FS) (st
 	}
 	r := <-asked
 	return r.home, r.err
+}
+
+// holdWorkdirs takes the lease of every host's workdir before the
+// attempt touches it (push, leftovers, start), over the run's kept
+// connections (connPool.leaseDialer); on a restart the leases are held
+// already and this costs nothing. A live run holding one is a
+// *lease.HeldError: nothing was changed on any host.
+func (p *preparePhase) holdWorkdirs(ctx context.Context, conns []*attemptHost) error {
+	targets := make([]lease.Target, len(conns))
+	for i, c := range conns {
+		// Absolute: the lease then needs no request for the home.
+		targets[i] = lease.Target{Host: c.host, Workdir: remoteAbs(c.home, c.host.Workdir)}
+	}
+	opts := p.opts
+	opts.Inventory = config.Endpoints(p.cfg.Hosts)
+	dial := p.pool.leaseDialer(func(ctx context.Context, h config.Host) (cluster.Transport, error) {
+		return p.dial.dial(ctx, h, opts)
+	})
+	err := p.leases.Acquire(ctx, dial, targets)
+	p.leases.Keep(targets)
+	return err
 }

@@ -17,6 +17,26 @@ import (
 // directory scanned here while the hosts are connected, then pushed to
 // every workdir (slurm.go: which hosts share one).
 
+// pushPhase scans the code directory (scan, started before connect) and
+// pushes it to every workdir; the side-by-side check (checkPhase) reads
+// its outcome.
+type pushPhase struct {
+	phaseEnv
+	now func() time.Time
+	// logRoot and cacheDir are the run's (pushOptions).
+	logRoot, cacheDir string
+	outcome           pushOutcome
+}
+
+func (p *pushPhase) name() string { return "push" }
+
+func (p *pushPhase) cleanup() {}
+
+func (p *pushPhase) run(ctx context.Context, st *attemptState) error {
+	p.outcome = p.push(ctx, st.conns, st.scan)
+	return p.outcome.err
+}
+
 // scanned is the local side of an attempt's push: the code directory's
 // tree and the options it was scanned with, once scan's goroutine is done.
 type scanned struct {
@@ -28,17 +48,17 @@ type scanned struct {
 
 // scan scans the code directory in the background: it is local work that
 // needs no host, so it runs while the hosts are connected and prepared.
-func (a *attempt) scan() *scanned {
+func (p *pushPhase) scan() *scanned {
 	// The same rule as `drover push` (pushOptions). What is about to run
 	// is checked (sizes and mtimes): a file edited or deleted on a host
 	// since the last push is put back.
-	sc := &scanned{done: make(chan struct{}), opts: pushOptions(a.cfg, a.r.logRoot, a.r.opts.PushCacheDir, push.VerifyStat)}
+	sc := &scanned{done: make(chan struct{}), opts: pushOptions(p.cfg, p.logRoot, p.cacheDir, push.VerifyStat)}
 	opts := sc.opts // the scan's own copy
 	go func() {
 		defer close(sc.done)
-		start := a.r.now()
-		sc.tree, sc.err = scanLocal(a.cfg.Job.Code, opts)
-		a.r.events.debugf("%s: setup: scan of %s took %s", a.prefix(), a.cfg.Job.Code, a.r.now().Sub(start).Round(time.Millisecond))
+		start := p.now()
+		sc.tree, sc.err = scanLocal(p.cfg.Job.Code, opts)
+		p.events.debugf("%s: setup: scan of %s took %s", p.prefix(), p.cfg.Job.Code, p.now().Sub(start).Round(time.Millisecond))
 	}()
 	return sc
 }
@@ -52,17 +72,17 @@ type pushOutcome struct {
 
 // push syncs the code directory, as sc scanned it, to every host's
 // workdir (incremental).
-func (a *attempt) push(ctx context.Context, conns []*attemptHost, sc *scanned) pushOutcome {
+func (p *pushPhase) push(ctx context.Context, conns []*attemptHost, sc *scanned) pushOutcome {
 	<-sc.done
 	tree, opts, err := sc.tree, sc.opts, sc.err
 	if err != nil {
-		return pushOutcome{err: fmt.Errorf("scan code directory %s: %w", a.cfg.Job.Code, err)}
+		return pushOutcome{err: fmt.Errorf("scan code directory %s: %w", p.cfg.Job.Code, err)}
 	}
 	for _, w := range tree.Warnings {
-		a.r.events.printf("%s: push: warning: %s", a.prefix(), w)
+		p.events.printf("%s: push: warning: %s", p.prefix(), w)
 	}
 	var changed atomic.Bool
-	err = forEach(a.pushTargets(conns), func(c *attemptHost) error {
+	err = forEach(p.pushTargets(conns), func(c *attemptHost) error {
 		o := opts
 		o.NewWorkdir = c.newWorkdir.Load()
 		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
@@ -70,7 +90,7 @@ func (a *attempt) push(ctx context.Context, conns []*attemptHost, sc *scanned) p
 		// the user should hear of (the tar fallback, a link left alone
 		// on the host).
 		for _, w := range res.Warnings {
-			a.r.events.printf("%s: push to %s: warning: %s", a.prefix(), c.host.Name, w)
+			p.events.printf("%s: push to %s: warning: %s", p.prefix(), c.host.Name, w)
 		}
 		if err != nil {
 			return err
@@ -79,10 +99,10 @@ func (a *attempt) push(ctx context.Context, conns []*attemptHost, sc *scanned) p
 		if o.NewWorkdir {
 			fresh = " (into a workdir the install made: nothing to compare)"
 		}
-		a.r.events.debugf("%s: setup: push to %s took %s%s", a.prefix(), c.host.Name, res.Duration.Round(time.Millisecond), fresh)
+		p.events.debugf("%s: setup: push to %s took %s%s", p.prefix(), c.host.Name, res.Duration.Round(time.Millisecond), fresh)
 		if res.FilesSent > 0 || res.FilesDeleted > 0 {
 			changed.Store(true)
-			a.r.events.printf("%s: pushed %d file(s) (%d bytes), deleted %d on %s", a.prefix(), res.FilesSent, res.BytesSent, res.FilesDeleted, c.host.Name)
+			p.events.printf("%s: pushed %d file(s) (%d bytes), deleted %d on %s", p.prefix(), res.FilesSent, res.BytesSent, res.FilesDeleted, c.host.Name)
 		}
 		return nil
 	})

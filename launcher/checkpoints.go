@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -27,77 +28,103 @@ func LogRoot(cfg *config.Config, logDir string) string {
 // stage before an attempt, watch while it runs.
 
 // checkpointRecord loads the job's record once per run.
-func (r *runner) checkpointRecord(job string) (*checkpoint.Record, error) {
+func (r *ckptState) checkpointRecord(root, job string) (*checkpoint.Record, error) {
 	r.ckptOnce.Do(func() {
-		r.ckptRec, r.ckptErr = checkpoint.LoadRecord(checkpoint.RecordPath(r.logRoot, job), job)
+		r.ckptRec, r.ckptErr = checkpoint.LoadRecord(checkpoint.RecordPath(root, job), job)
 	})
 	return r.ckptRec, r.ckptErr
 }
 
+// ckptPhase stages the newest checkpoint on every host beside the push
+// (its resume paths feed the final plan), copies the checkpoints while
+// the group runs (watch), and tells the crash-loop breaker whether a
+// failed attempt made progress (noteResumed, checkProgress).
+type ckptPhase struct {
+	phaseEnv
+	now func() time.Time
+	// record is the run's checkpoint record of a job
+	// (runner.checkpointRecord).
+	record func(job string) (*checkpoint.Record, error)
+	// progress is the attempt's, which the breaker judges.
+	progress *attemptProgress
+	// resume is, per host, the DROVER_RESUME_FROM that staging found.
+	resume map[string]string
+}
+
+func (p *ckptPhase) name() string { return "checkpoint" }
+
+func (p *ckptPhase) cleanup() {}
+
+func (p *ckptPhase) run(ctx context.Context, st *attemptState) error {
+	var err error
+	p.resume, err = p.stage(ctx, st.conns)
+	return err
+}
+
 // checkpoints is this attempt's view of the record, its events prefixed
 // with the attempt.
-func (a *attempt) checkpoints() (*checkpoint.Manager, error) {
-	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
+func (p *ckptPhase) checkpoints() (*checkpoint.Manager, error) {
+	rec, err := p.record(p.cfg.Job.Name)
 	if err != nil {
 		return nil, err
 	}
 	events := func(format string, args ...any) {
-		a.r.events.printf(a.prefix()+": "+format, args...)
+		p.events.printf(p.prefix()+": "+format, args...)
 	}
-	return checkpoint.New(rec, events, a.r.now), nil
+	return checkpoint.New(rec, events, p.now), nil
 }
 
-func (a *attempt) checkpointSettings() checkpoint.Settings {
-	j := a.cfg.Job
+func (p *ckptPhase) checkpointSettings() checkpoint.Settings {
+	j := p.cfg.Job
 	return checkpoint.Settings{Marker: j.CheckpointMarker, Copies: j.CheckpointCopies, Keep: j.CheckpointKeep,
 		Mirror: j.CheckpointMirror, CopyRate: j.CheckpointCopyRate, Layout: j.CheckpointLayout}
 }
 
-func (a *attempt) checkpointHosts(conns []*attemptHost) []checkpoint.Host {
+func (p *ckptPhase) checkpointHosts(conns []*attemptHost) []checkpoint.Host {
 	hosts := make([]checkpoint.Host, len(conns))
 	for i, c := range conns {
 		wd := remoteAbs(c.home, c.host.Workdir)
-		hosts[i] = checkpoint.Host{Name: c.host.Name, FS: c.fs, Dir: remoteAbs(wd, a.cfg.Job.CheckpointDir), Own: checkpoint.OwnDir(wd),
+		hosts[i] = checkpoint.Host{Name: c.host.Name, FS: c.fs, Dir: remoteAbs(wd, p.cfg.Job.CheckpointDir), Own: checkpoint.OwnDir(wd),
 			Addr: plan.HostAddress(c.host), Peer: agentPeer{c}}
 	}
 	return hosts
 }
 
-// stageCheckpoint finds the newest checkpoint anywhere and puts it on
+// stage finds the newest checkpoint anywhere and puts it on
 // every host: the result is DROVER_RESUME_FROM per host name, nil to start
 // from scratch.
-func (a *attempt) stageCheckpoint(ctx context.Context, conns []*attemptHost) (map[string]string, error) {
-	m, err := a.checkpoints()
+func (p *ckptPhase) stage(ctx context.Context, conns []*attemptHost) (map[string]string, error) {
+	m, err := p.checkpoints()
 	if err != nil {
 		return nil, err
 	}
-	paths, err := m.Stage(ctx, a.checkpointHosts(conns), a.checkpointSettings())
-	if err == nil && paths == nil && a.n > 1 {
+	paths, err := m.Stage(ctx, p.checkpointHosts(conns), p.checkpointSettings())
+	if err == nil && paths == nil && p.n > 1 {
 		// Not "starting from scratch": a script may resume from files
 		// of its own outside checkpoint_dir, which drover does not see.
-		a.r.events.printf("%s: no checkpoint in checkpoint_dir (%s) on any host nor in drover's copies: every host resumes from nothing drover holds (DROVER_RESUME_FROM is empty); a script that loads files of its own from elsewhere still does",
-			a.prefix(), a.cfg.Job.CheckpointDir)
+		p.events.printf("%s: no checkpoint in checkpoint_dir (%s) on any host nor in drover's copies: every host resumes from nothing drover holds (DROVER_RESUME_FROM is empty); a script that loads files of its own from elsewhere still does",
+			p.prefix(), p.cfg.Job.CheckpointDir)
 	}
 	return paths, err
 }
 
-// watchCheckpoints copies checkpoints while the attempt runs, through
+// watch copies checkpoints while the attempt runs, through
 // each host's low-priority file access (lowPriorityFS); the returned stop
 // must run before the connections close.
-func (a *attempt) watchCheckpoints(ctx context.Context, conns []*attemptHost) (stop func()) {
-	m, err := a.checkpoints()
+func (p *ckptPhase) watch(ctx context.Context, conns []*attemptHost) (stop func()) {
+	m, err := p.checkpoints()
 	if err != nil {
-		a.r.events.printf("%s: %v; checkpoints are not copied", a.prefix(), err)
+		p.events.printf("%s: %v; checkpoints are not copied", p.prefix(), err)
 		return func() {}
 	}
-	hosts := a.checkpointHosts(conns)
+	hosts := p.checkpointHosts(conns)
 	copyFS := make([]*lowPriorityFS, len(conns))
-	events := func(format string, args ...any) { a.r.events.printf(a.prefix()+": "+format, args...) }
+	events := func(format string, args ...any) { p.events.printf(p.prefix()+": "+format, args...) }
 	for i, c := range conns {
 		copyFS[i] = newLowPriorityFS(ctx, c.hostConn, events)
 		hosts[i].CopyFS = copyFS[i]
 	}
-	stopWatch := m.Watch(ctx, hosts, a.checkpointSettings())
+	stopWatch := m.Watch(ctx, hosts, p.checkpointSettings())
 	return func() {
 		stopWatch()
 		var wg sync.WaitGroup
@@ -150,4 +177,40 @@ func (p agentPeer) StartSend(ctx context.Context, o checkpoint.PeerSend, stdin i
 		return nil, err
 	}
 	return p.c.t.Start(ctx, cluster.Cmd{Args: agent.SendCommand(bin, o), Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// noteResumed records which checkpoint the attempt resumes from, given
+// the DROVER_RESUME_FROM paths that staging returned.
+func (p *ckptPhase) noteResumed(paths map[string]string) {
+	rec, err := p.record(p.cfg.Job.Name)
+	if err != nil || len(paths) == 0 {
+		return
+	}
+	for host, path := range paths {
+		if e, ok := rec.Holding(host, path); ok {
+			p.progress.resumed = &e
+			return
+		}
+	}
+}
+
+// checkProgress lists the checkpoints once more after a failed attempt
+// that resumed from one, and notes whether a newer one appeared.
+func (p *ckptPhase) checkProgress(ctx context.Context, conns []*attemptHost) {
+	if p.progress.resumed == nil || p.cfg.Job.MaxRestartsWithoutProgress == 0 {
+		return
+	}
+	m, err := p.checkpoints()
+	if err != nil {
+		return
+	}
+	newest, ok, err := m.Newest(ctx, p.checkpointHosts(conns), p.checkpointSettings())
+	if err != nil {
+		// Unknown: count it as progress rather than stop a run on a
+		// listing that failed.
+		p.events.printf("%s: listing the checkpoints after the failure: %v", p.prefix(), err)
+		p.progress.newer = true
+		return
+	}
+	p.progress.newer = ok && newest.Seq > p.progress.resumed.Seq
 }

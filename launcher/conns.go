@@ -24,7 +24,7 @@ type hostConn struct {
 	home  string
 	agent string // remote path of the drover binary
 	// pushed is the Key of the tree the last push over this connection
-	// left on the host ("" before one); see pushAndCheck.
+	// left on the host ("" before one); see checkPhase.
 	pushed string
 }
 

@@ -62,13 +62,6 @@ type detachState struct {
 	started time.Time
 }
 
-// processFiles are p's state record and log on its host (absolute).
-func (a *attempt) processFiles(c *attemptHost, name string) (state, log string) {
-	st, lg := agent.ProcessFiles(a.r.runID, a.n, name)
-	wd := remoteAbs(c.home, c.host.Workdir)
-	return path.Join(wd, st), path.Join(wd, lg)
-}
-
 // setRecord updates the run's record and writes it to every host of
 // conns (those of the newest attempt when conns is nil), with the link
 // to the newest run. Failures are events: the run goes on without them.
@@ -127,7 +120,7 @@ func writeRecord(c *hostConn, wd, id string, data []byte) error {
 // newestCheckpoint names the newest checkpoint in the run's record ("" for
 // none, or before the record is loaded).
 func (r *runner) newestCheckpoint() string {
-	rec, err := r.checkpointRecord(r.runRec.Job)
+	rec, err := r.checkpointRecord(r.logRoot, r.runRec.Job)
 	if err != nil || rec == nil {
 		return ""
 	}
@@ -148,57 +141,6 @@ func (r *runner) noteCheckpoint() {
 	if changed {
 		r.setRecord(nil, func(rec *agent.RunRecord) { rec.Checkpoint = name })
 	}
-}
-
-// readyPoll bounds how long a detached run's first attempt may take to
-// have every process recorded as running before `drover run -d` is told
-// it is, and how often the records are read meanwhile.
-const (
-	readyWait = 60 * time.Second
-	readyPoll = 200 * time.Millisecond
-)
-
-// announceRunning records the attempt as running and, on the first
-// attempt that got every process running, tells the caller (Ready).
-func (s *supervisor) announceRunning(conns []*attemptHost) {
-	a := s.a
-	a.r.setRecord(hostConns(conns), func(rec *agent.RunRecord) {
-		rec.State, rec.Attempt, rec.Restarts, rec.Checkpoint = "running", a.n, a.restarts, a.r.newestCheckpoint()
-	})
-	if a.r.opts.Ready == nil {
-		return
-	}
-	procs := append([]*running(nil), s.procs...)
-	go func() {
-		deadline := a.r.now().Add(readyWait)
-		for a.r.now().Before(deadline) {
-			if s.allRunning(procs) {
-				a.r.readyOnce.Do(func() { a.r.opts.Ready(a.r.runID, a.r.runLogDir) })
-				return
-			}
-			time.Sleep(readyPoll)
-		}
-	}()
-}
-
-// allRunning reports whether every process's agent recorded it as
-// started (running, or already ended).
-func (s *supervisor) allRunning(procs []*running) bool {
-	for _, rp := range procs {
-		c := s.byHost[rp.p.Host.Name]
-		st, _ := s.a.processFiles(c, rp.p.Name())
-		rc, err := c.fs.Open(st)
-		if err != nil {
-			return false
-		}
-		var rec agent.State
-		err = json.NewDecoder(rc).Decode(&rec)
-		rc.Close()
-		if err != nil || rec.State == agent.StateStarting {
-			return false
-		}
-	}
-	return true
 }
 
 // stopPoll is how often a detached run's supervisor looks for a stop that
@@ -264,4 +206,72 @@ func supervisorHost() string {
 // describeRun says, for `drover run -d`, how to follow and stop run id.
 func DescribeDetached(id, job string) string {
 	return fmt.Sprintf("run %s started in the background\n  follow: drover logs %s --follow\n  status: drover status %s\n  stop:   drover stop %s", id, job, job, job)
+}
+
+// A detached run's checkpoint record goes with the run: its supervisor
+// keeps a copy in the run's directory on every host (shareCheckpoints),
+// and a supervisor that adopts the run from a machine that has no record
+// of it, or an older one, takes that copy (takeSharedCheckpoints), so the
+// adopted run goes on with the same record, as issue 26 asks: the same
+// sequence numbers, digests and holders.
+
+// sharedRecordFile is the record's copy in a run's directory on a host.
+const sharedRecordFile = "checkpoints.json"
+
+// shareCheckpoints writes the checkpoint record to every host of a
+// detached run when it changed since it was last written there. It runs
+// from the supervisor's stop poll, once a second at most.
+func (r *runner) shareCheckpoints() {
+	if !r.detachedGroup {
+		return
+	}
+	rec, err := r.checkpointRecord(r.logRoot, r.runRec.Job)
+	if err != nil || rec == nil {
+		return
+	}
+	data, n, err := rec.Shared()
+	r.connMu.Lock()
+	conns, changed := r.conns, n != r.sharedChanges
+	r.connMu.Unlock()
+	if err != nil || !changed || conns == nil {
+		return
+	}
+	failed := forEach(conns, func(c *hostConn) error {
+		if c.fs == nil {
+			return errors.New("no file access")
+		}
+		return writeAtomic(c, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID)), sharedRecordFile, data)
+	})
+	if failed != nil {
+		return // written again at the next poll
+	}
+	r.connMu.Lock()
+	r.sharedChanges = n
+	r.connMu.Unlock()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// writeAtomic writes data as dir/name over c (made private to the login
+// user), through a temporary file renamed into place, so that a reader
+// never sees half of it.
+func writeAtomic(c *hostConn, dir, name string, data []byte) error {
+	if err := c.fs.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp := path.Join(dir, "."+name+".tmp")
+	w, err := c.fs.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, werr := w.Write(data)
+	if err := errors.Join(werr, w.Close()); err != nil {
+		return err
+	}
+	return c.fs.Rename(tmp, path.Join(dir, name))
 }

@@ -20,10 +20,12 @@
 // Each attempt ends in exactly one outcome (succeeded, failed, setup
 // failed, host lost, hung, interrupted; see outcomeKind). The supervisor
 // of one attempt is a small type (supervisor: start, stop with a reason,
-// onExit); the run loop decides on the outcome alone whether to restart,
-// and charges the restart to max_restarts, or, for what is the fleet's
+// onExit) that feeds every end to package cause, which names the root
+// cause and says when the group must stop; the run loop decides on the
+// outcome alone, by package restart's policy, whether to restart, and
+// charges the restart to max_restarts, or, for what is the fleet's
 // fault rather than the job's (a lost host, a hang, a controller that
-// stopped sending heartbeats), to max_host_failures (budget). Hang
+// stopped sending heartbeats), to max_host_failures (restart.Budget). Hang
 // detection (hang.go) watches output and DROVER_PROGRESS_FILE; a restart
 // moves a rendezvous port still held, and waits for the job's GPUs to be
 // released.

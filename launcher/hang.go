@@ -82,6 +82,7 @@ func (s *supervisor) checkHang() {
 		idle.Round(time.Second), timeout, rp.p.Name(), rp.p.Host.Name, s.a.r.now().Add(-idle).Format("15:04:05.000"))
 	out := attemptOutcome{kind: outcomeHung, err: errors.New(reason), exitCode: -1}
 	s.out, s.stopping = &out, true
+	s.causes.Stopping(false)
 	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
 	s.send("stacks")
 	s.stacksDone = time.After(stackDumpWait)

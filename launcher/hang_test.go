@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -25,7 +26,7 @@ func TestHangAndPauseIgnoreWallClockStep(t *testing.T) {
 	r.events = &eventLog{w: &events, now: r.now}
 	a := &attempt{r: r, cfg: &config.Config{Job: config.Job{HangTimeout: 10 * time.Second, StopGrace: time.Second}}, n: 1, total: 1}
 	rp := &running{p: plan.Process{Role: plan.RoleWorker, Host: config.Host{Name: "h0"}}, ctl: newControl()}
-	s := &supervisor{a: a, procs: []*running{rp}, remaining: 1}
+	s := &supervisor{a: a, procs: []*running{rp}, remaining: 1, causes: cause.New(0)}
 
 	progressWriter{rp, r.mono}.Write([]byte("step 1\n"))
 	s.ping()

@@ -40,7 +40,7 @@ func (l *lostState) takeLost() map[string]bool {
 // are (waitDialTimeout), so that a restart does not spend a whole connect
 // timeout (10 s by default) on it before host_wait even starts. Every
 // other host gets the configured timeout.
-func (a *attempt) dialFirst(ctx context.Context, hosts []config.Host, opts cluster.DialOptions, lost map[string]bool) ([]cluster.Transport, []error) {
+func (p *connectPhase) dialFirst(ctx context.Context, hosts []config.Host, opts cluster.DialOptions, lost map[string]bool) ([]cluster.Transport, []error) {
 	var gone, rest []int
 	for i, h := range hosts {
 		if lost[h.Name] {
@@ -50,10 +50,10 @@ func (a *attempt) dialFirst(ctx context.Context, hosts []config.Host, opts clust
 		}
 	}
 	if len(gone) == 0 {
-		return cluster.DialAll(ctx, config.Endpoints(hosts), opts)
+		return p.dial.dialAll(ctx, hosts, opts)
 	}
 	bounded := opts
-	bounded.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, a.cfg.Job.HostWait)
+	bounded.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, p.cfg.Job.HostWait)
 	ts, errs := make([]cluster.Transport, len(hosts)), make([]error, len(hosts))
 	var wg sync.WaitGroup
 	for _, part := range []struct {
@@ -67,7 +67,7 @@ func (a *attempt) dialFirst(ctx context.Context, hosts []config.Host, opts clust
 			for k, i := range part.idx {
 				sub[k] = hosts[i]
 			}
-			pts, perrs := cluster.DialAll(ctx, config.Endpoints(sub), part.opts)
+			pts, perrs := p.dial.dialAll(ctx, sub, part.opts)
 			for k, i := range part.idx {
 				ts[i], errs[i] = pts[k], perrs[k]
 			}

@@ -42,7 +42,7 @@ func TestDialFirstBoundsALostHost(t *testing.T) {
 	local := config.Host{Name: "here", Address: "local", Transport: config.TransportLocal}
 
 	r := newRunner(RunOptions{Dial: cluster.DialOptions{ConnectTimeout: 30 * time.Second, AgentSocket: "-"}})
-	a := &attempt{r: r, cfg: &config.Config{Job: config.Job{HostWait: time.Second}}}
+	a := newPhases(&attempt{r: r, cfg: &config.Config{Job: config.Job{HostWait: time.Second}}}).connect
 	r.noteLost("h0")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // ends the test if the bound is missing
 	defer cancel()
@@ -63,8 +63,8 @@ func TestConnectUnresolvableFailsAtOnce(t *testing.T) {
 	typo := config.Host{Name: "gpu-a", Address: "gpu-typo.invalid", Port: 22, User: "u", Transport: config.TransportSSH,
 		IdentityFile: filepath.Join(dir, "id"), KnownHosts: filepath.Join(dir, "known_hosts")}
 	r := newRunner(RunOptions{Dial: cluster.DialOptions{AgentSocket: "-"}})
-	a := &attempt{r: r, n: 1, total: 1, cfg: &config.Config{Job: config.Job{HostWait: 5 * time.Minute},
-		Hosts: []config.Host{typo}, InventoryPath: "job.toml"}}
+	a := newPhases(&attempt{r: r, n: 1, total: 1, cfg: &config.Config{Job: config.Job{HostWait: 5 * time.Minute},
+		Hosts: []config.Host{typo}, InventoryPath: "job.toml"}}).connect
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // ends the test if it waits
 	defer cancel()
 	_, err := a.connect(ctx, []config.Host{typo})

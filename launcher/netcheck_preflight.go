@@ -26,35 +26,35 @@ const (
 // Without a spare left the run fails before anything starts, naming the
 // host. Later attempts skip it: a link that degrades during the run
 // shows in the run's speed, and restarts should be quick.
-func (a *attempt) netPreflight(ctx context.Context, conns []*hostConn) ([]*hostConn, error) {
-	if a.n != 1 || !slices.Contains(a.cfg.Job.Preflight, config.PreflightNet) {
+func (p *connectPhase) netPreflight(ctx context.Context, conns []*hostConn) ([]*hostConn, error) {
+	if p.n != 1 || !slices.Contains(p.cfg.Job.Preflight, config.PreflightNet) {
 		return conns, nil
 	}
 	for {
-		rep, err := a.measureNet(ctx, conns)
+		rep, err := p.measureNet(ctx, conns)
 		if err != nil {
 			return nil, err
 		}
 		if rep.Slowest != "" {
 			h := rep.host(rep.Slowest)
-			a.r.events.printf("%s: network check: slowest host %s at %s", a.prefix(), h.Name, config.FormatBandwidth(h.Rate))
+			p.events.printf("%s: network check: slowest host %s at %s", p.prefix(), h.Name, config.FormatBandwidth(h.Rate))
 		}
-		cerr := CheckMinBandwidth(rep, a.cfg.Job.MinBandwidth)
+		cerr := CheckMinBandwidth(rep, p.cfg.Job.MinBandwidth)
 		var ne *NetError
 		if !errors.As(cerr, &ne) {
 			return conns, cerr
 		}
-		if err := a.swapOut(ctx, conns, ne); err != nil {
+		if err := p.swapOut(ctx, conns, ne); err != nil {
 			return nil, err
 		}
 	}
 }
 
 // measureNet installs the agent where needed and measures conns' links.
-func (a *attempt) measureNet(ctx context.Context, conns []*hostConn) (*NetReport, error) {
+func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*NetReport, error) {
 	peers := make([]*netPeer, len(conns))
 	err := forEach(conns, func(c *hostConn) error {
-		bin, err := remote.Install(ctx, c.t, a.r.agents())
+		bin, err := remote.Install(ctx, c.t, p.agents())
 		if err != nil {
 			return err
 		}
@@ -64,7 +64,7 @@ func (a *attempt) measureNet(ctx context.Context, conns []*hostConn) (*NetReport
 	if err != nil {
 		return nil, err
 	}
-	setIfaces(ctx, a.cfg.Job, peers)
+	setIfaces(ctx, p.cfg.Job, peers)
 	d := DefaultNetDuration
 	if len(peers) > 1 {
 		d = max(netLinkMin, min(d, netPreflightBudget/time.Duration(len(peers)-1)))
@@ -74,9 +74,8 @@ func (a *attempt) measureNet(ctx context.Context, conns []*hostConn) (*NetReport
 
 // swapOut replaces each host ne names by a spare, for the rest of the
 // run; an error when no spare is left.
-func (a *attempt) swapOut(ctx context.Context, conns []*hostConn, ne *NetError) error {
-	opts := a.r.opts.Dial
-	opts.Inventory = config.Endpoints(a.cfg.Hosts)
+func (p *connectPhase) swapOut(ctx context.Context, conns []*hostConn, ne *NetError) error {
+	opts := p.dialOptions()
 	for _, bad := range ne.Hosts {
 		i := slices.IndexFunc(conns, func(c *hostConn) bool { return c.host.Name == bad.Name })
 		if i < 0 {
@@ -86,22 +85,22 @@ func (a *attempt) swapOut(ctx context.Context, conns []*hostConn, ne *NetError) 
 		for k, c := range conns {
 			inUse[k] = c.host
 		}
-		spare, t, err := a.takeSpare(ctx, inUse, opts)
+		spare, t, err := p.takeSpare(ctx, inUse, opts)
 		if err != nil {
 			return fmt.Errorf("%w; preflight = [\"net\"] keeps %s out: %v", ne, bad.Name, err)
 		}
 		orig := bad.Name
-		for o, sp := range a.r.replaced {
+		for o, sp := range p.replaced {
 			if sp == bad.Name {
 				orig = o // a spare that failed: its host gets the next one
 			}
 		}
-		a.r.replaced[orig] = spare.Name
-		a.r.events.printf("%s: %s kept out by the network check; replaced by spare %s (%s)", a.prefix(), bad.Name, spare.Name, spare.Address)
+		p.replaced[orig] = spare.Name
+		p.events.printf("%s: %s kept out by the network check; replaced by spare %s (%s)", p.prefix(), bad.Name, spare.Name, spare.Address)
 		spare.Spare = false // it stands in for the host: the plan gives it its ranks
 		conns[i] = &hostConn{host: spare, t: t}
-		a.r.pool.add(conns[i])
-		a.r.pool.keepOnly(append(inUse[:i:i], append([]config.Host{spare}, inUse[i+1:]...)...))
+		p.pool.add(conns[i])
+		p.pool.keepOnly(append(inUse[:i:i], append([]config.Host{spare}, inUse[i+1:]...)...))
 	}
 	return nil
 }

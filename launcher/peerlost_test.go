@@ -10,25 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestPeerLost(t *testing.T) {
-	for _, tc := range []struct {
-		cause string
-		want  bool
-	}{
-		{"stderr: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.231.3.11]:22911", true},
-		{"stderr: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:575] Read error [10.0.0.2]:45231: Connection reset by peer", true},
-		{"RuntimeError: NCCL communicator encountered error: remote process exited or there was a network error (train.py:88)", true},
-		{"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, remote process exited or there was a network error, NCCL version 2.19.3 ncclRemoteError", true},
-		{"stderr: RuntimeError: failed to recv, got 0 bytes", true},
-		{"stderr: BrokenPipeError: [Errno 32] Broken pipe", true},
-		{"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (train.py:212)", false},
-		{"stderr: KeyError: 'lr'", false},
-		{"", false},
-	} {
-		assert.Equal(t, tc.want, peerLost(tc.cause), tc.cause)
-	}
-}
-
 // A failure that reads as a lost peer waits for the exit that explains
 // it, which is then the root cause, whichever drover heard of first: in a
 // DDP desync the rank that finished early closes its sockets while it

@@ -1,20 +1,13 @@
 package launcher
 
 import (
-	"context"
-	"fmt"
-
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
-// The crash-loop breaker (max_restarts_without_progress): a script with a
-// bug that no restart fixes fails the same way after every resume, and
-// restarting it max_restarts times burns that many attempts of the whole
-// fleet. A restart made progress when a checkpoint newer than the one it
-// resumed from appeared before it failed; the run stops after that many
-// restarts in a row made none. An attempt that started from scratch is
-// not judged: a job that never checkpoints (or has not yet) cannot show
-// progress this way, and the breaker leaves it alone.
+// The crash-loop breaker (max_restarts_without_progress) is package
+// restart's; an attempt notes here what it learns of its progress
+// (ckptPhase.noteResumed and checkProgress).
 
 // attemptProgress is what the breaker learns of one attempt.
 type attemptProgress struct {
@@ -27,65 +20,11 @@ type attemptProgress struct {
 	newer bool
 }
 
-// noteResumed records which checkpoint the attempt resumes from, given
-// the DROVER_RESUME_FROM paths that staging returned.
-func (a *attempt) noteResumed(paths map[string]string) {
-	rec, err := a.r.checkpointRecord(a.cfg.Job.Name)
-	if err != nil || len(paths) == 0 {
-		return
+// policy is what the crash-loop breaker (restart.Breaker) needs of p.
+func (p attemptProgress) policy() restart.Progress {
+	rp := restart.Progress{Ran: p.ran, Newer: p.newer}
+	if p.resumed != nil {
+		rp.Resumed = p.resumed.Name
 	}
-	for host, p := range paths {
-		if e, ok := rec.Holding(host, p); ok {
-			a.progress.resumed = &e
-			return
-		}
-	}
-}
-
-// checkProgress lists the checkpoints once more after a failed attempt
-// that resumed from one, and notes whether a newer one appeared.
-func (a *attempt) checkProgress(ctx context.Context, conns []*attemptHost) {
-	if a.progress.resumed == nil || a.cfg.Job.MaxRestartsWithoutProgress == 0 {
-		return
-	}
-	m, err := a.checkpoints()
-	if err != nil {
-		return
-	}
-	newest, ok, err := m.Newest(ctx, a.checkpointHosts(conns), a.checkpointSettings())
-	if err != nil {
-		// Unknown: count it as progress rather than stop a run on a
-		// listing that failed.
-		a.r.events.printf("%s: listing the checkpoints after the failure: %v", a.prefix(), err)
-		a.progress.newer = true
-		return
-	}
-	a.progress.newer = ok && newest.Seq > a.progress.resumed.Seq
-}
-
-// breaker counts the restarts in a row that made no progress.
-type breaker struct {
-	inARow int
-}
-
-// judge takes a failed attempt's progress into account and returns why
-// the run must stop, or nil. lastFailure is the attempt's error.
-func (b *breaker) judge(limit int, p attemptProgress, lastFailure error) error {
-	if !p.ran {
-		return nil
-	}
-	if limit <= 0 || p.resumed == nil || p.newer {
-		b.inARow = 0
-		return nil
-	}
-	b.inARow++
-	if b.inARow < limit {
-		return nil
-	}
-	noun := "restarts"
-	if b.inARow == 1 {
-		noun = "restart"
-	}
-	return fmt.Errorf("%d %s in a row made no progress: every attempt resumed from %s and failed before a newer checkpoint; last failure: %v "+
-		"(fix the failure, or raise max_restarts_without_progress = %d)", b.inARow, noun, p.resumed.Name, lastFailure, limit)
+	return rp
 }

@@ -12,25 +12,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
-func TestBreakerJudge(t *testing.T) {
+// The breaker (restart.Breaker) learns of an attempt what policy()
+// gives: the name of the checkpoint it resumed from, none for a start
+// from scratch.
+func TestAttemptProgressPolicy(t *testing.T) {
 	from := &checkpoint.Entry{Seq: 1, Name: "step-10"}
-	fail := errors.New("worker-0@a exited 1")
-	var b breaker
-	assert.NoError(t, b.judge(2, attemptProgress{ran: true}, fail), "from scratch: not judged")
-	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from}, fail))
-	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from, newer: true}, fail), "progress resets the count")
-	assert.NoError(t, b.judge(2, attemptProgress{ran: true, resumed: from}, fail))
-	assert.NoError(t, b.judge(2, attemptProgress{}, fail), "a setup failure neither counts nor resets")
-	err := b.judge(2, attemptProgress{ran: true, resumed: from}, fail)
-	require.Error(t, err)
-	assert.Equal(t, "2 restarts in a row made no progress: every attempt resumed from step-10 and failed before a newer checkpoint; "+
-		"last failure: worker-0@a exited 1 (fix the failure, or raise max_restarts_without_progress = 2)", err.Error())
-	var off breaker
-	for range 5 {
-		assert.NoError(t, off.judge(0, attemptProgress{ran: true, resumed: from}, fail), "0 turns it off")
-	}
+	assert.Equal(t, restart.Progress{Ran: true}, attemptProgress{ran: true}.policy())
+	assert.Equal(t, restart.Progress{Ran: true, Resumed: "step-10", Newer: true}, attemptProgress{ran: true, resumed: from, newer: true}.policy())
+	var b restart.Breaker
+	require.NoError(t, b.Judge(1, attemptProgress{ran: true}.policy(), errors.New("x")), "from scratch: not judged")
+	require.Error(t, b.Judge(1, attemptProgress{ran: true, resumed: from}.policy(), errors.New("x")))
 }
 
 // stepScript is a training stand-in: rank 0 counts steps from the

@@ -7,8 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
 // RunOptions configures a supervised run of a job.
@@ -43,8 +44,13 @@ type RunOptions struct {
 	// Hard is closed when the user insists (second Ctrl-C): processes are
 	// killed at once instead of being given their grace period.
 	Hard <-chan struct{}
-	// Now and Sleep are the clock; tests leave them nil.
-	Now   func() time.Time
+	// Now is the wall clock (nil: time.Now): it stamps events, causes
+	// and the log directory's name; one test freezes it. Hangs and
+	// heartbeats are measured on the monotonic clock whatever Now says.
+	Now func() time.Time
+	// Sleep waits out the restart backoff, a lost host's redial and a
+	// detached run's re-attach (nil: a timer that ctx cuts short).
+	// Nothing sets it today.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Env is extra environment for every process, after the plan's; tests
 	// use it, users use [job.env].
@@ -72,7 +78,8 @@ type RunOptions struct {
 	// first attempt that started them all runs.
 	Ready func(runID, logDir string)
 
-	// peerLostSettle replaces peerLostSettle (the constant) in tests.
+	// peerLostSettle replaces cause.PeerLostSettle, the hold of a failure
+	// that reads as a lost peer, in tests (0: that constant).
 	peerLostSettle time.Duration
 }
 
@@ -140,9 +147,8 @@ type runner struct {
 	agents func() remote.Agents
 
 	mu       sync.Mutex
-	procs    map[string]*ProcSummary // by process name
-	order    []string
-	replaced map[string]string // unreachable host name -> spare name
+	table    procTable    // the summary, under mu
+	replaced replacements // unreachable host name -> spare name
 	// logRoot is the directory holding every run's logs (runs/).
 	logRoot string
 	// leases are this run's hold on the hosts' workdirs.
@@ -153,8 +159,8 @@ type runner struct {
 	// attempt that got as far as its plan (see noteMembership).
 	lastHosts []string
 	lastWorld int
-	// logFailOnce: a failing local log disk is reported once per run.
-	logFailOnce sync.Once
+	// logFail: a failing local log disk is reported once per run.
+	logFail *logFailure
 	ckptState
 	lostState
 	detachState
@@ -162,7 +168,7 @@ type runner struct {
 }
 
 func newRunner(opts RunOptions) *runner {
-	r := &runner{opts: opts, procs: map[string]*ProcSummary{}, replaced: map[string]string{}, pool: newConnPool()}
+	r := &runner{opts: opts, table: procTable{procs: map[string]*ProcSummary{}}, replaced: replacements{}, pool: newConnPool()}
 	found := make(chan remote.Agents, 1)
 	go func() { found <- remote.FindAgents(opts.AgentBinary) }()
 	r.agents = sync.OnceValue(func() remote.Agents { return <-found })
@@ -184,6 +190,7 @@ func newRunner(opts RunOptions) *runner {
 		ev = io.Discard
 	}
 	r.events = &eventLog{w: ev, now: r.now}
+	r.logFail = &logFailure{events: r.events}
 	r.abort = make(chan struct{})
 	r.runID = opts.RunID
 	if r.runID == "" {
@@ -225,7 +232,8 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// Deferred first, so it runs last: the leases are given back over
 	// these connections.
 	defer r.pool.closeAll()
-	ctx, releaseLeases := r.startLeases(ctx, cfg.Job.Name)
+	var releaseLeases func()
+	ctx, r.leases, releaseLeases = startLeases(ctx, cfg.Job.Name, r.now(), r.opts.Force, r.events)
 	defer releaseLeases()
 	ctx, stopRequested := context.WithCancelCause(ctx)
 	defer stopRequested(nil)
@@ -256,24 +264,24 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 // attempts runs the job's attempts until one ends the run.
 func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) (*Result, error) {
 
-	var b budget
-	var stuck breaker
-	first := r.firstRestart(cfg)
+	var b restart.Budget
+	var stuck restart.Breaker
+	first := firstRestart(r.opts, r.events, cfg)
 	start := 1
 	if ad := r.adopting; ad != nil {
-		start, first, b.restarts = ad.rec.Attempt, 0, ad.rec.Restarts
+		start, first, b.Restarts = ad.rec.Attempt, 0, ad.rec.Restarts
 	}
 	r.firstAttempt = start
 	for n := start; ; n++ {
 		res.Attempts = n
 		if n > start {
-			cfg = r.reload(cfg, n, b.total(cfg.Job))
+			cfg = r.reload(cfg, n, b.Total(cfg.Job))
 		}
-		total := b.total(cfg.Job)
-		a := &attempt{r: r, cfg: cfg, n: n, total: total, restarts: first + b.restarts + b.hostFailures,
+		total := b.Total(cfg.Job)
+		a := &attempt{r: r, cfg: cfg, n: n, total: total, restarts: first + b.Used(),
 			logDir: filepath.Join(res.LogDir, fmt.Sprintf("attempt-%d", n))}
 		a.adopt, r.adopting = r.adopting, nil
-		r.saveRestart(cfg, a.restarts)
+		saveRestart(r.opts, r.events, cfg, a.restarts)
 		out := a.run(ctx)
 		if out.kind == outcomeAdoptable {
 			if ad, _ := r.findAdoptable(ctx, cfg); ad != nil {
@@ -326,11 +334,11 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 // max_host_failures or max_restarts_without_progress), makes sure every
 // lease is still this run's, and waits the backoff. A non-nil Result ends
 // the run with it.
-func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *budget, stuck *breaker, a *attempt, out attemptOutcome) *Result {
+func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *restart.Budget, stuck *restart.Breaker, a *attempt, out attemptOutcome) *Result {
 	// An adopted run's first attempt is its first here.
-	err := b.spend(cfg.Job, out, a.n-r.firstAttempt+1)
+	err := b.Spend(cfg.Job, out.policy(), a.n-r.firstAttempt+1)
 	if err == nil {
-		err = stuck.judge(cfg.Job.MaxRestartsWithoutProgress, a.progress, out.err)
+		err = stuck.Judge(cfg.Job.MaxRestartsWithoutProgress, a.progress.policy(), out.err)
 	}
 	if err != nil {
 		r.events.printf("job %s failed: %v", cfg.Job.Name, err)
@@ -338,14 +346,14 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	}
 	check := a.leaseCheck
 	if check == nil {
-		check = func() error { return r.checkLeases(ctx) }
+		check = func() error { return checkLeases(ctx, r.leases, r.events) }
 	}
 	if lost := check(); lost != nil {
 		return r.finish(res, Failed, lost)
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "restarting" })
-	delay := backoff(cfg.Job, b.restarts+b.hostFailures)
-	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.total(cfg.Job), delay.Round(time.Millisecond))
+	delay := restart.Backoff(cfg.Job, b.Used())
+	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))
 	if err := r.sleep(ctx, delay); err != nil {
 		if lost := lostLease(ctx, nil); lost != nil {
 			return r.finish(res, Failed, lost)
@@ -358,41 +366,8 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		// would cost every restart a round trip to every host.
 		return nil
 	}
-	if lost := r.checkLeases(ctx); lost != nil {
+	if lost := checkLeases(ctx, r.leases, r.events); lost != nil {
 		return r.finish(res, Failed, lost)
-	}
-	return nil
-}
-
-// budget counts the restarts a run has used, by cause: lost hosts and
-// hangs (the fleet's fault) count against max_host_failures, everything
-// else against max_restarts, as JobSet's RestartJobSetAndIgnoreMaxRestarts
-// does for node failures.
-type budget struct {
-	restarts, hostFailures int
-}
-
-// total is the number of attempts the run may take as things stand: each
-// host failure adds one beyond max_restarts + 1.
-func (b budget) total(job config.Job) int { return job.MaxRestarts + 1 + b.hostFailures }
-
-// spend takes a restart for out from the budget, or returns why the run
-// ends here: the policy says not to restart, or the budget is spent.
-func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
-	retry, why := retryable(job, out, attempt)
-	switch {
-	case !retry:
-		return fmt.Errorf("%v; not restarting: %s", out.err, why)
-	case out.kind == outcomeHostLost || out.kind == outcomeHung:
-		if b.hostFailures >= job.MaxHostFailures {
-			return fmt.Errorf("%v; no restarts left for lost hosts and hangs (max_host_failures = %d)", out.err, job.MaxHostFailures)
-		}
-		b.hostFailures++
-	default:
-		if b.restarts >= job.MaxRestarts {
-			return fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.err, job.MaxRestarts)
-		}
-		b.restarts++
 	}
 	return nil
 }
@@ -402,7 +377,9 @@ func (b *budget) spend(job config.Job, out attemptOutcome, attempt int) error {
 // gone (`drover run ... 2>&1 | head -1`).
 func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 	res.Outcome, res.Err = o, err
-	res.Processes = r.summaries()
+	r.mu.Lock()
+	res.Processes = r.table.summaries()
+	r.mu.Unlock()
 	r.events.summary(res)
 	return res
 }
@@ -446,53 +423,27 @@ func (r *runner) openLogs(cfg *config.Config) (string, error) {
 	}
 }
 
-// backoff is restart_backoff doubled per restart, capped.
-func backoff(job config.Job, restarts int) time.Duration {
-	d := job.RestartBackoff
-	for i := 1; i < restarts && d < job.RestartBackoffMax; i++ {
-		d *= 2
-	}
-	if job.RestartBackoffMax > 0 && d > job.RestartBackoffMax {
-		d = job.RestartBackoffMax
-	}
-	return d
-}
-
-// retryable applies restart_policy and the exit-status lists to how
-// attempt n ended. A setup failure is worth another attempt only on a
-// restart (the first attempt fails fast, so that a typo does not cost
-// minutes) and unless it is a configuration error or marked permanent.
-func retryable(job config.Job, out attemptOutcome, n int) (bool, string) {
-	exited := out.kind == outcomeFailed && out.exitCode > 0
-	switch {
-	case exited && slices.Contains(job.FatalExitCodes, out.exitCode):
-		return false, fmt.Sprintf("exit status %d is in fatal_exit_codes", out.exitCode)
-	case exited && slices.Contains(job.RetryExitCodes, out.exitCode):
-		return true, ""
-	case job.RestartPolicy == config.RestartNever:
-		return false, `restart_policy = "never"`
-	case out.kind == outcomeSetupFailed && (n == 1 || out.permanent || config.IsConfigError(out.err) || IsHeld(out.err)):
-		return false, "the group could not be set up (see the error above)"
-	case job.RestartPolicy == config.RestartExitCode && exited && out.exitCode <= 127:
-		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.exitCode)
-	}
-	return true, ""
-}
-
 // register adds p to the summary in plan order.
 func (r *runner) register(p plan.Process) *ProcSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.registerLocked(p)
+	return r.table.registerLocked(p)
 }
 
-func (r *runner) registerLocked(p plan.Process) *ProcSummary {
+// procTable is the end-of-run summary's rows, by process name in plan
+// order; the runner's mu guards it.
+type procTable struct {
+	procs map[string]*ProcSummary
+	order []string
+}
+
+func (t *procTable) registerLocked(p plan.Process) *ProcSummary {
 	key := p.Name()
-	s, ok := r.procs[key]
+	s, ok := t.procs[key]
 	if !ok {
 		s = &ProcSummary{Name: key, Host: p.Host.Name, Exit: "not started"}
-		r.procs[key] = s
-		r.order = append(r.order, key)
+		t.procs[key] = s
+		t.order = append(t.order, key)
 	}
 	return s
 }
@@ -500,7 +451,7 @@ func (r *runner) registerLocked(p plan.Process) *ProcSummary {
 func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.registerLocked(p)
+	s := r.table.registerLocked(p)
 	s.Host = p.Host.Name
 	s.Attempts++
 	s.Exit = exit
@@ -513,16 +464,15 @@ func (r *runner) record(p plan.Process, exit string, d time.Duration) {
 func (r *runner) recordCause(p plan.Process, cause string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.registerLocked(p)
+	s := r.table.registerLocked(p)
 	s.Cause, s.CauseAt = cause, at
 }
 
-func (r *runner) summaries() []ProcSummary {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]ProcSummary, 0, len(r.order))
-	for _, k := range r.order {
-		out = append(out, *r.procs[k])
+// summaries are the rows (the caller holds the runner's mu).
+func (t *procTable) summaries() []ProcSummary {
+	out := make([]ProcSummary, 0, len(t.order))
+	for _, k := range t.order {
+		out = append(out, *t.procs[k])
 	}
 	return out
 }
@@ -614,3 +564,153 @@ func writeCauses(w io.Writer, procs []ProcSummary) {
 		fmt.Fprintf(w, "%s: %s on %s: %s\n", label, p.Name, p.Host, cluster.Escape(p.Cause))
 	}
 }
+
+// startLeases gives the run its workdir leases (see package lease). The
+// returned context ends, with a *lease.LostError as its cause, when
+// another run takes a workdir over with --force; release gives every
+// lease back and must run after the last process stopped.
+func startLeases(ctx context.Context, job string, now time.Time, force bool, events *eventLog) (_ context.Context, _ *lease.Holder, release func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	leases := lease.New(lease.Self(job, now), lease.Options{
+		Force: force,
+		Logf:  events.printf,
+		Lost:  func(err error) { events.printf("%v", err); cancel(err) },
+	})
+	return ctx, leases, func() {
+		leases.Release()
+		cancel(nil)
+	}
+}
+
+// checkLeases reads every lease of the run before a restart (see
+// lease.Holder.Check): the attempt that just failed may have failed
+// because another run took the workdirs over with --force and stopped
+// its processes as leftovers, and restarting would stop that run's
+// processes in turn. A lease taken is a *lease.LostError, said as an
+// event: the run then ends without restarting.
+func checkLeases(ctx context.Context, leases *lease.Holder, events *eventLog) error {
+	if lost := lostLease(ctx, nil); lost != nil {
+		return lost // a renewal found it first, and said so
+	}
+	err := leases.Check(ctx)
+	var le *lease.LostError
+	if !errors.As(err, &le) {
+		return nil
+	}
+	events.printf("%v", err)
+	return err
+}
+
+// checkLeasesSoon starts checkLeases now and returns its wait: a failed
+// attempt starts it as it begins to stop its group, so that the check the
+// restart needs costs it no round trip of its own. A lease taken over
+// after the check is still found: by the next attempt's lease, and by
+// every host's agent before it stops a leftover.
+func (r *runner) checkLeasesSoon(ctx context.Context) func() error {
+	done := make(chan error, 1)
+	go func() { done <- checkLeases(ctx, r.leases, r.events) }()
+	return func() error { return <-done }
+}
+
+// lostLease is the *lease.LostError that ended the run, when one did:
+// the cause of ctx (a renewal found the lease taken) or err (an attempt
+// found it taken: a newer forced run's lease at Acquire, or a host's
+// agent refusing to stop leftovers for a run that no longer holds it).
+func lostLease(ctx context.Context, err error) error {
+	var le *lease.LostError
+	if cause := context.Cause(ctx); errors.As(cause, &le) {
+		return cause
+	}
+	if errors.As(err, &le) {
+		return err
+	}
+	return nil
+}
+
+// IsLost reports whether err is (or wraps) a workdir another run took
+// over: the run failed (exit status 1) without restarting.
+func IsLost(err error) bool {
+	var le *lease.LostError
+	return errors.As(err, &le)
+}
+
+// IsHeld reports whether err is (or wraps) a workdir held by another live
+// run, which the CLI reports like a configuration error (exit status 2).
+func IsHeld(err error) bool {
+	var he *lease.HeldError
+	return errors.As(err, &he)
+}
+
+// logFileWriter is a process's local log file as its stream sees it: a
+// write that fails (the log disk is full, or gone) is reported once per
+// run and then swallowed, so that the stream goes on to the terminal and
+// the remote process never blocks on its stdout. The file gets nothing
+// more after its first failed write, so it ends at a whole line (the hosts
+// keep the whole log in <workdir>/.drover/logs/). A file that could not be
+// created at all (f nil) takes nothing.
+type logFileWriter struct {
+	f      *os.File
+	fail   *logFailure
+	failed bool
+}
+
+// Write never fails.
+func (w *logFileWriter) Write(p []byte) (int, error) {
+	if w.failed || w.f == nil {
+		return len(p), nil
+	}
+	if _, err := w.f.Write(p); err != nil {
+		w.failed = true
+		w.fail.report(path.Dir(path.Dir(w.f.Name())), err)
+	}
+	return len(p), nil
+}
+
+func (w *logFileWriter) Close() error {
+	if w.f == nil {
+		return nil
+	}
+	return w.f.Close()
+}
+
+// createLog creates a process's local log file (see logFileWriter). Its
+// sink serialises the writes, so the writer needs no lock of its own.
+func (r *runner) createLog(file string) io.WriteCloser {
+	f, err := os.Create(file)
+	if err != nil {
+		r.logFail.report(path.Dir(path.Dir(file)), err)
+		f = nil
+	}
+	return &logFileWriter{f: f, fail: r.logFail}
+}
+
+// makeDir creates an attempt's log directory. A restart on a full log
+// disk goes on without local logs rather than failing: the files it then
+// cannot create say so, once, in createLog.
+func (l *logFailure) makeDir(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		l.report(path.Dir(dir), err)
+	}
+}
+
+// report says, once per run and loudly, that the local logs under
+// runDir are incomplete and where the whole logs are. err names the file
+// and the operation (an *fs.PathError).
+// logFailure reports, once per run, that the local logs cannot be
+// written.
+type logFailure struct {
+	once   sync.Once
+	events *eventLog
+}
+
+func (l *logFailure) report(runDir string, err error) {
+	l.once.Do(func() {
+		l.events.printf("WARNING: cannot write the local logs (%v). The log files under %s are incomplete from here on; "+
+			"output still streams to this terminal, and every host keeps the whole log in <workdir>/%s/attempt-<n>/. "+
+			"The processes are not held up.", err, runDir, hostLogDir)
+	})
+}
+
+// hostLogDir is where the agent keeps each process's log on its host,
+// under the workdir.
+const hostLogDir = ".drover/logs"

@@ -21,106 +21,31 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
-func TestBackoff(t *testing.T) {
-	tests := []struct {
-		base, max time.Duration
-		restarts  int
-		want      time.Duration
-	}{
-		{time.Second, 30 * time.Second, 1, time.Second},
-		{time.Second, 30 * time.Second, 2, 2 * time.Second},
-		{time.Second, 30 * time.Second, 3, 4 * time.Second},
-		{time.Second, 30 * time.Second, 5, 16 * time.Second},
-		{time.Second, 30 * time.Second, 6, 30 * time.Second},
-		{time.Second, 30 * time.Second, 100, 30 * time.Second},
-		{200 * time.Millisecond, 200 * time.Millisecond, 4, 200 * time.Millisecond},
-		{0, 0, 3, 0},
-	}
-	for _, tt := range tests {
-		job := config.Job{RestartBackoff: tt.base, RestartBackoffMax: tt.max}
-		assert.Equal(t, tt.want, backoff(job, tt.restarts), "base %s max %s restart %d", tt.base, tt.max, tt.restarts)
-	}
-}
-
-func TestRetryable(t *testing.T) {
-	exited := func(code int) attemptOutcome { return attemptOutcome{kind: outcomeFailed, exitCode: code} }
-	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1}
-	hung := attemptOutcome{kind: outcomeHung, exitCode: -1}
-	setup := setupFailed(errors.New("preflight"))
-	setupLost := setupFailed(fmt.Errorf("push to h1: %w", cluster.ErrConnectionLost))
-	setupConfig := setupFailed(config.ConfigErrors{{File: "job.toml", Msg: "bad"}})
-	setupFinal := attemptOutcome{kind: outcomeSetupFailed, exitCode: -1, err: errors.New("h1: auth"), permanent: true}
-	onFailure := config.Job{RestartPolicy: config.RestartOnFailure}
-	lists := config.Job{RestartPolicy: config.RestartExitCode, RetryExitCodes: []int{75}, FatalExitCodes: []int{137}}
-	never := config.Job{RestartPolicy: config.RestartNever, RetryExitCodes: []int{75}}
-	tests := []struct {
-		job     config.Job
-		out     attemptOutcome
-		attempt int
-		retry   bool
-		why     string
-	}{
-		{onFailure, exited(1), 1, true, ""},
-		{onFailure, exited(137), 1, true, ""},
-		{onFailure, lost, 1, true, ""},
-		{onFailure, hung, 1, true, ""},
-		{onFailure, setup, 1, false, "could not be set up"},
-		// A setup error at a restart (a push that failed once) is retried;
-		// configuration errors and refusals are not.
-		{onFailure, setup, 2, true, ""},
-		{onFailure, setupConfig, 2, false, "could not be set up"},
-		{onFailure, setupFinal, 2, false, "could not be set up"},
-		{onFailure, setupLost, 1, true, ""},
-		{config.Job{}, exited(2), 1, true, ""}, // the default is on-failure
-		{config.Job{RestartPolicy: config.RestartNever}, exited(1), 1, false, `restart_policy = "never"`},
-		{config.Job{RestartPolicy: config.RestartNever}, lost, 1, false, `restart_policy = "never"`},
-		{config.Job{RestartPolicy: config.RestartExitCode}, exited(1), 1, false, `exit status 1 is permanent under restart_policy = "exit-code"`},
-		{config.Job{RestartPolicy: config.RestartExitCode}, exited(127), 1, false, "exit status 127 is permanent"},
-		{config.Job{RestartPolicy: config.RestartExitCode}, exited(128), 1, true, ""},
-		{config.Job{RestartPolicy: config.RestartExitCode}, exited(255), 1, true, ""},
-		{config.Job{RestartPolicy: config.RestartExitCode}, lost, 1, true, ""},
-		{config.Job{RestartPolicy: config.RestartExitCode}, setup, 1, false, "could not be set up"},
-		{config.Job{RestartPolicy: config.RestartExitCode}, setupLost, 1, true, ""},
-		// retry_exit_codes and fatal_exit_codes win over the policy.
-		{lists, exited(75), 1, true, ""},
-		{lists, exited(3), 1, false, "exit status 3 is permanent"},
-		{lists, exited(137), 1, false, "exit status 137 is in fatal_exit_codes"},
-		{lists, exited(143), 1, true, ""},
-		{config.Job{FatalExitCodes: []int{2}}, exited(2), 1, false, "exit status 2 is in fatal_exit_codes"},
-		{config.Job{FatalExitCodes: []int{2}}, exited(3), 1, true, ""},
-		{never, exited(75), 1, true, ""},
-		{never, exited(76), 1, false, `restart_policy = "never"`},
-	}
-	for _, tt := range tests {
-		retry, why := retryable(tt.job, tt.out, tt.attempt)
-		assert.Equal(t, tt.retry, retry, "%+v %+v attempt %d", tt.job, tt.out, tt.attempt)
-		if tt.why == "" {
-			assert.Empty(t, why)
-		} else {
-			assert.Contains(t, why, tt.why)
-		}
-	}
-}
-
-// TestBudget: lost hosts and hangs count against max_host_failures, never
-// against max_restarts, and the other way round.
-func TestBudget(t *testing.T) {
-	job := config.Job{MaxRestarts: 1, MaxHostFailures: 2}
-	failed := attemptOutcome{kind: outcomeFailed, exitCode: 1, err: errors.New("worker-1@b exited 1")}
-	lost := attemptOutcome{kind: outcomeHostLost, exitCode: -1, err: errors.New("worker-1@b: b lost")}
-	hung := attemptOutcome{kind: outcomeHung, exitCode: -1, err: errors.New("group hung")}
-	var b budget
-	assert.Equal(t, 2, b.total(job))
-	require.NoError(t, b.spend(job, lost, 1))
-	require.NoError(t, b.spend(job, failed, 2))
-	require.NoError(t, b.spend(job, hung, 3))
-	assert.Equal(t, budget{restarts: 1, hostFailures: 2}, b)
-	assert.Equal(t, 4, b.total(job), "each host failure adds an attempt")
-	assert.EqualError(t, b.spend(job, failed, 4), "worker-1@b exited 1; no restarts left (max_restarts = 1)")
-	assert.EqualError(t, b.spend(job, hung, 4), "group hung; no restarts left for lost hosts and hangs (max_host_failures = 2)")
+// The restart policy (package restart) sees an attempt's outcome as
+// policy() gives it: a connection lost during setup is a lost host, and a
+// workdir another run holds is as permanent as refused credentials.
+func TestOutcomePolicy(t *testing.T) {
+	lost := setupFailed(fmt.Errorf("push to h1: %w", cluster.ErrConnectionLost)).policy()
+	assert.Equal(t, restart.HostLost, lost.Kind)
+	assert.Equal(t, -1, lost.ExitCode)
+	held := setupFailed(fmt.Errorf("lease: %w", &lease.HeldError{})).policy()
+	assert.Equal(t, restart.SetupFailed, held.Kind)
+	assert.True(t, held.Permanent)
+	assert.False(t, setupFailed(errors.New("preflight")).policy().Permanent)
+	final := attemptOutcome{kind: outcomeSetupFailed, exitCode: -1, err: errors.New("h1: auth"), permanent: true}.policy()
+	assert.Equal(t, restart.Outcome{Kind: restart.SetupFailed, ExitCode: -1, Err: errors.New("h1: auth"), Permanent: true}, final)
+	exited := attemptOutcome{kind: outcomeFailed, exitCode: 137, err: errors.New("worker-1@b exited 137")}.policy()
+	assert.Equal(t, restart.Outcome{Kind: restart.Failed, ExitCode: 137, Err: errors.New("worker-1@b exited 137")}, exited)
+	retry, _ := restart.Retryable(config.Job{}, setupFailed(fmt.Errorf("push to h1: %w", cluster.ErrConnectionLost)).policy(), 1)
+	assert.True(t, retry, "a lost host during the first setup is retried")
+	retry, why := restart.Retryable(config.Job{}, setupFailed(config.ConfigErrors{{File: "job.toml", Msg: "bad"}}).policy(), 2)
+	assert.False(t, retry)
+	assert.Contains(t, why, "could not be set up")
 }
 
 func TestSucceededPolicy(t *testing.T) {

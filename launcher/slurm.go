@@ -29,15 +29,15 @@ type sharedFS interface{ SharesFS() bool }
 // pushTargets are the hosts whose workdir gets the code (workdirClaims).
 // A node reached over Slurm that does not see this machine's workdir has
 // one of its own and gets its own push, as over SSH, and the events say so.
-func (a *attempt) pushTargets(conns []*attemptHost) []*attemptHost {
+func (p *pushPhase) pushTargets(conns []*attemptHost) []*attemptHost {
 	var out []*attemptHost
-	claims := newWorkdirClaims(a.cfg.Job.Code)
+	claims := newWorkdirClaims(p.cfg.Job.Code)
 	for _, c := range conns {
 		if claims.skip(c.host, c.t, c.home) != "" {
 			continue
 		}
 		if _, shared := sharedWorkdir(c.host, c.t, c.home); !shared && c.host.Transport == config.TransportSlurm {
-			a.r.events.printf("%s: workdir %s is not shared with node %s: pushing", a.prefix(), remoteAbs(c.home, c.host.Workdir), c.host.Name)
+			p.events.printf("%s: workdir %s is not shared with node %s: pushing", p.prefix(), remoteAbs(c.home, c.host.Workdir), c.host.Name)
 		}
 		out = append(out, c)
 	}
@@ -122,37 +122,37 @@ func restartStateDir(cfg *config.Config) (string, error) {
 // Slurm RestartOffset (0); inside, it continues from the last count used
 // for the Slurm job (see slurm.FirstRestart). State that cannot be read is
 // a warning: the run goes on from SLURM_RESTART_COUNT.
-func (r *runner) firstRestart(cfg *config.Config) int {
-	if r.opts.SlurmJobID == "" {
-		return r.opts.RestartOffset
+func firstRestart(opts RunOptions, events *eventLog, cfg *config.Config) int {
+	if opts.SlurmJobID == "" {
+		return opts.RestartOffset
 	}
 	dir, err := restartStateDir(cfg)
 	var last int
 	var known bool
 	if err == nil {
-		last, known, err = slurm.LoadRestart(dir, r.opts.SlurmJobID)
+		last, known, err = slurm.LoadRestart(dir, opts.SlurmJobID)
 	}
 	if err != nil {
-		r.events.printf("warning: %v; DROVER_RESTART_COUNT starts at SLURM_RESTART_COUNT=%d", err, r.opts.RestartOffset)
+		events.printf("warning: %v; DROVER_RESTART_COUNT starts at SLURM_RESTART_COUNT=%d", err, opts.RestartOffset)
 	}
-	n := slurm.FirstRestart(last, known, r.opts.RestartOffset)
+	n := slurm.FirstRestart(last, known, opts.RestartOffset)
 	if known {
-		r.events.printf("Slurm job %s (SLURM_RESTART_COUNT=%d): its last run used DROVER_RESTART_COUNT=%d; continuing from %d", r.opts.SlurmJobID, r.opts.RestartOffset, last, n)
+		events.printf("Slurm job %s (SLURM_RESTART_COUNT=%d): its last run used DROVER_RESTART_COUNT=%d; continuing from %d", opts.SlurmJobID, opts.RestartOffset, last, n)
 	}
 	return n
 }
 
 // saveRestart records the restart count an attempt uses, so that a
 // requeued job continues after it.
-func (r *runner) saveRestart(cfg *config.Config, n int) {
-	if r.opts.SlurmJobID == "" {
+func saveRestart(opts RunOptions, events *eventLog, cfg *config.Config, n int) {
+	if opts.SlurmJobID == "" {
 		return
 	}
 	dir, err := restartStateDir(cfg)
 	if err == nil {
-		err = slurm.SaveRestart(dir, r.opts.SlurmJobID, n)
+		err = slurm.SaveRestart(dir, opts.SlurmJobID, n)
 	}
 	if err != nil {
-		r.events.printf("warning: %v; after a requeue DROVER_RESTART_COUNT may repeat", err)
+		events.printf("warning: %v; after a requeue DROVER_RESTART_COUNT may repeat", err)
 	}
 }

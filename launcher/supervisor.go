@@ -19,59 +19,27 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
-// outcomeKind is how one attempt of the whole group ended. Exactly one
-// applies; the run loop (runner.run) decides on it what happens next.
-type outcomeKind int
+// outcomeKind is how one attempt of the whole group ended (package
+// restart, whose policy decides on it): exactly one applies; the run loop
+// (runner.run) decides on it what happens next.
+type outcomeKind = restart.Kind
 
 const (
-	// outcomeSucceeded: the success policy was met.
-	outcomeSucceeded outcomeKind = iota
-	// outcomeFailed: a process exited non-zero or was killed, or the
-	// group ended without meeting the success policy.
-	outcomeFailed
-	// outcomeSetupFailed: the group could not be set up (connect, probe,
-	// plan, push, preflight, start).
-	outcomeSetupFailed
-	// outcomeHostLost: a host stopped answering, before or after its
-	// processes started.
-	outcomeHostLost
-	// outcomeHung: no process showed progress for hang_timeout.
-	outcomeHung
-	// outcomeInterrupted: the user stopped the run (ctx cancelled).
-	outcomeInterrupted
-	// outcomeFenced: the health gate kept hosts out before anything
-	// started and spares stand in for them: set the attempt up again.
-	outcomeFenced
-	// outcomeAdoptable: a foreground run's first attempt found, before
-	// it pushed or started anything, a detached group to adopt.
-	outcomeAdoptable
+	outcomeSucceeded   = restart.Succeeded
+	outcomeFailed      = restart.Failed
+	outcomeSetupFailed = restart.SetupFailed
+	outcomeHostLost    = restart.HostLost
+	outcomeHung        = restart.Hung
+	outcomeInterrupted = restart.Interrupted
+	outcomeFenced      = restart.Fenced
+	outcomeAdoptable   = restart.Adoptable
 )
-
-func (k outcomeKind) String() string {
-	switch k {
-	case outcomeSucceeded:
-		return "succeeded"
-	case outcomeFailed:
-		return "failed"
-	case outcomeSetupFailed:
-		return "setup failed"
-	case outcomeHostLost:
-		return "host lost"
-	case outcomeHung:
-		return "hung"
-	case outcomeInterrupted:
-		return "interrupted"
-	case outcomeFenced:
-		return "hosts kept out"
-	case outcomeAdoptable:
-		return "a group to adopt"
-	}
-	return fmt.Sprintf("outcomeKind(%d)", int(k))
-}
 
 // attemptOutcome is how one attempt ended and why.
 type attemptOutcome struct {
@@ -89,6 +57,12 @@ type attemptOutcome struct {
 	// supervisor lost its processes' channels (a dead link, a machine
 	// asleep), not because they ended: the run attaches again.
 	reattach bool
+}
+
+// policy is what the restart policy needs of out: a setup failure is
+// permanent also when the hosts' workdirs are held by another run.
+func (out attemptOutcome) policy() restart.Outcome {
+	return restart.Outcome{Kind: out.kind, Err: out.err, ExitCode: out.exitCode, Permanent: out.permanent || IsHeld(out.err)}
 }
 
 func succeeded() attemptOutcome   { return attemptOutcome{kind: outcomeSucceeded, exitCode: -1} }
@@ -120,11 +94,8 @@ type running struct {
 	// progress is when it last showed progress (runner.mono, plus one;
 	// 0 until it first does); see hang.go.
 	progress atomic.Int64
-	// cause is what went wrong with it in this attempt (its own failure,
-	// a worker's, an early finish) and causeAt when drover saw it; the
-	// summary orders causes by that time (see setCause).
-	cause   string
-	causeAt time.Time
+	// i is its number in supervisor.procs and in supervisor.causes.
+	i int
 }
 
 type exitMsg struct {
@@ -181,18 +152,12 @@ type supervisor struct {
 
 	// workers are torchrun workers' ends as their agents report them.
 	workers chan workerMsg
-	// early are exits 0 while others still ran, not yet named; earlyAt
-	// names them (earlyFinishWait); earlySaid: the attempt's first event
-	// was one.
-	early        []earlyFinish
-	earlyAt      <-chan time.Time
-	earlySaid    bool
-	firstEvent   string
-	firstEventAt time.Time
-	// held is a failure that reads as a lost peer, waiting until heldAt
-	// for the exit that explains it (see fail).
-	held   *heldFailure
-	heldAt <-chan time.Time
+	// causes names the attempt's root cause from the processes' and
+	// workers' ends (package cause); causeAt fires at causeDue, the next
+	// time it asked to be told of (see act).
+	causes   *cause.Tracker
+	causeAt  <-chan time.Time
+	causeDue time.Time
 	// stopWaits are the stops, through their hosts, of what dead agents
 	// left (stopLeftBy); the attempt ends after them.
 	stopWaits sync.WaitGroup
@@ -201,32 +166,14 @@ type supervisor struct {
 func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
 	s := &supervisor{a: a, pl: pl, byHost: map[string]*attemptHost{}, exits: make(chan exitMsg, len(pl.Processes)),
 		workers: make(chan workerMsg, 64),
-		health:  make(chan healthRead), warned: map[string]bool{}}
+		health:  make(chan healthRead), warned: map[string]bool{},
+		causes: cause.New(a.r.opts.peerLostSettle)}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
 	}
 	s.watchers = s.healthWatchers()
 	s.sessions, s.cancel = context.WithCancel(context.Background())
 	return s
-}
-
-// supervise runs the attempt's group to its end.
-func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
-	a.r.makeLogDir(a.logDir)
-	s := newSupervisor(a, conns, pl)
-	s.ctx = ctx
-	defer s.cancel()
-	s.start()
-	if !s.stopping {
-		s.announceRunning(conns)
-	}
-	if a.cfg.Job.HangTimeout > 0 {
-		go s.watchProgressFiles(s.sessions)
-	}
-	if a.cfg.Job.Health != config.HealthOff {
-		s.watchHealth(s.sessions, s.health)
-	}
-	return s.wait(ctx)
 }
 
 // start starts every process of the plan, all at once: each start waits
@@ -260,7 +207,8 @@ func (s *supervisor) start() {
 			startErr = errors.Join(startErr, r.err)
 			continue
 		}
-		i := len(s.procs)
+		i := s.causes.Add(r.rp.p.Name(), r.rp.p.Host.Name)
+		r.rp.i = i
 		s.procs = append(s.procs, r.rp)
 		go func() {
 			err := r.proc.Wait()
@@ -358,21 +306,6 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	return rp, proc, nil
 }
 
-// processEnv is p's environment with the run's extra variables (tests).
-func (a *attempt) processEnv(p plan.Process) map[string]string {
-	if len(a.r.opts.Env) == 0 {
-		return p.Env
-	}
-	env := make(map[string]string, len(p.Env)+len(a.r.opts.Env))
-	for k, v := range p.Env {
-		env[k] = v
-	}
-	for k, v := range a.r.opts.Env {
-		env[k] = v
-	}
-	return env
-}
-
 func (rp *running) closeLogs() {
 	if !rp.letGo {
 		for _, w := range rp.outs {
@@ -412,6 +345,7 @@ func (s *supervisor) stop(out attemptOutcome, why string) {
 		return
 	}
 	s.stopping = true
+	s.causes.Stopping(s.out.kind == outcomeInterrupted)
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted && s.a.leaseCheck == nil {
 		// The check a restart needs runs while the group stops, not
 		// after it: one round trip less for every restart.
@@ -438,9 +372,9 @@ func (s *supervisor) kill(why string) {
 	s.abandonAt = time.After(5 * time.Second)
 }
 
-// onExit accounts for one process's end and decides what it means for
-// the group: a failure stops it, the last exit the success policy needs
-// ends it.
+// onExit accounts for one process's end and hands it to the causes,
+// which decide what it means for the group (see act): a failure stops
+// it, the last exit the success policy needs ends it.
 func (s *supervisor) onExit(m exitMsg) {
 	// A worker's report is written before its agent exits: act on it
 	// first, whichever channel the select picked.
@@ -454,41 +388,51 @@ func (s *supervisor) onExit(m exitMsg) {
 	rp.closeLogs()
 	text, code, lost := describeExit(m.err)
 	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
-	defer func() {
-		if rp.cause != "" {
-			s.a.r.recordCause(rp.p, rp.cause, rp.causeAt)
-		}
-	}()
 	if how, died := agentDied(m.err); died {
 		s.stopLeftBy(rp, how)
 	}
-	if s.stopping {
-		if m.err != nil && !lost && !stoppedByDrover(m.err) && (s.out == nil || s.out.kind != outcomeInterrupted) {
-			// A victim, most likely (a peer's connection closed):
-			// listed after the cause, not as it.
-			if cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp); cause == "" {
-				rp.setCause("exited "+text, m.at)
-			} else if !torchStopped(cause) {
-				rp.setCause(cause, m.at)
-			}
+	switch {
+	case m.err == nil:
+		s.act(s.causes.Finished(m.i, m.at, len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs)))
+	case lost:
+		if !s.stopping {
+			s.a.r.noteLost(rp.p.Host.Name)
 		}
-		return
+		s.act(s.causes.HostLost(m.i, m.at, fmt.Sprintf("%s lost: %v", hostLabel(rp.p.Host), m.err)))
+	default:
+		e := cause.Exit{Proc: m.i, At: m.at, Status: text, Code: code}
+		if s.causes.NeedsCause(m.i, code) {
+			e.Cause = s.a.rootCause(s.byHost[rp.p.Host.Name], rp)
+		}
+		e.Seen = s.a.r.now()
+		s.act(s.causes.Exited(e))
 	}
-	if m.err != nil {
-		s.flushEarly()
-		out, reason := s.failure(rp, m.err, text, code, lost)
-		s.fail(rp, out, reason)
-		return
+}
+
+// act carries out the causes' answer: it prints their events, records
+// the causes for the summary, stops the group when told to, and arms the
+// one timer for the next time they want to be told of.
+func (s *supervisor) act(a cause.Answer) {
+	for _, e := range a.Events {
+		s.a.r.events.printf("%s: %s", s.a.prefix(), e)
 	}
-	if s.held == nil && len(s.procs) == len(s.pl.Processes) && s.a.succeeded(s.procs) {
-		s.early, s.earlyAt = nil, nil // the end of a healthy run: no event
+	for _, c := range a.Causes {
+		s.a.r.recordCause(s.procs[c.Proc].p, c.Text, c.At)
+	}
+	switch a.Stop {
+	case cause.Failed:
+		s.stop(attemptOutcome{kind: outcomeFailed, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
+	case cause.HostLost:
+		s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
+	case cause.Succeeded:
 		s.stop(succeeded(), s.a.successNote(s.procs))
-		return
 	}
-	if s.remaining > 0 || s.held != nil {
-		s.noteEarly(rp, m.at)
+	switch due, ok := s.causes.Next(); {
+	case !ok:
+		s.causeAt, s.causeDue = nil, time.Time{}
+	case !due.Equal(s.causeDue):
+		s.causeAt, s.causeDue = time.After(due.Sub(s.a.r.now())), due
 	}
-	s.earlyExplainsHeld()
 }
 
 // drainWorkers acts on every worker report already queued.
@@ -501,35 +445,6 @@ func (s *supervisor) drainWorkers() {
 			return
 		}
 	}
-}
-
-// stoppedByDrover reports an exit that drover's stop explains: SIGTERM
-// or SIGKILL (143, 137), as the agent reports them.
-func stoppedByDrover(err error) bool {
-	var ee *cluster.ExitError
-	return errors.As(err, &ee) && (ee.Code == 143 || ee.Code == 137)
-}
-
-// torchStopped reports a cause that says torch's elastic agent (torchrun)
-// was signalled: drover's stop, not a failure of its own.
-func torchStopped(cause string) bool {
-	return strings.Contains(cause, "SignalException: Process ")
-}
-
-// failure is the outcome of rp's failed exit, and the event's reason.
-func (s *supervisor) failure(rp *running, err error, text string, code int, lost bool) (attemptOutcome, string) {
-	who := fmt.Sprintf("%s@%s", rp.p.Name(), rp.p.Host.Name)
-	if lost {
-		s.a.r.noteLost(rp.p.Host.Name)
-		reason := fmt.Sprintf("%s: %s lost: %v", who, hostLabel(rp.p.Host), err)
-		return attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: code}, reason
-	}
-	reason := fmt.Sprintf("%s exited %s", who, text)
-	cause := s.a.rootCause(s.byHost[rp.p.Host.Name], rp)
-	reason += colon(cause)
-	rp.setCause(cause, s.a.r.now())
-	reason = s.withFirstEvent(reason)
-	return attemptOutcome{kind: outcomeFailed, err: errors.New(reason), exitCode: code}, reason
 }
 
 // wait watches the group until every started process has exited, and
@@ -562,10 +477,10 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.onExit(m)
 		case wm := <-s.workers:
 			s.onWorkerExit(wm)
-		case <-s.earlyAt:
-			s.flushEarly()
-		case <-s.heldAt:
-			s.releaseHeld()
+		case <-s.causeAt:
+			due := s.causeDue
+			s.causeAt, s.causeDue = nil, time.Time{}
+			s.act(s.causes.Tick(due))
 		case <-ctxDone:
 			ctxDone = nil
 			if s.handOver(ctx) {
@@ -579,6 +494,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			// An interruption wins over whatever ended the attempt.
 			out := interrupted()
 			s.out = &out
+			s.causes.Stopping(true)
 		case <-hard:
 			hard = nil
 			s.kill("killing every process now")
@@ -627,57 +543,6 @@ func (s *supervisor) checkPaused() {
 	reason := fmt.Sprintf("controller stopped sending heartbeats for %s (drover was suspended, e.g. by Ctrl-Z, or starved); the agents stop their groups after %s",
 		gap.Round(time.Second), heartbeatTimeout)
 	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
-}
-
-// rootCause finds why a failed process failed (see rootCause).
-func (a *attempt) rootCause(c *attemptHost, rp *running) string {
-	var fsys cluster.FS
-	if c != nil {
-		fsys = c.fs
-	}
-	return rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
-}
-
-// succeeded applies the success policy to the processes that have exited
-// (all with status 0, since any failure stops the group first).
-func (a *attempt) succeeded(procs []*running) bool {
-	if a.cfg.Job.Framework != config.TensorFlow {
-		for _, rp := range procs {
-			if !rp.done {
-				return false
-			}
-		}
-		return true
-	}
-	hasChief := false
-	for _, rp := range procs {
-		if rp.p.Role == plan.RoleChief {
-			hasChief = true
-		}
-	}
-	for _, rp := range procs {
-		switch rp.p.Role {
-		case plan.RoleChief:
-			if !rp.done {
-				return false
-			}
-		case plan.RoleWorker:
-			mustFinish := a.cfg.Job.SuccessPolicy != config.SuccessChief || (!hasChief && rp.p.Index == 0)
-			if mustFinish && !rp.done {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func (a *attempt) successNote(procs []*running) string {
-	for _, rp := range procs {
-		if !rp.done {
-			return "success policy met (" + string(a.cfg.Job.SuccessPolicy) + ")"
-		}
-	}
-	return ""
 }
 
 // describeExit renders a process's end for events and the summary.

@@ -16,7 +16,7 @@ import (
 // and prunes its old ones; inside the code, each was pushed to every host
 // at every restart. dir is the job file's directory; j has code and
 // exclude read.
-func (w *walker) checkCheckpointMirror(t tbl, j *Job, dir string) {
+func (w filesReader) checkCheckpointMirror(t tbl, j *Job, dir string) {
 	m := j.CheckpointMirror
 	if m == "" {
 		return

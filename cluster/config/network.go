@@ -60,7 +60,7 @@ func FormatBandwidth(bps float64) string {
 }
 
 // network reads the job's link keys: min_bandwidth and preflight.
-func (w *walker) network(t tbl, j *Job) {
+func (w jobReader) network(t tbl, j *Job) {
 	if v, ok := t.m["min_bandwidth"]; ok {
 		s, isStr := v.(string)
 		if !isStr {

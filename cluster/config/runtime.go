@@ -21,7 +21,7 @@ import (
 const MaxJobName = 200
 
 // checkJobName reports a name too long to become a file name.
-func (w *walker) checkJobName(t tbl, name string) {
+func (w jobReader) checkJobName(t tbl, name string) {
 	if len(name) > MaxJobName {
 		w.add(t.key("name"), fmt.Sprintf("job name is %d bytes long; at most %d fit in the log directory's name (%s-YYYYMMDD-HHMMSS)", len(name), MaxJobName, "<name>"),
 			fmt.Sprintf("write name = %q", name[:40]))
@@ -29,7 +29,7 @@ func (w *walker) checkJobName(t tbl, name string) {
 }
 
 // checkArgs reports a NUL byte in an argument, which no exec can pass.
-func (w *walker) checkArgs(t tbl, args []string) bool {
+func (w jobReader) checkArgs(t tbl, args []string) bool {
 	for i, a := range args {
 		if strings.ContainsRune(a, 0) {
 			w.add(t.key("command"), fmt.Sprintf("element %d contains a NUL byte, which no program can receive as an argument", i+1),
@@ -46,7 +46,7 @@ func (w *walker) checkArgs(t tbl, args []string) bool {
 // DROVER_RESUME_FROM) and training code writes into it. Relative paths
 // are under the workdir; an absolute one is compared with an absolute
 // workdir here, and with the home directory once it is known (the plan).
-func (w *walker) checkCheckpointDir(t tbl, ckpt string, workdirs ...string) {
+func (w filesReader) checkCheckpointDir(t tbl, ckpt string, workdirs ...string) {
 	if msg := CheckpointDirProblem(ckpt, "", workdirs...); msg != "" {
 		w.add(t.key("checkpoint_dir"), msg,
 			`write checkpoint_dir = "checkpoints" (a directory inside the workdir) or an absolute path of its own`)

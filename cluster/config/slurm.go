@@ -52,10 +52,15 @@ var slurmFields = []field{
 
 var slurmSchema = tableSchema{"[slurm]", slurmFields}
 
+// slurmReader reads the [slurm] table: the sbatch options drover submit
+// asks for, each refused unless it can stand on an #SBATCH line as
+// written. Hosts taken from an allocation are inventoryReader's.
+type slurmReader struct{ *walker }
+
 // slurm reads the [slurm] table. Every value lands on an #SBATCH line of a
 // shell script, so whitespace, quotes and shell characters are refused
 // rather than quoted: Slurm names never contain them.
-func (w *walker) slurm(top tbl) Slurm {
+func (w slurmReader) slurm(top tbl) Slurm {
 	var s Slurm
 	t, ok := w.table(top, "slurm", slurmSchema)
 	if !ok {
@@ -103,7 +108,7 @@ func (w *walker) slurm(top tbl) Slurm {
 }
 
 // sbatchValue reports whether v can stand on an #SBATCH line as written.
-func (w *walker) sbatchValue(t tbl, name, v string) bool {
+func (w slurmReader) sbatchValue(t tbl, name, v string) bool {
 	bad := strings.IndexFunc(v, func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune("'\"`$\\;#", r)
 	})
@@ -118,7 +123,7 @@ func (w *walker) sbatchValue(t tbl, name, v string) bool {
 // allocationHosts decides the hosts of a job whose file names no hosts of
 // its own: those of the allocation drover runs in (opts.Allocation), none
 // when the job is being submitted (opts.Submit), else an error at key.
-func (w *walker) allocationHosts(opts LoadOptions, key, why string) []Host {
+func (w inventoryReader) allocationHosts(opts LoadOptions, key, why string) []Host {
 	switch {
 	case opts.Allocation != nil:
 		return slices.Clone(opts.Allocation) // Load fills in defaults
@@ -133,7 +138,7 @@ func (w *walker) allocationHosts(opts LoadOptions, key, why string) []Host {
 
 // slurmInventory checks a job file with inventory = "slurm" and returns the
 // allocation's hosts.
-func (w *walker) slurmInventory(doc map[string]any, opts LoadOptions) []Host {
+func (w inventoryReader) slurmInventory(doc map[string]any, opts LoadOptions) []Host {
 	if _, has := doc["host"]; has {
 		w.add("inventory", `the job file has both inventory = "slurm" and [[host]] tables`,
 			`the hosts come from the Slurm allocation: remove the [[host]] tables, or the inventory line`)

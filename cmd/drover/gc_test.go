@@ -1,14 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"runtime/debug"
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // gcSettings reads the collector's percent and memory limit.
@@ -39,9 +40,9 @@ func TestStartingHeap(t *testing.T) {
 	p, l = gcSettings()
 	assert.Equal(t, -1, p)
 	assert.Equal(t, int64(1<<30), l)
-	require.Eventually(t, func() bool {
+	testenv.Wait(t, 5*time.Second, "GOGC=100 and no limit after the first collection", func() (bool, string) {
 		runtime.GC()
 		p, l = gcSettings()
-		return p == 100 && l == math.MaxInt64
-	}, 5*time.Second, 10*time.Millisecond, "after the first collection: GOGC=100, no limit (got %d, %d)", p, l)
+		return p == 100 && l == math.MaxInt64, fmt.Sprintf("got %d, %d", p, l)
+	})
 }

@@ -220,15 +220,10 @@ func (j *job) log(t *testing.T, attempt, proc string) string {
 
 func (j *job) waitCheckpoint(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(checkpointTimeout)
-	for time.Now().Before(deadline) {
+	testenv.Wait(t, checkpointTimeout, "a checkpoint in "+j.workdir, func() (bool, string) {
 		names, _ := filepath.Glob(filepath.Join(j.workdir, "checkpoints", "step-*.pt"))
-		if len(names) > 0 {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no checkpoint in %s within %s; batch output:\n%s", j.workdir, checkpointTimeout, j.batchOutput())
+		return len(names) > 0, "batch output:\n" + j.batchOutput()
+	})
 }
 
 var (
@@ -277,23 +272,24 @@ func nodeProcs(t *testing.T, i int) []proc {
 func findRank(t *testing.T, i, rank int) proc {
 	t.Helper()
 	want := "RANK=" + strconv.Itoa(rank)
-	for range 100 {
+	var found proc
+	// The bound is the 100 looks 0.2 s apart this was.
+	testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("a trainer with %s on %s", want, sl.Nodes[i]), func() bool {
 		for _, p := range nodeProcs(t, i) {
 			if p.isTrainer() && slices.Contains(p.env, want) {
-				return p
+				found = p
+				return true
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no trainer with %s on %s", want, sl.Nodes[i])
-	return proc{}
+		return false
+	})
+	return found
 }
 
 // assertNoTrainers: nothing of the job runs on any node.
 func assertNoTrainers(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(leftoverTimeout)
-	for {
+	testenv.Wait(t, leftoverTimeout, "no process of the job left on the nodes after the job ended", func() (bool, string) {
 		var left []string
 		for i := range nodes {
 			for _, p := range nodeProcs(t, i) {
@@ -302,15 +298,8 @@ func assertNoTrainers(t *testing.T) {
 				}
 			}
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("processes left on the nodes %s after the job ended:\n%s", leftoverTimeout, strings.Join(left, "\n"))
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(left) == 0, "\n" + strings.Join(left, "\n")
+	})
 }
 
 // TestSubmitTraining: undisturbed, then with a worker SIGKILLed after the
@@ -488,10 +477,10 @@ func TestRunInAllocationInterrupted(t *testing.T) {
 	assertNoTrainers(t)
 	// The allocation is still there: drover stopped its steps, not the job.
 	require.NoError(t, sl.WaitState(context.Background(), id, "RUNNING"))
-	require.Eventually(t, func() bool {
+	testenv.Wait(t, leftoverTimeout, "no step of drover's left in job "+id, func() (bool, string) {
 		steps, err := sl.Output(context.Background(), "squeue", "--steps", "--noheader", "--jobs="+id, "--format=%i")
-		return err == nil && strings.TrimSpace(strings.ReplaceAll(steps, id+".batch", "")) == ""
-	}, leftoverTimeout, 250*time.Millisecond, "steps of drover's left in job %s", id)
+		return err == nil && strings.TrimSpace(strings.ReplaceAll(steps, id+".batch", "")) == "", fmt.Sprintf("%q, %v", steps, err)
+	})
 }
 
 // TestExecInAllocation: drover exec fans a command out over the

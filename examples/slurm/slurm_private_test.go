@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // newShellJob is a job of one process per node that runs command (no
@@ -99,8 +100,6 @@ func TestRequeueRestartCount(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o755))
 	j := newShellJob(t, filepath.Join(dir, "work"), `echo "restart=$DROVER_RESTART_COUNT"; if [ "$RANK" = 0 ]; then exit 3; fi; exec sleep 300`, 2)
 	j.submit(t)
-	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
-	defer cancel()
 	j.wait(t)
 	j.requeue(t)
 	// The second allocation fails in a few seconds, maybe between two
@@ -108,12 +107,10 @@ func TestRequeueRestartCount(t *testing.T) {
 	// end.
 	var runs []string
 	var err error
-	for ctx.Err() == nil {
-		if runs, err = filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*")); err != nil || len(runs) >= 2 {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Wait(t, jobTimeout, "the second allocation's run directory", func() (bool, string) {
+		runs, err = filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*"))
+		return err != nil || len(runs) >= 2, fmt.Sprintf("%v", runs)
+	})
 	require.NoError(t, err)
 	j.wait(t)
 	runs, err = filepath.Glob(filepath.Join(j.dir, "runs", j.name+"-*"))

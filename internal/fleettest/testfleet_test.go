@@ -84,20 +84,6 @@ func reachable(addr string) bool {
 	return true
 }
 
-// eventually polls cond every 100ms for up to limit.
-func eventually(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func TestClusterHostsAndInventory(t *testing.T) {
 	Need(t, fleet)
 	hs := fleet.ClusterHosts()
@@ -266,7 +252,7 @@ func TestCutAndHeal(t *testing.T) {
 	require.True(t, reachable(addr))
 	require.NoError(t, fleet.Cut(2))
 	t.Cleanup(func() { _ = fleet.Heal(2) })
-	assert.True(t, eventually(10*time.Second, func() bool { return !reachable(addr) }), "cut host still reachable")
+	testenv.WaitFor(t, 10*time.Second, "the cut host to be unreachable", func() bool { return !reachable(addr) })
 	_, err := ssh(t, fleet, addr, "true")
 	assert.Error(t, err)
 	out, err := fleet.Exec(0, "bash", "-c", `timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/22"' bash "$1" && echo open || echo closed`, "bash", addr)
@@ -274,7 +260,7 @@ func TestCutAndHeal(t *testing.T) {
 	assert.Equal(t, "closed", strings.TrimSpace(string(out)), "host 0 still reaches the cut host")
 
 	require.NoError(t, fleet.Heal(2))
-	assert.True(t, eventually(10*time.Second, func() bool { return reachable(addr) }), "healed host not reachable within 10s")
+	testenv.WaitFor(t, 10*time.Second, "the healed host to be reachable", func() bool { return reachable(addr) })
 	out2, err := ssh(t, fleet, addr, "hostname")
 	require.NoError(t, err)
 	assert.Equal(t, fleet.Hosts[2].Name, out2)
@@ -354,15 +340,15 @@ func TestExec(t *testing.T) {
 func TestPids(t *testing.T) {
 	Need(t, fleet)
 	// Sessions of earlier tests may still be exiting.
-	require.True(t, eventually(10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "host 1 to be idle (the sshd listener is not listed)", func() bool {
 		pids, err := fleet.Pids(1)
 		return err == nil && len(pids) == 0
-	}), "host 1 not idle: the sshd listener must not be listed")
+	})
 
 	_, err := ssh(t, fleet, fleet.Hosts[1].Addr, "nohup sleep 1000 >/dev/null 2>&1 </dev/null &")
 	require.NoError(t, err)
 	var sleepPid int
-	require.True(t, eventually(10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the sleep started over ssh to be listed", func() bool {
 		pids, err := fleet.Pids(1)
 		if err != nil {
 			return false
@@ -375,16 +361,16 @@ func TestPids(t *testing.T) {
 			}
 		}
 		return false
-	}), "sleep started over ssh not listed")
+	})
 	other, err := fleet.Pids(0)
 	require.NoError(t, err)
 	assert.NotContains(t, other, sleepPid, "host 0 lists host 1's process")
 
 	require.NoError(t, syscall.Kill(sleepPid, syscall.SIGKILL))
-	assert.True(t, eventually(10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the killed sleep to leave the list", func() bool {
 		pids, err := fleet.Pids(1)
 		return err == nil && !slices.Contains(pids, sleepPid)
-	}))
+	})
 }
 
 // netState lists this package's namespaces and links (those of its subnet),
@@ -454,7 +440,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	assert.Equal(t, nsBefore, nsAfter)
 	assert.Equal(t, linksBefore, linksAfter)
 	assert.Contains(t, linksAfter, fmt.Sprintf("dtbr%d", slot.Subnet), "bridge still used by fleet tf")
-	assert.True(t, eventually(10*time.Second, func() bool { return processGone(sleepPid) }), "process survived Close")
+	testenv.WaitFor(t, 10*time.Second, "the process to end with Close", func() bool { return processGone(sleepPid) })
 	for _, p := range pids {
 		assert.True(t, processGone(p), "pid %d survived Close", p)
 	}
@@ -600,14 +586,14 @@ func TestReaperTearsDownAfterCrash(t *testing.T) {
 
 	require.NoError(t, child.Process.Kill()) // SIGKILL: no Close, no defers
 	_ = child.Wait()
-	assert.True(t, eventually(20*time.Second, func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the crashed child's fleet to be torn down", func() bool {
 		ns, links := netState(t)
 		return slices.Equal(ns, nsBefore) && slices.Equal(links, linksBefore)
-	}), "crashed child's fleet not torn down within 20s")
-	assert.True(t, eventually(5*time.Second, func() bool {
+	})
+	testenv.WaitFor(t, 5*time.Second, "the crashed child's fleet directory to go", func() bool {
 		_, err := os.Stat(dir)
 		return errors.Is(err, os.ErrNotExist)
-	}), "crashed child's fleet directory left behind")
+	})
 }
 
 // fakeTB records what Need does instead of stopping the test.

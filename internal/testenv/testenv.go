@@ -3,6 +3,11 @@
 // unshare, slurm, a C compiler): skip with the reason here, fail under
 // CI=true. CI installs every need (.ci/run), so a skip there means an
 // install step is missing and must not pass silently.
+//
+// It also holds the one way a test waits for something (Wait, WaitFor): a
+// bounded poll that fails naming what it waited for and what it saw last,
+// so that no test hand-writes a deadline loop or sleeps in the hope that a
+// condition holds by then.
 package testenv
 
 import (

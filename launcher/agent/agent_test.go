@@ -22,6 +22,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 var fleet *fleettest.Fleet
@@ -36,15 +37,12 @@ type capture struct{ transporttest.SyncBuffer }
 // waitFor waits until the output contains s and returns the output.
 func (c *capture) waitFor(t *testing.T, s string, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if out := c.String(); strings.Contains(out, s) {
-			return out
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("output never contained %q within %s; got:\n%s", s, within, c.String())
-	return ""
+	var out string
+	testenv.Wait(t, within, fmt.Sprintf("output containing %q", s), func() (bool, string) {
+		out = c.String()
+		return strings.Contains(out, s), "\n" + out
+	})
+	return out
 }
 
 // pidsIn returns the integers printed as "pid N" lines.
@@ -66,22 +64,15 @@ func gone(pid int) bool {
 
 func assertGone(t *testing.T, pids []int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Wait(t, within, fmt.Sprintf("processes %v to be gone", pids), func() (bool, string) {
 		var alive []int
 		for _, p := range pids {
 			if !gone(p) {
 				alive = append(alive, p)
 			}
 		}
-		if len(alive) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes %v still running %s later", alive, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(alive) == 0, fmt.Sprintf("%v still running", alive)
+	})
 }
 
 type result struct {

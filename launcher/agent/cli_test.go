@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // The tests in this file drive the real `drover agent` CLI: what drover
@@ -125,15 +127,11 @@ func TestCLIAgentKilledLogKeptAndLeftoverStopped(t *testing.T) {
 	cmd, stdin, _ := startAgent(t, RunOptions{Args: []string{"sh", "-c", script}, PIDFile: pidfile, LogFile: logfile, Job: "mnist", Grace: 2 * time.Second})
 	defer stdin.Close()
 	var log string
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(log, "ready\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("log never got ready: %q", log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	testenv.Wait(t, 10*time.Second, "the log to say ready", func() (bool, string) {
 		data, _ := os.ReadFile(logfile)
 		log = string(data)
-	}
+		return strings.Contains(log, "ready\n"), fmt.Sprintf("%q", log)
+	})
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -242,11 +240,11 @@ func TestCLIParentDeathStops(t *testing.T) {
 	}
 	r.Close()
 	var text string
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(text, "pid ") && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	testenv.Wait(t, 5*time.Second, "the pids in the output", func() (bool, string) {
 		data, _ := os.ReadFile(outFile.Name())
 		text = string(data)
-	}
+		return strings.Contains(text, "pid "), fmt.Sprintf("%q", text)
+	})
 	m := regexp.MustCompile(`agent (\d+)`).FindStringSubmatch(text)
 	if m == nil {
 		t.Fatalf("no agent pid in %q", text)

@@ -18,18 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// waitUntilT polls cond every 20 ms, failing after within.
-func waitUntilT(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // exitCode is cmd's exit status once Wait returned err.
 func exitCode(t *testing.T, err error) int {
 	t.Helper()
@@ -80,7 +68,7 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 	assert.Equal(t, state, target)
 	size := func() int64 { fi, _ := os.Stat(log); return fi.Size() }
 	at := size()
-	waitUntilT(t, 10*time.Second, "the log grows with no channel", func() bool { return size() > at+50 })
+	testenv.WaitFor(t, 10*time.Second, "the log to grow with no channel", func() bool { return size() > at+50 })
 
 	from := size()
 	attach := exec.Command(bin, AttachCommand("", AttachOptions{State: state, From: from})[1:]...)
@@ -90,7 +78,7 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 	var got capture
 	attach.Stdout = &got
 	require.NoError(t, attach.Start())
-	waitUntilT(t, 10*time.Second, "the attach client streams", func() bool { return strings.Count(got.String(), "\n") >= 5 })
+	testenv.WaitFor(t, 10*time.Second, "the attach client to stream", func() bool { return strings.Count(got.String(), "\n") >= 5 })
 	_, err = io.WriteString(ain, "kill\n")
 	require.NoError(t, err)
 	done := make(chan error, 1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // These tests run the agent where drover runs it: on fleet hosts over SSH,
@@ -100,17 +101,12 @@ func jobProcs(t *testing.T, i int, marker string) []int {
 // or none (n == 0), and returns them.
 func waitProcs(t *testing.T, i int, marker string, n int, within time.Duration) []int {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := jobProcs(t, i, marker)
-		if (n == 0 && len(got) == 0) || (n > 0 && len(got) >= n) {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("host %d: want %d process(es) of %q within %s, have %v", i, n, marker, within, got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var got []int
+	testenv.Wait(t, within, fmt.Sprintf("host %d: %d process(es) of %q", i, n, marker), func() (bool, string) {
+		got = jobProcs(t, i, marker)
+		return (n == 0 && len(got) == 0) || (n > 0 && len(got) >= n), fmt.Sprintf("have %v", got)
+	})
+	return got
 }
 
 // startRemote starts the agent on tr with a stdin the test holds open.

@@ -78,67 +78,6 @@ func allProcs() []procInfo {
 	return out
 }
 
-// members returns the live processes of g: the group's members and, for a
-// subreaper, every live descendant of root.
-func (g group) members() []int {
-	procs := allProcs()
-	var out []int
-	seen := map[int]bool{}
-	for _, p := range procs {
-		if p.pgrp == g.pgid && !p.dead() && p.pid != g.root {
-			out = append(out, p.pid)
-			seen[p.pid] = true
-		}
-	}
-	if g.root <= 0 {
-		return out
-	}
-	children := map[int][]procInfo{}
-	for _, p := range procs {
-		children[p.ppid] = append(children[p.ppid], p)
-	}
-	queue := []int{g.root}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			queue = append(queue, c.pid)
-			if !c.dead() && !seen[c.pid] {
-				out = append(out, c.pid)
-				seen[c.pid] = true
-			}
-		}
-	}
-	return out
-}
-
-// alive reports whether any process of g still runs.
-func (g group) alive() bool { return len(g.members()) > 0 }
-
-// signal sends sig to the group and to every descendant that left it.
-func (g group) signal(sig syscall.Signal) {
-	_ = syscall.Kill(-g.pgid, sig)
-	if g.root > 0 {
-		for _, pid := range g.members() {
-			_ = syscall.Kill(pid, sig)
-		}
-	}
-}
-
-// reap collects exited children of a subreaper, so that adopted orphans do
-// not stay zombies.
-func (g group) reap() {
-	if g.root <= 0 {
-		return
-	}
-	for {
-		pid, _, err := g.helpers.reapOne(false)
-		if pid <= 0 || err != nil {
-			return
-		}
-	}
-}
-
 // startTicks is pid's start time in clock ticks after boot (0 if unknown):
 // together with the pid it names a process for good, across pid reuse.
 func startTicks(pid int) uint64 {

@@ -9,12 +9,6 @@ import "syscall"
 
 func becomeSubreaper() error { return nil }
 
-func (g group) alive() bool { return syscall.Kill(-g.pgid, 0) == nil }
-
-func (g group) signal(sig syscall.Signal) { _ = syscall.Kill(-g.pgid, sig) }
-
-func (g group) reap() {}
-
 func startTicks(int) uint64 { return 0 }
 
 func liveProcess(pid int, _ uint64) bool { return syscall.Kill(pid, 0) == nil }

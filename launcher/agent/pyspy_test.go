@@ -85,15 +85,14 @@ func TestStacksPySpy(t *testing.T) {
 				Args: []string{"sh", "-c", twoRanks}, Grace: time.Minute, LogFile: logFile,
 				Stdin: r, Stdout: &out, Stderr: &out,
 			})
-			deadline := time.Now().Add(20 * time.Second)
 			var pids []string
-			for len(pids) < 2 && time.Now().Before(deadline) {
+			testenv.Wait(t, 20*time.Second, "two rank pids", func() (bool, string) {
 				pids = nil
 				for _, m := range regexp.MustCompile(`rank pid (\d+)`).FindAllStringSubmatch(out.String(), -1) {
 					pids = append(pids, m[1])
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return len(pids) >= 2, "output: " + out.String()
+			})
 			require.Len(t, pids, 2, "output: %s", out.String())
 			io.WriteString(w, "stacks\n")
 			if tt.faultStack {

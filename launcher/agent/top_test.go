@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -110,29 +111,34 @@ func TestTopRealNvidiaSMI(t *testing.T) {
 }
 
 // A sampler whose controller fell silent (a cut link its sshd has not
-// noticed) stops after the heartbeat; one that hears from it goes on.
+// noticed) stops after the heartbeat; one that hears from it goes on. In a
+// synctest bubble: the sampler, its stdin (a pipe) and its timers are all
+// in this process, so the 1.5 s of heartbeats take no real time.
 func TestTopHeartbeat(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	stdinR, stdinW := io.Pipe()
-	defer stdinW.Close()
-	done := make(chan error, 1)
-	go func() {
-		done <- Top(context.Background(), TopOptions{Workdir: t.TempDir(), Every: 50 * time.Millisecond, Heartbeat: time.Second}, stdinR, io.Discard)
-	}()
-	for range 15 { // 1.5 s of heartbeats: it must still run
-		_, err := stdinW.Write([]byte("\n"))
-		require.NoError(t, err)
-		time.Sleep(100 * time.Millisecond)
-	}
-	select {
-	case <-done:
-		t.Fatal("top stopped while its controller wrote heartbeats")
-	default:
-	}
-	select {
-	case err := <-done:
-		assert.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("top still samples 30s after its stdin fell silent (heartbeat 1s)")
-	}
+	workdir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		stdinR, stdinW := io.Pipe()
+		defer stdinW.Close()
+		done := make(chan error, 1)
+		go func() {
+			done <- Top(context.Background(), TopOptions{Workdir: workdir, Every: 50 * time.Millisecond, Heartbeat: time.Second}, stdinR, io.Discard)
+		}()
+		for range 15 { // 1.5 s of heartbeats: it must still run
+			_, err := stdinW.Write([]byte("\n"))
+			require.NoError(t, err)
+			time.Sleep(100 * time.Millisecond)
+		}
+		select {
+		case <-done:
+			t.Fatal("top stopped while its controller wrote heartbeats")
+		default:
+		}
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("top still samples 30s after its stdin fell silent (heartbeat 1s)")
+		}
+	})
 }

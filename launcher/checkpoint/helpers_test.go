@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // testHost is a host whose files live in a directory of its own (the local
@@ -116,17 +117,11 @@ func newManager(t *testing.T) (*Manager, *events, string) {
 	return New(rec, ev.printf, nil), ev, path
 }
 
-// eventually polls cond (no timing is asserted: the bound only ends a
+// eventually waits for cond (no timing is asserted: the bound only ends a
 // hung test).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // holders lists where the record says checkpoint seq is, as "kind:host".

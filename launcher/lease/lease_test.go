@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // Short periods keep the tests quick; the protocol does not depend on them.
@@ -224,10 +225,10 @@ func TestMovedHostRenewedAtNewAddress(t *testing.T) {
 	require.NoError(t, h.Acquire(context.Background(), dial, []Target{moved}))
 	before, err := os.Readlink(file)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "a renewal over a connection to the new address", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		now, _ := os.Readlink(file)
 		return dialled["local2"] > 0 && now != before
-	}, 10*time.Second, 10*time.Millisecond, "renewed over a connection to the new address")
+	})
 }

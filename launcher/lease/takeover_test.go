@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // slow renews too rarely for a test to see it: whatever a test observes
@@ -219,15 +220,15 @@ func TestKeepGivesBackDroppedHosts(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, h.Acquire(ctx, dialLocal, hosts))
 	h.Keep(hosts[:1])
-	require.Eventually(t, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "h1's lease given back", func() bool {
 		_, err := os.Lstat(filepath.Join(hosts[1].Workdir, File))
 		return os.IsNotExist(err)
-	}, 10*time.Second, 5*time.Millisecond, "h1's lease given back")
+	})
 	before, err := os.Readlink(filepath.Join(hosts[0].Workdir, File))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "h0's lease renewed", func() bool {
 		now, err := os.Readlink(filepath.Join(hosts[0].Workdir, File))
 		return err == nil && now != before
-	}, 10*time.Second, 5*time.Millisecond, "h0's lease still renewed")
+	})
 	require.NoError(t, h.Check(ctx))
 }

@@ -58,10 +58,10 @@ func TestCPUGroupCountsWhatItsMembersStart(t *testing.T) {
 	require.NoError(t, err)
 	_, _ = stdin.Write([]byte("go\n"))
 	require.NoError(t, cmd.Wait())
-	require.Eventually(t, func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the orphaned child to finish", func() bool {
 		_, err := os.Stat(cmd.Args[len(cmd.Args)-1])
 		return err == nil
-	}, 30*time.Second, 10*time.Millisecond, "the orphaned child finishes")
+	})
 	after, err := g.usage()
 	require.NoError(t, err)
 	assert.Greater(t, after-before, 20*time.Millisecond, "the orphan's loop is counted")

@@ -16,6 +16,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest/lighthost"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 func fleet(t *testing.T, n int) *lighthost.Fleet {
@@ -88,13 +89,15 @@ func TestCloseKillsRunningCommands(t *testing.T) {
 	var out transporttest.SyncBuffer
 	p, err := tr.Start(context.Background(), cluster.Cmd{Shell: "sleep 300 & echo $!; sleep 301", Stdout: &out})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return strings.HasSuffix(out.String(), "\n") }, 10*time.Second, 10*time.Millisecond)
+	testenv.Wait(t, 10*time.Second, "the child's pid", func() (bool, string) {
+		return strings.HasSuffix(out.String(), "\n"), fmt.Sprintf("%q", out.String())
+	})
 	child, err := strconv.Atoi(strings.TrimSpace(out.String()))
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	assert.Eventually(t, func() bool {
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("background child %d to end with Close", child), func() bool {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
 		return err != nil || strings.Contains(string(data), ") Z ")
-	}, 10*time.Second, 20*time.Millisecond, "background child %d outlived Close", child)
+	})
 	_ = p.Wait()
 }

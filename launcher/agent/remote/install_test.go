@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/agent"
 )
 
@@ -266,7 +267,7 @@ func TestFleetInstallCleansUp(t *testing.T) {
 	}()
 	_, err = Install(ctx, tr, cut)
 	require.Error(t, err)
-	require.Eventually(t, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the cut upload's file to be removed", func() bool {
 		entries, err := fsys.ReadDir(dir)
 		require.NoError(t, err)
 		for _, e := range entries {
@@ -275,6 +276,6 @@ func TestFleetInstallCleansUp(t *testing.T) {
 			}
 		}
 		return true
-	}, 10*time.Second, 50*time.Millisecond, "the cut upload's file is removed")
+	})
 	assertOnlyAgents(t, fsys, dir)
 }

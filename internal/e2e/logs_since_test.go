@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"path"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -38,37 +39,33 @@ func TestLogsSince(t *testing.T) {
 		return out, errs
 	}
 	firstDone := regexp.MustCompile(`(?m)^\[worker-0@\S+\] first=3 rank=0\n(?s:.*)^\[worker-1@\S+\] first=3 rank=1$`)
-	deadline := time.Now().Add(30 * time.Second)
-	for out, _ := logs(); !firstDone.MatchString(out); out, _ = logs() {
-		require.True(t, time.Now().Before(deadline), "the first batch never showed:\n%s", out)
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Wait(t, 30*time.Second, "the first batch", func() (bool, string) {
+		out, _ := logs()
+		return firstDone.MatchString(out), "\n" + out
+	})
 	// A cut now may fall in the first batch's segment of the time index
 	// (its resolution is a second): ask again with a later cut until it
 	// leaves the first batch out. Then no write happened since the cut.
 	var cut string
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testenv.Wait(t, 30*time.Second, "a --since cut that leaves the first batch out", func() (bool, string) {
 		cut = time.Now().UTC().Format(time.RFC3339Nano)
 		out, _ := logs("--since", cut)
 		if !strings.Contains(out, "first=") {
 			require.Empty(t, out)
-			break
+			return true, ""
 		}
-		require.True(t, time.Now().Before(deadline), "--since %s still prints the first batch:\n%s", cut, out)
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, "--since " + cut + " printed:\n" + out
+	})
 	for i := range 2 {
 		_, err := fleet.Exec(i, "touch", path.Join(hostHome, j.Workdir, "go"))
 		require.NoError(t, err)
 	}
 	secondDone := regexp.MustCompile(`second=3 rank=0\n(?s:.*)second=3 rank=1\n|second=3 rank=1\n(?s:.*)second=3 rank=0\n`)
-	deadline = time.Now().Add(30 * time.Second)
-	out, _ := logs("--since", cut)
-	for ; !secondDone.MatchString(out); out, _ = logs("--since", cut) {
-		require.True(t, time.Now().Before(deadline), "the second batch never showed:\n%s", out)
-		time.Sleep(200 * time.Millisecond)
-	}
+	var out string
+	testenv.Wait(t, 30*time.Second, "the second batch", func() (bool, string) {
+		out, _ = logs("--since", cut)
+		return secondDone.MatchString(out), "\n" + out
+	})
 	assert.NotContains(t, out, "first=", "--since %s", cut)
 	assert.Regexp(t, `(?m)^\[worker-0@\S+\] second=1 rank=0$`, out)
 

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fleet tests of issue 21 item 3: two `drover run`s never destroy each
 // other. The real drover binary runs twice as controller against the real
@@ -25,6 +25,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 var readyRE = regexp.MustCompile(`(?m)^\[worker-\d@\S+\] ready rank=\d$`)
@@ -171,10 +172,8 @@ func TestRunThreeForcedRunsOneWins(t *testing.T) {
 	}
 	require.Equal(t, exitFailed, first.wait(t, 60*time.Second), first.stderr.String())
 	var winner *droverProc
-	deadline := time.Now().Add(90 * time.Second)
-	for exited := 0; exited < 2; {
-		require.True(t, time.Now().Before(deadline), "two of the forced runs should have given up")
-		exited = 0
+	testenv.Wait(t, 90*time.Second, "two of the forced runs to give up", func() (bool, string) {
+		exited := 0
 		for _, d := range forced {
 			select {
 			case <-d.done:
@@ -182,8 +181,8 @@ func TestRunThreeForcedRunsOneWins(t *testing.T) {
 			default:
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return exited >= 2, fmt.Sprintf("%d gave up", exited)
+	})
 	for _, d := range forced {
 		select {
 		case <-d.done:
@@ -196,8 +195,10 @@ func TestRunThreeForcedRunsOneWins(t *testing.T) {
 	}
 	require.NotNil(t, winner)
 	winner.waitLines(t, readyRE, 2, 60*time.Second)
-	require.Eventually(t, func() bool { return len(jobProcs(t, j.Name)) == 2*3 }, 30*time.Second, 100*time.Millisecond,
-		"one group of the job runs, the winner's")
+	testenv.Wait(t, 30*time.Second, "one group of the job to run, the winner's", func() (bool, string) {
+		procs := jobProcs(t, j.Name)
+		return len(procs) == 2*3, fmt.Sprintf("%v", procs)
+	})
 	for i := range 2 {
 		out, err := fleet.Exec(i, "readlink", path.Join(hostHome, j.Workdir, ".drover/lease"))
 		require.NoError(t, err)
@@ -253,7 +254,7 @@ func TestRunInterruptedInSetupGivesLeaseBack(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", fmt.Sprintf("blob%03d.bin", i)), big, 0o644))
 	}
 	d := startDrover(t, j)
-	require.Eventually(t, func() bool { return leaseOn(0, j) }, 60*time.Second, 5*time.Millisecond, "the run takes its lease")
+	testenv.WaitEvery(t, 5*time.Millisecond, 60*time.Second, "the run to take its lease", func() bool { return leaseOn(0, j) })
 	d.signal(t, syscall.SIGTERM)
 	require.Equal(t, exitInterrupted, d.wait(t, 60*time.Second), d.stderr.String())
 	t.Logf("stderr:\n%s", d.stderr.String())
@@ -428,8 +429,10 @@ func TestRunLeaseChangedUnderRun(t *testing.T) {
 	}
 	asUser("rm " + file)
 	said := fleet.Hosts[0].Name + ": the workdir lease " + file + " vanished under this run"
-	require.Eventually(t, func() bool { return strings.Contains(d.stderr.String(), said) }, 30*time.Second, 50*time.Millisecond, "said: %s", said)
-	require.Eventually(t, func() bool { return leaseOn(0, j) }, 30*time.Second, 50*time.Millisecond, "put back")
+	testenv.Wait(t, 30*time.Second, "drover to say: "+said, func() (bool, string) {
+		return strings.Contains(d.stderr.String(), said), "\n" + d.stderr.String()
+	})
+	testenv.WaitFor(t, 30*time.Second, "the lease to be put back", func() bool { return leaseOn(0, j) })
 
 	taker := `{"id":"0badc0ffee","job":"someone","host":"elsewhere","pid":4242,"since":"2026-01-02T03:04:05Z"}`
 	asUser(fmt.Sprintf("ln -s '%s' %s.new && mv -f %s.new %s", taker, file, file, file))

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fleet tests of `drover run`: the real drover binary (built once, see
 // droverBinary) runs as the controller here and as the agent on four real
@@ -244,42 +244,37 @@ func (d *droverProc) signal(t *testing.T, sig syscall.Signal) {
 // matches re, and returns the first match's submatches.
 func (d *droverProc) waitOutput(t *testing.T, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if m := re.FindStringSubmatch(d.stdout.String()); m != nil {
-			return m
+	var m []string
+	testenv.Wait(t, within, "output matching "+re.String(), func() (bool, string) {
+		if m = re.FindStringSubmatch(d.stdout.String()); m != nil {
+			return true, ""
 		}
 		select {
 		case <-d.done:
 			t.Fatalf("drover exited %d before printing %s\nstdout:\n%s\nstderr:\n%s", d.code, re, tail(d.stdout.String(), 4000), d.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no output matching %s within %s\nstdout:\n%s\nstderr:\n%s", re, within, tail(d.stdout.String(), 4000), d.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("\nstdout:\n%s\nstderr:\n%s", tail(d.stdout.String(), 4000), d.stderr.String())
+	})
+	return m
 }
 
 // waitLines waits until stdout has n lines matching re.
 func (d *droverProc) waitLines(t *testing.T, re *regexp.Regexp, n int, within time.Duration) [][]string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		m := re.FindAllStringSubmatch(d.stdout.String(), -1)
-		if len(m) >= n {
-			return m
+	var m [][]string
+	testenv.Wait(t, within, fmt.Sprintf("%d lines matching %s", n, re), func() (bool, string) {
+		if m = re.FindAllStringSubmatch(d.stdout.String(), -1); len(m) >= n {
+			return true, ""
 		}
 		select {
 		case <-d.done:
 			t.Fatalf("drover exited %d with %d of %d lines matching %s\nstdout:\n%s\nstderr:\n%s", d.code, len(m), n, re, tail(d.stdout.String(), 4000), d.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d lines matching %s within %s\nstdout:\n%s\nstderr:\n%s", len(m), n, re, within, tail(d.stdout.String(), 4000), d.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%d lines\nstdout:\n%s\nstderr:\n%s", len(m), tail(d.stdout.String(), 4000), d.stderr.String())
+	})
+	return m
 }
 
 // assertNoRace fails the test when a -race drover reported a data race.
@@ -356,17 +351,10 @@ func isAgentOf(cmdline []byte, job string) bool {
 // none given), failing the test after within with the survivors.
 func waitNoJobProcs(t *testing.T, job string, within time.Duration, hosts ...int) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Wait(t, within, "no processes of job "+job, func() (bool, string) {
 		left := jobProcs(t, job, hosts...)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of job %s still running %s later: %v", job, within, left)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprintf("still running: %v", left)
+	})
 }
 
 // killJob SIGKILLs, by pid, whatever a test left of job on the hosts.
@@ -532,11 +520,9 @@ sleep 1000
 	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@`+regexp.QuoteMeta(fleetPrefix())+`-h\d\] ready rank=\d$`), 2, 60*time.Second)
 	d.signal(t, syscall.SIGINT)
 	// The first Ctrl-C asks for a graceful stop, which the workload ignores.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.stderr.String(), "interrupted; stopping 2 process(es)") {
-		require.True(t, time.Now().Before(deadline), "no stop after the first SIGINT:\n%s", d.stderr.String())
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Wait(t, 10*time.Second, "a stop after the first SIGINT", func() (bool, string) {
+		return strings.Contains(d.stderr.String(), "interrupted; stopping 2 process(es)"), d.stderr.String()
+	})
 	time.Sleep(time.Second)
 	require.Len(t, jobProcs(t, j.Name), 2*3, "the workload ignores SIGTERM")
 	d.signal(t, syscall.SIGINT)
@@ -574,11 +560,9 @@ echo "done rank=$RANK"
 	stderr := d.stderr.String()
 	assert.Regexp(t, `worker-3@`+regexp.QuoteMeta(fleet.Hosts[3].Name)+`: `+regexp.QuoteMeta(hostLabel(3))+` lost: .*connection lost`, stderr)
 	// drover is now waiting for cd-h3 (host_wait 60s).
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.stderr.String(), hostLabel(3)+" unreachable, waiting up to 1m0s for it") {
-		require.True(t, time.Now().Before(deadline), "drover does not wait for "+fleet.Hosts[3].Name+":\n%s", d.stderr.String())
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Wait(t, 30*time.Second, "drover to wait for "+fleet.Hosts[3].Name, func() (bool, string) {
+		return strings.Contains(d.stderr.String(), hostLabel(3)+" unreachable, waiting up to 1m0s for it"), d.stderr.String()
+	})
 	require.NoError(t, fleet.Heal(3))
 	healed = true
 	require.Equal(t, 0, d.wait(t, 60*time.Second))
@@ -833,15 +817,10 @@ func TestRunPreflightPortInUse(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	require.NoError(t, err, "listener pid %q", out)
 	testenv.SignalAtCleanup(t, pid, syscall.SIGKILL, false)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, 10*time.Second, "python http.server to listen on "+port, func() bool {
 		ss, _ := fleet.Exec(0, "ss", "-Hltn", "sport = :"+port)
-		if strings.Contains(string(ss), ":"+port) {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "python http.server did not listen on %s", port)
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(string(ss), ":"+port)
+	})
 
 	j := newFleetJob(t, jobSpec{Hosts: 2, Script: "echo should not run\n", Job: "master_port = " + port})
 	d := startDrover(t, j)
@@ -884,14 +863,10 @@ func TestRunStopsLeftoverGroup(t *testing.T) {
 	require.NoError(t, err)
 	oldDone := make(chan error, 1)
 	go func() { oldDone <- p.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := hostFile(t, 0, path.Join(j.Workdir, ".drover/pids/worker-0.pid")); err == nil && strings.Contains(out.String(), "old ready") {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "hand-started agent did not come up: %s", out.String())
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Wait(t, 20*time.Second, "the hand-started agent to come up", func() (bool, string) {
+		_, err := hostFile(t, 0, path.Join(j.Workdir, ".drover/pids/worker-0.pid"))
+		return err == nil && strings.Contains(out.String(), "old ready"), out.String()
+	})
 	old := jobProcs(t, j.Name, 0)
 	require.Len(t, old, 3, "agent, sh and sleep: %v", old)
 

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fleet tests of detached runs (issue 26): drover run -d, status, logs,
 // stop, from other sessions and directories than the one that started
@@ -7,6 +7,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,17 +104,12 @@ func status(t *testing.T, j *fleetJob) launcher.RunStatus {
 // waitStatus polls status until ok holds, failing after within.
 func waitStatus(t *testing.T, j *fleetJob, within time.Duration, what string, ok func(st launcher.RunStatus) bool) launcher.RunStatus {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		st := status(t, j)
-		if ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status never showed %s within %s; last: %+v", what, within, st)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	var st launcher.RunStatus
+	testenv.Wait(t, within, "status to show "+what, func() (bool, string) {
+		st = status(t, j)
+		return ok(st), fmt.Sprintf("%+v", st)
+	})
+	return st
 }
 
 // running counts st's processes in state running.
@@ -235,15 +231,10 @@ func TestRunDetachedSupervisorGone(t *testing.T) {
 	assert.False(t, st.Supervisor.Alive)
 	first, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
 	require.Equal(t, 0, code, errs)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.WaitFor(t, 15*time.Second, "the numbered lines to grow with no supervisor", func() bool {
 		again, _, _ := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
-		if len(again) > len(first) {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the numbered lines stopped growing with no supervisor")
-		time.Sleep(300 * time.Millisecond)
-	}
+		return len(again) > len(first)
+	})
 
 	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
@@ -315,12 +306,14 @@ func TestRunDetachedAdopt(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	atKill := len(numbers(t, out, 0))
 	// 15 s of lines (one every 0.2 s) with no supervisor.
-	deadline := time.Now().Add(60 * time.Second)
-	for len(numbers(t, out, 0)) < atKill+75 {
-		require.True(t, time.Now().Before(deadline), "rank 0 stopped printing with no supervisor: %d lines", len(numbers(t, out, 0)))
-		time.Sleep(500 * time.Millisecond)
+	testenv.Wait(t, 60*time.Second, "rank 0 to print 75 more lines with no supervisor", func() (bool, string) {
+		n := len(numbers(t, out, 0))
+		if n >= atKill+75 {
+			return true, ""
+		}
 		out, _, _ = droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
-	}
+		return false, fmt.Sprintf("%d lines", n)
+	})
 
 	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
 	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
@@ -379,13 +372,14 @@ func TestRunDetachedSecondSupervisor(t *testing.T) {
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
 	// The first supervisor lets go and exits; the group is untouched.
-	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(sup, 0) == nil {
+	testenv.WaitFor(t, 30*time.Second, "the first supervisor to exit after the takeover", func() bool {
+		if syscall.Kill(sup, 0) != nil {
+			return true
+		}
 		var ws syscall.WaitStatus
 		_, _ = syscall.Wait4(sup, &ws, syscall.WNOHANG, nil)
-		require.True(t, time.Now().Before(deadline), "the first supervisor still runs after the takeover")
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	})
 	after := waitStatus(t, j, 30*time.Second, "the new supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, 1, after.Attempt)
 	require.Equal(t, 2, running(after))
@@ -414,17 +408,12 @@ func channelProcs(t *testing.T, job string) []hostProc {
 // waitFile polls a local file until it matches re.
 func waitFile(t *testing.T, file string, re *regexp.Regexp, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		b, _ := os.ReadFile(file)
-		if re.Match(b) {
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never matched %s within %s:\n%s", file, re, within, b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var b []byte
+	testenv.Wait(t, within, file+" to match "+re.String(), func() (bool, string) {
+		b, _ = os.ReadFile(file)
+		return re.Match(b), "\n" + string(b)
+	})
+	return string(b)
 }
 
 // Laptop sleep: the background supervisor stopped (SIGSTOP) for longer
@@ -436,11 +425,10 @@ func TestRunDetachedSupervisorSuspended(t *testing.T) {
 	sup := startDetachedRun(t, j)
 	st := waitStatus(t, j, 30*time.Second, "2 running", func(st launcher.RunStatus) bool { return running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGSTOP))
-	deadline := time.Now().Add(30 * time.Second)
-	for len(channelProcs(t, j.Name)) > 0 {
-		require.True(t, time.Now().Before(deadline), "attach clients still there with the supervisor stopped: %v", channelProcs(t, j.Name))
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Wait(t, 30*time.Second, "the attach clients to go with the supervisor stopped", func() (bool, string) {
+		left := channelProcs(t, j.Name)
+		return len(left) == 0, fmt.Sprintf("%v", left)
+	})
 	require.NoError(t, syscall.Kill(sup, syscall.SIGCONT))
 	events := filepath.Join(j.runDir(t), "events.log")
 	waitFile(t, events, regexp.MustCompile(`adopting attempt 1 of run `+st.RunID+` \(re-attaching`), 60*time.Second)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"regexp"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -27,16 +28,17 @@ func adoptInForeground(t *testing.T) (*fleetJob, *droverProc) {
 
 	fg := startDrover(t, j)
 	adopting := regexp.MustCompile(`adopting attempt 1 of run ` + before.RunID + ` \(supervisor \S+ pid ` + strconv.Itoa(sup) + ` gone since \d\d:\d\d:\d\d\)`)
-	deadline := time.Now().Add(60 * time.Second)
-	for !adopting.MatchString(fg.stderr.String()) {
+	testenv.Wait(t, 60*time.Second, "the adoption", func() (bool, string) {
+		if adopting.MatchString(fg.stderr.String()) {
+			return true, ""
+		}
 		select {
 		case <-fg.done:
 			t.Fatalf("the foreground drover exited %d before adopting:\n%s", fg.code, fg.stderr.String())
 		default:
 		}
-		require.True(t, time.Now().Before(deadline), "no adoption within 60s:\n%s", fg.stderr.String())
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, "\n" + fg.stderr.String()
+	})
 	// Its lines are streamed as a foreground run's.
 	fg.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-1@\S+\] n=\d+ rank=1 `), 30*time.Second)
 	after := waitStatus(t, j, 30*time.Second, "the foreground supervisor", func(st launcher.RunStatus) bool { return st.Supervisor.Alive })

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -116,16 +116,15 @@ func TestTopOnceJSON(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := startStepJob(t)
 	// The progress file follows the output lines by a moment: ask again
-	// (bounded) until every process has reported a step.
+	// until every process has reported a step (the bound is the 21 tries
+	// half a second apart this was, each of a `drover top` of about half
+	// a second).
 	var v launcher.TopView
-	for try := 0; ; try++ {
+	testenv.Wait(t, 20*time.Second, "every process to report a step", func() (bool, string) {
 		v = launcher.TopView{}
 		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
-		if everyProcStepped(v) || try == 20 {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return everyProcStepped(v), fmt.Sprintf("%+v", v)
+	})
 	assert.Equal(t, j.Name, v.Job)
 	require.Len(t, v.Hosts, 4)
 	for i, h := range v.Hosts {
@@ -173,20 +172,18 @@ func TestTopShowsHealthWatch(t *testing.T) {
 	require.NoError(t, os.WriteFile(j.Inventory, []byte(inv), 0o644))
 	d := startDrover(t, j)
 	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 2, 60*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var v launcher.TopView
+	var v launcher.TopView
+	testenv.Wait(t, 30*time.Second, "a health finding on GPU 1", func() (bool, string) {
+		v = launcher.TopView{}
 		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json", "--hosts", fleet.Hosts[0].Name), &v))
 		require.Len(t, v.Hosts, 1)
-		if gs := v.Hosts[0].GPUs; len(gs) == 2 && len(gs[1].Health) > 0 {
-			assert.Empty(t, gs[0].Health)
-			assert.True(t, gs[1].Health[0].Critical)
-			assert.Contains(t, gs[1].Health[0].What, "1 uncorrectable ECC error(s)")
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no health finding on GPU 1 after 30s: %+v", v.Hosts[0])
-		time.Sleep(500 * time.Millisecond)
-	}
+		gs := v.Hosts[0].GPUs
+		return len(gs) == 2 && len(gs[1].Health) > 0, fmt.Sprintf("%+v", v.Hosts[0])
+	})
+	gs := v.Hosts[0].GPUs
+	assert.Empty(t, gs[0].Health)
+	assert.True(t, gs[1].Health[0].Critical)
+	assert.Contains(t, gs[1].Health[0].What, "1 uncorrectable ECC error(s)")
 }
 
 // An inventory on its own (no job) is watched too: GPUs, no processes.
@@ -210,14 +207,12 @@ func TestTopOnceInventory(t *testing.T) {
 func metricsAddr(t *testing.T, d *droverProc) string {
 	t.Helper()
 	re := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(d.stderr.String()); m != nil {
-			return m[1]
-		}
-		require.True(t, time.Now().Before(deadline), "drover top never said where its metrics are:\n%s", d.stderr.String())
-		time.Sleep(50 * time.Millisecond)
-	}
+	var m []string
+	testenv.Wait(t, 30*time.Second, "drover top to say where its metrics are", func() (bool, string) {
+		m = re.FindStringSubmatch(d.stderr.String())
+		return m != nil, "\n" + d.stderr.String()
+	})
+	return m[1]
 }
 
 // scrape reads the metrics with Prometheus's own text parser.
@@ -260,15 +255,10 @@ next:
 // after within.
 func waitMetric(t *testing.T, url, name string, want map[string]string, ok func(float64) bool, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Wait(t, within, fmt.Sprintf("%s%v", name, want), func() (bool, string) {
 		v, found := value(scrape(t, url), name, want)
-		if found && ok(v) {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "%s%v: have %v (found %v) after %s", name, want, v, found, within)
-		time.Sleep(200 * time.Millisecond)
-	}
+		return found && ok(v), fmt.Sprintf("have %v (found %v)", v, found)
+	})
 }
 
 // The Prometheus endpoint has the labelled series (job, host, rank, GPU),
@@ -313,11 +303,10 @@ func TestTopMetricsAndCutHost(t *testing.T) {
 	waitMetric(t, url, "drover_host_up", map[string]string{"job": j.Name, "host": h0}, func(v float64) bool { return v == 1 }, 10*time.Second)
 	// The cut host's sampler hears no heartbeat and stops: nothing is
 	// left sampling there for as long as its sshd does not notice.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(topSamplers(t, 3)) > 0 {
-		require.True(t, time.Now().Before(deadline), "drover agent top still runs on the cut host: %v", topSamplers(t, 3))
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Wait(t, 30*time.Second, "drover agent top to stop on the cut host", func() (bool, string) {
+		left := topSamplers(t, 3)
+		return len(left) == 0, fmt.Sprintf("%v", left)
+	})
 }
 
 // topSamplers are the `drover agent top` processes on fleet host i.
@@ -353,16 +342,14 @@ func TestTopInteractiveQuitsOnQ(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = tm("kill-server") })
 	screen := func(re *regexp.Regexp) string {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			out, err := tm("capture-pane", "-p", "-t", session)
+		var out string
+		testenv.Wait(t, 30*time.Second, "the screen to match "+re.String(), func() (bool, string) {
+			var err error
+			out, err = tm("capture-pane", "-p", "-t", session)
 			require.NoError(t, err, out)
-			if re.MatchString(out) {
-				return out
-			}
-			require.True(t, time.Now().Before(deadline), "screen never matched %s:\n%s", re, out)
-			time.Sleep(100 * time.Millisecond)
-		}
+			return re.MatchString(out), "\n" + out
+		})
+		return out
 	}
 	out := screen(regexp.MustCompile(`(?s)HOST +GPU +UTIL.*` + regexp.QuoteMeta(fleet.Hosts[0].Name) + ` +1 +\? .*hw-thermal,ecc-uncorrected=1`))
 	assert.Contains(t, out, "drover top: "+j.Name)

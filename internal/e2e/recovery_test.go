@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Fleet tests of how `drover run` recovers from what is not the job's
 // fault: a controller that was suspended (Ctrl-Z), a host unreachable when
@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // Issue 21, item 9: Ctrl-Z on drover for longer than the agents'
@@ -74,16 +75,17 @@ func TestRunFirstAttemptWaitsForUnreachableHost(t *testing.T) {
 	})
 	d := startDrover(t, j)
 	want := fmt.Sprintf("%s (%s) unreachable, waiting up to 1m30s for it", h.Name, h.Address)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(d.stderr.String(), want) {
+	testenv.Wait(t, 60*time.Second, "drover to wait for "+h.Name, func() (bool, string) {
+		if strings.Contains(d.stderr.String(), want) {
+			return true, ""
+		}
 		select {
 		case <-d.done:
 			t.Fatalf("drover exited %d instead of waiting for %s:\n%s", d.code, h.Name, d.stderr.String())
 		default:
 		}
-		require.True(t, time.Now().Before(deadline), "drover does not wait for %s:\n%s", h.Name, d.stderr.String())
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, "\n" + d.stderr.String()
+	})
 	require.NoError(t, fleet.Heal(1))
 	healed = true
 	require.Equal(t, 0, d.wait(t, 120*time.Second), "stderr:\n%s", d.stderr.String())

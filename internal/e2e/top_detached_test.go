@@ -1,7 +1,8 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher"
 )
 
@@ -23,16 +25,11 @@ func TestTopDetachedOutputAgeAgreesWithStatus(t *testing.T) {
 	// The log stops growing after its one line: ages only grow from then.
 	var st launcher.RunStatus
 	var asked time.Time // just before the status that is compared
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Wait(t, 30*time.Second, "status to show the process quiet for 2 s", func() (bool, string) {
 		asked = time.Now()
 		st = status(t, j)
-		if running(st) == 1 && st.Processes[0].LastOutputAgeS >= 2 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "status never showed the process quiet for 2 s: %+v", st)
-		time.Sleep(300 * time.Millisecond)
-	}
+		return running(st) == 1 && st.Processes[0].LastOutputAgeS >= 2, fmt.Sprintf("%+v", st)
+	})
 	var v launcher.TopView
 	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 	since := time.Since(asked).Seconds()

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"fmt"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 // fakeGPUs gives fleet host i two GPUs through a stand-in nvidia-smi (and
@@ -105,21 +106,19 @@ func hostNames(idx ...int) []string {
 // waitStderr waits until drover's events match re.
 func (d *droverProc) waitStderr(t *testing.T, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if m := re.FindStringSubmatch(d.stderr.String()); m != nil {
-			return m
+	var m []string
+	testenv.Wait(t, within, "an event matching "+re.String(), func() (bool, string) {
+		if m = re.FindStringSubmatch(d.stderr.String()); m != nil {
+			return true, ""
 		}
 		select {
 		case <-d.done:
 			t.Fatalf("drover exited %d before an event matching %s\nstderr:\n%s", d.code, re, d.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no event matching %s within %s\nstderr:\n%s", re, within, d.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, "\nstderr:\n" + d.stderr.String()
+	})
+	return m
 }
 
 // Issue 28: four hosts of two GPUs each, the fourth a spare; the second

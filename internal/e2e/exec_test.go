@@ -1,11 +1,8 @@
-package main
+package e2e
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -55,35 +52,6 @@ func TestExecInterrupt(t *testing.T) {
 				assert.Contains(t, stderr, fmt.Sprintf("  %s: %s\n", fleet.Hosts[i].Name, tc.want))
 			}
 			waitNoJobProcs(t, j.Name, 3*time.Second)
-		})
-	}
-}
-
-// Under nohup, SIGHUP stays ignored: asking to be notified of it would
-// undo nohup.
-func TestInterruptSignalsKeepNohup(t *testing.T) {
-	if os.Getenv("DROVER_TEST_NOHUP_CHILD") == "1" {
-		fmt.Println(interruptSignals())
-		return
-	}
-	for _, tc := range []struct {
-		name   string
-		nohup  bool
-		hupped bool
-	}{{"plain", false, true}, {"nohup", true, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			self, err := os.Executable()
-			require.NoError(t, err)
-			args := []string{self, "-test.run=^TestInterruptSignalsKeepNohup$"}
-			if tc.nohup {
-				args = append([]string{"nohup"}, args...)
-			}
-			cmd := exec.Command(args[0], args[1:]...)
-			cmd.Env = append(os.Environ(), "DROVER_TEST_NOHUP_CHILD=1")
-			out, err := cmd.Output()
-			require.NoError(t, err)
-			assert.Equal(t, tc.hupped, strings.Contains(string(out), "hangup"), "signals: %s", out)
-			assert.Contains(t, string(out), "interrupt")
 		})
 	}
 }

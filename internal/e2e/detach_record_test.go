@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -36,9 +36,7 @@ func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
 	local := checkpoint.RecordPath(j.LogRoot, j.Name)
 	// Two checkpoints recorded here and the same record on the host.
 	var before []checkpoint.Entry
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		require.True(t, time.Now().Before(deadline), "the hosts never had this machine's record of 2 checkpoints")
+	testenv.WaitFor(t, 60*time.Second, "the hosts to have this machine's record of 2 checkpoints", func() bool {
 		rec, err := checkpoint.LoadRecord(local, j.Name)
 		require.NoError(t, err)
 		mine := rec.Entries()
@@ -48,10 +46,10 @@ func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
 		}
 		if err == nil && json.Unmarshal(onHost, &theirs) == nil && len(mine) >= 2 && len(theirs.Entries) >= 2 {
 			before = theirs.Entries
-			break
+			return true
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return false
+	})
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 
 	elsewhere := t.TempDir()

@@ -1,0 +1,144 @@
+package restart
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/droverhq/drover/cluster/config"
+)
+
+// Kind is how one attempt of the whole group ended. Exactly one applies;
+// the run loop decides on it what happens next.
+type Kind int
+
+const (
+	// Succeeded: the success policy was met.
+	Succeeded Kind = iota
+	// Failed: a process exited non-zero or was killed, or the group
+	// ended without meeting the success policy.
+	Failed
+	// SetupFailed: the group could not be set up (connect, probe, plan,
+	// push, preflight, start).
+	SetupFailed
+	// HostLost: a host stopped answering, before or after its processes
+	// started.
+	HostLost
+	// Hung: no process showed progress for hang_timeout.
+	Hung
+	// Interrupted: the user stopped the run (ctx cancelled).
+	Interrupted
+	// Fenced: the health gate kept hosts out before anything started and
+	// spares stand in for them: set the attempt up again.
+	Fenced
+	// Adoptable: a foreground run's first attempt found, before it pushed
+	// or started anything, a detached group to adopt.
+	Adoptable
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Succeeded:
+		return "succeeded"
+	case Failed:
+		return "failed"
+	case SetupFailed:
+		return "setup failed"
+	case HostLost:
+		return "host lost"
+	case Hung:
+		return "hung"
+	case Interrupted:
+		return "interrupted"
+	case Fenced:
+		return "hosts kept out"
+	case Adoptable:
+		return "a group to adopt"
+	}
+	return fmt.Sprintf("outcomeKind(%d)", int(k))
+}
+
+// Outcome is what the policy needs to know of how an attempt ended.
+type Outcome struct {
+	Kind Kind
+	// Err says what went wrong.
+	Err error
+	// ExitCode is the first failing process's exit status; -1 when no
+	// process failed by exiting.
+	ExitCode int
+	// Permanent marks a setup failure that another attempt cannot fix
+	// (refused credentials, a host gone for good, workdirs another run
+	// holds). A configuration error (config.IsConfigError) is one too.
+	Permanent bool
+}
+
+// Retryable applies restart_policy and the exit-status lists to how
+// attempt n ended. A setup failure is worth another attempt only on a
+// restart (the first attempt fails fast, so that a typo does not cost
+// minutes) and unless it is a configuration error or permanent.
+func Retryable(job config.Job, out Outcome, n int) (bool, string) {
+	exited := out.Kind == Failed && out.ExitCode > 0
+	switch {
+	case exited && slices.Contains(job.FatalExitCodes, out.ExitCode):
+		return false, fmt.Sprintf("exit status %d is in fatal_exit_codes", out.ExitCode)
+	case exited && slices.Contains(job.RetryExitCodes, out.ExitCode):
+		return true, ""
+	case job.RestartPolicy == config.RestartNever:
+		return false, `restart_policy = "never"`
+	case out.Kind == SetupFailed && (n == 1 || out.Permanent || config.IsConfigError(out.Err)):
+		return false, "the group could not be set up (see the error above)"
+	case job.RestartPolicy == config.RestartExitCode && exited && out.ExitCode <= 127:
+		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.ExitCode)
+	}
+	return true, ""
+}
+
+// Budget counts the restarts a run has used, by cause: lost hosts and
+// hangs (the fleet's fault) count against max_host_failures, everything
+// else against max_restarts, as JobSet's RestartJobSetAndIgnoreMaxRestarts
+// does for node failures.
+type Budget struct {
+	Restarts, HostFailures int
+}
+
+// Used is every restart taken, whatever its cause.
+func (b Budget) Used() int { return b.Restarts + b.HostFailures }
+
+// Total is the number of attempts the run may take as things stand: each
+// host failure adds one beyond max_restarts + 1.
+func (b Budget) Total(job config.Job) int { return job.MaxRestarts + 1 + b.HostFailures }
+
+// Spend takes a restart for out, the end of attempt n (the run's n-th
+// here), from the budget, or returns why the run ends here: the policy
+// says not to restart, or the budget is spent.
+func (b *Budget) Spend(job config.Job, out Outcome, n int) error {
+	retry, why := Retryable(job, out, n)
+	switch {
+	case !retry:
+		return fmt.Errorf("%v; not restarting: %s", out.Err, why)
+	case out.Kind == HostLost || out.Kind == Hung:
+		if b.HostFailures >= job.MaxHostFailures {
+			return fmt.Errorf("%v; no restarts left for lost hosts and hangs (max_host_failures = %d)", out.Err, job.MaxHostFailures)
+		}
+		b.HostFailures++
+	default:
+		if b.Restarts >= job.MaxRestarts {
+			return fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.Err, job.MaxRestarts)
+		}
+		b.Restarts++
+	}
+	return nil
+}
+
+// Backoff is restart_backoff doubled per restart, capped at
+// restart_backoff_max.
+func Backoff(job config.Job, restarts int) time.Duration {
+	d := job.RestartBackoff
+	for i := 1; i < restarts && d < job.RestartBackoffMax; i++ {
+		d *= 2
+	}
+	if job.RestartBackoffMax > 0 && d > job.RestartBackoffMax {
+		d = job.RestartBackoffMax
+	}
+	return d
+}

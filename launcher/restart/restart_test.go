@@ -1,0 +1,145 @@
+package restart
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster/config"
+)
+
+func TestBackoff(t *testing.T) {
+	tests := []struct {
+		base, max time.Duration
+		restarts  int
+		want      time.Duration
+	}{
+		{time.Second, 30 * time.Second, 1, time.Second},
+		{time.Second, 30 * time.Second, 2, 2 * time.Second},
+		{time.Second, 30 * time.Second, 3, 4 * time.Second},
+		{time.Second, 30 * time.Second, 5, 16 * time.Second},
+		{time.Second, 30 * time.Second, 6, 30 * time.Second},
+		{time.Second, 30 * time.Second, 100, 30 * time.Second},
+		{200 * time.Millisecond, 200 * time.Millisecond, 4, 200 * time.Millisecond},
+		{0, 0, 3, 0},
+	}
+	for _, tt := range tests {
+		job := config.Job{RestartBackoff: tt.base, RestartBackoffMax: tt.max}
+		assert.Equal(t, tt.want, Backoff(job, tt.restarts), "base %s max %s restart %d", tt.base, tt.max, tt.restarts)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	exited := func(code int) Outcome { return Outcome{Kind: Failed, ExitCode: code} }
+	lost := Outcome{Kind: HostLost, ExitCode: -1}
+	hung := Outcome{Kind: Hung, ExitCode: -1}
+	setup := Outcome{Kind: SetupFailed, ExitCode: -1, Err: errors.New("preflight")}
+	// A connection that died during setup is a lost host (the launcher's
+	// setupFailed).
+	setupLost := Outcome{Kind: HostLost, ExitCode: -1, Err: errors.New("push to h1: connection lost")}
+	setupConfig := Outcome{Kind: SetupFailed, ExitCode: -1, Err: config.ConfigErrors{{File: "job.toml", Msg: "bad"}}}
+	setupFinal := Outcome{Kind: SetupFailed, ExitCode: -1, Err: errors.New("h1: auth"), Permanent: true}
+	onFailure := config.Job{RestartPolicy: config.RestartOnFailure}
+	lists := config.Job{RestartPolicy: config.RestartExitCode, RetryExitCodes: []int{75}, FatalExitCodes: []int{137}}
+	never := config.Job{RestartPolicy: config.RestartNever, RetryExitCodes: []int{75}}
+	tests := []struct {
+		job     config.Job
+		out     Outcome
+		attempt int
+		retry   bool
+		why     string
+	}{
+		{onFailure, exited(1), 1, true, ""},
+		{onFailure, exited(137), 1, true, ""},
+		{onFailure, lost, 1, true, ""},
+		{onFailure, hung, 1, true, ""},
+		{onFailure, setup, 1, false, "could not be set up"},
+		// A setup error at a restart (a push that failed once) is retried;
+		// configuration errors and refusals are not.
+		{onFailure, setup, 2, true, ""},
+		{onFailure, setupConfig, 2, false, "could not be set up"},
+		{onFailure, setupFinal, 2, false, "could not be set up"},
+		{onFailure, setupLost, 1, true, ""},
+		{config.Job{}, exited(2), 1, true, ""}, // the default is on-failure
+		{config.Job{RestartPolicy: config.RestartNever}, exited(1), 1, false, `restart_policy = "never"`},
+		{config.Job{RestartPolicy: config.RestartNever}, lost, 1, false, `restart_policy = "never"`},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(1), 1, false, `exit status 1 is permanent under restart_policy = "exit-code"`},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(127), 1, false, "exit status 127 is permanent"},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(128), 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, exited(255), 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, lost, 1, true, ""},
+		{config.Job{RestartPolicy: config.RestartExitCode}, setup, 1, false, "could not be set up"},
+		{config.Job{RestartPolicy: config.RestartExitCode}, setupLost, 1, true, ""},
+		// retry_exit_codes and fatal_exit_codes win over the policy.
+		{lists, exited(75), 1, true, ""},
+		{lists, exited(3), 1, false, "exit status 3 is permanent"},
+		{lists, exited(137), 1, false, "exit status 137 is in fatal_exit_codes"},
+		{lists, exited(143), 1, true, ""},
+		{config.Job{FatalExitCodes: []int{2}}, exited(2), 1, false, "exit status 2 is in fatal_exit_codes"},
+		{config.Job{FatalExitCodes: []int{2}}, exited(3), 1, true, ""},
+		{never, exited(75), 1, true, ""},
+		{never, exited(76), 1, false, `restart_policy = "never"`},
+	}
+	for _, tt := range tests {
+		retry, why := Retryable(tt.job, tt.out, tt.attempt)
+		assert.Equal(t, tt.retry, retry, "%+v %+v attempt %d", tt.job, tt.out, tt.attempt)
+		if tt.why == "" {
+			assert.Empty(t, why)
+		} else {
+			assert.Contains(t, why, tt.why)
+		}
+	}
+}
+
+// TestBudget: lost hosts and hangs count against max_host_failures, never
+// against max_restarts, and the other way round.
+func TestBudget(t *testing.T) {
+	job := config.Job{MaxRestarts: 1, MaxHostFailures: 2}
+	failed := Outcome{Kind: Failed, ExitCode: 1, Err: errors.New("worker-1@b exited 1")}
+	lost := Outcome{Kind: HostLost, ExitCode: -1, Err: errors.New("worker-1@b: b lost")}
+	hung := Outcome{Kind: Hung, ExitCode: -1, Err: errors.New("group hung")}
+	var b Budget
+	assert.Equal(t, 2, b.Total(job))
+	require.NoError(t, b.Spend(job, lost, 1))
+	require.NoError(t, b.Spend(job, failed, 2))
+	require.NoError(t, b.Spend(job, hung, 3))
+	assert.Equal(t, Budget{Restarts: 1, HostFailures: 2}, b)
+	assert.Equal(t, 3, b.Used())
+	assert.Equal(t, 4, b.Total(job), "each host failure adds an attempt")
+	assert.EqualError(t, b.Spend(job, failed, 4), "worker-1@b exited 1; no restarts left (max_restarts = 1)")
+	assert.EqualError(t, b.Spend(job, hung, 4), "group hung; no restarts left for lost hosts and hangs (max_host_failures = 2)")
+	assert.EqualError(t, b.Spend(config.Job{RestartPolicy: config.RestartNever}, failed, 5),
+		`worker-1@b exited 1; not restarting: restart_policy = "never"`)
+}
+
+func TestBreakerJudge(t *testing.T) {
+	const from = "step-10"
+	fail := errors.New("worker-0@a exited 1")
+	var b Breaker
+	assert.NoError(t, b.Judge(2, Progress{Ran: true}, fail), "from scratch: not judged")
+	assert.NoError(t, b.Judge(2, Progress{Ran: true, Resumed: from}, fail))
+	assert.NoError(t, b.Judge(2, Progress{Ran: true, Resumed: from, Newer: true}, fail), "progress resets the count")
+	assert.NoError(t, b.Judge(2, Progress{Ran: true, Resumed: from}, fail))
+	assert.NoError(t, b.Judge(2, Progress{}, fail), "a setup failure neither counts nor resets")
+	err := b.Judge(2, Progress{Ran: true, Resumed: from}, fail)
+	require.Error(t, err)
+	assert.Equal(t, "2 restarts in a row made no progress: every attempt resumed from step-10 and failed before a newer checkpoint; "+
+		"last failure: worker-0@a exited 1 (fix the failure, or raise max_restarts_without_progress = 2)", err.Error())
+	var off Breaker
+	for range 5 {
+		assert.NoError(t, off.Judge(0, Progress{Ran: true, Resumed: from}, fail), "0 turns it off")
+	}
+	var one Breaker
+	assert.EqualError(t, one.Judge(1, Progress{Ran: true, Resumed: from}, fail), "1 restart in a row made no progress: every attempt resumed from step-10 and failed before a newer checkpoint; "+
+		"last failure: worker-0@a exited 1 (fix the failure, or raise max_restarts_without_progress = 1)")
+}
+
+func TestKindString(t *testing.T) {
+	for k, want := range map[Kind]string{Succeeded: "succeeded", Failed: "failed", SetupFailed: "setup failed", HostLost: "host lost",
+		Hung: "hung", Interrupted: "interrupted", Fenced: "hosts kept out", Adoptable: "a group to adopt", Kind(42): "outcomeKind(42)"} {
+		assert.Equal(t, want, k.String())
+	}
+}

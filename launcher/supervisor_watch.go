@@ -1,0 +1,198 @@
+package launcher
+
+// The supervisor's watches beside the processes' ends: the GPU health
+// of its hosts while the group runs, the detached run's record and
+// readiness, and letting go of a detached group (a hand-over, a lost
+// channel) without stopping it.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"time"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/lease"
+)
+
+// readyPoll bounds how long a detached run's first attempt may take to
+// have every process recorded as running before `drover run -d` is told
+// it is, and how often the records are read meanwhile.
+const (
+	readyWait = 60 * time.Second
+	readyPoll = 200 * time.Millisecond
+)
+
+// announceRunning records the attempt as running and, on the first
+// attempt that got every process running, tells the caller (Ready).
+func (s *supervisor) announceRunning(conns []*attemptHost) {
+	a := s.a
+	a.r.setRecord(hostConns(conns), func(rec *agent.RunRecord) {
+		rec.State, rec.Attempt, rec.Restarts, rec.Checkpoint = "running", a.n, a.restarts, a.r.newestCheckpoint()
+	})
+	if a.r.opts.Ready == nil {
+		return
+	}
+	procs := append([]*running(nil), s.procs...)
+	go func() {
+		deadline := a.r.now().Add(readyWait)
+		for a.r.now().Before(deadline) {
+			if s.allRunning(procs) {
+				a.r.readyOnce.Do(func() { a.r.opts.Ready(a.r.runID, a.r.runLogDir) })
+				return
+			}
+			time.Sleep(readyPoll)
+		}
+	}()
+}
+
+// allRunning reports whether every process's agent recorded it as
+// started (running, or already ended).
+func (s *supervisor) allRunning(procs []*running) bool {
+	for _, rp := range procs {
+		c := s.byHost[rp.p.Host.Name]
+		st, _ := s.a.processFiles(c, rp.p.Name())
+		rc, err := c.fs.Open(st)
+		if err != nil {
+			return false
+		}
+		var rec agent.State
+		err = json.NewDecoder(rc).Decode(&rec)
+		rc.Close()
+		if err != nil || rec.State == agent.StateStarting {
+			return false
+		}
+	}
+	return true
+}
+
+// handOver, when another drover took a detached run over with --force
+// (ctx ended with a *lease.LostError), lets go of the group without
+// stopping it: the channels close, the attach clients detach, and the
+// agents keep the group for the new supervisor. It reports whether it did.
+func (s *supervisor) handOver(ctx context.Context) bool {
+	var lost *lease.LostError
+	if !s.a.r.detachedGroup || !errors.As(context.Cause(ctx), &lost) {
+		return false
+	}
+	out := interrupted()
+	s.out, s.stopping = &out, true
+	s.causes.Stopping(true)
+	s.a.r.events.printf("%s: handing the group over; it keeps running", s.a.prefix())
+	s.detachAll()
+	return true
+}
+
+// letGo ends a detached run's attempt because this supervisor lost its
+// processes (why), not because they ended: it detaches from all of them
+// and the run attaches again (attemptOutcome.reattach).
+func (s *supervisor) letGo(why string) {
+	out := attemptOutcome{kind: outcomeHostLost, err: errors.New(why), exitCode: -1, reattach: true}
+	s.out, s.stopping = &out, true
+	s.causes.Stopping(false)
+	s.a.r.events.printf("%s: %s; detaching, the group keeps running", s.a.prefix(), why)
+	s.detachAll()
+}
+
+// detachAll closes every channel without a stop: the attach clients let
+// go, the agents keep their processes.
+func (s *supervisor) detachAll() {
+	for _, rp := range s.procs {
+		rp.letGo = true
+		rp.ctl.Close()
+	}
+}
+
+// healthWatchers are, by host, the process whose agent watches the
+// host's GPU health (agent.RunOptions.HealthFile): the first one of each
+// host that the plan gives GPUs. Hosts planned without GPUs (a CPU host
+// with gpus = "auto") are not watched.
+func (s *supervisor) healthWatchers() map[string]string {
+	out := map[string]string{}
+	if s.a.cfg.Job.Health == config.HealthOff {
+		return out
+	}
+	for _, p := range s.pl.Processes {
+		if _, ok := out[p.Host.Name]; !ok && len(p.Visible) > 0 {
+			out[p.Host.Name] = p.Name()
+		}
+	}
+	return out
+}
+
+// healthFile is where the watching agent of attempt n writes the host's
+// health, under its workdir wd.
+func healthFile(wd string, n int) string {
+	return path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", n), "health.json")
+}
+
+// watchHealth reads each watched host's health file every healthEvery,
+// over the host's file access, until ctx ends, and hands each read to
+// out. A file not written yet (the watch starts with the process) is
+// skipped.
+func (s *supervisor) watchHealth(ctx context.Context, out chan<- healthRead) {
+	for host := range s.healthWatchers() {
+		c := s.byHost[host]
+		file := healthFile(remoteAbs(c.home, c.host.Workdir), s.a.n)
+		go func() {
+			for sleepCtx(ctx, healthEvery) == nil {
+				rep, err := readHealthFile(c.fs, file)
+				if err != nil {
+					continue
+				}
+				rep.Host = host
+				select {
+				case out <- healthRead{host: host, rep: rep}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+}
+
+// readHealthFile reads one report the health watch wrote.
+func readHealthFile(fsys cluster.FS, file string) (gpu.HostReport, error) {
+	f, err := fsys.Open(file)
+	if err != nil {
+		return gpu.HostReport{}, err
+	}
+	defer f.Close()
+	var rep gpu.HostReport
+	if err := json.NewDecoder(io.LimitReader(f, 4<<20)).Decode(&rep); err != nil {
+		return gpu.HostReport{}, fmt.Errorf("read %s: %w", file, err)
+	}
+	return rep, nil
+}
+
+// onHealth judges a read while the attempt runs: under "enforce" a
+// critical finding fences the host and stops the group (a host failure);
+// warnings are printed once per attempt.
+func (s *supervisor) onHealth(h healthRead) {
+	if s.stopping {
+		return
+	}
+	for _, f := range s.a.findings(h.rep, false) {
+		if f.Critical && s.a.cfg.Job.Health == config.HealthEnforce {
+			s.a.r.fence(h.host, f)
+			reason := fmt.Sprintf("GPU health: %s; health = \"enforce\" keeps %s out: the group restarts without it", f, h.host)
+			// Its spare is chosen now, so that the restart sets up
+			// (pushes to, stages the checkpoint on) the spare, not it.
+			if spare, ok := s.a.standIn(h.host); ok {
+				reason += ", on spare " + spare
+			}
+			s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
+			return
+		}
+		if key := f.String(); !s.warned[key] {
+			s.warned[key] = true
+			s.a.warn(f)
+		}
+	}
+}
