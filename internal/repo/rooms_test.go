@@ -119,7 +119,10 @@ func TestLauncherRootReadsOneWay(t *testing.T) {
 	if cyc := g.cycles(); len(cyc) > 0 {
 		var b strings.Builder
 		for _, c := range cyc {
-			fmt.Fprintf(&b, "\n%s", strings.Join(c, " -> "))
+			fmt.Fprintf(&b, "\n%d files: %s", len(c), strings.Join(c, " "))
+			for _, e := range g.within(c) {
+				fmt.Fprintf(&b, "\n\t%s", e)
+			}
 		}
 		t.Errorf("launcher's files import each other in a cycle (a file names what another declares, and back):%s", b.String())
 	}
@@ -132,6 +135,10 @@ func TestLauncherRootReadsOneWay(t *testing.T) {
 type graph struct {
 	files []string
 	edges map[string]map[string]bool
+	// why names, for each import, what the importing file names of the
+	// imported one (a few names, sorted), so that a failure says what to
+	// move.
+	why map[[2]string]map[string]bool
 }
 
 // fileGraph type-checks the package at pattern (its non-test files, for
@@ -161,7 +168,7 @@ func fileGraph(t *testing.T, pattern string) *graph {
 	if err != nil {
 		t.Fatalf("type-check %s: %v", pkg.ImportPath, err)
 	}
-	g := &graph{files: pkg.GoFiles, edges: map[string]map[string]bool{}}
+	g := &graph{files: pkg.GoFiles, edges: map[string]map[string]bool{}, why: map[[2]string]map[string]bool{}}
 	add := func(at token.Pos, obj types.Object) {
 		if obj == nil || obj.Pkg() != tpkg || !obj.Pos().IsValid() {
 			return
@@ -175,6 +182,11 @@ func fileGraph(t *testing.T, pattern string) *graph {
 			g.edges[from] = map[string]bool{}
 		}
 		g.edges[from][to] = true
+		k := [2]string{from, to}
+		if g.why[k] == nil {
+			g.why[k] = map[string]bool{}
+		}
+		g.why[k][obj.Name()] = true
 	}
 	for id, obj := range info.Uses {
 		add(id.Pos(), obj)
@@ -297,7 +309,7 @@ func (g *graph) backImports() []string {
 			case 0:
 				visit(w)
 			case drawing:
-				back = append(back, v+" -> "+w)
+				back = append(back, g.edge(v, w))
 			}
 		}
 		state[v] = drawn
@@ -308,6 +320,32 @@ func (g *graph) backImports() []string {
 		}
 	}
 	return back
+}
+
+// within lists the imports among the files of one cycle.
+func (g *graph) within(comp []string) []string {
+	in := map[string]bool{}
+	for _, f := range comp {
+		in[f] = true
+	}
+	var out []string
+	for _, f := range comp {
+		for _, to := range sortedKeys(g.edges[f]) {
+			if in[to] {
+				out = append(out, g.edge(f, to))
+			}
+		}
+	}
+	return out
+}
+
+// edge is one import, with what it names: "a.go -> b.go (run, stop)".
+func (g *graph) edge(from, to string) string {
+	names := sortedKeys(g.why[[2]string{from, to}])
+	if len(names) > 6 {
+		names = append(names[:6], "...")
+	}
+	return fmt.Sprintf("%s -> %s (%s)", from, to, strings.Join(names, ", "))
 }
 
 func sortedKeys(m map[string]bool) []string {
