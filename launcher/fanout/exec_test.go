@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 var updateExec = flag.Bool("update-exec", false, "rewrite testdata/golden/exec_summary.txt")
@@ -241,7 +242,9 @@ func testExecInterrupt(t *testing.T, hosts []config.Host, dial cluster.DialOptio
 			go func() {
 				res <- Exec(ctx, hosts, ExecOptions{Args: []string{tc.script}, Dial: dial, Stdout: &stdout, Grace: tc.grace, Hard: hard})
 			}()
-			require.Eventually(t, func() bool { return stdout.lines() == len(hosts) }, 60*time.Second, 10*time.Millisecond)
+			testenv.Wait(t, 60*time.Second, "every host's child line", func() (bool, string) {
+				return stdout.lines() == len(hosts), stdout.String()
+			})
 			var children, parents []string
 			started := stdout.String()
 			for _, line := range strings.Split(strings.TrimSpace(started), "\n") {
@@ -279,7 +282,7 @@ func testExecInterrupt(t *testing.T, hosts []config.Host, dial cluster.DialOptio
 			// The background children are gone too: the whole group got
 			// the signal. They are reparented and reaped asynchronously.
 			for _, pid := range children {
-				assert.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond, "child %s outlived the interrupt", pid)
+				testenv.WaitFor(t, 5*time.Second, fmt.Sprintf("child %s to be gone after the interrupt", pid), func() bool { return !alive(pid) })
 			}
 		})
 	}
@@ -336,7 +339,7 @@ func testExecTimeout(t *testing.T, hosts []config.Host, dial cluster.DialOptions
 				assert.EqualError(t, r.Err, "timed out after 1s; "+tc.how)
 			}
 			assert.Equal(t, ExitTimedOut, WorstExitCode(results))
-			assert.Eventually(t, func() bool { return !alive(child) }, 5*time.Second, 20*time.Millisecond, "child %s outlived the timeout", child)
+			testenv.WaitFor(t, 5*time.Second, fmt.Sprintf("child %s to be gone after the timeout", child), func() bool { return !alive(child) })
 		})
 	}
 }
