@@ -53,7 +53,7 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 	defer hostio.CloseViews(views)
 	rec, errs := hostio.NewestRecord(views)
 	answered = len(errs) == 0
-	if rec == nil || hostio.IsFinal(rec.State) {
+	if rec == nil || rec.State.Final() {
 		return nil, answered
 	}
 	var alive bool
@@ -103,7 +103,7 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 			}
 			var rr agent.RunRecord
 			i := slices.Index(conns, c)
-			found[i] = json.Unmarshal(out, &rr) == nil && !hostio.IsFinal(rr.State)
+			found[i] = json.Unmarshal(out, &rr) == nil && !rr.State.Final()
 			return nil
 		})
 	}()

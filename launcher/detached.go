@@ -180,14 +180,14 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 var errStopRequested = errors.New("stopped by drover stop")
 
 // finalState is the run record's state for how the run ended.
-func finalState(o Outcome) string {
+func finalState(o Outcome) agent.RunState {
 	switch o {
 	case Succeeded:
-		return "succeeded"
+		return agent.RunSucceeded
 	case Interrupted:
-		return "stopped"
+		return agent.RunStopped
 	}
-	return "failed"
+	return agent.RunFailed
 }
 
 // supervisorHost is this machine's name for the run record.

@@ -237,7 +237,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	defer releaseLeases()
 	ctx, stopRequested := context.WithCancelCause(ctx)
 	defer stopRequested(nil)
-	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: "starting",
+	r.runRec = agent.RunRecord{RunID: r.runID, Job: cfg.Job.Name, State: agent.RunStarting,
 		SupervisorHost: supervisorHost(), SupervisorPid: os.Getpid(), SupervisorVersion: agent.Version(), Started: r.now().UTC()}
 	r.detachedGroup = r.opts.Detach
 	if !r.opts.Detach {
@@ -254,7 +254,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return res, err
 	}
 	if res == nil {
-		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "failed" })
+		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunFailed })
 		return res, err
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = finalState(res.Outcome) })
@@ -351,7 +351,7 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	if lost := check(); lost != nil {
 		return r.finish(res, Failed, lost)
 	}
-	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = "restarting" })
+	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunRestarting })
 	delay := restart.Backoff(cfg.Job, b.Used())
 	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))
 	if err := r.sleep(ctx, delay); err != nil {

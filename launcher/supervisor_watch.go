@@ -34,7 +34,7 @@ const (
 func (s *supervisor) announceRunning(conns []*attemptHost) {
 	a := s.a
 	a.r.setRecord(hostConns(conns), func(rec *agent.RunRecord) {
-		rec.State, rec.Attempt, rec.Restarts, rec.Checkpoint = "running", a.n, a.restarts, a.r.newestCheckpoint()
+		rec.State, rec.Attempt, rec.Restarts, rec.Checkpoint = agent.RunRunning, a.n, a.restarts, a.r.newestCheckpoint()
 	})
 	if a.r.opts.Ready == nil {
 		return
@@ -65,7 +65,7 @@ func (s *supervisor) allRunning(procs []*running) bool {
 		var rec agent.State
 		err = json.NewDecoder(rc).Decode(&rec)
 		rc.Close()
-		if err != nil || rec.State == agent.StateStarting {
+		if err != nil || rec.State == agent.ProcStarting {
 			return false
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/netcheck"
 )
 
@@ -54,7 +55,7 @@ func checkNetCommand() *cli.Command {
 			if err := netcheck.CheckMinBandwidth(rep, t.cfg.Job.MinBandwidth); err != nil {
 				var ne *netcheck.NetError
 				if errors.As(err, &ne) {
-					return cli.Exit(err.Error(), exitFailed)
+					return cli.Exit(err.Error(), agent.ExitFailed)
 				}
 				return err
 			}

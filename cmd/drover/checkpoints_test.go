@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
@@ -61,6 +62,6 @@ gpus = []
 	assert.Contains(t, out, "step-3.pt")
 
 	code, _, errOut = drover()
-	assert.Equal(t, exitConfig, code)
+	assert.Equal(t, agent.ExitUsage, code)
 	assert.Contains(t, errOut, "usage: drover checkpoints [--log-dir LOG_DIR] [--inventory FILE] [--accept-new-hosts] JOB.toml")
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // The agents `make build` carries (the droveragent tag) answer every
@@ -41,7 +43,7 @@ func TestAgentBuildHasOnlyAgent(t *testing.T) {
 	out, err = exec.Command(bin, "run", "job.toml").CombinedOutput()
 	var ee *exec.ExitError
 	require.True(t, errors.As(err, &ee), "drover run in the agent build: %v: %s", err, out)
-	assert.Equal(t, exitConfig, ee.ExitCode())
+	assert.Equal(t, agent.ExitUsage, ee.ExitCode())
 	assert.True(t, strings.Contains(string(out), `unknown command "run"`), "%s", out)
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // TestPlanRuntimeConfigErrors: configuration that used to fail only once
@@ -36,7 +38,7 @@ func TestPlanRuntimeConfigErrors(t *testing.T) {
 			require.NoError(t, os.WriteFile(job, []byte(tc.job), 0o644))
 			var out, errb bytes.Buffer
 			code := run([]string{"drover", "plan", job}, &out, &errb)
-			assert.Equal(t, exitConfig, code, errb.String())
+			assert.Equal(t, agent.ExitUsage, code, errb.String())
 			assert.Contains(t, errb.String(), "drover: "+filepath.Dir(job)+"/"+tc.want)
 		})
 	}

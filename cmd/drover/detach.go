@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/runview"
 )
@@ -51,7 +52,7 @@ func detachedChild() bool {
 func startDetached(c *cli.Context) error {
 	wrap, err := launcher.LogindGuard("/", currentUser())
 	if err != nil {
-		return cli.Exit(err.Error(), exitConfig)
+		return cli.Exit(err.Error(), agent.ExitUsage)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -113,7 +114,7 @@ func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan st
 	if err != nil {
 		return fmt.Errorf("background supervisor: %w", err)
 	}
-	return cli.Exit("drover run -d: the background supervisor exited before its first attempt ran", exitFailed)
+	return cli.Exit("drover run -d: the background supervisor exited before its first attempt ran", agent.ExitFailed)
 }
 
 // detachedReady is the background supervisor's launcher.RunOptions.Ready:
@@ -235,7 +236,7 @@ func logsCommand() *cli.Command {
 				}
 				n, err := strconv.Atoi(s)
 				if err != nil || n < 0 {
-					return cli.Exit(fmt.Sprintf("--rank %q: not a rank number", s), exitConfig)
+					return cli.Exit(fmt.Sprintf("--rank %q: not a rank number", s), agent.ExitUsage)
 				}
 				lo.Ranks = append(lo.Ranks, n)
 			}
@@ -259,7 +260,7 @@ func parseSince(c *cli.Context) (runview.Since, error) {
 	}
 	s, err := runview.ParseSince(c.String("since"))
 	if err != nil {
-		return s, cli.Exit(err.Error(), exitConfig)
+		return s, cli.Exit(err.Error(), agent.ExitUsage)
 	}
 	return s, nil
 }

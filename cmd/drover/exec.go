@@ -35,7 +35,7 @@ func execCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			jobPath, args, err := splitExecArgs(c.Args().Slice())
 			if err != nil {
-				return cli.Exit(err.Error()+"\n"+agent.UsageLine(c.Command), exitConfig)
+				return cli.Exit(err.Error()+"\n"+agent.UsageLine(c.Command), agent.ExitUsage)
 			}
 			cfg, err := loadInAllocation(jobPath, config.LoadOptions{InventoryPath: c.String(flagInventory), HostsOnly: true})
 			if err != nil {
@@ -43,7 +43,7 @@ func execCommand() *cli.Command {
 			}
 			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), false)
 			if err != nil {
-				return cli.Exit(err.Error(), exitConfig)
+				return cli.Exit(err.Error(), agent.ExitUsage)
 			}
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping the command on every host")
 			defer stop()
@@ -60,7 +60,7 @@ func execCommand() *cli.Command {
 				return err
 			}
 			if ctx.Err() != nil {
-				return cli.Exit("", exitInterrupted)
+				return cli.Exit("", agent.ExitInterrupted)
 			}
 			if code := fanout.WorstExitCode(results); code != 0 {
 				return cli.Exit("", code)

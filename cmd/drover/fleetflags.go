@@ -10,6 +10,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // The flags every command that reads a job file takes, declared here once
@@ -75,7 +76,7 @@ func loadFleetTarget(c *cli.Context, hostsOnly bool) (fleetTarget, error) {
 	}
 	hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
 	if err != nil {
-		return fleetTarget{}, cli.Exit(err.Error(), exitConfig)
+		return fleetTarget{}, cli.Exit(err.Error(), agent.ExitUsage)
 	}
 	bin, err := os.Executable()
 	if err != nil {

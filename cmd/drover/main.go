@@ -19,14 +19,6 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 )
 
-// Exit statuses shared by every command.
-const (
-	exitOK          = 0
-	exitFailed      = 1
-	exitConfig      = 2
-	exitInterrupted = 130
-)
-
 func main() {
 	startingHeap(startingHeapSize)
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
@@ -42,7 +34,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// documented status for a usage error is 2.
 	var unknown error
 	app.CommandNotFound = func(c *cli.Context, name string) {
-		unknown = cli.Exit(fmt.Sprintf("unknown command %q (run '%s --help' for the list)", name, c.Command.HelpName), exitConfig)
+		unknown = cli.Exit(fmt.Sprintf("unknown command %q (run '%s --help' for the list)", name, c.Command.HelpName), agent.ExitUsage)
 	}
 	err := app.RunContext(ctx, flagsFirst(app, args))
 	if unknown != nil {
@@ -71,7 +63,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			if c.NArg() > 0 {
 				// With an app Action, urfave/cli hands an unknown
 				// command to it as an argument.
-				return cli.Exit(fmt.Sprintf("unknown command %q (run '%s --help' for the list)", c.Args().First(), c.App.Name), exitConfig)
+				return cli.Exit(fmt.Sprintf("unknown command %q (run '%s --help' for the list)", c.Args().First(), c.App.Name), agent.ExitUsage)
 			}
 			return cli.ShowAppHelp(c)
 		},
@@ -84,7 +76,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 // usageError makes a bad flag or argument a usage error: exit status 2,
 // like a configuration error, with urfave/cli's message.
 func usageError(_ *cli.Context, err error, _ bool) error {
-	return cli.Exit(err.Error(), exitConfig)
+	return cli.Exit(err.Error(), agent.ExitUsage)
 }
 
 func setUsageError(cmds []*cli.Command) {
@@ -99,7 +91,7 @@ func setUsageError(cmds []*cli.Command) {
 // usage is the usage error of the command c runs: its one-line usage,
 // made from its flags (agent.UsageLine), and exit status 2.
 func usage(c *cli.Context) error {
-	return cli.Exit(agent.UsageLine(c.Command), exitConfig)
+	return cli.Exit(agent.UsageLine(c.Command), agent.ExitUsage)
 }
 
 // exitCode prints err (once) and maps it to drover's exit statuses:
@@ -107,7 +99,7 @@ func usage(c *cli.Context) error {
 // 1 otherwise.
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
-		return exitOK
+		return agent.ExitOK
 	}
 	var ce cli.ExitCoder
 	if errors.As(err, &ce) {
@@ -124,9 +116,9 @@ func exitCode(err error, stderr io.Writer) int {
 	// terminal, though its lines stay lines.
 	fmt.Fprintln(stderr, "drover:", cluster.EscapeLines(err.Error()))
 	if config.IsConfigError(err) {
-		return exitConfig
+		return agent.ExitUsage
 	}
-	return exitFailed
+	return agent.ExitFailed
 }
 
 // flagsFirst moves a command's flags in front of its positional arguments,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/fanout"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
@@ -63,7 +64,7 @@ func planAction(c *cli.Context) error {
 	}
 	format, err := plan.ParseFormat(c.String("format"))
 	if err != nil {
-		return cli.Exit("plan: --format: "+err.Error(), exitConfig)
+		return cli.Exit("plan: --format: "+err.Error(), agent.ExitUsage)
 	}
 	cfg, err := loadJob(c, false)
 	if err != nil {

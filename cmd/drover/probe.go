@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/fanout"
 )
 
@@ -54,7 +55,7 @@ func probeCommand() *cli.Command {
 				}
 			}
 			if failed > 0 {
-				return cli.Exit(fmt.Sprintf("probe: %d of %d hosts failed (see above)", failed, len(results)), exitFailed)
+				return cli.Exit(fmt.Sprintf("probe: %d of %d hosts failed (see above)", failed, len(results)), agent.ExitFailed)
 			}
 			return nil
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // pushCommand is `drover push JOB.toml`: it syncs the job's code directory
@@ -41,7 +42,7 @@ func pushCommand() *cli.Command {
 			}
 			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), false)
 			if err != nil {
-				return cli.Exit(err.Error(), exitConfig)
+				return cli.Exit(err.Error(), agent.ExitUsage)
 			}
 			return pushAll(c, cfg, hosts)
 		},
@@ -92,9 +93,9 @@ func reportPush(stdout, stderr io.Writer, hosts []config.Host, outcomes []launch
 	}
 	switch {
 	case interrupted:
-		return cli.Exit(interruptedPush(hosts, outcomes), exitInterrupted)
+		return cli.Exit(interruptedPush(hosts, outcomes), agent.ExitInterrupted)
 	case failed > 0:
-		return cli.Exit(fmt.Sprintf("push failed on %d of %d %s (see above)", failed, len(hosts), plural(len(hosts), "host")), exitFailed)
+		return cli.Exit(fmt.Sprintf("push failed on %d of %d %s (see above)", failed, len(hosts), plural(len(hosts), "host")), agent.ExitFailed)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // pushJob writes a job with local hosts (one workdir each) and a code
@@ -90,7 +91,7 @@ func TestPushCommandHostFailure(t *testing.T) {
 	job := pushJob(t, map[string]string{"a": filepath.Join(root, "a"), "b": filepath.Join(blocker, "sub")})
 
 	code, stdout, stderr := runPush(job)
-	assert.Equal(t, exitFailed, code)
+	assert.Equal(t, agent.ExitFailed, code)
 	assert.Regexp(t, `^a: 3 sent`, stdout, "the healthy host is pushed and reported")
 	assert.NotContains(t, stdout, "b:")
 	assert.Contains(t, stderr, "push to b (")
@@ -106,7 +107,7 @@ func TestPushCommandLocalErrors(t *testing.T) {
 	// An escaping symlink stops the push before any host is touched.
 	require.NoError(t, os.Symlink("/etc", filepath.Join(code, "etc")))
 	status, _, stderr := runPush(job)
-	assert.Equal(t, exitFailed, status)
+	assert.Equal(t, agent.ExitFailed, status)
 	assert.Contains(t, stderr, "symlink etc -> /etc points outside the code directory")
 	_, err := os.Stat(filepath.Join(root, "a"))
 	assert.True(t, os.IsNotExist(err), "host touched despite the bad tree")
@@ -115,13 +116,13 @@ func TestPushCommandLocalErrors(t *testing.T) {
 	// A bad .droverignore is a configuration error.
 	require.NoError(t, os.WriteFile(filepath.Join(code, ".droverignore"), []byte("[oops\n"), 0o644))
 	status, _, stderr = runPush(job)
-	assert.Equal(t, exitConfig, status)
+	assert.Equal(t, agent.ExitUsage, status)
 	assert.Contains(t, stderr, ".droverignore:1:")
 
 	status, _, _ = runPush()
-	assert.Equal(t, exitConfig, status)
+	assert.Equal(t, agent.ExitUsage, status)
 	status, _, _ = runPush("--hosts", "zz", job)
-	assert.Equal(t, exitConfig, status)
+	assert.Equal(t, agent.ExitUsage, status)
 }
 
 // TestPushCommandSameRuleAsRun: with code = "." (the examples' layout),
@@ -185,7 +186,7 @@ func TestInterruptedPushMessage(t *testing.T) {
 	err := reportPush(&out, &errb, hosts, outcomes, true)
 	var ec cli.ExitCoder
 	require.True(t, errors.As(err, &ec))
-	assert.Equal(t, exitInterrupted, ec.ExitCode())
+	assert.Equal(t, agent.ExitInterrupted, ec.ExitCode())
 	assert.Equal(t, "push interrupted: a has the new tree; b, d kept their previous tree; c holds a mix of previous and new files until the next push or run repairs it", err.Error())
 	assert.Contains(t, errb.String(), "push to c: stopped while moving files into place (connection lost)")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 func runCommand() *cli.Command {
@@ -79,11 +80,11 @@ func runCommand() *cli.Command {
 			})
 			if err != nil {
 				if ctx.Err() != nil {
-					return cli.Exit(err.Error(), exitInterrupted)
+					return cli.Exit(err.Error(), agent.ExitInterrupted)
 				}
 				if launcher.IsHeld(err) {
 					// Another live run: a usage error, nothing was touched.
-					return cli.Exit(err.Error(), exitConfig)
+					return cli.Exit(err.Error(), agent.ExitUsage)
 				}
 				return err
 			}
@@ -99,13 +100,13 @@ func runExit(res *launcher.Result) error {
 	case launcher.Succeeded:
 		return nil
 	case launcher.Interrupted:
-		return cli.Exit("", exitInterrupted)
+		return cli.Exit("", agent.ExitInterrupted)
 	default:
 		if launcher.IsLost(res.Err) {
 			// Another run took over with --force: this one
 			// failed, and says who took over.
-			return cli.Exit(res.Err.Error(), exitFailed)
+			return cli.Exit(res.Err.Error(), agent.ExitFailed)
 		}
-		return cli.Exit("", exitFailed)
+		return cli.Exit("", agent.ExitFailed)
 	}
 }

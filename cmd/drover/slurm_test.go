@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 const slurmJob = `[job]
@@ -84,14 +86,14 @@ func TestSlurmInventoryErrors(t *testing.T) {
 	p := filepath.Join(dir, "job.toml")
 	require.NoError(t, os.WriteFile(p, []byte("inventory = \"slurm\"\n"+slurmJob+"[[host]]\nname = \"a\"\naddress = \"10.0.0.1\"\n"), 0o644))
 	code, _, errOut := runPlan(t, p)
-	assert.Equal(t, exitConfig, code)
+	assert.Equal(t, agent.ExitUsage, code)
 	assert.Contains(t, errOut, `job.toml:1: inventory: the job file has both inventory = "slurm" and [[host]] tables`)
 	assert.Contains(t, errOut, `job.toml:1: inventory: inventory = "slurm" takes the hosts from the allocation, but drover is not running inside a Slurm allocation (SLURM_JOB_ID is not set)`)
 
 	t.Setenv("SLURM_JOB_ID", "7")
 	t.Setenv("SLURM_JOB_NODELIST", "n[3-1]")
 	code, _, errOut = runPlan(t, p)
-	assert.Equal(t, exitFailed, code)
+	assert.Equal(t, agent.ExitFailed, code)
 	assert.Contains(t, errOut, `expand Slurm node list "n[3-1]": entry "n[3-1]": invalid range "3-1" (upper bound below lower)`)
 }
 
@@ -116,6 +118,6 @@ func TestPlanSbatchGolden(t *testing.T) {
 
 	// A value sbatch would read differently is refused, not quoted.
 	code, _, errOut = runPlan(t, "--format", "sbatch", "--partition", "gpu; rm -rf ~", job)
-	assert.Equal(t, exitConfig, code)
+	assert.Equal(t, agent.ExitUsage, code)
 	assert.Contains(t, errOut, `--partition "gpu; rm -rf ~" cannot stand in an #SBATCH line`)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/slurm"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 func submitCommand() *cli.Command {
@@ -76,7 +77,7 @@ func sbatchScript(c *cli.Context, job string) (*config.Config, string, error) {
 		Nodes: c.Int("nodes"), GPUsPerNode: c.Int("gpus-per-node")}
 	script, err := slurm.Script(slurm.ScriptInput{Config: cfg, Drover: bin, Flags: flags})
 	if err != nil {
-		return nil, "", cli.Exit(err.Error(), exitConfig)
+		return nil, "", cli.Exit(err.Error(), agent.ExitUsage)
 	}
 	return cfg, script, nil
 }

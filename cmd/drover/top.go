@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/top"
 	"github.com/droverhq/drover/launcher/topview"
 )
@@ -97,7 +98,7 @@ const topOnceWait = 15 * time.Second
 func serveMetrics(ctx context.Context, c *cli.Context, addr string, reg *prometheus.Registry) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("drover top: --metrics-addr %s: %v", addr, err), exitConfig)
+		return cli.Exit(fmt.Sprintf("drover top: --metrics-addr %s: %v", addr, err), agent.ExitUsage)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

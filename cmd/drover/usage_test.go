@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // TestUsageErrorsExit2: every way of calling drover wrongly exits with the
@@ -31,7 +33,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"drover"}, tc.args...), &out, &errb)
-		assert.Equal(t, exitConfig, code, "%v: stderr %q", tc.args, errb.String())
+		assert.Equal(t, agent.ExitUsage, code, "%v: stderr %q", tc.args, errb.String())
 		assert.Contains(t, errb.String(), tc.msg, "%v", tc.args)
 	}
 }
@@ -41,8 +43,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 // agent each platform's hosts would get.
 func TestVersionFlagAndCommand(t *testing.T) {
 	var flagOut, cmdOut, errOut bytes.Buffer
-	require.Equal(t, exitOK, run([]string{"drover", "--version"}, &flagOut, &errOut), errOut.String())
-	require.Equal(t, exitOK, run([]string{"drover", "version"}, &cmdOut, &errOut), errOut.String())
+	require.Equal(t, agent.ExitOK, run([]string{"drover", "--version"}, &flagOut, &errOut), errOut.String())
+	require.Equal(t, agent.ExitOK, run([]string{"drover", "version"}, &cmdOut, &errOut), errOut.String())
 	assert.Equal(t, flagOut.String(), cmdOut.String())
 	lines := strings.Split(strings.TrimSpace(cmdOut.String()), "\n")
 	require.GreaterOrEqual(t, len(lines), 4, cmdOut.String())
@@ -50,7 +52,7 @@ func TestVersionFlagAndCommand(t *testing.T) {
 	assert.Regexp(t, `^commit: `, lines[1])
 	assert.Regexp(t, `^go: go1\.`, lines[2])
 	assert.Regexp(t, `^agent`, lines[3])
-	assert.Equal(t, exitConfig, run([]string{"drover", "version", "x"}, &cmdOut, &errOut))
+	assert.Equal(t, agent.ExitUsage, run([]string{"drover", "version", "x"}, &cmdOut, &errOut))
 }
 
 // TestUsageNamesEveryFlag: a command called with the wrong arguments
@@ -66,7 +68,7 @@ func TestUsageNamesEveryFlag(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"drover"}, tc...), &out, &errb)
-		assert.Equal(t, exitConfig, code, "%v: stderr %q", tc, errb.String())
+		assert.Equal(t, agent.ExitUsage, code, "%v: stderr %q", tc, errb.String())
 		cmd := findCommand(app.Commands, tc)
 		require.NotNil(t, cmd, "%v", tc)
 		i := strings.Index(errb.String(), "usage: ")

@@ -24,7 +24,7 @@ func versionCommand() *cli.Command {
 // printVersion is `drover version` and `drover --version`.
 func printVersion(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return cli.Exit(fmt.Sprintf("version takes no arguments, got %q\n%s", c.Args().First(), agent.UsageLine(c.Command)), exitConfig)
+		return cli.Exit(fmt.Sprintf("version takes no arguments, got %q\n%s", c.Args().First(), agent.UsageLine(c.Command)), agent.ExitUsage)
 	}
 	self, err := os.Executable()
 	if err != nil {

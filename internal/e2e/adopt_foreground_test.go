@@ -12,6 +12,7 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/runview"
 )
 
@@ -59,7 +60,7 @@ func TestRunForegroundAdoptsThenCtrlC(t *testing.T) {
 	fg.signal(t, syscall.SIGINT)
 	assert.Equal(t, exitInterrupted, fg.wait(t, 60*time.Second))
 	waitNoJobProcs(t, j.Name, 10*time.Second)
-	assert.Equal(t, "stopped", status(t, j).State)
+	assert.Equal(t, agent.RunStopped, status(t, j).State)
 }
 
 // A foreground supervisor leaves nothing behind when it is SIGKILLed,

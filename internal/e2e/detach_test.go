@@ -24,6 +24,7 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/runview"
 )
@@ -117,7 +118,7 @@ func waitStatus(t *testing.T, j *fleetJob, within time.Duration, what string, ok
 func running(st runview.RunStatus) int {
 	n := 0
 	for _, p := range st.Processes {
-		if p.State == "running" {
+		if p.State == agent.ProcRunning {
 			n++
 		}
 	}
@@ -158,7 +159,7 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	sup := startDetachedRun(t, j)
 
 	st := waitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
-	assert.Equal(t, "running", st.State)
+	assert.Equal(t, agent.RunRunning, st.State)
 	assert.Equal(t, 1, st.Attempt)
 	assert.Equal(t, 0, st.Restarts)
 	assert.True(t, st.Supervisor.Alive, "supervisor: %+v", st.Supervisor)
@@ -182,7 +183,7 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	att.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=0 `), 30*time.Second)
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 	st = waitStatus(t, j, 30*time.Second, "restarts 1 and 6 running", func(st runview.RunStatus) bool {
-		return st.Restarts == 1 && st.State == "running" && running(st) == 6
+		return st.Restarts == 1 && st.State == agent.RunRunning && running(st) == 6
 	})
 	assert.Equal(t, 2, st.Attempt)
 	att.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=1 `), 30*time.Second)
@@ -211,7 +212,7 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	waitNoJobProcs(t, j.Name, 5*time.Second)
 	st = status(t, j)
-	assert.Equal(t, "stopped", st.State)
+	assert.Equal(t, agent.RunStopped, st.State)
 	assert.Equal(t, 0, running(st))
 	// logs --follow ends with the run, its last lines printed.
 	require.Equal(t, 0, follow.wait(t, 30*time.Second))
@@ -227,7 +228,7 @@ func TestRunDetachedSupervisorGone(t *testing.T) {
 	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 
-	st := waitStatus(t, j, 30*time.Second, "unsupervised", func(st runview.RunStatus) bool { return st.State == "unsupervised" })
+	st := waitStatus(t, j, 30*time.Second, "unsupervised", func(st runview.RunStatus) bool { return st.State == agent.RunUnsupervised })
 	assert.Equal(t, 2, running(st))
 	assert.False(t, st.Supervisor.Alive)
 	first, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
@@ -241,7 +242,7 @@ func TestRunDetachedSupervisorGone(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "through its agents")
 	waitNoJobProcs(t, j.Name, 5*time.Second)
-	assert.Equal(t, "stopped", status(t, j).State)
+	assert.Equal(t, agent.RunStopped, status(t, j).State)
 }
 
 // controller_timeout: agents stop the group that long after the last
@@ -255,7 +256,7 @@ func TestRunDetachedControllerTimeout(t *testing.T) {
 	waitNoJobProcs(t, j.Name, 30*time.Second)
 	st := status(t, j)
 	for _, p := range st.Processes {
-		assert.Equal(t, "stopped", p.State, "%+v", p)
+		assert.Equal(t, agent.ProcStopped, p.State, "%+v", p)
 	}
 
 	// The run's record on the hosts is not final (its supervisor died),
@@ -466,7 +467,7 @@ func assertPs(t *testing.T, j *fleetJob, id string) {
 			}
 		}
 		require.NotNil(t, found, "%v: %s", args, out)
-		assert.Equal(t, "running", found.State, "%v", args)
+		assert.Equal(t, agent.RunRunning, found.State, "%v", args)
 		assert.Equal(t, 1, found.Attempt, "%v", args)
 		assert.Len(t, found.Hosts, 3, "%v", args)
 	}
@@ -482,7 +483,7 @@ func TestRunDetachedStopAbort(t *testing.T) {
 	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", "--abort", j.Path)
 	require.Equal(t, 0, code, errs)
 	waitNoJobProcs(t, j.Name, 5*time.Second)
-	assert.Equal(t, "stopped", status(t, j).State)
+	assert.Equal(t, agent.RunStopped, status(t, j).State)
 }
 
 // A process that dies while nobody supervises is handled when a
@@ -496,7 +497,7 @@ func TestRunDetachedDeathWhileUnsupervised(t *testing.T) {
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 	require.NoError(t, syscall.Kill(st.Processes[1].PID, syscall.SIGKILL))
 	st = waitStatus(t, j, 30*time.Second, "rank 1 exited, unsupervised", func(st runview.RunStatus) bool {
-		return st.State == "unsupervised" && running(st) == 1
+		return st.State == agent.RunUnsupervised && running(st) == 1
 	})
 	assert.Equal(t, 0, st.Restarts, "nobody restarts it while nobody supervises")
 

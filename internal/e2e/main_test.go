@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // fleet is the package's test fleet: four SSH hosts on 10.231.27.0/24 (moved by DROVER_TESTFLEET_SLOT),
@@ -53,10 +54,9 @@ func droverBinary(t *testing.T) string {
 }
 
 // drover's exit statuses, as the README lists them and scripts rely on
-// (cmd/drover's exitFailed, exitConfig, exitInterrupted): the scenarios
-// check the binary's, as a script sees them.
+// (agent.Exit*): the scenarios check the binary's, as a script sees them.
 const (
-	exitFailed      = 1
-	exitConfig      = 2
-	exitInterrupted = 130
+	exitFailed      = agent.ExitFailed
+	exitConfig      = agent.ExitUsage
+	exitInterrupted = agent.ExitInterrupted
 )

@@ -283,11 +283,11 @@ func runDetached(ctx context.Context, opts RunOptions) (int, error) {
 	code, stopped, err := run(ctx, opts, det)
 	switch {
 	case err != nil:
-		det.end(StateFailed, code, err)
+		det.end(ProcFailed, code, err)
 	case stopped:
-		det.end(StateStopped, code, nil)
+		det.end(ProcStopped, code, nil)
 	default:
-		det.end(StateExited, code, nil)
+		det.end(ProcExited, code, nil)
 	}
 	return code, err
 }

@@ -89,12 +89,6 @@ const (
 	flagPart              = "part"
 )
 
-// drover's exit statuses (cmd/drover's): 1 failed, 2 a usage error.
-const (
-	exitFailed = 1
-	exitUsage  = 2
-)
-
 // CLI is `drover agent`: the commands drover runs on hosts over the
 // transport. cmd/drover mounts it as it is. Hidden because people never
 // type them.
@@ -120,7 +114,7 @@ func graceFlag(usage string) cli.Flag {
 func noArgs(c *cli.Context) error {
 	if c.NArg() > 0 {
 		name := strings.TrimPrefix(c.Command.HelpName, c.App.Name+" ")
-		return cli.Exit(fmt.Sprintf("%s takes no arguments, got %q\n%s", name, c.Args().First(), UsageLine(c.Command)), exitUsage)
+		return cli.Exit(fmt.Sprintf("%s takes no arguments, got %q\n%s", name, c.Args().First(), UsageLine(c.Command)), ExitUsage)
 	}
 	return nil
 }
@@ -133,7 +127,7 @@ func failedAction(run cli.ActionFunc) cli.ActionFunc {
 			return err
 		}
 		if err := run(c); err != nil {
-			return cli.Exit(err.Error(), exitFailed)
+			return cli.Exit(err.Error(), ExitFailed)
 		}
 		return nil
 	}
@@ -167,7 +161,7 @@ func runCLI() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit(UsageLine(c.Command), exitUsage)
+				return cli.Exit(UsageLine(c.Command), ExitUsage)
 			}
 			// SIGHUP too: the agent may hold a terminal when run by hand.
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
@@ -268,7 +262,7 @@ func runsCLI() *cli.Command {
 			}
 			rep, err := Report(c.String(flagWorkdir), c.String(flagRunID))
 			if err != nil {
-				return cli.Exit(err.Error(), exitFailed)
+				return cli.Exit(err.Error(), ExitFailed)
 			}
 			enc := json.NewEncoder(c.App.Writer)
 			return enc.Encode(rep)
@@ -366,7 +360,7 @@ func preflightCLI() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
-				return cli.Exit(UsageLine(c.Command), exitUsage)
+				return cli.Exit(UsageLine(c.Command), ExitUsage)
 			}
 			return preflightAction(c, preflightOptions(c))
 		},
@@ -395,7 +389,7 @@ func preflightAction(c *cli.Context, o PreflightOptions) error {
 		if o.Lease != "" {
 			if ours, holds := CheckLease(o.Lease, o.LeaseID); !ours {
 				fmt.Fprintf(c.App.Writer, "%s%s\n", LeaseTakenPrefix, holds)
-				return cli.Exit(fmt.Sprintf("not stopping leftovers in %s: the workdir lease %s is no longer this run's", o.Leftovers, o.Lease), exitFailed)
+				return cli.Exit(fmt.Sprintf("not stopping leftovers in %s: the workdir lease %s is no longer this run's", o.Leftovers, o.Lease), ExitFailed)
 			}
 		}
 		stopped, err := StopLeftovers(c.Context, o.Leftovers, o.Grace)
@@ -403,7 +397,7 @@ func preflightAction(c *cli.Context, o PreflightOptions) error {
 			fmt.Fprintf(c.App.Writer, "%s%s\n", LeftoverPrefix, msg)
 		}
 		if err != nil {
-			return cli.Exit(err.Error(), exitFailed)
+			return cli.Exit(err.Error(), ExitFailed)
 		}
 	}
 	if o.RouteTo != "" {
@@ -414,7 +408,7 @@ func preflightAction(c *cli.Context, o PreflightOptions) error {
 	if o.MovePorts {
 		base, err := PreflightMove(o.Program, o.Ports)
 		if err != nil {
-			return cli.Exit(err.Error(), exitFailed)
+			return cli.Exit(err.Error(), ExitFailed)
 		}
 		if base > 0 {
 			fmt.Fprintf(c.App.Writer, "%s%d\n", FreePortsPrefix, base)
@@ -422,7 +416,7 @@ func preflightAction(c *cli.Context, o PreflightOptions) error {
 		return nil
 	}
 	if err := Preflight(o.Program, o.Ports); err != nil {
-		return cli.Exit(err.Error(), exitFailed)
+		return cli.Exit(err.Error(), ExitFailed)
 	}
 	return nil
 }
@@ -471,12 +465,12 @@ func healthCLI() *cli.Command {
 				return WriteHealth(c.Context, c.App.Writer, c.Duration(flagXIDWait))
 			}
 			if c.String(flagOut) == "" {
-				return cli.Exit("--"+flagWatch+" needs --"+flagOut+"\n"+UsageLine(c.Command), exitUsage)
+				return cli.Exit("--"+flagWatch+" needs --"+flagOut+"\n"+UsageLine(c.Command), ExitUsage)
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 			defer stop()
 			if err := WatchHealth(ctx, c.String(flagOut), every); err != nil {
-				return cli.Exit(err.Error(), exitFailed)
+				return cli.Exit(err.Error(), ExitFailed)
 			}
 			return nil
 		},
@@ -515,11 +509,11 @@ func sftpCLI() *cli.Command {
 			}
 			if c.Bool(flagLowPriority) {
 				if err := LowerPriority(); err != nil {
-					return cli.Exit(err.Error(), exitFailed)
+					return cli.Exit(err.Error(), ExitFailed)
 				}
 			}
 			if err := ServeSFTP(c.App.Reader, os.Stdout); err != nil {
-				return cli.Exit(err.Error(), exitFailed)
+				return cli.Exit(err.Error(), ExitFailed)
 			}
 			return nil
 		},

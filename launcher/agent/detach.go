@@ -46,20 +46,6 @@ import (
 	"time"
 )
 
-// Process states in a State record.
-const (
-	StateStarting = "starting"
-	StateRunning  = "running"
-	StateExited   = "exited"
-	StateStopped  = "stopped"
-	// StateFailed: the command could not be started.
-	StateFailed = "failed"
-)
-
-// ExitDetached is the status of an attach client that let go of a group
-// still running (its controller went silent or closed the channel).
-const ExitDetached = 75
-
 // State is what a detached agent records about its process.
 type State struct {
 	RunID      string    `json:"run_id"`
@@ -70,7 +56,7 @@ type State struct {
 	AgentPid   int       `json:"agent_pid"`
 	AgentStart uint64    `json:"agent_start_ticks,omitempty"`
 	Pid        int       `json:"pid,omitempty"`
-	State      string    `json:"state"`
+	State      ProcState `json:"state"`
 	Exit       *int      `json:"exit,omitempty"`
 	Error      string    `json:"error,omitempty"`
 	Log        string    `json:"log"`
@@ -83,7 +69,7 @@ type State struct {
 
 // Final reports whether the record will not change any more.
 func (st *State) Final() bool {
-	return st.State == StateExited || st.State == StateStopped || st.State == StateFailed
+	return st.State.Final()
 }
 
 // writeJSON writes v to path atomically (temporary file and rename).
@@ -161,7 +147,7 @@ type detached struct {
 func newDetached(o RunOptions) (*detached, error) {
 	d := &detached{path: o.State, st: State{
 		RunID: o.RunID, Job: o.Job, Attempt: o.Attempt, Rank: o.Rank, Name: o.Name,
-		AgentPid: os.Getpid(), AgentStart: startTicks(os.Getpid()), State: StateStarting,
+		AgentPid: os.Getpid(), AgentStart: startTicks(os.Getpid()), State: ProcStarting,
 		Log: o.LogFile, Started: time.Now().UTC(), Version: Version(),
 	}}
 	if err := writeJSON(d.path, d.st); err != nil {
@@ -173,7 +159,7 @@ func newDetached(o RunOptions) (*detached, error) {
 
 // running records the started command and adds the index entry.
 func (d *detached) running(pid int) {
-	d.st.Pid, d.st.State = pid, StateRunning
+	d.st.Pid, d.st.State = pid, ProcRunning
 	_ = writeJSON(d.path, d.st)
 	if e := d.st.indexEntry(); e != "" {
 		_ = os.MkdirAll(filepath.Dir(e), 0o700)
@@ -184,7 +170,7 @@ func (d *detached) running(pid int) {
 }
 
 // end records how the run ended and removes the index entry.
-func (d *detached) end(state string, code int, err error) {
+func (d *detached) end(state ProcState, code int, err error) {
 	d.st.State, d.st.Exit, d.st.Ended = state, &code, time.Now().UTC()
 	if err != nil {
 		d.st.Error = err.Error()
@@ -333,10 +319,10 @@ func waitStarted(ctx context.Context, cmd *exec.Cmd, state string, errOut fmt.St
 	go func() { _ = cmd.Wait(); exited <- cmd.ProcessState.ExitCode() }()
 	started := func() (int, bool, bool) {
 		st, err := ReadState(state)
-		if err != nil || st.AgentPid != cmd.Process.Pid || st.State == StateStarting {
+		if err != nil || st.AgentPid != cmd.Process.Pid || st.State == ProcStarting {
 			return 0, false, false
 		}
-		if st.State == StateFailed && st.Exit != nil {
+		if st.State == ProcFailed && st.Exit != nil {
 			fmt.Fprintf(stderr, "%s\n", st.Error)
 			return *st.Exit, true, false
 		}
@@ -571,11 +557,11 @@ func ProcessFiles(id string, attempt int, name string) (state, log string) {
 // RunRecord is what the supervisor of a detached run keeps in its
 // directory on every host (RunRecordFile): the run as a whole.
 type RunRecord struct {
-	RunID    string `json:"run_id"`
-	Job      string `json:"job"`
-	State    string `json:"state"`
-	Attempt  int    `json:"attempt"`
-	Restarts int    `json:"restarts"`
+	RunID    string   `json:"run_id"`
+	Job      string   `json:"job"`
+	State    RunState `json:"state"`
+	Attempt  int      `json:"attempt"`
+	Restarts int      `json:"restarts"`
 	// Checkpoint names the newest checkpoint drover knows of ("" none).
 	Checkpoint     string `json:"checkpoint"`
 	SupervisorHost string `json:"supervisor_host"`

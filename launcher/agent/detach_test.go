@@ -60,7 +60,7 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 	require.NoError(t, in.Close()) // the controller is gone
 	assert.Equal(t, ExitDetached, exitCode(t, launcher.Wait()))
 
-	assert.Equal(t, StateRunning, st.State)
+	assert.Equal(t, ProcRunning, st.State)
 	assert.True(t, isAgent(st.AgentPid, st.AgentStart), "the detached agent runs on")
 	index := filepath.Join(home, IndexDir, "r1.worker-0")
 	target, err := os.Readlink(index)
@@ -94,7 +94,7 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 	assert.True(t, bytes.Equal(whole[from:], []byte(got.String())), "the attach client sent the log from %d, each byte once", from)
 	final, err := ReadState(state)
 	require.NoError(t, err)
-	assert.Equal(t, StateStopped, final.State)
+	assert.Equal(t, ProcStopped, final.State)
 	require.NotNil(t, final.Exit)
 	assert.Equal(t, 137, *final.Exit)
 	_, err = os.Lstat(index)

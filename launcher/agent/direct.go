@@ -47,7 +47,7 @@ func untilEOF(ctx context.Context, in io.Reader) (context.Context, context.Cance
 func recvAction(c *cli.Context, o checkpoint.PeerRecv) error {
 	if o.LowPriority {
 		if err := LowerPriority(); err != nil {
-			return cli.Exit(err.Error(), exitFailed)
+			return cli.Exit(err.Error(), ExitFailed)
 		}
 	}
 	in := bufio.NewReader(c.App.Reader)
@@ -57,11 +57,11 @@ func recvAction(c *cli.Context, o checkpoint.PeerRecv) error {
 	}
 	tokens, err := readTokens(in, n)
 	if err != nil {
-		return cli.Exit(err.Error(), exitFailed)
+		return cli.Exit(err.Error(), ExitFailed)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.Listen, "0"))
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("direct copy: listen on %s: %v", o.Listen, err), exitFailed)
+		return cli.Exit(fmt.Sprintf("direct copy: listen on %s: %v", o.Listen, err), ExitFailed)
 	}
 	fmt.Fprintf(c.App.Writer, "%s%s\n", checkpoint.ListeningPrefix, ln.Addr())
 	ctx, cancel := untilEOF(c.Context, in)
@@ -75,7 +75,7 @@ func recvAction(c *cli.Context, o checkpoint.PeerRecv) error {
 	}
 	digest, size, err := checkpoint.ReceiveDirect(ctx, r)
 	if err != nil {
-		return cli.Exit(err.Error(), exitFailed)
+		return cli.Exit(err.Error(), ExitFailed)
 	}
 	fmt.Fprintf(c.App.Writer, "%s%s %s\n", checkpoint.ReceivedPrefix, digest, strconv.FormatInt(size, 10))
 	return nil
@@ -84,19 +84,19 @@ func recvAction(c *cli.Context, o checkpoint.PeerRecv) error {
 func sendAction(c *cli.Context, o checkpoint.PeerSend) error {
 	if o.LowPriority {
 		if err := LowerPriority(); err != nil {
-			return cli.Exit(err.Error(), exitFailed)
+			return cli.Exit(err.Error(), ExitFailed)
 		}
 	}
 	in := bufio.NewReader(c.App.Reader)
 	tokens, err := readTokens(in, 1)
 	if err != nil {
-		return cli.Exit(err.Error(), exitFailed)
+		return cli.Exit(err.Error(), ExitFailed)
 	}
 	ctx, cancel := untilEOF(c.Context, in)
 	defer cancel()
 	digest, size, err := checkpoint.SendDirect(ctx, o.To, tokens[0], o.Path, o.Name, o.Rate)
 	if err != nil {
-		return cli.Exit(err.Error(), exitFailed)
+		return cli.Exit(err.Error(), ExitFailed)
 	}
 	fmt.Fprintf(c.App.Writer, "%s%s %d\n", checkpoint.SentPrefix, digest, size)
 	return nil

@@ -128,7 +128,7 @@ func netSendCLI() *cli.Command {
 			}
 			res, err := NetSend(c.Context, netSendOptions(c), c.App.Reader)
 			if err != nil {
-				return cli.Exit(err.Error(), exitFailed)
+				return cli.Exit(err.Error(), ExitFailed)
 			}
 			return json.NewEncoder(c.App.Writer).Encode(res)
 		},

@@ -18,11 +18,11 @@ const localRunsDir = ".drover/supervised"
 
 // PsRow is one run in `drover ps`; --json prints these.
 type PsRow struct {
-	RunID   string   `json:"run_id"`
-	Job     string   `json:"job"`
-	State   string   `json:"state"`
-	Attempt int      `json:"attempt"`
-	Hosts   []string `json:"hosts"`
+	RunID   string         `json:"run_id"`
+	Job     string         `json:"job"`
+	State   agent.RunState `json:"state"`
+	Attempt int            `json:"attempt"`
+	Hosts   []string       `json:"hosts"`
 	// JobFile and Supervisor are known for runs this machine supervised.
 	JobFile    string    `json:"job_file,omitempty"`
 	Supervisor int       `json:"supervisor_pid,omitempty"`
@@ -67,8 +67,8 @@ func LocalRuns() ([]PsRow, error) {
 		if err != nil || json.Unmarshal(b, &row) != nil {
 			continue
 		}
-		if !IsFinal(row.State) && (row.Supervisor <= 0 || syscall.Kill(row.Supervisor, 0) != nil) {
-			row.State = "unsupervised"
+		if !row.State.Final() && (row.Supervisor <= 0 || syscall.Kill(row.Supervisor, 0) != nil) {
+			row.State = agent.RunUnsupervised
 		}
 		rows = append(rows, row)
 	}

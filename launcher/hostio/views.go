@@ -99,8 +99,3 @@ func NewestRecord(views []*View) (*agent.RunRecord, []error) {
 // PidDir is where, in a workdir, the agents keep a pidfile per process
 // (`drover agent stop --pidfile`).
 const PidDir = ".drover/pids"
-
-// IsFinal reports whether a run in state is over.
-func IsFinal(state string) bool {
-	return state == "succeeded" || state == "failed" || state == "stopped"
-}

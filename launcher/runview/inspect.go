@@ -47,7 +47,7 @@ func inspect(ctx context.Context, o InspectOptions, files bool) (*config.Config,
 
 // RunStatus is `drover status --json`; its keys are a stable interface.
 type RunStatus struct {
-	State      string           `json:"state"`
+	State      agent.RunState   `json:"state"`
 	RunID      string           `json:"run_id"`
 	Attempt    int              `json:"attempt"`
 	Restarts   int              `json:"restarts"`
@@ -65,13 +65,13 @@ type SupervisorStatus struct {
 
 // ProcessStatus is one process of the run's current attempt.
 type ProcessStatus struct {
-	Name           string  `json:"name"`
-	Rank           int     `json:"rank"`
-	Host           string  `json:"host"`
-	PID            int     `json:"pid"`
-	State          string  `json:"state"`
-	Exit           *int    `json:"exit"`
-	LastOutputAgeS float64 `json:"last_output_age_s"`
+	Name           string          `json:"name"`
+	Rank           int             `json:"rank"`
+	Host           string          `json:"host"`
+	PID            int             `json:"pid"`
+	State          agent.ProcState `json:"state"`
+	Exit           *int            `json:"exit"`
+	LastOutputAgeS float64         `json:"last_output_age_s"`
 }
 
 // ErrNoRun is a job that has no detached run on any reachable host.
@@ -112,8 +112,8 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 		}
 	}
 	sort.Slice(st.Processes, func(i, j int) bool { return st.Processes[i].Rank < st.Processes[j].Rank })
-	if !hostio.IsFinal(st.State) && !st.Supervisor.Alive {
-		st.State = "unsupervised"
+	if !st.State.Final() && !st.Supervisor.Alive {
+		st.State = agent.RunUnsupervised
 	}
 	return st, nil
 }
@@ -134,13 +134,13 @@ const leaseStale = 12 * time.Second
 
 // processStatus is p's row: running only while its agent runs.
 func processStatus(host string, p agent.ProcReport) ProcessStatus {
-	ps := ProcessStatus{Name: p.Name, Rank: p.Rank, Host: host, PID: p.Pid, State: "running", Exit: p.Exit,
+	ps := ProcessStatus{Name: p.Name, Rank: p.Rank, Host: host, PID: p.Pid, State: agent.ProcRunning, Exit: p.Exit,
 		LastOutputAgeS: float64(int64(p.LastOutputAgeS*10)) / 10}
 	switch {
-	case p.State.State == agent.StateStopped:
-		ps.State = "stopped"
+	case p.State.State == agent.ProcStopped:
+		ps.State = agent.ProcStopped
 	case p.Final() || !p.Alive:
-		ps.State = "exited"
+		ps.State = agent.ProcExited
 	}
 	return ps
 }
@@ -265,11 +265,11 @@ func stopThroughAgents(ctx context.Context, views []*hostio.View, id string, gra
 // says otherwise (its supervisor was gone).
 func markStopped(views []*hostio.View, id string) {
 	for _, v := range views {
-		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != id || hostio.IsFinal(v.Report.Run.State) {
+		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != id || v.Report.Run.State.Final() {
 			continue
 		}
 		rec := *v.Report.Run
-		rec.State, rec.Updated = "stopped", time.Now().UTC()
+		rec.State, rec.Updated = agent.RunStopped, time.Now().UTC()
 		data, _ := json.MarshalIndent(rec, "", "  ")
 		data = append(data, '\n')
 		_ = hostio.WriteRecord(v.FS, v.Workdir, id, data)

@@ -136,12 +136,12 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 				fmt.Fprintf(lo.Events, "%s run %s: %s, attempt %d, %d restart(s)\n", time.Now().Format("15:04:05.000"), next.RunID, next.State, next.Attempt, next.Restarts)
 				lastState = next.State
 			}
-			if err == nil && (next.Attempt != attempt || hostio.IsFinal(next.State)) {
+			if err == nil && (next.Attempt != attempt || next.State.Final()) {
 				for _, s := range srcs {
 					s.copy()
 				}
 				closeSources(srcs)
-				if hostio.IsFinal(next.State) && next.Attempt == attempt {
+				if next.State.Final() && next.Attempt == attempt {
 					return nil
 				}
 				attempt = next.Attempt

@@ -34,7 +34,7 @@ func HostRuns(ctx context.Context, inventory string, dial cluster.DialOptions, a
 		for _, p := range reps.Processes {
 			row := byRun[p.RunID]
 			if row == nil {
-				row = &hostio.PsRow{RunID: p.RunID, Job: p.Job, State: "running", Attempt: p.Attempt}
+				row = &hostio.PsRow{RunID: p.RunID, Job: p.Job, State: agent.RunRunning, Attempt: p.Attempt}
 				byRun[p.RunID] = row
 			}
 			row.Attempt = max(row.Attempt, p.Attempt)

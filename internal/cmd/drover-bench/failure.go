@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // The workload of the failure benchmark: two of these per host, doing
@@ -377,7 +379,7 @@ func (b *bench) steadyCPU(ctx context.Context, pid int, window time.Duration) Me
 // isInterruptExit is drover's exit after the SIGINT the harness sent.
 func isInterruptExit(err error) bool {
 	var ee *exec.ExitError
-	return errors.As(err, &ee) && ee.ExitCode() == 130
+	return errors.As(err, &ee) && ee.ExitCode() == agent.ExitInterrupted
 }
 
 // waitGone waits for every workload process to be gone and returns how many
