@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,8 +22,6 @@ import (
 
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/hostio"
-	"github.com/droverhq/drover/launcher/runview"
 )
 
 // detachedChildEnv marks the background supervisor `drover run -d` starts
@@ -145,194 +141,4 @@ func currentUser() string {
 		return u.Username
 	}
 	return strconv.Itoa(os.Getuid())
-}
-
-// onRun is the action of a command that reads a run from its hosts
-// (status, stop, logs, attach): one JOB.toml argument, then what the
-// hosts are read with.
-func onRun(action func(c *cli.Context, o runview.InspectOptions) error) cli.ActionFunc {
-	return func(c *cli.Context) error {
-		if c.NArg() != 1 {
-			return usage(c)
-		}
-		o, err := inspectOptions(c)
-		if err != nil {
-			return err
-		}
-		return action(c, o)
-	}
-}
-
-// inspectOptions are what status, stop and logs need to read the hosts.
-func inspectOptions(c *cli.Context) (runview.InspectOptions, error) {
-	bin, err := os.Executable()
-	if err != nil {
-		return runview.InspectOptions{}, fmt.Errorf("find the drover binary to install on hosts: %w", err)
-	}
-	return runview.InspectOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory), Dial: dialOptions(c, nil), AgentBinary: bin}, nil
-}
-
-func statusCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "status",
-		Usage:     "show the job's detached run as its hosts know it (from any machine; changes nothing)",
-		ArgsUsage: "JOB.toml",
-		Flags:     withFleetFlags(&cli.BoolFlag{Name: "json", Usage: "print the status as JSON"}),
-		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
-			st, err := runview.Status(c.Context, o)
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
-			}
-			runview.RenderStatus(c.App.Writer, st)
-			return nil
-		}),
-	}
-}
-
-func stopCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "stop",
-		Usage:     "stop the job's detached run from any machine (SIGTERM, SIGKILL after stop_grace)",
-		ArgsUsage: "JOB.toml",
-		Flags:     withFleetFlags(&cli.BoolFlag{Name: "abort", Usage: "SIGKILL every process now"}),
-		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
-			if err := runview.Stop(c.Context, o, c.Bool("abort"), c.App.ErrWriter); err != nil {
-				return err
-			}
-			fmt.Fprintln(c.App.ErrWriter, "stopped: no process of the run is left")
-			return nil
-		}),
-	}
-}
-
-func logsCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "logs",
-		Usage:     "print the detached run's logs from its hosts' own files",
-		ArgsUsage: "JOB.toml",
-		Flags: withFleetFlags(
-			&cli.StringFlag{Name: "rank", Usage: "only these ranks (`3,5`)"},
-			&cli.StringFlag{Name: "host", Usage: "only the processes on this host"},
-			&cli.IntFlag{Name: "attempt", Usage: "this attempt (default: the newest)"},
-			&cli.BoolFlag{Name: "previous", Usage: "the attempt before the newest"},
-			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing, across restarts, until the run ends"},
-			sinceFlag(),
-		),
-		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
-			since, err := parseSince(c)
-			if err != nil {
-				return err
-			}
-			lo := runview.LogsOptions{Host: c.String("host"), Attempt: c.Int("attempt"), Previous: c.Bool("previous"), Follow: c.Bool("follow"),
-				Since: since, Notices: c.App.ErrWriter}
-			for _, s := range strings.Split(c.String("rank"), ",") {
-				if s = strings.TrimSpace(s); s == "" {
-					continue
-				}
-				n, err := strconv.Atoi(s)
-				if err != nil || n < 0 {
-					return cli.Exit(fmt.Sprintf("--rank %q: not a rank number", s), agent.ExitUsage)
-				}
-				lo.Ranks = append(lo.Ranks, n)
-			}
-			slices.Sort(lo.Ranks)
-			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
-			defer stop()
-			return runview.Logs(ctx, o, lo, c.App.Writer)
-		}),
-	}
-}
-
-// sinceFlag is --since of logs and attach.
-func sinceFlag() cli.Flag {
-	return &cli.StringFlag{Name: "since", Usage: "only output newer than this: a duration back from now (`10m`) or an RFC3339 time"}
-}
-
-// parseSince reads --since (a usage error when malformed).
-func parseSince(c *cli.Context) (runview.Since, error) {
-	if !c.IsSet("since") {
-		return runview.Since{}, nil
-	}
-	s, err := runview.ParseSince(c.String("since"))
-	if err != nil {
-		return s, cli.Exit(err.Error(), agent.ExitUsage)
-	}
-	return s, nil
-}
-
-func psCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "ps",
-		Usage: "list the detached runs this machine started or adopted; with --inventory, every live run on those hosts",
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print the runs as JSON"},
-			&cli.StringFlag{Name: flagInventory, Aliases: []string{"i"}, TakesFile: true, Usage: "list the live runs found on the hosts of this inventory (or job) `FILE`"},
-			&cli.BoolFlag{Name: flagAcceptNewHosts, Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
-		},
-		Action: func(c *cli.Context) error {
-			if err := noArgsHere(c); err != nil {
-				return err
-			}
-			var rows []hostio.PsRow
-			var err error
-			if inv := c.String(flagInventory); inv != "" {
-				bin, berr := os.Executable()
-				if berr != nil {
-					return fmt.Errorf("find the drover binary to install on hosts: %w", berr)
-				}
-				rows, err = runview.HostRuns(c.Context, inv, dialOptions(c, nil), bin)
-			} else {
-				rows, err = hostio.LocalRuns()
-			}
-			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				if eerr := enc.Encode(rows); eerr != nil {
-					return eerr
-				}
-			} else {
-				runview.RenderPs(c.App.Writer, rows)
-			}
-			return err
-		},
-	}
-}
-
-// noArgsHere is the usage error of a command that takes no arguments.
-func noArgsHere(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usage(c)
-	}
-	return nil
-}
-
-func attachCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "attach",
-		Usage:     "watch the job's detached run live (its lines and changes of state); Ctrl-C detaches only",
-		ArgsUsage: "JOB.toml",
-		Flags:     withFleetFlags(&cli.BoolFlag{Name: "history", Usage: "print the current attempt's lines so far first"}, sinceFlag()),
-		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
-			since, err := parseSince(c)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(c.Context, interruptSignals()...)
-			defer stop()
-			lo := runview.LogsOptions{Follow: true, FromEnd: !c.Bool("history") && !since.Set(), Events: c.App.ErrWriter,
-				Since: since, Notices: c.App.ErrWriter}
-			err = runview.Logs(ctx, o, lo, c.App.Writer)
-			if ctx.Err() != nil {
-				job := c.Args().First()
-				fmt.Fprintf(c.App.ErrWriter, "detached; the run goes on\n  re-attach: drover attach %s\n  stop:      drover stop %s\n", job, job)
-				return nil
-			}
-			return err
-		}),
-	}
 }

@@ -1,6 +1,10 @@
 // Command drover launches and supervises distributed training jobs on a
 // fleet of hosts reachable over SSH. This package is wiring only: one file
-// per command, each turning flags into calls to cluster, gpu and launcher.
+// per command (commands.go lists them; `run -d`'s detaching is detach.go,
+// beside run.go), each turning flags into calls to cluster, gpu, launcher
+// and launcher's packages (runview, top, netcheck, fanout); what several
+// commands share has a file of its own (fleetflags.go, inspect.go, hosts.go,
+// interrupt.go, pipe.go).
 package main
 
 import (

@@ -1,0 +1,52 @@
+//go:build !droveragent
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/runview"
+)
+
+func psCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ps",
+		Usage: "list the detached runs this machine started or adopted; with --inventory, every live run on those hosts",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the runs as JSON"},
+			&cli.StringFlag{Name: flagInventory, Aliases: []string{"i"}, TakesFile: true, Usage: "list the live runs found on the hosts of this inventory (or job) `FILE`"},
+			&cli.BoolFlag{Name: flagAcceptNewHosts, Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgsHere(c); err != nil {
+				return err
+			}
+			var rows []hostio.PsRow
+			var err error
+			if inv := c.String(flagInventory); inv != "" {
+				bin, berr := os.Executable()
+				if berr != nil {
+					return fmt.Errorf("find the drover binary to install on hosts: %w", berr)
+				}
+				rows, err = runview.HostRuns(c.Context, inv, dialOptions(c, nil), bin)
+			} else {
+				rows, err = hostio.LocalRuns()
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				if eerr := enc.Encode(rows); eerr != nil {
+					return eerr
+				}
+			} else {
+				runview.RenderPs(c.App.Writer, rows)
+			}
+			return err
+		},
+	}
+}
