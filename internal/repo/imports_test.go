@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,3 +123,46 @@ func modulePath(t *testing.T) string {
 	t.Fatal("go.mod has no module line")
 	return ""
 }
+
+// The launcher tree (issue 35): cmd/drover wires the run core (launcher)
+// and the verbs (runview, top, topview, fanout, netcheck); both build on
+// the host I/O they share (hostio), which builds on neither. Only
+// cmd/drover imports the core, so that a verb never grows a back door
+// into the run's types; the core measures links through netcheck for
+// preflight = ["net"], the one verb it uses.
+var (
+	coreOnlyFrom = []string{"cmd/drover"}
+	verbs        = []string{"launcher/runview", "launcher/top", "launcher/topview", "launcher/fanout", "launcher/netcheck"}
+	leaves       = []string{"launcher/hostio", "launcher/agent/remote", "launcher/cause", "launcher/restart"}
+)
+
+// TestLauncherTreeOneWay fails naming the chain when a package other than
+// cmd/drover imports the core, when a verb reaches the core or another
+// verb's package it does not build on, or when a leaf reaches the core or
+// a verb.
+func TestLauncherTreeOneWay(t *testing.T) {
+	graph := moduleImports(t)
+	for dir, imports := range graph {
+		if strings.HasPrefix(dir, "internal") || strings.HasSuffix(dir, "_test") {
+			continue
+		}
+		for _, im := range imports {
+			if im == "launcher" && !slices.Contains(coreOnlyFrom, dir) {
+				t.Errorf("%s imports the run core (launcher): only cmd/drover may; move what it needs down into launcher/hostio", dir)
+			}
+		}
+	}
+	for _, v := range verbs {
+		if chain := importChain(graph, v, "launcher"); chain != nil {
+			t.Errorf("verb %s reaches the run core through %s", v, strings.Join(chain, " -> "))
+		}
+	}
+	for _, l := range leaves {
+		for _, up := range append([]string{"launcher"}, verbs...) {
+			if chain := importChain(graph, l, up); chain != nil {
+				t.Errorf("%s, a leaf of the launcher tree, reaches %s through %s", l, up, strings.Join(chain, " -> "))
+			}
+		}
+	}
+}
+
