@@ -165,4 +165,3 @@ func TestLauncherTreeOneWay(t *testing.T) {
 		}
 	}
 }
-
