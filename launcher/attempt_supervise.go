@@ -217,7 +217,7 @@ func (s *supervisor) onExit(m exitMsg) {
 	default:
 		e := cause.Exit{Proc: m.i, At: m.at, Status: text, Code: code}
 		if s.causes.NeedsCause(m.i, code) {
-			e.Cause = s.rootCause(s.byHost[rp.p.Host.Name], rp)
+			e.Cause = processCause(s.byHost[rp.p.Host.Name], rp)
 		}
 		e.Seen = s.a.r.now()
 		s.act(s.causes.Exited(e))

@@ -63,7 +63,7 @@ func (s *supervisor) onWorkerExit(m workerMsg) {
 		Status: m.w.Status, Signal: m.w.Signal, Running: m.w.Running}
 	if s.causes.NeedsWorkerCause(w) {
 		// Read only for a failure to name (one request to its host).
-		w.Cause = s.workerCause(s.byHost[m.rp.p.Host.Name], m.w)
+		w.Cause = workerCause(s.byHost[m.rp.p.Host.Name], m.w)
 	}
 	w.Seen = s.a.r.now()
 	s.act(s.causes.WorkerEnded(w))
@@ -115,7 +115,7 @@ func (s *supervisor) stopLeftBy(rp *running, how string) {
 
 // workerCause is why a torchrun worker failed: the exception in its own
 // error file, else the end of its own stderr.
-func (s *supervisor) workerCause(c *attemptHost, w agent.WorkerExit) string {
+func workerCause(c *attemptHost, w agent.WorkerExit) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs

@@ -294,8 +294,9 @@ type workerMsg struct {
 	at time.Time
 }
 
-// rootCause finds why a failed process failed (see rootCause).
-func (s *supervisor) rootCause(c *attemptHost, rp *running) string {
+// processCause finds why rp, a failed process on c, failed (see
+// rootCause).
+func processCause(c *attemptHost, rp *running) string {
 	var fsys cluster.FS
 	if c != nil {
 		fsys = c.fs

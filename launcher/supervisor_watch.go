@@ -85,7 +85,7 @@ func (s *supervisor) handOver(ctx context.Context) bool {
 	s.out, s.stopping = &out, true
 	s.causes.Stopping(true)
 	s.a.r.events.printf("%s: handing the group over; it keeps running", s.a.prefix())
-	s.detachAll()
+	detachAll(s.procs)
 	return true
 }
 
@@ -97,13 +97,13 @@ func (s *supervisor) letGo(why string) {
 	s.out, s.stopping = &out, true
 	s.causes.Stopping(false)
 	s.a.r.events.printf("%s: %s; detaching, the group keeps running", s.a.prefix(), why)
-	s.detachAll()
+	detachAll(s.procs)
 }
 
-// detachAll closes every channel without a stop: the attach clients let
-// go, the agents keep their processes.
-func (s *supervisor) detachAll() {
-	for _, rp := range s.procs {
+// detachAll closes every channel of procs without a stop: the attach
+// clients let go, the agents keep their processes.
+func detachAll(procs []*running) {
+	for _, rp := range procs {
 		rp.letGo = true
 		rp.ctl.Close()
 	}
@@ -237,13 +237,13 @@ func (w progressWriter) Write(p []byte) (int, error) {
 // that 0 keeps meaning "none yet".
 func (rp *running) markProgress(at time.Duration) { rp.progress.Store(int64(at) + 1) }
 
-// lastProgress is the process that showed progress last, and when (on
+// lastProgress is the process of procs that showed progress last, and when (on
 // runner.mono's clock); started is false while a process that still runs
 // has shown none yet.
-func (s *supervisor) lastProgress() (last *running, at time.Duration, started bool) {
+func lastProgress(procs []*running) (last *running, at time.Duration, started bool) {
 	var latest int64
 	started = true
-	for _, rp := range s.procs {
+	for _, rp := range procs {
 		p := rp.progress.Load()
 		if p == 0 && !rp.done {
 			started = false
@@ -262,7 +262,7 @@ func (s *supervisor) checkHang() {
 	if s.stopping || len(s.procs) == 0 {
 		return
 	}
-	rp, at, started := s.lastProgress()
+	rp, at, started := lastProgress(s.procs)
 	idle := s.a.r.mono() - at
 	if !started || idle < timeout {
 		return
