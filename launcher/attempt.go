@@ -23,15 +23,16 @@ import (
 
 // attempt is one start of the whole group: a list of phases (see phase),
 // each a type with its own state that is given what it needs of the run
-// as fields (newPhases), run in this order over one attemptState:
+// as fields (newPhases, run.go), run in this order over one attemptState
+// (attempt.run, run.go):
 //
 //   - scan (pushPhase.scan, attempt_push.go): the code directory, locally,
 //     in the background while connect and prepare run.
 //   - connect (connectPhase, attempt_connect.go): every host's kept
 //     connection reused or the host dialled, a spare for one that stays
-//     unreachable; lostdial.go bounds the first dial of a host lost in the
-//     last attempt, and netcheck_preflight.go swaps out slow hosts
-//     (preflight = ["net"]).
+//     unreachable; the first dial of a host lost in the last attempt is
+//     bounded (dialFirst), and slow hosts are swapped out (netPreflight,
+//     preflight = ["net"]).
 //   - prepare (preparePhase, attempt_prepare.go): the agent installed, file
 //     access and the home directory opened, the workdirs leased
 //     (holdWorkdirs). What the attempt learns of a host here is an
@@ -39,26 +40,29 @@ import (
 //     the attempt.
 //   - adopt (adopt.go): a live group that a restarted drover attaches to,
 //     in place of every phase below.
-//   - check (checkPhase, phase.go), four phases side by side, since each
+//   - check (checkPhase, this file), four phases side by side, since each
 //     waits on the network and not on the others: push (pushPhase,
 //     attempt_push.go; slurm.go: hosts that share a workdir), checkpoint
 //     (ckptPhase, checkpoints.go: the newest checkpoint staged on every
-//     host), plan (planPhase, attempt_plan.go: the health gate in
-//     health.go, the GPUs in attempt_gpus.go, plan.Build; replanned with
+//     host), plan (planPhase, attempt_plan.go: the health gate, the
+//     GPUs, plan.Build; replanned with
 //     the checkpoint and what preflight found) and preflight
 //     (preflightPhase, attempt_preflight.go: leftovers stopped, the
 //     interface found, the program and ports checked, one agent command a
 //     host).
 //   - supervise (attempt_supervise.go, supervisor.go): every process
-//     started, watched (firstevent.go, hang.go, health.go, detached.go)
-//     and stopped, with its checkpoints copied meanwhile (ckptPhase.watch).
+//     started, watched (firstevent.go; supervisor_watch.go: hang, GPU
+//     health, the detached run's record, detached.go) and stopped, with
+//     its checkpoints copied meanwhile (ckptPhase.watch).
 //   - after a failure: what the crash-loop breaker learns
-//     (ckptPhase.checkProgress, progress.go), and the GPUs released
-//     (attempt_supervise.go).
+//     (ckptPhase.checkProgress, checkpoints.go), and the GPUs released
+//     (waitGPUsReleased, this file).
 //
 // The attempt itself owns only what its phases share and what follows
 // them: the outcome, the keep-out of an unhealthy host, the membership
-// note.
+// note. This file declares it with what the supervisor asks of it, one
+// floor below supervisor.go; what runs it (attempt.run, newPhases) is in
+// run.go, on top (see "Reading the package" in docs/architecture.md).
 type attempt struct {
 	r        *runner
 	cfg      *config.Config
@@ -68,7 +72,7 @@ type attempt struct {
 	// adopt, on the first attempt of a run that adopts a live group,
 	// is that group (see adopt.go).
 	adopt *adoption
-	// progress is what the crash-loop breaker learns (progress.go).
+	// progress is what the crash-loop breaker learns (checkpoints.go).
 	progress attemptProgress
 	// ph are the attempt's phases (newPhases), made when it runs.
 	ph phases
@@ -294,7 +298,7 @@ func (p *checkPhase) run(ctx context.Context, st *attemptState) error {
 
 // outcomeKind is how one attempt of the whole group ended (package
 // restart, whose policy decides on it): exactly one applies; the run loop
-// (runner.run) decides on it what happens next.
+// (runner.attempts) decides on it what happens next.
 type outcomeKind = restart.Kind
 
 const (

@@ -16,8 +16,8 @@ import (
 )
 
 // The plan phase of an attempt (see attempt): built once the agents are
-// installed, from the health gate (health.go) and the GPUs
-// (attempt_gpus.go), then again with the checkpoint and what preflight
+// installed, from the health gate (healthGate, below) and the GPUs
+// (selectGPUs, below), then again with the checkpoint and what preflight
 // found.
 
 // planPhase waits for the agents, runs the health gate beside the GPU

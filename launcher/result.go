@@ -1,5 +1,10 @@
 package launcher
 
+// The ground floor of a run (see "Reading the package" in
+// docs/architecture.md): what it is given (RunOptions) and what it
+// reports (Result, the summary, events.log, the local log files). Every
+// other file of the run core may use it; it uses none of them.
+
 import (
 	"context"
 	"fmt"
@@ -260,9 +265,6 @@ func (w *logFileWriter) Close() error {
 	return w.f.Close()
 }
 
-// report says, once per run and loudly, that the local logs under
-// runDir are incomplete and where the whole logs are. err names the file
-// and the operation (an *fs.PathError).
 // logFailure reports, once per run, that the local logs cannot be
 // written.
 type logFailure struct {
@@ -270,6 +272,9 @@ type logFailure struct {
 	events *eventLog
 }
 
+// report says, once per run and loudly, that the local logs under
+// runDir are incomplete and where the whole logs are. err names the file
+// and the operation (an *fs.PathError).
 func (l *logFailure) report(runDir string, err error) {
 	l.once.Do(func() {
 		l.events.printf("WARNING: cannot write the local logs (%v). The log files under %s are incomplete from here on; "+
@@ -291,6 +296,7 @@ func (l *logFailure) makeDir(dir string) {
 // under the workdir.
 const hostLogDir = ".drover/logs"
 
+// sleepCtx waits d, or until ctx ends (RunOptions.Sleep's default).
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -1,5 +1,13 @@
 package launcher
 
+// The run's state, one floor above result.go: the runner holds what
+// outlives an attempt (the clock, events, the connection pool, the
+// leases, the spares standing in, and what the checkpoint, lost-host,
+// detached-run and GPU-health concerns remember between attempts). The
+// files above it name it and add its behaviour; it names none of them,
+// so that an attempt, a phase or the supervisor can hold it without a
+// cycle. The run loop that makes the attempts is the top file, run.go.
+
 import (
 	"context"
 	"crypto/rand"
@@ -22,6 +30,8 @@ import (
 	"github.com/droverhq/drover/launcher/plan"
 )
 
+// runner is one run's state across its attempts (see the top of this
+// file); run.go drives it.
 type runner struct {
 	opts RunOptions
 	now  func() time.Time

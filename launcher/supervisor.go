@@ -35,7 +35,7 @@ type running struct {
 	// keeps no partial last line: the next attach sends it again).
 	letGo bool
 	// progress is when it last showed progress (runner.mono, plus one;
-	// 0 until it first does); see hang.go.
+	// 0 until it first does); see supervisor_watch.go.
 	progress atomic.Int64
 	// i is its number in supervisor.procs and in supervisor.causes.
 	i int
