@@ -154,7 +154,10 @@ func orUnknown(s string) string {
 // the attempt a spare takes its place (without one the run fails before
 // anything starts); while it runs the group stops and restarts without
 // it, counted against max_host_failures. Warnings, and every finding
-// under "warn", are events.
+// under "warn", are events. The gate is here; the reads while the group
+// runs are the supervisor's (supervisor_watch.go), and what the run
+// remembers across attempts (Xids judged, hosts fenced) is healthState
+// (runner.go).
 
 // UnhealthyError is a gate that kept hosts out of the group: Findings
 // holds the first critical finding of each, in host order.

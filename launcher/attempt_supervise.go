@@ -19,10 +19,13 @@ import (
 	"github.com/droverhq/drover/launcher/plan"
 )
 
-// The attempt's side of supervising its group (supervisor.go watches it):
-// the group started and watched, what the supervisor asks of the attempt
-// (the processes' environment and files, why one failed, whether the
-// group succeeded), and the GPUs released after a failure.
+// Supervising an attempt's group, the floor above the supervisor's own
+// files (supervisor.go: its state and its stop; firstevent.go and
+// supervisor_watch.go: what it watches): the supervisor made, every
+// process started, and the loop that waits for the group to end
+// (supervisor.wait), which calls into all of them. What the supervisor
+// asks of the attempt (the processes' environment and files) is in
+// attempt.go, below it.
 
 // supervise runs the attempt's group to its end.
 func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
