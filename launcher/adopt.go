@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,9 +15,9 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
-	"github.com/droverhq/drover/launcher/plan"
 )
 
 // Re-adoption: `drover run -d JOB` finds on the hosts a detached run whose
@@ -29,13 +28,6 @@ import (
 // instead of pushing, checking and starting, attaches to every process
 // (agent attach) from where this machine's log of it ends, so that each
 // line lands in the run's logs once.
-
-// adoption is the live group of an earlier detached run to take over.
-type adoption struct {
-	rec agent.RunRecord
-	// gone says whose supervision ended, and when, for the event.
-	gone string
-}
 
 // runIDFile, in a detached run's local directory, names its run, so that
 // a supervisor adopting it on the same machine appends to its logs.
@@ -164,44 +156,6 @@ func (a *attempt) adoptGroup(ctx context.Context, st *attemptState) attemptOutco
 	return a.supervise(ctx, conns, pl)
 }
 
-// attachOptions attach to p's detached process, from where this
-// machine's log of it ends.
-func (a *attempt) attachOptions(c *attemptHost, p plan.Process, localLog string) agent.AttachOptions {
-	var from int64
-	if fi, err := os.Stat(localLog); err == nil {
-		from = fi.Size()
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		a.r.events.printf("%s: %v; streaming %s from its start", a.prefix(), err, p.Name())
-	}
-	st, _ := a.processFiles(c, p.Name())
-	return agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
-		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)}
-}
-
-// controllerTimeout is how long the agents of a detached group keep it
-// with no supervisor attached: the job's controller_timeout for a
-// detached run; for a foreground run that adopted a group, the
-// foreground heartbeat, as its own agents have. A foreground supervisor
-// promises that Ctrl-C, or its death (SIGKILL, a closed terminal),
-// leaves nothing behind, and the group it adopted is then its group:
-// the attach clients switch the adopted agents to this timeout too.
-func (r *runner) controllerTimeout(cfg *config.Config) time.Duration {
-	if r.opts.Detach {
-		return cfg.Job.ControllerTimeout
-	}
-	return heartbeatTimeout
-}
-
-// appendLog opens a process's local log for appending (an adopted run's).
-func (r *runner) appendLog(file string) *logFileWriter {
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		r.logFail.report(filepath.Dir(filepath.Dir(file)), err)
-		f = nil
-	}
-	return &logFileWriter{f: f, fail: r.logFail}
-}
-
 // reattachWait is how often a supervisor that lost its processes looks
 // for them again, for up to host_wait.
 const reattachEvery = 2 * time.Second
@@ -228,4 +182,42 @@ func (r *runner) waitReattach(ctx context.Context, cfg *config.Config, n int) *a
 func handedOver(ctx context.Context) bool {
 	var lost *lease.LostError
 	return errors.As(context.Cause(ctx), &lost)
+}
+
+// takeSharedCheckpoints reads the record's copy on every host of an
+// adopted run and takes the one that knows of most checkpoints, when it
+// knows of more than this machine's record. What a host sends is
+// bounded and checked (checkpoint.Record.AdoptShared): every location in
+// it must be in the job's checkpoint directories or the mirror.
+func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHost) {
+	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
+	if err != nil {
+		return
+	}
+	places := checkpoint.Places{Hosts: map[string][]string{}, Mirror: a.cfg.Job.CheckpointMirror}
+	for _, c := range conns {
+		wd := remoteAbs(c.home, c.host.Workdir)
+		places.Hosts[c.host.Name] = []string{remoteAbs(wd, a.cfg.Job.CheckpointDir), checkpoint.OwnDir(wd)}
+	}
+	for _, c := range conns {
+		if ctx.Err() != nil || c.fs == nil {
+			return
+		}
+		file := path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(a.r.runID), sharedRecordFile)
+		b, err := readSmall(c.fs, file, checkpoint.MaxSharedRecord+1)
+		if err != nil {
+			continue // none there: an older drover, or a host added since
+		}
+		took, err := rec.AdoptShared(b, c.host.Name, places)
+		if err != nil {
+			a.r.events.printf("%s: %v; not taken", a.prefix(), err)
+			continue
+		}
+		if took {
+			a.r.events.printf("%s: took run %s's checkpoint record from %s (newest: %s)", a.prefix(), a.r.runID, c.host.Name, orNone(a.r.newestCheckpoint()))
+		}
+	}
+	a.r.connMu.Lock()
+	a.r.sharedChanges = -1 // write the adopted record back to every host
+	a.r.connMu.Unlock()
 }

@@ -4,30 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
 	"path"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
 // attempt is one start of the whole group: a list of phases (see phase),
 // each a type with its own state that is given what it needs of the run
-// as fields (newPhases), run in this order over one attemptState:
+// as fields (newPhases, run.go), run in this order over one attemptState
+// (attempt.run, run.go):
 //
 //   - scan (pushPhase.scan, attempt_push.go): the code directory, locally,
 //     in the background while connect and prepare run.
 //   - connect (connectPhase, attempt_connect.go): every host's kept
 //     connection reused or the host dialled, a spare for one that stays
-//     unreachable; lostdial.go bounds the first dial of a host lost in the
-//     last attempt, and netcheck_preflight.go swaps out slow hosts
-//     (preflight = ["net"]).
+//     unreachable; the first dial of a host lost in the last attempt is
+//     bounded (dialFirst), and slow hosts are swapped out (netPreflight,
+//     preflight = ["net"]).
 //   - prepare (preparePhase, attempt_prepare.go): the agent installed, file
 //     access and the home directory opened, the workdirs leased
 //     (holdWorkdirs). What the attempt learns of a host here is an
@@ -35,26 +40,29 @@ import (
 //     the attempt.
 //   - adopt (adopt.go): a live group that a restarted drover attaches to,
 //     in place of every phase below.
-//   - check (checkPhase, phase.go), four phases side by side, since each
+//   - check (checkPhase, this file), four phases side by side, since each
 //     waits on the network and not on the others: push (pushPhase,
 //     attempt_push.go; slurm.go: hosts that share a workdir), checkpoint
 //     (ckptPhase, checkpoints.go: the newest checkpoint staged on every
-//     host), plan (planPhase, attempt_plan.go: the health gate in
-//     health.go, the GPUs in attempt_gpus.go, plan.Build; replanned with
+//     host), plan (planPhase, attempt_plan.go: the health gate, the
+//     GPUs, plan.Build; replanned with
 //     the checkpoint and what preflight found) and preflight
 //     (preflightPhase, attempt_preflight.go: leftovers stopped, the
 //     interface found, the program and ports checked, one agent command a
 //     host).
 //   - supervise (attempt_supervise.go, supervisor.go): every process
-//     started, watched (firstevent.go, hang.go, health.go, detached.go)
-//     and stopped, with its checkpoints copied meanwhile (ckptPhase.watch).
+//     started, watched (firstevent.go; supervisor_watch.go: hang, GPU
+//     health, the detached run's record, detached.go) and stopped, with
+//     its checkpoints copied meanwhile (ckptPhase.watch).
 //   - after a failure: what the crash-loop breaker learns
-//     (ckptPhase.checkProgress, progress.go), and the GPUs released
-//     (attempt_supervise.go).
+//     (ckptPhase.checkProgress, checkpoints.go), and the GPUs released
+//     (waitGPUsReleased, this file).
 //
 // The attempt itself owns only what its phases share and what follows
 // them: the outcome, the keep-out of an unhealthy host, the membership
-// note.
+// note. This file declares it with what the supervisor asks of it, one
+// floor below supervisor.go; what runs it (attempt.run, newPhases) is in
+// run.go, on top (see "Reading the package" in docs/architecture.md).
 type attempt struct {
 	r        *runner
 	cfg      *config.Config
@@ -64,7 +72,7 @@ type attempt struct {
 	// adopt, on the first attempt of a run that adopts a live group,
 	// is that group (see adopt.go).
 	adopt *adoption
-	// progress is what the crash-loop breaker learns (progress.go).
+	// progress is what the crash-loop breaker learns (checkpoints.go).
 	progress attemptProgress
 	// ph are the attempt's phases (newPhases), made when it runs.
 	ph phases
@@ -73,76 +81,7 @@ type attempt struct {
 	leaseCheck func() error
 }
 
-// run is the attempt, phase by phase (see attempt).
-func (a *attempt) run(ctx context.Context) attemptOutcome {
-	hosts, err := a.r.replaced.participants(a.cfg)
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	a.ph = newPhases(a)
-	defer a.ph.cleanup()
-	st := &attemptState{hosts: hosts, steps: a.stepTimer(), scan: a.ph.push.scan()}
-	defer func() { <-st.scan.done }() // nothing of the attempt outlives it
-	// The connections are the runner's (connPool): they outlive the
-	// attempt, and the next one reuses them.
-	if err := runPhase(ctx, a.ph.connect, st); err != nil {
-		return a.connectFailure(ctx, err)
-	}
-	adoptable := func() bool { return false }
-	if a.r.lookFirst {
-		a.r.lookFirst = false
-		adoptable = lookForGroup(ctx, st.pooled)
-	}
-	err = runPhase(ctx, a.ph.prepare, st)
-	found := adoptable()
-	if err != nil {
-		<-st.installed
-		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
-	}
-	if found {
-		<-st.installed
-		return attemptOutcome{kind: outcomeAdoptable} // see runner.attempts
-	}
-	if a.adopt != nil {
-		return a.adoptGroup(ctx, st)
-	}
-	err = runPhase(ctx, a.ph.check, st)
-	var ue *UnhealthyError
-	if errors.As(err, &ue) && ctx.Err() == nil {
-		return a.keepOut(ue)
-	}
-	if err != nil {
-		return a.setupFailure(err)
-	}
-	if ctx.Err() != nil {
-		return interrupted()
-	}
-	return a.supervised(ctx, st.conns, st.plan)
-}
-
-// supervised runs the planned group to its end with its checkpoints
-// copied meanwhile, and after a failure learns what the breaker needs and
-// waits for the GPUs to be released.
-func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
-	a.progress.ran = true
-	a.noteMembership(pl)
-	stopWatch := a.ph.ckpt.watch(ctx, conns)
-	out := a.supervise(ctx, conns, pl)
-	stopWatch()
-	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
-		a.ph.ckpt.checkProgress(ctx, conns)
-		a.waitGPUsReleased(ctx, conns, pl)
-	}
-	if out.kind == outcomeSetupFailed {
-		a.r.pool.forgetPrepared()
-	}
-	return out
-}
-
 func (a *attempt) prefix() string { return attemptPrefix(a.n, a.total) }
-
-// attemptPrefix begins every event of attempt n of total.
-func attemptPrefix(n, total int) string { return fmt.Sprintf("attempt %d/%d", n, total) }
 
 // phases are an attempt's phases, each given what it needs of the run.
 type phases struct {
@@ -156,40 +95,11 @@ type phases struct {
 	check *checkPhase
 }
 
-// newPhases makes a's phases: this is where the run's parts are handed to
-// each phase, so that no phase holds the runner.
-func newPhases(a *attempt) phases {
-	r := a.r
-	env := phaseEnv{n: a.n, total: a.total, cfg: a.cfg, events: r.events}
-	ph := phases{
-		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
-			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents,
-			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
-		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
-		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
-		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress},
-		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
-		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
-	}
-	ph.check = &checkPhase{push: ph.push, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}
-	return ph
-}
-
 // cleanup cleans up after every phase, last first.
 func (ph phases) cleanup() {
 	for _, p := range []phase{ph.check, ph.preflight, ph.plan, ph.ckpt, ph.push, ph.prepare, ph.connect} {
 		p.cleanup()
 	}
-}
-
-// runPhase runs p on st and notes in events.log when it was done (a
-// phase composed of others notes its parts itself).
-func runPhase(ctx context.Context, p phase, st *attemptState) error {
-	err := p.run(ctx, st)
-	if n := p.name(); n != "" {
-		st.steps(n)
-	}
-	return err
 }
 
 // setupFailure ends an attempt that could not start the group. Only a
@@ -211,9 +121,6 @@ func (a *attempt) stepTimer() func(step string) {
 		a.r.events.debugf("%s: setup: %s done after %s", a.prefix(), step, a.r.now().Sub(start).Round(time.Millisecond))
 	}
 }
-
-// errNotChecked: no preflight ran yet.
-var errNotChecked = errors.New("not checked")
 
 // connectFailure ends an attempt whose hosts could not all be connected.
 // connect already waited host_wait (restarts) or tried the spares: an
@@ -328,40 +235,179 @@ func (a *attempt) noteMembership(pl *plan.Plan) {
 	a.r.lastHosts, a.r.lastWorld = names, len(pl.Processes)
 }
 
-// takeSharedCheckpoints reads the record's copy on every host of an
-// adopted run and takes the one that knows of most checkpoints, when it
-// knows of more than this machine's record. What a host sends is
-// bounded and checked (checkpoint.Record.AdoptShared): every location in
-// it must be in the job's checkpoint directories or the mirror.
-func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHost) {
-	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
+// checkPhase pushes the code and stages the newest checkpoint while the
+// agents are installed (st.installed says when) and the GPUs probed, then
+// preflights the plan and leaves it in st.plan with what preflight and the
+// staging found. On a restart whose code is what the last push over the
+// same connections sent, the push can only repair drift (a file edited on
+// a host): the preflight then runs beside it, and again after it only
+// when it repaired something or the preflight failed (it may have failed
+// for what the push put back). The preflight needs nothing of the
+// checkpoint (ports, program and rendezvous do not depend on it): it
+// checks the plan built without it.
+type checkPhase struct {
+	push      *pushPhase
+	ckpt      *ckptPhase
+	plan      *planPhase
+	preflight *preflightPhase
+}
+
+// name is empty: the phases it is made of note their own steps.
+func (p *checkPhase) name() string { return "" }
+
+func (p *checkPhase) cleanup() {}
+
+func (p *checkPhase) run(ctx context.Context, st *attemptState) error {
+	pushed := make(chan error, 1)
+	go func() { pushed <- runPhase(ctx, p.push, st) }()
+	staged := make(chan error, 1)
+	go func() { staged <- runPhase(ctx, p.ckpt, st) }()
+	err := runPhase(ctx, p.plan, st)
+	ferr := errNotChecked
+	sc, conns := st.scan, st.conns
+	<-sc.done
+	fromPush := err == nil && programsFromPush(st.plan, conns)
+	if early := err == nil && sc.err == nil && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
+		ferr = p.preflight.run(ctx, st)
+		st.steps("preflight beside the push")
+	}
+	perr, serr := <-pushed, <-staged
+	for _, e := range []error{perr, serr} {
+		if err == nil {
+			err = e
+		}
+	}
 	if err != nil {
-		return
-	}
-	places := checkpoint.Places{Hosts: map[string][]string{}, Mirror: a.cfg.Job.CheckpointMirror}
-	for _, c := range conns {
-		wd := remoteAbs(c.home, c.host.Workdir)
-		places.Hosts[c.host.Name] = []string{remoteAbs(wd, a.cfg.Job.CheckpointDir), checkpoint.OwnDir(wd)}
+		return err
 	}
 	for _, c := range conns {
-		if ctx.Err() != nil || c.fs == nil {
-			return
-		}
-		file := path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(a.r.runID), sharedRecordFile)
-		b, err := readSmall(c.fs, file, checkpoint.MaxSharedRecord+1)
-		if err != nil {
-			continue // none there: an older drover, or a host added since
-		}
-		took, err := rec.AdoptShared(b, c.host.Name, places)
-		if err != nil {
-			a.r.events.printf("%s: %v; not taken", a.prefix(), err)
-			continue
-		}
-		if took {
-			a.r.events.printf("%s: took run %s's checkpoint record from %s (newest: %s)", a.prefix(), a.r.runID, c.host.Name, orNone(a.r.newestCheckpoint()))
+		// Hosts that share a pushed workdir (Slurm) hold the tree too.
+		c.pushed = sc.tree.Key()
+	}
+	if ferr != nil || (p.push.outcome.changed && fromPush) {
+		ferr = runPhase(ctx, p.preflight, st)
+	}
+	if ferr != nil {
+		return ferr
+	}
+	p.plan.in.HostResumeFrom = p.ckpt.resume
+	p.ckpt.noteResumed(p.ckpt.resume)
+	st.plan, err = p.plan.replan(st.plan, p.preflight.found)
+	return err
+}
+
+// outcomeKind is how one attempt of the whole group ended (package
+// restart, whose policy decides on it): exactly one applies; the run loop
+// (runner.attempts) decides on it what happens next.
+type outcomeKind = restart.Kind
+
+const (
+	outcomeSucceeded   = restart.Succeeded
+	outcomeFailed      = restart.Failed
+	outcomeSetupFailed = restart.SetupFailed
+	outcomeHostLost    = restart.HostLost
+	outcomeHung        = restart.Hung
+	outcomeInterrupted = restart.Interrupted
+	outcomeFenced      = restart.Fenced
+	outcomeAdoptable   = restart.Adoptable
+)
+
+// attemptOutcome is how one attempt ended and why.
+type attemptOutcome struct {
+	kind outcomeKind
+	// err says what went wrong; nil when it succeeded or was interrupted.
+	err error
+	// exitCode is the first failing process's exit status; -1 when no
+	// process failed by exiting (setup, lost host, hang).
+	exitCode int
+	// permanent marks a setup failure that another attempt cannot fix
+	// (a configuration error, refused credentials, a host gone for good
+	// after host_wait and the spares).
+	permanent bool
+	// reattach marks a detached run's attempt that ended because this
+	// supervisor lost its processes' channels (a dead link, a machine
+	// asleep), not because they ended: the run attaches again.
+	reattach bool
+}
+
+// policy is what the restart policy needs of out: a setup failure is
+// permanent also when the hosts' workdirs are held by another run.
+func (out attemptOutcome) policy() restart.Outcome {
+	return restart.Outcome{Kind: out.kind, Err: out.err, ExitCode: out.exitCode, Permanent: out.permanent || IsHeld(out.err)}
+}
+
+func succeeded() attemptOutcome { return attemptOutcome{kind: outcomeSucceeded, exitCode: -1} }
+
+func interrupted() attemptOutcome { return attemptOutcome{kind: outcomeInterrupted, exitCode: -1} }
+
+// setupFailed is the outcome of an error before the group ran. A
+// connection that died on the way is a lost host.
+func setupFailed(err error) attemptOutcome {
+	if cluster.IsConnectionLost(err) {
+		return attemptOutcome{kind: outcomeHostLost, err: err, exitCode: -1}
+	}
+	return attemptOutcome{kind: outcomeSetupFailed, err: err, exitCode: -1}
+}
+
+// processEnv is p's environment with the run's extra variables (tests).
+func (a *attempt) processEnv(p plan.Process) map[string]string {
+	if len(a.r.opts.Env) == 0 {
+		return p.Env
+	}
+	env := make(map[string]string, len(p.Env)+len(a.r.opts.Env))
+	for k, v := range p.Env {
+		env[k] = v
+	}
+	for k, v := range a.r.opts.Env {
+		env[k] = v
+	}
+	return env
+}
+
+// processFiles are p's state record and log on its host (absolute).
+func (a *attempt) processFiles(c *attemptHost, name string) (state, log string) {
+	st, lg := agent.ProcessFiles(a.r.runID, a.n, name)
+	wd := remoteAbs(c.home, c.host.Workdir)
+	return path.Join(wd, st), path.Join(wd, lg)
+}
+
+// waitGPUsReleased waits, after a failed attempt stopped, until NVML shows
+// no process of the job on the job's GPUs, so that the next attempt finds
+// its memory free; a GPU still held when the wait ends is reported with
+// the holding process.
+func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*attemptHost, pl *plan.Plan) {
+	used := map[string][]int{}
+	for _, p := range pl.Processes {
+		for _, g := range p.Visible {
+			if !slices.Contains(used[p.Host.Name], g) {
+				used[p.Host.Name] = append(used[p.Host.Name], g)
+			}
 		}
 	}
-	a.r.connMu.Lock()
-	a.r.sharedChanges = -1 // write the adopted record back to every host
-	a.r.connMu.Unlock()
+	forEach(conns, func(c *attemptHost) error {
+		gpus := used[c.host.Name]
+		if len(gpus) == 0 {
+			return nil
+		}
+		probe := func(ctx context.Context) gpu.HostReport { return remote.ProbeInstalled(ctx, c.t, c.agent) }
+		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.ph.plan.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
+			a.r.events.printf("%s: GPU %d on %s is still held by pid %d (%s) %s after the stop; the next attempt may not get its memory",
+				a.prefix(), h.GPU, c.host.Name, h.Process.PID, orUnknown(h.Process.Name), gpuReleaseWait)
+		}
+		return nil
+	})
+}
+
+// attachOptions attach to p's detached process, from where this
+// machine's log of it ends.
+func (a *attempt) attachOptions(c *attemptHost, p plan.Process, localLog string) agent.AttachOptions {
+	var from int64
+	if fi, err := os.Stat(localLog); err == nil {
+		from = fi.Size()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		a.r.events.printf("%s: %v; streaming %s from its start", a.prefix(), err, p.Name())
+	}
+	st, _ := a.processFiles(c, p.Name())
+	return agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
+		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)}
 }

@@ -5,58 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/netcheck"
 )
 
 // The connect phase of an attempt (see attempt): every host dialled, or
 // its kept connection reused, and a spare for a host that stays unreachable.
-
-// participants are the non-spare hosts in file order, with hosts that were
-// replaced earlier swapped for their spare.
-// replacements are a run's hosts replaced by a spare: the unreachable (or
-// unhealthy, or slow) host's name -> its spare's.
-type replacements map[string]string
-
-func (r replacements) participants(cfg *config.Config) ([]config.Host, error) {
-	byName := map[string]config.Host{}
-	for _, h := range cfg.Hosts {
-		byName[h.Name] = h
-	}
-	var out []config.Host
-	for _, h := range cfg.Hosts {
-		if h.Spare {
-			continue
-		}
-		if sp, ok := r[h.Name]; ok {
-			s, ok := byName[sp]
-			if !ok {
-				return nil, fmt.Errorf("spare %s, which replaced %s, is no longer in %s", sp, h.Name, cfg.InventoryPath)
-			}
-			s.Spare = false // it stands in for h: the plan gives it h's ranks
-			out = append(out, s)
-			continue
-		}
-		out = append(out, h)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no hosts to run on in %s", cfg.InventoryPath)
-	}
-	return out, nil
-}
-
-// standsFor is the inventory host that name stands in for: itself, or the
-// host a spare of that name replaced.
-func (r replacements) standsFor(name string) string {
-	for orig, sp := range r {
-		if sp == name {
-			return orig
-		}
-	}
-	return name
-}
 
 // connectPhase connects the attempt's hosts (see connect), swaps out the
 // slow ones on the first attempt (netPreflight) and leaves the
@@ -266,4 +227,140 @@ func unresolvable(err error) (string, bool) {
 		return de.Name, true
 	}
 	return "", false
+}
+
+// dialFirst is connect's first dial of every host at once. A host whose
+// connection was lost in the previous attempt is most likely still gone:
+// its dial is bounded by host_wait as the dials made while waiting for it
+// are (waitDialTimeout), so that a restart does not spend a whole connect
+// timeout (10 s by default) on it before host_wait even starts. Every
+// other host gets the configured timeout.
+func (p *connectPhase) dialFirst(ctx context.Context, hosts []config.Host, opts cluster.DialOptions, lost map[string]bool) ([]cluster.Transport, []error) {
+	var gone, rest []int
+	for i, h := range hosts {
+		if lost[h.Name] {
+			gone = append(gone, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	if len(gone) == 0 {
+		return p.dial.dialAll(ctx, hosts, opts)
+	}
+	bounded := opts
+	bounded.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, p.cfg.Job.HostWait)
+	ts, errs := make([]cluster.Transport, len(hosts)), make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for _, part := range []struct {
+		idx  []int
+		opts cluster.DialOptions
+	}{{gone, bounded}, {rest, opts}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub := make([]config.Host, len(part.idx))
+			for k, i := range part.idx {
+				sub[k] = hosts[i]
+			}
+			pts, perrs := p.dial.dialAll(ctx, sub, part.opts)
+			for k, i := range part.idx {
+				ts[i], errs[i] = pts[k], perrs[k]
+			}
+		}()
+	}
+	wg.Wait()
+	return ts, errs
+}
+
+// netPreflightBudget bounds the measuring of preflight = ["net"]: each
+// link gets this divided by the rounds, between netLinkMin and
+// DefaultNetDuration.
+const (
+	netPreflightBudget = 30 * time.Second
+	netLinkMin         = 250 * time.Millisecond
+)
+
+// netPreflight is preflight = ["net"]: before the first attempt it
+// measures the links between the connected hosts (checkNet) and swaps
+// each host that is under min_bandwidth or could not be measured for a
+// spare, then measures again with the spares, until every host passes.
+// Without a spare left the run fails before anything starts, naming the
+// host. Later attempts skip it: a link that degrades during the run
+// shows in the run's speed, and restarts should be quick.
+func (p *connectPhase) netPreflight(ctx context.Context, conns []*hostConn) ([]*hostConn, error) {
+	if p.n != 1 || !slices.Contains(p.cfg.Job.Preflight, config.PreflightNet) {
+		return conns, nil
+	}
+	for {
+		rep, err := p.measureNet(ctx, conns)
+		if err != nil {
+			return nil, err
+		}
+		if rep.Slowest != "" {
+			h := rep.HostNamed(rep.Slowest)
+			p.events.printf("%s: network check: slowest host %s at %s", p.prefix(), h.Name, config.FormatBandwidth(h.Rate))
+		}
+		cerr := netcheck.CheckMinBandwidth(rep, p.cfg.Job.MinBandwidth)
+		var ne *netcheck.NetError
+		if !errors.As(cerr, &ne) {
+			return conns, cerr
+		}
+		if err := p.swapOut(ctx, conns, ne); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// measureNet installs the agent where needed and measures conns' links.
+func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*netcheck.NetReport, error) {
+	peers := make([]hostio.Conn, len(conns))
+	err := forEach(conns, func(c *hostConn) error {
+		bin, err := remote.Install(ctx, c.t, p.agents())
+		if err != nil {
+			return err
+		}
+		peers[slices.Index(conns, c)] = hostio.Conn{Host: c.host, T: c.t, AgentPath: bin}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	d := netcheck.DefaultNetDuration
+	if len(peers) > 1 {
+		d = max(netLinkMin, min(d, netPreflightBudget/time.Duration(len(peers)-1)))
+	}
+	return netcheck.Measure(ctx, p.cfg.Job, peers, d), nil
+}
+
+// swapOut replaces each host ne names by a spare, for the rest of the
+// run; an error when no spare is left.
+func (p *connectPhase) swapOut(ctx context.Context, conns []*hostConn, ne *netcheck.NetError) error {
+	opts := p.dialOptions()
+	for _, bad := range ne.Hosts {
+		i := slices.IndexFunc(conns, func(c *hostConn) bool { return c.host.Name == bad.Name })
+		if i < 0 {
+			continue
+		}
+		inUse := make([]config.Host, len(conns))
+		for k, c := range conns {
+			inUse[k] = c.host
+		}
+		spare, t, err := p.takeSpare(ctx, inUse, opts)
+		if err != nil {
+			return fmt.Errorf("%w; preflight = [\"net\"] keeps %s out: %v", ne, bad.Name, err)
+		}
+		orig := bad.Name
+		for o, sp := range p.replaced {
+			if sp == bad.Name {
+				orig = o // a spare that failed: its host gets the next one
+			}
+		}
+		p.replaced[orig] = spare.Name
+		p.events.printf("%s: %s kept out by the network check; replaced by spare %s (%s)", p.prefix(), bad.Name, spare.Name, spare.Address)
+		spare.Spare = false // it stands in for the host: the plan gives it its ranks
+		conns[i] = &hostConn{host: spare, t: t}
+		p.pool.add(conns[i])
+		p.pool.keepOnly(append(inUse[:i:i], append([]config.Host{spare}, inUse[i+1:]...)...))
+	}
+	return nil
 }

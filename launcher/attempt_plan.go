@@ -2,15 +2,22 @@ package launcher
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
 // The plan phase of an attempt (see attempt): built once the agents are
-// installed, from the health gate (health.go) and the GPUs
-// (attempt_gpus.go), then again with the checkpoint and what preflight
+// installed, from the health gate (healthGate, below) and the GPUs
+// (selectGPUs, below), then again with the checkpoint and what preflight
 // found.
 
 // planPhase waits for the agents, runs the health gate beside the GPU
@@ -88,4 +95,131 @@ func (p *planPhase) replan(pl *plan.Plan, found preflightFound) (*plan.Plan, err
 		}
 	}
 	return plan.Build(in)
+}
+
+// The GPUs of an attempt (see attempt): probed and selected for the plan,
+// and, after a failed attempt, waited for until the job's processes have
+// released them.
+
+// selectGPUs probes hosts with gpus = "auto" and applies the selection
+// rules; GPU-less hosts need no probe. Hosts with pinned GPUs are probed
+// too, only to learn which processes were on their GPUs before the attempt
+// (see waitGPUsReleased).
+func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[string]plan.HostGPUs, error) {
+	var mu sync.Mutex
+	out := map[string]plan.HostGPUs{}
+	p.gpuBefore = map[string]map[int][]int{}
+	err := forEach(conns, func(c *attemptHost) error {
+		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
+		var before map[int][]int
+		if c.host.GPUs.Auto || len(c.host.GPUs.List) > 0 {
+			rep := remote.ProbeInstalled(ctx, c.t, c.agent)
+			before = gpu.Pids(rep)
+			if c.host.GPUs.Auto {
+				sel, err := gpu.Select(c.host.Name, hostio.GPUPolicy(c.host, p.cfg.Job), rep)
+				if err != nil {
+					return fmt.Errorf("select GPUs on %s: %w", hostLabel(c.host), err)
+				}
+				hg.Indices = sel.Indices
+				if len(sel.Indices) == 0 && rep.Reason != "" {
+					p.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", p.prefix(), c.host.Name, rep.Reason)
+				}
+			}
+		}
+		mu.Lock()
+		out[c.host.Name] = hg
+		p.gpuBefore[c.host.Name] = before
+		mu.Unlock()
+		return nil
+	})
+	return out, err
+}
+
+// gpuReleaseWait bounds the wait for a stopped attempt's GPUs to be free.
+const gpuReleaseWait = 30 * time.Second
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "name unknown"
+	}
+	return s
+}
+
+// The GPU health gate (the job's health key): before each attempt every
+// GPU host's agent reads its GPUs' health (gpu.Health, and the Xids of
+// the kernel log or NVML's events), and while the attempt runs the agent
+// of each host's first GPU process reads it every healthEvery into a file
+// that drover reads over its file access (no SSH session of its own). Under "enforce" a host with a critical finding is kept
+// out of the group for the rest of the run, as a lost host is: before
+// the attempt a spare takes its place (without one the run fails before
+// anything starts); while it runs the group stops and restarts without
+// it, counted against max_host_failures. Warnings, and every finding
+// under "warn", are events. The gate is here; the reads while the group
+// runs are the supervisor's (supervisor_watch.go), and what the run
+// remembers across attempts (Xids judged, hosts fenced) is healthState
+// (runner.go).
+
+// UnhealthyError is a gate that kept hosts out of the group: Findings
+// holds the first critical finding of each, in host order.
+type UnhealthyError struct {
+	Findings []gpu.Finding
+}
+
+func (e *UnhealthyError) Error() string {
+	parts := make([]string, len(e.Findings))
+	for i, f := range e.Findings {
+		parts[i] = f.String()
+	}
+	return "GPU health: " + strings.Join(parts, "; ")
+}
+
+// hasGPUs says whether h may have GPUs to read: gpus = [] is a CPU host.
+func hasGPUs(h config.Host) bool { return h.GPUs.Auto || len(h.GPUs.List) > 0 }
+
+// healthGate reads every GPU host's health before the attempt starts.
+// Under "enforce" hosts with a critical finding (or fenced earlier in the
+// run) make it return an *UnhealthyError; a host whose health cannot be
+// read is let through with an event (the probe decides about its GPUs).
+func (p *planPhase) healthGate(ctx context.Context, conns []*attemptHost) error {
+	mode := p.cfg.Job.Health
+	if mode == config.HealthOff {
+		return nil
+	}
+	bad := make([]*gpu.Finding, len(conns))
+	forEach(conns, func(c *attemptHost) error {
+		i := slices.Index(conns, c)
+		if f, ok := p.fenced(c.host.Name); ok && mode == config.HealthEnforce {
+			bad[i] = &f
+			return nil
+		}
+		if !hasGPUs(c.host) {
+			return nil
+		}
+		rep, err := c.client().Health(ctx, 0)
+		if err != nil {
+			p.events.printf("%s: %v; going on without its health", p.prefix(), err)
+			return nil
+		}
+		for _, f := range p.findings(rep, true) {
+			if f.Critical && mode == config.HealthEnforce {
+				if bad[i] == nil {
+					bad[i] = &f
+				}
+				p.events.printf("%s: GPU health: %s", p.prefix(), f)
+				continue
+			}
+			p.warn(f)
+		}
+		return nil
+	})
+	ue := &UnhealthyError{}
+	for _, f := range bad {
+		if f != nil {
+			ue.Findings = append(ue.Findings, *f)
+		}
+	}
+	if len(ue.Findings) == 0 {
+		return nil
+	}
+	return ue
 }

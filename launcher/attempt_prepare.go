@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -17,29 +15,6 @@ import (
 // The prepare phase of an attempt (see attempt): the agent installed,
 // file access and the home directory opened, the workdirs leased
 // (holdWorkdirs), each beside the others.
-
-// attemptHost is a host of one attempt: the pooled connection and what
-// this attempt's setup learns of the host on it. Each attempt makes its
-// own (newAttemptHosts), so nothing of an attempt is re-armed on a
-// connection the next attempt reuses.
-type attemptHost struct {
-	*hostConn
-	// What this attempt's agent install learnt of the host, before its
-	// upload: told is closed once it has said (or failed, or had nothing
-	// to do). toldHome is the home directory, so that opening the files
-	// needs no request of its own for it; newWorkdir says the install
-	// created the workdir (it was not there), so the first push has
-	// nothing on the host to compare.
-	told       chan struct{}
-	toldOnce   sync.Once
-	toldHome   string
-	newWorkdir atomic.Bool
-	// installed is closed once installAgents has set agent (or failed):
-	// direct checkpoint copies, which start beside the install, wait for
-	// it.
-	installed     chan struct{}
-	installedOnce sync.Once
-}
 
 // newAttemptHost is c as a host of a new attempt: nothing told or
 // installed yet.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -35,15 +36,6 @@ func (p *pushPhase) cleanup() {}
 func (p *pushPhase) run(ctx context.Context, st *attemptState) error {
 	p.outcome = p.push(ctx, st.conns, st.scan)
 	return p.outcome.err
-}
-
-// scanned is the local side of an attempt's push: the code directory's
-// tree and the options it was scanned with, once scan's goroutine is done.
-type scanned struct {
-	done chan struct{}
-	tree *push.Tree
-	opts push.Options
-	err  error
 }
 
 // scan scans the code directory in the background: it is local work that
@@ -154,4 +146,22 @@ func allPushed(conns []*attemptHost, key string) bool {
 		}
 	}
 	return true
+}
+
+// pushTargets are the hosts whose workdir gets the code (workdirClaims).
+// A node reached over Slurm that does not see this machine's workdir has
+// one of its own and gets its own push, as over SSH, and the events say so.
+func (p *pushPhase) pushTargets(conns []*attemptHost) []*attemptHost {
+	var out []*attemptHost
+	claims := newWorkdirClaims(p.cfg.Job.Code)
+	for _, c := range conns {
+		if claims.skip(c.host, c.t, c.home) != "" {
+			continue
+		}
+		if _, shared := sharedWorkdir(c.host, c.t, c.home); !shared && c.host.Transport == config.TransportSlurm {
+			p.events.printf("%s: workdir %s is not shared with node %s: pushing", p.prefix(), remoteAbs(c.home, c.host.Workdir), c.host.Name)
+		}
+		out = append(out, c)
+	}
+	return out
 }

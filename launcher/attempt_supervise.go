@@ -1,23 +1,31 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"path"
-	"slices"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/cause"
+	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
-// The attempt's side of supervising its group (supervisor.go watches it):
-// the group started and watched, what the supervisor asks of the attempt
-// (the processes' environment and files, why one failed, whether the
-// group succeeded), and the GPUs released after a failure.
+// Supervising an attempt's group, the floor above the supervisor's own
+// files (supervisor.go: its state and its stop; firstevent.go and
+// supervisor_watch.go: what it watches): the supervisor made, every
+// process started, and the loop that waits for the group to end
+// (supervisor.wait), which calls into all of them. What the supervisor
+// asks of the attempt (the processes' environment and files) is in
+// attempt.go, below it.
 
 // supervise runs the attempt's group to its end.
 func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
@@ -38,123 +46,293 @@ func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.
 	return s.wait(ctx)
 }
 
-// processEnv is p's environment with the run's extra variables (tests).
-func (a *attempt) processEnv(p plan.Process) map[string]string {
-	if len(a.r.opts.Env) == 0 {
-		return p.Env
+func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
+	s := &supervisor{a: a, pl: pl, byHost: map[string]*attemptHost{}, exits: make(chan exitMsg, len(pl.Processes)),
+		workers: make(chan workerMsg, 64),
+		health:  make(chan healthRead), warned: map[string]bool{},
+		causes: cause.New(a.r.opts.peerLostSettle)}
+	for _, c := range conns {
+		s.byHost[c.host.Name] = c
 	}
-	env := make(map[string]string, len(p.Env)+len(a.r.opts.Env))
-	for k, v := range p.Env {
-		env[k] = v
-	}
-	for k, v := range a.r.opts.Env {
-		env[k] = v
-	}
-	return env
+	s.watchers = s.healthWatchers()
+	s.sessions, s.cancel = context.WithCancel(context.Background())
+	return s
 }
 
-// rootCause finds why a failed process failed (see rootCause).
-func (a *attempt) rootCause(c *attemptHost, rp *running) string {
-	var fsys cluster.FS
-	if c != nil {
-		fsys = c.fs
+// start starts every process of the plan, all at once: each start waits
+// for its host to open a session and run the agent (two round trips),
+// and one after another they would cost two round trips per process. A
+// process that cannot be started fails the attempt as a setup failure and
+// stops the others.
+func (s *supervisor) start() {
+	for _, p := range s.pl.Processes {
+		s.a.r.register(p)
 	}
-	return rootCause(fsys, rp.p.Env["TORCHELASTIC_ERROR_FILE"], rp.stderrTail.String())
+	term := logstream.NewSink(s.a.r.opts.Out)
+	type started struct {
+		rp   *running
+		proc cluster.Process
+		err  error
+	}
+	res := make([]started, len(s.pl.Processes))
+	var wg sync.WaitGroup
+	for i, p := range s.pl.Processes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i].rp, res[i].proc, res[i].err = s.startOne(p, term)
+		}()
+	}
+	wg.Wait()
+	var startErr error
+	for _, r := range res {
+		if r.err != nil {
+			startErr = errors.Join(startErr, r.err)
+			continue
+		}
+		i := s.causes.Add(r.rp.p.Name(), r.rp.p.Host.Name)
+		r.rp.i = i
+		s.procs = append(s.procs, r.rp)
+		go func() {
+			err := r.proc.Wait()
+			s.exits <- exitMsg{i: i, err: err, at: s.a.r.now()}
+		}()
+	}
+	s.remaining = len(s.procs)
+	s.a.r.events.debugf("%s: setup: processes started", s.a.prefix())
+	s.a.r.events.printf("%s: started %d process(es) on %d host(s)", s.a.prefix(), len(s.procs), len(s.byHost))
+	if startErr != nil {
+		s.a.r.events.printf("%s: %v", s.a.prefix(), startErr)
+		s.stop(setupFailed(startErr), "")
+	}
 }
 
-// succeeded applies the success policy to the processes that have exited
-// (all with status 0, since any failure stops the group first).
-func (a *attempt) succeeded(procs []*running) bool {
-	if a.cfg.Job.Framework != config.TensorFlow {
-		for _, rp := range procs {
-			if !rp.done {
-				return false
+// startOne opens p's log and starts p under the agent on its host. It
+// returns the running process only when p started.
+func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, cluster.Process, error) {
+	a := s.a
+	c := s.byHost[p.Host.Name]
+	localLog := filepath.Join(a.logDir, p.Name()+".log")
+	var f io.WriteCloser
+	if a.adopt != nil {
+		f = a.r.appendLog(localLog)
+	} else {
+		f = a.r.createLog(localLog)
+	}
+	rp := &running{p: p, ctl: newControl(), started: a.r.now(), logFile: f}
+	fileSink := logstream.NewSink(f)
+	mk := func() io.Writer {
+		fw := logstream.NewPrefixWriter(fileSink, "")
+		rp.outs = append(rp.outs, fw)
+		if a.r.opts.Quiet {
+			return io.MultiWriter(fw, progressWriter{rp, a.r.mono})
+		}
+		tw := logstream.NewPrefixWriter(term, fmt.Sprintf("[%s@%s] ", p.Name(), p.Host.Name))
+		rp.outs = append(rp.outs, tw)
+		return io.MultiWriter(fw, tw, progressWriter{rp, a.r.mono})
+	}
+	rp.stderrTail = cluster.NewTailBuffer(stderrTailBytes)
+	stdout, stderr := mk(), io.MultiWriter(mk(), rp.stderrTail)
+	torchrun := a.cfg.Job.Framework == config.Torchrun
+	if a.r.detachedGroup {
+		// An attach client sends stdout and stderr as one stream.
+		stdout = io.MultiWriter(stdout, rp.stderrTail)
+		if torchrun {
+			stdout = io.MultiWriter(stdout, &workerLines{rp: rp, out: s.workers, now: a.r.now})
+		}
+	} else if torchrun {
+		stderr = io.MultiWriter(stderr, &workerLines{rp: rp, out: s.workers, now: a.r.now})
+	}
+	envLine, err := agent.EnvLine(a.processEnv(p))
+	if err != nil {
+		rp.closeLogs()
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
+	wd := remoteAbs(c.home, p.Workdir)
+	var health string
+	if s.watchers[p.Host.Name] == p.Name() {
+		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
+	}
+	ro := agent.RunOptions{
+		HealthFile: health, HealthEvery: healthEvery,
+		Grace:   a.cfg.Job.StopGrace,
+		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
+		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
+		Job:     a.cfg.Job.Name,
+		Args:    p.Command,
+		// The agent stops its group when drover falls silent: the
+		// only way it learns of a controller behind a dead link.
+		Heartbeat: heartbeatTimeout,
+		// The rank's environment goes over the agent's stdin, set only
+		// on the command's exec: not in the agent's environ, nor in
+		// the login shell's command line.
+		EnvFromStdin: true,
+		// torchrun's workers are watched where they die, not where
+		// torchrun (and its 300 s exit barrier) reports them.
+		WatchWorkers: torchrun,
+	}
+	if a.r.detachedGroup {
+		ro.State, ro.LogFile = a.processFiles(c, p.Name())
+		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
+		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
+	}
+	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
+	var proc cluster.Process
+	if a.adopt != nil {
+		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
+	} else {
+		proc, err = c.client().Run(s.sessions, ro, cmd)
+	}
+	if err != nil {
+		rp.closeLogs()
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
+	return rp, proc, nil
+}
+
+// onExit accounts for one process's end and hands it to the causes,
+// which decide what it means for the group (see act): a failure stops
+// it, the last exit the success policy needs ends it.
+func (s *supervisor) onExit(m exitMsg) {
+	// A worker's report is written before its agent exits: act on it
+	// first, whichever channel the select picked.
+	s.drainWorkers()
+	s.remaining--
+	rp := s.procs[m.i]
+	rp.done = true
+	if s.a.r.detachedGroup && !s.stopping && cluster.IsConnectionLost(m.err) {
+		s.letGo(fmt.Sprintf("lost the channel to %s@%s: %v", rp.p.Name(), rp.p.Host.Name, m.err))
+	}
+	rp.closeLogs()
+	text, code, lost := describeExit(m.err)
+	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
+	if how, died := agentDied(m.err); died {
+		s.stopLeftBy(rp, how)
+	}
+	switch {
+	case m.err == nil:
+		s.act(s.causes.Finished(m.i, m.at, len(s.procs) == len(s.pl.Processes) && s.succeeded(s.procs)))
+	case lost:
+		if !s.stopping {
+			s.a.r.noteLost(rp.p.Host.Name)
+		}
+		s.act(s.causes.HostLost(m.i, m.at, fmt.Sprintf("%s lost: %v", hostLabel(rp.p.Host), m.err)))
+	default:
+		e := cause.Exit{Proc: m.i, At: m.at, Status: text, Code: code}
+		if s.causes.NeedsCause(m.i, code) {
+			e.Cause = processCause(s.byHost[rp.p.Host.Name], rp)
+		}
+		e.Seen = s.a.r.now()
+		s.act(s.causes.Exited(e))
+	}
+}
+
+// drainWorkers acts on every worker report already queued.
+func (s *supervisor) drainWorkers() {
+	for {
+		select {
+		case wm := <-s.workers:
+			s.onWorkerExit(wm)
+		default:
+			return
+		}
+	}
+}
+
+// wait watches the group until every started process has exited, and
+// returns how the attempt ended.
+func (s *supervisor) wait(ctx context.Context) attemptOutcome {
+	hard, abort := s.a.r.opts.Hard, s.a.r.abort
+	ctxDone := ctx.Done()
+	ping := time.NewTicker(heartbeatEvery)
+	defer ping.Stop()
+	var hangCheck <-chan time.Time
+	if timeout := s.a.cfg.Job.HangTimeout; timeout > 0 {
+		t := time.NewTicker(hangCheckEvery(timeout))
+		defer t.Stop()
+		hangCheck = t.C
+	}
+	s.lastPing = s.a.r.mono()
+	for s.remaining > 0 {
+		select {
+		case <-hangCheck:
+			s.checkHang()
+		case h := <-s.health:
+			s.onHealth(h)
+		case <-s.stacksDone:
+			s.stacksDone = nil
+			if s.killAt == nil && s.abandonAt == nil {
+				s.requestStop("hung")
 			}
-		}
-		return true
-	}
-	hasChief := false
-	for _, rp := range procs {
-		if rp.p.Role == plan.RoleChief {
-			hasChief = true
-		}
-	}
-	for _, rp := range procs {
-		switch rp.p.Role {
-		case plan.RoleChief:
-			if !rp.done {
-				return false
+		case m := <-s.exits:
+			s.checkPaused()
+			s.onExit(m)
+		case wm := <-s.workers:
+			s.onWorkerExit(wm)
+		case <-s.causeAt:
+			due := s.causeDue
+			s.causeAt, s.causeDue = nil, time.Time{}
+			s.act(s.causes.Tick(due))
+		case <-ctxDone:
+			ctxDone = nil
+			if s.handOver(ctx) {
+				continue
 			}
-		case plan.RoleWorker:
-			mustFinish := a.cfg.Job.SuccessPolicy != config.SuccessChief || (!hasChief && rp.p.Index == 0)
-			if mustFinish && !rp.done {
-				return false
+			if s.stacksDone != nil {
+				s.stacksDone = nil
+				s.requestStop("")
 			}
+			s.stop(interrupted(), "interrupted")
+			// An interruption wins over whatever ended the attempt.
+			out := interrupted()
+			s.out = &out
+			s.causes.Stopping(true)
+		case <-hard:
+			hard = nil
+			s.kill("killing every process now")
+		case <-abort:
+			abort = nil
+			s.stop(interrupted(), "drover stop --abort")
+			s.kill("killing every process now (drover stop --abort)")
+		case <-s.killAt:
+			s.killAt = nil
+			s.kill("grace period over; killing what is left")
+		case <-ping.C:
+			s.checkPaused()
+			s.ping()
+		case <-s.abandonAt:
+			// Unreachable hosts never report back; closing the channels
+			// makes their agents stop on their own when they can.
+			s.a.r.events.printf("%s: %d process(es) did not report their exit; closing their connections", s.a.prefix(), s.remaining)
+			s.cancel()
+			s.abandonAt = nil
 		}
 	}
-	return true
+	for _, rp := range s.procs {
+		rp.ctl.Close()
+	}
+	s.stopWaits.Wait()
+	if s.out == nil {
+		return attemptOutcome{kind: outcomeFailed, exitCode: -1, err: errors.New("the group ended without meeting the success policy")}
+	}
+	return *s.out
 }
 
-// successNote says why the group counts as succeeded.
-func (a *attempt) successNote(procs []*running) string {
-	for _, rp := range procs {
-		if !rp.done {
-			return "success policy met (" + string(a.cfg.Job.SuccessPolicy) + ")"
-		}
+// checkPaused notices that drover itself sent no heartbeat for about
+// heartbeatTimeout (it was stopped with Ctrl-Z, or starved): the agents
+// then stop their groups on their own, and the exits that follow are not
+// the job's failure. Such an attempt ends as a lost host would: it counts
+// against max_host_failures, not max_restarts.
+func (s *supervisor) checkPaused() {
+	gap := s.a.r.mono() - s.lastPing
+	if s.stopping || gap < heartbeatTimeout-heartbeatEvery {
+		return
 	}
-	return ""
-}
-
-// workerCause is why a torchrun worker failed: the exception in its own
-// error file, else the end of its own stderr.
-func (a *attempt) workerCause(c *attemptHost, w agent.WorkerExit) string {
-	var fsys cluster.FS
-	if c != nil {
-		fsys = c.fs
+	if s.a.r.detachedGroup {
+		s.letGo(fmt.Sprintf("this supervisor was silent for %s (suspended, or the machine slept)", gap.Round(time.Second)))
+		return
 	}
-	if fsys != nil && path.IsAbs(w.ErrorFile) {
-		if b, err := readSmall(fsys, w.ErrorFile, 1<<20); err == nil {
-			if cause, ok := parseErrorFile(b); ok {
-				return cause
-			}
-		}
-	}
-	if w.Stderr != "" {
-		return "stderr: " + w.Stderr
-	}
-	return ""
-}
-
-// processFiles are p's state record and log on its host (absolute).
-func (a *attempt) processFiles(c *attemptHost, name string) (state, log string) {
-	st, lg := agent.ProcessFiles(a.r.runID, a.n, name)
-	wd := remoteAbs(c.home, c.host.Workdir)
-	return path.Join(wd, st), path.Join(wd, lg)
-}
-
-// waitGPUsReleased waits, after a failed attempt stopped, until NVML shows
-// no process of the job on the job's GPUs, so that the next attempt finds
-// its memory free; a GPU still held when the wait ends is reported with
-// the holding process.
-func (a *attempt) waitGPUsReleased(ctx context.Context, conns []*attemptHost, pl *plan.Plan) {
-	used := map[string][]int{}
-	for _, p := range pl.Processes {
-		for _, g := range p.Visible {
-			if !slices.Contains(used[p.Host.Name], g) {
-				used[p.Host.Name] = append(used[p.Host.Name], g)
-			}
-		}
-	}
-	forEach(conns, func(c *attemptHost) error {
-		gpus := used[c.host.Name]
-		if len(gpus) == 0 {
-			return nil
-		}
-		probe := func(ctx context.Context) gpu.HostReport { return remote.ProbeInstalled(ctx, c.t, c.agent) }
-		for _, h := range gpu.WaitReleased(ctx, probe, gpus, a.ph.plan.gpuBefore[c.host.Name], gpuReleaseWait, time.Second) {
-			a.r.events.printf("%s: GPU %d on %s is still held by pid %d (%s) %s after the stop; the next attempt may not get its memory",
-				a.prefix(), h.GPU, c.host.Name, h.Process.PID, orUnknown(h.Process.Name), gpuReleaseWait)
-		}
-		return nil
-	})
+	reason := fmt.Sprintf("controller stopped sending heartbeats for %s (drover was suspended, e.g. by Ctrl-Z, or starved); the agents stop their groups after %s",
+		gap.Round(time.Second), heartbeatTimeout)
+	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
 // LogRoot is the directory of a job's runs (RunOptions.LogDir, default
@@ -26,14 +28,6 @@ func LogRoot(cfg *config.Config, logDir string) string {
 
 // The supervisor's seam into checkpoint replication (package checkpoint):
 // stage before an attempt, watch while it runs.
-
-// checkpointRecord loads the job's record once per run.
-func (r *ckptState) checkpointRecord(root, job string) (*checkpoint.Record, error) {
-	r.ckptOnce.Do(func() {
-		r.ckptRec, r.ckptErr = checkpoint.LoadRecord(checkpoint.RecordPath(root, job), job)
-	})
-	return r.ckptRec, r.ckptErr
-}
 
 // ckptPhase stages the newest checkpoint on every host beside the push
 // (its resume paths feed the final plan), copies the checkpoints while
@@ -136,16 +130,6 @@ func (p *ckptPhase) watch(ctx context.Context, conns []*attemptHost) (stop func(
 	}
 }
 
-// ckptState is the runner's part of checkpointing: the record, loaded once.
-type ckptState struct {
-	ckptOnce sync.Once
-	ckptRec  *checkpoint.Record
-	ckptErr  error
-	// sharedChanges is the record's change count last written to the
-	// hosts (shareCheckpoints).
-	sharedChanges int
-}
-
 // agentPeer runs the ends of direct checkpoint copies (checkpoint.Peer)
 // with the drover agent installed over c. Staging runs beside the
 // install, so each start first waits for it.
@@ -214,3 +198,99 @@ func (p *ckptPhase) checkProgress(ctx context.Context, conns []*attemptHost) {
 	}
 	p.progress.newer = ok && newest.Seq > p.progress.resumed.Seq
 }
+
+// The crash-loop breaker (max_restarts_without_progress) is package
+// restart's; an attempt notes here what it learns of its progress
+// (ckptPhase.noteResumed and checkProgress).
+
+// attemptProgress is what the breaker learns of one attempt.
+type attemptProgress struct {
+	// ran says the group was started: an attempt that failed during
+	// setup neither counts nor breaks a series.
+	ran bool
+	// resumed is the checkpoint the attempt resumed from; nil for none.
+	resumed *checkpoint.Entry
+	// newer says a newer checkpoint appeared before the attempt ended.
+	newer bool
+}
+
+// policy is what the crash-loop breaker (restart.Breaker) needs of p.
+func (p attemptProgress) policy() restart.Progress {
+	rp := restart.Progress{Ran: p.ran, Newer: p.newer}
+	if p.resumed != nil {
+		rp.Resumed = p.resumed.Name
+	}
+	return rp
+}
+
+// lowPriorityFS is the file access checkpoint copies go through while an
+// attempt trains: an SFTP session to `drover agent sftp --low-priority` on
+// the host (agent.SFTPCommand), opened on the first copy, so that an
+// attempt that never copies costs nothing. The agent runs at nice 19 and in
+// the idle I/O class, which sshd's sftp-server (the transport's own FS)
+// cannot be made to. When it cannot be started, copies fall back to the
+// transport's FS and an event says so.
+type lowPriorityFS struct {
+	ctx    context.Context
+	t      cluster.Transport
+	agent  string
+	plain  cluster.FS
+	events func(format string, args ...any)
+
+	mu     sync.Mutex
+	fs     cluster.FS
+	cmd    *cluster.CommandFS
+	closed bool
+}
+
+func newLowPriorityFS(ctx context.Context, c *hostConn, events func(string, ...any)) *lowPriorityFS {
+	return &lowPriorityFS{ctx: ctx, t: c.t, agent: c.agent, plain: c.fs, events: events}
+}
+
+func (l *lowPriorityFS) get() cluster.FS {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fs != nil {
+		return l.fs
+	}
+	if l.closed {
+		return l.plain
+	}
+	cmd, err := remote.Client{T: l.t, Path: l.agent}.SFTP(l.ctx)
+	if err != nil {
+		l.events("%v; checkpoint copies on %s run at normal priority", err, l.t.Host().Name)
+		l.fs = l.plain
+		return l.fs
+	}
+	l.cmd, l.fs = cmd, cmd
+	return l.fs
+}
+
+// Close ends the agent's SFTP server, if one was started.
+func (l *lowPriorityFS) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.cmd == nil {
+		return nil
+	}
+	return l.cmd.Close()
+}
+
+func (l *lowPriorityFS) Stat(p string) (fs.FileInfo, error)  { return l.get().Stat(p) }
+func (l *lowPriorityFS) Lstat(p string) (fs.FileInfo, error) { return l.get().Lstat(p) }
+func (l *lowPriorityFS) ReadDir(p string) ([]fs.FileInfo, error) {
+	return l.get().ReadDir(p)
+}
+func (l *lowPriorityFS) MkdirAll(p string, perm fs.FileMode) error { return l.get().MkdirAll(p, perm) }
+func (l *lowPriorityFS) Mkdir(p string, perm fs.FileMode) error    { return l.get().Mkdir(p, perm) }
+func (l *lowPriorityFS) Create(p string) (io.WriteCloser, error)   { return l.get().Create(p) }
+func (l *lowPriorityFS) Open(p string) (io.ReadCloser, error)      { return l.get().Open(p) }
+func (l *lowPriorityFS) Rename(o, n string) error                  { return l.get().Rename(o, n) }
+func (l *lowPriorityFS) Remove(p string) error                     { return l.get().Remove(p) }
+func (l *lowPriorityFS) RemoveAll(p string) error                  { return l.get().RemoveAll(p) }
+func (l *lowPriorityFS) Chmod(p string, m fs.FileMode) error       { return l.get().Chmod(p, m) }
+func (l *lowPriorityFS) Chtimes(p string, a, m time.Time) error    { return l.get().Chtimes(p, a, m) }
+func (l *lowPriorityFS) Symlink(t, n string) error                 { return l.get().Symlink(t, n) }
+func (l *lowPriorityFS) Readlink(p string) (string, error)         { return l.get().Readlink(p) }
+func (l *lowPriorityFS) Home() (string, error)                     { return l.get().Home() }

@@ -236,3 +236,5 @@ func forEach[C any](conns []C, fn func(c C) error) error {
 func hostLabel(h config.Host) string { return hostio.Label(h) }
 
 func remoteAbs(home, p string) string { return hostio.Abs(home, p) }
+
+const pidDir = hostio.PidDir

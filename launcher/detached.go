@@ -2,15 +2,12 @@ package launcher
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/droverhq/drover/launcher/agent"
@@ -24,44 +21,6 @@ import (
 // state record and log per process and attempt, and .drover/runs/current
 // names the newest run. The agents keep the group running while no
 // supervisor is attached, for controller_timeout (default: for ever).
-
-// NewRunID is a fresh run id: the start time and a random suffix, so that
-// ids sort by age and two machines never pick the same one.
-func NewRunID(now time.Time) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-}
-
-// detachState is the runner's part of a detached run.
-type detachState struct {
-	runID     string
-	runLogDir string
-	// adopting is the earlier run this one takes over (nil: none), and
-	// firstAttempt the number of this run's first attempt (the adopted
-	// one's, else 1).
-	adopting     *adoption
-	firstAttempt int
-	// lookFirst makes a foreground run's first attempt look for a group
-	// to adopt beside its setup (lookForGroup).
-	lookFirst bool
-	// detachedGroup says the group runs under detached agents (see
-	// agent/detach.go): a detached run's, or the one a foreground run
-	// adopted (see adopt.go). Its processes are then attached to, and the
-	// run's record is kept on the hosts.
-	detachedGroup bool
-	readyOnce     sync.Once
-	// abort is closed when `drover stop --abort` asked for the group to
-	// be killed at once.
-	abort     chan struct{}
-	abortOnce sync.Once
-	// conns are the newest attempt's connections, over which the record
-	// is written.
-	connMu  sync.Mutex
-	conns   []*hostConn
-	runRec  agent.RunRecord
-	started time.Time
-}
 
 // setRecord updates the run's record and writes it to every host of
 // conns (those of the newest attempt when conns is nil), with the link

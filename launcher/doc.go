@@ -30,10 +30,17 @@
 // charges the restart to max_restarts, or, for what is the fleet's
 // fault rather than the job's (a lost host, a hang, a controller that
 // stopped sending heartbeats), to max_host_failures (restart.Budget). Hang
-// detection (hang.go) watches output and DROVER_PROGRESS_FILE; a restart
+// detection (supervisor_watch.go) watches output and DROVER_PROGRESS_FILE; a restart
 // moves a rendezvous port still held, and waits for the job's GPUs to be
 // released.
 //
 // What each process gets (host, ranks, environment, argv) is decided by
 // package plan alone; launcher only carries it out.
+//
+// The package's files read one way, in floors: result.go (options,
+// result, events) and runner.go (the run's state across attempts) at the
+// bottom, the phases above them, attempt.go above the phases, the
+// supervisor above the attempt, and run.go (Run, the run loop, an
+// attempt's phases in order) on top; a file names only what files below
+// it declare (see "Reading the package" in docs/architecture.md).
 package launcher

@@ -19,14 +19,6 @@ import (
 // that died left behind, beyond stop_grace.
 const agentStopWait = 10 * time.Second
 
-// workerMsg is a torchrun worker's end, reported by its host's agent
-// (agent.WorkerExit) and timed by drover's clock when its line arrived.
-type workerMsg struct {
-	rp *running
-	w  agent.WorkerExit
-	at time.Time
-}
-
 // workerLines turns the agent's worker reports in a process's stderr into
 // workerMsgs for the supervisor, as each whole line arrives. It never
 // blocks the stream: a report that finds the queue full is dropped (the
@@ -71,7 +63,7 @@ func (s *supervisor) onWorkerExit(m workerMsg) {
 		Status: m.w.Status, Signal: m.w.Signal, Running: m.w.Running}
 	if s.causes.NeedsWorkerCause(w) {
 		// Read only for a failure to name (one request to its host).
-		w.Cause = s.a.workerCause(s.byHost[m.rp.p.Host.Name], m.w)
+		w.Cause = workerCause(s.byHost[m.rp.p.Host.Name], m.w)
 	}
 	w.Seen = s.a.r.now()
 	s.act(s.causes.WorkerEnded(w))
@@ -119,4 +111,24 @@ func (s *supervisor) stopLeftBy(rp *running, how string) {
 			s.a.r.events.printf("%s: %s: %s", s.a.prefix(), rp.p.Host.Name, said)
 		}
 	}()
+}
+
+// workerCause is why a torchrun worker failed: the exception in its own
+// error file, else the end of its own stderr.
+func workerCause(c *attemptHost, w agent.WorkerExit) string {
+	var fsys cluster.FS
+	if c != nil {
+		fsys = c.fs
+	}
+	if fsys != nil && path.IsAbs(w.ErrorFile) {
+		if b, err := readSmall(fsys, w.ErrorFile, 1<<20); err == nil {
+			if cause, ok := parseErrorFile(b); ok {
+				return cause
+			}
+		}
+	}
+	if w.Stderr != "" {
+		return "stderr: " + w.Stderr
+	}
+	return ""
 }

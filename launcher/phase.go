@@ -2,10 +2,15 @@ package launcher
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -54,67 +59,6 @@ type attemptState struct {
 	steps func(step string)
 }
 
-// checkPhase pushes the code and stages the newest checkpoint while the
-// agents are installed (st.installed says when) and the GPUs probed, then
-// preflights the plan and leaves it in st.plan with what preflight and the
-// staging found. On a restart whose code is what the last push over the
-// same connections sent, the push can only repair drift (a file edited on
-// a host): the preflight then runs beside it, and again after it only
-// when it repaired something or the preflight failed (it may have failed
-// for what the push put back). The preflight needs nothing of the
-// checkpoint (ports, program and rendezvous do not depend on it): it
-// checks the plan built without it.
-type checkPhase struct {
-	push      *pushPhase
-	ckpt      *ckptPhase
-	plan      *planPhase
-	preflight *preflightPhase
-}
-
-// name is empty: the phases it is made of note their own steps.
-func (p *checkPhase) name() string { return "" }
-
-func (p *checkPhase) cleanup() {}
-
-func (p *checkPhase) run(ctx context.Context, st *attemptState) error {
-	pushed := make(chan error, 1)
-	go func() { pushed <- runPhase(ctx, p.push, st) }()
-	staged := make(chan error, 1)
-	go func() { staged <- runPhase(ctx, p.ckpt, st) }()
-	err := runPhase(ctx, p.plan, st)
-	ferr := errNotChecked
-	sc, conns := st.scan, st.conns
-	<-sc.done
-	fromPush := err == nil && programsFromPush(st.plan, conns)
-	if early := err == nil && sc.err == nil && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
-		ferr = p.preflight.run(ctx, st)
-		st.steps("preflight beside the push")
-	}
-	perr, serr := <-pushed, <-staged
-	for _, e := range []error{perr, serr} {
-		if err == nil {
-			err = e
-		}
-	}
-	if err != nil {
-		return err
-	}
-	for _, c := range conns {
-		// Hosts that share a pushed workdir (Slurm) hold the tree too.
-		c.pushed = sc.tree.Key()
-	}
-	if ferr != nil || (p.push.outcome.changed && fromPush) {
-		ferr = runPhase(ctx, p.preflight, st)
-	}
-	if ferr != nil {
-		return ferr
-	}
-	p.plan.in.HostResumeFrom = p.ckpt.resume
-	p.ckpt.noteResumed(p.ckpt.resume)
-	st.plan, err = p.plan.replan(st.plan, p.preflight.found)
-	return err
-}
-
 // dialer dials hosts: cluster.Dial and cluster.DialAll for a run
 // (sshDialer), a fake in tests.
 type dialer interface {
@@ -160,3 +104,51 @@ func hostsIn(conns []*hostConn) []config.Host {
 
 // agentsFunc finds the agent binaries (runner.agents).
 type agentsFunc func() remote.Agents
+
+// attemptHost is a host of one attempt: the pooled connection and what
+// this attempt's setup learns of the host on it. Each attempt makes its
+// own (newAttemptHosts), so nothing of an attempt is re-armed on a
+// connection the next attempt reuses.
+type attemptHost struct {
+	*hostConn
+	// What this attempt's agent install learnt of the host, before its
+	// upload: told is closed once it has said (or failed, or had nothing
+	// to do). toldHome is the home directory, so that opening the files
+	// needs no request of its own for it; newWorkdir says the install
+	// created the workdir (it was not there), so the first push has
+	// nothing on the host to compare.
+	told       chan struct{}
+	toldOnce   sync.Once
+	toldHome   string
+	newWorkdir atomic.Bool
+	// installed is closed once installAgents has set agent (or failed):
+	// direct checkpoint copies, which start beside the install, wait for
+	// it.
+	installed     chan struct{}
+	installedOnce sync.Once
+}
+
+// scanned is the local side of an attempt's push: the code directory's
+// tree and the options it was scanned with, once scan's goroutine is done.
+type scanned struct {
+	done chan struct{}
+	tree *push.Tree
+	opts push.Options
+	err  error
+}
+
+// attemptPrefix begins every event of attempt n of total.
+func attemptPrefix(n, total int) string { return fmt.Sprintf("attempt %d/%d", n, total) }
+
+// runPhase runs p on st and notes in events.log when it was done (a
+// phase composed of others notes its parts itself).
+func runPhase(ctx context.Context, p phase, st *attemptState) error {
+	err := p.run(ctx, st)
+	if n := p.name(); n != "" {
+		st.steps(n)
+	}
+	return err
+}
+
+// errNotChecked: no preflight ran yet.
+var errNotChecked = errors.New("not checked")

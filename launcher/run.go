@@ -4,121 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"sort"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/agent/remote"
-	"github.com/droverhq/drover/launcher/lease"
+	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
 )
-
-// RunOptions configures a supervised run of a job.
-type RunOptions struct {
-	JobPath       string
-	InventoryPath string
-	// LogDir is where runs/<job>-<start>/ goes; default: "runs" next to
-	// the job file.
-	LogDir string
-	// AgentBinary is the running drover binary (usually os.Executable());
-	// hosts get it, or the agent for their platform found beside it
-	// (remote.FindAgents), as the per-process supervisor.
-	AgentBinary string
-	Dial        cluster.DialOptions
-	// Out receives every process's output, one prefixed line at a time.
-	Out io.Writer
-	// Events receives drover's own one-line, timestamped events.
-	Events io.Writer
-	// Quiet hides process output on Out (log files still get all of it).
-	Quiet bool
-	// Hard is closed when the user insists (second Ctrl-C): processes are
-	// killed at once instead of being given their grace period.
-	Hard <-chan struct{}
-	// Now is the wall clock (nil: time.Now): it stamps events, causes
-	// and the log directory's name; one test freezes it. Hangs and
-	// heartbeats are measured on the monotonic clock whatever Now says.
-	Now func() time.Time
-	// Sleep waits out the restart backoff, a lost host's redial and a
-	// detached run's re-attach (nil: a timer that ctx cuts short).
-	// Nothing sets it today.
-	Sleep func(ctx context.Context, d time.Duration) error
-	// Env is extra environment for every process, after the plan's; tests
-	// use it, users use [job.env].
-	Env map[string]string
-	// PushCacheDir is push.Options.CacheDir for the push before each
-	// attempt: with it, a restart re-hashes only the files that changed.
-	PushCacheDir string
-	// Force takes over workdirs that another live run holds (see package
-	// lease); that run then stops.
-	Force bool
-
-	// Inside a Slurm allocation (see slurm.go): its hosts, the job id and
-	// SLURM_RESTART_COUNT (RestartOffset), from which the restart count
-	// continues across a requeue.
-	Allocation    []config.Host
-	SlurmJobID    string
-	RestartOffset int
-
-	// Detach runs the job as a detached run (see detached.go): its agents
-	// outlive this process, its state is kept on the hosts.
-	Detach bool
-	// RunID names a detached run (default: NewRunID).
-	RunID string
-	// Ready, for a detached run, is called once every process of the
-	// first attempt that started them all runs.
-	Ready func(runID, logDir string)
-
-	// peerLostSettle replaces cause.PeerLostSettle, the hold of a failure
-	// that reads as a lost peer, in tests (0: that constant).
-	peerLostSettle time.Duration
-}
-
-// Outcome is how a run ended.
-type Outcome int
-
-// The ways a run ends; the CLI maps them to exit statuses 0, 1 and 130.
-const (
-	Succeeded Outcome = iota
-	Failed
-	Interrupted
-)
-
-// Result summarises a finished run.
-type Result struct {
-	Outcome  Outcome
-	Attempts int
-	// LogDir is runs/<job>-<start> with one attempt-<n>/ per attempt.
-	LogDir    string
-	Processes []ProcSummary
-	// Err says why a failed run failed for good.
-	Err error
-}
-
-// ProcSummary is one row of the end-of-run table.
-type ProcSummary struct {
-	Name     string
-	Host     string
-	Attempts int
-	Exit     string
-	Duration time.Duration
-	// Cause is why its last attempt failed: the exception from its error
-	// file, or the end of its stderr; a torchrun worker's death; an exit
-	// 0 while others still ran. CauseAt is when drover saw it: the
-	// earliest cause of the run's last attempt is its root cause, the
-	// others (victims) come after it.
-	Cause   string
-	CauseAt time.Time
-}
 
 // Run supervises the job until it succeeds, fails for good or ctx is
 // cancelled. Each attempt re-reads the job and inventory files and
@@ -129,88 +25,6 @@ type ProcSummary struct {
 func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 	r := newRunner(opts)
 	return r.run(ctx)
-}
-
-type runner struct {
-	opts RunOptions
-	now  func() time.Time
-	// mono is the time since the run started on the monotonic clock,
-	// which a step of the wall clock does not move: what measures how
-	// long something took or was silent (hangs, heartbeats) reads it.
-	mono   func() time.Duration
-	sleep  func(ctx context.Context, d time.Duration) error
-	events *eventLog
-	// agents are the binaries hosts get as their agent (found once, next
-	// to opts.AgentBinary). Finding them hashes each (tens of
-	// milliseconds), so it runs beside the config, the scan and the dials
-	// rather than before them; the installs wait for it.
-	agents func() remote.Agents
-
-	mu       sync.Mutex
-	table    procTable    // the summary, under mu
-	replaced replacements // unreachable host name -> spare name
-	// logRoot is the directory holding every run's logs (runs/).
-	logRoot string
-	// leases are this run's hold on the hosts' workdirs.
-	leases *lease.Holder
-	// pool keeps the connections from one attempt to the next.
-	pool *connPool
-	// lastHosts and lastWorld are the hosts and world size of the last
-	// attempt that got as far as its plan (see noteMembership).
-	lastHosts []string
-	lastWorld int
-	// logFail: a failing local log disk is reported once per run.
-	logFail *logFailure
-	ckptState
-	lostState
-	detachState
-	healthState
-}
-
-func newRunner(opts RunOptions) *runner {
-	r := &runner{opts: opts, table: procTable{procs: map[string]*ProcSummary{}}, replaced: replacements{}, pool: newConnPool()}
-	found := make(chan remote.Agents, 1)
-	go func() { found <- remote.FindAgents(opts.AgentBinary) }()
-	r.agents = sync.OnceValue(func() remote.Agents { return <-found })
-	// One read of known_hosts and the ssh config shared by every attempt's
-	// dials, so that what drover skips is warned about once per run.
-	r.opts.Dial = r.opts.Dial.Shared()
-	start := time.Now()
-	r.mono = func() time.Duration { return time.Since(start) }
-	r.now = opts.Now
-	if r.now == nil {
-		r.now = time.Now
-	}
-	r.sleep = opts.Sleep
-	if r.sleep == nil {
-		r.sleep = sleepCtx
-	}
-	ev := opts.Events
-	if ev == nil {
-		ev = io.Discard
-	}
-	r.events = &eventLog{w: ev, now: r.now}
-	r.logFail = &logFailure{events: r.events}
-	r.abort = make(chan struct{})
-	r.runID = opts.RunID
-	if r.runID == "" {
-		r.runID = NewRunID(r.now())
-	}
-	if r.opts.Out == nil {
-		r.opts.Out = io.Discard
-	}
-	return r
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
@@ -423,294 +237,87 @@ func (r *runner) openLogs(cfg *config.Config) (string, error) {
 	}
 }
 
-// register adds p to the summary in plan order.
-func (r *runner) register(p plan.Process) *ProcSummary {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.table.registerLocked(p)
-}
-
-// procTable is the end-of-run summary's rows, by process name in plan
-// order; the runner's mu guards it.
-type procTable struct {
-	procs map[string]*ProcSummary
-	order []string
-}
-
-func (t *procTable) registerLocked(p plan.Process) *ProcSummary {
-	key := p.Name()
-	s, ok := t.procs[key]
-	if !ok {
-		s = &ProcSummary{Name: key, Host: p.Host.Name, Exit: "not started"}
-		t.procs[key] = s
-		t.order = append(t.order, key)
+// run is the attempt, phase by phase (see attempt).
+func (a *attempt) run(ctx context.Context) attemptOutcome {
+	hosts, err := a.r.replaced.participants(a.cfg)
+	if err != nil {
+		return a.setupFailure(err)
 	}
-	return s
+	a.ph = newPhases(a)
+	defer a.ph.cleanup()
+	st := &attemptState{hosts: hosts, steps: a.stepTimer(), scan: a.ph.push.scan()}
+	defer func() { <-st.scan.done }() // nothing of the attempt outlives it
+	// The connections are the runner's (connPool): they outlive the
+	// attempt, and the next one reuses them.
+	if err := runPhase(ctx, a.ph.connect, st); err != nil {
+		return a.connectFailure(ctx, err)
+	}
+	adoptable := func() bool { return false }
+	if a.r.lookFirst {
+		a.r.lookFirst = false
+		adoptable = lookForGroup(ctx, st.pooled)
+	}
+	err = runPhase(ctx, a.ph.prepare, st)
+	found := adoptable()
+	if err != nil {
+		<-st.installed
+		return a.setupFailure(err) // a *lease.HeldError says the run must not go on
+	}
+	if found {
+		<-st.installed
+		return attemptOutcome{kind: outcomeAdoptable} // see runner.attempts
+	}
+	if a.adopt != nil {
+		return a.adoptGroup(ctx, st)
+	}
+	err = runPhase(ctx, a.ph.check, st)
+	var ue *UnhealthyError
+	if errors.As(err, &ue) && ctx.Err() == nil {
+		return a.keepOut(ue)
+	}
+	if err != nil {
+		return a.setupFailure(err)
+	}
+	if ctx.Err() != nil {
+		return interrupted()
+	}
+	return a.supervised(ctx, st.conns, st.plan)
 }
 
-func (r *runner) record(p plan.Process, exit string, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.table.registerLocked(p)
-	s.Host = p.Host.Name
-	s.Attempts++
-	s.Exit = exit
-	s.Duration += d
-	s.Cause = ""
-}
-
-// recordCause notes why p's attempt went wrong, and when drover saw it,
-// for the summary.
-func (r *runner) recordCause(p plan.Process, cause string, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.table.registerLocked(p)
-	s.Cause, s.CauseAt = cause, at
-}
-
-// summaries are the rows (the caller holds the runner's mu).
-func (t *procTable) summaries() []ProcSummary {
-	out := make([]ProcSummary, 0, len(t.order))
-	for _, k := range t.order {
-		out = append(out, *t.procs[k])
+// supervised runs the planned group to its end with its checkpoints
+// copied meanwhile, and after a failure learns what the breaker needs and
+// waits for the GPUs to be released.
+func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan.Plan) attemptOutcome {
+	a.progress.ran = true
+	a.noteMembership(pl)
+	stopWatch := a.ph.ckpt.watch(ctx, conns)
+	out := a.supervise(ctx, conns, pl)
+	stopWatch()
+	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
+		a.ph.ckpt.checkProgress(ctx, conns)
+		a.waitGPUsReleased(ctx, conns, pl)
+	}
+	if out.kind == outcomeSetupFailed {
+		a.r.pool.forgetPrepared()
 	}
 	return out
 }
 
-// RenderSummary writes the end-of-run table.
-func RenderSummary(w io.Writer, res *Result) {
-	nameW, hostW := len("PROCESS"), len("HOST")
-	for _, p := range res.Processes {
-		nameW = max(nameW, len(p.Name))
-		hostW = max(hostW, len(p.Host))
+// newPhases makes a's phases: this is where the run's parts are handed to
+// each phase, so that no phase holds the runner.
+func newPhases(a *attempt) phases {
+	r := a.r
+	env := phaseEnv{n: a.n, total: a.total, cfg: a.cfg, events: r.events}
+	ph := phases{
+		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
+			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents,
+			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
+		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
+		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
+		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress},
+		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
+		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 	}
-	if len(res.Processes) > 0 {
-		fmt.Fprintf(w, "%-*s  %-*s  %8s  %-14s  %s\n", nameW, "PROCESS", hostW, "HOST", "ATTEMPTS", "EXIT", "DURATION")
-	}
-	for _, p := range res.Processes {
-		fmt.Fprintf(w, "%-*s  %-*s  %8d  %-14s  %s\n", nameW, p.Name, hostW, p.Host, p.Attempts, p.Exit, p.Duration.Round(time.Millisecond))
-	}
-	writeCauses(w, res.Processes)
-	switch res.Outcome {
-	case Succeeded:
-		fmt.Fprintf(w, "succeeded after %d attempt(s); logs in %s\n", res.Attempts, res.LogDir)
-	case Interrupted:
-		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
-	default:
-		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, cluster.Escape(fmt.Sprint(res.Err)), res.LogDir)
-	}
+	ph.check = &checkPhase{push: ph.push, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}
+	return ph
 }
-
-// eventLog prints drover's own events, timestamped, to the terminal and to
-// events.log in the run's log directory.
-type eventLog struct {
-	mu   sync.Mutex
-	w    io.Writer
-	file *os.File
-	now  func() time.Time
-}
-
-// An event is one line: control characters in it (a newline, an escape
-// sequence in a checkpoint name or in a host's output) are escaped, so a
-// host can neither forge a line nor drive the terminal.
-func (e *eventLog) printf(format string, args ...any) {
-	msg := cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))
-	line := e.now().Format("15:04:05.000") + " " + msg + "\n"
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	io.WriteString(e.w, line)
-	if e.file != nil {
-		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" "+msg+"\n")
-	}
-}
-
-// summary writes the end-of-run table (RenderSummary) to events.log.
-func (e *eventLog) summary(res *Result) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.file != nil {
-		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" summary:\n")
-		RenderSummary(e.file, res)
-	}
-}
-
-// debugf writes to events.log only: detail for whoever studies a run
-// afterwards (how long each setup step of an attempt took), not for the
-// terminal.
-func (e *eventLog) debugf(format string, args ...any) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.file != nil {
-		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))+"\n")
-	}
-}
-
-// writeCauses writes the causes in the order drover saw them: the first is
-// the root cause, the rest (most often victims: a peer's connection
-// closed) follow it as "then:".
-func writeCauses(w io.Writer, procs []ProcSummary) {
-	var causes []ProcSummary
-	for _, p := range procs {
-		if p.Cause != "" {
-			causes = append(causes, p)
-		}
-	}
-	sort.SliceStable(causes, func(i, j int) bool { return causes[i].CauseAt.Before(causes[j].CauseAt) })
-	for i, p := range causes {
-		label := "root cause"
-		if i > 0 {
-			label = "then"
-		}
-		fmt.Fprintf(w, "%s: %s on %s: %s\n", label, p.Name, p.Host, cluster.Escape(p.Cause))
-	}
-}
-
-// startLeases gives the run its workdir leases (see package lease). The
-// returned context ends, with a *lease.LostError as its cause, when
-// another run takes a workdir over with --force; release gives every
-// lease back and must run after the last process stopped.
-func startLeases(ctx context.Context, job string, now time.Time, force bool, events *eventLog) (_ context.Context, _ *lease.Holder, release func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	leases := lease.New(lease.Self(job, now), lease.Options{
-		Force: force,
-		Logf:  events.printf,
-		Lost:  func(err error) { events.printf("%v", err); cancel(err) },
-	})
-	return ctx, leases, func() {
-		leases.Release()
-		cancel(nil)
-	}
-}
-
-// checkLeases reads every lease of the run before a restart (see
-// lease.Holder.Check): the attempt that just failed may have failed
-// because another run took the workdirs over with --force and stopped
-// its processes as leftovers, and restarting would stop that run's
-// processes in turn. A lease taken is a *lease.LostError, said as an
-// event: the run then ends without restarting.
-func checkLeases(ctx context.Context, leases *lease.Holder, events *eventLog) error {
-	if lost := lostLease(ctx, nil); lost != nil {
-		return lost // a renewal found it first, and said so
-	}
-	err := leases.Check(ctx)
-	var le *lease.LostError
-	if !errors.As(err, &le) {
-		return nil
-	}
-	events.printf("%v", err)
-	return err
-}
-
-// checkLeasesSoon starts checkLeases now and returns its wait: a failed
-// attempt starts it as it begins to stop its group, so that the check the
-// restart needs costs it no round trip of its own. A lease taken over
-// after the check is still found: by the next attempt's lease, and by
-// every host's agent before it stops a leftover.
-func (r *runner) checkLeasesSoon(ctx context.Context) func() error {
-	done := make(chan error, 1)
-	go func() { done <- checkLeases(ctx, r.leases, r.events) }()
-	return func() error { return <-done }
-}
-
-// lostLease is the *lease.LostError that ended the run, when one did:
-// the cause of ctx (a renewal found the lease taken) or err (an attempt
-// found it taken: a newer forced run's lease at Acquire, or a host's
-// agent refusing to stop leftovers for a run that no longer holds it).
-func lostLease(ctx context.Context, err error) error {
-	var le *lease.LostError
-	if cause := context.Cause(ctx); errors.As(cause, &le) {
-		return cause
-	}
-	if errors.As(err, &le) {
-		return err
-	}
-	return nil
-}
-
-// IsLost reports whether err is (or wraps) a workdir another run took
-// over: the run failed (exit status 1) without restarting.
-func IsLost(err error) bool {
-	var le *lease.LostError
-	return errors.As(err, &le)
-}
-
-// IsHeld reports whether err is (or wraps) a workdir held by another live
-// run, which the CLI reports like a configuration error (exit status 2).
-func IsHeld(err error) bool {
-	var he *lease.HeldError
-	return errors.As(err, &he)
-}
-
-// logFileWriter is a process's local log file as its stream sees it: a
-// write that fails (the log disk is full, or gone) is reported once per
-// run and then swallowed, so that the stream goes on to the terminal and
-// the remote process never blocks on its stdout. The file gets nothing
-// more after its first failed write, so it ends at a whole line (the hosts
-// keep the whole log in <workdir>/.drover/logs/). A file that could not be
-// created at all (f nil) takes nothing.
-type logFileWriter struct {
-	f      *os.File
-	fail   *logFailure
-	failed bool
-}
-
-// Write never fails.
-func (w *logFileWriter) Write(p []byte) (int, error) {
-	if w.failed || w.f == nil {
-		return len(p), nil
-	}
-	if _, err := w.f.Write(p); err != nil {
-		w.failed = true
-		w.fail.report(path.Dir(path.Dir(w.f.Name())), err)
-	}
-	return len(p), nil
-}
-
-func (w *logFileWriter) Close() error {
-	if w.f == nil {
-		return nil
-	}
-	return w.f.Close()
-}
-
-// createLog creates a process's local log file (see logFileWriter). Its
-// sink serialises the writes, so the writer needs no lock of its own.
-func (r *runner) createLog(file string) io.WriteCloser {
-	f, err := os.Create(file)
-	if err != nil {
-		r.logFail.report(path.Dir(path.Dir(file)), err)
-		f = nil
-	}
-	return &logFileWriter{f: f, fail: r.logFail}
-}
-
-// makeDir creates an attempt's log directory. A restart on a full log
-// disk goes on without local logs rather than failing: the files it then
-// cannot create say so, once, in createLog.
-func (l *logFailure) makeDir(dir string) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		l.report(path.Dir(dir), err)
-	}
-}
-
-// report says, once per run and loudly, that the local logs under
-// runDir are incomplete and where the whole logs are. err names the file
-// and the operation (an *fs.PathError).
-// logFailure reports, once per run, that the local logs cannot be
-// written.
-type logFailure struct {
-	once   sync.Once
-	events *eventLog
-}
-
-func (l *logFailure) report(runDir string, err error) {
-	l.once.Do(func() {
-		l.events.printf("WARNING: cannot write the local logs (%v). The log files under %s are incomplete from here on; "+
-			"output still streams to this terminal, and every host keeps the whole log in <workdir>/%s/attempt-<n>/. "+
-			"The processes are not held up.", err, runDir, hostLogDir)
-	})
-}
-
-// hostLogDir is where the agent keeps each process's log on its host,
-// under the workdir.
-const hostLogDir = ".drover/logs"

@@ -80,7 +80,7 @@ func TestSucceededPolicy(t *testing.T) {
 			for i, rp := range tt.procs {
 				procs[i] = &running{p: rp.p, done: tt.finished[i]}
 			}
-			assert.Equal(t, tt.want, a.succeeded(procs))
+			assert.Equal(t, tt.want, (&supervisor{a: a}).succeeded(procs))
 		})
 	}
 }

@@ -26,24 +26,6 @@ func (o RunOptions) loadOptions() config.LoadOptions {
 // filesystem (the slurm transport, which checks at dial).
 type sharedFS interface{ SharesFS() bool }
 
-// pushTargets are the hosts whose workdir gets the code (workdirClaims).
-// A node reached over Slurm that does not see this machine's workdir has
-// one of its own and gets its own push, as over SSH, and the events say so.
-func (p *pushPhase) pushTargets(conns []*attemptHost) []*attemptHost {
-	var out []*attemptHost
-	claims := newWorkdirClaims(p.cfg.Job.Code)
-	for _, c := range conns {
-		if claims.skip(c.host, c.t, c.home) != "" {
-			continue
-		}
-		if _, shared := sharedWorkdir(c.host, c.t, c.home); !shared && c.host.Transport == config.TransportSlurm {
-			p.events.printf("%s: workdir %s is not shared with node %s: pushing", p.prefix(), remoteAbs(c.home, c.host.Workdir), c.host.Name)
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
 // sharedWorkdir is the workdir, as this machine sees it, of a host that
 // shares this machine's filesystem: a node reached over Slurm that passed
 // the slurm transport's check at dial. shared is false for every other
