@@ -274,7 +274,7 @@ func (p *connectPhase) dialFirst(ctx context.Context, hosts []config.Host, opts 
 
 // netPreflightBudget bounds the measuring of preflight = ["net"]: each
 // link gets this divided by the rounds, between netLinkMin and
-// DefaultNetDuration.
+// netcheck.DefaultDuration.
 const (
 	netPreflightBudget = 30 * time.Second
 	netLinkMin         = 250 * time.Millisecond
@@ -301,7 +301,7 @@ func (p *connectPhase) netPreflight(ctx context.Context, conns []*hostConn) ([]*
 			p.events.printf("%s: network check: slowest host %s at %s", p.prefix(), h.Name, config.FormatBandwidth(h.Rate))
 		}
 		cerr := netcheck.CheckMinBandwidth(rep, p.cfg.Job.MinBandwidth)
-		var ne *netcheck.NetError
+		var ne *netcheck.SlowError
 		if !errors.As(cerr, &ne) {
 			return conns, cerr
 		}
@@ -312,7 +312,7 @@ func (p *connectPhase) netPreflight(ctx context.Context, conns []*hostConn) ([]*
 }
 
 // measureNet installs the agent where needed and measures conns' links.
-func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*netcheck.NetReport, error) {
+func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*netcheck.Report, error) {
 	peers := make([]hostio.Conn, len(conns))
 	err := forEach(conns, func(c *hostConn) error {
 		bin, err := remote.Install(ctx, c.t, p.agents())
@@ -325,7 +325,7 @@ func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*netc
 	if err != nil {
 		return nil, err
 	}
-	d := netcheck.DefaultNetDuration
+	d := netcheck.DefaultDuration
 	if len(peers) > 1 {
 		d = max(netLinkMin, min(d, netPreflightBudget/time.Duration(len(peers)-1)))
 	}
@@ -334,7 +334,7 @@ func (p *connectPhase) measureNet(ctx context.Context, conns []*hostConn) (*netc
 
 // swapOut replaces each host ne names by a spare, for the rest of the
 // run; an error when no spare is left.
-func (p *connectPhase) swapOut(ctx context.Context, conns []*hostConn, ne *netcheck.NetError) error {
+func (p *connectPhase) swapOut(ctx context.Context, conns []*hostConn, ne *netcheck.SlowError) error {
 	opts := p.dialOptions()
 	for _, bad := range ne.Hosts {
 		i := slices.IndexFunc(conns, func(c *hostConn) bool { return c.host.Name == bad.Name })

@@ -23,7 +23,7 @@ func checkCommand() *cli.Command {
 }
 
 // checkNetCommand is `drover check net JOB.toml`: the links between the
-// job's hosts (netcheck.CheckNet). Exit 1 names the hosts under the job's
+// job's hosts (netcheck.Run). Exit 1 names the hosts under the job's
 // min_bandwidth or that could not be measured.
 func checkNetCommand() *cli.Command {
 	return &cli.Command{
@@ -32,7 +32,7 @@ func checkNetCommand() *cli.Command {
 		ArgsUsage: "JOB.toml",
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "hosts", Usage: "measure only these hosts (comma-separated names)"},
-			&cli.DurationFlag{Name: "duration", Value: netcheck.DefaultNetDuration, Usage: "measure each link this long"},
+			&cli.DurationFlag{Name: "duration", Value: netcheck.DefaultDuration, Usage: "measure each link this long"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		),
 		Action: func(c *cli.Context) error {
@@ -40,20 +40,20 @@ func checkNetCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rep := netcheck.CheckNet(c.Context, netcheck.NetCheckOptions{Job: t.cfg.Job, Hosts: t.hosts,
+			rep := netcheck.Run(c.Context, netcheck.Options{Job: t.cfg.Job, Hosts: t.hosts,
 				Dial: t.dial(c), Bin: t.bin, Duration: c.Duration("duration")})
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
 				err = enc.Encode(rep)
 			} else {
-				err = netcheck.RenderNet(c.App.Writer, rep)
+				err = netcheck.Render(c.App.Writer, rep)
 			}
 			if err != nil {
 				return err
 			}
 			if err := netcheck.CheckMinBandwidth(rep, t.cfg.Job.MinBandwidth); err != nil {
-				var ne *netcheck.NetError
+				var ne *netcheck.SlowError
 				if errors.As(err, &ne) {
 					return cli.Exit(err.Error(), agent.ExitFailed)
 				}

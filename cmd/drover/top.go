@@ -26,7 +26,7 @@ import (
 )
 
 // topCommand is `drover top JOB.toml`: the fleet's GPUs and the job's
-// processes, live (see top.WatchTop and package topview).
+// processes, live (see top.Watch and package topview).
 func topCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "top",
@@ -52,7 +52,7 @@ func topAction(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	every := c.Duration("every")
-	w := top.WatchTop(ctx, top.TopOptions{Job: t.cfg.Job, Hosts: t.hosts, Dial: t.dial(c), Bin: t.bin, Every: every})
+	w := top.Watch(ctx, top.Options{Job: t.cfg.Job, Hosts: t.hosts, Dial: t.dial(c), Bin: t.bin, Every: every})
 	if c.Bool("once") {
 		return topOnce(ctx, c, w)
 	}
@@ -75,7 +75,7 @@ func topAction(c *cli.Context) error {
 
 // topOnce prints the first view every host answered (or failed) for,
 // waiting at most topOnceWait.
-func topOnce(ctx context.Context, c *cli.Context, w *top.TopWatcher) error {
+func topOnce(ctx context.Context, c *cli.Context, w *top.Watcher) error {
 	wctx, cancel := context.WithTimeout(ctx, topOnceWait)
 	defer cancel()
 	w.WaitFirst(wctx)

@@ -72,7 +72,7 @@ func TestCheckNetNamesSlowHost(t *testing.T) {
 
 	code, out, stderr := checkNet(t, j, "--json")
 	require.Equal(t, 0, code, "without min_bandwidth nothing fails:\n%s\n%s", out, stderr)
-	var rep netcheck.NetReport
+	var rep netcheck.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.Len(t, rep.Hosts, 4)
 	assert.Len(t, rep.Links, 12, "every ordered pair")

@@ -31,7 +31,7 @@ func TestTopDetachedOutputAgeAgreesWithStatus(t *testing.T) {
 		st = status(t, j)
 		return running(st) == 1 && st.Processes[0].LastOutputAgeS >= 2, fmt.Sprintf("%+v", st)
 	})
-	var v top.TopView
+	var v top.View
 	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 	since := time.Since(asked).Seconds()
 	require.Len(t, v.Hosts, 1)

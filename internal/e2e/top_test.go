@@ -119,9 +119,9 @@ func TestTopOnceJSON(t *testing.T) {
 	// until every process has reported a step (the bound is the 21 tries
 	// half a second apart this was, each of a `drover top` of about half
 	// a second).
-	var v top.TopView
+	var v top.View
 	testenv.Wait(t, 20*time.Second, "every process to report a step", func() (bool, string) {
-		v = top.TopView{}
+		v = top.View{}
 		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 		return everyProcStepped(v), fmt.Sprintf("%+v", v)
 	})
@@ -172,9 +172,9 @@ func TestTopShowsHealthWatch(t *testing.T) {
 	require.NoError(t, os.WriteFile(j.Inventory, []byte(inv), 0o644))
 	d := startDrover(t, j)
 	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 2, 60*time.Second)
-	var v top.TopView
+	var v top.View
 	testenv.Wait(t, 30*time.Second, "a health finding on GPU 1", func() (bool, string) {
-		v = top.TopView{}
+		v = top.View{}
 		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json", "--hosts", fleet.Hosts[0].Name), &v))
 		require.Len(t, v.Hosts, 1)
 		gs := v.Hosts[0].GPUs
@@ -192,7 +192,7 @@ func TestTopOnceInventory(t *testing.T) {
 	j := newFleetJob(t, jobSpec{Script: "true"})
 	topSMI(t, 0, j.Workdir)
 	j.Path = j.Inventory
-	var v top.TopView
+	var v top.View
 	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
 	require.Len(t, v.Hosts, 4)
 	for _, h := range v.Hosts {
@@ -360,7 +360,7 @@ func TestTopInteractiveQuitsOnQ(t *testing.T) {
 }
 
 // everyProcStepped reports whether every process top shows has a step.
-func everyProcStepped(v top.TopView) bool {
+func everyProcStepped(v top.View) bool {
 	for _, h := range v.Hosts {
 		for _, p := range h.Procs {
 			if p.Step == nil {

@@ -31,11 +31,11 @@ import (
 // the listeners accept only connections that present a one-time token
 // that went to them over SSH.
 
-// DefaultNetDuration is how long each link is measured.
-const DefaultNetDuration = 2 * time.Second
+// DefaultDuration is how long each link is measured.
+const DefaultDuration = 2 * time.Second
 
-// NetHost is one host of a network check.
-type NetHost struct {
+// Host is one host of a network check.
+type Host struct {
 	Name string `json:"host"`
 	// Iface is the interface measured ("" when it could not be told:
 	// the host's address was used).
@@ -51,8 +51,8 @@ type NetHost struct {
 	Err string `json:"error,omitempty"`
 }
 
-// NetLink is one measured direction between two hosts.
-type NetLink struct {
+// Link is one measured direction between two hosts.
+type Link struct {
 	From       string  `json:"from"`
 	To         string  `json:"to"`
 	BitsPerSec float64 `json:"bits_per_second"`
@@ -60,10 +60,10 @@ type NetLink struct {
 	Err        string  `json:"error,omitempty"`
 }
 
-// NetReport is a network check's result.
-type NetReport struct {
-	Hosts []NetHost `json:"hosts"`
-	Links []NetLink `json:"links"`
+// Report is a network check's result.
+type Report struct {
+	Hosts []Host `json:"hosts"`
+	Links []Link `json:"links"`
 	// Slowest is the host with the lowest rate ("" with fewer than two
 	// hosts).
 	Slowest string `json:"slowest,omitempty"`
@@ -80,11 +80,11 @@ type netPeer struct {
 }
 
 // checkNet measures the links between peers, each for d.
-func checkNet(ctx context.Context, peers []*netPeer, d time.Duration) *NetReport {
-	rep := &NetReport{}
+func checkNet(ctx context.Context, peers []*netPeer, d time.Duration) *Report {
+	rep := &Report{}
 	if len(peers) < 2 {
 		for _, p := range peers {
-			rep.Hosts = append(rep.Hosts, NetHost{Name: p.host.Name, Iface: p.iface, Err: "no other host to measure against"})
+			rep.Hosts = append(rep.Hosts, Host{Name: p.host.Name, Iface: p.iface, Err: "no other host to measure against"})
 		}
 		return rep
 	}
@@ -95,12 +95,12 @@ func checkNet(ctx context.Context, peers []*netPeer, d time.Duration) *NetReport
 	defer cancel()
 	listenErr := startListeners(ctx, peers, token, len(peers)-1)
 	n := len(peers)
-	links := make([][]NetLink, n) // by sender
+	links := make([][]Link, n) // by sender
 	for r := 1; r < n; r++ {
 		var wg sync.WaitGroup
 		for i, p := range peers {
 			to := peers[(i+r)%n]
-			l := NetLink{From: p.host.Name, To: to.host.Name}
+			l := Link{From: p.host.Name, To: to.host.Name}
 			if listenErr[i] != nil || listenErr[(i+r)%n] != nil {
 				l.Err = "not measured: a listener did not start"
 				links[i] = append(links[i], l)
@@ -213,9 +213,9 @@ func sendOne(ctx context.Context, p, to *netPeer, token string, d time.Duration)
 }
 
 // summarise computes each host's rates and names the slowest.
-func (rep *NetReport) summarise(peers []*netPeer, listenErr []error) {
+func (rep *Report) summarise(peers []*netPeer, listenErr []error) {
 	for i, p := range peers {
-		h := NetHost{Name: p.host.Name, Iface: p.iface}
+		h := Host{Name: p.host.Name, Iface: p.iface}
 		var out, in, rtt []float64
 		for _, l := range rep.Links {
 			if l.Err != "" {
@@ -247,19 +247,19 @@ func (rep *NetReport) summarise(peers []*netPeer, listenErr []error) {
 }
 
 // HostNamed is the report of host name.
-func (rep *NetReport) HostNamed(name string) NetHost {
+func (rep *Report) HostNamed(name string) Host {
 	for _, h := range rep.Hosts {
 		if h.Name == name {
 			return h
 		}
 	}
-	return NetHost{}
+	return Host{}
 }
 
 // Below lists the hosts whose rate is under minBPS, or which could not
 // be measured: the ones min_bandwidth and preflight keep out.
-func (rep *NetReport) Below(minBPS float64) []NetHost {
-	var out []NetHost
+func (rep *Report) Below(minBPS float64) []Host {
+	var out []Host
 	for _, h := range rep.Hosts {
 		if h.Err != "" || (minBPS > 0 && h.Rate < minBPS) {
 			out = append(out, h)

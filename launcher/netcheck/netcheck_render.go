@@ -24,10 +24,10 @@ func shortRate(bps float64) string {
 	return strconv.FormatFloat(bps, 'f', 0, 64)
 }
 
-// RenderNet writes a network check as people read it: the matrix of
+// Render writes a network check as people read it: the matrix of
 // rates in bits per second (a row sends to its columns), each host's
 // rates and round trip, the failed links, and the slowest host.
-func RenderNet(w io.Writer, rep *NetReport) error {
+func Render(w io.Writer, rep *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	names := make([]string, len(rep.Hosts))
 	for i, h := range rep.Hosts {

@@ -13,25 +13,25 @@ import (
 	"github.com/droverhq/drover/launcher/hostio"
 )
 
-// NetCheckOptions say which hosts `drover check net` measures, and how.
-type NetCheckOptions struct {
+// Options say which hosts `drover check net` measures, and how.
+type Options struct {
 	Job   config.Job
 	Hosts []config.Host
 	Dial  cluster.DialOptions
 	// Bin is the drover binary whose directory holds the agents.
 	Bin string
-	// Duration is how long each link is measured (DefaultNetDuration
+	// Duration is how long each link is measured (DefaultDuration
 	// when 0).
 	Duration time.Duration
 }
 
-// CheckNet is `drover check net`: it dials the hosts, installs the agent
+// Run is `drover check net`: it dials the hosts, installs the agent
 // and measures every link between them over the interface the job's
 // collectives use. A host that cannot be dialled or prepared is in the
 // report with its error.
-func CheckNet(ctx context.Context, o NetCheckOptions) *NetReport {
+func Run(ctx context.Context, o Options) *Report {
 	if o.Duration <= 0 {
-		o.Duration = DefaultNetDuration
+		o.Duration = DefaultDuration
 	}
 	ts, errs := cluster.DialAll(ctx, config.Endpoints(o.Hosts), o.Dial)
 	agents := remote.FindAgents(o.Bin)
@@ -64,7 +64,7 @@ func CheckNet(ctx context.Context, o NetCheckOptions) *NetReport {
 	rep := checkNet(ctx, up, o.Duration)
 	for i, h := range o.Hosts {
 		if errs[i] != nil {
-			rep.Hosts = append(rep.Hosts, NetHost{Name: h.Name, Err: errs[i].Error()})
+			rep.Hosts = append(rep.Hosts, Host{Name: h.Name, Err: errs[i].Error()})
 		}
 	}
 	return rep
@@ -73,7 +73,7 @@ func CheckNet(ctx context.Context, o NetCheckOptions) *NetReport {
 // Measure measures the links between conns, whose agents are installed,
 // each for d, over the interface the job's collectives use: a run's
 // preflight = ["net"] (package launcher), over the run's connections.
-func Measure(ctx context.Context, job config.Job, conns []hostio.Conn, d time.Duration) *NetReport {
+func Measure(ctx context.Context, job config.Job, conns []hostio.Conn, d time.Duration) *Report {
 	peers := make([]*netPeer, len(conns))
 	for i, c := range conns {
 		peers[i] = &netPeer{host: c.Host, t: c.T, agent: c.AgentPath}
@@ -131,7 +131,7 @@ func namedIface(env map[string]string) string {
 
 // CheckMinBandwidth is the error naming the hosts a report fails:
 // unmeasured ones, and those under minBPS when positive; nil when none.
-func CheckMinBandwidth(rep *NetReport, minBPS float64) error {
+func CheckMinBandwidth(rep *Report, minBPS float64) error {
 	bad := rep.Below(minBPS)
 	if len(bad) == 0 {
 		return nil
@@ -145,15 +145,15 @@ func CheckMinBandwidth(rep *NetReport, minBPS float64) error {
 		parts[i] = fmt.Sprintf("%s runs at %s (out %s, in %s), below min_bandwidth %s",
 			h.Name, config.FormatBandwidth(h.Rate), config.FormatBandwidth(h.Out), config.FormatBandwidth(h.In), config.FormatBandwidth(minBPS))
 	}
-	return &NetError{Hosts: bad, msg: strings.Join(parts, "; ")}
+	return &SlowError{Hosts: bad, msg: strings.Join(parts, "; ")}
 }
 
-// NetError is a network check that found hosts too slow or unmeasurable.
-type NetError struct {
-	Hosts []NetHost
+// SlowError is a network check that found hosts too slow or unmeasurable.
+type SlowError struct {
+	Hosts []Host
 	msg   string
 }
 
-func (e *NetError) Error() string {
+func (e *SlowError) Error() string {
 	return "network check: " + e.msg + " (fix: check the host's NIC speed (ethtool), cabling and switch port, or lower min_bandwidth)"
 }

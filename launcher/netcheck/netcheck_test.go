@@ -25,7 +25,7 @@ func netPeers(names ...string) []*netPeer {
 // below any bandwidth.
 func TestNetSummariseAttributes(t *testing.T) {
 	names := []string{"a", "b", "c", "d"}
-	rep := &NetReport{}
+	rep := &Report{}
 	for _, from := range names {
 		for _, to := range names {
 			if from == to {
@@ -35,7 +35,7 @@ func TestNetSummariseAttributes(t *testing.T) {
 			if from == "c" {
 				bps = 50e6
 			}
-			rep.Links = append(rep.Links, NetLink{From: from, To: to, BitsPerSec: bps, RTTMicros: 20})
+			rep.Links = append(rep.Links, Link{From: from, To: to, BitsPerSec: bps, RTTMicros: 20})
 		}
 	}
 	rep.summarise(netPeers(names...), make([]error, 4))
@@ -52,11 +52,11 @@ func TestNetSummariseAttributes(t *testing.T) {
 	assert.Empty(t, rep.Below(0), "no min_bandwidth: only unmeasured hosts fail")
 
 	err := CheckMinBandwidth(rep, 100e6)
-	var ne *NetError
+	var ne *SlowError
 	require.True(t, errors.As(err, &ne))
 	assert.Contains(t, err.Error(), "c runs at 50.000 Mbit/s (out 50.000 Mbit/s, in 9.000 Gbit/s), below min_bandwidth 100.000 Mbit/s")
 
-	rep2 := &NetReport{Links: []NetLink{{From: "a", To: "b", Err: "refused"}, {From: "b", To: "a", Err: "refused"}}}
+	rep2 := &Report{Links: []Link{{From: "a", To: "b", Err: "refused"}, {From: "b", To: "a", Err: "refused"}}}
 	rep2.summarise(netPeers("a", "b"), []error{nil, errors.New("listener did not start")})
 	require.Len(t, rep2.Below(0), 2)
 	assert.Equal(t, "listener did not start", rep2.HostNamed("b").Err)

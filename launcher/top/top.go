@@ -17,20 +17,20 @@ import (
 
 // `drover top`: one SSH connection per host, kept for as long as the view
 // is open, with one `drover agent top --every 1s` session on it streaming
-// samples. A host whose last sample is older than TopStale shows as
+// samples. A host whose last sample is older than Stale shows as
 // unreachable; one that sends nothing for topRedial has its connection
 // dropped and dialled again, so a host that comes back reappears.
 
-// TopStale is how old a host's last sample may be before the view calls
+// Stale is how old a host's last sample may be before the view calls
 // the host unreachable: three missed samples.
-const TopStale = 3 * time.Second
+const Stale = 3 * time.Second
 
 // topRedial is how long a host may send nothing before its connection is
 // closed and dialled anew (a pulled cable never closes it).
 const topRedial = 6 * time.Second
 
-// TopHost is one host as `drover top` shows it.
-type TopHost struct {
+// Host is one host as `drover top` shows it.
+type Host struct {
 	Host      string `json:"host"`
 	Reachable bool   `json:"reachable"`
 	// Error says why the host is unreachable or what failed last.
@@ -44,16 +44,16 @@ type TopHost struct {
 	Health []agent.TopFinding `json:"health,omitempty"`
 }
 
-// TopView is what `drover top` shows: every host of the job, in file
+// View is what `drover top` shows: every host of the job, in file
 // order.
-type TopView struct {
+type View struct {
 	Job   string    `json:"job"`
 	Time  time.Time `json:"time"`
-	Hosts []TopHost `json:"hosts"`
+	Hosts []Host    `json:"hosts"`
 }
 
-// TopOptions say what to watch.
-type TopOptions struct {
+// Options say what to watch.
+type Options struct {
 	Job   config.Job
 	Hosts []config.Host
 	Dial  cluster.DialOptions
@@ -63,8 +63,8 @@ type TopOptions struct {
 	Every time.Duration
 }
 
-// TopWatcher holds the hosts' latest samples; View reads them.
-type TopWatcher struct {
+// Watcher holds the hosts' latest samples; View reads them.
+type Watcher struct {
 	job   string
 	now   func() time.Time
 	hosts []*topHost
@@ -72,36 +72,36 @@ type TopWatcher struct {
 
 type topHost struct {
 	mu    sync.Mutex
-	state TopHost
+	state Host
 	// seen is signalled, without blocking, at each sample or failure.
 	seen chan struct{}
 }
 
-// WatchTop starts watching every host until ctx ends.
-func WatchTop(ctx context.Context, o TopOptions) *TopWatcher {
+// Watch starts watching every host until ctx ends.
+func Watch(ctx context.Context, o Options) *Watcher {
 	if o.Every <= 0 {
 		o.Every = time.Second
 	}
-	w := &TopWatcher{job: o.Job.Name, now: time.Now}
+	w := &Watcher{job: o.Job.Name, now: time.Now}
 	agents := remote.FindAgents(o.Bin)
 	for _, h := range o.Hosts {
-		th := &topHost{state: TopHost{Host: h.Name, Error: "connecting"}, seen: make(chan struct{}, 1)}
+		th := &topHost{state: Host{Host: h.Name, Error: "connecting"}, seen: make(chan struct{}, 1)}
 		w.hosts = append(w.hosts, th)
 		go th.watch(ctx, h, o, agents)
 	}
 	return w
 }
 
-// View is every host's latest state; a host silent for TopStale is
+// View is every host's latest state; a host silent for Stale is
 // unreachable.
-func (w *TopWatcher) View() TopView {
+func (w *Watcher) View() View {
 	now := w.now()
-	v := TopView{Job: w.job, Time: now}
+	v := View{Job: w.job, Time: now}
 	for _, th := range w.hosts {
 		th.mu.Lock()
 		s := th.state
 		th.mu.Unlock()
-		if s.Reachable && now.Sub(s.LastSeen) > TopStale {
+		if s.Reachable && now.Sub(s.LastSeen) > Stale {
 			s.Reachable = false
 			s.Error = fmt.Sprintf("no answer for %s", now.Sub(s.LastSeen).Round(time.Second))
 		}
@@ -118,7 +118,7 @@ func (w *TopWatcher) View() TopView {
 
 // WaitFirst waits until every host has sent a sample or failed once, or
 // ctx ends: what `top --once` shows.
-func (w *TopWatcher) WaitFirst(ctx context.Context) {
+func (w *Watcher) WaitFirst(ctx context.Context) {
 	for _, th := range w.hosts {
 		select {
 		case <-th.seen:
@@ -145,7 +145,7 @@ func (th *topHost) fail(err error) {
 
 // watch dials h, installs the agent and streams its samples, again after
 // each failure, until ctx ends.
-func (th *topHost) watch(ctx context.Context, h config.Host, o TopOptions, agents remote.Agents) {
+func (th *topHost) watch(ctx context.Context, h config.Host, o Options, agents remote.Agents) {
 	for ctx.Err() == nil {
 		err := th.stream(ctx, h, o, agents)
 		if ctx.Err() != nil {
@@ -159,7 +159,7 @@ func (th *topHost) watch(ctx context.Context, h config.Host, o TopOptions, agent
 }
 
 // stream runs one connection's session until it fails or falls silent.
-func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agents remote.Agents) error {
+func (th *topHost) stream(ctx context.Context, h config.Host, o Options, agents remote.Agents) error {
 	dopts := o.Dial
 	if dopts.ConnectTimeout <= 0 || dopts.ConnectTimeout > topRedial {
 		dopts.ConnectTimeout = topRedial
@@ -208,7 +208,7 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 				return fmt.Errorf("read drover agent top's sample from %s: %w", h.Name, err)
 			}
 			th.mu.Lock()
-			th.state = TopHost{Host: h.Name, Reachable: true, LastSeen: time.Now(), GPUs: s.GPUs, GPUError: s.GPUError, Procs: s.Procs, Health: s.Health}
+			th.state = Host{Host: h.Name, Reachable: true, LastSeen: time.Now(), GPUs: s.GPUs, GPUError: s.GPUError, Procs: s.Procs, Health: s.Health}
 			th.mu.Unlock()
 			th.signal()
 			silent.Reset(topRedial)
@@ -217,7 +217,7 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o TopOptions, agen
 }
 
 // topHeartbeat is how long a host's sampler goes on without hearing from
-// drover (agent.TopOptions.Heartbeat).
+// drover (agent.Options.Heartbeat).
 const topHeartbeat = 10 * time.Second
 
 // heartbeat writes a newline to w every interval until ctx ends or a

@@ -7,15 +7,15 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// A host that sent a sample within TopStale is up; one silent for longer
+// A host that sent a sample within Stale is up; one silent for longer
 // is unreachable, and says for how long, before its connection even
 // fails (a pulled cable never closes it).
-func TestTopViewStale(t *testing.T) {
+func TestViewStale(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	now := t0
-	w := &TopWatcher{job: "j", now: func() time.Time { return now }, hosts: []*topHost{
-		{state: TopHost{Host: "a", Reachable: true, LastSeen: t0}},
-		{state: TopHost{Host: "b", Error: "connecting"}},
+	w := &Watcher{job: "j", now: func() time.Time { return now }, hosts: []*topHost{
+		{state: Host{Host: "a", Reachable: true, LastSeen: t0}},
+		{state: Host{Host: "b", Error: "connecting"}},
 	}}
 	now = t0.Add(2 * time.Second)
 	v := w.View()
@@ -24,7 +24,7 @@ func TestTopViewStale(t *testing.T) {
 	assert.Equal(t, "connecting", v.Hosts[1].Error)
 	assert.NotNil(t, v.Hosts[1].GPUs, "JSON shows [] rather than null")
 
-	now = t0.Add(TopStale + time.Second)
+	now = t0.Add(Stale + time.Second)
 	v = w.View()
 	assert.False(t, v.Hosts[0].Reachable)
 	assert.Equal(t, "no answer for 4s", v.Hosts[0].Error)

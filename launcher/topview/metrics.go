@@ -14,11 +14,11 @@ import (
 // numbers are read when asked for, so a scrape never shows a number
 // older than the watcher's last sample.
 type Collector struct {
-	view func() top.TopView
+	view func() top.View
 }
 
 // NewCollector collects what view returns.
-func NewCollector(view func() top.TopView) *Collector { return &Collector{view: view} }
+func NewCollector(view func() top.View) *Collector { return &Collector{view: view} }
 
 var (
 	gpuLabels  = []string{"job", "host", "gpu", "rank"}
@@ -71,7 +71,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func collectGPU(ch chan<- prometheus.Metric, job string, h top.TopHost, g agent.TopGPU) {
+func collectGPU(ch chan<- prometheus.Metric, job string, h top.Host, g agent.TopGPU) {
 	labels := []string{job, h.Host, strconv.Itoa(g.Index), rankLabel(h, g)}
 	put := func(d *prometheus.Desc, v *float64, scale float64) {
 		if v != nil {
@@ -131,7 +131,7 @@ func rankOf(name string) string {
 
 // rankLabel is the ranks of the processes using g, comma-separated, ""
 // when none does.
-func rankLabel(h top.TopHost, g agent.TopGPU) string {
+func rankLabel(h top.Host, g agent.TopGPU) string {
 	var ranks []string
 	for _, p := range h.Procs {
 		for _, i := range p.GPUs {

@@ -64,7 +64,7 @@ func findings(fs []agent.TopFinding) []string {
 
 // Ranks names the processes using GPU g of host h ("worker-0"), "-" for
 // none.
-func Ranks(h top.TopHost, g agent.TopGPU) string {
+func Ranks(h top.Host, g agent.TopGPU) string {
 	var names []string
 	for _, p := range h.Procs {
 		for _, i := range p.GPUs {
@@ -96,7 +96,7 @@ func mem(g agent.TopGPU) string {
 // Rows are the view as text lines: a header, a row per GPU (or one
 // saying why a host shows none), then a row per process. Every field a
 // host sent is escaped.
-func Rows(v top.TopView) []string {
+func Rows(v top.View) []string {
 	out := []string{fmt.Sprintf("drover top: %s   %s", Escape(v.Job), v.Time.Format(time.TimeOnly))}
 	gpuRow := "%-16s %-4s %5s %11s %5s %7s  %-20s %s"
 	out = append(out, fmt.Sprintf(gpuRow, "HOST", "GPU", "UTIL", "MEMORY", "TEMP", "POWER", "FLAGS", "PROCESSES"))

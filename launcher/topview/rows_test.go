@@ -15,7 +15,7 @@ import (
 // terminal escaped: no control character survives into a row.
 func TestRowsEscapeHostText(t *testing.T) {
 	step := int64(7)
-	v := top.TopView{Job: "j\x1b]0;title\x07", Time: time.Unix(0, 0), Hosts: []top.TopHost{
+	v := top.View{Job: "j\x1b]0;title\x07", Time: time.Unix(0, 0), Hosts: []top.Host{
 		{Host: "h1", Error: "bad\x1b[2Jthing"},
 		{Host: "h2", Reachable: true, GPUError: "nvidia-smi: \x1b[31mred\u202e", Procs: []agent.TopProc{
 			{Name: "worker-0\r\x1b[1A", State: "running\x00", OutputAgeS: 2, Step: &step},

@@ -14,7 +14,7 @@ import (
 // user presses q (or Esc, or Ctrl-C) or ctx ends. tcell owns the
 // terminal (its modes, sizes and escape codes); the rows it draws are
 // escaped already.
-func Interactive(ctx context.Context, view func() top.TopView, every time.Duration) error {
+func Interactive(ctx context.Context, view func() top.View, every time.Duration) error {
 	s, err := tcell.NewScreen()
 	if err != nil {
 		return fmt.Errorf("drover top: open the terminal: %w", err)
@@ -27,7 +27,7 @@ func Interactive(ctx context.Context, view func() top.TopView, every time.Durati
 }
 
 // run is Interactive on screen s.
-func run(ctx context.Context, s tcell.Screen, view func() top.TopView, every time.Duration) error {
+func run(ctx context.Context, s tcell.Screen, view func() top.View, every time.Duration) error {
 	quit := make(chan struct{})
 	go func() {
 		defer close(quit)
