@@ -204,7 +204,7 @@ func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHos
 			return
 		}
 		file := path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(a.r.runID), sharedRecordFile)
-		b, err := readSmall(c.fs, file, checkpoint.MaxSharedRecord+1)
+		b, err := hostio.ReadSmall(c.fs, file, checkpoint.MaxSharedRecord+1)
 		if err != nil {
 			continue // none there: an older drover, or a host added since
 		}

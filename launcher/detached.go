@@ -107,7 +107,7 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 	}
 	go func() {
 		for {
-			if err := sleepCtx(ctx, stopPoll); err != nil {
+			if err := hostio.Sleep(ctx, stopPoll); err != nil {
 				return
 			}
 			r.noteCheckpoint()
@@ -119,7 +119,7 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 				if c.fs == nil {
 					continue
 				}
-				b, err := readSmall(c.fs, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID), agent.StopFile), 4096)
+				b, err := hostio.ReadSmall(c.fs, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID), agent.StopFile), 4096)
 				if err != nil {
 					continue
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // agentStopWait bounds drover's stop, through the host, of what an agent
@@ -121,7 +122,7 @@ func workerCause(c *attemptHost, w agent.WorkerExit) string {
 		fsys = c.fs
 	}
 	if fsys != nil && path.IsAbs(w.ErrorFile) {
-		if b, err := readSmall(fsys, w.ErrorFile, 1<<20); err == nil {
+		if b, err := hostio.ReadSmall(fsys, w.ErrorFile, 1<<20); err == nil {
 			if cause, ok := parseErrorFile(b); ok {
 				return cause
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 )
 
@@ -96,7 +97,7 @@ func testEnv(cfg *config.Config, buf *bytes.Buffer) phaseEnv {
 
 // newTestConnect is a connect phase over d and pool, without a run.
 func newTestConnect(cfg *config.Config, d dialer, pool *connPool, buf *bytes.Buffer) *connectPhase {
-	return &connectPhase{phaseEnv: testEnv(cfg, buf), clock: clock{now: time.Now, sleep: sleepCtx}, dial: d, pool: pool,
+	return &connectPhase{phaseEnv: testEnv(cfg, buf), clock: clock{now: time.Now, sleep: hostio.Sleep}, dial: d, pool: pool,
 		lost: func() map[string]bool { return nil }, replaced: map[string]string{}, agents: nil,
 		reload: func() (*config.Config, error) { return cfg, nil }}
 }

@@ -295,15 +295,3 @@ func (l *logFailure) makeDir(dir string) {
 // hostLogDir is where the agent keeps each process's log on its host,
 // under the workdir.
 const hostLogDir = ".drover/logs"
-
-// sleepCtx waits d, or until ctx ends (RunOptions.Sleep's default).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

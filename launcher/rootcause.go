@@ -1,16 +1,15 @@
 package launcher
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"path"
 	"regexp"
 	"strings"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // maxCause bounds a root cause line: the exception's first line and where
@@ -95,7 +94,7 @@ func stderrCause(tail string) string {
 // cause escaped so that it prints as one line whatever the host wrote.
 func rootCause(fsys cluster.FS, errorFile string, stderrTail string) string {
 	if fsys != nil && path.IsAbs(errorFile) {
-		if b, err := readSmall(fsys, errorFile, 1<<20); err == nil {
+		if b, err := hostio.ReadSmall(fsys, errorFile, 1<<20); err == nil {
 			if c, ok := parseErrorFile(b); ok {
 				return cluster.Escape(c)
 			}
@@ -145,18 +144,6 @@ func torchrunTableCause(tail string) (string, bool) {
 		cause += ": " + tb
 	}
 	return "torchrun: " + clip(cause, maxCause), true
-}
-
-// readSmall reads at most limit bytes of a file on a host.
-func readSmall(fsys cluster.FS, name string, limit int64) ([]byte, error) {
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var b bytes.Buffer
-	_, err = io.Copy(&b, io.LimitReader(f, limit))
-	return b.Bytes(), err
 }
 
 func firstLine(s string) string {

@@ -26,6 +26,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -84,7 +85,7 @@ func newRunner(opts RunOptions) *runner {
 	}
 	r.sleep = opts.Sleep
 	if r.sleep == nil {
-		r.sleep = sleepCtx
+		r.sleep = hostio.Sleep
 	}
 	ev := opts.Events
 	if ev == nil {

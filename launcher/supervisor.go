@@ -11,13 +11,14 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/plan"
-	"golang.org/x/sys/unix"
 )
 
 // running is one started process of the attempt.

@@ -18,6 +18,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 )
 
@@ -141,7 +142,7 @@ func (s *supervisor) watchHealth(ctx context.Context, out chan<- healthRead) {
 		c := s.byHost[host]
 		file := healthFile(remoteAbs(c.home, c.host.Workdir), s.a.n)
 		go func() {
-			for sleepCtx(ctx, healthEvery) == nil {
+			for hostio.Sleep(ctx, healthEvery) == nil {
 				rep, err := readHealthFile(c.fs, file)
 				if err != nil {
 					continue
@@ -311,7 +312,7 @@ func (s *supervisor) watchProgressFiles(ctx context.Context) {
 				seen[f] = e.ModTime()
 			}
 		}
-		if sleepCtx(ctx, every) != nil {
+		if hostio.Sleep(ctx, every) != nil {
 			return
 		}
 	}

@@ -2,9 +2,11 @@ package hostio
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"path"
+	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
@@ -53,4 +55,17 @@ func ReadSmall(fsys cluster.FS, p string, limit int64) ([]byte, error) {
 	var b bytes.Buffer
 	_, err = io.Copy(&b, io.LimitReader(f, limit))
 	return b.Bytes(), err
+}
+
+// Sleep waits d, or until ctx ends (its error then): the pause between a
+// host's retries, the run's (RunOptions.Sleep's default) and the verbs'.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

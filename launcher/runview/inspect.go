@@ -233,7 +233,7 @@ func waitGone(ctx context.Context, views []*hostio.View, id string, limit time.D
 				}
 			}
 		}
-		if left == 0 || time.Now().After(deadline) || sleepCtx(ctx, stopWaitPoll) != nil {
+		if left == 0 || time.Now().After(deadline) || hostio.Sleep(ctx, stopWaitPoll) != nil {
 			return left
 		}
 	}
@@ -284,16 +284,4 @@ func writeFile(fsys cluster.FS, p, text string) error {
 	}
 	_, werr := io.WriteString(w, text)
 	return errors.Join(werr, w.Close())
-}
-
-// sleepCtx waits d, or until ctx ends (its error then).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -127,7 +127,7 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 				closeSources(srcs)
 				return nil
 			}
-			if sleepCtx(ctx, logsPoll) != nil {
+			if hostio.Sleep(ctx, logsPoll) != nil {
 				closeSources(srcs)
 				return nil
 			}

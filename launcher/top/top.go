@@ -13,6 +13,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/hostio"
 )
 
 // `drover top`: one SSH connection per host, kept for as long as the view
@@ -152,7 +153,7 @@ func (th *topHost) watch(ctx context.Context, h config.Host, o Options, agents r
 			return
 		}
 		th.fail(err)
-		if sleepCtx(ctx, o.Every) != nil {
+		if hostio.Sleep(ctx, o.Every) != nil {
 			return
 		}
 	}
@@ -266,16 +267,4 @@ func readLines(ctx context.Context, r io.Reader, out chan<- lineOrErr) {
 		err = io.ErrUnexpectedEOF
 	}
 	send(lineOrErr{err: err})
-}
-
-// sleepCtx waits d, or until ctx ends (its error then).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
