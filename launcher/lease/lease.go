@@ -81,6 +81,13 @@ func Self(job string, now time.Time) Owner {
 	return Owner{ID: hex.EncodeToString(b[:]), Job: job, Host: host, PID: os.Getpid(), Since: now.UTC().Truncate(time.Second), Start: now.UnixNano()}
 }
 
+// newNonce is a held lease's random tag (see held.tmpLink).
+func newNonce() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
 func (o Owner) String() string {
 	if o.ID == "" {
 		return "an unknown drover"
@@ -264,6 +271,9 @@ type held struct {
 	file   string // absolute lease path
 	dir    string // absolute workdir
 	beat   uint64
+	// nonce tells this host's lease apart from another's of the same
+	// run in the temporary links of a beat (see tmpLink).
+	nonce uint32
 	// lost is set once another run took the lease: it is not ours to renew or give back.
 	lost *LostError
 	// op serialises the renewals and Check on this lease.
@@ -300,7 +310,7 @@ func (h *Holder) Acquire(ctx context.Context, dial Dialer, targets []Target) err
 }
 
 func (h *Holder) acquire(ctx context.Context, dial Dialer, tg Target) error {
-	l := &held{name: tg.Host.Name, target: tg, dial: dial, dropped: make(chan struct{})}
+	l := &held{name: tg.Host.Name, target: tg, dial: dial, dropped: make(chan struct{}), nonce: newNonce()}
 	if err := l.connect(ctx); err != nil {
 		return fmt.Errorf("take the workdir lease on %s: %w", tg.Host.Name, err)
 	}
@@ -406,6 +416,18 @@ func (l *held) close() {
 	if t != nil {
 		t.Close()
 	}
+}
+
+// tmpLink is the new link of l's next write, beside the lease and
+// renamed over it. Hosts that share a workdir (a shared file system, as
+// under Slurm) hold one lease file through as many helds of one run, each
+// renewing it at the same cadence: with the run's id and the beat alone
+// their links were the same name, so that one's link creation failed on
+// the other's, which removed it, failing the other's rename, beat after
+// beat, and the lease stood still while its run lived (another run then
+// took the workdir; TestRefusalFoldedAcrossHosts under load in CI).
+func (l *held) tmpLink(id string) string {
+	return fmt.Sprintf("%s.%s.%08x.%d", l.file, id, l.nonce, l.beat)
 }
 
 // files is l's file access, or nil while it has no connection.
@@ -563,7 +585,7 @@ func (h *Holder) mine(l *held) string {
 // replace swaps the lease for ours if it still reads old: a new link
 // beside it, renamed over it. ok is false when it changed meanwhile.
 func (h *Holder) replace(fsys cluster.FS, l *held, old string) (ok bool, err error) {
-	tmp := fmt.Sprintf("%s.%s.%d", l.file, h.self.ID, l.beat)
+	tmp := l.tmpLink(h.self.ID)
 	_ = fsys.Remove(tmp)
 	if err := fsys.Symlink(h.mine(l), tmp); err != nil {
 		return false, err

@@ -232,3 +232,17 @@ func TestMovedHostRenewedAtNewAddress(t *testing.T) {
 		return dialled["local2"] > 0 && now != before
 	})
 }
+
+// Two hosts sharing a workdir hold one lease file through two helds of
+// one run, renewed at the same cadence: their temporary links of a beat
+// must differ, or one's creation fails on the other's and the lease stands
+// still while the run lives (see held.tmpLink).
+func TestSharedWorkdirTmpLinksDiffer(t *testing.T) {
+	a := &held{file: "/wd/.drover/lease", beat: 7, nonce: newNonce()}
+	b := &held{file: "/wd/.drover/lease", beat: 7, nonce: newNonce()}
+	for a.nonce == b.nonce {
+		b.nonce = newNonce()
+	}
+	assert.NotEqual(t, a.tmpLink("run1"), b.tmpLink("run1"))
+	assert.True(t, strings.HasPrefix(a.tmpLink("run1"), a.file+".run1."), a.tmpLink("run1"))
+}

@@ -59,7 +59,7 @@ func (h *Holder) renew(l *held) error {
 	// Ours: a new link beside it, renamed over it (two requests; the
 	// tmp name is new at every beat, so nothing needs removing first).
 	l.beat++
-	tmp := fmt.Sprintf("%s.%s.%d", l.file, h.self.ID, l.beat)
+	tmp := l.tmpLink(h.self.ID)
 	err = fsys.Symlink(h.mine(l), tmp)
 	if err == nil {
 		err = fsys.Rename(tmp, l.file)
