@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/droverhq/drover/cluster"
@@ -21,16 +22,28 @@ func openBudget() int {
 	return int(max(4, min(limit/4, 4096)))
 }
 
+// source is what an upload reads of a file: the file itself (live), whose
+// stat is checked after the read (checkUnchanged), or its snapshot, which
+// cannot change (live nil).
+type source struct {
+	io.Reader
+	live *os.File
+}
+
 // openSource opens f for reading once one of the tree's open-file slots
 // is free (Tree.open; a Tree made without a scan has no bound); done
 // closes it and gives the slot back. Running out of descriptors anyway
-// (other code of the process holds them) is named as such.
-func (t *Tree) openSource(ctx context.Context, f *File) (r *os.File, done func(), err error) {
+// (other code of the process holds them) is named as such. A snapshot
+// (File.snap) is read where it is, at no slot's cost.
+func (t *Tree) openSource(ctx context.Context, f *File) (src source, done func(), err error) {
+	if f.snap != nil {
+		return source{Reader: io.NewSectionReader(f.snap, 0, f.Size)}, func() {}, nil
+	}
 	if t.open != nil {
 		select {
 		case t.open <- struct{}{}:
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return source{}, nil, ctx.Err()
 		}
 	}
 	release := func() {
@@ -38,13 +51,13 @@ func (t *Tree) openSource(ctx context.Context, f *File) (r *os.File, done func()
 			<-t.open
 		}
 	}
-	r, err = os.Open(f.src)
+	r, err := os.Open(f.src)
 	if err != nil {
 		release()
 		if cluster.IsTooManyOpenFiles(err) {
-			return nil, nil, cluster.NameOpenFiles("read "+f.Path, err)
+			return source{}, nil, cluster.NameOpenFiles("read "+f.Path, err)
 		}
-		return nil, nil, fmt.Errorf("read %s: %w", f.Path, err)
+		return source{}, nil, fmt.Errorf("read %s: %w", f.Path, err)
 	}
-	return r, func() { r.Close(); release() }, nil
+	return source{Reader: r, live: r}, func() { r.Close(); release() }, nil
 }

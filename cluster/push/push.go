@@ -66,6 +66,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"strings"
 	"sync"
@@ -128,6 +129,25 @@ type Options struct {
 	// delete nothing it did not push; it never writes through a link nor
 	// leaves a state that vouches for what is not there.
 	NewWorkdir bool
+	// Outputs are drover's own output files (its stdout and stderr when
+	// redirected to a file: StdOutputs): wherever they lie in the code
+	// directory, under whatever name, they are never pushed and are left
+	// alone on the hosts, as excluded files are. `drover run job.toml >
+	// run.log` in the code directory would otherwise push a file that
+	// changes while it is pushed.
+	Outputs []fs.FileInfo
+
+	// snapMax replaces snapshotMax (tests); readHook runs during each
+	// read of a file for its digest (tests: a file changing under it).
+	snapMax  int64
+	readHook func(path string)
+}
+
+func (o Options) snapshotMax() int64 {
+	if o.snapMax > 0 {
+		return o.snapMax
+	}
+	return snapshotMax
 }
 
 func (o Options) concurrency() int {
@@ -153,6 +173,13 @@ type Result struct {
 	// e.g. an unusable manifest that made push fall back to comparing by
 	// size and mtime.
 	Warnings []string
+	// Changing are the files SyncSteady found changed under their
+	// upload, and took as snapshots or skipped (the scan's are
+	// Tree.Changing): one warning each per run (Changing.Warning).
+	Changing []Changing
+	// Tree is the tree the host now holds (SyncSteady): the one given,
+	// or one made from it with snapshots of the Changing files.
+	Tree *Tree
 
 	streamed bool // the files went as one tar stream (tests)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -152,8 +151,15 @@ func (up *uploader) tarFile(ctx context.Context, tw *tar.Writer, f *File, name s
 // scan; hashing it again for every host cost more CPU than anything else
 // drover does in a push. A file edited since shows in its size or mtime,
 // as rsync assumes.
-func checkUnchanged(src *os.File, f *File, n int64) error {
-	st, err := src.Stat()
+// A snapshot cannot change: only a short read would mean it did.
+func checkUnchanged(src source, f *File, n int64) error {
+	if src.live == nil {
+		if n != f.Size {
+			return changedErr(f)
+		}
+		return nil
+	}
+	st, err := src.live.Stat()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", f.Path, err)
 	}
@@ -164,9 +170,9 @@ func checkUnchanged(src *os.File, f *File, n int64) error {
 }
 
 // changedErr says f changed while pushed: the scan's digest no longer
-// holds, and pushing again scans it again.
+// holds (SyncSteady pushes again with a snapshot).
 func changedErr(f *File) error {
-	return fmt.Errorf("upload %s: the file changed while it was being pushed; push again", f.Path)
+	return &ChangedError{Path: f.Path}
 }
 
 // treeStage is where, under tmpDir, a stream stages new directories whole.

@@ -1,12 +1,8 @@
 package push
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/droverhq/drover/cluster"
 )
 
 // The tree: the code directory as every host must hold it, scanned and
@@ -37,8 +31,17 @@ type Tree struct {
 	// Warnings are what the scan skipped that the user should hear of
 	// (a dangling symlink), once per push rather than once per host.
 	Warnings []string
+	// Changing are the files that kept changing while the scan read
+	// them, sorted by path: pushed as snapshots, or skipped (changing.go).
+	// Each is worth one warning (Changing.Warning) per run, not per host
+	// or attempt.
+	Changing []Changing
 
-	match    *Matcher // what is excluded: left alone on the hosts
+	match *Matcher // what is excluded: left alone on the hosts
+	// left are files left out that are not excluded, and as excluded
+	// left alone on the hosts: skipped as changing (leaveOut), and
+	// drover's own output (Options.Outputs).
+	left     map[string]bool
 	manifest []byte   // the manifest a host holds once it has this tree
 	lines    []string // its entries' lines: Files, then Dirs
 	key      string   // stateKey(manifest)
@@ -50,6 +53,12 @@ type Tree struct {
 	// open holds a slot per file a push of this tree has open, every
 	// host's push together (openBudget, openSource).
 	open chan struct{}
+	// snapMax is the largest snapshot of a changing file (snapshotMax).
+	snapMax int64
+	// mu guards derived: the trees made from this one when a file
+	// changed under an upload (withSnapshot), by the file's path.
+	mu      sync.Mutex
+	derived map[string]derived
 }
 
 // File is one regular file of the tree. A symlink inside the code directory
@@ -66,6 +75,9 @@ type File struct {
 
 	src string // local path to read (a symlink's resolved target)
 	id  statID // src's stat identity at the scan, the digest cache's key
+	// snap, when set, is the snapshot of a file that kept changing,
+	// read instead of src (copySnapshot): unlinked, it cannot change.
+	snap *os.File
 }
 
 // Dir is one directory of the tree.
@@ -92,7 +104,7 @@ func (t *Tree) encode() {
 // excluded reports whether a path the host's manifest lists is excluded
 // now: push leaves it alone rather than deleting it.
 func (t *Tree) excluded(rel string, isDir bool) bool {
-	return t.match != nil && t.match.Excluded(rel, isDir)
+	return t.match != nil && t.match.Excluded(rel, isDir) || !isDir && t.left[rel]
 }
 
 // ScanLocal walks dir once, skipping excluded paths, and hashes every file,
@@ -131,11 +143,12 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 	for _, p := range opts.Protect {
 		m.Protect(p)
 	}
-	s := &scanner{root: root, m: m}
+	s := &scanner{root: root, m: m, outputs: opts.Outputs, left: map[string]bool{}}
 	if err := s.walk(root, "", []string{root}); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
-	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m, open: make(chan struct{}, openBudget())}
+	t := &Tree{Dir: root, Files: s.files, Dirs: s.dirs, Warnings: s.warnings, match: m, open: make(chan struct{}, openBudget()),
+		left: s.left, snapMax: opts.snapshotMax(), derived: map[string]derived{}}
 	sort.Slice(t.Files, func(i, j int) bool { return t.Files[i].Path < t.Files[j].Path })
 	sort.Slice(t.Dirs, func(i, j int) bool { return t.Dirs[i].Path < t.Dirs[j].Path })
 	cacheFile, dirty := "", false
@@ -143,9 +156,10 @@ func scanLocal(dir string, opts Options, start time.Time) (*Tree, error) {
 		cacheFile = cachePath(opts.CacheDir, root)
 		dirty = useCache(t.Files, cacheFile)
 	}
-	if err := hashFiles(t.Files); err != nil {
+	if t.Changing, err = steadyFiles(t.Files, min(runtime.NumCPU(), 8), t.snapMax, opts.readHook); err != nil {
 		return nil, fmt.Errorf("scan code directory %s: %w", dir, err)
 	}
+	t.leaveOut(t.Changing)
 	if dirty {
 		saveCache(cacheFile, t.Files, start)
 	}
@@ -235,9 +249,22 @@ func loadMatcher(root string, exclude []string) (*Matcher, error) {
 type scanner struct {
 	root     string
 	m        *Matcher
+	outputs  []fs.FileInfo // Options.Outputs
+	left     map[string]bool
 	files    []File
 	dirs     []Dir
 	warnings []string
+}
+
+// ownOutput reports whether info (a regular file's stat) is one of
+// drover's own outputs: the same file, whatever its name.
+func ownOutput(info fs.FileInfo, outputs []fs.FileInfo) bool {
+	for _, o := range outputs {
+		if os.SameFile(info, o) {
+			return true
+		}
+	}
+	return false
 }
 
 // walk lists real (a resolved directory) whose tree path is rel. stack holds
@@ -297,6 +324,10 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 			if err := s.walk(src, childRel, append(stack, src)); err != nil {
 				return err
 			}
+		case info.Mode().IsRegular() && ownOutput(info, s.outputs):
+			// drover's own output (`drover run > out.log` in the code
+			// directory) is not code, and would change while pushed.
+			s.left[childRel] = true
 		case info.Mode().IsRegular():
 			s.files = append(s.files, File{Path: childRel, Size: info.Size(), Mode: info.Mode().Perm(), ModTime: info.ModTime(),
 				src: src, id: fileStatID(info)})
@@ -311,41 +342,4 @@ func (s *scanner) walk(real, rel string, stack []string) error {
 func within(root, p string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
-}
-
-// hashFiles fills in SHA256 (and the size actually read) of every file
-// that has none yet (the digest cache gave the others) using a few
-// workers, since hashing is CPU-bound and the tree is hashed once per push.
-// Each read goes through a pooled buffer: a fresh one per file made
-// allocating and zeroing buffers (750 MB for a 3,000-file tree) cost more
-// than the hashing.
-func hashFiles(files []File) error {
-	workers := min(runtime.NumCPU(), 8)
-	bufs := sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
-	return forEach(context.Background(), len(files), workers, func(_ context.Context, i int) error {
-		f := &files[i]
-		if f.SHA256 != "" {
-			return nil
-		}
-		r, err := os.Open(f.src)
-		if err != nil {
-			if cluster.IsTooManyOpenFiles(err) {
-				return cluster.NameOpenFiles("hash "+f.Path, err)
-			}
-			return fmt.Errorf("hash %s: %w", f.Path, err)
-		}
-		defer r.Close()
-		buf := bufs.Get().(*[]byte)
-		defer bufs.Put(buf)
-		h := sha256.New()
-		// struct{io.Reader} hides os.File's WriterTo, which would bring
-		// its own buffer instead of this one.
-		n, err := io.CopyBuffer(h, struct{ io.Reader }{r}, *buf)
-		if err != nil {
-			return fmt.Errorf("hash %s: %w", f.Path, err)
-		}
-		f.Size = n
-		f.SHA256 = hex.EncodeToString(h.Sum(nil))
-		return nil
-	})
 }
