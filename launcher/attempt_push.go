@@ -73,17 +73,19 @@ func (p *pushPhase) push(ctx context.Context, conns []*attemptHost, sc *scanned)
 	for _, w := range tree.Warnings {
 		p.events.printf("%s: push: warning: %s", p.prefix(), w)
 	}
+	p.warnChanging(tree.Changing)
 	var changed atomic.Bool
 	err = forEach(p.pushTargets(conns), func(c *attemptHost) error {
 		o := opts
 		o.NewWorkdir = c.newWorkdir.Load()
-		res, err := push.Sync(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
+		res, err := push.SyncSteady(ctx, c.fs, hostLabel(c.host), tree, c.host.Workdir, o)
 		// As `drover push` shows them: what did not stop the push but
 		// the user should hear of (the tar fallback, a link left alone
 		// on the host).
 		for _, w := range res.Warnings {
 			p.events.printf("%s: push to %s: warning: %s", p.prefix(), c.host.Name, w)
 		}
+		p.warnChanging(res.Changing)
 		if err != nil {
 			return err
 		}
@@ -99,6 +101,15 @@ func (p *pushPhase) push(ctx context.Context, conns []*attemptHost, sc *scanned)
 		return nil
 	})
 	return pushOutcome{changed: changed.Load(), err: err}
+}
+
+// warnChanging warns of each file that kept changing while pushed (a log
+// in the code directory), once per run: every attempt and every host
+// meets it again, and the fix (exclude it) is the same.
+func (p *pushPhase) warnChanging(cs []push.Changing) {
+	for _, c := range cs {
+		p.events.printOnce("push-changing\x00"+c.Path, "%s: push: warning: %s", p.prefix(), c.Warning())
+	}
 }
 
 // programsFromPush reports whether a push can change what preflight finds

@@ -35,7 +35,9 @@ type PushOutcome struct {
 }
 
 // PushResult is the whole fan-out: one outcome per host, in the order the
-// hosts were given, and the scan's warnings (skipped links, say).
+// hosts were given, and the scan's warnings (skipped links, say), with
+// one for each file that kept changing while pushed, whichever hosts met
+// it (push.Changing).
 type PushResult struct {
 	Hosts    []PushOutcome
 	Warnings []string
@@ -44,9 +46,11 @@ type PushResult struct {
 // pushOptions is the one rule every push of a job goes by, `drover push`
 // and each attempt of `drover run` alike: the job's excludes, and its
 // checkpoints and logs inside the code directory never pushed, overwritten
-// or deleted (push.ForJob).
+// or deleted (push.ForJob), nor drover's own stdout and stderr redirected
+// into it (push.StdOutputs).
 func pushOptions(cfg *config.Config, logRoot, cacheDir string, verify push.Verify) push.Options {
 	opts := push.ForJob(pushJob(cfg), logRoot)
+	opts.Outputs = push.StdOutputs()
 	opts.CacheDir = cacheDir
 	opts.Verify = verify
 	return opts
@@ -101,14 +105,34 @@ func Push(ctx context.Context, cfg *config.Config, hosts []config.Host, o PushOp
 				return
 			}
 		}
-		res.Hosts[i].Result, res.Hosts[i].Err = push.Sync(ctx, fsys, hostLabel(h), tree, h.Workdir, opts)
+		res.Hosts[i].Result, res.Hosts[i].Err = push.SyncSteady(ctx, fsys, hostLabel(h), tree, h.Workdir, opts)
 	})
 	<-scanned
 	if scanErr != nil {
 		return nil, scanErr
 	}
-	res.Warnings = tree.Warnings
+	res.Warnings = append(append([]string(nil), tree.Warnings...), changingWarnings(tree, res.Hosts)...)
 	return res, nil
+}
+
+// changingWarnings are the warnings of the files that kept changing while
+// pushed, one per file whatever the hosts that met it.
+func changingWarnings(tree *push.Tree, hosts []PushOutcome) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(cs []push.Changing) {
+		for _, c := range cs {
+			if !seen[c.Path] {
+				seen[c.Path] = true
+				out = append(out, c.Warning())
+			}
+		}
+	}
+	add(tree.Changing)
+	for _, h := range hosts {
+		add(h.Result.Changing)
+	}
+	return out
 }
 
 // fsHome is the home directory fsys resolves relative paths against, ""

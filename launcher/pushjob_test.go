@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,4 +44,25 @@ func TestPushJob(t *testing.T) {
 	opts := push.ForJob(pushJob(cfg), "")
 	assert.Equal(t, []string{"ck", "runs"}, opts.Protect)
 	assert.Equal(t, []string{"*.pt"}, opts.Exclude)
+}
+
+// A file that keeps changing while pushed is worth one warning per run:
+// not one per attempt (each scans it again) nor per host (each may meet
+// it under its upload), and `drover push` says it once for every host.
+func TestChangingFileWarnedOncePerRun(t *testing.T) {
+	var buf strings.Builder
+	events := &eventLog{w: &buf, now: time.Now}
+	log := push.Changing{Path: "run.log", Size: 100}
+	for n := 1; n <= 3; n++ {
+		p := &pushPhase{phaseEnv: phaseEnv{n: n, total: 3, events: events}}
+		p.warnChanging([]push.Changing{log})                                    // the scan's
+		p.warnChanging([]push.Changing{log, {Path: "other.log", Skipped: "x"}}) // hosts'
+	}
+	out := buf.String()
+	assert.Equal(t, 1, strings.Count(out, "warning: run.log"), out)
+	assert.Equal(t, 1, strings.Count(out, "warning: other.log"), out)
+	assert.Contains(t, out, "attempt 1/3: push: warning: run.log kept changing", out)
+
+	hosts := []PushOutcome{{Result: push.Result{Changing: []push.Changing{log}}}, {Result: push.Result{Changing: []push.Changing{log}}}}
+	assert.Equal(t, []string{log.Warning()}, changingWarnings(&push.Tree{Changing: []push.Changing{log}}, hosts))
 }

@@ -196,6 +196,24 @@ type eventLog struct {
 	w    io.Writer
 	file *os.File
 	now  func() time.Time
+	// said are the keys printOnce printed.
+	said map[string]bool
+}
+
+// printOnce is printf the first time the run prints key, and nothing
+// after: a warning about the code directory (a file changing while
+// pushed) is worth one line per run, not one per attempt or host.
+func (e *eventLog) printOnce(key, format string, args ...any) {
+	e.mu.Lock()
+	said := e.said[key]
+	if e.said == nil {
+		e.said = map[string]bool{}
+	}
+	e.said[key] = true
+	e.mu.Unlock()
+	if !said {
+		e.printf(format, args...)
+	}
 }
 
 // An event is one line: control characters in it (a newline, an escape
