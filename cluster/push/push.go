@@ -18,8 +18,14 @@
 // What a push never touches: files in the workdir that it did not push
 // (it deletes only what its manifest lists), excluded paths (left as they
 // are, even when pushed before), Options.Protect (checkpoint_dir and the
-// log directory, ForJob), drover's own .drover/, and anything behind a
-// symbolic link it did not create (guard).
+// log directory, ForJob), drover's own .drover/, drover's own output files
+// (Options.Outputs), and anything behind a symbolic link it did not create
+// (guard).
+//
+// A file that changes while pushed (a log kept in the code directory)
+// never fails a push: the scan reads it again a few times, then takes a
+// snapshot of it or skips it, and SyncSteady pushes a host again with a
+// snapshot when one changes under its upload (changing.go).
 //
 // # The phases of one host's push
 //
