@@ -279,8 +279,15 @@ func (t *Tree) withSnapshot(rel string) (*Tree, Changing) {
 	}
 	nt.encode()
 	// A memo of its own: the one of t holds plans made for t's files.
-	nt.known = newManifestMemo(t.known.cacheDir)
+	cacheDir := ""
+	if t.known != nil {
+		cacheDir = t.known.cacheDir
+	}
+	nt.known = newManifestMemo(cacheDir)
 	nt.known.store(nt.key, nt.manifest)
+	if t.derived == nil { // a Tree not made by ScanLocal
+		t.derived = map[string]derived{}
+	}
 	t.derived[rel] = derived{tree: nt, ch: ch}
 	return nt, ch
 }

@@ -169,19 +169,26 @@ func TestSyncSteadySnapshotsFileChangedAfterScan(t *testing.T) {
 			require.Empty(t, tree.Changing)
 			require.NoError(t, os.WriteFile(filepath.Join(local, "run.log"), []byte("start\nmore\n"), 0o644))
 
-			var snaps []*Tree
-			for h := range 2 {
-				remote := t.TempDir()
-				res, err := SyncSteady(context.Background(), cluster.NewOSFS(remote), fmt.Sprintf("h%d", h), tree, "w", Options{})
-				require.NoError(t, err)
-				assert.Equal(t, []Changing{{Path: "run.log", Size: int64(len("start\nmore\n"))}}, res.Changing)
-				assert.Equal(t, many, res.streamed)
-				got, err := os.ReadFile(filepath.Join(remote, "w", "run.log"))
-				require.NoError(t, err)
-				assert.Equal(t, "start\nmore\n", string(got))
-				assert.NotSame(t, tree, res.Tree)
-				snaps = append(snaps, res.Tree)
+			// Two hosts at once, as a run pushes them.
+			snaps := make([]*Tree, 2)
+			var wg sync.WaitGroup
+			for h := range snaps {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					remote := t.TempDir()
+					res, err := SyncSteady(context.Background(), cluster.NewOSFS(remote), fmt.Sprintf("h%d", h), tree, "w", Options{})
+					assert.NoError(t, err)
+					assert.Equal(t, []Changing{{Path: "run.log", Size: int64(len("start\nmore\n"))}}, res.Changing)
+					assert.Equal(t, many, res.streamed)
+					got, err := os.ReadFile(filepath.Join(remote, "w", "run.log"))
+					assert.NoError(t, err)
+					assert.Equal(t, "start\nmore\n", string(got))
+					assert.NotSame(t, tree, res.Tree)
+					snaps[h] = res.Tree
+				}()
 			}
+			wg.Wait()
 			assert.Same(t, snaps[0], snaps[1], "one snapshot for every host")
 			assert.Equal(t, sha256Hex("start\nmore\n"), fileOf(t, snaps[0], "run.log").SHA256)
 		})
