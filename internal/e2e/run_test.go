@@ -821,6 +821,7 @@ func TestRunEmptyKnownHostsNamesEveryHost(t *testing.T) {
 	d := startDrover(t, j)
 	assert.Equal(t, exitFailed, d.wait(t, 60*time.Second))
 	stderr := d.stderr.String()
+	t.Logf("drover stderr:\n%s", stderr)
 	for i := range 3 {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(fleet.Hosts[i].Name+" ("+fleet.Hosts[i].Addr+":22): presented ")+`\S+ key SHA256:`, stderr, "host %d on a line of its own", i)
 	}
