@@ -72,7 +72,9 @@ func TestWaitRates(t *testing.T) {
 		w.WaitRates(context.Background(), time.Hour)
 	}()
 	th.mu.Lock()
-	th.state.Procs[0].StepRate = &rate
+	// A new sample replaces the state, as stream does: View's copies
+	// share the old one's Procs.
+	th.state.Procs = []agent.TopProc{{Name: "w0", Step: &step, StepRate: &rate}}
 	th.state.LastSeen = time.Now()
 	th.mu.Unlock()
 	th.signalSample()
