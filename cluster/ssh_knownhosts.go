@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -309,6 +310,90 @@ func (c *hostKeyChecker) record(hostname string, key ssh.PublicKey) error {
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("accept new host key of %s: write %s: %w", c.name, file, err)
+	}
+	return nil
+}
+
+// UnknownHostsError is the unknown host keys of several hosts, said at
+// once: a fleet met for the first time (an empty known_hosts) has every
+// key unknown, and naming one host per try would take as many tries as
+// hosts. It lists each host with the key it presented and gives one
+// ssh-keyscan line that records them all. Unwrap gives each host's dial
+// error, so errors.As still finds a *HostKeyError.
+type UnknownHostsError struct {
+	Keys []*HostKeyError // in the order of the hosts
+	Errs []error         // each host's dial error, wrapping its Keys entry
+}
+
+func (e *UnknownHostsError) Unwrap() []error { return e.Errs }
+
+// Error names every host on a line of its own, after one line with the fix.
+func (e *UnknownHostsError) Error() string {
+	type group struct{ port, file string }
+	var order []group
+	hosts := map[group][]string{}
+	var files []string
+	for _, k := range e.Keys {
+		host, port, _ := net.SplitHostPort(k.Addr)
+		g := group{port: port, file: "~/.ssh/known_hosts"}
+		if len(k.Files) > 0 {
+			g.file = k.Files[0]
+		}
+		if _, ok := hosts[g]; !ok {
+			order = append(order, g)
+		}
+		if !slices.Contains(hosts[g], host) {
+			hosts[g] = append(hosts[g], host)
+		}
+		for _, f := range k.Files {
+			if !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+	}
+	var scans []string
+	for _, g := range order {
+		scan := "ssh-keyscan "
+		if g.port != "22" {
+			scan += "-p " + g.port + " "
+		}
+		scans = append(scans, scan+strings.Join(hosts[g], " ")+" >> "+g.file)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "host keys of %d hosts unknown, not in %s (run with --accept-new-hosts, or add them all with `%s`):",
+		len(e.Keys), strings.Join(files, ", "), strings.Join(scans, "; "))
+	for _, k := range e.Keys {
+		fmt.Fprintf(&b, "\n%s (%s): presented %s key %s", k.Host, k.Addr, k.KeyType, k.Fingerprint)
+	}
+	return b.String()
+}
+
+// UnknownHosts returns the dial errors of hosts whose keys are unknown
+// (not changed, revoked or a refused certificate: those are said one by
+// one, each with its own fix) as one *UnknownHostsError when there are two
+// or more; nil otherwise (one unknown host is said by its own error).
+func UnknownHosts(errs []error) error {
+	u := &UnknownHostsError{}
+	for _, err := range errs {
+		if hke := unknownHostKey(err); hke != nil {
+			u.Keys = append(u.Keys, hke)
+			u.Errs = append(u.Errs, err)
+		}
+	}
+	if len(u.Keys) < 2 {
+		return nil
+	}
+	return u
+}
+
+// IsUnknownHostKey reports whether err is a dial refused for a host key
+// known_hosts does not list (UnknownHosts collects them).
+func IsUnknownHostKey(err error) bool { return unknownHostKey(err) != nil }
+
+func unknownHostKey(err error) *HostKeyError {
+	var hke *HostKeyError
+	if errors.As(err, &hke) && len(hke.Known) == 0 && hke.Revoked == "" && hke.CertProblem == "" {
+		return hke
 	}
 	return nil
 }

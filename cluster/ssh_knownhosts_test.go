@@ -153,3 +153,50 @@ func BenchmarkHostKeyChecker(b *testing.B) {
 		})
 	}
 }
+
+// TestUnknownHosts: two or more unknown host keys are said as one error
+// that lists every host on a line of its own and one ssh-keyscan line for
+// them all (hosts grouped by port and known_hosts file); one unknown host,
+// or a changed or revoked key, is said by its own error.
+func TestUnknownHosts(t *testing.T) {
+	kh := "/h/.ssh/known_hosts"
+	unknown := func(name, addr string) error {
+		return fmt.Errorf("connect to %s (%s): %w", name, addr,
+			&HostKeyError{Host: name, Addr: addr, KeyType: "ssh-ed25519", Fingerprint: "SHA256:" + name, Files: []string{kh}})
+	}
+	changed := fmt.Errorf("connect to c (10.0.0.9:22): %w", &HostKeyError{Host: "c", Addr: "10.0.0.9:22", Known: []string{"x"}, Files: []string{kh}})
+	revoked := &HostKeyError{Host: "r", Addr: "10.0.0.8:22", Revoked: kh + ":3", Files: []string{kh}}
+	for _, tt := range []struct {
+		name string
+		errs []error
+		want string // "" for nil
+	}{
+		{"none", []error{nil, nil}, ""},
+		{"one of three", []error{nil, unknown("a", "10.0.0.1:22"), &UnreachableError{Err: fmt.Errorf("refused")}}, ""},
+		{"changed and revoked are not unknown", []error{changed, revoked, unknown("a", "10.0.0.1:22")}, ""},
+		{"three on port 22", []error{unknown("a", "10.0.0.1:22"), unknown("b", "10.0.0.2:22"), nil, unknown("c", "10.0.0.3:22")},
+			"host keys of 3 hosts unknown, not in " + kh + " (run with --accept-new-hosts, or add them all with `ssh-keyscan 10.0.0.1 10.0.0.2 10.0.0.3 >> " + kh + "`):\n" +
+				"a (10.0.0.1:22): presented ssh-ed25519 key SHA256:a\n" +
+				"b (10.0.0.2:22): presented ssh-ed25519 key SHA256:b\n" +
+				"c (10.0.0.3:22): presented ssh-ed25519 key SHA256:c"},
+		{"two ports", []error{unknown("a", "10.0.0.1:2222"), unknown("b", "[fd00::2]:22"), unknown("c", "10.0.0.3:2222")},
+			"host keys of 3 hosts unknown, not in " + kh + " (run with --accept-new-hosts, or add them all with `ssh-keyscan -p 2222 10.0.0.1 10.0.0.3 >> " + kh + "; ssh-keyscan fd00::2 >> " + kh + "`):\n" +
+				"a (10.0.0.1:2222): presented ssh-ed25519 key SHA256:a\n" +
+				"b ([fd00::2]:22): presented ssh-ed25519 key SHA256:b\n" +
+				"c (10.0.0.3:2222): presented ssh-ed25519 key SHA256:c"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := UnknownHosts(tt.errs)
+			if tt.want == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, tt.want, err.Error())
+			var hke *HostKeyError
+			assert.ErrorAs(t, err, &hke, "callers still find the host key error")
+			assert.True(t, IsUnknownHostKey(err))
+			assert.False(t, IsUnreachable(err))
+		})
+	}
+}

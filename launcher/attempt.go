@@ -106,11 +106,17 @@ func (ph phases) cleanup() {
 // connection that died on the way counts as a lost host (worth a restart);
 // a missing program, a taken port or a failed push would fail the same way
 // again.
+//
+// The error is told once (untold): the run loop prints it as this
+// attempt's failure when the run goes on, and the summary carries it when
+// the run ends on it; events.log notes it here, in its place.
 func (a *attempt) setupFailure(err error) attemptOutcome {
-	a.r.events.printf("%s: %v", a.prefix(), err)
+	a.r.events.debugf("%s: %v", a.prefix(), err)
 	// The next attempt dials and checks every host again.
 	a.r.pool.forgetPrepared()
-	return setupFailed(err)
+	out := setupFailed(err)
+	out.untold = true
+	return out
 }
 
 // stepTimer returns a function that notes in events.log how long the
@@ -324,6 +330,9 @@ type attemptOutcome struct {
 	// (a configuration error, refused credentials, a host gone for good
 	// after host_wait and the spares).
 	permanent bool
+	// untold marks an error no event has shown yet (setupFailure): the
+	// run loop shows it once, as the attempt's failure or in the summary.
+	untold bool
 	// reattach marks a detached run's attempt that ended because this
 	// supervisor lost its processes' channels (a dead link, a machine
 	// asleep), not because they ended: the run attaches again.

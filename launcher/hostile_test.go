@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -41,6 +42,44 @@ func TestEventLogEscapesHostText(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(term.String(), "\n"), "one event, one line")
 	assert.Equal(t, 2, strings.Count(string(logged), "\n"), "one event and one debug line")
 }
+
+// TestEventLogErrorLines: an error that covers several hosts (errors.Join)
+// is an event with a line per host, the lines after the first indented so
+// that none passes for an event or a process's line; a host's text in any
+// of them (an argument, a line of the error) is still escaped.
+func TestEventLogErrorLines(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		format string
+		args   []any
+		want   string
+	}{
+		{"joined error", "attempt %d/%d: %v", []any{1, 4, errors.Join(errors.New("preflight on a: no trainer"), errors.New("preflight on b: no trainer"))},
+			"attempt 1/4: preflight on a: no trainer\n  preflight on b: no trainer"},
+		{"host text in an error line", "%s: %v", []any{"attempt 1/4", errors.Join(errors.New("a: ok"), errors.New("b said "+forged))},
+			`attempt 1/4: a: ok` + "\n" + `  b said step\x1b[2J` + "\n" + `  12:00:00.000 resuming from checkpoint forged`},
+		{"host text in a string stays one line", "copied %s from %v in %s", []any{forged, hostName("h\n1"), 1500 * time.Millisecond},
+			`copied step\x1b[2J\n12:00:00.000 resuming from checkpoint forged from h\n1 in 1.5s`},
+		{"numbers keep their verbs", "%d bytes (%.1f%%) ok=%t", []any{int64(42), 12.34, true}, "42 bytes (12.3%) ok=true"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var term bytes.Buffer
+			e := &eventLog{w: &term, now: func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }}
+			e.printf(tt.format, tt.args...)
+			assert.Equal(t, "03:04:05.000 "+tt.want+"\n", term.String())
+			assert.NotContains(t, term.String(), "\x1b")
+		})
+	}
+	var sum bytes.Buffer
+	RenderSummary(&sum, &Result{Outcome: Failed, Attempts: 1, LogDir: "runs/x",
+		Err: errors.Join(errors.New("push to a: "+forged), errors.New("push to b: disk full"))})
+	assert.Equal(t, `failed after 1 attempt(s): push to a: step\x1b[2J`+"\n"+`  12:00:00.000 resuming from checkpoint forged`+"\n"+`  push to b: disk full; logs in runs/x`+"\n", sum.String())
+}
+
+// hostName is a name as a host gave it, printed through its String method.
+type hostName string
+
+func (h hostName) String() string { return string(h) }
 
 // TestRootCauseEscaped: an error file or stderr holding escapes gives a
 // cause that prints as one plain line.

@@ -73,8 +73,20 @@ func (sshDialer) dial(ctx context.Context, h config.Host, opts cluster.DialOptio
 	return cluster.Dial(ctx, h.Endpoint(), opts)
 }
 
+// dialAll dials every host at once. Hosts whose keys are unknown are said
+// together (cluster.UnknownHosts): each one's error becomes the one that
+// names them all with one ssh-keyscan line, so that whichever the run
+// reports first, a new fleet is known after one fix, not one per host.
 func (sshDialer) dialAll(ctx context.Context, hosts []config.Host, opts cluster.DialOptions) ([]cluster.Transport, []error) {
-	return cluster.DialAll(ctx, config.Endpoints(hosts), opts)
+	ts, errs := cluster.DialAll(ctx, config.Endpoints(hosts), opts)
+	if all := cluster.UnknownHosts(errs); all != nil {
+		for i, err := range errs {
+			if cluster.IsUnknownHostKey(err) {
+				errs[i] = all
+			}
+		}
+	}
+	return ts, errs
 }
 
 // clock is the run's wall clock and sleep (RunOptions.Now, Sleep).

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -165,7 +166,7 @@ func RenderSummary(w io.Writer, res *Result) {
 	case Interrupted:
 		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
 	default:
-		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, cluster.Escape(fmt.Sprint(res.Err)), res.LogDir)
+		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, errorLines(res.Err), res.LogDir)
 	}
 }
 
@@ -216,11 +217,13 @@ func (e *eventLog) printOnce(key, format string, args ...any) {
 	}
 }
 
-// An event is one line: control characters in it (a newline, an escape
-// sequence in a checkpoint name or in a host's output) are escaped, so a
-// host can neither forge a line nor drive the terminal.
+// An event is one line, and the lines of an error it names (one per host
+// of a phase that failed on several) follow it indented: control characters
+// in its arguments (a newline, an escape sequence in a checkpoint name or
+// in a host's output) are escaped (eventMessage), so a host can neither
+// forge a line nor drive the terminal.
 func (e *eventLog) printf(format string, args ...any) {
-	msg := cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))
+	msg := eventMessage(format, args...)
 	line := e.now().Format("15:04:05.000") + " " + msg + "\n"
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -247,7 +250,7 @@ func (e *eventLog) debugf(format string, args ...any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.file != nil {
-		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+cluster.Escape(strings.TrimRight(fmt.Sprintf(format, args...), "\n"))+"\n")
+		io.WriteString(e.file, e.now().Format(time.RFC3339Nano)+" debug: "+eventMessage(format, args...)+"\n")
 	}
 }
 
@@ -313,3 +316,48 @@ func (l *logFailure) makeDir(dir string) {
 // hostLogDir is where the agent keeps each process's log on its host,
 // under the workdir.
 const hostLogDir = ".drover/logs"
+
+// eventMessage formats an event from drover's own format and arguments
+// that may carry a host's text. Each argument is escaped on its own
+// (cluster.Escape), so the message holds no control character of a host;
+// an error keeps its lines (errorLines: errors.Join's, one per host), each
+// escaped and indented under the event, so that a phase that failed on
+// three hosts reads as three lines, not one with literal "\n"s. Numbers
+// and booleans are passed as they are, for their verbs.
+func eventMessage(format string, args ...any) string {
+	esc := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case nil:
+			esc[i] = v
+		case error:
+			esc[i] = errorLines(v)
+		case string:
+			esc[i] = cluster.Escape(v)
+		default:
+			switch reflect.ValueOf(v).Kind() {
+			case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+				reflect.Float32, reflect.Float64:
+				esc[i] = v
+			default:
+				esc[i] = cluster.Escape(fmt.Sprint(v))
+			}
+		}
+	}
+	return fmt.Sprintf(cluster.Escape(strings.TrimRight(format, "\n")), esc...)
+}
+
+// errorLines renders err for an event or the summary: each of its lines
+// escaped, the lines after the first indented by two spaces, so that none
+// can pass for an event, a process's line or a line of the table.
+func errorLines(err error) string {
+	if err == nil {
+		return fmt.Sprint(err)
+	}
+	lines := strings.Split(strings.TrimRight(err.Error(), "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = cluster.Escape(l)
+	}
+	return strings.Join(lines, "\n  ")
+}

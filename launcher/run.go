@@ -155,8 +155,16 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 		err = stuck.Judge(cfg.Job.MaxRestartsWithoutProgress, a.progress.policy(), out.err)
 	}
 	if err != nil {
-		r.events.printf("job %s failed: %v", cfg.Job.Name, err)
+		if out.untold {
+			// The summary says it, once.
+			r.events.debugf("job %s failed: %v", cfg.Job.Name, err)
+		} else {
+			r.events.printf("job %s failed: %v", cfg.Job.Name, err)
+		}
 		return r.finish(res, Failed, err)
+	}
+	if out.untold {
+		r.events.printf("%s: %v", a.prefix(), out.err)
 	}
 	check := a.leaseCheck
 	if check == nil {

@@ -387,6 +387,24 @@ echo "restart $DROVER_RESTART_COUNT"
 		assert.Equal(t, "restart 2\n", readLog(t, res, 3, "worker-1"))
 	})
 
+	t.Run("a setup failure on every host is said once, a line per host", func(t *testing.T) {
+		job := localJob(t, "exit 0\n", nextPort())
+		text, err := os.ReadFile(job)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(job, []byte(strings.Replace(string(text), `command = ["sh", "w.sh"]`, `command = ["no-such-trainer"]`, 1)), 0o644))
+		res, _, events := run(t, context.Background(), job)
+		require.Equal(t, Failed, res.Outcome)
+		var sum bytes.Buffer
+		RenderSummary(&sum, res)
+		all := events + sum.String()
+		t.Logf("summary:\n%s", sum.String())
+		for _, h := range []string{"a", "b"} {
+			assert.Equal(t, 1, strings.Count(all, "preflight on "+h), "host %s's failure, once:\n%s", h, all)
+		}
+		assert.NotContains(t, all, `\n`, "no literal newline")
+		assert.Regexp(t, `(?m)^failed after 1 attempt\(s\): preflight on [ab].*\n  preflight on [ab].*; logs in `, sum.String())
+	})
+
 	t.Run("fatal_exit_codes and retry_exit_codes", func(t *testing.T) {
 		res, _, _ := run(t, context.Background(), localJob(t, `if [ "$RANK" = 1 ]; then exit 2; fi; sleep 1000`,
 			nextPort()+"fatal_exit_codes = [2]\n"))

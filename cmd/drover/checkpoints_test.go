@@ -26,10 +26,12 @@ name = "j"
 framework = "pytorch"
 command = ["python3", "train.py"]
 code = "."
+checkpoint_dir = "ck"
 
 [[host]]
 name = "a"
-address = "10.0.0.1"
+transport = "local"
+workdir = "`+dir+`"
 gpus = []
 `), 0o644))
 	drover := func(args ...string) (int, string, string) {
@@ -42,12 +44,13 @@ gpus = []
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "no checkpoints recorded yet")
 
-	// What a run's watcher records: a checkpoint written on host a.
+	// What a run's watcher records: a checkpoint written on host a (one
+	// version of it: the listing asks the host, and a rewrite is another).
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ck"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ck", "step-3.pt"), make([]byte, 2048), 0o644))
 	for _, logRoot := range []string{filepath.Join(dir, "runs"), filepath.Join(dir, "elsewhere")} {
 		rec, err := checkpoint.LoadRecord(checkpoint.RecordPath(logRoot, "j"), "j")
 		require.NoError(t, err)
-		require.NoError(t, os.MkdirAll(filepath.Join(dir, "ck"), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "ck", "step-3.pt"), make([]byte, 2048), 0o644))
 		found, err := checkpoint.Scan(t.Context(), cluster.NewOSFS(dir), "a", filepath.Join(dir, "ck"), "")
 		require.NoError(t, err)
 		_, err = rec.Saw(found, time.Now())
@@ -61,7 +64,21 @@ gpus = []
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "step-3.pt")
 
+	// The script deletes it (keep N): the listing asks the host, and
+	// claims it no more; --all still lists it, held nowhere; --offline
+	// shows what drover last saw, as the record has it.
+	require.NoError(t, os.Remove(filepath.Join(dir, "ck", "step-3.pt")))
+	code, out, errOut = drover(job)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "no restorable checkpoint: the 1 recorded are held nowhere any more (--all lists them)\n", out)
+	code, out, errOut = drover("--all", job)
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^1 +step-3\.pt +2\.0 KiB +\S+ \S+ +nowhere any more$`, out)
+	code, out, errOut = drover("--offline", job)
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^1 +step-3\.pt .* a \(written\)$`, out)
+
 	code, _, errOut = drover()
 	assert.Equal(t, agent.ExitUsage, code)
-	assert.Contains(t, errOut, "usage: drover checkpoints [--log-dir LOG_DIR] [--inventory FILE] [--accept-new-hosts] JOB.toml")
+	assert.Contains(t, errOut, "usage: drover checkpoints [--log-dir LOG_DIR] [--all] [--offline] [--inventory FILE] [--accept-new-hosts] JOB.toml")
 }

@@ -69,8 +69,16 @@ func topAction(c *cli.Context) error {
 	if f, ok := c.App.Writer.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		return topview.Interactive(ctx, w.View, every)
 	}
-	<-ctx.Done() // no terminal: serve the metrics until stopped
-	return nil
+	if c.String("metrics-addr") != "" || c.String("textfile") != "" {
+		<-ctx.Done() // no terminal: an exporter, quiet until stopped
+		return nil
+	}
+	// No terminal (a pipe, a file): what --once prints, at each refresh,
+	// from the first view every host answered for.
+	wctx, cancel := context.WithTimeout(ctx, topOnceWait)
+	w.WaitFirst(wctx)
+	cancel()
+	return topview.Print(ctx, c.App.Writer, w.View, every)
 }
 
 // topOnce prints the first view every host answered (or failed) for,
@@ -79,6 +87,8 @@ func topOnce(ctx context.Context, c *cli.Context, w *top.Watcher) error {
 	wctx, cancel := context.WithTimeout(ctx, topOnceWait)
 	defer cancel()
 	w.WaitFirst(wctx)
+	// A step rate needs a second sample whose step differs.
+	w.WaitRates(ctx, topRateWindow(c.Duration("every")))
 	v := w.View()
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
@@ -92,6 +102,12 @@ func topOnce(ctx context.Context, c *cli.Context, w *top.Watcher) error {
 // topOnceWait bounds --once: a host that has not answered by then shows
 // as what it is so far ("connecting", or its error).
 const topOnceWait = 15 * time.Second
+
+// topRateWindow is how long --once waits, after the first samples, for
+// every process's step rate: two more samples (at --every), at most 5 s.
+func topRateWindow(every time.Duration) time.Duration {
+	return min(2*every+every/2, 5*time.Second)
+}
 
 // serveMetrics listens on addr and serves reg at /metrics until ctx
 // ends; the address it got goes to stderr (":0" picks a port).

@@ -807,6 +807,31 @@ func TestRunPreflightMissingProgram(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "no process log was opened")
 }
 
+// Issue 37: a fleet met for the first time (an empty known_hosts) is named
+// whole: every host with the key it presented, one ssh-keyscan line for
+// them all, said once, a line per host (no literal "\n").
+func TestRunEmptyKnownHostsNamesEveryHost(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 3, Script: sleepForever})
+	empty := filepath.Join(j.Dir, "known_hosts")
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	inv, err := os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.Replace(string(inv), fmt.Sprintf("%q", fleet.KnownHosts), fmt.Sprintf("%q", empty), 1)), 0o644))
+	d := startDrover(t, j)
+	assert.Equal(t, exitFailed, d.wait(t, 60*time.Second))
+	stderr := d.stderr.String()
+	t.Logf("drover stderr:\n%s", stderr)
+	for i := range 3 {
+		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(fleet.Hosts[i].Name+" ("+fleet.Hosts[i].Addr+":22): presented ")+`\S+ key SHA256:`, stderr, "host %d on a line of its own", i)
+	}
+	assert.Equal(t, 1, strings.Count(stderr, "ssh-keyscan"), "one ssh-keyscan line:\n%s", stderr)
+	assert.Contains(t, stderr, "`ssh-keyscan "+fleet.Hosts[0].Addr+" "+fleet.Hosts[1].Addr+" "+fleet.Hosts[2].Addr+" >> "+empty+"`")
+	assert.Equal(t, 1, strings.Count(stderr, "host keys of 3 hosts unknown"), "said once:\n%s", stderr)
+	assert.NotContains(t, stderr, `\n`)
+	assert.Empty(t, jobProcs(t, j.Name))
+}
+
 // Done-when 9, second part: a planned port already in use on the rank-0
 // host fails preflight with the port in the message.
 func TestRunPreflightPortInUse(t *testing.T) {

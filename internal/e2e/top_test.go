@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
@@ -138,6 +139,9 @@ func TestTopOnceJSON(t *testing.T) {
 		assert.GreaterOrEqual(t, p.OutputAgeS, 0.0, "-1 is no log found")
 		require.NotNil(t, p.Step, h.Host)
 		assert.Positive(t, *p.Step)
+		// --once waits a second sample for the rate (five steps a second).
+		require.NotNil(t, p.StepRate, h.Host)
+		assert.Positive(t, *p.StepRate)
 		if i >= 2 {
 			assert.Empty(t, h.GPUs)
 			assert.Contains(t, h.GPUError, "nvidia-smi")
@@ -156,7 +160,26 @@ func TestTopOnceJSON(t *testing.T) {
 	table := string(runTop(t, j, "--once"))
 	t.Logf("drover top --once:\n%s", table)
 	assert.Regexp(t, regexp.QuoteMeta(fleet.Hosts[0].Name)+` +1 +\? +0\.0/140G +91C +650W +hw-thermal,ecc-uncorrected=1 +-`, table)
-	assert.Regexp(t, `worker-0 +`+regexp.QuoteMeta(fleet.Hosts[0].Name)+` +\d+ +(running|sleeping) +\ds ago +\d+ +-`, table)
+	assert.Regexp(t, `(?m)^worker-0 +`+regexp.QuoteMeta(fleet.Hosts[0].Name)+` +\d+ +(running|sleeping) +\ds ago +\d+ +\d+\.\d\d$`, table)
+
+	// Without a terminal (stdout a pipe), top prints what --once prints
+	// at each refresh until it is stopped.
+	cmd := exec.Command(droverBinary(t), "top", "--every", "300ms", j.Path)
+	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(j.Dir, "home"))
+	var out transporttest.SyncBuffer
+	cmd.Stdout = &out
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	testenv.WaitFor(t, 30*time.Second, "drover top to print three views", func() bool {
+		return strings.Count(out.String(), "drover top: "+j.Name) >= 3
+	})
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait())
+	views := strings.Split(out.String(), "drover top: "+j.Name+" ")
+	assert.Empty(t, views[0], "the output starts with a view")
+	for _, v := range views[1:] {
+		assert.Contains(t, v, "worker-3", "each view whole")
+	}
 }
 
 // While a job runs on GPUs, top shows what the run's health watch found

@@ -169,3 +169,37 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 		t.Errorf("README.md must start with the two commands, make demo and make test")
 	}
 }
+
+// readmeCommand is a `command = [...]` line of a job in README.md or
+// docs/job-file.md that runs train.py.
+var readmeCommand = regexp.MustCompile(`command = \[("python3", "train\.py"[^\]]*)\]`)
+
+// TestDocJobsMatchExampleScript: the jobs README.md and docs/job-file.md
+// show run train.py, examples/pytorch-ddp/train.py as README.md points to
+// it: every flag they pass is one that script takes (a newcomer copies
+// the job and the script together).
+func TestDocJobsMatchExampleScript(t *testing.T) {
+	r := root(t)
+	script, err := os.ReadFile(filepath.Join(r, "examples", "pytorch-ddp", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []string{"README.md", filepath.Join("docs", "job-file.md")} {
+		b, err := os.ReadFile(filepath.Join(r, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := readmeCommand.FindAllStringSubmatch(string(b), -1)
+		if len(ms) == 0 {
+			t.Errorf("%s: no job running train.py found", doc)
+		}
+		for _, m := range ms {
+			for _, arg := range strings.Split(m[1], ",") {
+				arg = strings.Trim(strings.TrimSpace(arg), `"`)
+				if strings.HasPrefix(arg, "--") && !strings.Contains(string(script), `add_argument("`+arg+`"`) {
+					t.Errorf("%s: the job passes %s, which examples/pytorch-ddp/train.py does not take", doc, arg)
+				}
+			}
+		}
+	}
+}

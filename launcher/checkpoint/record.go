@@ -157,7 +157,28 @@ func (r *Record) update(fn func(d *recordFile) bool) error {
 // it, the oldest checkpoints that no place holds any more are forgotten.
 const maxEntries = 1000
 
+// scratch is a copy of the record that is never saved: what a listing
+// learns from the hosts (Current) must not race a running supervisor's
+// own saves of the file.
+func (r *Record) scratch() *Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := &Record{max: r.max, data: recordFile{Job: r.data.Job, Next: r.data.Next}}
+	for _, e := range r.data.Entries {
+		cp := *e
+		cp.Held = slices.Clone(e.Held)
+		cp.Parts = slices.Clone(e.Parts)
+		cp.PartDigests = maps.Clone(e.PartDigests)
+		cp.PartSizes = maps.Clone(e.PartSizes)
+		c.data.Entries = append(c.data.Entries, &cp)
+	}
+	return c
+}
+
 func (r *Record) saveLocked() error {
+	if r.path == "" {
+		return nil // a scratch copy
+	}
 	r.changes++
 	if excess := len(r.data.Entries) - r.max; excess > 0 {
 		// Oldest first, in one pass: forget entries held nowhere until

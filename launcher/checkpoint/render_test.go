@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,4 +37,33 @@ func TestRender(t *testing.T) {
 	b.Reset()
 	require.NoError(t, Render(&b, nil, time.UTC))
 	assert.Contains(t, b.String(), "no checkpoints recorded yet")
+}
+
+// A checkpoint is restorable when some place holds it and, sharded, every
+// part; the listing shows only those unless asked for the history.
+func TestRestorableListing(t *testing.T) {
+	held := []Location{{Kind: Written, Host: "a", Path: "/x"}}
+	for _, tt := range []struct {
+		name string
+		e    Entry
+		want bool
+	}{
+		{"held", Entry{Held: held}, true},
+		{"held nowhere", Entry{}, false},
+		{"every part held", Entry{Parts: []string{"a", "b"}, Held: append(slices.Clone(held), Location{Kind: Copy, Host: "c", Part: "b"})}, true},
+		{"a part lost", Entry{Parts: []string{"a", "b"}, Held: held}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, Restorable(tt.e)) })
+	}
+	t0 := time.Date(2026, 11, 24, 6, 0, 1, 0, time.UTC)
+	entries := []Entry{{Seq: 1, Name: "old.pt", Seen: t0}, {Seq: 2, Name: "new.pt", Seen: t0, Held: held}}
+	var b bytes.Buffer
+	require.NoError(t, RenderListing(&b, entries, false, time.UTC))
+	assert.NotContains(t, b.String(), "old.pt")
+	assert.Contains(t, b.String(), "new.pt")
+	assert.Contains(t, b.String(), "1 more recorded checkpoint(s) can no longer be restored (--all lists them)")
+	b.Reset()
+	require.NoError(t, RenderListing(&b, entries, true, time.UTC))
+	assert.Contains(t, b.String(), "old.pt")
+	assert.NotContains(t, b.String(), "--all")
 }

@@ -86,7 +86,7 @@ func Retryable(job config.Job, out Outcome, n int) (bool, string) {
 	case job.RestartPolicy == config.RestartNever:
 		return false, `restart_policy = "never"`
 	case out.Kind == SetupFailed && (n == 1 || out.Permanent || config.IsConfigError(out.Err)):
-		return false, "the group could not be set up (see the error above)"
+		return false, "the group could not be set up"
 	case job.RestartPolicy == config.RestartExitCode && exited && out.ExitCode <= 127:
 		return false, fmt.Sprintf(`exit status %d is permanent under restart_policy = "exit-code" (1-127 permanent, 128-255 and lost hosts retried)`, out.ExitCode)
 	}

@@ -69,6 +69,8 @@ type Watcher struct {
 	job   string
 	now   func() time.Time
 	hosts []*topHost
+	// sampled is signalled, without blocking, at any host's sample.
+	sampled chan struct{}
 }
 
 type topHost struct {
@@ -76,6 +78,8 @@ type topHost struct {
 	state Host
 	// seen is signalled, without blocking, at each sample or failure.
 	seen chan struct{}
+	// sampled is the Watcher's.
+	sampled chan struct{}
 }
 
 // Watch starts watching every host until ctx ends.
@@ -83,10 +87,10 @@ func Watch(ctx context.Context, o Options) *Watcher {
 	if o.Every <= 0 {
 		o.Every = time.Second
 	}
-	w := &Watcher{job: o.Job.Name, now: time.Now}
+	w := &Watcher{job: o.Job.Name, now: time.Now, sampled: make(chan struct{}, 1)}
 	agents := remote.FindAgents(o.Bin)
 	for _, h := range o.Hosts {
-		th := &topHost{state: Host{Host: h.Name, Error: "connecting"}, seen: make(chan struct{}, 1)}
+		th := &topHost{state: Host{Host: h.Name, Error: "connecting"}, seen: make(chan struct{}, 1), sampled: w.sampled}
 		w.hosts = append(w.hosts, th)
 		go th.watch(ctx, h, o, agents)
 	}
@@ -129,9 +133,54 @@ func (w *Watcher) WaitFirst(ctx context.Context) {
 	}
 }
 
+// WaitRates waits, after WaitFirst, until every process that reports a
+// step also has a step rate (RatesKnown), or window or ctx ends: the agent
+// computes a rate from two samples whose steps differ, and the first
+// sample of a session has none, so `top --once` would never show one.
+// With samples a second apart, a window of two or three seconds gives a
+// job that steps at least every second its rate; a slower one shows "-".
+func (w *Watcher) WaitRates(ctx context.Context, window time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, window)
+	defer cancel()
+	for !RatesKnown(w.View()) {
+		select {
+		case <-w.sampled:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// RatesKnown reports whether every process of a reachable host that
+// reports a step has a step rate.
+func RatesKnown(v View) bool {
+	for _, h := range v.Hosts {
+		if !h.Reachable {
+			continue
+		}
+		for _, p := range h.Procs {
+			if p.Step != nil && p.StepRate == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func (th *topHost) signal() {
 	select {
 	case th.seen <- struct{}{}:
+	default:
+	}
+}
+
+// signalSample tells WaitRates that a sample came.
+func (th *topHost) signalSample() {
+	if th.sampled == nil {
+		return
+	}
+	select {
+	case th.sampled <- struct{}{}:
 	default:
 	}
 }
@@ -212,6 +261,7 @@ func (th *topHost) stream(ctx context.Context, h config.Host, o Options, agents 
 			th.state = Host{Host: h.Name, Reachable: true, LastSeen: time.Now(), GPUs: s.GPUs, GPUError: s.GPUError, Procs: s.Procs, Health: s.Health}
 			th.mu.Unlock()
 			th.signal()
+			th.signalSample()
 			silent.Reset(topRedial)
 		}
 	}

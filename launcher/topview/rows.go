@@ -1,7 +1,9 @@
 package topview
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -143,4 +145,23 @@ func Rows(v top.View) []string {
 		}
 	}
 	return out
+}
+
+// Print writes the view as --once prints it (Rows) to w, then again every
+// interval, a blank line between views, until ctx ends: `drover top` whose
+// output is not a terminal (a pipe, a file, a log) shows the same as on
+// one, a view per refresh, rather than nothing.
+func Print(ctx context.Context, w io.Writer, view func() top.View, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for sep := ""; ; sep = "\n" {
+		if _, err := io.WriteString(w, sep+strings.Join(Rows(view()), "\n")+"\n"); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }

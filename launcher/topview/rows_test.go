@@ -1,11 +1,13 @@
 package topview
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/top"
@@ -41,4 +43,40 @@ func TestFlags(t *testing.T) {
 	assert.Equal(t, "hw-thermal,power-brake,ecc-uncorrected=2", Flags(agent.TopGPU{Throttle: &bits, ECCVolatile: &ecc}))
 	none := uint64(0x1) // idle
 	assert.Equal(t, "-", Flags(agent.TopGPU{Throttle: &none, ECCVolatile: &zero}))
+}
+
+// cancelAfter is a writer that ends ctx after n writes.
+type cancelAfter struct {
+	b      strings.Builder // not embedded: its WriteString would bypass Write
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Write(p []byte) (int, error) {
+	if c.n--; c.n <= 0 {
+		c.cancel()
+	}
+	return c.b.Write(p)
+}
+
+func (c *cancelAfter) String() string { return c.b.String() }
+
+// Without a terminal, top prints what --once prints, a view per refresh,
+// a blank line between them, until it is stopped.
+func TestPrint(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelAfter{n: 3, cancel: cancel}
+	views := 0
+	view := func() top.View {
+		views++
+		return top.View{Job: "j", Time: time.Date(2026, 1, 2, 3, 4, views, 0, time.UTC), Hosts: []top.Host{{Host: "h1", Error: "connecting"}}}
+	}
+	require.NoError(t, Print(ctx, out, view, time.Millisecond))
+	var want []string
+	for i := 1; i <= 3; i++ {
+		want = append(want, strings.Join(Rows(top.View{Job: "j", Time: time.Date(2026, 1, 2, 3, 4, i, 0, time.UTC), Hosts: []top.Host{{Host: "h1", Error: "connecting"}}}), "\n")+"\n")
+	}
+	assert.Equal(t, strings.Join(want, "\n"), out.String())
+	assert.Contains(t, out.String(), "drover top: j   03:04:03")
 }
