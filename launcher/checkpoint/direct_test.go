@@ -83,7 +83,7 @@ func TestDirectCopyMatchesRelayAndChains(t *testing.T) {
 	ln1, ln2 := listen(t), listen(t)
 	second := receive(Receive{Listener: ln2, Token: tok2, Own: own2, Seq: 3, Name: "step-7"})
 	first := receive(Receive{Listener: ln1, Token: tok1, Own: own1, Seq: 3, Name: "step-7", Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
-	digest, size, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "step-7", 0)
+	digest, size, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "step-7", 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, want, digest, "one checkpoint, one digest, however it travelled")
 	assert.Equal(t, wantSize, size)
@@ -144,7 +144,7 @@ func TestDirectCopyForwardsWhileDiskIsBusy(t *testing.T) {
 	second := receive(Receive{Listener: ln2, Token: tok2, Own: own2, Seq: 1, Name: "big.pt", beforeApply: counting})
 	first := receive(Receive{Listener: ln1, Token: tok1, Own: own1, Seq: 1, Name: "big.pt", beforeApply: holding,
 		Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
-	digest, _, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "big.pt", 0)
+	digest, _, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "big.pt", 0, 0)
 	require.NoError(t, err)
 	for _, r := range []recvResult{<-first, <-second} {
 		require.NoError(t, r.err)
@@ -217,7 +217,7 @@ func TestDirectCopyWritesBackAsItArrives(t *testing.T) {
 			startWriteback(f, off, n)
 		}}
 	got := receive(o)
-	_, _, err := SendDirect(context.Background(), o.Listener.Addr().String(), o.Token, src, "big.pt", 0)
+	_, _, err := SendDirect(context.Background(), o.Listener.Addr().String(), o.Token, src, "big.pt", 0, 0)
 	require.NoError(t, err)
 	require.NoError(t, (<-got).err)
 	mu.Lock()
@@ -235,12 +235,12 @@ func TestDirectCopyToken(t *testing.T) {
 	tok := token(t)
 	ln := listen(t)
 	got := receive(Receive{Listener: ln, Token: tok, Own: own, Seq: 1, Name: "c.pt"})
-	_, _, err := SendDirect(context.Background(), ln.Addr().String(), token(t), src, "c.pt", 0)
+	_, _, err := SendDirect(context.Background(), ln.Addr().String(), token(t), src, "c.pt", 0, 0)
 	require.ErrorIs(t, err, ErrAuth)
 	entries, err := os.ReadDir(own)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "nothing written for a stranger")
-	_, _, err = SendDirect(context.Background(), ln.Addr().String(), tok, src, "c.pt", 0)
+	_, _, err = SendDirect(context.Background(), ln.Addr().String(), tok, src, "c.pt", 0, 0)
 	require.NoError(t, err)
 	r := <-got
 	require.NoError(t, r.err)
