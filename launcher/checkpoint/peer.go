@@ -254,7 +254,10 @@ func (p *peerProc) failure() error {
 // result parses "received|sent DIGEST SIZE".
 func (p *peerProc) result() (string, int64, error) {
 	if err := p.failure(); err != nil {
-		return "", 0, fmt.Errorf("%w (%s)", err, strings.TrimSpace(p.stderr.String()))
+		if e := strings.TrimSpace(p.stderr.String()); e != "" {
+			return "", 0, fmt.Errorf("%w (%s)", err, e)
+		}
+		return "", 0, err
 	}
 	f := strings.Fields(p.last)
 	if len(f) != 3 {
@@ -354,7 +357,13 @@ func directCopy(ctx context.Context, j directJob, dests []Host, events func(stri
 		if send.unreachable {
 			unreachable = append(unreachable, recvs[0].host)
 		}
-		return nil, dests, unreachable, fmt.Errorf("send from %s to %s: %w", src.Name, recvs[0].host.Name, err)
+		errs := []error{why, fmt.Errorf("send from %s to %s: %w", src.Name, recvs[0].host.Name, err)}
+		for _, r := range recvs { // why the receivers stopped too
+			if _, _, err := r.p.result(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return nil, dests, unreachable, errors.Join(errs...)
 	}
 	var errs []error
 	for i, r := range recvs {
