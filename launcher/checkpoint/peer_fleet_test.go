@@ -96,7 +96,9 @@ func testRecv(o PeerRecv, stdin io.Reader, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s%s\n", ListeningPrefix, ln.Addr())
 	r := Receive{Listener: ln, Token: tokens[0], Own: o.Own, Seq: o.Seq, Name: o.Name, Part: o.Part, Wait: o.Wait, Idle: o.Idle,
-		Events: func(format string, args ...any) { fmt.Fprintf(stdout, "%s%s\n", EventPrefix, fmt.Sprintf(format, args...)) }}
+		Events: func(format string, args ...any) {
+			fmt.Fprintf(stdout, "%s%s\n", EventPrefix, fmt.Sprintf(format, args...))
+		}}
 	if o.Forward != "" {
 		r.Next = &Forward{Addr: o.Forward, Token: tokens[1]}
 	}
@@ -224,7 +226,6 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 		}
 	})
 }
-
 
 // spamAgent is a forged agent that prints without end: events and other
 // lines, never a result.
