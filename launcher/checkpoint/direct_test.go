@@ -75,7 +75,7 @@ func TestDirectCopyMatchesRelayAndChains(t *testing.T) {
 	shardDir(t, src)
 	relayOwn := t.TempDir()
 	d := newDest("relay", Copy, "h9", cluster.NewOSFS("/"), relayOwn, 3, "step-7")
-	want, wantSize, err := copyEntry(context.Background(), cluster.NewOSFS("/"), "h0", src, "step-7", []*dest{d}, nil)
+	want, wantSize, err := copyEntry(context.Background(), cluster.NewOSFS("/"), "h0", src, "step-7", []*dest{d}, nil, 0)
 	require.NoError(t, err)
 
 	own1, own2 := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")

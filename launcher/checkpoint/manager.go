@@ -373,7 +373,7 @@ func (m *Manager) stageFrom(ctx context.Context, e Entry, sources []Location, ho
 		for i, h := range lacking {
 			dests[i] = newDest(h.Name, Copy, h.Name, h.FS, h.Own, e.Seq, e.Name)
 		}
-		digest, size, err := copyEntry(ctx, m.fsOf(src, hosts), src.String(), src.Path, e.Name, dests, nil)
+		digest, size, err := copyEntry(ctx, m.fsOf(src, hosts), src.String(), src.Path, e.Name, dests, nil, m.idle)
 		if err == nil && src.Kind != Written && e.Digest != "" && digest != e.Digest {
 			err = fmt.Errorf("checkpoint %s (#%d) read from %s does not match the copy drover made of it (sha256 of MANIFEST %s, recorded %s)", e.Name, e.Seq, src, digest, e.Digest)
 			if derr := m.rec.Drop(e.Seq, src); derr != nil {
@@ -513,7 +513,7 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 	}
 	if len(dests) > 0 {
 		lim := newLimiter(set.CopyRate, realClock{})
-		digest, n, err := copyEntry(ctx, hosts[srcIdx].copyFS(), src.String(), src.Path, e.Name, dests, lim)
+		digest, n, err := copyEntry(ctx, hosts[srcIdx].copyFS(), src.String(), src.Path, e.Name, dests, lim, m.idle)
 		if err != nil {
 			return err
 		}
