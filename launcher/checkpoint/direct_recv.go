@@ -68,6 +68,8 @@ type Receive struct {
 	beforeApply func(frame byte)
 	// writeback, set by tests, replaces startWriteback.
 	writeback func(f *os.File, off, n int64)
+	// manifestCap, set by tests, replaces maxManifest.
+	manifestCap int
 }
 
 // ReceiveDirect takes one direct copy (see SendDirect) and returns its
@@ -95,7 +97,10 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 		return "", 0, fmt.Errorf("direct copy: %w", err)
 	}
 	defer root.Close()
-	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events, beforeApply: o.beforeApply, conn: conn, writeback: startWriteback}
+	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events, beforeApply: o.beforeApply, conn: conn, writeback: startWriteback, manifestCap: maxManifest}
+	if o.manifestCap > 0 {
+		r.manifestCap = o.manifestCap
+	}
 	if o.writeback != nil {
 		r.writeback = o.writeback
 	}
@@ -225,7 +230,12 @@ type receiver struct {
 	rel        string
 	rels       []string
 	manifest   bytes.Buffer
-	size       int64
+	// manifestCap bounds manifest (maxManifest): a MANIFEST longer than
+	// a sender may send can never arrive, so the copy is refused as soon
+	// as the files it lists would need one, and the receiver holds no
+	// more of their paths.
+	manifestCap int
+	size        int64
 	// flushed is how much of the file being written the kernel was
 	// asked to write to the disk (writeback).
 	flushed   int64
@@ -452,6 +462,9 @@ func (r *receiver) apply(t byte, p []byte) error {
 		}
 		if err := r.checkRel(string(p)); err != nil {
 			return err
+		}
+		if r.manifest.Len() >= r.manifestCap {
+			return fmt.Errorf("direct copy: the files sent need a MANIFEST of more than %d bytes, more than a sender may send: it can never arrive", r.manifestCap)
 		}
 		f, err := r.root.OpenFile(path.Join(r.tmp, string(p)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {

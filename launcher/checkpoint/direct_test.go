@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,4 +335,30 @@ func sameFiles(t *testing.T, want, got string) {
 		return err
 	}))
 	assert.Equal(t, n, m, "the same files")
+}
+
+// Issue 36, a weak point: a sender that streams more files than a
+// MANIFEST can list (its frame is at most maxManifest) is refused as soon
+// as their MANIFEST would pass that bound, rather than the receiver
+// keeping every path (and file) of a copy that can never complete.
+func TestDirectCopyRefusesManifestThatCannotFit(t *testing.T) {
+	own := t.TempDir()
+	tok := token(t)
+	ln := listen(t)
+	got := receive(Receive{Listener: ln, Token: tok, Own: own, Seq: 1, Name: "c.pt", manifestCap: 4 << 10})
+	conn, err := dialPeer(context.Background(), ln.Addr().String(), tok)
+	require.NoError(t, err)
+	defer conn.Close()
+	long := strings.Repeat("x", 200)
+	_ = writeFrame(conn, frameDir, []byte("c.pt"))
+	for i := range 1000 {
+		if writeFrame(conn, frameFile, []byte(fmt.Sprintf("c.pt/%04d-%s", i, long))) != nil || writeFrame(conn, frameEnd, mustSum("")) != nil {
+			break
+		}
+	}
+	r := <-got
+	require.ErrorContains(t, r.err, "it can never arrive")
+	entries, err := os.ReadDir(own)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing left behind")
 }
