@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -251,6 +250,11 @@ func (p *peerProc) failure() error {
 	return p.err
 }
 
+// succeeded reports whether the end exited 0 with a result line.
+func (p *peerProc) succeeded() bool {
+	return p.failure() == nil && p.last != ""
+}
+
 // result parses "received|sent DIGEST SIZE".
 func (p *peerProc) result() (string, int64, error) {
 	if err := p.failure(); err != nil {
@@ -291,6 +295,12 @@ func waitChain(ends []*peerProc, grace time.Duration, events func(string, ...any
 		case i := <-ended:
 			left--
 			gone[i] = true
+			if i == 0 && !ends[0].succeeded() {
+				// The sender failed: the receivers wait for nothing.
+				for _, q := range ends[1:] {
+					q.stop()
+				}
+			}
 			if ends[i].forwardFailed {
 				for _, q := range ends[i+1:] {
 					q.stop()
@@ -358,12 +368,12 @@ func directCopy(ctx context.Context, j directJob, dests []Host, events func(stri
 			unreachable = append(unreachable, recvs[0].host)
 		}
 		errs := []error{why, fmt.Errorf("send from %s to %s: %w", src.Name, recvs[0].host.Name, err)}
-		for _, r := range recvs { // why the receivers stopped too
-			if _, _, err := r.p.result(); err != nil {
-				errs = append(errs, err)
+		for _, r := range recvs {
+			if _, _, err := r.p.result(); err != nil && send.killed != "" {
+				errs = append(errs, err) // why the controller gave up on the sender
 			}
 		}
-		return nil, dests, unreachable, errors.Join(errs...)
+		return nil, dests, unreachable, joinErrs(errs...)
 	}
 	var errs []error
 	for i, r := range recvs {
@@ -381,7 +391,37 @@ func directCopy(ctx context.Context, j directJob, dests []Host, events func(stri
 		}
 		done = append(done, directDone{host: r.host, digest: digest, size: size})
 	}
-	return done, failed, unreachable, errors.Join(append([]error{why}, errs...)...)
+	return done, failed, unreachable, joinErrs(append([]error{why}, errs...)...)
+}
+
+// joinedErrs is errors.Join on one line ("; "): it ends up in one event.
+type joinedErrs []error
+
+func (e joinedErrs) Error() string {
+	var b strings.Builder
+	for i, err := range e {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e joinedErrs) Unwrap() []error { return e }
+
+// joinErrs joins the errors that are not nil, nil when none is.
+func joinErrs(errs ...error) error {
+	var out joinedErrs
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // chainRecv is one started receiver of a chain.
@@ -409,7 +449,7 @@ func startChain(ctx context.Context, j directJob, dests []Host) ([]chainRecv, []
 		}
 		chain = append([]chainRecv{r}, chain...)
 	}
-	return chain, failed, errors.Join(errs...)
+	return chain, failed, joinErrs(errs...)
 }
 
 func startRecv(ctx context.Context, h Host, j directJob, after []chainRecv) (chainRecv, error) {
