@@ -174,6 +174,15 @@ func (p *peerProc) kill() {
 	p.cancel()
 }
 
+// drain reads what is left of the end's output, for an end nobody waits
+// for any more: its output, and so its exit, are never held up.
+func (p *peerProc) drain() {
+	go func() {
+		for range p.lines {
+		}
+	}()
+}
+
 // listening waits for the receiver's "listening ADDR" line.
 func (p *peerProc) listening(ctx context.Context) (string, error) {
 	t := time.NewTimer(listenTimeout)
@@ -343,9 +352,13 @@ func directCopy(ctx context.Context, j directJob, dests []Host, events func(stri
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	recvs, failed, why := startChain(ctx, j, dests)
+	waited := false
 	defer func() {
 		for _, r := range recvs {
 			r.p.stop()
+			if !waited {
+				r.p.drain()
+			}
 		}
 	}()
 	if len(recvs) == 0 {
@@ -362,6 +375,7 @@ func directCopy(ctx context.Context, j directJob, dests []Host, events func(stri
 		ends = append(ends, r.p)
 	}
 	waitChain(ends, j.idleOr(), events)
+	waited = true
 	digest, size, err := send.result()
 	if err != nil {
 		if send.unreachable {
@@ -475,6 +489,7 @@ func startRecv(ctx context.Context, h Host, j directJob, after []chainRecv) (cha
 	addr, err := p.listening(ctx)
 	if err != nil {
 		p.kill()
+		p.drain()
 		return chainRecv{}, err
 	}
 	return chainRecv{host: h, p: p, addr: addr, token: token}, nil
