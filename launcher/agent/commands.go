@@ -84,6 +84,7 @@ const (
 	flagListen            = "listen"
 	flagForward           = "forward"
 	flagWait              = "wait"
+	flagIdle              = "idle"
 	flagPath              = "path"
 	flagRate              = "rate"
 	flagPart              = "part"
@@ -559,6 +560,7 @@ func recvCLI() *cli.Command {
 			&cli.StringFlag{Name: flagForward, Usage: "forward the copy to the receiver at `ADDR` as it arrives"},
 			&cli.StringFlag{Name: flagPart, Usage: "the copy is `HOST`'s part of a sharded checkpoint"},
 			&cli.DurationFlag{Name: flagWait, Value: 20 * time.Second, Usage: "give up when no sender came within this long"},
+			&cli.DurationFlag{Name: flagIdle, Usage: "give up when the stream does not move for this long (0: 45s)"},
 			&cli.BoolFlag{Name: flagLowPriority, Usage: "run at nice 19 and in the idle I/O class"},
 		},
 		Action: func(c *cli.Context) error {
@@ -573,7 +575,7 @@ func recvCLI() *cli.Command {
 // recvOptions reads what RecvCommand wrote.
 func recvOptions(c *cli.Context) checkpoint.PeerRecv {
 	return checkpoint.PeerRecv{Own: c.String(flagDir), Seq: c.Int(flagSeq), Name: c.String(flagName),
-		Listen: c.String(flagListen), Forward: c.String(flagForward), Part: c.String(flagPart), Wait: c.Duration(flagWait), LowPriority: c.Bool(flagLowPriority)}
+		Listen: c.String(flagListen), Forward: c.String(flagForward), Part: c.String(flagPart), Wait: c.Duration(flagWait), Idle: c.Duration(flagIdle), LowPriority: c.Bool(flagLowPriority)}
 }
 
 // sendCLI is `drover agent send`: one direct checkpoint copy to the
@@ -587,6 +589,7 @@ func sendCLI() *cli.Command {
 			&cli.StringFlag{Name: flagName, Required: true, Usage: "the checkpoint's `NAME`"},
 			&cli.StringFlag{Name: flagTo, Required: true, Usage: "the receiver's `ADDR`"},
 			&cli.Int64Flag{Name: flagRate, Usage: "read at most this many `BYTES` per second (0: no cap)"},
+			&cli.DurationFlag{Name: flagIdle, Usage: "give up when the receiver does not move for this long (0: 45s)"},
 			&cli.BoolFlag{Name: flagLowPriority, Usage: "run at nice 19 and in the idle I/O class"},
 		},
 		Action: func(c *cli.Context) error {
@@ -601,7 +604,7 @@ func sendCLI() *cli.Command {
 // sendOptions reads what SendCommand wrote.
 func sendOptions(c *cli.Context) checkpoint.PeerSend {
 	return checkpoint.PeerSend{Path: c.String(flagPath), Name: c.String(flagName), To: c.String(flagTo),
-		Rate: c.Int64(flagRate), LowPriority: c.Bool(flagLowPriority)}
+		Rate: c.Int64(flagRate), Idle: c.Duration(flagIdle), LowPriority: c.Bool(flagLowPriority)}
 }
 
 // RecvCommand is the argv of `drover agent recv` for o.
@@ -617,6 +620,9 @@ func RecvCommand(binary string, o checkpoint.PeerRecv) []string {
 	if o.Wait > 0 {
 		args = append(args, "--"+flagWait, o.Wait.String())
 	}
+	if o.Idle > 0 {
+		args = append(args, "--"+flagIdle, o.Idle.String())
+	}
 	if o.LowPriority {
 		args = append(args, "--"+flagLowPriority)
 	}
@@ -628,6 +634,9 @@ func SendCommand(binary string, o checkpoint.PeerSend) []string {
 	args := []string{binary, cmdAgent, cmdSend, "--" + flagPath, o.Path, "--" + flagName, o.Name, "--" + flagTo, o.To}
 	if o.Rate > 0 {
 		args = append(args, "--"+flagRate, strconv.FormatInt(o.Rate, 10))
+	}
+	if o.Idle > 0 {
+		args = append(args, "--"+flagIdle, o.Idle.String())
 	}
 	if o.LowPriority {
 		args = append(args, "--"+flagLowPriority)

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -66,7 +67,7 @@ func recvAction(c *cli.Context, o checkpoint.PeerRecv) error {
 	fmt.Fprintf(c.App.Writer, "%s%s\n", checkpoint.ListeningPrefix, ln.Addr())
 	ctx, cancel := untilEOF(c.Context, in)
 	defer cancel()
-	r := checkpoint.Receive{Listener: ln, Token: tokens[0], Own: o.Own, Seq: o.Seq, Name: o.Name, Part: o.Part, Wait: o.Wait,
+	r := checkpoint.Receive{Listener: ln, Token: tokens[0], Own: o.Own, Seq: o.Seq, Name: o.Name, Part: o.Part, Wait: o.Wait, Idle: o.Idle,
 		Events: func(format string, args ...any) {
 			fmt.Fprintf(c.App.Writer, "%s%s\n", checkpoint.EventPrefix, fmt.Sprintf(format, args...))
 		}}
@@ -94,7 +95,12 @@ func sendAction(c *cli.Context, o checkpoint.PeerSend) error {
 	}
 	ctx, cancel := untilEOF(c.Context, in)
 	defer cancel()
-	digest, size, err := checkpoint.SendDirect(ctx, o.To, tokens[0], o.Path, o.Name, o.Rate)
+	digest, size, err := checkpoint.SendDirect(ctx, o.To, tokens[0], o.Path, o.Name, o.Rate, o.Idle)
+	var unreachable *checkpoint.UnreachableError
+	if errors.As(err, &unreachable) {
+		// The controller copies to that host another way from now on.
+		fmt.Fprintf(c.App.Writer, "%s%s%v\n", checkpoint.EventPrefix, checkpoint.Unreachable, err)
+	}
 	if err != nil {
 		return cli.Exit(err.Error(), ExitFailed)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/internal/testenv"
 )
 
 func TestIsTempName(t *testing.T) {
@@ -188,4 +189,35 @@ func TestSupersede(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "only step-2's copy on h1, no leftover of step-1's")
 	assert.Equal(t, seqDir(2), entries[0].Name())
+}
+
+// Issue 36, 7, the relay: a read from the source that never returns (the
+// host's SFTP server stopped) ends the copy through the controller after
+// the idle deadline, with an error that says so, instead of hanging it.
+func TestRelayIdleDeadline(t *testing.T) {
+	hs := newHosts(t, "h0", "h1")
+	m, _, _ := newManager(t)
+	m.idle = 200 * time.Millisecond
+	gate := &gatedFS{FS: hs[0].FS, path: filepath.Join(hs[0].Dir, "step-1.pt"), opened: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { close(gate.release) })
+	hosts := hostsOf(hs...)
+	hosts[0].FS = gate
+	set := Settings{Copies: 2, Keep: 2}
+	hs[0].write(t, "step-1.pt", 1<<20, time.Now())
+	require.NoError(t, m.reconcile(context.Background(), hosts, set))
+	done := make(chan error, 1)
+	go func() { done <- m.replicate(context.Background(), 1, hosts, set) }()
+	var err error
+	testenv.WaitFor(t, 20*time.Second, "the stalled copy ends", func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	var idle *IdleError
+	require.ErrorAs(t, err, &idle)
+	assert.Contains(t, err.Error(), "h0:"+filepath.Join(hs[0].Dir, "step-1.pt")+" did not move for 200ms")
+	assert.Equal(t, []string{"written:h0"}, holders(m, 1))
 }

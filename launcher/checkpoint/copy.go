@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/droverhq/drover/cluster"
 )
@@ -125,6 +126,7 @@ type copier struct {
 	rels     []string // the files written, as the MANIFEST names them
 	size     int64
 	lim      *limiter
+	idle     time.Duration
 }
 
 // copyEntry copies the file or directory srcPath (named name) into every
@@ -133,14 +135,19 @@ type copier struct {
 // the total size. A destination that failed has its err set and its
 // temporary directory removed; the error return is for the source (or
 // every destination) failing.
-// lim, when not nil, holds the reads from the source to its rate.
-func copyEntry(ctx context.Context, src cluster.FS, srcLabel, srcPath, name string, dests []*dest, lim *limiter) (digest string, size int64, err error) {
+// lim, when not nil, holds the reads from the source to its rate; a read
+// from the source that returns nothing for idle (CopyIdle when 0) ends the
+// copy (stallReader).
+func copyEntry(ctx context.Context, src cluster.FS, srcLabel, srcPath, name string, dests []*dest, lim *limiter, idle time.Duration) (digest string, size int64, err error) {
 	// The destination is <seq>/<name> under drover's own area, built by
 	// drover; name came from a host's listing, so it must stay one entry.
 	if err := cluster.CheckName(srcLabel, path.Dir(srcPath), name); err != nil {
 		return "", 0, err
 	}
-	c := &copier{ctx: ctx, src: src, srcLabel: srcLabel, dests: dests, buf: make([]byte, copyBuffer), lim: lim}
+	if idle <= 0 {
+		idle = CopyIdle
+	}
+	c := &copier{ctx: ctx, src: src, srcLabel: srcLabel, dests: dests, buf: make([]byte, copyBuffer), lim: lim, idle: idle}
 	defer func() {
 		for _, d := range dests {
 			if d.err != nil || err != nil {
@@ -234,16 +241,17 @@ func (c *copier) file(srcPath, rel string) error {
 	if err != nil {
 		return fmt.Errorf("read checkpoint %s on %s: %w", srcPath, c.srcLabel, err)
 	}
-	defer r.Close()
+	sr := &stallReader{r: r, idle: c.idle, label: c.srcLabel}
+	defer sr.close(r)
 	for _, d := range c.live() {
 		if d.w, err = d.fs.Create(path.Join(d.tmp, rel)); err != nil {
 			d.fail(err)
 		}
 	}
 	f := &fanout{ctx: c.ctx, dests: c.live(), h: sha256.New()}
-	var in io.Reader = struct{ io.Reader }{r}
+	var in io.Reader = sr
 	if c.lim != nil {
-		in = limitedReader{ctx: c.ctx, r: r, l: c.lim}
+		in = limitedReader{ctx: c.ctx, r: sr, l: c.lim}
 	}
 	n, err := io.CopyBuffer(f, in, c.buf)
 	if err != nil {
@@ -336,4 +344,52 @@ func prune(fsys cluster.FS, own string, keep, protect int) ([]int, error) {
 		seqs = seqs[1:]
 	}
 	return removed, errors.Join(errs...)
+}
+
+// stallReader is the relay's idle deadline on its source: a read that
+// returns nothing for idle (the host's SFTP server stopped, its disk
+// stuck) fails with an *IdleError instead of hanging the copy, and with
+// it a restart. A remote file's read cannot be interrupted, so it is left
+// to end with its connection; its buffer is not used again, as the copy
+// has failed.
+type stallReader struct {
+	r       io.Reader
+	idle    time.Duration
+	label   string
+	stalled bool
+}
+
+type readResult struct {
+	n   int
+	err error
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	if s.stalled {
+		return 0, errors.New("a read of the checkpoint is still pending")
+	}
+	ch := make(chan readResult, 1)
+	go func() {
+		n, err := s.r.Read(p)
+		ch <- readResult{n, err}
+	}()
+	t := time.NewTimer(s.idle)
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		return res.n, res.err
+	case <-t.C:
+		s.stalled = true
+		return 0, &IdleError{Peer: s.label, Idle: s.idle, Err: errors.New("a read of the checkpoint returned nothing")}
+	}
+}
+
+// close closes the source file, without waiting when a read is stalled
+// on it (its close would wait too).
+func (s *stallReader) close(c io.Closer) {
+	if s.stalled {
+		go c.Close()
+		return
+	}
+	c.Close()
 }

@@ -17,6 +17,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -62,6 +63,98 @@ const directDialTimeout = 5 * time.Second
 
 // handshakeTimeout bounds the token exchange on a connection.
 const handshakeTimeout = 10 * time.Second
+
+// CopyIdle is how long either end of a copy stream waits for the other to
+// move (a read that returns nothing, a write that takes nothing) before it
+// gives up on the copy: a sender stopped (SIGSTOP, a process stuck on a
+// failing disk) or a receiver that stopped reading must not hang a restart
+// or the next checkpoint's copy. A healthy stream moves a frame (at most
+// copyBuffer) far more often, even held to checkpoint_copy_rate: above
+// copyBuffer/CopyIdle (about 23 KiB/s).
+const CopyIdle = 45 * time.Second
+
+// frameWait is a receiver's "still finishing" while it fsyncs and renames
+// a copy after the MANIFEST: the sender's idle deadline then measures the
+// receiver's liveness, not how long its disk takes.
+const frameWait = 'W'
+
+// idleConn gives every Read and Write of a copy stream its own deadline,
+// idle from when it starts: a stream is only as stuck as its last move.
+// wake ends a Read in progress (and every later one) at once.
+type idleConn struct {
+	net.Conn
+	idle  time.Duration
+	woken atomic.Bool
+}
+
+func newIdleConn(c net.Conn, idle time.Duration) *idleConn {
+	if idle <= 0 {
+		idle = CopyIdle
+	}
+	return &idleConn{Conn: c, idle: idle}
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	if !c.woken.Load() {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	}
+	n, err := c.Conn.Read(p)
+	return n, c.explain(err)
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	n, err := c.Conn.Write(p)
+	return n, c.explain(err)
+}
+
+// wake makes the Read in progress, and every later one, fail now.
+func (c *idleConn) wake() {
+	c.woken.Store(true)
+	_ = c.Conn.SetReadDeadline(time.Now())
+}
+
+// IdleError says the other end of a copy stream did not move for Idle.
+type IdleError struct {
+	Peer string
+	Idle time.Duration
+	Err  error
+}
+
+func (e *IdleError) Error() string {
+	return fmt.Sprintf("direct copy: %s did not move for %s (stopped, or stuck on its disk): %v", e.Peer, e.Idle, e.Err)
+}
+
+func (e *IdleError) Unwrap() error { return e.Err }
+
+func (c *idleConn) explain(err error) error {
+	var ne net.Error
+	if err != nil && !c.woken.Load() && errors.As(err, &ne) && ne.Timeout() {
+		return &IdleError{Peer: c.RemoteAddr().String(), Idle: c.idle, Err: err}
+	}
+	return err
+}
+
+// UnreachableError says a sender (or a hop of a chain) could not connect
+// to the receiver at Addr at all: a firewall, a route, a host down. Only
+// this makes the controller copy between the pair through itself from
+// then on; a copy that failed later (a handshake, a stream) tries the
+// direct path again at the next checkpoint.
+type UnreachableError struct {
+	Addr string
+	Err  error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("connect to %s: %v", e.Addr, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Unreachable starts the event a sender prints (and, after ForwardFailed,
+// a hop of a chain) when it could not connect to its receiver at all
+// (UnreachableError).
+const Unreachable = "unreachable: "
 
 // NewToken returns a fresh one-time token, hex encoded as it travels on
 // the agents' stdin.
@@ -152,7 +245,13 @@ func proveSender(conn net.Conn, token []byte) error {
 
 // proveReceiver is the receiver's half of the handshake.
 func proveReceiver(conn net.Conn, token []byte) error {
-	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	return proveReceiverWithin(conn, token, handshakeTimeout)
+}
+
+// proveReceiverWithin is proveReceiver with the whole exchange bounded by
+// within.
+func proveReceiverWithin(conn net.Conn, token []byte, within time.Duration) error {
+	_ = conn.SetDeadline(time.Now().Add(within))
 	defer conn.SetDeadline(time.Time{})
 	nr := make([]byte, TokenSize)
 	if _, err := rand.Read(nr); err != nil {
@@ -178,7 +277,10 @@ func dialPeer(ctx context.Context, addr string, token []byte) (net.Conn, error) 
 	d := net.Dialer{Timeout: directDialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		}
+		return nil, &UnreachableError{Addr: addr, Err: err}
 	}
 	if err := proveSender(conn, token); err != nil {
 		conn.Close()
@@ -198,13 +300,15 @@ func writeManifestLine(b *bytes.Buffer, rel string, size int64, sum []byte) {
 // checkpoint named name, to the receiver at addr, holding reads to rate
 // bytes per second when positive. It returns the digest (sha256 of the
 // MANIFEST) and size once the receiver said it renamed its copy into
-// place.
-func SendDirect(ctx context.Context, addr string, token []byte, srcPath, name string, rate int64) (string, int64, error) {
-	conn, err := dialPeer(ctx, addr, token)
+// place. A receiver that takes nothing, or says nothing, for idle
+// (CopyIdle when 0) ends the copy with an *IdleError.
+func SendDirect(ctx context.Context, addr string, token []byte, srcPath, name string, rate int64, idle time.Duration) (string, int64, error) {
+	raw, err := dialPeer(ctx, addr, token)
 	if err != nil {
 		return "", 0, err
 	}
-	defer conn.Close()
+	defer raw.Close()
+	conn := newIdleConn(raw, idle)
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	fi, err := os.Stat(srcPath)
@@ -229,9 +333,14 @@ func SendDirect(ctx context.Context, addr string, token []byte, srcPath, name st
 	return digest, s.size, nil
 }
 
-// readAnswer waits for the receiver's verdict on the copy of digest.
+// readAnswer waits for the receiver's verdict on the copy of digest,
+// through its frameWait while it finishes.
 func readAnswer(conn net.Conn, digest string) error {
-	t, p, err := readFrame(conn, make([]byte, 4<<10))
+	buf := make([]byte, 4<<10)
+	t, p, err := readFrame(conn, buf)
+	for err == nil && t == frameWait {
+		t, p, err = readFrame(conn, buf)
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("direct copy: no answer from the receiver: %w", err)

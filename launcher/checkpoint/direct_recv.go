@@ -20,10 +20,15 @@ import (
 	"time"
 )
 
-// maxAuthFailures is how many connections that do not know the token a
-// receiver turns away before it gives up: a port scan must not keep it
-// listening for good, nor make it accept a stranger's stream.
-const maxAuthFailures = 8
+// maxProving is how many connections a receiver proves at once. Each
+// must answer its challenge within proveTimeout, so a stranger's idle
+// connections hold a place for that long at most, and the sender's,
+// queued in the kernel behind them, is taken next.
+const maxProving = 8
+
+// proveTimeout bounds a connection's answer to a receiver's challenge:
+// the sender answers in one round trip.
+const proveTimeout = 3 * time.Second
 
 // ForwardFailed starts the event a receiver reports when it cannot pass
 // the copy on to the next host of its chain: the controller then stops
@@ -52,6 +57,9 @@ type Receive struct {
 	Part string
 	// Wait, when positive, bounds waiting for the sender to connect.
 	Wait time.Duration
+	// Idle bounds each read from the sender and each write to the next
+	// hop (CopyIdle when 0): see idleConn.
+	Idle time.Duration
 	// Events receives what the controller should hear of (a next hop
 	// that could not be reached); the copy here goes on.
 	Events func(format string, args ...any)
@@ -60,6 +68,8 @@ type Receive struct {
 	beforeApply func(frame byte)
 	// writeback, set by tests, replaces startWriteback.
 	writeback func(f *os.File, off, n int64)
+	// manifestCap, set by tests, replaces maxManifest.
+	manifestCap int
 }
 
 // ReceiveDirect takes one direct copy (see SendDirect) and returns its
@@ -71,11 +81,12 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 	if !fs.ValidPath(o.Name) || strings.Contains(o.Name, "/") || o.Name == "." {
 		return "", 0, fmt.Errorf("direct copy: %q is not a checkpoint name", o.Name)
 	}
-	conn, err := acceptPeer(ctx, o.Listener, o.Token, o.Wait)
+	raw, err := acceptPeer(ctx, o.Listener, o.Token, o.Wait)
 	if err != nil {
 		return "", 0, err
 	}
-	defer conn.Close()
+	defer raw.Close()
+	conn := newIdleConn(raw, o.Idle)
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	if err := os.MkdirAll(o.Own, 0o700); err != nil {
@@ -86,7 +97,10 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 		return "", 0, fmt.Errorf("direct copy: %w", err)
 	}
 	defer root.Close()
-	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events, beforeApply: o.beforeApply, conn: conn, writeback: startWriteback}
+	r := &receiver{root: root, tmp: seqDir(o.Seq) + ".tmp", final: seqDir(o.Seq), name: o.Name, events: o.Events, beforeApply: o.beforeApply, conn: conn, writeback: startWriteback, manifestCap: maxManifest}
+	if o.manifestCap > 0 {
+		r.manifestCap = o.manifestCap
+	}
 	if o.writeback != nil {
 		r.writeback = o.writeback
 	}
@@ -98,10 +112,12 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 		r.tmp = r.final + ".tmp"
 	}
 	if o.Next != nil {
-		r.forwardTo(ctx, *o.Next)
+		r.forwardTo(ctx, *o.Next, conn.idle)
 	}
 	defer r.closeNext()
+	stopWaits := sendWaits(conn)
 	digest, err := r.run(bufio.NewReaderSize(conn, 256<<10))
+	stopWaits()
 	if err != nil {
 		_ = root.RemoveAll(r.tmp)
 		_ = writeFrame(conn, frameFail, []byte(err.Error()))
@@ -116,29 +132,89 @@ func ReceiveDirect(ctx context.Context, o Receive) (string, int64, error) {
 	return digest, r.size, nil
 }
 
-// acceptPeer accepts connections until one proves the token.
+// sendWaits writes frameWait to the sender every third of its idle
+// deadline until the returned func is called (which waits for it to
+// stop): the sender, idle while this host fsyncs and renames the copy,
+// knows it is alive.
+func sendWaits(conn *idleConn) func() {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(conn.idle / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if writeFrame(conn, frameWait, nil) != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// acceptPeer accepts connections until one proves the token, until wait
+// (when positive) or ctx ends. Connections are proved concurrently, each
+// within proveTimeout (proveReceiverWithin): another user of the host who
+// opens idle connections to the new port (it is in /proc/net/tcp) only
+// delays the sender by that much, and cannot make the receiver give up
+// before the sender came.
 func acceptPeer(ctx context.Context, ln net.Listener, token []byte, wait time.Duration) (net.Conn, error) {
 	if tl, ok := ln.(*net.TCPListener); ok && wait > 0 {
 		_ = tl.SetDeadline(time.Now().Add(wait))
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer ln.Close()
-	var last error
-	for range maxAuthFailures {
+	proven := make(chan net.Conn, 1)
+	slots := make(chan struct{}, maxProving)
+	var failures atomic.Int64
+	var last atomic.Value
+	for {
+		select {
+		case c := <-proven:
+			return c, nil
+		case slots <- struct{}{}:
+		}
 		conn, err := ln.Accept()
 		if err != nil {
+			select {
+			case c := <-proven: // proved just as the wait ended
+				return c, nil
+			default:
+			}
 			if e := ctx.Err(); e != nil {
 				return nil, fmt.Errorf("direct copy: no sender came: %w", e)
 			}
+			if n := failures.Load(); n > 0 {
+				return nil, fmt.Errorf("direct copy: accept: %w (%d connections did not know the token, the last: %v)", err, n, last.Load())
+			}
 			return nil, fmt.Errorf("direct copy: accept: %w", err)
 		}
-		if last = proveReceiver(conn, token); last == nil {
-			return conn, nil
-		}
-		conn.Close()
+		go func() {
+			defer func() { <-slots }()
+			if err := proveReceiverWithin(conn, token, proveTimeout); err != nil {
+				failures.Add(1)
+				last.Store(err.Error())
+				conn.Close()
+				return
+			}
+			select {
+			case proven <- conn:
+				cancel() // ends Accept: the one sender came
+			default:
+				conn.Close()
+			}
+		}()
 	}
-	return nil, fmt.Errorf("direct copy: %d connections did not know the token: %w", maxAuthFailures, last)
 }
 
 type receiver struct {
@@ -154,26 +230,37 @@ type receiver struct {
 	rel        string
 	rels       []string
 	manifest   bytes.Buffer
-	size       int64
+	// manifestCap bounds manifest (maxManifest): a MANIFEST longer than
+	// a sender may send can never arrive, so the copy is refused as soon
+	// as the files it lists would need one, and the receiver holds no
+	// more of their paths.
+	manifestCap int
+	size        int64
 	// flushed is how much of the file being written the kernel was
 	// asked to write to the disk (writeback).
 	flushed   int64
 	writeback func(f *os.File, off, n int64)
 	// conn is the sender's connection: a failure on the disk side ends
-	// its reads.
-	conn net.Conn
+	// its reads (wake).
+	conn *idleConn
 	// beforeApply is Receive.beforeApply.
 	beforeApply func(frame byte)
 }
 
 // forwardTo connects to the next hop; when it cannot, the copy here goes
 // on and the controller copies to that hop another way.
-func (r *receiver) forwardTo(ctx context.Context, next Forward) {
-	conn, err := dialPeer(ctx, next.Addr, next.Token)
+func (r *receiver) forwardTo(ctx context.Context, next Forward, idle time.Duration) {
+	raw, err := dialPeer(ctx, next.Addr, next.Token)
 	if err != nil {
-		r.event("%s: %v", ForwardFailed, err)
+		var un *UnreachableError
+		if errors.As(err, &un) {
+			r.event("%s: %s%v", ForwardFailed, Unreachable, err)
+		} else {
+			r.event("%s: %v", ForwardFailed, err)
+		}
 		return
 	}
+	conn := newIdleConn(raw, idle)
 	r.next, r.nextW = conn, bufio.NewWriterSize(conn, 256<<10)
 }
 
@@ -234,14 +321,14 @@ func (r *receiver) forward(p []byte, flush bool) {
 	}
 }
 
-// closeNext waits (bounded) for the next hop's answer, so that the
-// connection closes only after it has read everything.
+// closeNext waits (each read bounded by the idle deadline, through the
+// next hop's frameWait) for the next hop's answer, so that the connection
+// closes only after it has read everything.
 func (r *receiver) closeNext() {
 	if r.next == nil {
 		return
 	}
-	_ = r.next.SetReadDeadline(time.Now().Add(time.Minute))
-	_, _, _ = readFrame(r.next, make([]byte, 4<<10))
+	_ = readAnswer(r.next, "")
 	r.next.Close()
 }
 
@@ -337,7 +424,7 @@ func (r *receiver) applyAll(work <-chan inFrame, free chan<- []byte, failed *ato
 				if r.conn != nil {
 					// Wake run, which may be waiting for a frame
 					// that a sender waiting for our answer never sends.
-					_ = r.conn.SetReadDeadline(time.Now())
+					r.conn.wake()
 				}
 			}
 		}
@@ -375,6 +462,9 @@ func (r *receiver) apply(t byte, p []byte) error {
 		}
 		if err := r.checkRel(string(p)); err != nil {
 			return err
+		}
+		if r.manifest.Len() >= r.manifestCap {
+			return fmt.Errorf("direct copy: the files sent need a MANIFEST of more than %d bytes, more than a sender may send: it can never arrive", r.manifestCap)
 		}
 		f, err := r.root.OpenFile(path.Join(r.tmp, string(p)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,7 +77,7 @@ func TestDirectCopyMatchesRelayAndChains(t *testing.T) {
 	shardDir(t, src)
 	relayOwn := t.TempDir()
 	d := newDest("relay", Copy, "h9", cluster.NewOSFS("/"), relayOwn, 3, "step-7")
-	want, wantSize, err := copyEntry(context.Background(), cluster.NewOSFS("/"), "h0", src, "step-7", []*dest{d}, nil)
+	want, wantSize, err := copyEntry(context.Background(), cluster.NewOSFS("/"), "h0", src, "step-7", []*dest{d}, nil, 0)
 	require.NoError(t, err)
 
 	own1, own2 := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
@@ -83,7 +85,7 @@ func TestDirectCopyMatchesRelayAndChains(t *testing.T) {
 	ln1, ln2 := listen(t), listen(t)
 	second := receive(Receive{Listener: ln2, Token: tok2, Own: own2, Seq: 3, Name: "step-7"})
 	first := receive(Receive{Listener: ln1, Token: tok1, Own: own1, Seq: 3, Name: "step-7", Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
-	digest, size, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "step-7", 0)
+	digest, size, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "step-7", 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, want, digest, "one checkpoint, one digest, however it travelled")
 	assert.Equal(t, wantSize, size)
@@ -144,7 +146,7 @@ func TestDirectCopyForwardsWhileDiskIsBusy(t *testing.T) {
 	second := receive(Receive{Listener: ln2, Token: tok2, Own: own2, Seq: 1, Name: "big.pt", beforeApply: counting})
 	first := receive(Receive{Listener: ln1, Token: tok1, Own: own1, Seq: 1, Name: "big.pt", beforeApply: holding,
 		Next: &Forward{Addr: ln2.Addr().String(), Token: tok2}})
-	digest, _, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "big.pt", 0)
+	digest, _, err := SendDirect(context.Background(), ln1.Addr().String(), tok1, src, "big.pt", 0, 0)
 	require.NoError(t, err)
 	for _, r := range []recvResult{<-first, <-second} {
 		require.NoError(t, r.err)
@@ -217,7 +219,7 @@ func TestDirectCopyWritesBackAsItArrives(t *testing.T) {
 			startWriteback(f, off, n)
 		}}
 	got := receive(o)
-	_, _, err := SendDirect(context.Background(), o.Listener.Addr().String(), o.Token, src, "big.pt", 0)
+	_, _, err := SendDirect(context.Background(), o.Listener.Addr().String(), o.Token, src, "big.pt", 0, 0)
 	require.NoError(t, err)
 	require.NoError(t, (<-got).err)
 	mu.Lock()
@@ -235,12 +237,12 @@ func TestDirectCopyToken(t *testing.T) {
 	tok := token(t)
 	ln := listen(t)
 	got := receive(Receive{Listener: ln, Token: tok, Own: own, Seq: 1, Name: "c.pt"})
-	_, _, err := SendDirect(context.Background(), ln.Addr().String(), token(t), src, "c.pt", 0)
+	_, _, err := SendDirect(context.Background(), ln.Addr().String(), token(t), src, "c.pt", 0, 0)
 	require.ErrorIs(t, err, ErrAuth)
 	entries, err := os.ReadDir(own)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "nothing written for a stranger")
-	_, _, err = SendDirect(context.Background(), ln.Addr().String(), tok, src, "c.pt", 0)
+	_, _, err = SendDirect(context.Background(), ln.Addr().String(), tok, src, "c.pt", 0, 0)
 	require.NoError(t, err)
 	r := <-got
 	require.NoError(t, r.err)
@@ -333,4 +335,30 @@ func sameFiles(t *testing.T, want, got string) {
 		return err
 	}))
 	assert.Equal(t, n, m, "the same files")
+}
+
+// Issue 36, a weak point: a sender that streams more files than a
+// MANIFEST can list (its frame is at most maxManifest) is refused as soon
+// as their MANIFEST would pass that bound, rather than the receiver
+// keeping every path (and file) of a copy that can never complete.
+func TestDirectCopyRefusesManifestThatCannotFit(t *testing.T) {
+	own := t.TempDir()
+	tok := token(t)
+	ln := listen(t)
+	got := receive(Receive{Listener: ln, Token: tok, Own: own, Seq: 1, Name: "c.pt", manifestCap: 4 << 10})
+	conn, err := dialPeer(context.Background(), ln.Addr().String(), tok)
+	require.NoError(t, err)
+	defer conn.Close()
+	long := strings.Repeat("x", 200)
+	_ = writeFrame(conn, frameDir, []byte("c.pt"))
+	for i := range 1000 {
+		if writeFrame(conn, frameFile, []byte(fmt.Sprintf("c.pt/%04d-%s", i, long))) != nil || writeFrame(conn, frameEnd, mustSum("")) != nil {
+			break
+		}
+	}
+	r := <-got
+	require.ErrorContains(t, r.err, "it can never arrive")
+	entries, err := os.ReadDir(own)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing left behind")
 }

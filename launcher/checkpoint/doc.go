@@ -40,6 +40,13 @@
 //     per host.
 //   - Copies stream through a fixed-size buffer, one checkpoint at a time:
 //     memory does not grow with checkpoint size.
+//   - No copy waits for ever on a host: every stream gives up when the
+//     other end has not moved for CopyIdle (both ends of a direct copy,
+//     and the relay's reads from its source), the controller stops the
+//     ends of a direct copy that outlive another end by as long, and it
+//     keeps a bounded part of what they print (see peerProc). A copy that
+//     fails goes through the controller; only a pair of hosts that could
+//     not connect at all stays that way.
 //   - Copies made while training runs read and write through each Host's
 //     CopyFS (in drover, a low-priority SFTP server on the host) and are
 //     held to Settings.CopyRate; staging, between attempts, uses FS at

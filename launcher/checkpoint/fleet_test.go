@@ -20,6 +20,9 @@ import (
 var fleet *fleettest.Fleet
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == testAgentArg {
+		os.Exit(runTestAgent(os.Args[2:])) // on a fleet host, as its agent
+	}
 	os.Exit(fleettest.Main(m, fleettest.Options{Name: "ck", N: 3, Subnet: 18}, &fleet))
 }
 

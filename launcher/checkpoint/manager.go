@@ -91,9 +91,13 @@ type Manager struct {
 	now    func() time.Time
 	mirror cluster.FS
 
+	// idle is the copy streams' idle deadline (CopyIdle when 0; tests
+	// shorten it).
+	idle time.Duration
+
 	mu sync.Mutex
-	// noDirect holds the "src\x00dst" pairs a direct copy failed between:
-	// they go through the controller from then on.
+	// noDirect holds the "src\x00dst" pairs a direct copy could not
+	// connect between: they go through the controller from then on.
 	noDirect map[string]bool
 }
 
@@ -369,7 +373,7 @@ func (m *Manager) stageFrom(ctx context.Context, e Entry, sources []Location, ho
 		for i, h := range lacking {
 			dests[i] = newDest(h.Name, Copy, h.Name, h.FS, h.Own, e.Seq, e.Name)
 		}
-		digest, size, err := copyEntry(ctx, m.fsOf(src, hosts), src.String(), src.Path, e.Name, dests, nil)
+		digest, size, err := copyEntry(ctx, m.fsOf(src, hosts), src.String(), src.Path, e.Name, dests, nil, m.idle)
 		if err == nil && src.Kind != Written && e.Digest != "" && digest != e.Digest {
 			err = fmt.Errorf("checkpoint %s (#%d) read from %s does not match the copy drover made of it (sha256 of MANIFEST %s, recorded %s)", e.Name, e.Seq, src, digest, e.Digest)
 			if derr := m.rec.Drop(e.Seq, src); derr != nil {
@@ -509,7 +513,7 @@ func (m *Manager) replicate(ctx context.Context, seq int, hosts []Host, set Sett
 	}
 	if len(dests) > 0 {
 		lim := newLimiter(set.CopyRate, realClock{})
-		digest, n, err := copyEntry(ctx, hosts[srcIdx].copyFS(), src.String(), src.Path, e.Name, dests, lim)
+		digest, n, err := copyEntry(ctx, hosts[srcIdx].copyFS(), src.String(), src.Path, e.Name, dests, lim, m.idle)
 		if err != nil {
 			return err
 		}
@@ -590,13 +594,17 @@ func copyTargets(entries []Entry, seq int, hosts []Host, set Settings) (Entry, i
 // sendDirect copies e from src straight to the targets that can take a
 // direct copy, records and prunes what arrived, and returns it by host
 // name. A target that a direct copy could not reach is left for the
-// relay, with one event that says why, and is not tried directly again by
-// this Manager (a firewall does not open between two checkpoints).
+// relay, with one event that says why. One that could not be connected to
+// at all is not tried directly again by this Manager (a firewall does not
+// open between two checkpoints); one whose copy failed otherwise (a
+// stream that stopped moving, a handshake that another user of the host
+// held up) is tried directly again at the next checkpoint.
 func (m *Manager) sendDirect(ctx context.Context, e Entry, j directJob, targets []Host, set Settings) map[string]directDone {
 	src := j.src
 	if src.Peer == nil || len(targets) == 0 {
 		return nil
 	}
+	j.idle = m.idle
 	var try []Host
 	for _, h := range targets {
 		if h.Peer != nil && !m.relayOnly(src.Name, h.Name) {
@@ -606,7 +614,7 @@ func (m *Manager) sendDirect(ctx context.Context, e Entry, j directJob, targets 
 	if len(try) == 0 {
 		return nil
 	}
-	done, failed, why := directCopy(ctx, j, try, m.events)
+	done, failed, unreachable, why := directCopy(ctx, j, try, m.events)
 	out := map[string]directDone{}
 	for _, d := range done {
 		loc := j.dest(d.host)
@@ -627,6 +635,8 @@ func (m *Manager) sendDirect(ctx context.Context, e Entry, j directJob, targets 
 		var names []string
 		for _, h := range failed {
 			names = append(names, h.Name)
+		}
+		for _, h := range unreachable {
 			m.setRelayOnly(src.Name, h.Name)
 		}
 		m.events("direct copy of checkpoint %s (#%d) from %s to %s failed (%v); copying through the controller instead", e.Name, e.Seq, src.Name, strings.Join(names, ", "), why)

@@ -123,7 +123,7 @@ func (m *Manager) copyPart(ctx context.Context, e Entry, j directJob, targets []
 		if j.low {
 			srcFS = j.src.copyFS()
 		}
-		digest, n, err := copyEntry(ctx, srcFS, j.src.Name+":"+j.srcPath, j.srcPath, e.Name, dests, newLimiter(j.rate, realClock{}))
+		digest, n, err := copyEntry(ctx, srcFS, j.src.Name+":"+j.srcPath, j.srcPath, e.Name, dests, newLimiter(j.rate, realClock{}), m.idle)
 		if err != nil {
 			return to, err
 		}

@@ -2,9 +2,11 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/droverhq/drover/cluster"
@@ -64,11 +66,15 @@ func under(dir, p, sep string) bool {
 	return strings.HasPrefix(p, strings.TrimSuffix(dir, sep)+sep)
 }
 
-// AdoptShared takes b, a record read from a host, in place of r's
-// entries when it knows of more (a higher next sequence number) than r:
-// the adopting machine had no record of the run, or an older one. Entries
-// with a name a host must not give (see cluster.CheckName) are dropped,
-// and so are locations outside places. It reports whether it took b.
+// AdoptShared merges b, a record read from host, into r. A host's copy
+// is evidence of its own checkpoints only: of each entry, only the
+// locations on host itself (and in the controller's mirror) are taken, so
+// that a hostile host cannot renumber the checkpoints other hosts hold
+// and make an older one the newest for everyone (a silent rollback). An
+// entry whose sequence number r already gives another checkpoint is not
+// taken, and the error names it; the rest are. Entries with a name a
+// host must not give (see cluster.CheckName) are dropped, and so are
+// locations outside places. It reports whether r changed.
 func (r *Record) AdoptShared(b []byte, host string, places Places) (bool, error) {
 	if len(b) > MaxSharedRecord {
 		return false, fmt.Errorf("checkpoint record on %s: %d bytes, more than the %d a record may have", host, len(b), MaxSharedRecord)
@@ -82,16 +88,53 @@ func (r *Record) AdoptShared(b []byte, host string, places Places) (bool, error)
 	if got.Job != r.data.Job {
 		return false, fmt.Errorf("checkpoint record on %s is job %.100s's, not %s's", host, cluster.Escape(got.Job), r.data.Job)
 	}
-	kept := sanitize(got.Entries, host, places)
-	next := 1
-	for _, e := range kept {
-		next = max(next, e.Seq+1)
+	took, conflicts := mergeOwn(&r.data, sanitize(got.Entries, host, places), host)
+	var err error
+	if len(conflicts) > 0 {
+		err = fmt.Errorf("checkpoint record on %s disagrees with the others on checkpoints %v (its entries of them are not taken)", host, conflicts)
 	}
-	if next <= r.data.Next || len(kept) == 0 {
-		return false, nil
+	if !took {
+		return false, err
 	}
-	r.data.Entries, r.data.Next = kept, next
-	return true, r.saveLocked()
+	return true, errors.Join(err, r.saveLocked())
+}
+
+// mergeOwn adds to d, of each of entries (read from host, sanitized),
+// the locations on host and in the mirror, and the entries d lacks; it
+// returns whether d changed and the sequence numbers whose entry in d is
+// another checkpoint.
+func mergeOwn(d *recordFile, entries []*Entry, host string) (bool, []int) {
+	bySeq := map[int]*Entry{}
+	for _, e := range d.Entries {
+		bySeq[e.Seq] = e
+	}
+	changed := false
+	var conflicts []int
+	for _, e := range entries {
+		e.Held = slices.DeleteFunc(e.Held, func(l Location) bool { return l.Host != host && l.Kind != Mirror })
+		have, ok := bySeq[e.Seq]
+		if !ok {
+			d.Entries = append(d.Entries, e)
+			bySeq[e.Seq] = e
+			d.Next = max(d.Next, e.Seq+1)
+			changed = true
+			continue
+		}
+		if have.Name != e.Name || (have.Digest != "" && e.Digest != "" && have.Digest != e.Digest) {
+			conflicts = append(conflicts, e.Seq)
+			continue
+		}
+		for _, l := range e.Held {
+			if !slices.Contains(have.Held, l) {
+				have.Held = append(have.Held, l)
+				changed = true
+			}
+		}
+	}
+	if changed {
+		slices.SortFunc(d.Entries, func(a, b *Entry) int { return a.Seq - b.Seq })
+	}
+	return changed, conflicts
 }
 
 // sanitize keeps the entries of a record read from host that are well
@@ -106,7 +149,7 @@ func sanitize(entries []*Entry, host string, places Places) []*Entry {
 		}
 		held := e.Held[:0]
 		for _, l := range e.Held {
-			if places.allows(l) && (l.Part == "" || places.Hosts[l.Part] != nil) {
+			if places.allows(l) && (l.Part == "" || places.Hosts[l.Part] != nil) && !renumbered(l, e.Seq, places) {
 				held = append(held, l)
 			}
 		}
@@ -122,4 +165,20 @@ func sanitize(entries []*Entry, host string, places Places) []*Entry {
 		kept = append(kept, e)
 	}
 	return kept
+}
+
+// renumbered reports whether l is one of drover's copies in the mirror
+// (<mirror>/<seq>/...) of a checkpoint other than seq: a host's record
+// must not make an old copy there stand for a newer checkpoint.
+func renumbered(l Location, seq int, places Places) bool {
+	if l.Kind != Mirror {
+		return false
+	}
+	rel, err := filepath.Rel(filepath.Clean(places.Mirror), filepath.Clean(l.Path))
+	if err != nil {
+		return true
+	}
+	first, _, _ := strings.Cut(filepath.ToSlash(rel), "/")
+	n, ok := parseSeqDir(first)
+	return ok && n != seq
 }

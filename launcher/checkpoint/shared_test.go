@@ -32,9 +32,14 @@ func TestSharedRecordRoundTrip(t *testing.T) {
 
 	dst, err := LoadRecord(filepath.Join(t.TempDir(), "b.json"), "job")
 	require.NoError(t, err)
+	// Each host keeps the same copy; each is believed about its own
+	// checkpoints only (issue 36): h0's, then h1's, make the whole.
 	took, err := dst.AdoptShared(b, "h0", places())
 	require.NoError(t, err)
 	assert.True(t, took)
+	took, err = dst.AdoptShared(b, "h1", places())
+	require.NoError(t, err)
+	assert.True(t, took, "h1's copy of step-40")
 	assert.Equal(t, src.Entries(), dst.Entries())
 	again, err := LoadRecord(dst.path, "job")
 	require.NoError(t, err)
@@ -43,6 +48,64 @@ func TestSharedRecordRoundTrip(t *testing.T) {
 	took, err = dst.AdoptShared(b, "h1", places())
 	require.NoError(t, err)
 	assert.False(t, took, "a record that knows no more than ours is not taken")
+}
+
+// Issue 36, a weak point: a hostile host's copy of the record renumbers
+// the checkpoints so that an older one is the newest (a silent rollback
+// for every host). Only its own locations are taken from it, a number
+// the record already gives another checkpoint is not taken (the error
+// names the host), and a mirror copy of one checkpoint cannot stand for
+// another: whichever order the hosts are read in, step-40 stays the
+// newest checkpoint that has holders.
+func TestSharedRecordNoRollback(t *testing.T) {
+	honest := []*Entry{
+		{Seq: 1, Name: "step-20", Held: []Location{{Kind: Written, Host: "h0", Path: "/home/u/wd/ckpt/step-20"}, {Kind: Mirror, Path: "/ctl/mirror/000001/step-20"}}},
+		{Seq: 2, Name: "step-40", Held: []Location{{Kind: Written, Host: "h1", Path: "/home/v/wd/ckpt/step-40"}, {Kind: Copy, Host: "h0", Path: "/home/u/wd/.drover/checkpoints/000002/step-40"}}},
+	}
+	hostile := []*Entry{
+		{Seq: 1, Name: "step-40", Held: []Location{{Kind: Written, Host: "h1", Path: "/home/v/wd/ckpt/step-40"}}},
+		{Seq: 2, Name: "step-20", Held: []Location{{Kind: Written, Host: "h0", Path: "/home/u/wd/ckpt/step-20"}}},
+		{Seq: 3, Name: "step-20", Held: []Location{{Kind: Written, Host: "h0", Path: "/home/u/wd/ckpt/step-20"}, {Kind: Mirror, Path: "/ctl/mirror/000001/step-20"}}},
+	}
+	hb, err := json.Marshal(recordFile{Job: "job", Next: 3, Entries: honest})
+	require.NoError(t, err)
+	xb, err := json.Marshal(recordFile{Job: "job", Next: 4, Entries: hostile})
+	require.NoError(t, err)
+	newest := func(r *Record) string {
+		es := r.Entries()
+		for i := len(es) - 1; i >= 0; i-- {
+			if len(es[i].Held) > 0 {
+				return es[i].Name
+			}
+		}
+		return ""
+	}
+	for _, hostileFirst := range []bool{false, true} {
+		dst, err := LoadRecord(filepath.Join(t.TempDir(), "b.json"), "job")
+		require.NoError(t, err)
+		reads := []struct {
+			b    []byte
+			host string
+		}{{hb, "h0"}, {xb, "h1"}}
+		if hostileFirst {
+			reads[0], reads[1] = reads[1], reads[0]
+		}
+		var errs []string
+		for _, rd := range reads {
+			if _, err := dst.AdoptShared(rd.b, rd.host, places()); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		assert.Equal(t, "step-40", newest(dst), "hostile first: %v: %+v", hostileFirst, dst.Entries())
+		require.Len(t, errs, 1, "hostile first: %v", hostileFirst)
+		assert.Contains(t, errs[0], "disagrees with the others on checkpoints")
+		for _, e := range dst.Entries() {
+			for _, l := range e.Held {
+				assert.False(t, l.Kind == Mirror && e.Seq != 1, "the mirror's copy of #1 stands for #%d", e.Seq)
+				assert.False(t, l.Host == "h0" && e.Name != "step-20" && l.Kind == Written, "h0's step-20 stands for %s", e.Name)
+			}
+		}
+	}
 }
 
 func places() Places {
