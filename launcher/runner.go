@@ -273,6 +273,9 @@ type detachState struct {
 	// be killed at once.
 	abort     chan struct{}
 	abortOnce sync.Once
+	// stopRequested ends the run's context when `drover stop` asked
+	// (watchStopRequest, stopAsked).
+	stopRequested context.CancelCauseFunc
 	// conns are the newest attempt's connections, over which the record
 	// is written.
 	connMu  sync.Mutex

@@ -151,3 +151,40 @@ func TestHostileRunRecord(t *testing.T) {
 	assert.Equal(t, agent.RunStopped, after.State)
 	assert.Equal(t, 0, after.Restarts)
 }
+
+// A stop while a new supervisor adopts the run (it waits out the gone
+// one's lease; the record still names the gone one, so stop stops the
+// group through its agents) ends the run: the adopter finds the group
+// stopped and does not restart it.
+func TestStopDuringAdoption(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: "max_restarts = 3"})
+	sup := startDetachedRun(t, j)
+	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+	waitStatus(t, j, 30*time.Second, "unsupervised", func(st runview.RunStatus) bool { return !st.Supervisor.Alive })
+
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	d.waitStderr(t, regexp.MustCompile(`watching its lease`), 30*time.Second)
+	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	d.wait(t, 60*time.Second)
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+		sup2, _ := strconv.Atoi(m[1])
+		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
+	}
+	st := waitStatus(t, j, 60*time.Second, "the run over", func(st runview.RunStatus) bool { return st.State.Final() && !st.Supervisor.Alive })
+	assert.Equal(t, agent.RunStopped, st.State)
+	assert.Equal(t, 0, st.Restarts, "the adopter restarted the group the stop had stopped")
+	assert.Equal(t, 1, st.Attempt)
+	var logs strings.Builder
+	require.NoError(t, filepath.Walk(j.LogRoot, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && strings.HasSuffix(p, ".log") {
+			b, _ := os.ReadFile(p)
+			logs.Write(b)
+		}
+		return nil
+	}))
+	assert.NotContains(t, logs.String(), "restarting the whole group")
+	waitNoJobProcs(t, j.Name, 15*time.Second)
+}
