@@ -41,10 +41,12 @@ const runIDFile = "run-id"
 func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *adoption, answered bool) {
 	dial := r.opts.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	views := hostio.ReadViews(ctx, cfg.Hosts, dial, r.agents(), false)
+	views := hostio.ReadViews(ctx, cfg.Hosts, dial, r.agents(), false, 0)
 	defer hostio.CloseViews(views)
-	rec, errs := hostio.NewestRecord(views)
-	answered = len(errs) == 0
+	ag := hostio.Agree(views)
+	answered = len(ag.Unreachable) == 0
+	r.noteDissent(ag)
+	rec := ag.Run
 	if rec == nil || rec.State.Final() {
 		return nil, answered
 	}
@@ -69,6 +71,19 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 		since = r.now().Add(-time.Duration(leaseAge * float64(time.Second)))
 	}
 	return &adoption{rec: *rec, gone: fmt.Sprintf("supervisor %s pid %d gone since %s", rec.SupervisorHost, rec.SupervisorPid, since.Format("15:04:05"))}, answered
+}
+
+// noteDissent names, in an event, each host whose report is not the run
+// the hosts agree on (it is not followed), or the runs tied when they
+// agree on none (none is adopted).
+func (r *runner) noteDissent(ag hostio.Agreement) {
+	if err := ag.Err(); err != nil {
+		r.events.printf("adoption: %v; adopting none", err)
+		return
+	}
+	for _, d := range ag.Dissent {
+		r.events.printf("adoption: %s, not run %s that the other hosts agree on: not followed", d, ag.Run.RunID)
+	}
 }
 
 // lookForGroup is a foreground run's first look for a group to adopt, at
@@ -185,10 +200,12 @@ func handedOver(ctx context.Context) bool {
 }
 
 // takeSharedCheckpoints reads the record's copy on every host of an
-// adopted run and takes the one that knows of most checkpoints, when it
-// knows of more than this machine's record. What a host sends is
-// bounded and checked (checkpoint.Record.AdoptShared): every location in
-// it must be in the job's checkpoint directories or the mirror.
+// adopted run and merges into this machine's record what each copy says
+// of its own host's checkpoints and the mirror's (a copy is evidence of
+// its own host only, so no host can reorder which checkpoint is newest).
+// What a host sends is bounded and checked
+// (checkpoint.Record.AdoptShared): every location in it must be in the
+// job's checkpoint directories or the mirror.
 func (a *attempt) takeSharedCheckpoints(ctx context.Context, conns []*attemptHost) {
 	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
 	if err != nil {

@@ -102,6 +102,7 @@ const stopPoll = time.Second
 // watchStopRequest ends ctx (cancel) once `drover stop` wrote the run's
 // stop file on one of the hosts; --abort also closes r.abort.
 func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCauseFunc) {
+	r.stopRequested = cancel
 	if !r.detachedGroup {
 		return
 	}
@@ -112,27 +113,43 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 			}
 			r.noteCheckpoint()
 			r.shareCheckpoints()
-			r.connMu.Lock()
-			conns := r.conns
-			r.connMu.Unlock()
-			for _, c := range conns {
-				if c.fs == nil {
-					continue
-				}
-				b, err := hostio.ReadSmall(c.fs, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID), agent.StopFile), 4096)
-				if err != nil {
-					continue
-				}
-				what := string(b)
-				if strings.TrimSpace(what) == "abort" {
-					r.abortOnce.Do(func() { close(r.abort) })
-				}
-				r.events.printf("drover stop asked for the run to stop (%s)", strings.TrimSpace(what))
-				cancel(errStopRequested)
+			if r.stopAsked() {
 				return
 			}
 		}
 	}()
+}
+
+// stopAsked looks for the run's stop file on its hosts now, and when
+// `drover stop` wrote one, ends the run's context (and with --abort
+// closes r.abort). The run looks once more before it restarts a group
+// that failed: a stop during an adoption stops the group through its
+// agents while the record still names the gone supervisor, and the
+// failure it makes must end the run, not restart it.
+func (r *runner) stopAsked() bool {
+	r.connMu.Lock()
+	conns := r.conns
+	r.connMu.Unlock()
+	if !r.detachedGroup || r.stopRequested == nil {
+		return false
+	}
+	for _, c := range conns {
+		if c.fs == nil {
+			continue
+		}
+		b, err := hostio.ReadSmall(c.fs, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID), agent.StopFile), 4096)
+		if err != nil {
+			continue
+		}
+		what := strings.TrimSpace(string(b))
+		if what == "abort" {
+			r.abortOnce.Do(func() { close(r.abort) })
+		}
+		r.events.printf("drover stop asked for the run to stop (%s)", what)
+		r.stopRequested(errStopRequested)
+		return true
+	}
+	return false
 }
 
 // errStopRequested is why a detached run ended on `drover stop`.

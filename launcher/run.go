@@ -116,6 +116,9 @@ func (r *runner) attempts(ctx context.Context, cfg *config.Config, res *Result) 
 			n--
 			continue
 		}
+		if out.kind != outcomeSucceeded && ctx.Err() == nil {
+			r.stopAsked() // a stop that made this failure ends the run (see stopAsked)
+		}
 		if ctx.Err() != nil && out.kind != outcomeSucceeded {
 			// Ctrl-C during setup surfaces as a failed connect, push or
 			// preflight; it is an interruption all the same.

@@ -10,8 +10,6 @@ package launcher
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -251,11 +249,7 @@ func (r *runner) appendLog(file string) *logFileWriter {
 
 // NewRunID is a fresh run id: the start time and a random suffix, so that
 // ids sort by age and two machines never pick the same one.
-func NewRunID(now time.Time) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-}
+func NewRunID(now time.Time) string { return agent.NewRunID(now) }
 
 // detachState is the runner's part of a detached run.
 type detachState struct {
@@ -279,6 +273,9 @@ type detachState struct {
 	// be killed at once.
 	abort     chan struct{}
 	abortOnce sync.Once
+	// stopRequested ends the run's context when `drover stop` asked
+	// (watchStopRequest, stopAsked).
+	stopRequested context.CancelCauseFunc
 	// conns are the newest attempt's connections, over which the record
 	// is written.
 	connMu  sync.Mutex

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/runview"
 )
 
@@ -36,7 +37,19 @@ func inspectOptions(c *cli.Context) (runview.InspectOptions, error) {
 	if err != nil {
 		return runview.InspectOptions{}, fmt.Errorf("find the drover binary to install on hosts: %w", err)
 	}
-	return runview.InspectOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory), Dial: dialOptions(c, nil), AgentBinary: bin}, nil
+	return runview.InspectOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory), Dial: dialOptions(c, nil), AgentBinary: bin,
+		HostWait: c.Duration(flagHostTimeout)}, nil
+}
+
+// flagHostTimeout bounds, per host, what status, stop and ps --inventory
+// wait for: a host past it is reported unreachable and the others are
+// read (and stopped) all the same.
+const flagHostTimeout = "host-timeout"
+
+// hostTimeoutFlag is --host-timeout.
+func hostTimeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: flagHostTimeout, Value: hostio.DefaultHostWait,
+		Usage: "count a host that has not answered (dial, login, agent) within this long as unreachable"}
 }
 
 // noArgsHere is the usage error of a command that takes no arguments.

@@ -21,6 +21,7 @@ func psCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the runs as JSON"},
 			&cli.StringFlag{Name: flagInventory, Aliases: []string{"i"}, TakesFile: true, Usage: "list the live runs found on the hosts of this inventory (or job) `FILE`"},
 			&cli.BoolFlag{Name: flagAcceptNewHosts, Usage: "trust and record host keys not yet in known_hosts (like ssh accept-new)"},
+			hostTimeoutFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgsHere(c); err != nil {
@@ -33,7 +34,7 @@ func psCommand() *cli.Command {
 				if berr != nil {
 					return fmt.Errorf("find the drover binary to install on hosts: %w", berr)
 				}
-				rows, err = runview.HostRuns(c.Context, inv, dialOptions(c, nil), bin)
+				rows, err = runview.HostRuns(c.Context, inv, dialOptions(c, nil), bin, c.Duration(flagHostTimeout))
 			} else {
 				rows, err = hostio.LocalRuns()
 			}

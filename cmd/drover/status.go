@@ -15,7 +15,7 @@ func statusCommand() *cli.Command {
 		Name:      "status",
 		Usage:     "show the job's detached run as its hosts know it (from any machine; changes nothing)",
 		ArgsUsage: "JOB.toml",
-		Flags:     withFleetFlags(&cli.BoolFlag{Name: "json", Usage: "print the status as JSON"}),
+		Flags:     withFleetFlags(&cli.BoolFlag{Name: "json", Usage: "print the status as JSON"}, hostTimeoutFlag()),
 		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
 			st, err := runview.Status(c.Context, o)
 			if err != nil {

@@ -15,7 +15,7 @@ func stopCommand() *cli.Command {
 		Name:      "stop",
 		Usage:     "stop the job's detached run from any machine (SIGTERM, SIGKILL after stop_grace)",
 		ArgsUsage: "JOB.toml",
-		Flags:     withFleetFlags(&cli.BoolFlag{Name: "abort", Usage: "SIGKILL every process now"}),
+		Flags:     withFleetFlags(&cli.BoolFlag{Name: "abort", Usage: "SIGKILL every process now"}, hostTimeoutFlag()),
 		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {
 			if err := runview.Stop(c.Context, o, c.Bool("abort"), c.App.ErrWriter); err != nil {
 				return err

@@ -168,6 +168,11 @@ func runCLI() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 			defer stop()
 			o := runOptions(c)
+			if o.RunID != "" {
+				if err := CheckRunID(o.RunID); err != nil {
+					return cli.Exit(err.Error(), ExitUsage) // it names the index entry and the state file
+				}
+			}
 			if o.State != "" && !c.Bool(flagDetachedChild) {
 				return exitWith(Launch(ctx, os.Args, o, c.App.Reader, c.App.Writer, c.App.ErrWriter))
 			}
@@ -260,6 +265,11 @@ func runsCLI() *cli.Command {
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
+			}
+			if id := c.String(flagRunID); id != "" {
+				if err := CheckRunID(id); err != nil {
+					return cli.Exit(err.Error(), ExitUsage) // it names a directory of the workdir
+				}
 			}
 			rep, err := Report(c.String(flagWorkdir), c.String(flagRunID))
 			if err != nil {

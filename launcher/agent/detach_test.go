@@ -42,7 +42,7 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 	state, log := filepath.Join(dir, "w.json"), filepath.Join(dir, "w.log")
 	argv := Command(bin, RunOptions{
 		Args:  []string{"sh", "-c", `i=0; while :; do echo "n=$i"; i=$((i+1)); sleep 0.05; done`},
-		Grace: time.Minute, LogFile: log, State: state, RunID: "r1", Attempt: 1, Rank: 0, Name: "worker-0",
+		Grace: time.Minute, LogFile: log, State: state, RunID: "20260101-000000-0000a1", Attempt: 1, Rank: 0, Name: "worker-0",
 	})
 	env := append(os.Environ(), "HOME="+home)
 	launcher := exec.Command(argv[0], argv[1:]...)
@@ -62,7 +62,7 @@ func TestDetachedAgentOutlivesChannel(t *testing.T) {
 
 	assert.Equal(t, ProcRunning, st.State)
 	assert.True(t, isAgent(st.AgentPid, st.AgentStart), "the detached agent runs on")
-	index := filepath.Join(home, IndexDir, "r1.worker-0")
+	index := filepath.Join(home, IndexDir, "20260101-000000-0000a1.worker-0")
 	target, err := os.Readlink(index)
 	require.NoError(t, err, "the host's index lists the live process")
 	assert.Equal(t, state, target)
@@ -107,7 +107,7 @@ func TestAttachAgentKilled(t *testing.T) {
 	bin := droverBinary(t)
 	dir := t.TempDir()
 	state, log := filepath.Join(dir, "w.json"), filepath.Join(dir, "w.log")
-	argv := Command(bin, RunOptions{Args: []string{"sh", "-c", `echo started; exec sleep 1000`}, LogFile: log, State: state, RunID: "r1", Name: "worker-0"})
+	argv := Command(bin, RunOptions{Args: []string{"sh", "-c", `echo started; exec sleep 1000`}, LogFile: log, State: state, RunID: "20260101-000000-0000a1", Name: "worker-0"})
 	launcher := exec.Command(argv[0], argv[1:]...)
 	launcher.Env = append(os.Environ(), "HOME="+filepath.Join(dir, "home"))
 	in, err := launcher.StdinPipe()

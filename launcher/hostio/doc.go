@@ -2,7 +2,8 @@
 // run` (package launcher) and the inspection verbs (runview, netcheck,
 // top, fanout) do it: a connection to one host (Conn: its transport,
 // file access, home and agent), the hosts' views of a workdir's runs
-// (ReadViews, through `drover agent runs`), the run record written to
+// (ReadViews, through `drover agent runs`, each host within a deadline)
+// and the run they agree on (Agree), the run record written to
 // them (WriteRecord), this machine's list of the detached runs it
 // supervised (NoteLocally, LocalRuns), and what both read of a host's
 // network and GPUs (DiscoverIfaces, GPUPolicy).

@@ -30,10 +30,11 @@ type PsRow struct {
 }
 
 // NoteLocally records rec, a run of the job file jobPath, in this
-// machine's list of supervised runs.
+// machine's list of supervised runs; a run id that is not drover's
+// (agent.CheckRunID) names no file here.
 func NoteLocally(jobPath string, rec agent.RunRecord) {
 	home, err := os.UserHomeDir()
-	if err != nil {
+	if err != nil || agent.CheckRunID(rec.RunID) != nil {
 		return
 	}
 	abs, _ := filepath.Abs(jobPath)
@@ -51,7 +52,7 @@ func NoteLocally(jobPath string, rec agent.RunRecord) {
 }
 
 // LocalRuns are the detached runs this machine started or adopted, newest
-// first; one whose supervisor is gone and that is not over reads as
+// first (a file whose run id is not drover's, or not its name, is none); one whose supervisor is gone and that is not over reads as
 // unsupervised (as far as this machine knows: `drover status` asks the
 // hosts).
 func LocalRuns() ([]PsRow, error) {
@@ -64,8 +65,8 @@ func LocalRuns() ([]PsRow, error) {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		var row PsRow
-		if err != nil || json.Unmarshal(b, &row) != nil {
-			continue
+		if err != nil || json.Unmarshal(b, &row) != nil || agent.CheckRunID(row.RunID) != nil || filepath.Base(f) != row.RunID+".json" {
+			continue // not a row NoteLocally wrote
 		}
 		if !row.State.Final() && (row.Supervisor <= 0 || syscall.Kill(row.Supervisor, 0) != nil) {
 			row.State = agent.RunUnsupervised

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -21,20 +22,58 @@ type View struct {
 	Err     error // the host could not be read
 }
 
+// DefaultHostWait bounds ReadViews' look at one host when its caller
+// sets no bound: dial, login, the agent's check (and, on first contact,
+// its upload) and its answer.
+const DefaultHostWait = 30 * time.Second
+
 // ReadViews reads every host's report of its workdir's newest run (with
-// file access on each when files), all at once. The caller closes them
-// (CloseViews).
-func ReadViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents, files bool) []*View {
+// file access on each when files), all at once, each within wait
+// (DefaultHostWait when 0): a host whose login hangs (a .bashrc that
+// sleeps, a hung home directory) is an *UnreachableError past it, and the
+// others are read all the same. The caller closes them (CloseViews).
+func ReadViews(ctx context.Context, hosts []config.Host, dial cluster.DialOptions, agents remote.Agents, files bool, wait time.Duration) []*View {
+	if wait <= 0 {
+		wait = DefaultHostWait
+	}
 	views := make([]*View, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
 		views[i] = &View{Conn: Conn{Host: h}}
 		wg.Add(1)
-		go func() { defer wg.Done(); views[i].read(ctx, dial, agents, files) }()
+		go func() {
+			defer wg.Done()
+			hctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			views[i].read(hctx, dial, agents, files)
+			if views[i].Err != nil && hctx.Err() != nil && ctx.Err() == nil {
+				views[i].Err = &UnreachableError{Host: h.Name, Address: h.Address, After: wait, Err: views[i].Err}
+			}
+			if views[i].Err != nil && views[i].T != nil {
+				views[i].T.Close()
+				views[i].T = nil
+			}
+		}()
 	}
 	wg.Wait()
 	return views
 }
+
+// UnreachableError is a host that did not answer within the bound of a
+// look at it: drover goes on with the others and names it.
+type UnreachableError struct {
+	Host, Address string
+	After         time.Duration
+	Err           error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("%s (%s) did not answer within %s (dial, login and `drover agent runs`): counted as unreachable; "+
+		"a login shell or home directory that hangs, or a host cut off, look like this (try `ssh %s true`); %v",
+		e.Host, e.Address, e.After, e.Address, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // CloseViews closes the views' connections.
 func CloseViews(views []*View) {
@@ -77,23 +116,6 @@ func (v *View) Runs(ctx context.Context) (*agent.HostReport, error) {
 		return nil, fmt.Errorf("read runs of %s on %s: %w", v.Workdir, Label(v.Host), err)
 	}
 	return rep, nil
-}
-
-// NewestRecord is the run record most lately updated on any host, and the
-// hosts that could not be read.
-func NewestRecord(views []*View) (*agent.RunRecord, []error) {
-	var rec *agent.RunRecord
-	var errs []error
-	for _, v := range views {
-		if v.Err != nil {
-			errs = append(errs, v.Err)
-			continue
-		}
-		if r := v.Report.Run; r != nil && (rec == nil || r.Updated.After(rec.Updated)) {
-			rec = r
-		}
-	}
-	return rec, errs
 }
 
 // PidDir is where, in a workdir, the agents keep a pidfile per process

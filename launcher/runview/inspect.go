@@ -8,6 +8,7 @@ import (
 	"io"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +17,6 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/hostio"
-	"github.com/droverhq/drover/launcher/lease"
 )
 
 // InspectOptions say which job `drover status`, `stop` and `logs` look at:
@@ -28,6 +28,10 @@ type InspectOptions struct {
 	Dial          cluster.DialOptions
 	// AgentBinary is the running drover binary (see RunOptions).
 	AgentBinary string
+	// HostWait bounds the look at each host (dial, login, the agent's
+	// answer), and each later question to it; 0: hostio.DefaultHostWait.
+	// A host past it is unreachable, and the others are read all the same.
+	HostWait time.Duration
 }
 
 // inspect connects to every host of the job (spares too: they may stand
@@ -41,8 +45,45 @@ func inspect(ctx context.Context, o InspectOptions, files bool) (*config.Config,
 	}
 	dial := o.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)
-	views := hostio.ReadViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary), files)
+	views := hostio.ReadViews(ctx, cfg.Hosts, dial, remote.FindAgents(o.AgentBinary), files, o.HostWait)
 	return cfg, views, func() { hostio.CloseViews(views) }, nil
+}
+
+// followAgreed agrees on the workdir's run (hostio.Agree) and asks each
+// host that reported another for the agreed run by its id: its record
+// there is not followed, but its processes of the run are the run's (a
+// host whose `current` was rewritten still runs its rank). It returns
+// the agreement as first read, dissent included.
+func followAgreed(ctx context.Context, views []*hostio.View, wait time.Duration) hostio.Agreement {
+	ag := hostio.Agree(views)
+	if ag.Run == nil {
+		return ag
+	}
+	var wg sync.WaitGroup
+	for _, v := range views {
+		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID == ag.Run.RunID {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hctx, cancel := context.WithTimeout(ctx, hostWait(wait))
+			defer cancel()
+			if rep, err := v.Agent().Runs(hctx, v.Workdir, ag.Run.RunID); err == nil && rep.Run != nil && rep.Run.RunID == ag.Run.RunID {
+				v.Report = rep
+			}
+		}()
+	}
+	wg.Wait()
+	return ag
+}
+
+// hostWait is wait, or hostio.DefaultHostWait when 0.
+func hostWait(wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return hostio.DefaultHostWait
+	}
+	return wait
 }
 
 // RunStatus is `drover status --json`; its keys are a stable interface.
@@ -54,6 +95,10 @@ type RunStatus struct {
 	Checkpoint string           `json:"checkpoint"`
 	Supervisor SupervisorStatus `json:"supervisor"`
 	Processes  []ProcessStatus  `json:"processes"`
+	// Dissent are the hosts whose report names another run than the one
+	// the hosts agree on (not followed), Unreachable those not read.
+	Dissent     []string `json:"dissent,omitempty"`
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // SupervisorStatus is the run's supervisor as the hosts see it.
@@ -85,26 +130,42 @@ func Status(ctx context.Context, o InspectOptions) (*RunStatus, error) {
 		return nil, err
 	}
 	defer closeAll()
-	return summarize(views)
+	ag := followAgreed(ctx, views, o.HostWait)
+	st, err := summarize(views)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ag.Dissent {
+		st.Dissent = append(st.Dissent, d.String())
+	}
+	return st, nil
 }
 
-// summarize folds the hosts' reports into the run's status; a host that
-// could not be read is an error only when none could.
+// summarize folds the hosts' reports into the status of the run they
+// agree on (hostio.Agree); a host that could not be read is an error only
+// when no run is agreed on.
 func summarize(views []*hostio.View) (*RunStatus, error) {
-	rec, errs := hostio.NewestRecord(views)
+	ag := hostio.Agree(views)
+	rec := ag.Run
+	if err := ag.Err(); err != nil {
+		return nil, err
+	}
 	if rec == nil {
-		if len(errs) > 0 {
-			return nil, errors.Join(errs...)
+		if len(ag.Unreachable) > 0 {
+			return nil, errors.Join(ag.Unreachable...)
 		}
 		return nil, ErrNoRun
 	}
 	st := &RunStatus{State: rec.State, RunID: rec.RunID, Attempt: rec.Attempt, Restarts: rec.Restarts, Checkpoint: rec.Checkpoint,
 		Supervisor: SupervisorStatus{Host: rec.SupervisorHost, PID: rec.SupervisorPid}, Processes: []ProcessStatus{}}
 	for _, v := range views {
+		if v.Err != nil {
+			st.Unreachable = append(st.Unreachable, v.Host.Name)
+		}
 		if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != rec.RunID {
 			continue
 		}
-		if supervisorAlive(v.Report, rec) {
+		if hostio.LeaseNames(v.Report, rec) {
 			st.Supervisor.Alive = true
 		}
 		for _, p := range v.Report.Processes {
@@ -117,20 +178,6 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 	}
 	return st, nil
 }
-
-// supervisorAlive reports whether rep's workdir lease is the record's
-// supervisor's and was renewed lately (by the host's own clock).
-func supervisorAlive(rep *agent.HostReport, rec *agent.RunRecord) bool {
-	var owner lease.Owner
-	if rep.Lease == "" || json.Unmarshal([]byte(rep.Lease), &owner) != nil {
-		return false
-	}
-	return owner.PID == rec.SupervisorPid && owner.Host == rec.SupervisorHost && rep.LeaseAgeS < leaseStale.Seconds()
-}
-
-// leaseStale is how old a lease may be and its holder still count as
-// alive: lease.Options' default StaleAfter.
-const leaseStale = 12 * time.Second
 
 // processStatus is p's row: running only while its agent runs.
 func processStatus(host string, p agent.ProcReport) ProcessStatus {
@@ -156,6 +203,12 @@ func RenderStatus(w io.Writer, st *RunStatus) {
 	if st.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint: %s\n", st.Checkpoint)
 	}
+	for _, d := range st.Dissent {
+		fmt.Fprintf(w, "not followed: %s\n", d)
+	}
+	if len(st.Unreachable) > 0 {
+		fmt.Fprintf(w, "unreachable: %s\n", strings.Join(st.Unreachable, ", "))
+	}
 	fmt.Fprintf(w, "%-12s %4s  %-16s %8s  %-8s %4s  %s\n", "PROCESS", "RANK", "HOST", "PID", "STATE", "EXIT", "LAST OUTPUT")
 	for _, p := range st.Processes {
 		exit := "-"
@@ -169,61 +222,116 @@ func RenderStatus(w io.Writer, st *RunStatus) {
 // stopWaitPoll is how often `drover stop` reads the hosts while it waits.
 const stopWaitPoll = 500 * time.Millisecond
 
-// Stop stops the job's newest detached run from any machine: it asks the
-// supervisor (a stop file in the run's directory on every host), and
-// stops through the agents what is still running when the supervisor is
-// gone or does not act within stop_grace. It returns once no process of
-// the run is left on any host.
+// Stop stops the job's detached run (the one its hosts agree on) from any
+// machine: it asks the supervisor (a stop file in the run's directory on
+// every host), and stops through the agents what is still running when
+// the supervisor is gone or does not act within stop_grace. It returns
+// nil once no process of the run is left on any host; a host it could not
+// reach or ask is an error naming it (*StopError), after every other host
+// was stopped.
 func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) error {
 	cfg, views, closeAll, err := inspect(ctx, o, true)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
+	ag := followAgreed(ctx, views, o.HostWait)
 	st, err := summarize(views)
 	if err != nil {
 		return err
+	}
+	for _, d := range ag.Dissent {
+		fmt.Fprintf(events, "%s, not the run the other hosts agree on (%s): not followed\n", d, st.RunID)
 	}
 	what := "stop"
 	if abort {
 		what = "abort"
 	}
-	for _, v := range views {
-		if v.Err == nil && v.Report.Run != nil && v.Report.Run.RunID == st.RunID {
-			_ = writeFile(v.FS, path.Join(v.Workdir, agent.RunDir(st.RunID), agent.StopFile), what+"\n")
-		}
+	for _, v := range of(views, st.RunID) {
+		_ = writeFile(v.FS, path.Join(v.Workdir, agent.RunDir(st.RunID), agent.StopFile), what+"\n")
 	}
+	wait := hostWait(o.HostWait)
 	if st.Supervisor.Alive {
 		fmt.Fprintf(events, "asked the supervisor (%s pid %d) to stop run %s\n", st.Supervisor.Host, st.Supervisor.PID, st.RunID)
 		limit := cfg.Job.StopGrace + 5*time.Second
 		if abort {
 			limit = 10 * time.Second
 		}
-		if left := waitGone(ctx, views, st.RunID, limit); left == 0 {
-			return nil
+		if left, unanswered := waitGone(ctx, views, st.RunID, limit, wait); left == 0 {
+			return stopError(views, st.RunID, 0, unanswered)
 		}
 	}
 	fmt.Fprintf(events, "stopping run %s through its agents\n", st.RunID)
 	stopThroughAgents(ctx, views, st.RunID, cfg.Job.StopGrace, abort)
-	if left := waitGone(ctx, views, st.RunID, cfg.Job.StopGrace+10*time.Second); left > 0 {
-		return fmt.Errorf("stop run %s: %d process(es) still running", st.RunID, left)
+	left, unanswered := waitGone(ctx, views, st.RunID, cfg.Job.StopGrace+10*time.Second, wait)
+	if left == 0 {
+		markStopped(views, st.RunID)
 	}
-	markStopped(views, st.RunID)
+	if err := stopError(views, st.RunID, left, unanswered); err != nil {
+		return err
+	}
 	return ctx.Err()
 }
 
+// StopError is a stop that left processes of the run running, or hosts
+// drover could not reach or ask: they may run the run's processes still.
+type StopError struct {
+	RunID string
+	Left  int      // processes seen alive at the end
+	Hosts []string // hosts unreached or unanswering, with why
+}
+
+func (e *StopError) Error() string {
+	msg := fmt.Sprintf("stop run %s: %d process(es) still running", e.RunID, e.Left)
+	if e.Left == 0 {
+		msg = fmt.Sprintf("stop run %s: stopped on every host drover reached", e.RunID)
+	}
+	if len(e.Hosts) > 0 {
+		msg += fmt.Sprintf("; not reached: %s; its processes may still run: run `drover stop` again once it answers", strings.Join(e.Hosts, "; "))
+	}
+	return msg
+}
+
+// stopError is nil when no process of run id was left and every host
+// was read and answered, else a *StopError saying which were not.
+func stopError(views []*hostio.View, id string, left int, unanswered []string) error {
+	var hosts []string
+	for _, v := range views {
+		if v.Err != nil {
+			hosts = append(hosts, v.Err.Error())
+		}
+	}
+	hosts = append(hosts, unanswered...)
+	if left == 0 && len(hosts) == 0 {
+		return nil
+	}
+	return &StopError{RunID: id, Left: left, Hosts: hosts}
+}
+
+// of are the views whose report is of run id.
+func of(views []*hostio.View, id string) []*hostio.View {
+	var out []*hostio.View
+	for _, v := range views {
+		if v.Err == nil && v.Report.Run != nil && v.Report.Run.RunID == id {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // waitGone waits up to limit until no process of run id is alive on any
-// host, and returns how many are left.
-func waitGone(ctx context.Context, views []*hostio.View, id string, limit time.Duration) int {
+// host, and returns how many are left and the hosts that did not answer
+// (each asked within wait) at the last look.
+func waitGone(ctx context.Context, views []*hostio.View, id string, limit, wait time.Duration) (left int, unanswered []string) {
 	deadline := time.Now().Add(limit)
 	for {
-		left := 0
-		for _, v := range views {
-			if v.Err != nil || v.Report.Run == nil || v.Report.Run.RunID != id {
-				continue
-			}
-			rep, err := v.Runs(ctx)
+		left, unanswered = 0, nil
+		for _, v := range of(views, id) {
+			hctx, cancel := context.WithTimeout(ctx, wait)
+			rep, err := v.Agent().Runs(hctx, v.Workdir, id)
+			cancel()
 			if err != nil {
+				unanswered = append(unanswered, fmt.Sprintf("%s: %v", v.Host.Name, err))
 				continue
 			}
 			v.Report = rep
@@ -233,8 +341,8 @@ func waitGone(ctx context.Context, views []*hostio.View, id string, limit time.D
 				}
 			}
 		}
-		if left == 0 || time.Now().After(deadline) || hostio.Sleep(ctx, stopWaitPoll) != nil {
-			return left
+		if left == 0 && len(unanswered) == 0 || time.Now().After(deadline) || hostio.Sleep(ctx, stopWaitPoll) != nil {
+			return left, unanswered
 		}
 	}
 }

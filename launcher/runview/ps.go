@@ -6,6 +6,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -15,23 +17,44 @@ import (
 )
 
 // HostRuns are the live detached runs found in the indexes of the hosts in
-// the inventory (or job) file, whoever started them.
-func HostRuns(ctx context.Context, inventory string, dial cluster.DialOptions, agentBinary string) ([]hostio.PsRow, error) {
+// the inventory (or job) file, whoever started them. Each host is asked
+// within wait (hostio.DefaultHostWait when 0), all at once: one whose
+// login hangs is named in the error, the others listed all the same. A
+// process whose run id is not drover's is left out and its host named.
+func HostRuns(ctx context.Context, inventory string, dial cluster.DialOptions, agentBinary string, wait time.Duration) ([]hostio.PsRow, error) {
 	cfg, err := config.Load(inventory, config.LoadOptions{HostsOnly: true})
 	if err != nil {
 		return nil, err
 	}
 	dial.Inventory = config.Endpoints(cfg.Hosts)
 	agents := remote.FindAgents(agentBinary)
+	reps := make([]*agent.HostReport, len(cfg.Hosts))
+	errs := make([]error, len(cfg.Hosts))
+	var wg sync.WaitGroup
+	for i, h := range cfg.Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hctx, cancel := context.WithTimeout(ctx, hostWait(wait))
+			defer cancel()
+			if reps[i], errs[i] = indexOf(hctx, h, dial, agents); errs[i] != nil && hctx.Err() != nil && ctx.Err() == nil {
+				errs[i] = &hostio.UnreachableError{Host: h.Name, Address: h.Address, After: hostWait(wait), Err: errs[i]}
+			}
+		}()
+	}
+	wg.Wait()
 	byRun := map[string]*hostio.PsRow{}
-	var errs []string
-	for _, h := range cfg.Hosts {
-		reps, err := indexOf(ctx, h, dial, agents)
-		if err != nil {
-			errs = append(errs, err.Error())
+	var msgs []string
+	for i, h := range cfg.Hosts {
+		if errs[i] != nil {
+			msgs = append(msgs, errs[i].Error())
 			continue
 		}
-		for _, p := range reps.Processes {
+		for _, p := range reps[i].Processes {
+			if err := agent.CheckRunID(p.RunID); err != nil {
+				msgs = append(msgs, fmt.Sprintf("%s: a live process's %v", h.Name, err))
+				continue
+			}
 			row := byRun[p.RunID]
 			if row == nil {
 				row = &hostio.PsRow{RunID: p.RunID, Job: p.Job, State: agent.RunRunning, Attempt: p.Attempt}
@@ -48,8 +71,8 @@ func HostRuns(ctx context.Context, inventory string, dial cluster.DialOptions, a
 		rows = append(rows, *r)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].RunID > rows[j].RunID })
-	if len(errs) > 0 {
-		return rows, fmt.Errorf("%s", strings.Join(errs, "; "))
+	if len(msgs) > 0 {
+		return rows, fmt.Errorf("%s", strings.Join(msgs, "; "))
 	}
 	return rows, nil
 }
