@@ -121,7 +121,7 @@ func netListenCLI() *cli.Command {
 		Usage: "accept link measurements that present the token read from stdin",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagIface, Usage: "listen on this `INTERFACE`'s address"},
-			&cli.StringFlag{Name: flagListen, Usage: "listen on this `ADDRESS` when no --iface is named"},
+			&cli.StringFlag{Name: flagListen, Usage: "listen on this `ADDR` when no --iface is named"},
 			&cli.IntFlag{Name: flagAccept, Usage: "exit after this many measurements (0: when stdin ends)"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 5 * time.Minute, Usage: "exit after this long"},
 		},
