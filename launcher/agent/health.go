@@ -185,7 +185,7 @@ func kernelLog(ctx context.Context) ([]byte, string, error) {
 	if kerr == nil {
 		return out, "kernel log", nil
 	}
-	out, derr := runTool(ctx, []string{"dmesg", "--raw"})
+	out, derr := runTool(ctx, []string{"dmesg", "-r"})
 	if derr == nil {
 		return dmesgXIDLines(out), "kernel log (dmesg)", nil
 	}
@@ -219,7 +219,7 @@ func kmsgXIDRecord(rec []byte) ([]byte, bool) {
 	return rec, true
 }
 
-// dmesgXIDLines keeps the lines of `dmesg --raw` ("<prio>[  12.345]
+// dmesgXIDLines keeps the lines of `dmesg -r` ("<prio>[  12.345]
 // message") the kernel logged as Xids.
 func dmesgXIDLines(out []byte) []byte {
 	var keep bytes.Buffer
