@@ -118,7 +118,7 @@ func NetSendCommand(binary string, o NetSendOptions) []string {
 func netListenCLI() *cli.Command {
 	return &cli.Command{
 		Name:  cmdNetListen,
-		Usage: "accept link measurements that present the token read from stdin",
+		Usage: "accept link measurements from senders that prove the token read from stdin",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagIface, Usage: "listen on this `INTERFACE`'s address"},
 			&cli.StringFlag{Name: flagListen, Usage: "listen on this `ADDR` when no --iface is named"},
@@ -138,7 +138,7 @@ func netListenOptions(c *cli.Context) NetListenOptions {
 func netSendCLI() *cli.Command {
 	return &cli.Command{
 		Name:  cmdNetSend,
-		Usage: "measure the link to a net-listen, presenting the token read from stdin",
+		Usage: "measure the link to a net-listen, proving the token read from stdin",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagTo, Required: true, Usage: "the listener's `IP:PORT`"},
 			&cli.DurationFlag{Name: flagDuration, Value: 2 * time.Second, Usage: "send data this long"},
