@@ -132,6 +132,11 @@ func CheckHealth(rep HostReport, p HealthPolicy) []Finding {
 		if x.Text != "" {
 			what += " (" + x.Text + ")"
 		}
+		if notHostGPU(rep, x) {
+			add(g, false, what+", at a PCI address that is none of this host's GPUs",
+				"none for the job; if the host has a GPU there that NVML does not list, check it ("+xidCatalogue+")")
+			continue
+		}
 		if slices.Contains(p.IgnoreXIDs, x.Code) {
 			add(g, false, what+", in ignore_xids", "none needed if the job's own code caused it; "+xidCatalogue)
 			continue
@@ -148,6 +153,27 @@ func CheckHealth(rep HostReport, p HealthPolicy) []Finding {
 		return 1
 	})
 	return out
+}
+
+// notHostGPU says whether x names a PCI address that is none of the
+// host's GPUs, as far as the report knows them (its devices and the lost
+// ones): such an Xid is a warning, never a reason to fence the host. With
+// no device known, it cannot be told and stays critical.
+func notHostGPU(rep HostReport, x XID) bool {
+	if x.GPU >= 0 || x.PCI == "" || len(rep.Devices) == 0 {
+		return false
+	}
+	for _, d := range rep.Devices {
+		if samePCI(d.PCIBusID, x.PCI) {
+			return false
+		}
+	}
+	for _, l := range rep.LostGPUs {
+		if samePCI(l, x.PCI) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkDevice adds the findings of one GPU's counters.
@@ -280,7 +306,19 @@ func smiBool(v string) *bool {
 // kernelXID matches the driver's Xid lines: "NVRM: Xid (PCI:0000:3b:00):
 // 79, pid=..., GPU has fallen off the bus." (older drivers leave out
 // "PCI:").
-var kernelXID = regexp.MustCompile(`NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9a-fA-F])?\): (\d+)(?:,\s*(.*))?`)
+var kernelXID = regexp.MustCompile(kernelXIDPattern)
+
+const kernelXIDPattern = `NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9a-fA-F])?\): (\d+)(?:,\s*(.*))?`
+
+// kernelXIDStart matches a message that is an Xid from its first byte.
+var kernelXIDStart = regexp.MustCompile(`^` + kernelXIDPattern)
+
+// IsKernelXIDMessage says whether a kernel log message (the text after
+// the record's prefix or time stamp) is the driver's Xid from its first
+// byte. One that only contains such text is not: the kernel quotes
+// names users choose (a crashing program's file name in "segfault at
+// ... in NAME"), and a local user could forge an Xid that way.
+func IsKernelXIDMessage(msg string) bool { return kernelXIDStart.MatchString(msg) }
 
 // ParseKernelXIDs finds the Xid lines in kernel log output (/dev/kmsg
 // records or dmesg lines) and names the GPU of each by matching its PCI

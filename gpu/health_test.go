@@ -106,3 +106,33 @@ func TestKernelXIDs(t *testing.T) {
 	assert.True(t, strings.HasPrefix(xs[0].Text, "?]0;owned? fell off?x"), xs[0].Text)
 	assert.LessOrEqual(t, len(xs[0].Text), xidTextMax+3)
 }
+
+// An Xid at a PCI address that is none of the host's GPUs (neither a
+// device nor a lost one) is a warning: it cannot be a reason to fence
+// the host's GPUs. With no device known it cannot be told, and stays
+// critical.
+func TestXIDAtOtherPCIIsWarning(t *testing.T) {
+	devs := []Device{{Index: 0, PCIBusID: "00000000:18:00.0"}}
+	x := func(pci string, gpu int) XID { return XID{GPU: gpu, PCI: pci, Code: 79, Key: pci} }
+	for _, tc := range []struct {
+		name string
+		rep  HostReport
+		crit bool
+	}{
+		{"a device", HostReport{Devices: devs, XIDs: []XID{x("0000:18:00", 0)}}, true},
+		{"none of the host's", HostReport{Devices: devs, XIDs: []XID{x("0000:99:00", -1)}}, false},
+		{"a lost GPU", HostReport{Devices: devs, LostGPUs: []string{"00000000:99:00.0"}, XIDs: []XID{x("0000:99:00", -1)}}, true},
+		{"no device known", HostReport{XIDs: []XID{x("0000:99:00", -1)}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var xidCrit []bool
+			for _, f := range CheckHealth(tc.rep, HealthPolicy{}) {
+				if strings.Contains(f.What, "Xid 79") {
+					xidCrit = append(xidCrit, f.Critical)
+				}
+			}
+			require.Len(t, xidCrit, 1)
+			assert.Equal(t, tc.crit, xidCrit[0])
+		})
+	}
+}

@@ -196,7 +196,18 @@ func (p *ckptPhase) checkProgress(ctx context.Context, conns []*attemptHost) {
 		p.progress.newer = true
 		return
 	}
-	p.progress.newer = ok && newest.Seq > p.progress.resumed.Seq
+	resumed := *p.progress.resumed
+	for _, e := range m.Record().Entries() {
+		if e.Seq == resumed.Seq {
+			resumed = e // its digest, if drover has read it since
+		}
+	}
+	p.progress.newer = ok && restart.Advanced(breakerCheckpoint(&resumed), breakerCheckpoint(&newest))
+}
+
+// breakerCheckpoint is what the crash-loop breaker compares of e.
+func breakerCheckpoint(e *checkpoint.Entry) restart.Checkpoint {
+	return restart.Checkpoint{Seq: e.Seq, Name: e.Name, Digest: e.Digest}
 }
 
 // The crash-loop breaker (max_restarts_without_progress) is package

@@ -94,6 +94,37 @@ func TestCrashLoopBreaker(t *testing.T) {
 		assert.True(t, strings.HasPrefix(last, "resumed from step 30\n"), "the fourth attempt resumed from the third's checkpoint: %q", last)
 	})
 
+	// A script that only touches the checkpoint it resumed from before
+	// failing makes no progress: before the fix each touch was a newer
+	// checkpoint to the breaker, which never tripped (all 10 restarts
+	// used). It waits for drover's copy on host b (checkpoint_copies = 2),
+	// through which drover reads the touched entry's content.
+	t.Run("touches its checkpoint before failing", func(t *testing.T) {
+		script := `
+if [ "$RANK" != 0 ]; then sleep 1000; exit 0; fi
+if [ -z "$DROVER_RESUME_FROM" ]; then
+	mkdir -p "$DROVER_CHECKPOINT_DIR/.tmp" && echo 10 > "$DROVER_CHECKPOINT_DIR/.tmp/state" &&
+		mv "$DROVER_CHECKPOINT_DIR/.tmp" "$DROVER_CHECKPOINT_DIR/step-10"
+else
+	echo "resumed from $DROVER_RESUME_FROM"
+	touch "$DROVER_CHECKPOINT_DIR/step-10/state" "$DROVER_CHECKPOINT_DIR/step-10"
+fi
+# drover's copy of this attempt's version (#restarts+1) on host b
+copy="$HOME/wd-b/.drover/checkpoints/$(printf %06d $((DROVER_RESTART_COUNT + 1)))/step-10"
+for i in $(seq 100); do
+	[ -e "$copy" ] && break
+	sleep 0.1
+done
+echo "failing"; exit 1
+`
+		res, events := run(t, localJob(t, script, "master_port = 29684\nmax_restarts = 10\nmax_restarts_without_progress = 2\n"))
+		assert.Equal(t, Failed, res.Outcome)
+		assert.Equal(t, 3, res.Attempts, "the breaker trips after 2 restarts that only touched step-10")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Err.Error(), "2 restarts in a row made no progress: every attempt resumed from step-10")
+		assert.Contains(t, events, "2 restarts in a row made no progress")
+	})
+
 	t.Run("without checkpoints: unaffected", func(t *testing.T) {
 		res, _ := run(t, localJob(t, `if [ "$RANK" = 0 ]; then exit 1; fi; sleep 1000`, "master_port = 29683\nmax_restarts = 3\nmax_restarts_without_progress = 1\n"))
 		assert.Equal(t, 4, res.Attempts)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,7 +38,7 @@ func topCommand() *cli.Command {
 			&cli.BoolFlag{Name: "once", Usage: "print one view and exit"},
 			&cli.BoolFlag{Name: "json", Usage: "with --once: print the view as JSON"},
 			&cli.DurationFlag{Name: "every", Value: time.Second, Usage: "refresh this often"},
-			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics on this `ADDR` (\":9400\") at /metrics"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at /metrics on this `ADDR` (\":9400\" is localhost's port 9400; \"0.0.0.0:9400\" or an address of this machine exposes them)"},
 			&cli.StringFlag{Name: "textfile", TakesFile: true, Usage: "write Prometheus metrics to this `FILE` every refresh (node_exporter's textfile collector)"},
 		),
 		Action: topAction,
@@ -109,10 +110,29 @@ func topRateWindow(every time.Duration) time.Duration {
 	return min(2*every+every/2, 5*time.Second)
 }
 
-// serveMetrics listens on addr and serves reg at /metrics until ctx
-// ends; the address it got goes to stderr (":0" picks a port).
+// metricsAddr is where --metrics-addr listens: a port alone (":9400",
+// "9400") is localhost's, since the metrics name the job's hosts, ranks
+// and GPUs to whoever asks; another machine's Prometheus needs an
+// address named on purpose ("0.0.0.0:9400", or one of this machine's).
+func metricsAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if _, perr := strconv.Atoi(addr); perr != nil {
+			return addr // net.Listen says what is wrong with it
+		}
+		host, port = "", addr
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// serveMetrics listens on addr (see metricsAddr) and serves reg at
+// /metrics until ctx ends; the address it got goes to stderr (":0" picks
+// a port).
 func serveMetrics(ctx context.Context, c *cli.Context, addr string, reg *prometheus.Registry) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", metricsAddr(addr))
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("drover top: --metrics-addr %s: %v", addr, err), agent.ExitUsage)
 	}

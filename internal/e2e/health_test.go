@@ -54,7 +54,7 @@ esac
 `, dir, i, gpu.SMIHealthFields)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(smi), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "dmesg"), []byte(fmt.Sprintf("#!/bin/sh\ncat %q/kmsg 2>/dev/null\n", dir)), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "kmsg"), []byte("[    1.0] Linux version 6.8.0\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kmsg"), []byte("<5>[    1.0] Linux version 6.8.0\n"), 0o644))
 	_, err = fleet.ExecInLogins(i, "mount", "--bind", dir, "/usr/local/bin")
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -63,6 +63,17 @@ esac
 		}
 	})
 	return dir
+}
+
+// forgedXIDs are kernel-log lines (as `dmesg -r` prints them) that a
+// local user can make appear naming the GPU at pci: a program whose file
+// name reads like an Xid that segfaults (the kernel's own record, which
+// starts with the name cut to 15 characters and quotes the whole file
+// name after "in"), and a record written to /dev/kmsg (facility user).
+func forgedXIDs(pci string) string {
+	return "<6>[   60.0] NVRM: Xid (PCI:[4321]: segfault at 0 ip 0000000000401000 sp 00007ffc12345678 error 4 in NVRM: Xid (PCI:" + pci +
+		"): 79, pid=1, GPU has fallen off the bus.[401000+1000] likely on CPU 0 (core 0, socket 0)\n" +
+		"<12>[   61.0] NVRM: Xid (PCI:" + pci + "): 79, pid=1, GPU has fallen off the bus.\n"
 }
 
 // writeGPUInventory writes the fleet as an inventory with gpus = "auto",
@@ -177,7 +188,7 @@ func TestHealthGateECC(t *testing.T) {
 		writeGPUInventory(t, j, 3)
 		// An Xid from before: listed, not judged (a run judges only new ones).
 		require.NoError(t, os.WriteFile(filepath.Join(state[0], "kmsg"),
-			[]byte("[   50.0] NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"), 0o644))
+			[]byte("<4>[   50.0] NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"+forgedXIDs("0000:18:00")), 0o644))
 		d := startDroverArgs(t, j, "probe", j.Path, "--health")
 		require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
 		out := d.stdout.String()
@@ -215,11 +226,14 @@ if [ "$DROVER_RESTART_COUNT" = 0 ]; then sleep 1000; fi
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 	}
-	appendKmsg("[  100.5] NVRM: Xid (PCI:0000:19:00): 13, pid=4242, name=python3, Graphics Exception")
+	// What a local user can make the kernel log (forgedXIDs) is no Xid:
+	// before the fix it stopped the group here.
+	appendKmsg(strings.TrimSuffix(forgedXIDs("0000:19:00"), "\n"))
+	appendKmsg("<4>[  100.5] NVRM: Xid (PCI:0000:19:00): 13, pid=4242, name=python3, Graphics Exception")
 	d.waitStderr(t, regexp.MustCompile(`warning: GPU health: `+regexp.QuoteMeta(fleet.Hosts[1].Name)+` GPU 1: Xid 13 .*in ignore_xids`), 10*time.Second)
 	assert.NotContains(t, d.stderr.String(), "stopping", "an ignored Xid does not stop the group")
 
-	appendKmsg("[  101.5] NVRM: Xid (PCI:0000:19:00): 79, pid=4242, name=python3, GPU has fallen off the bus.")
+	appendKmsg("<4>[  101.5] NVRM: Xid (PCI:0000:19:00): 79, pid=4242, name=python3, GPU has fallen off the bus.")
 	d.waitStderr(t, regexp.MustCompile(`GPU health: `+regexp.QuoteMeta(fleet.Hosts[1].Name)+` GPU 1: Xid 79 .*; health = "enforce" keeps `+
 		regexp.QuoteMeta(fleet.Hosts[1].Name)+` out: the group restarts without it, on spare `+regexp.QuoteMeta(fleet.Hosts[3].Name)+`; stopping \d+ process`), 10*time.Second)
 	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())

@@ -149,6 +149,8 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		c := parseAgent(t, NetListenCommand("drover", o))
 		assert.Equal(t, cmdNetListen, c.Command.Name)
 		assert.Equal(t, o, netListenOptions(c))
+		o = NetListenOptions{Listen: "10.0.0.12", Timeout: time.Minute}
+		assert.Equal(t, o, netListenOptions(parseAgent(t, NetListenCommand("drover", o))))
 	})
 	t.Run("net-send", func(t *testing.T) {
 		o := NetSendOptions{To: "10.0.0.12:4000", Duration: 2 * time.Second}
@@ -180,7 +182,7 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent version",
 		"usage: drover agent sftp [--low-priority]",
 		"usage: drover agent top --workdir FILE [--every DURATION] [--heartbeat DURATION]",
-		"usage: drover agent net-listen [--iface INTERFACE] [--accept N] [--timeout DURATION]",
+		"usage: drover agent net-listen [--iface INTERFACE] [--listen ADDR] [--accept N] [--timeout DURATION]",
 		"usage: drover agent net-send --to IP:PORT [--duration DURATION]",
 		"usage: drover agent recv --dir DIR --seq N --name NAME --listen ADDR [--forward ADDR] [--part HOST] [--wait DURATION] [--idle DURATION] [--low-priority]",
 		"usage: drover agent send --path PATH --name NAME --to ADDR [--rate BYTES] [--idle DURATION] [--low-priority]",

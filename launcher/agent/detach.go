@@ -99,7 +99,7 @@ func writeJSON(path string, v any) error {
 
 // ReadState reads a state record.
 func ReadState(path string) (*State, error) {
-	data, err := os.ReadFile(path)
+	data, err := readRegular(path, maxStateFile)
 	if err != nil {
 		return nil, fmt.Errorf("read run state: %w", err)
 	}
@@ -157,28 +157,37 @@ func newDetached(o RunOptions) (*detached, error) {
 	return d, nil
 }
 
-// running records the started command and adds the index entry.
+// running adds the index entry and records the started command, in that
+// order (see end): a reader that sees the record say running finds the
+// entry. The entry is made under a temporary name and renamed into
+// place, so that a reader never finds it missing or half made.
 func (d *detached) running(pid int) {
-	d.st.Pid, d.st.State = pid, ProcRunning
-	_ = writeJSON(d.path, d.st)
 	if e := d.st.indexEntry(); e != "" {
 		_ = os.MkdirAll(filepath.Dir(e), 0o700)
-		_ = os.Remove(e)
 		abs, _ := filepath.Abs(d.path)
-		_ = os.Symlink(abs, e)
+		tmp := filepath.Join(filepath.Dir(e), fmt.Sprintf(".%s.tmp-%d", filepath.Base(e), os.Getpid()))
+		_ = os.Remove(tmp)
+		if os.Symlink(abs, tmp) == nil && os.Rename(tmp, e) != nil {
+			_ = os.Remove(tmp)
+		}
 	}
+	d.st.Pid, d.st.State = pid, ProcRunning
+	_ = writeJSON(d.path, d.st)
 }
 
-// end records how the run ended and removes the index entry.
+// end removes the index entry and records how the run ended, in that
+// order: a reader that sees the final record (an attach client returns
+// on it) must find the entry gone; the other order left it for a moment
+// after the record said the process ended.
 func (d *detached) end(state ProcState, code int, err error) {
+	if e := d.st.indexEntry(); e != "" {
+		_ = os.Remove(e)
+	}
 	d.st.State, d.st.Exit, d.st.Ended = state, &code, time.Now().UTC()
 	if err != nil {
 		d.st.Error = err.Error()
 	}
 	_ = writeJSON(d.path, d.st)
-	if e := d.st.indexEntry(); e != "" {
-		_ = os.Remove(e)
-	}
 }
 
 // detachedSignals turns the signals an attach client (or `drover stop`)
@@ -640,14 +649,22 @@ func Report(workdir, runID string) (*HostReport, error) {
 }
 
 // fromIndex fills rep from the host's index, dropping entries whose
-// process is gone.
+// process is gone. At most maxIndexEntries are looked at, and each
+// record an entry names is read as readRegular reads: bounded, regular
+// files only, never blocking.
 func (rep *HostReport) fromIndex() error {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return fmt.Errorf("find the home directory: %w", err)
 	}
 	entries, _ := filepath.Glob(filepath.Join(home, IndexDir, "*"))
+	if len(entries) > maxIndexEntries {
+		entries = entries[:maxIndexEntries]
+	}
 	for _, e := range entries {
+		if strings.HasPrefix(filepath.Base(e), ".") {
+			continue // an entry being made (running)
+		}
 		target, err := os.Readlink(e)
 		if err != nil {
 			continue

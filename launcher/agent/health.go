@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -184,11 +185,62 @@ func kernelLog(ctx context.Context) ([]byte, string, error) {
 	if kerr == nil {
 		return out, "kernel log", nil
 	}
-	out, derr := runTool(ctx, []string{"dmesg"})
+	out, derr := runTool(ctx, []string{"dmesg", "-r"})
 	if derr == nil {
-		return out, "kernel log (dmesg)", nil
+		return dmesgXIDLines(out), "kernel log (dmesg)", nil
 	}
 	return nil, "", fmt.Errorf("read /dev/kmsg: %v; dmesg: %v (reading it needs root, CAP_SYSLOG or kernel.dmesg_restrict = 0)", kerr, derr)
+}
+
+// Only records the kernel itself logged count as Xids: facility 0 (kern;
+// what users write to /dev/kmsg gets another), and a message that is the
+// driver's Xid from its first byte (gpu.IsKernelXIDMessage). The kernel
+// quotes names users choose inside its own messages: a program named
+// "NVRM: Xid (PCI:...): 79, ..." that segfaults puts that text in a
+// kernel record ("NAME[pid]: segfault at ... in NAME[...]"), and before
+// this check such a record fenced the host.
+
+// kmsgXIDRecord is the first line of a /dev/kmsg record
+// ("prio,seq,usec,flags;message\n continuation...") when the kernel
+// logged it as an Xid.
+func kmsgXIDRecord(rec []byte) ([]byte, bool) {
+	if i := bytes.IndexByte(rec, '\n'); i >= 0 {
+		rec = rec[:i] // the sequence number makes the first line unique
+	}
+	head, msg, ok := bytes.Cut(rec, []byte(";"))
+	if !ok {
+		return nil, false
+	}
+	prio, _, _ := bytes.Cut(head, []byte(","))
+	p, err := strconv.Atoi(string(prio))
+	if err != nil || p>>3 != 0 || !gpu.IsKernelXIDMessage(string(msg)) {
+		return nil, false
+	}
+	return rec, true
+}
+
+// dmesgXIDLines keeps the lines of `dmesg -r` ("<prio>[  12.345]
+// message") the kernel logged as Xids.
+func dmesgXIDLines(out []byte) []byte {
+	var keep bytes.Buffer
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte("<"))
+		prio, rest, ok2 := bytes.Cut(rest, []byte(">"))
+		p, err := strconv.Atoi(string(prio))
+		if !ok || !ok2 || err != nil || p>>3 != 0 {
+			continue
+		}
+		if bytes.HasPrefix(rest, []byte("[")) {
+			if i := bytes.IndexByte(rest, ']'); i >= 0 {
+				rest = bytes.TrimPrefix(rest[i+1:], []byte(" "))
+			}
+		}
+		if gpu.IsKernelXIDMessage(string(rest)) {
+			keep.Write(line)
+			keep.WriteByte('\n')
+		}
+	}
+	return keep.Bytes()
 }
 
 func joinReason(a, b string) string {

@@ -21,6 +21,13 @@ func readKmsg() ([]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	return readKmsgFD(fd)
+}
+
+// readKmsgFD reads the records of fd, a non-blocking /dev/kmsg (or,
+// under test, anything that hands out one record a read), and keeps the
+// first line of each the kernel itself logged as an Xid (kmsgXIDRecord).
+func readKmsgFD(fd int) ([]byte, error) {
 	var out bytes.Buffer
 	buf := make([]byte, 8192)
 	for out.Len() < kmsgMax {
@@ -37,14 +44,7 @@ func readKmsg() ([]byte, error) {
 		case n == 0:
 			return out.Bytes(), nil
 		}
-		rec := buf[:n]
-		if bytes.Contains(rec, []byte("NVRM: Xid")) {
-			// "prio,seq,usec,flags;message\n continuation...": the
-			// first line is the record; the sequence number makes it
-			// unique.
-			if i := bytes.IndexByte(rec, '\n'); i >= 0 {
-				rec = rec[:i]
-			}
+		if rec, ok := kmsgXIDRecord(buf[:n]); ok {
 			out.Write(rec)
 			out.WriteByte('\n')
 		}

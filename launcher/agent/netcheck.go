@@ -3,7 +3,6 @@ package agent
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,17 +16,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/droverhq/drover/launcher/peerauth"
 	"github.com/urfave/cli/v2"
 )
 
 // `drover check net` measures the links between hosts with two agent
 // commands, no MPI: `agent net-listen` on each host accepts measurements
-// on an ephemeral port of the job's interface, and `agent net-send`
+// on an ephemeral port of the job's interface (or of the address drover
+// reaches the host at: never every address), and `agent net-send`
 // measures one link from the host it runs on. Both read a one-time token
-// from stdin, which reaches them over drover's SSH connection only: a
-// connection that does not present it first is closed unmeasured, so the
-// port serves nothing else. The listener stops when its stdin ends (drover
-// is done or gone), at --timeout, or after --accept measurements.
+// from stdin, which reaches them over drover's SSH connection only, and
+// prove to each other that they know it (package peerauth: the token never
+// crosses the network). Until a connection is proven the listener reads
+// exactly peerauth.ProofSize bytes of it within netProofTimeout, and holds
+// at most maxUnproven such connections (more are closed at once): a
+// stranger's connections cost it a few KiB, never memory without end. The
+// listener stops when its stdin ends (drover is done or gone), at
+// --timeout, or after --accept measurements.
 
 // ListeningPrefix starts the line net-listen prints once it listens:
 // "listening 10.0.0.12:41234" (":41234" when no interface was named).
@@ -41,13 +46,25 @@ const (
 	// netPings is how many round trips a measurement times (the median
 	// counts).
 	netPings = 9
+	// netProofTimeout bounds a connection's proof of the token.
+	netProofTimeout = 5 * time.Second
+	// maxUnproven is how many connections that have not proven the token
+	// the listener holds at once.
+	maxUnproven = 16
 )
+
+// netAuth is the handshake of link measurements.
+var netAuth = peerauth.Scheme{Label: "drover-net-check-1", Timeout: netProofTimeout}
 
 // NetListenOptions are `drover agent net-listen`'s flags.
 type NetListenOptions struct {
 	// Iface is the network interface whose address to listen on (the
-	// one the job's collectives use); "" listens on every address.
+	// one the job's collectives use).
 	Iface string
+	// Listen is the address to listen on when Iface is "" (the one
+	// drover reaches the host at). With neither, NetListen refuses:
+	// it never listens on every address.
+	Listen string
 	// Accept is how many measurements to serve before exiting (0: until
 	// stdin ends or Timeout).
 	Accept int
@@ -81,6 +98,9 @@ func NetListenCommand(binary string, o NetListenOptions) []string {
 	if o.Iface != "" {
 		argv = append(argv, "--"+flagIface, o.Iface)
 	}
+	if o.Listen != "" {
+		argv = append(argv, "--"+flagListen, o.Listen)
+	}
 	if o.Accept > 0 {
 		argv = append(argv, "--"+flagAccept, strconv.Itoa(o.Accept))
 	}
@@ -98,9 +118,10 @@ func NetSendCommand(binary string, o NetSendOptions) []string {
 func netListenCLI() *cli.Command {
 	return &cli.Command{
 		Name:  cmdNetListen,
-		Usage: "accept link measurements that present the token read from stdin",
+		Usage: "accept link measurements from senders that prove the token read from stdin",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagIface, Usage: "listen on this `INTERFACE`'s address (default: every address)"},
+			&cli.StringFlag{Name: flagIface, Usage: "listen on this `INTERFACE`'s address"},
+			&cli.StringFlag{Name: flagListen, Usage: "listen on this `ADDR` when no --iface is named"},
 			&cli.IntFlag{Name: flagAccept, Usage: "exit after this many measurements (0: when stdin ends)"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 5 * time.Minute, Usage: "exit after this long"},
 		},
@@ -111,13 +132,13 @@ func netListenCLI() *cli.Command {
 }
 
 func netListenOptions(c *cli.Context) NetListenOptions {
-	return NetListenOptions{Iface: c.String(flagIface), Accept: c.Int(flagAccept), Timeout: c.Duration(flagTimeout)}
+	return NetListenOptions{Iface: c.String(flagIface), Listen: c.String(flagListen), Accept: c.Int(flagAccept), Timeout: c.Duration(flagTimeout)}
 }
 
 func netSendCLI() *cli.Command {
 	return &cli.Command{
 		Name:  cmdNetSend,
-		Usage: "measure the link to a net-listen, presenting the token read from stdin",
+		Usage: "measure the link to a net-listen, proving the token read from stdin",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagTo, Required: true, Usage: "the listener's `IP:PORT`"},
 			&cli.DurationFlag{Name: flagDuration, Value: 2 * time.Second, Usage: "send data this long"},
@@ -140,13 +161,12 @@ func netSendOptions(c *cli.Context) NetSendOptions {
 }
 
 // readToken reads the one-time token, the first line of r.
-func readToken(r *bufio.Reader) (string, error) {
+func readToken(r *bufio.Reader) ([]byte, error) {
 	line, err := r.ReadString('\n')
-	tok := strings.TrimSpace(line)
-	if tok == "" {
-		return "", fmt.Errorf("read the token from stdin: got none (%v)", err)
+	if strings.TrimSpace(line) == "" {
+		return nil, fmt.Errorf("read the token from stdin: got none (%v)", err)
 	}
-	return tok, nil
+	return peerauth.ParseToken(line)
 }
 
 // NetListen serves measurements (see the protocol above) until stdin
@@ -168,13 +188,13 @@ func NetListen(ctx context.Context, o NetListenOptions, stdin io.Reader, w io.Wr
 		_, _ = io.Copy(io.Discard, in)
 		cancel()
 	}()
-	ip, err := ifaceIP(o.Iface)
+	ip, err := listenIP(o)
 	if err != nil {
 		return err
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.Iface, err)
+		return fmt.Errorf("listen on %s: %w", ip, err)
 	}
 	go func() {
 		<-ctx.Done()
@@ -186,19 +206,48 @@ func NetListen(ctx context.Context, o NetListenOptions, stdin io.Reader, w io.Wr
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var served atomic.Int64
+	unproven := make(chan struct{}, maxUnproven)
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			return nil // closed: stdin ended, timed out or all served
 		}
+		select {
+		case unproven <- struct{}{}:
+		default:
+			conn.Close() // full of connections still proving: a flood
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if serveMeasurement(ctx, conn, tok) && o.Accept > 0 && served.Add(1) >= int64(o.Accept) {
+			if serveMeasurement(ctx, conn, tok, func() { <-unproven }) && o.Accept > 0 && served.Add(1) >= int64(o.Accept) {
 				cancel()
 			}
 		}()
 	}
+}
+
+// listenIP is where net-listen listens: o.Iface's address, else o.Listen
+// (an IP, or a name resolved here); never every address.
+func listenIP(o NetListenOptions) (string, error) {
+	if o.Iface != "" {
+		return ifaceIP(o.Iface)
+	}
+	if o.Listen == "" {
+		return "", errors.New("net-listen: name the job's interface (--iface) or this host's address (--listen); it does not listen on every address")
+	}
+	if ip := net.ParseIP(o.Listen); ip != nil {
+		if ip.IsUnspecified() {
+			return "", fmt.Errorf("net-listen: --listen %s is every address; name this host's address on the job's network", o.Listen)
+		}
+		return ip.String(), nil
+	}
+	ips, err := net.LookupIP(o.Listen)
+	if err != nil || len(ips) == 0 {
+		return "", fmt.Errorf("net-listen: resolve --listen %s: %v", o.Listen, err)
+	}
+	return ips[0].String(), nil
 }
 
 // ifaceIP is the first address of interface name (IPv4 first), "" for
@@ -234,19 +283,21 @@ func ifaceIP(name string) (string, error) {
 	return v6, nil
 }
 
-// serveMeasurement answers one sender: its token, its pings, then its
-// data with the count and time it took; false when the token was wrong.
-func serveMeasurement(ctx context.Context, conn net.Conn, tok string) bool {
+// serveMeasurement answers one sender: its proof of the token, its
+// pings, then its data with the count and time it took; false when it
+// did not prove the token. proven is called once the proof is over,
+// whatever its outcome.
+func serveMeasurement(ctx context.Context, conn net.Conn, tok []byte, proven func()) bool {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(line)), []byte(tok)) != 1 {
+	err := netAuth.ProveListener(conn, tok)
+	proven()
+	if err != nil {
 		return false
 	}
 	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	r := bufio.NewReader(conn)
 	for {
 		op, err := r.ReadByte()
 		if err != nil {
@@ -310,10 +361,10 @@ func NetSend(ctx context.Context, o NetSendOptions, stdin io.Reader) (NetResult,
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	_ = conn.SetDeadline(time.Now().Add(10*time.Second + 2*o.Duration))
-	if _, err := fmt.Fprintf(conn, "%s\n", tok); err != nil {
-		return res, fmt.Errorf("send the token to %s: %w", o.To, err)
+	if err := netAuth.ProveDialer(conn, tok); err != nil {
+		return res, fmt.Errorf("prove the token to %s: %w", o.To, err)
 	}
+	_ = conn.SetDeadline(time.Now().Add(10*time.Second + 2*o.Duration))
 	if res.RTTMicros, err = pings(conn); err != nil {
 		return res, fmt.Errorf("ping %s: %w", o.To, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/droverhq/drover/launcher/peerauth"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -37,8 +38,9 @@ func startListener(t *testing.T, token string, accept int) (string, func() error
 // A sender with the token measures the link; the receiver's count and
 // time make the rate.
 func TestNetSendMeasures(t *testing.T) {
-	addr, stop := startListener(t, "s3cret", 0)
-	res, err := NetSend(context.Background(), NetSendOptions{To: addr, Duration: 200 * time.Millisecond}, strings.NewReader("s3cret\n"))
+	tok := newToken(t)
+	addr, stop := startListener(t, tok, 0)
+	res, err := NetSend(context.Background(), NetSendOptions{To: addr, Duration: 200 * time.Millisecond}, strings.NewReader(tok+"\n"))
 	require.NoError(t, err)
 	assert.Positive(t, res.Bytes)
 	assert.Positive(t, res.Seconds)
@@ -50,15 +52,15 @@ func TestNetSendMeasures(t *testing.T) {
 // A connection without the token is closed unmeasured: the port serves
 // nothing but drover's own measurement.
 func TestNetListenRefusesWrongToken(t *testing.T) {
-	addr, stop := startListener(t, "s3cret", 0)
-	_, err := NetSend(context.Background(), NetSendOptions{To: addr, Duration: 100 * time.Millisecond}, strings.NewReader("guess\n"))
-	require.Error(t, err)
+	addr, stop := startListener(t, newToken(t), 0)
+	_, err := NetSend(context.Background(), NetSendOptions{To: addr, Duration: 100 * time.Millisecond}, strings.NewReader(newToken(t)+"\n"))
+	require.ErrorIs(t, err, peerauth.ErrAuth)
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	_, _ = c.Write([]byte("guess\np"))
+	_, _ = c.Write([]byte("guess\np" + strings.Repeat("x", peerauth.ProofSize)))
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, _ := c.Read(make([]byte, 1))
-	assert.Zero(t, n, "a ping without the token is not answered")
+	got, _ := io.ReadAll(c)
+	assert.Len(t, got, peerauth.TokenSize, "the listener's nonce, then it hangs up: a ping without the token is not answered")
 	c.Close()
 	assert.NoError(t, stop())
 }
@@ -75,12 +77,13 @@ func TestNetListenAcceptEnds(t *testing.T) {
 		done <- NetListen(context.Background(), NetListenOptions{Iface: "lo", Accept: 1, Timeout: time.Minute}, inR, pw)
 		pw.Close()
 	}()
-	_, _ = io.WriteString(inW, "tok\n")
+	tok := newToken(t)
+	_, _ = io.WriteString(inW, tok+"\n")
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	require.NoError(t, err)
 	go io.Copy(&out, pr)
 	addr := strings.TrimPrefix(strings.TrimSpace(line), ListeningPrefix)
-	_, err = NetSend(context.Background(), NetSendOptions{To: addr, Duration: 50 * time.Millisecond}, strings.NewReader("tok\n"))
+	_, err = NetSend(context.Background(), NetSendOptions{To: addr, Duration: 50 * time.Millisecond}, strings.NewReader(tok+"\n"))
 	require.NoError(t, err)
 	select {
 	case err := <-done:
@@ -88,4 +91,20 @@ func TestNetListenAcceptEnds(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("net-listen --accept 1 did not exit after one measurement")
 	}
+}
+
+func newToken(t *testing.T) string {
+	t.Helper()
+	tok, err := peerauth.NewToken()
+	require.NoError(t, err)
+	return tok
+}
+
+// Neither an interface nor an address: net-listen refuses rather than
+// listen on every address.
+func TestNetListenNeedsAddress(t *testing.T) {
+	err := NetListen(context.Background(), NetListenOptions{Timeout: time.Second}, strings.NewReader(newToken(t)+"\n"), io.Discard)
+	require.ErrorContains(t, err, "does not listen on every address")
+	err = NetListen(context.Background(), NetListenOptions{Listen: "0.0.0.0", Timeout: time.Second}, strings.NewReader(newToken(t)+"\n"), io.Discard)
+	require.ErrorContains(t, err, "every address")
 }

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -16,9 +14,10 @@ import (
 	"os"
 	"path"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/droverhq/drover/launcher/peerauth"
 )
 
 // Direct copies: the host that holds a checkpoint streams it straight to
@@ -54,7 +53,7 @@ const (
 const maxFrame = max(copyBuffer, maxManifest)
 
 // TokenSize is the length of a direct copy's one-time token.
-const TokenSize = 32
+const TokenSize = peerauth.TokenSize
 
 // directDialTimeout bounds connecting to a receiver: a firewall that drops
 // packets shows as this timeout, after which drover copies through the
@@ -158,22 +157,10 @@ const Unreachable = "unreachable: "
 
 // NewToken returns a fresh one-time token, hex encoded as it travels on
 // the agents' stdin.
-func NewToken() (string, error) {
-	b := make([]byte, TokenSize)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("make a one-time token for a direct copy: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}
+func NewToken() (string, error) { return peerauth.NewToken() }
 
 // ParseToken reads a token line as NewToken writes it.
-func ParseToken(line string) ([]byte, error) {
-	b, err := hex.DecodeString(strings.TrimSpace(line))
-	if err != nil || len(b) != TokenSize {
-		return nil, fmt.Errorf("direct copy: the token on stdin is not %d hex bytes", TokenSize)
-	}
-	return b, nil
-}
+func ParseToken(line string) ([]byte, error) { return peerauth.ParseToken(line) }
 
 func writeFrame(w io.Writer, t byte, p []byte) error {
 	var h [5]byte
@@ -203,42 +190,16 @@ func readFrame(r io.Reader, buf []byte) (byte, []byte, error) {
 	return h[0], p, nil
 }
 
-func mac(token []byte, role string, a, b []byte) []byte {
-	h := hmac.New(sha256.New, token)
-	h.Write([]byte("drover-direct-copy-1 " + role))
-	h.Write(a)
-	h.Write(b)
-	return h.Sum(nil)
-}
-
 // ErrAuth says the other end of a direct copy does not know its token.
-var ErrAuth = errors.New("direct copy: the other end does not know the one-time token")
+var ErrAuth = peerauth.ErrAuth
 
-// proveSender is the sender's half of the handshake: it answers the
-// receiver's nonce and checks the receiver's answer to its own.
+// copyAuth is the handshake of direct copies (package peerauth).
+var copyAuth = peerauth.Scheme{Label: "drover-direct-copy-1", Timeout: handshakeTimeout}
+
+// proveSender is the sender's half of the handshake.
 func proveSender(conn net.Conn, token []byte) error {
-	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
-	defer conn.SetDeadline(time.Time{})
-	nr := make([]byte, TokenSize)
-	if _, err := io.ReadFull(conn, nr); err != nil {
-		return fmt.Errorf("direct copy handshake: %w", err)
-	}
-	ns := make([]byte, TokenSize)
-	if _, err := rand.Read(ns); err != nil {
-		return err
-	}
-	if _, err := conn.Write(append(ns, mac(token, "send", nr, ns)...)); err != nil {
-		return fmt.Errorf("direct copy handshake: %w", err)
-	}
-	got := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(conn, got); errors.Is(err, io.EOF) {
-		// The receiver hangs up on a sender whose answer is wrong.
-		return fmt.Errorf("%w (the receiver hung up on its answer)", ErrAuth)
-	} else if err != nil {
-		return fmt.Errorf("direct copy handshake: %w", err)
-	}
-	if !hmac.Equal(got, mac(token, "recv", ns, nr)) {
-		return ErrAuth
+	if err := copyAuth.ProveDialer(conn, token); err != nil {
+		return fmt.Errorf("direct copy: %w", err)
 	}
 	return nil
 }
@@ -251,25 +212,12 @@ func proveReceiver(conn net.Conn, token []byte) error {
 // proveReceiverWithin is proveReceiver with the whole exchange bounded by
 // within.
 func proveReceiverWithin(conn net.Conn, token []byte, within time.Duration) error {
-	_ = conn.SetDeadline(time.Now().Add(within))
-	defer conn.SetDeadline(time.Time{})
-	nr := make([]byte, TokenSize)
-	if _, err := rand.Read(nr); err != nil {
-		return err
+	auth := copyAuth
+	auth.Timeout = within
+	if err := auth.ProveListener(conn, token); err != nil {
+		return fmt.Errorf("direct copy: %w", err)
 	}
-	if _, err := conn.Write(nr); err != nil {
-		return fmt.Errorf("direct copy handshake: %w", err)
-	}
-	in := make([]byte, TokenSize+sha256.Size)
-	if _, err := io.ReadFull(conn, in); err != nil {
-		return fmt.Errorf("direct copy handshake: %w", err)
-	}
-	ns := in[:TokenSize]
-	if !hmac.Equal(in[TokenSize:], mac(token, "send", nr, ns)) {
-		return ErrAuth
-	}
-	_, err := conn.Write(mac(token, "recv", ns, nr))
-	return err
+	return nil
 }
 
 // dialPeer connects to a receiver and proves the token.

@@ -3,8 +3,6 @@ package netcheck
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +16,8 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/peerauth"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // The network check (`drover check net`, preflight = ["net"]): every host
@@ -28,8 +28,9 @@ import (
 // lower of the medians of what it sent and what it received: a slow NIC
 // or a throttled port slows every link of its host in one direction,
 // while a single slow link leaves its other end's medians alone. No MPI;
-// the listeners accept only connections that present a one-time token
-// that went to them over SSH.
+// the listeners accept only connections that prove a one-time token that
+// went to them over SSH (package peerauth), and listen only on the job's
+// interface or the host's address.
 
 // DefaultDuration is how long each link is measured.
 const DefaultDuration = 2 * time.Second
@@ -88,9 +89,13 @@ func checkNet(ctx context.Context, peers []*netPeer, d time.Duration) *Report {
 		}
 		return rep
 	}
-	tok := make([]byte, 32)
-	_, _ = rand.Read(tok) // crypto/rand does not fail (Go 1.24+)
-	token := hex.EncodeToString(tok)
+	token, err := peerauth.NewToken()
+	if err != nil {
+		for _, p := range peers {
+			rep.Hosts = append(rep.Hosts, Host{Name: p.host.Name, Iface: p.iface, Err: err.Error()})
+		}
+		return rep
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	listenErr := startListeners(ctx, peers, token, len(peers)-1)
@@ -147,7 +152,12 @@ func startListener(ctx context.Context, p *netPeer, token string, n int) error {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	stderr := cluster.NewHeadBuffer(4096, nil)
-	o := agent.NetListenOptions{Iface: p.iface, Accept: n, Timeout: 10 * time.Minute}
+	// Without an interface, the address drover reaches the host at (what
+	// the plan gives the collectives): never every address.
+	o := agent.NetListenOptions{Iface: p.iface, Listen: plan.HostAddress(p.host), Accept: n, Timeout: 10 * time.Minute}
+	if p.iface != "" {
+		o.Listen = ""
+	}
 	proc, err := remote.Client{T: p.t, Path: p.agent}.NetListen(ctx, o, cluster.Cmd{Stdin: inR, Stdout: outW, Stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("start drover agent net-listen on %s: %w", p.host.Name, err)

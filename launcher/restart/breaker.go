@@ -5,9 +5,11 @@ import "fmt"
 // The crash-loop breaker (max_restarts_without_progress): a script with a
 // bug that no restart fixes fails the same way after every resume, and
 // restarting it max_restarts times burns that many attempts of the whole
-// fleet. A restart made progress when a checkpoint newer than the one it
-// resumed from appeared before it failed; the run stops after that many
-// restarts in a row made none. An attempt that started from scratch is
+// fleet. A restart made progress when a new checkpoint appeared before it
+// failed (Advanced): a new time on the one it resumed from is not one, as
+// a script that touches its checkpoint before failing would otherwise
+// never be stopped. The run stops after that many restarts in a row made
+// none. An attempt that started from scratch is
 // not judged: a job that never checkpoints (or has not yet) cannot show
 // progress this way, and the breaker leaves it alone.
 
@@ -19,8 +21,37 @@ type Progress struct {
 	// Resumed names the checkpoint the attempt resumed from; "" for
 	// none (it started from scratch).
 	Resumed string
-	// Newer says a newer checkpoint appeared before the attempt ended.
+	// Newer says a new checkpoint appeared before the attempt ended
+	// (Advanced).
 	Newer bool
+}
+
+// Checkpoint is what the breaker compares of the checkpoint an attempt
+// resumed from and the newest one after it failed.
+type Checkpoint struct {
+	// Seq is its place in the order drover saw checkpoints complete; a
+	// name saved again gets a new one, and so does a new time on it.
+	Seq  int
+	Name string
+	// Digest is the sha256 of its MANIFEST (names, sizes, content), ""
+	// until drover has read it (a copy, the mirror, a staging).
+	Digest string
+}
+
+// Advanced says whether newest is progress over resumed: a later
+// checkpoint under another name, or under the same name with other
+// content. The same name with the same digest is the same checkpoint with
+// a new time (a touch). Where drover has not read both, the content
+// cannot be told and a later one counts: a script that saves one name
+// again and again (latest.pt) must not be stopped for it.
+func Advanced(resumed, newest Checkpoint) bool {
+	if newest.Seq <= resumed.Seq {
+		return false
+	}
+	if newest.Name != resumed.Name || newest.Digest == "" || resumed.Digest == "" {
+		return true
+	}
+	return newest.Digest != resumed.Digest
 }
 
 // Breaker counts the restarts in a row that made no progress.

@@ -143,3 +143,27 @@ func TestKindString(t *testing.T) {
 		assert.Equal(t, want, k.String())
 	}
 }
+
+// Progress is a new checkpoint: another name, or the same name with
+// other content. A new time on the one resumed from (the same digest)
+// is not; where drover has not read both, a later one counts.
+func TestAdvanced(t *testing.T) {
+	from := Checkpoint{Seq: 3, Name: "step-10", Digest: "d1"}
+	for _, tc := range []struct {
+		name   string
+		newest Checkpoint
+		want   bool
+	}{
+		{"the one resumed from", from, false},
+		{"an older one", Checkpoint{Seq: 2, Name: "step-20", Digest: "d2"}, false},
+		{"another name", Checkpoint{Seq: 4, Name: "step-20", Digest: "d1"}, true},
+		{"touched: same name, same content", Checkpoint{Seq: 4, Name: "step-10", Digest: "d1"}, false},
+		{"saved again: same name, other content", Checkpoint{Seq: 4, Name: "step-10", Digest: "d2"}, true},
+		{"saved again, content not read", Checkpoint{Seq: 4, Name: "step-10"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Advanced(from, tc.newest))
+		})
+	}
+	assert.True(t, Advanced(Checkpoint{Seq: 3, Name: "step-10"}, Checkpoint{Seq: 4, Name: "step-10", Digest: "d1"}), "the resumed one not read")
+}
