@@ -62,10 +62,10 @@ echo "done rank=$RANK"
 // waited for host_wait (90 s here) in silence: an address that answers
 // nothing (a link cut, as with a wrong address routed nowhere: the dial
 // times out) or that no host has (no route to it). This reverses issue 21,
-// item 11, which this test asserted before (TestRunFirstAttemptWaitsFor-
-// UnreachableHost: the first attempt waited host_wait for such a host and
-// ran once it was healed); a host that the run reached before is still
-// waited for (TestRunHostCutAndHealed).
+// item 11, which this test asserted before under the name
+// TestRunFirstAttemptWaitsForUnreachableHost (the first attempt waited
+// host_wait for such a host and ran once it was healed); a host that the
+// run reached before is still waited for (TestRunHostCutAndHealed).
 func TestRunFirstAttemptFailsFastForUnreachableHost(t *testing.T) {
 	fleettest.Need(t, fleet)
 	for _, tc := range []struct{ name, how string }{{"cut", "timed out"}, {"no host there", "no route to host"}} {
