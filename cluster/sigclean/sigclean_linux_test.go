@@ -75,9 +75,6 @@ func has(mask string, sig syscall.Signal) bool {
 // both on to what it starts with os/exec; through Command, what it starts
 // has SIGHUP at its default and nothing blocked.
 func TestCommandCleansInheritedState(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the trampoline is /proc/self/exe: Linux only")
-	}
 	self, err := os.Executable()
 	require.NoError(t, err)
 	c := exec.Command(self, "-test.run=^$")
@@ -95,9 +92,6 @@ func TestCommandCleansInheritedState(t *testing.T) {
 
 // A program the trampoline cannot run fails as a shell says so: 127.
 func TestCommandMissingProgram(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the trampoline is /proc/self/exe: Linux only")
-	}
 	c := exec.Command("/bin/true")
 	c.Path = "/nonexistent/program"
 	sigclean.Command(c)
