@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/droverhq/drover/cluster/sigclean"
 )
 
 // localTransport runs commands on this machine with os/exec, for hosts with
@@ -90,6 +92,10 @@ func (t *localTransport) Start(ctx context.Context, cmd Cmd) (Process, error) {
 		}
 	}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// As sshd does, whatever drover inherited (SIGHUP ignored under
+	// nohup, signals blocked by its parent): default dispositions, an
+	// empty mask.
+	sigclean.Command(c)
 	if err := c.Start(); err != nil {
 		return nil, fmt.Errorf("start %s on %s: %w", cmd.name(), t.host.Name, err)
 	}

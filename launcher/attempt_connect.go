@@ -56,10 +56,15 @@ func (p *connectPhase) run(ctx context.Context, st *attemptState) error {
 
 // connect returns a connection to every host: the one an earlier attempt
 // made when it still answers (connPool.reuse), else a new one. An
-// unreachable host is retried for host_wait and then replaced by a spare,
-// on the first attempt as on a restart (a host rebooting when the run
-// starts is as common as one rebooting during it); a refused key or login
-// fails at once. Every connection made joins the pool.
+// unreachable host that the run reached before is retried for host_wait
+// (waitFor) and then replaced by a spare, on a restart as on the first
+// attempt's later hosts; one whose address never took a TCP connection
+// from this run (refused, no route, timed out) is not waited for: that is
+// a wrong address or port far more often than a host rebooting, and
+// host_wait (5 minutes by default) would only hide it. It takes a spare
+// at once, or fails the run naming the host, its address and the fix. A
+// refused key or login fails at once. Every connection made joins the
+// pool.
 func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hostConn, error) {
 	opts := p.dialOptions()
 	lost := p.lost()
@@ -80,45 +85,28 @@ func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hos
 					h.Name, name, err, h.Name, p.cfg.InventoryPath)
 			}
 		}
-		waited := false
-		for isUnreachable(err) && p.now().Before(deadline) {
-			if !waited {
-				p.events.printf("%s: %s (%s) unreachable, waiting up to %s for it: %v", p.prefix(), h.Name, h.Address, p.cfg.Job.HostWait, err)
-				waited = true
-			}
-			if serr := p.sleep(ctx, min(2*time.Second, deadline.Sub(p.now()))); serr != nil {
-				return nil, serr
-			}
-			// Re-read the inventory: the user may be fixing the address
-			// while drover waits.
-			if cfg, lerr := p.reload(); lerr == nil {
-				for _, nh := range cfg.Hosts {
-					if nh.Name == h.Name {
-						h = nh
-					}
-				}
-			}
-			var t cluster.Transport
-			wopts := opts
-			wopts.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, deadline.Sub(p.now()))
-			t, err = p.dial.dial(ctx, h, wopts)
-			if err == nil {
-				conns[i] = &hostConn{host: h, t: t}
-				p.pool.add(conns[i])
-				p.events.printf("%s: %s (%s) is back", p.prefix(), h.Name, h.Address)
-			}
-		}
-		if err == nil {
+		never := neverConnected(err) && !p.pool.wasReached(h.Name)
+		if never {
+			err = p.neverReached(h, err)
+		} else if conns[i], err = p.waitFor(ctx, h, err, deadline, opts); err == nil {
 			continue
 		}
 		if !isUnreachable(err) {
+			return nil, err
+		}
+		if never && !hasSpare(p.cfg.Hosts) {
 			return nil, err
 		}
 		spare, t, serr := p.takeSpare(ctx, hosts, opts)
 		if serr != nil {
 			return nil, fmt.Errorf("%w; %v", err, serr)
 		}
-		p.events.printf("%s: %s (%s) unreachable: %v; replaced by spare %s (%s)", p.prefix(), h.Name, h.Address, err, spare.Name, spare.Address)
+		how := "unreachable"
+		if never {
+			how = "unreachable and never reached by this run"
+			err = errs[i]
+		}
+		p.events.printf("%s: %s (%s) %s: %v; replaced by spare %s (%s)", p.prefix(), h.Name, h.Address, how, err, spare.Name, spare.Address)
 		p.replaced[h.Name] = spare.Name
 		// It stands in for h now: the plan gives it h's ranks (a host
 		// still marked spare would get none and the world would shrink).
@@ -128,6 +116,79 @@ func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hos
 	}
 	p.pool.keepOnly(hostsIn(conns))
 	return conns, nil
+}
+
+// stillWaitingEvery is how often waitFor says it still waits.
+const stillWaitingEvery = 30 * time.Second
+
+// waitFor dials h, an unreachable host the run reached before, every 2 s
+// until deadline (host_wait from the first dial), re-reading the
+// inventory each time: the user may be fixing the address while drover
+// waits. It says when it starts waiting, every stillWaitingEvery how
+// long is left, and when the host is back. It returns err at once when
+// err is not worth waiting for or host_wait is spent.
+func (p *connectPhase) waitFor(ctx context.Context, h config.Host, err error, deadline time.Time, opts cluster.DialOptions) (*hostConn, error) {
+	if !isUnreachable(err) || !p.now().Before(deadline) {
+		return nil, err
+	}
+	p.events.printf("%s: %s (%s) unreachable, waiting up to %s for it: %v", p.prefix(), h.Name, h.Address, p.cfg.Job.HostWait, err)
+	note := p.now().Add(stillWaitingEvery)
+	for {
+		if serr := p.sleep(ctx, min(2*time.Second, deadline.Sub(p.now()))); serr != nil {
+			return nil, serr
+		}
+		if now := p.now(); !now.Before(note) && now.Before(deadline) {
+			p.events.printf("%s: still waiting for %s (%s), %s left", p.prefix(), h.Name, h.Address, deadline.Sub(now).Round(time.Second))
+			note = now.Add(stillWaitingEvery)
+		}
+		if cfg, lerr := p.reload(); lerr == nil {
+			for _, nh := range cfg.Hosts {
+				if nh.Name == h.Name {
+					h = nh
+				}
+			}
+		}
+		wopts := opts
+		wopts.ConnectTimeout = waitDialTimeout(opts.ConnectTimeout, deadline.Sub(p.now()))
+		var t cluster.Transport
+		if t, err = p.dial.dial(ctx, h, wopts); err == nil {
+			c := &hostConn{host: h, t: t}
+			p.pool.add(c)
+			p.events.printf("%s: %s (%s) is back", p.prefix(), h.Name, h.Address)
+			return c, nil
+		}
+		if !isUnreachable(err) || !p.now().Before(deadline) {
+			return nil, err
+		}
+	}
+}
+
+// hasSpare reports whether the inventory has a spare host at all.
+func hasSpare(hosts []config.Host) bool {
+	return slices.ContainsFunc(hosts, func(h config.Host) bool { return h.Spare })
+}
+
+// neverConnected reports a dial that failed before any TCP connection was
+// made (refused, no route, timed out): nothing answered at the address
+// and port. A connection that broke during the SSH handshake (sshd
+// starting, MaxStartups) or a jump host's failure to reach the target
+// does not count: there the host may well be on its way.
+func neverConnected(err error) bool {
+	var oe *net.OpError
+	var de *net.DNSError // a resolver that failed may answer next time
+	return cluster.IsUnreachable(err) && errors.As(err, &oe) && oe.Op == "dial" && !errors.As(err, &de)
+}
+
+// neverReached is err, a dial of h that never connected, with the fix:
+// the address and port are where a first-hour mistake usually is.
+func (p *connectPhase) neverReached(h config.Host, err error) error {
+	try := "ssh " + h.Address
+	if h.Port != 0 {
+		try = fmt.Sprintf("ssh -p %d %s", h.Port, h.Address)
+	}
+	return fmt.Errorf("%w; %s (%s) was never reached by this run, so drover does not wait host_wait for it: "+
+		"check its address and port in %s (`%s` must connect), and that the host is up with sshd listening",
+		err, h.Name, h.Address, p.cfg.InventoryPath, try)
 }
 
 // dialOptions are the run's dial options with the inventory's hosts (a

@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +45,16 @@ type ckptPhase struct {
 	progress *attemptProgress
 	// resume is, per host, the DROVER_RESUME_FROM that staging found.
 	resume map[string]string
+	// fresh is drover run --fresh; since is the run's first seq of the
+	// record it may resume from (0 until the first attempt started over,
+	// see checkpoint.StartOver), kept by the runner across
+	// attempts; runID names what is set aside.
+	fresh bool
+	since *int
+	runID string
+	// runDir is this run's log directory: the others beside it are the
+	// earlier runs a resumed checkpoint is named after.
+	runDir string
 }
 
 func (p *ckptPhase) name() string { return "checkpoint" }
@@ -92,7 +104,22 @@ func (p *ckptPhase) stage(ctx context.Context, conns []*attemptHost) (map[string
 	if err != nil {
 		return nil, err
 	}
-	paths, err := m.Stage(ctx, p.checkpointHosts(conns), p.checkpointSettings())
+	hosts, set := p.checkpointHosts(conns), p.checkpointSettings()
+	if p.fresh && p.since != nil && *p.since == 0 {
+		if *p.since, err = checkpoint.StartOver(ctx, m, hosts, set, p.runID); err != nil {
+			return nil, err
+		}
+		p.events.printf("%s: starting from scratch (--fresh): no DROVER_RESUME_FROM; drover's copies of older checkpoints set aside under .drover/set-aside/%s on each host, nothing deleted; checkpoint_dir is left as it is",
+			p.prefix(), p.runID)
+		return nil, nil
+	}
+	if p.since != nil {
+		set.Since = *p.since
+	}
+	paths, err := m.Stage(ctx, hosts, set)
+	if err == nil && paths != nil && p.n == 1 && !p.fresh {
+		p.events.printf("%s: resuming %s; drover run --fresh starts over", p.prefix(), resumedFrom(m.Record().Entries(), paths, p.runDir))
+	}
 	if err == nil && paths == nil && p.n > 1 {
 		// Not "starting from scratch": a script may resume from files
 		// of its own outside checkpoint_dir, which drover does not see.
@@ -305,3 +332,63 @@ func (l *lowPriorityFS) Chtimes(p string, a, m time.Time) error    { return l.ge
 func (l *lowPriorityFS) Symlink(t, n string) error                 { return l.get().Symlink(t, n) }
 func (l *lowPriorityFS) Readlink(p string) (string, error)         { return l.get().Readlink(p) }
 func (l *lowPriorityFS) Home() (string, error)                     { return l.get().Home() }
+
+// resumedFrom names what a run's first attempt resumes: the checkpoint
+// staged at paths (host -> DROVER_RESUME_FROM) and the earlier run that
+// saw it complete, from the log directories beside runDir
+// (<job>-<start>), or that it was found where no earlier run recorded it.
+func resumedFrom(entries []checkpoint.Entry, paths map[string]string, runDir string) string {
+	for i := len(entries) - 1; i >= 0; i-- {
+		e := entries[i]
+		for _, l := range e.Held {
+			if l.Host == "" || paths[l.Host] != l.Path {
+				continue
+			}
+			if run := runBefore(runDir, e.Seen); run != "" {
+				return fmt.Sprintf("checkpoint %s from run %s", e.Name, run)
+			}
+			return fmt.Sprintf("checkpoint %s, found in checkpoint_dir (no earlier run of drover recorded it)", e.Name)
+		}
+	}
+	return "a checkpoint of an earlier run"
+}
+
+// runBefore is the name of the newest run directory beside runDir (of
+// the same job) that started at or before t; "" when there is none, or
+// when t is after runDir's own start (this run saw it first).
+func runBefore(runDir string, t time.Time) string {
+	own := filepath.Base(runDir)
+	job, ownAt, ok := cutRunStart(own)
+	if !ok || !t.Before(ownAt) {
+		return ""
+	}
+	dirs, _ := filepath.Glob(filepath.Join(filepath.Dir(runDir), job+"-*"))
+	best, bestAt := "", time.Time{}
+	for _, d := range dirs {
+		name := filepath.Base(d)
+		if j, at, ok := cutRunStart(name); ok && j == job && name != own && !at.After(t) && !at.Before(bestAt) {
+			best, bestAt = name, at
+		}
+	}
+	return best
+}
+
+// cutRunStart splits a run directory's name, <job>-<YYYYMMDD-HHMMSS>
+// with an optional -<n> (see openLogs), into the job and the start.
+func cutRunStart(name string) (string, time.Time, bool) {
+	const layout = "20060102-150405"
+	base := name
+	if i := strings.LastIndexByte(base, '-'); i > 0 && len(base)-i-1 < 4 {
+		if _, err := strconv.Atoi(base[i+1:]); err == nil {
+			base = base[:i]
+		}
+	}
+	if len(base) < len(layout)+2 || base[len(base)-len(layout)-1] != '-' {
+		return "", time.Time{}, false
+	}
+	at, err := time.ParseInLocation(layout, base[len(base)-len(layout):], time.Local)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return base[:len(base)-len(layout)-1], at, true
+}

@@ -47,9 +47,23 @@ func (c *hostConn) client() remote.Client { return c.conn().Agent() }
 type connPool struct {
 	mu    sync.Mutex
 	conns map[string]*hostConn // by host name
+	// reached names every host the run ever connected to, also after its
+	// connection was closed: one that fails now is waited for (it was
+	// there, it may come back), one never reached is more likely a
+	// mistake in its address (see connectPhase.connect).
+	reached map[string]bool
 }
 
-func newConnPool() *connPool { return &connPool{conns: map[string]*hostConn{}} }
+func newConnPool() *connPool {
+	return &connPool{conns: map[string]*hostConn{}, reached: map[string]bool{}}
+}
+
+// wasReached reports whether the run ever connected to the host named.
+func (p *connPool) wasReached(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reached[name]
+}
 
 // pingTimeout bounds the keepalive that checks a kept connection: one that
 // does not answer within it is dropped and the host dialled again.
@@ -111,6 +125,7 @@ func (p *connPool) add(c *hostConn) {
 	p.mu.Lock()
 	old := p.conns[c.host.Name]
 	p.conns[c.host.Name] = c
+	p.reached[c.host.Name] = true
 	p.mu.Unlock()
 	if old != nil && old != c {
 		old.t.Close()

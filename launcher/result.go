@@ -60,6 +60,11 @@ type RunOptions struct {
 	// Force takes over workdirs that another live run holds (see package
 	// lease); that run then stops.
 	Force bool
+	// Fresh starts over (drover run --fresh): no process gets a
+	// DROVER_RESUME_FROM from what existed before the run, and drover's
+	// copies of older checkpoints are set aside, not deleted (see
+	// checkpoint.StartOver).
+	Fresh bool
 
 	// Inside a Slurm allocation (see slurm.go): its hosts, the job id and
 	// SLURM_RESTART_COUNT (RestartOffset), from which the restart count

@@ -325,7 +325,7 @@ func newPhases(a *attempt) phases {
 			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
-		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress},
+		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 	}

@@ -292,6 +292,9 @@ type ckptState struct {
 	// sharedChanges is the record's change count last written to the
 	// hosts (shareCheckpoints).
 	sharedChanges int
+	// freshSince is the first seq of the record a --fresh run resumes
+	// from, set by its first attempt (ckptPhase.stage).
+	freshSince int
 }
 
 // checkpointRecord loads the job's record once per run.

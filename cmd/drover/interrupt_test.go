@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/droverhq/drover/cluster/sigclean"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,6 +33,11 @@ func TestInterruptSignalsKeepNohup(t *testing.T) {
 			}
 			cmd := exec.Command(args[0], args[1:]...)
 			cmd.Env = append(os.Environ(), "DROVER_TEST_NOHUP_CHILD=1")
+			// The child starts with default dispositions (nohup then
+			// ignores SIGHUP in the nohup case), whatever this test
+			// inherited: under a nohup'd `make test` the plain child would
+			// find SIGHUP ignored too.
+			sigclean.Command(cmd)
 			out, err := cmd.Output()
 			require.NoError(t, err)
 			assert.Equal(t, tc.hupped, strings.Contains(string(out), "hangup"), "signals: %s", out)

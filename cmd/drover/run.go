@@ -23,6 +23,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
 			&cli.BoolFlag{Name: "force", Usage: "take over workdirs that another live drover run holds (that run stops)"},
+			&cli.BoolFlag{Name: "fresh", Usage: "start from scratch: resume no checkpoint of an earlier run (drover's copies of them are set aside, nothing is deleted)"},
 			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "return once the run runs; it goes on in the background (see drover status, logs, stop)"},
 		),
 		Action: func(c *cli.Context) error {
@@ -50,8 +51,7 @@ func runCommand() *cli.Command {
 			if alloc != nil {
 				restartOffset, slurmJob = alloc.RestartCount, alloc.JobID
 			}
-			// First SIGINT/SIGTERM: graceful stop of every process.
-			// Second: kill at once.
+			// First SIGINT/SIGTERM: graceful stop of every process; second: kill at once.
 			ctx, hard, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every process")
 			defer stop()
 			ctx, stdoutGone := context.WithCancelCause(ctx)
@@ -75,6 +75,7 @@ func runCommand() *cli.Command {
 				Quiet:         c.Bool("quiet") || child,
 				Hard:          hard,
 				Force:         c.Bool("force"),
+				Fresh:         c.Bool("fresh"),
 				Detach:        c.Bool("detach"),
 				Ready:         ready,
 			})

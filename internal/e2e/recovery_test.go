@@ -1,15 +1,14 @@
 package e2e
 
 // Fleet tests of how `drover run` recovers from what is not the job's
-// fault: a controller that was suspended (Ctrl-Z), a host unreachable when
-// the run starts.
+// fault (a controller that was suspended, Ctrl-Z) and how it does not wait
+// for what is a mistake (a host unreachable when the run starts).
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
-	"github.com/droverhq/drover/internal/testenv"
 )
 
 // Issue 21, item 9: Ctrl-Z on drover for longer than the agents'
@@ -59,40 +57,39 @@ echo "done rank=$RANK"
 	assert.Empty(t, jobProcs(t, j.Name))
 }
 
-// Issue 21, item 11: on the first attempt too, an unreachable host is
-// waited for host_wait rather than failing at once with "no spare host
-// left".
-func TestRunFirstAttemptWaitsForUnreachableHost(t *testing.T) {
+// Issue 37, item 5: a host this run never reached fails the run within
+// seconds, naming the host, its address and the fix, instead of being
+// waited for host_wait (90 s here) in silence: an address that answers
+// nothing (a link cut, as with a wrong address routed nowhere: the dial
+// times out) or that no host has (no route to it). This reverses issue 21,
+// item 11, which this test asserted before under the name
+// TestRunFirstAttemptWaitsForUnreachableHost (the first attempt waited
+// host_wait for such a host and ran once it was healed); a host that the
+// run reached before is still waited for (TestRunHostCutAndHealed).
+func TestRunFirstAttemptFailsFastForUnreachableHost(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Hosts: 2, Script: "echo \"hello rank=$RANK\"\n", Job: `host_wait = "90s"`})
-	h := fleet.ClusterHosts()[1]
-	require.NoError(t, fleet.Cut(1))
-	healed := false
-	t.Cleanup(func() {
-		if !healed {
-			assert.NoError(t, fleet.Heal(1))
-		}
-	})
-	d := startDrover(t, j)
-	want := fmt.Sprintf("%s (%s) unreachable, waiting up to 1m30s for it", h.Name, h.Address)
-	testenv.Wait(t, 60*time.Second, "drover to wait for "+h.Name, func() (bool, string) {
-		if strings.Contains(d.stderr.String(), want) {
-			return true, ""
-		}
-		select {
-		case <-d.done:
-			t.Fatalf("drover exited %d instead of waiting for %s:\n%s", d.code, h.Name, d.stderr.String())
-		default:
-		}
-		return false, "\n" + d.stderr.String()
-	})
-	require.NoError(t, fleet.Heal(1))
-	healed = true
-	require.Equal(t, 0, d.wait(t, 120*time.Second), "stderr:\n%s", d.stderr.String())
-	stderr := d.stderr.String()
-	assert.Contains(t, stderr, fmt.Sprintf("%s (%s) is back", h.Name, h.Address))
-	assert.NotContains(t, stderr, "no spare host left")
-	assert.Contains(t, d.stdout.String(), fmt.Sprintf("[worker-1@%s] hello rank=1\n", h.Name))
+	for _, tc := range []struct{ name, how string }{{"cut", "timed out"}, {"no host there", "no route to host"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newFleetJob(t, jobSpec{Hosts: 2, Script: "echo \"hello rank=$RANK\"\n", Job: `host_wait = "90s"`})
+			hosts := fleet.ClusterHosts()[:2]
+			if tc.name == "cut" {
+				require.NoError(t, fleet.Cut(1))
+				t.Cleanup(func() { assert.NoError(t, fleet.Heal(1)) })
+			} else {
+				hosts[1].Address = fleet.SpareAddr(61)
+				writeInventory(t, j.Inventory, hosts)
+			}
+			h := hosts[1]
+			d := startDrover(t, j)
+			require.Equal(t, exitFailed, d.wait(t, 30*time.Second), "drover fails within 30 s")
+			stderr := d.stderr.String()
+			assert.Contains(t, stderr, fmt.Sprintf("connect to %s (%s:22): %s", h.Name, h.Address, tc.how))
+			assert.Contains(t, stderr, fmt.Sprintf("%s (%s) was never reached by this run, so drover does not wait host_wait for it: check its address and port in %s (`ssh %s` must connect)",
+				h.Name, h.Address, j.Inventory, h.Address))
+			assert.NotContains(t, stderr, "waiting up to")
+			assert.NotContains(t, d.stdout.String(), "hello rank=0", "nothing started")
+		})
+	}
 }
 
 // Issue 15: on a hang, a host that has py-spy gets `py-spy dump --pid PID`

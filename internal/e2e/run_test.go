@@ -30,6 +30,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/cluster/sigclean"
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
@@ -185,6 +186,10 @@ func startDroverWrapped(t *testing.T, j *fleetJob, wrap []string, args ...string
 	}
 	d.cmd.Env = append(env, "HOME="+filepath.Join(j.Dir, "home"))
 	d.cmd.Stdout, d.cmd.Stderr = &d.stdout, &d.stderr
+	// drover starts as from a terminal, with default signal dispositions,
+	// also when the suite runs under nohup (which would leave SIGHUP
+	// ignored, and drover keeps an ignored SIGHUP ignored).
+	sigclean.Command(d.cmd)
 	require.NoError(t, d.cmd.Start())
 	go func() {
 		err := d.cmd.Wait()

@@ -84,6 +84,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/droverhq/drover/cluster/sigclean"
 )
 
 // MessagePrefix starts every line the agent itself writes into the
@@ -691,6 +693,9 @@ func start(args, environ []string) (pid int, outR, errR *os.File, release func(b
 	cmd.ExtraFiles = []*os.File{gateR}
 	cmd.Env = environ
 	cmd.SysProcAttr = childAttr()
+	// The rank gets the signal state sshd gives, whatever this agent
+	// inherited (a local host's agent under a nohup'd drover).
+	sigclean.Command(cmd)
 	err = cmd.Start()
 	gateR.Close()
 	outW.Close()

@@ -44,6 +44,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/droverhq/drover/cluster/sigclean"
 )
 
 // State is what a detached agent records about its process.
@@ -295,6 +297,7 @@ func Launch(ctx context.Context, argv []string, o RunOptions, stdin io.Reader, s
 	var errOut strings.Builder
 	cmd.Stderr = &limitedWriter{w: &errOut, n: 16 << 10}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	sigclean.Command(cmd) // default signal state, whatever this agent inherited
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "agent run: start detached agent: %v\n", err)
 		return ExitCannotRun

@@ -69,6 +69,9 @@ type Settings struct {
 	// PollEvery is how often a Watcher lists every host's checkpoint_dir;
 	// 0 means DefaultPollEvery.
 	PollEvery time.Duration
+	// Since, when positive, is the first seq of the record that Stage
+	// resumes from: a run started over (StartOver) ignores older ones.
+	Since int
 }
 
 // Sharded reports whether checkpoints have the sharded layout.
@@ -255,7 +258,7 @@ func (m *Manager) Stage(ctx context.Context, hosts []Host, set Settings) (map[st
 	}
 	entries := m.rec.Entries()
 	var lastErr error
-	for i := len(entries) - 1; i >= 0; i-- {
+	for i := len(entries) - 1; i >= 0 && entries[i].Seq >= set.Since; i-- {
 		e := entries[i]
 		paths, err := m.stageEntry(ctx, e, hosts, set)
 		if err == nil && paths != nil {

@@ -38,6 +38,8 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
+
+	"github.com/droverhq/drover/cluster/sigclean"
 )
 
 // Options shape a Server.
@@ -350,6 +352,7 @@ func (h *Host) start(ch ssh.Channel, line string, env []string) (*command, error
 	cmd.Dir = h.Home
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	sigclean.Command(cmd) // as sshd: default signal state, whatever the test inherited
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err

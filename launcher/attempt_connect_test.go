@@ -1,0 +1,102 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+)
+
+// fakeClock is a clock whose sleeps pass at once and move its time on.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) clock() clock {
+	return clock{now: func() time.Time { return c.t }, sleep: func(ctx context.Context, d time.Duration) error {
+		c.t = c.t.Add(d)
+		return ctx.Err()
+	}}
+}
+
+// TestConnectNeverReached: a host whose address never took a TCP
+// connection from this run (refused, no route, timed out) fails the
+// attempt at once, naming host, address and fix, or is replaced by a
+// spare at once, however long host_wait is; a host the run reached
+// before, or one whose handshake broke (the host answered), is waited
+// for host_wait, with a line every 30 s saying how long is left.
+func TestConnectNeverReached(t *testing.T) {
+	refused := fmt.Errorf("connect to b (b.local): %w", &cluster.UnreachableError{Err: fmt.Errorf(
+		"connection refused (is sshd listening on that port?): %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})})
+	handshake := fmt.Errorf("connect to b (b.local): %w", &cluster.UnreachableError{Err: errors.New("ssh: handshake failed: EOF")})
+	for _, tc := range []struct {
+		name      string
+		err       error
+		spare     bool
+		reached   bool // an earlier attempt of the run connected to b
+		wantDials int  // of b
+		wantErr   []string
+		wantEvent []string
+		noEvent   []string
+	}{
+		{name: "never reached", err: refused, wantDials: 1,
+			wantErr: []string{"connection refused", "b (b.local) was never reached by this run", "check its address and port in /job/hosts.toml (`ssh b.local` must connect)"},
+			noEvent: []string{"waiting up to"}},
+		{name: "never reached, spare", err: refused, spare: true, wantDials: 1,
+			wantEvent: []string{"attempt 1/1: b (b.local) unreachable and never reached by this run: connect to b (b.local): connection refused (is sshd listening on that port?): dial tcp: connection refused; replaced by spare s (s.local)\n"},
+			noEvent:   []string{"waiting up to"}},
+		{name: "reached before", err: refused, reached: true, wantDials: 1 + 35,
+			wantErr: []string{"connection refused"},
+			wantEvent: []string{"attempt 1/1: b (b.local) unreachable, waiting up to 1m10s for it: ",
+				"attempt 1/1: still waiting for b (b.local), 40s left\n", "attempt 1/1: still waiting for b (b.local), 10s left\n"}},
+		{name: "handshake broke", err: handshake, wantDials: 1 + 35,
+			wantErr: []string{"handshake failed"}, wantEvent: []string{"waiting up to 1m10s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &config.Config{InventoryPath: "/job/hosts.toml", Job: config.Job{HostWait: 70 * time.Second},
+				Hosts: []config.Host{localHost("a", false), localHost("b", false)}}
+			if tc.spare {
+				cfg.Hosts = append(cfg.Hosts, localHost("s", true))
+			}
+			var buf bytes.Buffer
+			d := &fakeDialer{down: map[string]error{"b": tc.err}}
+			pool := newConnPool()
+			defer pool.closeAll()
+			if tc.reached {
+				pool.reached["b"] = true
+			}
+			p := newTestConnect(cfg, d, pool, &buf)
+			fc := &fakeClock{t: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)}
+			p.clock = fc.clock()
+			err := p.run(context.Background(), &attemptState{hosts: cfg.Hosts[:2]})
+			if len(tc.wantErr) > 0 {
+				require.Error(t, err)
+				for _, w := range tc.wantErr {
+					assert.Contains(t, err.Error(), w)
+				}
+				if !strings.Contains(tc.name, "never") {
+					assert.NotContains(t, err.Error(), "never reached")
+				}
+			} else {
+				require.NoError(t, err)
+			}
+			for _, w := range tc.wantEvent {
+				assert.Contains(t, buf.String(), w)
+			}
+			for _, w := range tc.noEvent {
+				assert.NotContains(t, buf.String(), w)
+			}
+			assert.Equal(t, tc.wantDials, d.dials["b"], "dials of b")
+			assert.True(t, pool.wasReached("a"), "a connection made is remembered")
+		})
+	}
+}
