@@ -39,6 +39,7 @@ func (w jobReader) job(top tbl, dir string) Job {
 		j.MinGPUs = n
 	}
 	w.network(t, &j)
+	w.jobSetup(t, &j)
 	j.Roles = w.roles(t, j.Framework)
 	return j
 }

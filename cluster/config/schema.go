@@ -27,7 +27,7 @@ var inventoryTopFields = []field{
 	{"host", "[[host]]"},
 }
 
-var jobFields = []field{
+var jobFields = append([]field{
 	{"name", `name = "mnist"`},
 	{"framework", `framework = "pytorch"`},
 	{"command", `command = ["python3", "train.py"]`},
@@ -65,7 +65,7 @@ var jobFields = []field{
 	{"min_gpus", `min_gpus = 1`},
 	{"min_bandwidth", `min_bandwidth = "10Gbit"`},
 	{"preflight", `preflight = ["net"]`},
-}
+}, setupFields...)
 
 var roleFields = []field{
 	{"chief", `chief = 1`},

@@ -96,6 +96,14 @@ type Job struct {
 	// to .git/ and the code directory's .droverignore.
 	Exclude []string
 
+	// Setup are shell lines every host runs in its workdir, in order, after
+	// the push and before the first process starts (docs/environments.md);
+	// a host whose last successful setup had the same lines, SetupKey
+	// contents and architecture skips them. SetupTimeout bounds a host's.
+	Setup        []string
+	SetupKey     []string
+	SetupTimeout time.Duration
+
 	// SuccessPolicy is "all-workers" (default) or "chief" (tensorflow).
 	SuccessPolicy SuccessPolicy
 	// RestartPolicy is "on-failure" (default), "never" or "exit-code".
