@@ -88,6 +88,7 @@ type phases struct {
 	connect   *connectPhase
 	prepare   *preparePhase
 	push      *pushPhase
+	setup     *setupPhase
 	ckpt      *ckptPhase
 	plan      *planPhase
 	preflight *preflightPhase
@@ -97,7 +98,7 @@ type phases struct {
 
 // cleanup cleans up after every phase, last first.
 func (ph phases) cleanup() {
-	for _, p := range []phase{ph.check, ph.preflight, ph.plan, ph.ckpt, ph.push, ph.prepare, ph.connect} {
+	for _, p := range []phase{ph.check, ph.preflight, ph.plan, ph.ckpt, ph.setup, ph.push, ph.prepare, ph.connect} {
 		p.cleanup()
 	}
 }
@@ -242,8 +243,9 @@ func (a *attempt) noteMembership(pl *plan.Plan) {
 }
 
 // checkPhase pushes the code and stages the newest checkpoint while the
-// agents are installed (st.installed says when) and the GPUs probed, then
-// preflights the plan and leaves it in st.plan with what preflight and the
+// agents are installed (st.installed says when) and the GPUs probed, runs
+// the job's setup after the push where it is due (setupPhase; the
+// preflight then waits for it), then preflights the plan and leaves it in st.plan with what preflight and the
 // staging found. On a restart whose code is what the last push over the
 // same connections sent, the push can only repair drift (a file edited on
 // a host): the preflight then runs beside it, and again after it only
@@ -253,6 +255,7 @@ func (a *attempt) noteMembership(pl *plan.Plan) {
 // checks the plan built without it.
 type checkPhase struct {
 	push      *pushPhase
+	setup     *setupPhase
 	ckpt      *ckptPhase
 	plan      *planPhase
 	preflight *preflightPhase
@@ -264,8 +267,17 @@ func (p *checkPhase) name() string { return "" }
 func (p *checkPhase) cleanup() {}
 
 func (p *checkPhase) run(ctx context.Context, st *attemptState) error {
+	// Setup runs in what the push left, and preflight's checks (the
+	// program: .venv/bin/python) see what setup made.
+	setupDue := len(p.setup.pending(st.conns)) > 0
 	pushed := make(chan error, 1)
-	go func() { pushed <- runPhase(ctx, p.push, st) }()
+	go func() {
+		err := runPhase(ctx, p.push, st)
+		if err == nil {
+			err = runPhase(ctx, p.setup, st)
+		}
+		pushed <- err
+	}()
 	staged := make(chan error, 1)
 	go func() { staged <- runPhase(ctx, p.ckpt, st) }()
 	err := runPhase(ctx, p.plan, st)
@@ -273,7 +285,7 @@ func (p *checkPhase) run(ctx context.Context, st *attemptState) error {
 	sc, conns := st.scan, st.conns
 	<-sc.done
 	fromPush := err == nil && programsFromPush(st.plan, conns)
-	if early := err == nil && sc.err == nil && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
+	if early := err == nil && sc.err == nil && !setupDue && (allPushed(conns, sc.tree.Key()) || !fromPush); early {
 		ferr = p.preflight.run(ctx, st)
 		st.steps("preflight beside the push")
 	}
@@ -290,7 +302,7 @@ func (p *checkPhase) run(ctx context.Context, st *attemptState) error {
 		// Hosts that share a pushed workdir (Slurm) hold the tree too.
 		c.pushed = sc.tree.Key()
 	}
-	if ferr != nil || (p.push.outcome.changed && fromPush) {
+	if ferr != nil || (p.push.outcome.changed && fromPush) || setupDue {
 		ferr = runPhase(ctx, p.preflight, st)
 	}
 	if ferr != nil {

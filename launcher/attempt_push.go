@@ -3,20 +3,25 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"io"
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/setup"
 )
 
-// The scan and push phases of an attempt (see attempt): the code
+// The scan, push and setup phases of an attempt (see attempt): the code
 // directory scanned here while the hosts are connected, then pushed to
-// every workdir (slurm.go: which hosts share one).
+// every workdir (slurm.go: which hosts share one), then the job's setup
+// run where it is due.
 
 // pushPhase scans the code directory (scan, started before connect) and
 // pushes it to every workdir; the side-by-side check (checkPhase) reads
@@ -175,4 +180,98 @@ func (p *pushPhase) pushTargets(conns []*attemptHost) []*attemptHost {
 		out = append(out, c)
 	}
 	return out
+}
+
+// setupPhase runs the job's setup (package setup) after the push, on the
+// hosts of this attempt that this run has not set up yet: every host at
+// the first attempt, a spare that joins later. A restart of the same hosts
+// runs none, so a crash loop never re-installs an environment; on a host
+// it does reach, setup.Decide skips an environment that is current.
+type setupPhase struct {
+	phaseEnv
+	// out is the terminal (not when quiet); runDir receives each host's
+	// log.
+	out    io.Writer
+	quiet  bool
+	runDir string
+	done   *setupDone
+}
+
+// setupDone names the hosts this run has set up (or found set up).
+type setupDone struct {
+	mu    sync.Mutex
+	hosts map[string]bool
+}
+
+func (d *setupDone) has(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hosts[name]
+}
+
+func (d *setupDone) add(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.hosts == nil {
+		d.hosts = map[string]bool{}
+	}
+	d.hosts[name] = true
+}
+
+func (p *setupPhase) name() string { return "setup" }
+
+func (p *setupPhase) cleanup() {}
+
+// pending are the hosts of conns this phase would set up: those this run
+// has not, one per shared workdir (Slurm nodes that share this machine's
+// filesystem share one environment).
+func (p *setupPhase) pending(conns []*attemptHost) []setup.Host {
+	if len(p.cfg.Job.Setup) == 0 {
+		return nil
+	}
+	var hosts []setup.Host
+	seen := map[string]bool{}
+	for _, c := range conns {
+		if p.done.has(c.host.Name) {
+			continue
+		}
+		wd, shared := sharedWorkdir(c.host, c.t, c.home)
+		if !shared {
+			wd = hostio.Abs(c.home, c.host.Workdir)
+		} else if seen[wd] {
+			p.done.add(c.host.Name)
+			continue
+		}
+		seen[wd] = true
+		hosts = append(hosts, setup.Host{Name: c.host.Name, T: c.t, FS: c.fs, Workdir: wd, Env: setup.HostEnv(p.cfg, c.host)})
+	}
+	return hosts
+}
+
+// run sets up the pending hosts; a failure on any is a *setup.Error
+// (see attempt.run: nothing starts, and no restart would fix it).
+func (p *setupPhase) run(ctx context.Context, st *attemptState) error {
+	hosts := p.pending(st.conns)
+	if len(hosts) == 0 {
+		return nil
+	}
+	opts := setup.ForJob(p.cfg)
+	opts.LogDir = p.runDir
+	if !p.quiet {
+		opts.Out = p.out
+	}
+	opts.Note = func(host string, d setup.Decision) {
+		if d.Run {
+			p.events.printf("%s: setup on %s: %s, running it", p.prefix(), host, d.Why)
+		} else {
+			p.events.debugf("%s: setup on %s skipped: %s", p.prefix(), host, d.Why)
+		}
+	}
+	res, err := setup.Run(ctx, hosts, opts)
+	for _, r := range res {
+		if r.Err == nil {
+			p.done.add(r.Host)
+		}
+	}
+	return err
 }

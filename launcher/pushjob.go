@@ -6,13 +6,14 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
+	"github.com/droverhq/drover/launcher/setup"
 )
 
 // pushJob is what push.ForJob needs of the job file. The conversion lives
 // here, at the boundary, so package push does not read the job file.
 func pushJob(cfg *config.Config) push.Job {
 	return push.Job{File: cfg.Path, Code: cfg.Job.Code, Workdir: cfg.Job.Workdir,
-		CheckpointDir: cfg.Job.CheckpointDir, Exclude: cfg.Job.Exclude}
+		CheckpointDir: cfg.Job.CheckpointDir, Exclude: cfg.Job.Exclude, Protect: setup.Protect(cfg)}
 }
 
 // scanLocal is push.ScanLocal with a bad exclude pattern made the job

@@ -14,6 +14,7 @@ import (
 	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
+	"github.com/droverhq/drover/launcher/setup"
 )
 
 // Run supervises the job until it succeeds, fails for good or ctx is
@@ -287,7 +288,10 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 		return a.keepOut(ue)
 	}
 	if err != nil {
-		return a.setupFailure(err)
+		out := a.setupFailure(err)
+		// A failed setup fails the same way again: fix it, run again.
+		out.permanent = ctx.Err() == nil && errors.As(err, new(*setup.Error))
+		return out
 	}
 	if ctx.Err() != nil {
 		return interrupted()
@@ -325,10 +329,11 @@ func newPhases(a *attempt) phases {
 			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
+		setup:     &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
 		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 	}
-	ph.check = &checkPhase{push: ph.push, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}
+	ph.check = &checkPhase{push: ph.push, setup: ph.setup, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}
 	return ph
 }

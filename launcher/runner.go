@@ -61,6 +61,8 @@ type runner struct {
 	lastWorld int
 	// logFail: a failing local log disk is reported once per run.
 	logFail *logFailure
+	// setUp names the hosts this run set up (setupPhase).
+	setUp setupDone
 	ckptState
 	lostState
 	detachState

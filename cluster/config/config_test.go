@@ -87,6 +87,7 @@ func TestLoadFullExample(t *testing.T) {
 			RestartBackoffMax:  time.Minute,
 			StopGrace:          15 * time.Second,
 			HostWait:           90 * time.Second,
+			SetupTimeout:       30 * time.Minute,
 			MaxHostFailures:    9,
 			GPUMaxUsedMiB:      500,
 
@@ -138,6 +139,7 @@ func TestLoadDefaults(t *testing.T) {
 			RestartBackoffMax: 30 * time.Second,
 			StopGrace:         10 * time.Second,
 			HostWait:          5 * time.Minute,
+			SetupTimeout:      30 * time.Minute,
 			MaxHostFailures:   9,
 			GPUMaxUsedMiB:     100,
 

@@ -64,6 +64,7 @@ func defaultJob(dir string) Job {
 		RestartBackoffMax: DefaultRestartBackoffMax,
 		StopGrace:         DefaultStopGrace,
 		HostWait:          DefaultHostWait,
+		SetupTimeout:      DefaultSetupTimeout,
 		GPUMaxUsedMiB:     DefaultGPUMaxUsedMiB,
 
 		MaxRestartsWithoutProgress: DefaultMaxRestartsWithoutProgress,

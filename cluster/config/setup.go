@@ -24,7 +24,6 @@ var setupFields = []field{
 // whose content decides whether a host must run them again, and how long
 // they may take.
 func (w jobReader) jobSetup(t tbl, j *Job) {
-	j.SetupTimeout = DefaultSetupTimeout
 	if d, ok := w.duration(t, "setup_timeout"); ok {
 		if d == 0 {
 			w.add(t.key("setup_timeout"), "must be positive", "write "+t.schema.example("setup_timeout"))

@@ -21,6 +21,10 @@ type Job struct {
 	CheckpointDir string
 	// Exclude is job.exclude.
 	Exclude []string
+	// Protect are more paths relative to the workdir that no push sends,
+	// overwrites or deletes (Options.Protect): what the job's setup makes
+	// there, such as .venv.
+	Protect []string
 }
 
 // ForJob is the one rule for what a job's push sends and leaves alone,
@@ -32,7 +36,7 @@ type Job struct {
 // must not replace the fleet's, and deleting it locally must not delete
 // the fleet's; logs of local runs are not code.
 func ForJob(j Job, logRoot string) Options {
-	opts := Options{Exclude: j.Exclude}
+	opts := Options{Exclude: j.Exclude, Protect: append([]string(nil), j.Protect...)}
 	if rel, ok := checkpointRel(j.Workdir, j.CheckpointDir); ok {
 		opts.Protect = append(opts.Protect, rel)
 	}

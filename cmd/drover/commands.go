@@ -11,6 +11,7 @@ func commands() []*cli.Command {
 		planCommand(),
 		execCommand(),
 		pushCommand(),
+		setupCommand(),
 		probeCommand(),
 		topCommand(),
 		checkCommand(),

@@ -16,6 +16,23 @@ func ForJob(cfg *config.Config) Options {
 	return Options{Lines: cfg.Job.Setup, Keys: cfg.Job.SetupKey, Timeout: cfg.Job.SetupTimeout}
 }
 
+// Protect are the paths, relative to the workdir, that a push of cfg's job
+// never sends, overwrites or deletes for its setup's sake: .venv, where
+// uv, `python3 -m venv .venv` and most guides put the environment. A
+// push deletes only what it pushed, so what setup makes elsewhere survives
+// too; .venv is protected because the code directory often holds a local
+// one (uv makes it there), which a push would otherwise send over the
+// host's.
+func Protect(cfg *config.Config) []string {
+	if len(cfg.Job.Setup) == 0 {
+		return nil
+	}
+	return []string{VenvDir}
+}
+
+// VenvDir is the environment directory a push leaves alone (Protect).
+const VenvDir = ".venv"
+
 // HostEnv is the environment setup runs with on h: [job.env], then
 // [host.env] over it, as the processes get them.
 func HostEnv(cfg *config.Config, h config.Host) map[string]string {
