@@ -226,7 +226,7 @@ func (p *setupPhase) cleanup() {}
 // has not, one per shared workdir (Slurm nodes that share this machine's
 // filesystem share one environment).
 func (p *setupPhase) pending(conns []*attemptHost) []setup.Host {
-	if len(p.cfg.Job.Setup) == 0 {
+	if p == nil || len(p.cfg.Job.Setup) == 0 { // nil: a check without one (tests)
 		return nil
 	}
 	var hosts []setup.Host
