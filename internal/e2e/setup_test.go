@@ -84,6 +84,18 @@ if os.path.exists("kill-once") and os.environ["RANK"] == "1" and os.environ["DRO
 	changed := run(0)
 	assert.Equal(t, once, setups(changed), "a changed setup_key file sets up each host once more")
 
+	// drover setup alone: current on h0, so skipped; --force runs it.
+	setupCmd := func(args ...string) *droverProc {
+		t.Helper()
+		d := startDroverArgs(t, j, append([]string{"setup", j.Path, "--hosts", hosts[0]}, args...)...)
+		require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+		return d
+	}
+	skipped := setupCmd()
+	assert.Contains(t, skipped.stderr.String(), "setup on "+hosts[0]+": unchanged since its last setup, skipped")
+	assert.Empty(t, setups(skipped))
+	assert.Equal(t, map[string]int{hosts[0]: 1}, setups(setupCmd("--force")))
+
 	// h2 fails its setup with 3 (its [host.env], the inventory's last host).
 	f, err := os.OpenFile(j.Inventory, os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)

@@ -267,12 +267,14 @@ func execute(ctx context.Context, h Host, opts Options, sink *logstream.Sink) er
 			logPath = ""
 		}
 	}
-	// One writer per stream: the transport copies them concurrently.
+	// One writer per stream: the transport copies them concurrently
+	// (stderr only has what the login shell says before the lines run).
 	prefix := "[setup@" + h.Name + "] "
 	stdout, stderr := logstream.NewTeeWriter(sink, prefix, tee), logstream.NewTeeWriter(sink, prefix, tee)
 	// set -e: the lines run in order and the first that fails ends the
-	// setup with its status.
-	cmd := cluster.Cmd{Shell: "set -e\n" + strings.Join(opts.Lines, "\n"), Env: h.Env, Dir: h.Workdir, Stdout: stdout, Stderr: stderr}
+	// setup with its status. One stream keeps the lines in the order
+	// they were written, which the tail of a failure relies on.
+	cmd := cluster.Cmd{Shell: "exec 2>&1\nset -e\n" + strings.Join(opts.Lines, "\n"), Env: h.Env, Dir: h.Workdir, Stdout: stdout, Stderr: stderr}
 	p, err := h.T.Start(context.WithoutCancel(ctx), cmd)
 	if err == nil {
 		err = wait(ctx, p, timeout)
