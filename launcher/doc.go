@@ -6,7 +6,8 @@
 // connections that still answer, conns.go), holds their workdirs for this run (package lease: a live run
 // of the same workdir makes it refuse, a dead one's group is a leftover),
 // probes their GPUs, builds the plan (package plan), pushes the code,
-// preflights every host (leftovers, interface, program, ports: one agent
+// runs the job's setup where it is due (package setup: the first attempt's
+// hosts and a spare that joins), preflights every host (leftovers, interface, program, ports: one agent
 // command each), starts every process under the on-host agent at once and
 // watches the group; independent setup steps run side by side, since each
 // waits on the network;
