@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
 // Supervising an attempt's group, the floor above the supervisor's own
@@ -95,7 +96,8 @@ func (s *supervisor) start() {
 		s.procs = append(s.procs, r.rp)
 		go func() {
 			err := r.proc.Wait()
-			s.exits <- exitMsg{i: i, err: err, at: s.a.r.now()}
+			at := s.a.r.now()
+			s.exits <- exitMsg{i: i, err: s.recordedExit(r.rp, err), at: at}
 		}()
 	}
 	s.remaining = len(s.procs)
@@ -173,9 +175,13 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 	}
 	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())
-		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
+	} else {
+		// The agent's own record of the exit, read when the channel
+		// closes without it (recordedExit).
+		ro.Record, _ = a.processFiles(c, p.Name())
 	}
+	ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
 	var proc cluster.Process
 	if a.adopt != nil {
@@ -206,6 +212,7 @@ func (s *supervisor) onExit(m exitMsg) {
 	rp.closeLogs()
 	text, code, lost := describeExit(m.err)
 	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
+	s.a.ends = append(s.a.ends, restart.End{Code: code, Tail: rp.stderrTail.String(), AfterStop: s.stopping})
 	if how, died := agentDied(m.err); died {
 		s.stopLeftBy(rp, how)
 	}
@@ -310,6 +317,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 	}
 	for _, rp := range s.procs {
 		rp.ctl.Close()
+		s.a.reported = s.a.reported || rp.reported.Load()
 	}
 	s.stopWaits.Wait()
 	if s.out == nil {

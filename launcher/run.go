@@ -154,6 +154,11 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	if err == nil {
 		err = stuck.Judge(cfg.Job.MaxRestartsWithoutProgress, a.progress.policy(), out.err)
 	}
+	if err == nil && out.kind == outcomeFailed && a.n == r.firstAttempt && a.adopt == nil {
+		if why := restart.SameStartFailure(cfg.Job, a.ends, a.progress.newer || a.reported); why != nil {
+			err = fmt.Errorf("%v; not restarting: %w", out.err, why)
+		}
+	}
 	if err != nil {
 		r.events.printf("job %s failed: %v", cfg.Job.Name, err)
 		return r.finish(res, Failed, err)

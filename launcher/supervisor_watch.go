@@ -308,6 +308,7 @@ func (s *supervisor) watchProgressFiles(ctx context.Context) {
 				old, ok := seen[f]
 				if (ok && !old.Equal(e.ModTime())) || (!ok && !first) {
 					rp.markProgress(s.a.r.mono())
+					rp.reported.Store(true)
 				}
 				seen[f] = e.ModTime()
 			}
@@ -316,4 +317,84 @@ func (s *supervisor) watchProgressFiles(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// exitRecordWait bounds how long drover asks a host's agent for its
+// record of a process whose channel closed without the exit status
+// (recordedExit), a new connection included: what a lost host costs
+// before it is declared lost.
+const exitRecordWait = 10 * time.Second
+
+// recordedExit is rp's end as the channel reported it (err), unless the
+// channel closed without the exit status (a lost connection, or sshd
+// closing the channel without sending it: seen under load after every
+// rank exited 0) and the agent's own record on the host (agent.State,
+// written before the agent exits) says how the command ended: that end
+// then stands, so that a clean exit is never taken for a lost host. A
+// record that says the agent stopped its command (the channel's loss
+// stopped it), or none, leaves the loss as it was.
+func (s *supervisor) recordedExit(rp *running, err error) error {
+	c := s.byHost[rp.p.Host.Name]
+	if !cluster.IsConnectionLost(err) || c == nil {
+		return err
+	}
+	file, _ := s.a.processFiles(c, rp.p.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), exitRecordWait)
+	defer cancel()
+	st, rerr := readRecord(ctx, c.hostConn, file, s.a.r.opts.Dial)
+	if rerr != nil || st.RunID != s.a.r.runID || st.Attempt != s.a.n || st.Exit == nil ||
+		(st.State != agent.ProcExited && st.State != agent.ProcFailed) {
+		return err
+	}
+	s.a.r.events.printf("%s: the channel of %s@%s closed without its exit status (%v); its agent's record says it exited %d",
+		s.a.prefix(), rp.p.Name(), rp.p.Host.Name, err, *st.Exit)
+	if *st.Exit == 0 {
+		return nil
+	}
+	return &cluster.ExitError{Host: rp.p.Host.Name, Code: *st.Exit}
+}
+
+// readRecord reads an agent's record of its process at file on c's host:
+// over c's file access, else over a new connection (the old one may be
+// what was lost).
+func readRecord(ctx context.Context, c *hostConn, file string, opts cluster.DialOptions) (*agent.State, error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		if c.fs == nil {
+			got <- read{err: errors.New("no file access")}
+			return
+		}
+		b, err := hostio.ReadSmall(c.fs, file, 1<<20)
+		got <- read{b, err}
+	}()
+	var r read
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		r.err = ctx.Err()
+	}
+	if r.err != nil && ctx.Err() == nil {
+		t, err := cluster.Dial(ctx, c.host.Endpoint(), opts)
+		if err != nil {
+			return nil, fmt.Errorf("read %s on %s: %w (before: %w)", file, c.host.Name, err, r.err)
+		}
+		defer t.Close()
+		fsys, err := t.FS(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read %s on %s: %w", file, c.host.Name, err)
+		}
+		r.b, r.err = hostio.ReadSmall(fsys, file, 1<<20)
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", file, c.host.Name, r.err)
+	}
+	var st agent.State
+	if err := json.Unmarshal(r.b, &st); err != nil {
+		return nil, fmt.Errorf("parse %s on %s: %w", file, c.host.Name, err)
+	}
+	return &st, nil
 }
