@@ -33,6 +33,9 @@ func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.
 	a.r.logFail.makeDir(a.logDir)
 	s := newSupervisor(a, conns, pl)
 	s.ctx = ctx
+	if a.judgesStart() {
+		s.causes.HoldStartFailures(a.r.now().Add(cause.StartWindow), cause.StartSettle)
+	}
 	defer s.cancel()
 	s.start()
 	if !s.stopping {
@@ -45,6 +48,15 @@ func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.
 		s.watchHealth(s.sessions, s.health)
 	}
 	return s.wait(ctx)
+}
+
+// judgesStart says whether the start-up failure rule may stop the run
+// after this attempt (restart.SameStartFailure), so that its failures at
+// start wait for the others' (cause.HoldStartFailures): the run's first
+// attempt, with restarts to spare under restart_policy "on-failure".
+func (a *attempt) judgesStart() bool {
+	p := a.cfg.Job.RestartPolicy
+	return a.n == a.r.firstAttempt && a.adopt == nil && a.cfg.Job.MaxRestarts > 0 && (p == "" || p == config.RestartOnFailure)
 }
 
 func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
