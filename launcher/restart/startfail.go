@@ -59,34 +59,21 @@ func SameStartFailure(job config.Job, ends []End, progressed bool) error {
 	if progressed || len(ends) == 0 || job.RestartPolicy == config.RestartNever || job.MaxRestarts == 0 {
 		return nil
 	}
-	var own []End
-	for _, e := range ends {
-		if e.own() {
-			own = append(own, e)
-		}
-	}
-	if len(own) == 0 || 2*len(own) < len(ends) {
-		return nil
-	}
-	first := own[0]
+	first := ends[0]
 	sig := signature(first.Tail)
 	if first.Code < 1 || first.Code > 127 || sig == "" || slices.Contains(job.RetryExitCodes, first.Code) {
 		return nil
 	}
-	for _, e := range own[1:] {
-		if e.Code != first.Code || signature(e.Tail) != sig {
+	for _, e := range ends {
+		if !e.own() || e.Code != first.Code || signature(e.Tail) != sig {
 			return nil
 		}
 	}
-	every := fmt.Sprintf("every process (%d)", len(ends))
-	if len(own) < len(ends) {
-		every = fmt.Sprintf("%d of %d processes (drover stopped the others first)", len(own), len(ends))
-	}
 	last := strings.Split(strings.TrimSpace(first.Tail), "\n")
-	return fmt.Errorf("%s of the first attempt failed the same way at start, before any progress (exit status %d, %q): "+
+	return fmt.Errorf("every process (%d) of the first attempt failed the same way at start, before any progress (exit status %d, %q): "+
 		"another attempt would fail alike, so drover stops instead of spending max_restarts = %d "+
 		"(restart_policy = %q; fix the error, or to retry anyway add %d to retry_exit_codes)",
-		every, first.Code, strings.TrimSpace(last[len(last)-1]), job.MaxRestarts, policyName(job), first.Code)
+		len(ends), first.Code, strings.TrimSpace(last[len(last)-1]), job.MaxRestarts, policyName(job), first.Code)
 }
 
 func policyName(job config.Job) config.RestartPolicy {
