@@ -109,7 +109,7 @@ func (s *supervisor) start() {
 		go func() {
 			err := r.proc.Wait()
 			at := s.a.r.now()
-			s.exits <- exitMsg{i: i, err: s.recordedExit(r.rp, err), at: at}
+			s.exits <- exitMsg{i: i, err: recordedExit(s.a, s.byHost[r.rp.p.Host.Name], r.rp, err), at: at}
 		}()
 	}
 	s.remaining = len(s.procs)
@@ -162,11 +162,29 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		rp.closeLogs()
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
 	}
-	wd := remoteAbs(c.home, p.Workdir)
 	var health string
 	if s.watchers[p.Host.Name] == p.Name() {
 		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
 	}
+	ro := a.agentOptions(c, p, health)
+	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
+	var proc cluster.Process
+	if a.adopt != nil {
+		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
+	} else {
+		proc, err = c.client().Run(s.sessions, ro, cmd)
+	}
+	if err != nil {
+		rp.closeLogs()
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
+	return rp, proc, nil
+}
+
+// agentOptions are the options of p's agent on c (agent.RunOptions),
+// with health, when set, the file it writes the host's GPU health to.
+func (a *attempt) agentOptions(c *attemptHost, p plan.Process, health string) agent.RunOptions {
+	wd := remoteAbs(c.home, p.Workdir)
 	ro := agent.RunOptions{
 		HealthFile: health, HealthEvery: healthEvery,
 		Grace:   a.cfg.Job.StopGrace,
@@ -183,7 +201,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		EnvFromStdin: true,
 		// torchrun's workers are watched where they die, not where
 		// torchrun (and its 300 s exit barrier) reports them.
-		WatchWorkers: torchrun,
+		WatchWorkers: a.cfg.Job.Framework == config.Torchrun,
 	}
 	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())
@@ -194,18 +212,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		ro.Record, _ = a.processFiles(c, p.Name())
 	}
 	ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
-	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
-	var proc cluster.Process
-	if a.adopt != nil {
-		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
-	} else {
-		proc, err = c.client().Run(s.sessions, ro, cmd)
-	}
-	if err != nil {
-		rp.closeLogs()
-		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
-	}
-	return rp, proc, nil
+	return ro
 }
 
 // onExit accounts for one process's end and hands it to the causes,

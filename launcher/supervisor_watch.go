@@ -325,29 +325,31 @@ func (s *supervisor) watchProgressFiles(ctx context.Context) {
 // before it is declared lost.
 const exitRecordWait = 10 * time.Second
 
-// recordedExit is rp's end as the channel reported it (err), unless the
-// channel closed without the exit status (a lost connection, or sshd
-// closing the channel without sending it: seen under load after every
-// rank exited 0) and the agent's own record on the host (agent.State,
-// written before the agent exits) says how the command ended: that end
-// then stands, so that a clean exit is never taken for a lost host. A
-// record that says the agent stopped its command (the channel's loss
-// stopped it), or none, leaves the loss as it was.
-func (s *supervisor) recordedExit(rp *running, err error) error {
-	c := s.byHost[rp.p.Host.Name]
+// recordedExit is rp's end (on c, in attempt a) as its channel reported
+// it (err), unless the channel closed without the exit status (the
+// connection died, or sshd went away, between the command's exit and
+// the status's arrival) and the agent's own record on the host
+// (agent.State, written before the agent exits) says how the command
+// ended: that end then stands, so that a clean exit is never taken for a
+// lost host and the group is not restarted for it. A record that says
+// the agent stopped its command (the channel's loss stopped it), or no
+// record, leaves the loss as it was. It runs in the exit's goroutine, not
+// the supervisor's loop: a host that is really gone costs up to
+// exitRecordWait before it is declared lost.
+func recordedExit(a *attempt, c *attemptHost, rp *running, err error) error {
 	if !cluster.IsConnectionLost(err) || c == nil {
 		return err
 	}
-	file, _ := s.a.processFiles(c, rp.p.Name())
+	file, _ := a.processFiles(c, rp.p.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), exitRecordWait)
 	defer cancel()
-	st, rerr := readRecord(ctx, c.hostConn, file, s.a.r.opts.Dial)
-	if rerr != nil || st.RunID != s.a.r.runID || st.Attempt != s.a.n || st.Exit == nil ||
+	st, rerr := readRecord(ctx, c.hostConn, file, a.r.opts.Dial)
+	if rerr != nil || st.RunID != a.r.runID || st.Attempt != a.n || st.Exit == nil ||
 		(st.State != agent.ProcExited && st.State != agent.ProcFailed) {
 		return err
 	}
-	s.a.r.events.printf("%s: the channel of %s@%s closed without its exit status (%v); its agent's record says it exited %d",
-		s.a.prefix(), rp.p.Name(), rp.p.Host.Name, err, *st.Exit)
+	a.r.events.printf("%s: the channel of %s@%s closed without its exit status (%v); its agent's record says it exited %d",
+		a.prefix(), rp.p.Name(), rp.p.Host.Name, err, *st.Exit)
 	if *st.Exit == 0 {
 		return nil
 	}
