@@ -239,7 +239,9 @@ func (s *supervisor) onExit(m exitMsg) {
 	case m.err == nil:
 		s.act(s.causes.Finished(m.i, m.at, len(s.procs) == len(s.pl.Processes) && s.succeeded(s.procs)))
 	case lost:
-		if !s.stopping {
+		if c := s.byHost[rp.p.Host.Name]; !s.stopping && (c == nil || !s.a.r.pool.redialed(c.hostConn)) {
+			// A host redialled to read its agent's record
+			// (recordedExit) answers: not lost, only its connection.
 			s.a.r.noteLost(rp.p.Host.Name)
 		}
 		s.act(s.causes.HostLost(m.i, m.at, fmt.Sprintf("%s lost: %v", hostLabel(rp.p.Host), m.err)))

@@ -343,7 +343,9 @@ func recordedExit(a *attempt, c *attemptHost, rp *running, err error) error {
 	file, _ := a.processFiles(c, rp.p.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), exitRecordWait)
 	defer cancel()
-	st, rerr := readRecord(ctx, c.hostConn, file, a.r.opts.Dial)
+	opts := a.r.opts.Dial
+	opts.Inventory = config.Endpoints(a.cfg.Hosts) // a ProxyJump may name one
+	st, rerr := readRecord(ctx, a.r.pool, c.hostConn, file, opts)
 	if rerr != nil || st.RunID != a.r.runID || st.Attempt != a.n || st.Exit == nil ||
 		(st.State != agent.ProcExited && st.State != agent.ProcFailed) {
 		return err
@@ -357,46 +359,57 @@ func recordedExit(a *attempt, c *attemptHost, rp *running, err error) error {
 }
 
 // readRecord reads an agent's record of its process at file on c's host:
-// over c's file access, else over a new connection (the old one may be
-// what was lost).
-func readRecord(ctx context.Context, c *hostConn, file string, opts cluster.DialOptions) (*agent.State, error) {
+// over c's file access, else over a connection dialled anew (the old one
+// may be what was lost), which the pool keeps for the next attempt.
+func readRecord(ctx context.Context, pool *connPool, c *hostConn, file string, opts cluster.DialOptions) (*agent.State, error) {
+	b, err := readSmallCtx(ctx, c.fs, file)
+	if err != nil && ctx.Err() == nil {
+		var nc *hostConn
+		nc, err = pool.redial(c, func() (*hostConn, error) {
+			t, err := cluster.Dial(ctx, c.host.Endpoint(), opts)
+			if err != nil {
+				return nil, err
+			}
+			fsys, err := t.FS(ctx)
+			if err != nil {
+				t.Close()
+				return nil, err
+			}
+			return &hostConn{host: c.host, t: t, fs: fsys, home: c.home}, nil
+		})
+		if err == nil {
+			b, err = readSmallCtx(ctx, nc.fs, file)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", file, c.host.Name, err)
+	}
+	var st agent.State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("parse %s on %s: %w", file, c.host.Name, err)
+	}
+	return &st, nil
+}
+
+// readSmallCtx is hostio.ReadSmall of a record, given up when ctx ends (a
+// connection that hangs rather than fails).
+func readSmallCtx(ctx context.Context, fsys cluster.FS, file string) ([]byte, error) {
+	if fsys == nil {
+		return nil, errors.New("no file access")
+	}
 	type read struct {
 		b   []byte
 		err error
 	}
 	got := make(chan read, 1)
 	go func() {
-		if c.fs == nil {
-			got <- read{err: errors.New("no file access")}
-			return
-		}
-		b, err := hostio.ReadSmall(c.fs, file, 1<<20)
+		b, err := hostio.ReadSmall(fsys, file, 1<<20)
 		got <- read{b, err}
 	}()
-	var r read
 	select {
-	case r = <-got:
+	case r := <-got:
+		return r.b, r.err
 	case <-ctx.Done():
-		r.err = ctx.Err()
+		return nil, ctx.Err()
 	}
-	if r.err != nil && ctx.Err() == nil {
-		t, err := cluster.Dial(ctx, c.host.Endpoint(), opts)
-		if err != nil {
-			return nil, fmt.Errorf("read %s on %s: %w (before: %w)", file, c.host.Name, err, r.err)
-		}
-		defer t.Close()
-		fsys, err := t.FS(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read %s on %s: %w", file, c.host.Name, err)
-		}
-		r.b, r.err = hostio.ReadSmall(fsys, file, 1<<20)
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("read %s on %s: %w", file, c.host.Name, r.err)
-	}
-	var st agent.State
-	if err := json.Unmarshal(r.b, &st); err != nil {
-		return nil, fmt.Errorf("parse %s on %s: %w", file, c.host.Name, err)
-	}
-	return &st, nil
 }
