@@ -72,7 +72,7 @@ func TestRunSameStartFailureStops(t *testing.T) {
 	d := startDrover(t, j)
 	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
 	stderr := d.stderr.String()
-	assert.Contains(t, stderr, "a failure at start: waiting up to 3s to hear how the others end")
+	assert.Contains(t, stderr, "a failure at start: the others get 3s to end on their own before the group stops")
 	assert.Contains(t, stderr, "every process (2) of the first attempt failed the same way at start, before any progress (exit status 2")
 	assert.Contains(t, stderr, "trainn.py")
 	assert.Contains(t, stderr, `restart_policy = "on-failure"; fix the error, or to retry anyway add 2 to retry_exit_codes`)

@@ -39,5 +39,5 @@ func (t *Tracker) holdAtStart(a *Answer, f heldFailure, now time.Time) {
 	f.start = true
 	t.held = &f
 	t.heldDue = now.Add(t.startSettle)
-	a.Events = append(a.Events, f.reason+"; a failure at start: waiting up to "+t.startSettle.String()+" to hear how the others end")
+	a.Events = append(a.Events, f.reason+"; a failure at start: the others get "+t.startSettle.String()+" to end on their own before the group stops")
 }

@@ -20,7 +20,7 @@ func holdStart(until int) func(*Tracker) Answer {
 func TestTrackerStartHold(t *testing.T) {
 	const noFile = "stderr: python3: can't open file 'trainn.py': [Errno 2] No such file or directory"
 	const first = "worker-2@b exited 2: " + noFile
-	const hold = first + "; a failure at start: waiting up to 3s to hear how the others end"
+	const hold = first + "; a failure at start: the others get 3s to end on their own before the group stops"
 	for _, tc := range []struct {
 		name    string
 		steps   []func(*Tracker) Answer
