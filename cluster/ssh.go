@@ -477,6 +477,17 @@ func (p *sshProcess) Wait() error {
 		}
 		return &ExitError{Host: p.t.host.Name, Code: ee.ExitStatus()}
 	}
+	var missing *ssh.ExitMissingError
+	if errors.Is(err, io.EOF) && !errors.As(err, &missing) {
+		// Session.Wait returns a missing or non-zero exit status before
+		// any stream's error: the command exited 0, and only the copy of
+		// its stdin failed, on the channel its exit closed (a line
+		// written between the channel's close and Wait's end). A command
+		// need not read its stdin to its end, as os/exec ignores EPIPE
+		// there; taken for a lost connection, a clean finish was once
+		// restarted (issue 37).
+		return nil
+	}
 	if p.ctx.Err() != nil {
 		return fmt.Errorf("%s: command cancelled: %w", p.t.host.Name, p.ctx.Err())
 	}

@@ -74,6 +74,11 @@ type attempt struct {
 	adopt *adoption
 	// progress is what the crash-loop breaker learns (checkpoints.go).
 	progress attemptProgress
+	// ends are the processes' ends and reported says one wrote a
+	// progress report: what the start-up failure rule learns
+	// (restart.SameStartFailure; the supervisor notes them).
+	ends     []restart.End
+	reported bool
 	// ph are the attempt's phases (newPhases), made when it runs.
 	ph phases
 	// leaseCheck, once the attempt failed, waits for the lease check

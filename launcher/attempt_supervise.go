@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 )
 
 // Supervising an attempt's group, the floor above the supervisor's own
@@ -32,6 +33,9 @@ func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.
 	a.r.logFail.makeDir(a.logDir)
 	s := newSupervisor(a, conns, pl)
 	s.ctx = ctx
+	if a.judgesStart() {
+		s.causes.HoldStartFailures(a.r.now().Add(cause.StartWindow), cause.StartSettle)
+	}
 	defer s.cancel()
 	s.start()
 	if !s.stopping {
@@ -44,6 +48,15 @@ func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.
 		s.watchHealth(s.sessions, s.health)
 	}
 	return s.wait(ctx)
+}
+
+// judgesStart says whether the start-up failure rule may stop the run
+// after this attempt (restart.SameStartFailure), so that its failures at
+// start wait for the others' (cause.HoldStartFailures): the run's first
+// attempt, with restarts to spare under restart_policy "on-failure".
+func (a *attempt) judgesStart() bool {
+	p := a.cfg.Job.RestartPolicy
+	return a.n == a.r.firstAttempt && a.adopt == nil && a.cfg.Job.MaxRestarts > 0 && (p == "" || p == config.RestartOnFailure)
 }
 
 func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
@@ -95,7 +108,8 @@ func (s *supervisor) start() {
 		s.procs = append(s.procs, r.rp)
 		go func() {
 			err := r.proc.Wait()
-			s.exits <- exitMsg{i: i, err: err, at: s.a.r.now()}
+			at := s.a.r.now()
+			s.exits <- exitMsg{i: i, err: recordedExit(s.a, s.byHost[r.rp.p.Host.Name], r.rp, err), at: at}
 		}()
 	}
 	s.remaining = len(s.procs)
@@ -148,11 +162,29 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		rp.closeLogs()
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
 	}
-	wd := remoteAbs(c.home, p.Workdir)
 	var health string
 	if s.watchers[p.Host.Name] == p.Name() {
 		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
 	}
+	ro := a.agentOptions(c, p, health)
+	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
+	var proc cluster.Process
+	if a.adopt != nil {
+		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
+	} else {
+		proc, err = c.client().Run(s.sessions, ro, cmd)
+	}
+	if err != nil {
+		rp.closeLogs()
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
+	return rp, proc, nil
+}
+
+// agentOptions are the options of p's agent on c (agent.RunOptions),
+// with health, when set, the file it writes the host's GPU health to.
+func (a *attempt) agentOptions(c *attemptHost, p plan.Process, health string) agent.RunOptions {
+	wd := remoteAbs(c.home, p.Workdir)
 	ro := agent.RunOptions{
 		HealthFile: health, HealthEvery: healthEvery,
 		Grace:   a.cfg.Job.StopGrace,
@@ -169,25 +201,18 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		EnvFromStdin: true,
 		// torchrun's workers are watched where they die, not where
 		// torchrun (and its 300 s exit barrier) reports them.
-		WatchWorkers: torchrun,
+		WatchWorkers: a.cfg.Job.Framework == config.Torchrun,
 	}
 	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())
-		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
-	}
-	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
-	var proc cluster.Process
-	if a.adopt != nil {
-		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
 	} else {
-		proc, err = c.client().Run(s.sessions, ro, cmd)
+		// The agent's own record of the exit, read when the channel
+		// closes without it (recordedExit).
+		ro.Record, _ = a.processFiles(c, p.Name())
 	}
-	if err != nil {
-		rp.closeLogs()
-		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
-	}
-	return rp, proc, nil
+	ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
+	return ro
 }
 
 // onExit accounts for one process's end and hands it to the causes,
@@ -206,6 +231,7 @@ func (s *supervisor) onExit(m exitMsg) {
 	rp.closeLogs()
 	text, code, lost := describeExit(m.err)
 	s.a.r.record(rp.p, text, m.at.Sub(rp.started))
+	s.a.ends = append(s.a.ends, restart.End{Code: code, Tail: rp.stderrTail.String(), AfterStop: s.stopping})
 	if how, died := agentDied(m.err); died {
 		s.stopLeftBy(rp, how)
 	}
@@ -213,7 +239,9 @@ func (s *supervisor) onExit(m exitMsg) {
 	case m.err == nil:
 		s.act(s.causes.Finished(m.i, m.at, len(s.procs) == len(s.pl.Processes) && s.succeeded(s.procs)))
 	case lost:
-		if !s.stopping {
+		if c := s.byHost[rp.p.Host.Name]; !s.stopping && (c == nil || !s.a.r.pool.redialed(c.hostConn)) {
+			// A host redialled to read its agent's record
+			// (recordedExit) answers: not lost, only its connection.
 			s.a.r.noteLost(rp.p.Host.Name)
 		}
 		s.act(s.causes.HostLost(m.i, m.at, fmt.Sprintf("%s lost: %v", hostLabel(rp.p.Host), m.err)))
@@ -310,6 +338,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 	}
 	for _, rp := range s.procs {
 		rp.ctl.Close()
+		s.a.reported = s.a.reported || rp.reported.Load()
 	}
 	s.stopWaits.Wait()
 	if s.out == nil {

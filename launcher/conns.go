@@ -52,10 +52,13 @@ type connPool struct {
 	// there, it may come back), one never reached is more likely a
 	// mistake in its address (see connectPhase.connect).
 	reached map[string]bool
+	// redials serialises, per host, the redials of a connection that
+	// died under an attempt (redial).
+	redials map[string]*sync.Mutex
 }
 
 func newConnPool() *connPool {
-	return &connPool{conns: map[string]*hostConn{}, reached: map[string]bool{}}
+	return &connPool{conns: map[string]*hostConn{}, reached: map[string]bool{}, redials: map[string]*sync.Mutex{}}
 }
 
 // wasReached reports whether the run ever connected to the host named.
@@ -63,6 +66,47 @@ func (p *connPool) wasReached(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.reached[name]
+}
+
+// redial returns a live connection to old's host in place of old, which
+// died under an attempt: the pool's, when another caller replaced old
+// already (the host's other processes ask too), else one dial makes,
+// which then replaces old in the pool. The next attempt reuses it, so
+// that asking the host something after a lost connection (an agent's
+// record of its exit, recordedExit) costs no dial more than the restart's
+// own.
+func (p *connPool) redial(old *hostConn, dial func() (*hostConn, error)) (*hostConn, error) {
+	name := old.host.Name
+	p.mu.Lock()
+	mu := p.redials[name]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		p.redials[name] = mu
+	}
+	p.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	p.mu.Lock()
+	cur := p.conns[name]
+	p.mu.Unlock()
+	if cur != nil && cur != old {
+		return cur, nil
+	}
+	c, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	p.add(c)
+	return c, nil
+}
+
+// redialed reports whether a redial replaced c, the attempt's connection
+// to its host, in the pool: the host answered after c died.
+func (p *connPool) redialed(c *hostConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := p.conns[c.host.Name]
+	return cur != nil && cur != c
 }
 
 // pingTimeout bounds the keepalive that checks a kept connection: one that

@@ -26,8 +26,12 @@
 // failed, host lost, hung, interrupted; see outcomeKind). The supervisor
 // of one attempt is a small type (supervisor: start, stop with a reason,
 // onExit) that feeds every end to package cause, which names the root
-// cause and says when the group must stop; the run loop decides on the
-// outcome alone, by package restart's policy, whether to restart, and
+// cause and says when the group must stop (a process whose channel
+// closed without its exit status ends as its agent's record on the host
+// says, when there is one: recordedExit); the run loop decides on the
+// outcome (after a run's first attempt, also on whether every rank failed
+// alike at start: restart.SameStartFailure), by package restart's policy,
+// whether to restart, and
 // charges the restart to max_restarts, or, for what is the fleet's
 // fault rather than the job's (a lost host, a hang, a controller that
 // stopped sending heartbeats), to max_host_failures (restart.Budget). Hang

@@ -158,6 +158,11 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	if err == nil {
 		err = stuck.Judge(cfg.Job.MaxRestartsWithoutProgress, a.progress.policy(), out.err)
 	}
+	if err == nil && out.kind == outcomeFailed && a.judgesStart() {
+		if why := restart.SameStartFailure(cfg.Job, a.ends, a.progress.newer || a.reported); why != nil {
+			err = fmt.Errorf("%v; not restarting: %w", out.err, why)
+		}
+	}
 	if err != nil {
 		if out.untold {
 			// The summary says it, once.

@@ -38,6 +38,9 @@ type running struct {
 	// progress is when it last showed progress (runner.mono, plus one;
 	// 0 until it first does); see supervisor_watch.go.
 	progress atomic.Int64
+	// reported: its progress file changed (a progress report, not
+	// output), for the start-up failure rule.
+	reported atomic.Bool
 	// i is its number in supervisor.procs and in supervisor.causes.
 	i int
 }

@@ -308,6 +308,7 @@ func (s *supervisor) watchProgressFiles(ctx context.Context) {
 				old, ok := seen[f]
 				if (ok && !old.Equal(e.ModTime())) || (!ok && !first) {
 					rp.markProgress(s.a.r.mono())
+					rp.reported.Store(true)
 				}
 				seen[f] = e.ModTime()
 			}
@@ -315,5 +316,100 @@ func (s *supervisor) watchProgressFiles(ctx context.Context) {
 		if hostio.Sleep(ctx, every) != nil {
 			return
 		}
+	}
+}
+
+// exitRecordWait bounds how long drover asks a host's agent for its
+// record of a process whose channel closed without the exit status
+// (recordedExit), a new connection included: what a lost host costs
+// before it is declared lost.
+const exitRecordWait = 10 * time.Second
+
+// recordedExit is rp's end (on c, in attempt a) as its channel reported
+// it (err), unless the channel closed without the exit status (the
+// connection died, or sshd went away, between the command's exit and
+// the status's arrival) and the agent's own record on the host
+// (agent.State, written before the agent exits) says how the command
+// ended: that end then stands, so that a clean exit is never taken for a
+// lost host and the group is not restarted for it. A record that says
+// the agent stopped its command (the channel's loss stopped it), or no
+// record, leaves the loss as it was. It runs in the exit's goroutine, not
+// the supervisor's loop: a host that is really gone costs up to
+// exitRecordWait before it is declared lost.
+func recordedExit(a *attempt, c *attemptHost, rp *running, err error) error {
+	if !cluster.IsConnectionLost(err) || c == nil {
+		return err
+	}
+	file, _ := a.processFiles(c, rp.p.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), exitRecordWait)
+	defer cancel()
+	opts := a.r.opts.Dial
+	opts.Inventory = config.Endpoints(a.cfg.Hosts) // a ProxyJump may name one
+	st, rerr := readRecord(ctx, a.r.pool, c.hostConn, file, opts)
+	if rerr != nil || st.RunID != a.r.runID || st.Attempt != a.n || st.Exit == nil ||
+		(st.State != agent.ProcExited && st.State != agent.ProcFailed) {
+		return err
+	}
+	a.r.events.printf("%s: the channel of %s@%s closed without its exit status (%v); its agent's record says it exited %d",
+		a.prefix(), rp.p.Name(), rp.p.Host.Name, err, *st.Exit)
+	if *st.Exit == 0 {
+		return nil
+	}
+	return &cluster.ExitError{Host: rp.p.Host.Name, Code: *st.Exit}
+}
+
+// readRecord reads an agent's record of its process at file on c's host:
+// over c's file access, else over a connection dialled anew (the old one
+// may be what was lost), which the pool keeps for the next attempt.
+func readRecord(ctx context.Context, pool *connPool, c *hostConn, file string, opts cluster.DialOptions) (*agent.State, error) {
+	b, err := readSmallCtx(ctx, c.fs, file)
+	if err != nil && ctx.Err() == nil {
+		var nc *hostConn
+		nc, err = pool.redial(c, func() (*hostConn, error) {
+			t, err := cluster.Dial(ctx, c.host.Endpoint(), opts)
+			if err != nil {
+				return nil, err
+			}
+			fsys, err := t.FS(ctx)
+			if err != nil {
+				t.Close()
+				return nil, err
+			}
+			return &hostConn{host: c.host, t: t, fs: fsys, home: c.home}, nil
+		})
+		if err == nil {
+			b, err = readSmallCtx(ctx, nc.fs, file)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", file, c.host.Name, err)
+	}
+	var st agent.State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("parse %s on %s: %w", file, c.host.Name, err)
+	}
+	return &st, nil
+}
+
+// readSmallCtx is hostio.ReadSmall of a record, given up when ctx ends (a
+// connection that hangs rather than fails).
+func readSmallCtx(ctx context.Context, fsys cluster.FS, file string) ([]byte, error) {
+	if fsys == nil {
+		return nil, errors.New("no file access")
+	}
+	type read struct {
+		b   []byte
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		b, err := hostio.ReadSmall(fsys, file, 1<<20)
+		got <- read{b, err}
+	}()
+	select {
+	case r := <-got:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }

@@ -179,7 +179,13 @@ type RunOptions struct {
 	// State, when set, makes this a detached run (see detach.go): the
 	// state record's path. Stdin then carries no control lines.
 	State string
-	// RunID, Attempt, Rank and Name identify the process in State.
+	// Record, for a run on the channel (no State), is where the agent
+	// keeps the same record of its process (see runRecorded): drover
+	// reads it when the channel closed without the exit status, so that
+	// a clean exit is never taken for a lost host.
+	Record string
+	// RunID, Attempt, Rank and Name identify the process in State (or
+	// Record).
 	RunID         string
 	Attempt, Rank int
 	Name          string
@@ -214,6 +220,7 @@ func Command(binary string, o RunOptions) []string {
 		args = append(args, "--"+flagJob, o.Job)
 	}
 	args = append(args, detachedArgs(o)...)
+	args = append(args, recordArgs(o)...)
 	if o.EnvFromStdin {
 		args = append(args, "--"+flagEnvStdin)
 	}
@@ -268,7 +275,32 @@ func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	if opts.State != "" {
 		return runDetached(ctx, opts)
 	}
+	if opts.Record != "" {
+		return runRecorded(ctx, opts)
+	}
 	code, _, err := run(ctx, opts, nil)
+	return code, err
+}
+
+// runRecorded is Run for an agent on the channel that keeps a record of
+// its process (Record): a State written as starting before anything can
+// fail, and with the command's end before the agent exits, so before sshd
+// can report the exit or lose it. A record that cannot be written does not
+// stop the run: it is drover's second source, the channel its first.
+func runRecorded(ctx context.Context, opts RunOptions) (int, error) {
+	st := State{RunID: opts.RunID, Job: opts.Job, Attempt: opts.Attempt, Rank: opts.Rank, Name: opts.Name,
+		AgentPid: os.Getpid(), AgentStart: startTicks(os.Getpid()), State: ProcStarting,
+		Log: opts.LogFile, Started: time.Now().UTC(), Version: Version()}
+	_ = writeJSON(opts.Record, st)
+	code, stopped, err := run(ctx, opts, nil)
+	st.State, st.Exit, st.Ended = ProcExited, &code, time.Now().UTC()
+	switch {
+	case err != nil:
+		st.State, st.Error = ProcFailed, err.Error()
+	case stopped:
+		st.State = ProcStopped
+	}
+	_ = writeJSON(opts.Record, st)
 	return code, err
 }
 

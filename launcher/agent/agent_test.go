@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
@@ -123,6 +126,35 @@ func TestExitStatusPassesThrough(t *testing.T) {
 			if code != tt.want {
 				t.Errorf("exit code %d, want %d", code, tt.want)
 			}
+		})
+	}
+}
+
+// An agent on the channel with a Record keeps its process's end on the
+// host, written before it returns (so before sshd reports the exit): the
+// record drover reads when the channel closed without the exit status.
+func TestRecordKeepsTheExit(t *testing.T) {
+	for _, tt := range []struct {
+		args  []string
+		state ProcState
+		want  int
+	}{
+		{[]string{"sh", "-c", "exit 0"}, ProcExited, 0},
+		{[]string{"sh", "-c", "exit 3"}, ProcExited, 3},
+		{[]string{"/nonexistent/cmd"}, ProcFailed, ExitNotFound},
+	} {
+		t.Run(tt.args[len(tt.args)-1], func(t *testing.T) {
+			rec := filepath.Join(t.TempDir(), "runs", "r1", "attempt-2", "worker-3.json")
+			code, _ := Run(context.Background(), RunOptions{Args: tt.args, Record: rec, RunID: "r1", Attempt: 2, Rank: 3, Name: "worker-3"})
+			require.Equal(t, tt.want, code)
+			st, err := ReadState(rec)
+			require.NoError(t, err)
+			assert.Equal(t, tt.state, st.State)
+			require.NotNil(t, st.Exit)
+			assert.Equal(t, tt.want, *st.Exit)
+			assert.Equal(t, "r1", st.RunID)
+			assert.Equal(t, 2, st.Attempt)
+			assert.Equal(t, "worker-3", st.Name)
 		})
 	}
 }

@@ -57,6 +57,7 @@ const (
 	flagAt    = "at"
 
 	flagState             = "state"
+	flagRecord            = "record"
 	flagRunID             = "run-id"
 	flagAttempt           = "attempt"
 	flagRank              = "rank"
@@ -151,6 +152,7 @@ func runCLI() *cli.Command {
 			&cli.BoolFlag{Name: flagEnvStdin, Usage: "read CMD's environment (a JSON object) from the first line of stdin"},
 			&cli.BoolFlag{Name: flagWatchWorkers, Usage: "report each exit of CMD's children (torchrun's workers); the first abnormal one fails the run"},
 			&cli.StringFlag{Name: flagState, TakesFile: true, Usage: "run detached, recording the process's state in this file (see agent attach)"},
+			&cli.StringFlag{Name: flagRecord, TakesFile: true, Usage: "without --state: record the process's start and exit status in this file, as --state does"},
 			&cli.StringFlag{Name: flagRunID, Usage: "run `ID`, for the state file"},
 			&cli.IntFlag{Name: flagAttempt, Usage: "attempt number, for the state file"},
 			&cli.IntFlag{Name: flagRank, Usage: "rank, for the state file"},
@@ -207,6 +209,7 @@ func runOptions(c *cli.Context) RunOptions {
 		HealthFile:        c.String(flagHealthFile),
 		HealthEvery:       c.Duration(flagHealthEvery),
 		State:             c.String(flagState),
+		Record:            c.String(flagRecord),
 		RunID:             c.String(flagRunID),
 		Attempt:           c.Int(flagAttempt),
 		Rank:              c.Int(flagRank),

@@ -47,6 +47,11 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		c := parseAgent(t, Command("drover", o))
 		assert.Equal(t, o, runOptions(c))
 	})
+	t.Run("run with a record", func(t *testing.T) {
+		o := RunOptions{Args: []string{"sh", "w.sh"}, Grace: 2 * time.Second, LogFile: "/w/.drover/logs/attempt-2/worker-3.log",
+			Record: "/w/.drover/runs/r1/attempt-2/worker-3.json", RunID: "r1", Attempt: 2, Rank: 3, Name: "worker-3"}
+		assert.Equal(t, o, runOptions(parseAgent(t, Command("drover", o))))
+	})
 	t.Run("attach", func(t *testing.T) {
 		for _, o := range []AttachOptions{
 			{State: "/w/s.json", From: 12345, Heartbeat: 6 * time.Second},
@@ -174,7 +179,7 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--record FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION] [--kill]",
 		"usage: drover agent preflight [--stop-leftovers DIR] [--lease FILE] [--lease-id ID] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",

@@ -520,6 +520,16 @@ func detachedArgs(o RunOptions) []string {
 	return args
 }
 
+// recordArgs are the flags of an `agent run` on the channel that keeps a
+// record of its process (RunOptions.Record; see Command).
+func recordArgs(o RunOptions) []string {
+	if o.State != "" || o.Record == "" {
+		return nil
+	}
+	return []string{"--" + flagRecord, o.Record, "--" + flagRunID, o.RunID,
+		"--" + flagAttempt, fmt.Sprint(o.Attempt), "--" + flagRank, fmt.Sprint(o.Rank), "--" + flagName, o.Name}
+}
+
 // AttachCommand returns the argv of `drover agent attach` for o.
 func AttachCommand(binary string, o AttachOptions) []string {
 	args := []string{binary, cmdAgent, cmdAttach, "--" + flagState, o.State, "--" + flagFrom, fmt.Sprint(o.From)}

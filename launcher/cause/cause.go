@@ -168,6 +168,8 @@ type heldFailure struct {
 	stop   Stop
 	code   int
 	reason string
+	// start: held as a failure at start (see HoldStartFailures).
+	start bool
 }
 
 // Tracker attributes one attempt's failure. It is fed every end of the
@@ -190,6 +192,9 @@ type Tracker struct {
 	// for the exit that explains it (see fail).
 	held    *heldFailure
 	heldDue time.Time
+	// startUntil and startSettle are the start hold (starthold.go).
+	startUntil  time.Time
+	startSettle time.Duration
 }
 
 // New returns a Tracker whose lost-peer hold lasts settle (0:

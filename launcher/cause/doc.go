@@ -7,7 +7,9 @@
 // by the OOM killer may be heard of after the peers that failed because
 // of it. The rules that put them back in order (the attempt's first
 // event, an early finish named after earlyFinishWait, a failure that
-// reads as a lost peer held for up to PeerLostSettle) are one type,
+// reads as a lost peer held for up to PeerLostSettle, and on a run's
+// first attempt a failure at start held for up to StartSettle so that the
+// other ranks fail on their own) are one type,
 // Tracker, kept apart from the supervisor that runs the processes so
 // that every race can be replayed in a table test: it is fed events with
 // their times, and answers what to print, which causes to record, whether
