@@ -92,6 +92,7 @@ func TestLoadFullExample(t *testing.T) {
 
 			MaxRestartsWithoutProgress: 3,
 			Health:                     "enforce",
+			WebhookFormat:              "json",
 			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
 			MinGPUs:                    1,
 		},
@@ -143,6 +144,7 @@ func TestLoadDefaults(t *testing.T) {
 
 			MaxRestartsWithoutProgress: 3,
 			Health:                     "enforce",
+			WebhookFormat:              "json",
 			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
 		},
 		// Port 0, user "" and no key files: the transport lets

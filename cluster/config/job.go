@@ -39,6 +39,7 @@ func (w jobReader) job(top tbl, dir string) Job {
 		j.MinGPUs = n
 	}
 	w.network(t, &j)
+	w.notifications(t, &j, dir)
 	j.Roles = w.roles(t, j.Framework)
 	return j
 }
@@ -68,6 +69,7 @@ func defaultJob(dir string) Job {
 		MaxRestartsWithoutProgress: DefaultMaxRestartsWithoutProgress,
 		Health:                     DefaultHealth,
 		IgnoreXIDs:                 slices.Clone(DefaultIgnoreXIDs),
+		WebhookFormat:              WebhookJSON,
 	}
 }
 
