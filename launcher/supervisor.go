@@ -18,6 +18,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
+	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -178,6 +179,7 @@ func (s *supervisor) act(a cause.Answer) {
 	case cause.Failed:
 		s.stop(attemptOutcome{kind: outcomeFailed, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
 	case cause.HostLost:
+		notifyLost(s.a, a.Reason)
 		s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
 	case cause.Succeeded:
 		s.stop(succeeded(), s.successNote(s.procs))
@@ -188,6 +190,19 @@ func (s *supervisor) act(a cause.Answer) {
 	case !due.Equal(s.causeDue):
 		s.causeAt, s.causeDue = time.After(due.Sub(s.a.r.now())), due
 	}
+}
+
+// notifyLost tells that attempt a's group lost a host: the one of the
+// root cause's process.
+func notifyLost(a *attempt, reason string) {
+	ev := notify.Event{Kind: notify.HostLost, Attempt: a.n, Message: reason}
+	a.r.mu.Lock()
+	root, ok := firstCause(a.r.table.summaries())
+	a.r.mu.Unlock()
+	if ok {
+		ev.Host = root.Host
+	}
+	a.r.events.notify(ev)
 }
 
 // describeExit renders a process's end for events and the summary.
