@@ -232,7 +232,7 @@ type eventLog struct {
 func (e *eventLog) notify(ev notify.Event) {
 	e.mu.Lock()
 	sink := e.sink
-	if ev.Kind == notify.Started {
+	if ev.Kind == notify.Started && sink != nil {
 		if e.startTold {
 			sink = nil
 		}
