@@ -80,6 +80,9 @@ type attempt struct {
 	// leaseCheck, once the attempt failed, waits for the lease check
 	// that started at the failure (see supervisor.stop).
 	leaseCheck func() error
+	// started is when the attempt began (runner.now): the causes of its
+	// processes are the ones after it.
+	started time.Time
 }
 
 func (a *attempt) prefix() string { return attemptPrefix(a.n, a.total) }

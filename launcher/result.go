@@ -178,12 +178,12 @@ func RenderSummary(w io.Writer, res *Result) {
 	}
 }
 
-// firstCause is the first cause drover saw among procs: the summary's
-// "root cause" line.
-func firstCause(procs []ProcSummary) (ProcSummary, bool) {
+// firstCause is the first cause drover saw among procs since since
+// (zero: any): the summary's "root cause" line.
+func firstCause(procs []ProcSummary, since time.Time) (ProcSummary, bool) {
 	var root ProcSummary
 	for _, p := range procs {
-		if p.Cause != "" && (root.Cause == "" || p.CauseAt.Before(root.CauseAt)) {
+		if p.Cause != "" && !p.CauseAt.Before(since) && (root.Cause == "" || p.CauseAt.Before(root.CauseAt)) {
 			root = p
 		}
 	}

@@ -215,7 +215,7 @@ func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 	switch o {
 	case Failed:
 		ev.Kind, ev.Message = notify.Failed, fmt.Sprintf("job %s failed: %v", r.runRec.Job, err)
-		if root, ok := firstCause(res.Processes); ok {
+		if root, ok := firstCause(res.Processes, time.Time{}); ok {
 			withRoot(&ev, root)
 		}
 	case Interrupted:
@@ -274,7 +274,7 @@ func (r *runner) notifyRestart(a *attempt, out attemptOutcome, delay time.Durati
 	}
 	if out.kind == outcomeFailed || out.kind == outcomeHostLost {
 		r.mu.Lock()
-		root, ok := firstCause(r.table.summaries())
+		root, ok := firstCause(r.table.summaries(), a.started)
 		r.mu.Unlock()
 		if ok {
 			withRoot(&ev, root)
@@ -324,6 +324,7 @@ func (r *runner) openLogs(cfg *config.Config) (string, error) {
 
 // run is the attempt, phase by phase (see attempt).
 func (a *attempt) run(ctx context.Context) attemptOutcome {
+	a.started = a.r.now()
 	hosts, err := a.r.replaced.participants(a.cfg)
 	if err != nil {
 		return a.setupFailure(err)

@@ -179,7 +179,7 @@ func (s *supervisor) act(a cause.Answer) {
 	case cause.Failed:
 		s.stop(attemptOutcome{kind: outcomeFailed, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
 	case cause.HostLost:
-		notifyLost(s.a, a.Reason)
+		notifyLost(s.a, a.Reason, a.Causes, s.procs)
 		s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
 	case cause.Succeeded:
 		s.stop(succeeded(), s.successNote(s.procs))
@@ -192,15 +192,16 @@ func (s *supervisor) act(a cause.Answer) {
 	}
 }
 
-// notifyLost tells that attempt a's group lost a host: the one of the
-// root cause's process.
-func notifyLost(a *attempt, reason string) {
+// notifyLost tells that attempt a's group lost a host: the host of the
+// earliest of causes (those of the answer that stopped the group; the
+// summary's table may still hold an earlier attempt's).
+func notifyLost(a *attempt, reason string, causes []cause.Cause, procs []*running) {
 	ev := notify.Event{Kind: notify.HostLost, Attempt: a.n, Message: reason}
-	a.r.mu.Lock()
-	root, ok := firstCause(a.r.table.summaries())
-	a.r.mu.Unlock()
-	if ok {
-		ev.Host = root.Host
+	var at time.Time
+	for _, c := range causes {
+		if c.Proc >= 0 && c.Proc < len(procs) && (ev.Host == "" || c.At.Before(at)) {
+			ev.Host, at = procs[c.Proc].p.Host.Name, c.At
+		}
 	}
 	a.r.events.notify(ev)
 }
