@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
 )
@@ -84,6 +85,9 @@ type attempt struct {
 	// leaseCheck, once the attempt failed, waits for the lease check
 	// that started at the failure (see supervisor.stop).
 	leaseCheck func() error
+	// started is when the attempt began (runner.now): the causes of its
+	// processes are the ones after it.
+	started time.Time
 }
 
 func (a *attempt) prefix() string { return attemptPrefix(a.n, a.total) }
@@ -161,6 +165,7 @@ func (a *attempt) warn(f gpu.Finding) {
 		note = ` (critical; health = "warn" lets it train)`
 	}
 	a.r.events.printf("%s: warning: GPU health: %s%s", a.prefix(), f, note)
+	a.r.events.notify(notify.Event{Kind: notify.Health, Attempt: a.n, Host: f.Host, Message: "warning: GPU health: " + f.String() + note})
 }
 
 // keepOut handles a gate's *UnhealthyError: each host is fenced and a
@@ -178,6 +183,8 @@ func (a *attempt) keepOut(ue *UnhealthyError) attemptOutcome {
 			return attemptOutcome{kind: outcomeSetupFailed, err: err, exitCode: -1, permanent: true}
 		}
 		a.r.events.printf("%s: %s kept out (GPU health: %s %s); replaced by spare %s", a.prefix(), f.Host, f.GPU, f.What, spare)
+		a.r.events.notify(notify.Event{Kind: notify.Health, Attempt: a.n, Host: f.Host,
+			Message: fmt.Sprintf("%s kept out (GPU health: %s %s); replaced by spare %s", f.Host, f.GPU, f.What, spare)})
 	}
 	return attemptOutcome{kind: outcomeFenced, exitCode: -1, err: ue}
 }

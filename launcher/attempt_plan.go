@@ -25,6 +25,8 @@ import (
 type planPhase struct {
 	phaseEnv
 	restarts int
+	// runID is the run's id (DROVER_RUN_ID): the same in every attempt.
+	runID string
 	// fenced, findings and warn are the run's health state as the
 	// attempt reads it (healthState.fencedFor, attempt.findings, warn).
 	fenced   func(host string) (gpu.Finding, bool)
@@ -71,7 +73,8 @@ func (p *planPhase) planAttempt(ctx context.Context, conns []*attemptHost, cfg *
 	for _, c := range conns {
 		homes[c.host.Name] = c.home
 	}
-	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: p.restarts, HostHome: homes}
+	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: p.restarts, HostHome: homes,
+		RunID: p.runID, Attempt: p.n}
 	pl, err := plan.Build(in)
 	return in, pl, err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/logstream"
+	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
 )
@@ -115,6 +116,10 @@ func (s *supervisor) start() {
 	s.remaining = len(s.procs)
 	s.a.r.events.debugf("%s: setup: processes started", s.a.prefix())
 	s.a.r.events.printf("%s: started %d process(es) on %d host(s)", s.a.prefix(), len(s.procs), len(s.byHost))
+	if startErr == nil {
+		s.a.r.events.notify(notify.Event{Kind: notify.Started, Attempt: s.a.n,
+			Message: fmt.Sprintf("started %d process(es) on %d host(s)", len(s.procs), len(s.byHost))})
+	}
 	if startErr != nil {
 		s.a.r.events.printf("%s: %v", s.a.prefix(), startErr)
 		s.stop(setupFailed(startErr), "")

@@ -222,7 +222,7 @@ func TestPlanPhase(t *testing.T) {
 			installed := make(chan error, 1)
 			installed <- nil
 			var buf bytes.Buffer
-			p := &planPhase{phaseEnv: testEnv(cfg, &buf), restarts: 2,
+			p := &planPhase{phaseEnv: testEnv(cfg, &buf), restarts: 2, runID: "20260102-030405-a1b2c3",
 				fenced: func(host string) (gpu.Finding, bool) {
 					return gpu.Finding{Host: host, What: "fenced", Critical: true}, host == tc.fenced
 				},
@@ -243,6 +243,11 @@ func TestPlanPhase(t *testing.T) {
 			pl, err := p.replan(st.plan, preflightFound{moved: map[string]int{"a": 41000}})
 			require.NoError(t, err)
 			assert.Equal(t, "41000", pl.Processes[0].Env["MASTER_PORT"])
+			for _, pr := range pl.Processes {
+				// The run's id, in the first plan and the replan alike.
+				assert.Equal(t, "20260102-030405-a1b2c3", pr.Env["DROVER_RUN_ID"], pr.Name())
+				assert.Equal(t, "1", pr.Env["DROVER_ATTEMPT"], pr.Name())
+			}
 		})
 	}
 }

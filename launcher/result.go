@@ -19,6 +19,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -110,8 +111,10 @@ type Result struct {
 
 // ProcSummary is one row of the end-of-run table.
 type ProcSummary struct {
-	Name     string
-	Host     string
+	Name string
+	Host string
+	// Rank is its torch.distributed rank, -1 where none applies.
+	Rank     int
 	Attempts int
 	Exit     string
 	Duration time.Duration
@@ -135,7 +138,7 @@ func (t *procTable) registerLocked(p plan.Process) *ProcSummary {
 	key := p.Name()
 	s, ok := t.procs[key]
 	if !ok {
-		s = &ProcSummary{Name: key, Host: p.Host.Name, Exit: "not started"}
+		s = &ProcSummary{Name: key, Host: p.Host.Name, Rank: p.Rank, Exit: "not started"}
 		t.procs[key] = s
 		t.order = append(t.order, key)
 	}
@@ -175,6 +178,18 @@ func RenderSummary(w io.Writer, res *Result) {
 	}
 }
 
+// firstCause is the first cause drover saw among procs since since
+// (zero: any): the summary's "root cause" line.
+func firstCause(procs []ProcSummary, since time.Time) (ProcSummary, bool) {
+	var root ProcSummary
+	for _, p := range procs {
+		if p.Cause != "" && !p.CauseAt.Before(since) && (root.Cause == "" || p.CauseAt.Before(root.CauseAt)) {
+			root = p
+		}
+	}
+	return root, root.Cause != ""
+}
+
 // writeCauses writes the causes in the order drover saw them: the first is
 // the root cause, the rest (most often victims: a peer's connection
 // closed) follow it as "then:".
@@ -204,6 +219,34 @@ type eventLog struct {
 	now  func() time.Time
 	// said are the keys printOnce printed.
 	said map[string]bool
+	// sink, when set, takes the run's notifications (see notify); the
+	// runner fills in the job and run id. startTold: the run told it
+	// started.
+	sink      func(notify.Event)
+	startTold bool
+}
+
+// notify hands ev to the run's notifications, stamped now; it never
+// blocks (notify.Notifier.Send). A Started event is sent once per run:
+// a restart is told as Restarted.
+func (e *eventLog) notify(ev notify.Event) {
+	e.mu.Lock()
+	sink := e.sink
+	if ev.Kind == notify.Started && sink != nil {
+		if e.startTold {
+			sink = nil
+		}
+		e.startTold = true
+	}
+	e.mu.Unlock()
+	if sink == nil {
+		return
+	}
+	if ev.Time.IsZero() {
+		ev.Time = e.now()
+	}
+	ev.Message = eventMessage("%s", ev.Message)
+	sink(ev)
 }
 
 // printOnce is printf the first time the run prints key, and nothing

@@ -12,6 +12,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
 	"github.com/droverhq/drover/launcher/setup"
@@ -43,6 +44,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			r.events.file.Close()
 		}
 	}()
+	defer r.startNotify(cfg)() // before events.log closes: the last event is told there
 
 	// Deferred first, so it runs last: the leases are given back over
 	// these connections.
@@ -185,6 +187,7 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunRestarting })
 	delay := restart.Backoff(cfg.Job, b.Used())
 	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))
+	r.notifyRestart(a, out, delay)
 	if err := r.sleep(ctx, delay); err != nil {
 		if lost := lostLease(ctx, nil); lost != nil {
 			return r.finish(res, Failed, lost)
@@ -205,14 +208,85 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 
 // finish fills in how the run ended and the summary, and writes the
 // summary to events.log too: the terminal that should show it may be
-// gone (`drover run ... 2>&1 | head -1`).
+// gone (`drover run ... 2>&1 | head -1`). The end is notified (finished,
+// failed, stopped).
 func (r *runner) finish(res *Result, o Outcome, err error) *Result {
 	res.Outcome, res.Err = o, err
 	r.mu.Lock()
 	res.Processes = r.table.summaries()
 	r.mu.Unlock()
 	r.events.summary(res)
+	ev := notify.Event{Kind: notify.Finished, Attempt: res.Attempts, Checkpoint: r.newestCheckpoint(),
+		Message: fmt.Sprintf("job %s succeeded after %d attempt(s)", r.runRec.Job, res.Attempts)}
+	switch o {
+	case Failed:
+		ev.Kind, ev.Message = notify.Failed, fmt.Sprintf("job %s failed: %v", r.runRec.Job, err)
+		if root, ok := firstCause(res.Processes, time.Time{}); ok {
+			withRoot(&ev, root)
+		}
+	case Interrupted:
+		ev.Kind, ev.Message = notify.Stopped, fmt.Sprintf("job %s stopped in attempt %d", r.runRec.Job, res.Attempts)
+		if err != nil {
+			ev.Message += ": " + err.Error()
+		}
+	}
+	r.events.notify(ev)
 	return res
+}
+
+// withRoot names the root cause's process in ev, and gives its cause as
+// the summary's "root cause" line says it unless ev has one (the
+// attempt's error, which has the exit status too).
+func withRoot(ev *notify.Event, root ProcSummary) {
+	if ev.RootCause == "" {
+		ev.RootCause = root.Name + " on " + root.Host + ": " + root.Cause
+	}
+	ev.Host, ev.Process, ev.Rank, ev.HasRank = root.Host, root.Name, root.Rank, root.Rank >= 0
+}
+
+// startNotify starts the run's notifications (the job's on_event and
+// webhook; see package notify) as read when the run starts, and returns
+// what delivers the last ones before the run returns, within
+// notifyDrain.
+func (r *runner) startNotify(cfg *config.Config) (closeNotify func()) {
+	j := cfg.Job
+	n := notify.New(notify.Options{OnEvent: j.OnEvent, Dir: filepath.Dir(cfg.Path), Webhook: j.Webhook,
+		Format: j.WebhookFormat, Notify: j.Notify, Logf: r.events.printf})
+	if n == nil {
+		return func() {}
+	}
+	r.events.mu.Lock()
+	r.events.sink = func(ev notify.Event) {
+		ev.Job, ev.RunID = j.Name, r.runID
+		n.Send(ev)
+	}
+	r.events.mu.Unlock()
+	return func() { n.Close(notifyDrain) }
+}
+
+// notifyDrain bounds how long a run's end waits for its last
+// notifications: a command or POST each takes notify.DefaultTimeout at
+// most.
+const notifyDrain = notify.DefaultTimeout + 5*time.Second
+
+// notifyRestart tells that attempt a, which ended with out, is followed
+// by another: the root cause is the first process's end when the group
+// ran and failed, else what ended the attempt (a hang, a setup failure).
+func (r *runner) notifyRestart(a *attempt, out attemptOutcome, delay time.Duration) {
+	ev := notify.Event{Kind: notify.Restarted, Attempt: a.n, Checkpoint: r.newestCheckpoint(),
+		Message: fmt.Sprintf("attempt %d failed; attempt %d starts in %s", a.n, a.n+1, delay.Round(time.Millisecond))}
+	if out.err != nil {
+		ev.RootCause = out.err.Error()
+	}
+	if out.kind == outcomeFailed || out.kind == outcomeHostLost {
+		r.mu.Lock()
+		root, ok := firstCause(r.table.summaries(), a.started)
+		r.mu.Unlock()
+		if ok {
+			withRoot(&ev, root)
+		}
+	}
+	r.events.notify(ev)
 }
 
 // reload re-reads the job and inventory before a restart; a file that no
@@ -256,6 +330,7 @@ func (r *runner) openLogs(cfg *config.Config) (string, error) {
 
 // run is the attempt, phase by phase (see attempt).
 func (a *attempt) run(ctx context.Context) attemptOutcome {
+	a.started = a.r.now()
 	hosts, err := a.r.replaced.participants(a.cfg)
 	if err != nil {
 		return a.setupFailure(err)
@@ -336,7 +411,7 @@ func newPhases(a *attempt) phases {
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
 		setup:     &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
 		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
-		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
+		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 	}
 	ph.check = &checkPhase{push: ph.push, setup: ph.setup, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}

@@ -18,6 +18,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
+	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -181,6 +182,7 @@ func (s *supervisor) act(a cause.Answer) {
 	case cause.Failed:
 		s.stop(attemptOutcome{kind: outcomeFailed, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
 	case cause.HostLost:
+		notifyLost(s.a, a.Reason, a.Causes, s.procs)
 		s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(a.Reason), exitCode: a.Code}, a.Reason)
 	case cause.Succeeded:
 		s.stop(succeeded(), s.successNote(s.procs))
@@ -191,6 +193,20 @@ func (s *supervisor) act(a cause.Answer) {
 	case !due.Equal(s.causeDue):
 		s.causeAt, s.causeDue = time.After(due.Sub(s.a.r.now())), due
 	}
+}
+
+// notifyLost tells that attempt a's group lost a host: the host of the
+// earliest of causes (those of the answer that stopped the group; the
+// summary's table may still hold an earlier attempt's).
+func notifyLost(a *attempt, reason string, causes []cause.Cause, procs []*running) {
+	ev := notify.Event{Kind: notify.HostLost, Attempt: a.n, Message: reason}
+	var at time.Time
+	for _, c := range causes {
+		if c.Proc >= 0 && c.Proc < len(procs) && (ev.Host == "" || c.At.Before(at)) {
+			ev.Host, at = procs[c.Proc].p.Host.Name, c.At
+		}
+	}
+	a.r.events.notify(ev)
 }
 
 // describeExit renders a process's end for events and the summary.

@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
+	"github.com/droverhq/drover/launcher/notify"
 )
 
 // readyPoll bounds how long a detached run's first attempt may take to
@@ -188,6 +189,7 @@ func (s *supervisor) onHealth(h healthRead) {
 			if spare, ok := s.a.standIn(h.host); ok {
 				reason += ", on spare " + spare
 			}
+			s.a.r.events.notify(notify.Event{Kind: notify.Health, Attempt: s.a.n, Host: h.host, Message: reason})
 			s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
 			return
 		}
@@ -274,6 +276,7 @@ func (s *supervisor) checkHang() {
 	s.out, s.stopping = &out, true
 	s.causes.Stopping(false)
 	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
+	s.a.r.events.notify(notify.Event{Kind: notify.Hang, Attempt: s.a.n, Message: reason, Checkpoint: s.a.r.newestCheckpoint()})
 	s.send("stacks")
 	s.stacksDone = time.After(stackDumpWait)
 }

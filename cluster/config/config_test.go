@@ -93,6 +93,7 @@ func TestLoadFullExample(t *testing.T) {
 
 			MaxRestartsWithoutProgress: 3,
 			Health:                     "enforce",
+			WebhookFormat:              "json",
 			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
 			MinGPUs:                    1,
 		},
@@ -145,6 +146,7 @@ func TestLoadDefaults(t *testing.T) {
 
 			MaxRestartsWithoutProgress: 3,
 			Health:                     "enforce",
+			WebhookFormat:              "json",
 			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
 		},
 		// Port 0, user "" and no key files: the transport lets

@@ -52,6 +52,11 @@ var tunableEnv = map[string]bool{
 	"PYTHONUNBUFFERED":                true,
 	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
 	"NCCL_ASYNC_ERROR_HANDLING":       true,
+	// Set with tracker = "wandb", from the run id: a job may name its
+	// tracker's runs itself.
+	"WANDB_RUN_ID":    true,
+	"WANDB_RESUME":    true,
+	"WANDB_RUN_GROUP": true,
 }
 
 // TunableEnv reports whether name is one of drover's defaults that

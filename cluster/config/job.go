@@ -39,7 +39,8 @@ func (w jobReader) job(top tbl, dir string) Job {
 		j.MinGPUs = n
 	}
 	w.network(t, &j)
-	w.jobSetup(t, &j)
+	setupReader{w.walker}.read(t, &j)
+	notifyReader{w.walker}.notifications(t, &j, dir)
 	j.Roles = w.roles(t, j.Framework)
 	return j
 }
@@ -70,6 +71,7 @@ func defaultJob(dir string) Job {
 		MaxRestartsWithoutProgress: DefaultMaxRestartsWithoutProgress,
 		Health:                     DefaultHealth,
 		IgnoreXIDs:                 slices.Clone(DefaultIgnoreXIDs),
+		WebhookFormat:              WebhookJSON,
 	}
 }
 

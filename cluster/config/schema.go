@@ -65,6 +65,11 @@ var jobFields = append([]field{
 	{"min_gpus", `min_gpus = 1`},
 	{"min_bandwidth", `min_bandwidth = "10Gbit"`},
 	{"preflight", `preflight = ["net"]`},
+	{"on_event", `on_event = ["./notify.sh"]`},
+	{"webhook", `webhook = "https://hooks.slack.com/services/T000/B000/XXXX"`},
+	{"webhook_format", `webhook_format = "slack"`},
+	{"notify", `notify = ["restarted", "failed", "finished"]`},
+	{"tracker", `tracker = "wandb"`},
 }, setupFields...)
 
 var roleFields = []field{

@@ -19,11 +19,15 @@ var setupFields = []field{
 	{"setup_timeout", `setup_timeout = "30m"`},
 }
 
-// jobSetup reads setup, setup_key and setup_timeout: the shell lines each
+// setupReader reads a job's setup keys: a concern of its own, beside
+// jobReader's.
+type setupReader struct{ *walker }
+
+// read reads setup, setup_key and setup_timeout: the shell lines each
 // host runs in its workdir before the first process starts, the files
 // whose content decides whether a host must run them again, and how long
 // they may take.
-func (w jobReader) jobSetup(t tbl, j *Job) {
+func (w setupReader) read(t tbl, j *Job) {
 	if d, ok := w.duration(t, "setup_timeout"); ok {
 		if d == 0 {
 			w.add(t.key("setup_timeout"), "must be positive", "write "+t.schema.example("setup_timeout"))
@@ -60,7 +64,7 @@ func (w jobReader) jobSetup(t tbl, j *Job) {
 }
 
 // setupLines checks that no line of setup is blank.
-func (w jobReader) setupLines(t tbl, lines []string) []string {
+func (w setupReader) setupLines(t tbl, lines []string) []string {
 	for i, l := range lines {
 		if strings.TrimSpace(l) == "" {
 			w.add(t.key("setup"), fmt.Sprintf("line %d is empty", i+1),

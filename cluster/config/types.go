@@ -151,6 +151,18 @@ type Job struct {
 	// MinGPUs is the default minimum number of selected GPUs per GPU host
 	// (0 = no minimum); a host's own min_gpus overrides it.
 	MinGPUs int
+
+	// Notifications (see notify.go): OnEvent is a command the controller
+	// runs for each event (on_event), Webhook a URL it POSTs each to,
+	// WebhookFormat the body's shape (WebhookJSON, the default, or
+	// WebhookSlack), and Notify the kinds of event sent (empty: all).
+	OnEvent       []string
+	Webhook       string
+	WebhookFormat string
+	Notify        []string
+	// Tracker names the experiment tracker whose run ids drover sets
+	// from its own (tracker; "" for none).
+	Tracker Tracker
 }
 
 // HealthMode is the job's health key.

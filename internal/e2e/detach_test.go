@@ -296,10 +296,12 @@ func assertConsecutive(t *testing.T, ns []int, what string) {
 
 // Done-when 4: the supervisor SIGKILLed, the group runs on; drover run -d
 // adopts it with the attempt unchanged, restarts a rank killed after that,
-// and every line of the attempt is in the logs exactly once.
+// and every line of the attempt is in the logs exactly once. The restart
+// the new supervisor makes keeps the run's DROVER_RUN_ID (issue 40, item 5).
 func TestRunDetachedAdopt(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3"})
+	j := newFleetJob(t, jobSpec{Script: `echo "id=$DROVER_RUN_ID attempt=$DROVER_ATTEMPT rank=$RANK"` + "\n" + numberedScript,
+		Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3"})
 	sup := startDetachedRun(t, j)
 	st := waitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
 	id := st.RunID
@@ -347,6 +349,13 @@ func TestRunDetachedAdopt(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assertConsecutive(t, numbers(t, out, 0), "drover logs --rank 0 --attempt 1")
 	assertConsecutive(t, numbers(t, j.logFile(t, 1, "worker-0"), 0), "local attempt-1/worker-0.log across the adoption")
+	for n := 1; n <= 2; n++ {
+		want := fmt.Sprintf("id=%s attempt=%d rank=0\n", id, n)
+		testenv.Wait(t, 30*time.Second, "attempt's log to show "+want, func() (bool, string) {
+			out, errs, _ := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0", "--attempt", strconv.Itoa(n))
+			return strings.Contains(out, want), errs + tail(out, 300)
+		})
+	}
 
 	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)

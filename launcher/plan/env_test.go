@@ -220,7 +220,7 @@ func TestEnvDocListsEveryVariable(t *testing.T) {
 	require.Greater(t, end, 0)
 	table := doc[:end]
 	for _, cfg := range everyFramework() {
-		p := mustBuild(t, PlanInput{Config: cfg})
+		p := mustBuild(t, PlanInput{Config: cfg, RunID: "20260102-030405-a1b2c3", Attempt: 1})
 		for _, pr := range p.Processes {
 			for name := range pr.Env {
 				assert.Contains(t, table, "`"+name+"`", "%s sets %s; the table in docs/environment.md does not list it", cfg.Job.Framework, name)
@@ -286,7 +286,7 @@ func TestPlanMovedPorts(t *testing.T) {
 // overridden, or silently ignored, by [job.env].
 func TestEverySetVariableIsReservedOrTunable(t *testing.T) {
 	for _, cfg := range everyFramework() {
-		p := mustBuild(t, PlanInput{Config: cfg})
+		p := mustBuild(t, PlanInput{Config: cfg, RunID: "20260102-030405-a1b2c3", Attempt: 1})
 		for _, pr := range p.Processes {
 			for name := range pr.Env {
 				fw := cfg.Job.Framework
@@ -304,8 +304,16 @@ func everyFramework() []*config.Config {
 	return []*config.Config{
 		testConfig(config.PyTorch, hosts...), testConfig(config.Torchrun, hosts...),
 		tfConfig(config.Roles{Chief: 1, Worker: 1, PS: 1}, hosts...), testConfig(config.JAX, hosts...),
-		hangConfig(hosts...),
+		hangConfig(hosts...), trackedConfig(hosts...),
 	}
+}
+
+// trackedConfig is a pytorch job with tracker = "wandb", which adds the
+// WANDB_* ids when the plan has a run id.
+func trackedConfig(hosts ...config.Host) *config.Config {
+	c := testConfig(config.PyTorch, hosts...)
+	c.Job.Tracker = config.TrackerWandb
+	return c
 }
 
 // hangConfig is a pytorch job with hang_timeout, which adds
@@ -329,4 +337,57 @@ func TestPlanUnbufferedEveryFramework(t *testing.T) {
 		p = mustBuild(t, PlanInput{Config: cfg})
 		assert.Equal(t, "", p.Processes[0].Env["PYTHONUNBUFFERED"], "%s: [job.env] wins", cfg.Job.Framework)
 	}
+}
+
+// Every process of an attempt gets the run's id and the attempt's
+// number; tracker = "wandb" gives the lead process alone WANDB_RUN_ID and
+// WANDB_RESUME, and every process WANDB_RUN_GROUP, all from the run id.
+func TestPlanRunEnv(t *testing.T) {
+	const id = "20260102-030405-a1b2c3"
+	hosts := []config.Host{gpuHost("a", "10.0.0.1", 0, 1), cpuHost("b", "10.0.0.2")}
+	for _, tc := range []struct {
+		name string
+		cfg  *config.Config
+		lead string // the process given WANDB_RUN_ID
+	}{
+		{"pytorch", testConfig(config.PyTorch, hosts...), "worker-0"},
+		{"torchrun", testConfig(config.Torchrun, hosts...), "node-0"},
+		{"jax", testConfig(config.JAX, hosts...), "process-0"},
+		{"tensorflow chief", tfConfig(config.Roles{Chief: 1, Worker: 2, PS: 1}, hosts...), "chief-0"},
+		{"tensorflow without chief", tfConfig(config.Roles{Worker: 2, PS: 1}, hosts...), "worker-0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustBuild(t, PlanInput{Config: tc.cfg, RunID: id, Attempt: 3, RestartCount: 2})
+			for _, pr := range p.Processes {
+				assert.Equal(t, id, pr.Env["DROVER_RUN_ID"], pr.Name())
+				assert.Equal(t, "3", pr.Env["DROVER_ATTEMPT"], pr.Name())
+				assert.NotContains(t, pr.Env, "WANDB_RUN_GROUP", "%s: no tracker, no tracker ids", pr.Name())
+			}
+			tc.cfg.Job.Tracker = config.TrackerWandb
+			p = mustBuild(t, PlanInput{Config: tc.cfg, RunID: id, Attempt: 3})
+			var leads []string
+			for _, pr := range p.Processes {
+				assert.Equal(t, id, pr.Env["WANDB_RUN_GROUP"], pr.Name())
+				if pr.Env["WANDB_RUN_ID"] != "" {
+					leads = append(leads, pr.Name())
+					assert.Equal(t, id, pr.Env["WANDB_RUN_ID"])
+					assert.Equal(t, "allow", pr.Env["WANDB_RESUME"])
+				} else {
+					assert.NotContains(t, pr.Env, "WANDB_RESUME", pr.Name())
+				}
+			}
+			assert.Equal(t, []string{tc.lead}, leads, "one process, the lead, has the tracker's run id")
+		})
+	}
+	// `drover plan` has no run yet: no run id, no attempt, no tracker ids.
+	cfg := testConfig(config.PyTorch, hosts...)
+	cfg.Job.Tracker = config.TrackerWandb
+	for _, pr := range mustBuild(t, PlanInput{Config: cfg}).Processes {
+		for _, k := range []string{"DROVER_RUN_ID", "DROVER_ATTEMPT", "WANDB_RUN_ID", "WANDB_RUN_GROUP", "WANDB_RESUME"} {
+			assert.NotContains(t, pr.Env, k, pr.Name())
+		}
+	}
+	// [job.env] may name the tracker's ids itself.
+	cfg.Job.Env = map[string]string{"WANDB_RUN_GROUP": "mine"}
+	assert.Equal(t, "mine", mustBuild(t, PlanInput{Config: cfg, RunID: id}).Processes[1].Env["WANDB_RUN_GROUP"])
 }

@@ -145,6 +145,13 @@ type PlanInput struct {
 	// held. `drover plan` shows the configured ports.
 	MasterPort int
 	BasePorts  map[string]int
+	// RunID is the run's id (DROVER_RUN_ID, and the tracker's ids): the
+	// same in every attempt of the run, adopted ones included; "" leaves
+	// them out (`drover plan`, before there is a run).
+	RunID string
+	// Attempt is the attempt's number, 1 for the first (DROVER_ATTEMPT);
+	// 0 leaves it out.
+	Attempt int
 }
 
 // Variables drover sets from PlanInput.Ifaces.
@@ -357,6 +364,7 @@ func commonEnv(pr *Process, in PlanInput) {
 		env["DROVER_RESUME_FROM"] = p
 	}
 	env["DROVER_CHECKPOINT_DIR"] = checkpointDir(pr.Workdir, job.CheckpointDir, in.HostHome[pr.Host.Name])
+	runEnv(pr, in)
 	env["CUDA_VISIBLE_DEVICES"] = joinInts(pr.Visible)
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
 	// by default counts fastest first. Make CUDA count like NVML.
@@ -374,6 +382,47 @@ func commonEnv(pr *Process, in PlanInput) {
 	if job.HangTimeout > 0 {
 		// faulthandler on, so that a hung rank's stack can be asked for.
 		env["PYTHONFAULTHANDLER"] = "1"
+	}
+}
+
+// runEnv sets the run's identity, which outlives restarts and adoption:
+// DROVER_RUN_ID and DROVER_ATTEMPT, and with tracker = "wandb" the ids
+// that make Weights & Biases continue one run's curves across restarts.
+// WANDB_RUN_ID goes to the lead process only (rank 0, node 0, the chief,
+// process 0): several processes that init one wandb run id at once
+// misbehave; every process gets WANDB_RUN_GROUP.
+func runEnv(pr *Process, in PlanInput) {
+	if in.RunID == "" {
+		return
+	}
+	env := pr.Env
+	env["DROVER_RUN_ID"] = in.RunID
+	if in.Attempt > 0 {
+		env["DROVER_ATTEMPT"] = strconv.Itoa(in.Attempt)
+	}
+	if in.Config.Job.Tracker != config.TrackerWandb {
+		return
+	}
+	env["WANDB_RUN_GROUP"] = in.RunID
+	if leads(*pr, in.Config) {
+		env["WANDB_RUN_ID"] = in.RunID
+		env["WANDB_RESUME"] = "allow"
+	}
+}
+
+// leads says whether pr is the process a tracker's run belongs to: rank 0
+// (pytorch), node 0 (torchrun: its rank 0 is among the workers it
+// starts), process 0 (jax), the chief or, without one, worker 0
+// (tensorflow).
+func leads(pr Process, cfg *config.Config) bool {
+	switch cfg.Job.Framework {
+	case config.TensorFlow:
+		if cfg.Job.Roles.Chief > 0 {
+			return pr.Role == RoleChief && pr.Index == 0
+		}
+		return pr.Role == RoleWorker && pr.Index == 0
+	default:
+		return pr.Index == 0
 	}
 }
 

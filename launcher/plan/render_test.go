@@ -28,14 +28,19 @@ func goldenPlans(t *testing.T) map[string]*Plan {
 		require.NoError(t, err)
 		return c
 	}
+	tracked := load("pytorch")
+	tracked.Job.Tracker = config.TrackerWandb
 	return map[string]*Plan{
-		"pytorch": mustBuild(t, PlanInput{Config: load("pytorch")}),
-		"torchrun": mustBuild(t, PlanInput{Config: load("torchrun"), RestartCount: 1,
+		"pytorch": mustBuild(t, PlanInput{Config: tracked, RunID: goldenRunID, Attempt: 1}),
+		"torchrun": mustBuild(t, PlanInput{Config: load("torchrun"), RestartCount: 1, RunID: goldenRunID, Attempt: 2,
 			ResumeFrom: "/home/u/drover/llm/checkpoints/step-100",
 			HostHome:   map[string]string{"gpu-a": "/home/u", "gpu-b": "/home/u"}}),
 		"tensorflow": mustBuild(t, PlanInput{Config: load("tensorflow")}),
 	}
 }
+
+// goldenRunID is the run id the golden plans are built with.
+const goldenRunID = "20260102-030405-a1b2c3"
 
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
