@@ -37,7 +37,8 @@
 // lists every GPU selected on the host, the same for each process there,
 // so that LOCAL_RANK indexes it as under torchrun. Every process also gets
 // DROVER_JOB, DROVER_HOST, DROVER_ROLE, DROVER_INDEX, DROVER_RESTART_COUNT,
-// DROVER_RESUME_FROM and DROVER_CHECKPOINT_DIR. [job.env] is added last;
+// DROVER_RESUME_FROM and DROVER_CHECKPOINT_DIR, and DROVER_DATA_<i> (and
+// DROVER_DATA_<NAME>) for each [[data]] set. [job.env] is added last;
 // it may not set a variable drover sets for the rendezvous or identity
 // (config.ReservedEnv: a configuration error, not a silent override either way),
 // but replaces drover's tunable defaults (config.TunableEnv: OMP_NUM_THREADS,
