@@ -86,7 +86,7 @@ func (w dataReader) data(top tbl, dir string, hosts []Host) []DataSet {
 		d := DataSet{Line: w.lines[t.path]}
 		w.dataName(t, &d, seenName)
 		w.dataSource(t, &d, dir, names)
-		if s, ok := w.remotePath(t, "dest"); ok {
+		if s, ok := w.str(t, "dest"); ok {
 			w.dataDest(t, &d, s, seenDest)
 		} else if _, has := t.m["dest"]; !has {
 			w.missing(t, "dest", "a [[data]] table needs dest", `write dest = "data/imagenet" (relative to the workdir, or absolute)`)
@@ -159,6 +159,9 @@ func (w dataReader) dataDest(t tbl, d *DataSet, s string, seen map[string]string
 	c := path.Clean(s)
 	first, _, _ := strings.Cut(c, "/")
 	switch {
+	case strings.TrimSpace(s) == "" || strings.ContainsAny(s, "\x00\n\r") || strings.HasPrefix(s, "~"):
+		w.add(t.key("dest"), fmt.Sprintf("%s is not a path drover takes for dest (empty, a control character, or ~)", show(s)),
+			`write dest = "data/imagenet" (relative to the workdir) or an absolute path`)
 	case c == "." || c == "/" || first == "..":
 		w.add(t.key("dest"), fmt.Sprintf("%s is not a directory drover may fill (the workdir itself, /, or outside the workdir by ..)", show(s)),
 			`write dest = "data/imagenet" (relative to the workdir) or an absolute path of its own`)

@@ -39,6 +39,7 @@ func TestLoadDataErrors(t *testing.T) {
 		{name: "no dest", job: data(`source = "a:/srv/x"`), line: 8, key: "data[1].dest", msg: "needs dest", fix: "dest ="},
 		{name: "dest is the workdir", job: data(`source = "a:/srv/x"`, `dest = "./"`), line: 10, key: "data[1].dest", msg: "the workdir itself", fix: "dest ="},
 		{name: "dest leaves the workdir", job: data(`source = "a:/srv/x"`, `dest = "../x"`), line: 10, key: "data[1].dest", msg: "outside the workdir", fix: "dest ="},
+		{name: "dest under ~", job: data(`source = "a:/srv/x"`, `dest = "~/d"`), line: 10, key: "data[1].dest", msg: "~", fix: "dest ="},
 		{name: "dest in .drover", job: data(`source = "a:/srv/x"`, `dest = ".drover/d"`), line: 10, key: "data[1].dest", msg: ".drover", fix: "dest ="},
 		{name: "bad name", job: data(`name = "1x"`, `source = "a:/srv/x"`, `dest = "x"`), line: 9, key: "data[1].name", msg: "DROVER_DATA_", fix: "name ="},
 		{name: "no path after host", job: data(`source = "a:"`, `dest = "x"`), line: 9, key: "data[1].source", msg: "no usable path", fix: "a:/srv/data"},

@@ -11,6 +11,7 @@ func commands() []*cli.Command {
 		planCommand(),
 		execCommand(),
 		pushCommand(),
+		stageCommand(),
 		probeCommand(),
 		topCommand(),
 		checkCommand(),

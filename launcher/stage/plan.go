@@ -27,6 +27,15 @@ func (l Listing) Bytes(rels []string) int64 {
 	return n
 }
 
+// Total is the size of every file of l.
+func (l Listing) Total() int64 {
+	var n int64
+	for _, f := range l {
+		n += f.Size
+	}
+	return n
+}
+
 // HostState is what one host holds of a data set.
 type HostState struct {
 	Name string
