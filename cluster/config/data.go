@@ -37,6 +37,9 @@ func (d DataSet) Label(i int) string {
 	if d.Name != "" {
 		return fmt.Sprintf("data set %q", d.Name)
 	}
+	if d.Line == 0 {
+		return fmt.Sprintf("data set %d", i+1)
+	}
 	return fmt.Sprintf("data set %d (line %d)", i+1, d.Line)
 }
 
