@@ -7,7 +7,9 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +34,25 @@ const (
 	dataFiles = 200
 	dataSize  = 200 << 10 // 40 MiB in all
 )
+
+// droverBin builds drover once for the package's tests.
+var droverBin = func() func(t *testing.T) string {
+	var once sync.Once
+	var bin string
+	var err error
+	return func(t *testing.T) string {
+		t.Helper()
+		once.Do(func() {
+			var dir string
+			if dir, err = os.MkdirTemp("", "stage-drover-"); err == nil {
+				_ = os.Chmod(dir, 0o755)
+				bin, err = fleettest.BuildDrover(dir)
+			}
+		})
+		require.NoError(t, err)
+		return bin
+	}
+}()
 
 // connectFleet connects to fleet hosts idx with a fresh workdir wd,
 // through the drover binary built from this module as the agent.
@@ -89,9 +110,7 @@ func sent(res []Result) map[string]int {
 // chained.
 func TestFleetStage(t *testing.T) {
 	fleettest.Need(t, fleet)
-	bin, err := fleettest.BuildDrover(t.TempDir())
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(filepath.Dir(bin), 0o755))
+	bin := droverBin(t)
 	require.NoError(t, fleet.LimitHosts("400mbit"))
 	t.Cleanup(func() { _ = fleet.LimitHosts("") })
 
@@ -160,4 +179,39 @@ func TestFleetStage(t *testing.T) {
 		assert.Equal(t, lwant, sums(t, i, lsets[0].Dest))
 	}
 	assert.True(t, slices.ContainsFunc(strings.Split(ev, "\n"), func(l string) bool { return strings.Contains(l, three[3].Name+": batch 1/1") }), "h3 got it from the chain")
+}
+
+// TestFleetRunFindsData: `drover run` stages a [[data]] set before its
+// first attempt, and every process, on every host, finds its files at
+// DROVER_DATA_<NAME> (and DROVER_DATA_0).
+func TestFleetRunFindsData(t *testing.T) {
+	fleettest.Need(t, fleet)
+	bin := droverBin(t)
+	home := "/home/" + fleet.User
+	src := path.Join(home, fmt.Sprintf("sg-run-%d", time.Now().UnixNano()))
+	out, err := fleet.Exec(0, "sh", "-c", fmt.Sprintf(`set -e; mkdir -p %[1]s/a; for i in $(seq 1 30); do head -c 1000 /dev/urandom > %[1]s/a/f$i; done; chown -R %[2]s %[1]s`, src, fleet.User))
+	require.NoError(t, err, "%s", out)
+
+	dir := t.TempDir()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[job]\nname = \"sgrun\"\nframework = \"pytorch\"\ncode = \"code\"\nworkdir = \"sg/run-%d\"\nmax_restarts = 0\n", time.Now().UnixNano())
+	b.WriteString(`command = ["sh", "-c", "n=$(find \"$DROVER_DATA_TRAIN\" -type f | wc -l); m=$(find \"$DROVER_DATA_0\" -type f | wc -l); echo \"$DROVER_HOST found $n and $m\"; test $n = 30 && test $m = 30"]` + "\n")
+	fmt.Fprintf(&b, "\n[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", fleet.User, fleet.KeyFile, fleet.KnownHosts)
+	for _, h := range fleet.ClusterHosts() {
+		fmt.Fprintf(&b, "\n[[host]]\nname = %q\naddress = %q\ngpus = []\n", h.Name, h.Address)
+	}
+	fmt.Fprintf(&b, "\n[[data]]\nname = \"train\"\nsource = \"%s:%s\"\ndest = \"data/train\"\n", fleet.ClusterHosts()[0].Name, src)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "code"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "job.toml"), []byte(b.String()), 0o644))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "--log-dir", filepath.Join(dir, "runs"), filepath.Join(dir, "job.toml"))
+	cmd.Dir = dir
+	got, err := cmd.CombinedOutput()
+	require.NoError(t, err, "drover run:\n%s", got)
+	for _, h := range fleet.ClusterHosts() {
+		assert.Contains(t, string(got), h.Name+" found 30 and 30", "drover run:\n%s", got)
+	}
+	assert.Contains(t, string(got), "batch 1/1")
 }
