@@ -163,6 +163,27 @@ func TestFleetStage(t *testing.T) {
 	assert.Equal(t, map[string]int{three[1].Name: 0, three[2].Name: 0, three[3].Name: 1}, sent(res))
 	assert.Equal(t, want, sums(t, 3, dest))
 
+	// Interrupted after its first batch of 4: the next staging sends
+	// only the other 3.
+	resume := connectFleet(t, bin, base+"-resume", 0, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	_, err = Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: dataFiles / 4, Events: func(f string, a ...any) {
+		line := fmt.Sprintf(f, a...)
+		fmt.Fprintln(&log, line)
+		if strings.Contains(line, "batch 1/4") {
+			cancel()
+		}
+	}})
+	require.Error(t, err, "interrupted; events:\n%s", log.String())
+	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err = Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: dataFiles / 4})
+	require.NoError(t, err)
+	assert.Equal(t, dataFiles-dataFiles/4, sent(res)[resume[1].Name], "the finished batch is not sent again")
+	assert.Equal(t, want, sums(t, 1, path.Join(home, base+"-resume", "data")))
+
 	// A local source: uploaded to one host, chained from there.
 	local := t.TempDir()
 	for i := range 5 {

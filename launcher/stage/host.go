@@ -140,6 +140,11 @@ func parseFind(out []byte) (Listing, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find printed %q: %w", rec, err)
 		}
+		if !fs.ValidPath(f[2]) || f[2] == "." {
+			// Not a path under the data set: a source host that lists
+			// one gets nothing renamed outside the destination.
+			return nil, fmt.Errorf("find printed %q, not a path inside the data set", rec)
+		}
 		l[f[2]] = File{Size: size, MTime: mt}
 	}
 	return l, nil

@@ -122,3 +122,13 @@ func TestHumanBytes(t *testing.T) {
 	assert.Equal(t, "40.0 MiB", HumanBytes(40<<20))
 	assert.Equal(t, "1.5 GiB", HumanBytes(3<<29))
 }
+
+func TestParseFind(t *testing.T) {
+	l, err := parseFind([]byte("10 1700000000.5000000000 a/b c\x005 1700000001.0000000000 d\x00"))
+	require.NoError(t, err)
+	assert.Equal(t, Listing{"a/b c": {Size: 10, MTime: 1700000000}, "d": {Size: 5, MTime: 1700000001}}, l)
+	for _, bad := range []string{"1 2 ../x\x00", "1 2 /etc/passwd\x00", "x 2 a\x00", "1 2\x00"} {
+		_, err := parseFind([]byte(bad))
+		assert.Error(t, err, "%q", bad)
+	}
+}
