@@ -102,7 +102,7 @@ func sent(res []Result) map[string]int {
 }
 
 // TestFleetStage (issue 38 item 3): 4 hosts, each link capped at 400
-// Mbit/s, a data set of many files on h0. Staging onto 3 hosts takes at
+// Mbit/s (linkRate: slower under the race detector), a data set of many files on h0. Staging onto 3 hosts takes at
 // most 1.5x staging onto 1 (one chain); every byte is equal; a second
 // staging with nothing changed sends nothing and is fast; a deleted file
 // is restored; a file corrupted with its size and mtime kept is found by
@@ -111,7 +111,7 @@ func sent(res []Result) map[string]int {
 func TestFleetStage(t *testing.T) {
 	fleettest.Need(t, fleet)
 	bin := droverBin(t)
-	require.NoError(t, fleet.LimitHosts("400mbit"))
+	require.NoError(t, fleet.LimitHosts(linkRate))
 	t.Cleanup(func() { _ = fleet.LimitHosts("") })
 
 	home := "/home/" + fleet.User
