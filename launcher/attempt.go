@@ -51,6 +51,9 @@ import (
 //     (preflightPhase, attempt_preflight.go: leftovers stopped, the
 //     interface found, the program and ports checked, one agent command a
 //     host).
+//   - data (dataPhase, checkpoints.go): the job's [[data]] sets staged
+//     (launcher/stage) onto every host this run has not staged them onto
+//     yet: the first attempt's, and a spare that joined since.
 //   - supervise (attempt_supervise.go, supervisor.go): every process
 //     started, watched (firstevent.go; supervisor_watch.go: hang, GPU
 //     health, the detached run's record, detached.go) and stopped, with
@@ -103,11 +106,14 @@ type phases struct {
 	preflight *preflightPhase
 	// check is push, ckpt, plan and preflight side by side.
 	check *checkPhase
+	// data stages the [[data]] sets onto hosts not staged yet in this
+	// run (checkpoints.go), after check.
+	data *dataPhase
 }
 
 // cleanup cleans up after every phase, last first.
 func (ph phases) cleanup() {
-	for _, p := range []phase{ph.check, ph.preflight, ph.plan, ph.ckpt, ph.setup, ph.push, ph.prepare, ph.connect} {
+	for _, p := range []phase{ph.data, ph.check, ph.preflight, ph.plan, ph.ckpt, ph.setup, ph.push, ph.prepare, ph.connect} {
 		p.cleanup()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
+	"github.com/droverhq/drover/launcher/stage"
 )
 
 // LogRoot is the directory of a job's runs (RunOptions.LogDir, default
@@ -391,4 +392,49 @@ func cutRunStart(name string) (string, time.Time, bool) {
 		return "", time.Time{}, false
 	}
 	return base[:len(base)-len(layout)-1], at, true
+}
+
+// dataPhase stages the job's [[data]] sets (package stage) onto the
+// hosts of the attempt that this run has not staged them onto yet: all of
+// them before the first attempt, a spare that replaced a host before the
+// attempt it joins. Every connected host may be a source.
+type dataPhase struct {
+	phaseEnv
+	// staged is the run's (runner.dataStaged).
+	staged *map[string]bool
+}
+
+func (p *dataPhase) name() string { return "data" }
+
+func (p *dataPhase) cleanup() {}
+
+func (p *dataPhase) run(ctx context.Context, st *attemptState) error {
+	if len(p.cfg.Data) == 0 {
+		return nil
+	}
+	if *p.staged == nil {
+		*p.staged = map[string]bool{}
+	}
+	var dests, others []stage.Host
+	for _, c := range st.conns {
+		h := stage.Host{Name: c.host.Name, T: c.t, FS: c.fs, Home: c.home, Workdir: remoteAbs(c.home, c.host.Workdir),
+			Addr: plan.HostAddress(c.host), Peer: agentPeer{c}}
+		if (*p.staged)[h.Name] {
+			others = append(others, h)
+		} else {
+			dests = append(dests, h)
+		}
+	}
+	if len(dests) == 0 {
+		return nil
+	}
+	_, err := stage.Stage(ctx, p.cfg.Data, dests, others, stage.Options{Rate: p.cfg.Job.DataCopyRate,
+		Events: func(format string, args ...any) { p.events.printf(p.prefix()+": "+format, args...) }})
+	if err != nil {
+		return fmt.Errorf("stage the [[data]] sets: %w (drover stage %s runs it alone)", err, p.cfg.Path)
+	}
+	for _, h := range dests {
+		(*p.staged)[h.Name] = true
+	}
+	return nil
 }

@@ -373,6 +373,9 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 		out.permanent = ctx.Err() == nil && errors.As(err, new(*setup.Error))
 		return out
 	}
+	if err := runPhase(ctx, a.ph.data, st); err != nil {
+		return a.setupFailure(err)
+	}
 	if ctx.Err() != nil {
 		return interrupted()
 	}
@@ -413,6 +416,7 @@ func newPhases(a *attempt) phases {
 		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
+		data:      &dataPhase{phaseEnv: env, staged: &r.dataStaged},
 	}
 	ph.check = &checkPhase{push: ph.push, setup: ph.setup, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}
 	return ph

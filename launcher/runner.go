@@ -297,6 +297,9 @@ type ckptState struct {
 	// freshSince is the first seq of the record a --fresh run resumes
 	// from, set by its first attempt (ckptPhase.stage).
 	freshSince int
+	// dataStaged are the hosts this run staged the [[data]] sets onto
+	// (dataPhase): a spare that joins later is staged then.
+	dataStaged map[string]bool
 }
 
 // checkpointRecord loads the job's record once per run.

@@ -149,6 +149,7 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		cfg.InventoryPath = hostsAbs
 		cfg.Hosts = hostsReader{hw}.hosts(htop, filepath.Dir(hostsAbs), cfg.Job.Framework)
 	}
+	cfg.Data = dataReader{w}.data(top, filepath.Dir(jobAbs), cfg.Hosts)
 	for i := range cfg.Hosts {
 		if cfg.Hosts[i].Workdir == "" {
 			cfg.Hosts[i].Workdir = cfg.Job.Workdir

@@ -69,4 +69,7 @@ func (w filesReader) checkpointCopies(t tbl, j *Job, dir string) {
 	if r, ok := w.byteRate(t, "checkpoint_copy_rate"); ok {
 		j.CheckpointCopyRate = r
 	}
+	if r, ok := w.byteRate(t, "data_copy_rate"); ok {
+		j.DataCopyRate = r
+	}
 }

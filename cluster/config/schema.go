@@ -20,6 +20,7 @@ var topFields = []field{
 	{"host", "[[host]]"},
 	{"inventory", `inventory = "fleet.toml"`},
 	{"slurm", "[slurm]"},
+	{"data", "[[data]]"},
 }
 
 var inventoryTopFields = []field{
@@ -40,6 +41,7 @@ var jobFields = append([]field{
 	{"checkpoint_keep", `checkpoint_keep = 2`},
 	{"checkpoint_mirror", `checkpoint_mirror = "../checkpoint-mirror"`},
 	{"checkpoint_copy_rate", `checkpoint_copy_rate = "50MB/s"`},
+	{"data_copy_rate", `data_copy_rate = "200MB/s"`},
 	{"max_restarts", `max_restarts = 3`},
 	{"procs_per_host", `procs_per_host = 2`},
 	{"master_port", `master_port = 29500`},

@@ -42,6 +42,9 @@ type Config struct {
 	FromAllocation bool
 	// Slurm is the [slurm] table: how drover submit asks for an allocation.
 	Slurm Slurm
+	// Data are the [[data]] tables, in file order: what drover stages
+	// onto every host (package launcher/stage).
+	Data []DataSet
 }
 
 // Job is the [job] table with defaults applied and paths made absolute
@@ -79,6 +82,9 @@ type Job struct {
 	// drover reads a checkpoint from the host that wrote it while training
 	// runs (each destination receives it at that rate too); 0 is no cap.
 	CheckpointCopyRate int64
+	// DataCopyRate, when positive, caps in bytes per second how fast each
+	// data set is read from its source while staged (data_copy_rate).
+	DataCopyRate int64
 	// MinBandwidth, when positive, is the slowest link in bits per
 	// second that `drover check net` (and preflight = ["net"]) accepts.
 	MinBandwidth float64

@@ -12,6 +12,7 @@ func commands() []*cli.Command {
 		execCommand(),
 		pushCommand(),
 		setupCommand(),
+		stageCommand(),
 		probeCommand(),
 		topCommand(),
 		checkCommand(),

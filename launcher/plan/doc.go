@@ -37,7 +37,8 @@
 // lists every GPU selected on the host, the same for each process there,
 // so that LOCAL_RANK indexes it as under torchrun. Every process also gets
 // DROVER_JOB, DROVER_HOST, DROVER_ROLE, DROVER_INDEX, DROVER_RESTART_COUNT,
-// DROVER_RESUME_FROM and DROVER_CHECKPOINT_DIR, and, in a run, the run's
+// DROVER_RESUME_FROM and DROVER_CHECKPOINT_DIR, DROVER_DATA_<i> (and
+// DROVER_DATA_<NAME>) for each [[data]] set, and, in a run, the run's
 // DROVER_RUN_ID and DROVER_ATTEMPT (with tracker = "wandb", the WANDB_*
 // ids made from the run id: see runEnv). [job.env] is added last;
 // it may not set a variable drover sets for the rendezvous or identity

@@ -365,6 +365,7 @@ func commonEnv(pr *Process, in PlanInput) {
 	}
 	env["DROVER_CHECKPOINT_DIR"] = checkpointDir(pr.Workdir, job.CheckpointDir, in.HostHome[pr.Host.Name])
 	runEnv(pr, in)
+	dataEnv(env, pr, in)
 	env["CUDA_VISIBLE_DEVICES"] = joinInts(pr.Visible)
 	// NVML (and so drover's GPU indices) counts in PCI bus order; CUDA
 	// by default counts fastest first. Make CUDA count like NVML.
@@ -425,6 +426,24 @@ func leads(pr Process, cfg *config.Config) bool {
 		return pr.Index == 0
 	}
 }
+
+// dataEnv names each [[data]] set's destination on the process's host
+// (launcher/stage puts it there): DROVER_DATA_<i> by position and, for a
+// named set, DROVER_DATA_<NAME>.
+func dataEnv(env map[string]string, pr *Process, in PlanInput) {
+	for i, d := range in.Config.Data {
+		p := DataDest(pr.Workdir, d.Dest, in.HostHome[pr.Host.Name])
+		env[config.DataEnvName(i)] = p
+		if n := config.DataNameEnv(d.Name); n != "" {
+			env[n] = p
+		}
+	}
+}
+
+// DataDest is where a data set's dest lies on a host: under the workdir
+// unless absolute, "~/..." when the home directory is not known. Staging
+// (launcher/stage) and the environment use it both.
+func DataDest(workdir, dest, home string) string { return checkpointDir(workdir, dest, home) }
 
 // ProgressDir is the directory of DROVER_PROGRESS_FILE on a host: each
 // process's agent creates it before the process starts, and drover

@@ -530,3 +530,18 @@ func TestBuildIsPure(t *testing.T) {
 	assert.Equal(t, "1", p2.Processes[0].Env["A"])
 	assert.Equal(t, []int{1}, p2.Processes[0].GPUs)
 }
+
+// TestBuildDataEnv: every process finds each [[data]] set's destination
+// on its own host, by position and, when named, by name.
+func TestBuildDataEnv(t *testing.T) {
+	c := testConfig(config.PyTorch, gpuHost("a", "10.0.0.1", 0), gpuHost("b", "10.0.0.2", 1))
+	c.Hosts[1].Workdir = "/srv/b"
+	c.Data = []config.DataSet{{Name: "image-net", SourceHost: "a", Source: "/d", Dest: "data/in"}, {Source: "/l", Dest: "/scratch/tok"}}
+	p := mustBuild(t, PlanInput{Config: c, HostHome: map[string]string{"a": "/home/u"}})
+	a, b := p.Processes[0].Env, p.Processes[1].Env
+	assert.Equal(t, "/home/u/drover/demo/data/in", a["DROVER_DATA_0"])
+	assert.Equal(t, "/home/u/drover/demo/data/in", a["DROVER_DATA_IMAGE_NET"])
+	assert.Equal(t, "/srv/b/data/in", b["DROVER_DATA_IMAGE_NET"])
+	assert.Equal(t, "/scratch/tok", b["DROVER_DATA_1"])
+	assert.NotContains(t, b, "DROVER_DATA_")
+}

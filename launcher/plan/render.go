@@ -176,7 +176,7 @@ func RenderEnv(w io.Writer, p *Plan, opt RenderOptions) error {
 		fmt.Fprintf(&b, "\n# %s on %s (%s)\n", pr.Name(), pr.Host.Name, pr.Address)
 		for _, k := range sortedKeys(pr.Env) {
 			v := singleQuote(opt.value(k, pr.Env[k]))
-			if homePaths[k] && strings.HasPrefix(pr.Env[k], "~") {
+			if (homePaths[k] || strings.HasPrefix(k, "DROVER_DATA_")) && strings.HasPrefix(pr.Env[k], "~") {
 				// Without a probe the home directory is unknown and the
 				// plan says "~/..."; quoted, ~ would reach the process
 				// literally.

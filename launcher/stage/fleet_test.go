@@ -1,0 +1,238 @@
+package stage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster"
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/launcher/agent/remote"
+)
+
+var fleet *fleettest.Fleet
+
+func TestMain(m *testing.M) {
+	os.Exit(fleettest.Main(m, fleettest.Options{Name: "sg", N: 4, Subnet: 28}, &fleet))
+}
+
+// The data set of the fleet test: files x size on h0, scaled down from
+// the issue's 200 MiB / 1,000 files to keep the suite's time.
+const (
+	dataFiles = 200
+	dataSize  = 200 << 10 // 40 MiB in all
+)
+
+// droverBin builds drover once for the package's tests.
+var droverBin = func() func(t *testing.T) string {
+	var once sync.Once
+	var bin string
+	var err error
+	return func(t *testing.T) string {
+		t.Helper()
+		once.Do(func() {
+			var dir string
+			if dir, err = os.MkdirTemp("", "stage-drover-"); err == nil {
+				_ = os.Chmod(dir, 0o755)
+				bin, err = fleettest.BuildDrover(dir)
+			}
+		})
+		require.NoError(t, err)
+		return bin
+	}
+}()
+
+// connectFleet connects to fleet hosts idx with a fresh workdir wd,
+// through the drover binary built from this module as the agent.
+func connectFleet(t *testing.T, bin, wd string, idx ...int) []Host {
+	t.Helper()
+	var hosts []config.Host
+	for _, i := range idx {
+		h := fleet.ClusterHosts()[i]
+		h.Workdir = wd
+		hosts = append(hosts, h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, closeAll, err := Connect(ctx, hosts, cluster.DialOptions{SSHConfigPath: "none", AgentSocket: "none"}, remote.FindAgents(bin))
+	require.NoError(t, err)
+	t.Cleanup(closeAll)
+	return out
+}
+
+// sums is every file under dir on fleet host i with its sha256, sorted.
+func sums(t *testing.T, i int, dir string) string {
+	t.Helper()
+	out, err := fleet.Exec(i, "sh", "-c", fmt.Sprintf("cd %q && find . -type f -exec sha256sum {} + | sort -k2", dir))
+	require.NoError(t, err, "%s", out)
+	return string(out)
+}
+
+func stageNow(t *testing.T, sets []config.DataSet, dests, others []Host, verify bool) ([]Result, time.Duration, string) {
+	t.Helper()
+	var ev strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := Stage(ctx, sets, dests, others, Options{Verify: verify, Events: func(f string, a ...any) { fmt.Fprintf(&ev, f+"\n", a...) }})
+	took := time.Since(start)
+	require.NoError(t, err, "events:\n%s", ev.String())
+	t.Logf("staged onto %d hosts in %s:\n%s", len(dests), took, ev.String())
+	return res, took, ev.String()
+}
+
+func sent(res []Result) map[string]int {
+	out := map[string]int{}
+	for _, r := range res {
+		out[r.Host] += r.Files
+	}
+	return out
+}
+
+// TestFleetStage (issue 38 item 3): 4 hosts, each link capped at 400
+// Mbit/s (linkRate: slower under the race detector), a data set of many files on h0. Staging onto 3 hosts takes at
+// most 1.5x staging onto 1 (one chain); every byte is equal; a second
+// staging with nothing changed sends nothing and is fast; a deleted file
+// is restored; a file corrupted with its size and mtime kept is found by
+// --verify only, and repaired; a local source is uploaded once and
+// chained.
+func TestFleetStage(t *testing.T) {
+	fleettest.Need(t, fleet)
+	bin := droverBin(t)
+	require.NoError(t, fleet.LimitHosts(linkRate))
+	t.Cleanup(func() { _ = fleet.LimitHosts("") })
+
+	home := "/home/" + fleet.User
+	src := path.Join(home, fmt.Sprintf("sg-src-%d", time.Now().UnixNano()))
+	script := fmt.Sprintf(`set -e; mkdir -p %[1]s; cd %[1]s; for i in $(seq 1 %[2]d); do d=d$((i %% 7)); mkdir -p $d; head -c %[3]d /dev/urandom > $d/f$i.bin; done; chown -R %[4]s %[1]s`,
+		src, dataFiles, dataSize, fleet.User)
+	out, err := fleet.Exec(0, "sh", "-c", script)
+	require.NoError(t, err, "%s", out)
+	want := sums(t, 0, src)
+	require.Equal(t, dataFiles, strings.Count(want, "\n"))
+	h0 := fleet.ClusterHosts()[0].Name
+	sets := []config.DataSet{{Name: "ds", SourceHost: h0, Source: src, Dest: "data"}}
+
+	// Onto 1, then onto 3 (fresh workdirs): one chain either way.
+	base := fmt.Sprintf("sg/%d", time.Now().UnixNano())
+	one := connectFleet(t, bin, base+"-one", 0, 1)
+	_, t1, _ := stageNow(t, sets, one[1:], one[:1], false)
+	three := connectFleet(t, bin, base+"-three", 0, 1, 2, 3)
+	res, t3, _ := stageNow(t, sets, three[1:], three[:1], false)
+	assert.LessOrEqual(t, t3.Seconds(), 1.5*t1.Seconds(), "onto 3 hosts (%s) at most 1.5x onto 1 (%s)", t3, t1)
+	for i := 1; i < 4; i++ {
+		assert.Equal(t, want, sums(t, i, path.Join(home, base+"-three", "data")), "host %d's copy", i)
+		assert.Equal(t, dataFiles, sent(res)[three[i].Name])
+	}
+
+	// Nothing changed: nothing sent, quickly.
+	res, took, _ := stageNow(t, sets, three[1:], three[:1], false)
+	assert.Equal(t, map[string]int{three[1].Name: 0, three[2].Name: 0, three[3].Name: 0}, sent(res))
+	assert.Less(t, took, 3*time.Second)
+
+	// A file deleted on h2 is sent again, to h2 only.
+	dest := path.Join(home, base+"-three", "data")
+	victim := strings.Fields(strings.SplitN(want, "\n", 2)[0])[1]
+	out, err = fleet.Exec(2, "rm", path.Join(dest, victim))
+	require.NoError(t, err, "%s", out)
+	res, _, _ = stageNow(t, sets, three[1:], three[:1], false)
+	assert.Equal(t, map[string]int{three[1].Name: 0, three[2].Name: 1, three[3].Name: 0}, sent(res))
+	assert.Equal(t, want, sums(t, 2, dest))
+
+	// A file corrupted on h3, its size and mtime kept: trusted without
+	// --verify, found and repaired with it.
+	corrupt := fmt.Sprintf(`set -e; f=%q; m=$(stat -c %%Y "$f"); printf XXXX | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null; touch -d @$m "$f"`, path.Join(dest, victim))
+	out, err = fleet.Exec(3, "sh", "-c", corrupt)
+	require.NoError(t, err, "%s", out)
+	require.NotEqual(t, want, sums(t, 3, dest))
+	res, _, _ = stageNow(t, sets, three[1:], three[:1], false)
+	assert.Equal(t, 0, sent(res)[three[3].Name], "same size and mtime: trusted without --verify")
+	res, _, _ = stageNow(t, sets, three[1:], three[:1], true)
+	assert.Equal(t, map[string]int{three[1].Name: 0, three[2].Name: 0, three[3].Name: 1}, sent(res))
+	assert.Equal(t, want, sums(t, 3, dest))
+
+	// Interrupted after its first batch of 4: the next staging sends
+	// only the other 3.
+	resume := connectFleet(t, bin, base+"-resume", 0, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	_, err = Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: dataFiles / 4, Events: func(f string, a ...any) {
+		line := fmt.Sprintf(f, a...)
+		fmt.Fprintln(&log, line)
+		if strings.Contains(line, "batch 1/4") {
+			cancel()
+		}
+	}})
+	require.Error(t, err, "interrupted; events:\n%s", log.String())
+	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err = Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: dataFiles / 4})
+	require.NoError(t, err)
+	assert.Equal(t, dataFiles-dataFiles/4, sent(res)[resume[1].Name], "the finished batch is not sent again")
+	assert.Equal(t, want, sums(t, 1, path.Join(home, base+"-resume", "data")))
+
+	// A local source: uploaded to one host, chained from there.
+	local := t.TempDir()
+	for i := range 5 {
+		require.NoError(t, os.MkdirAll(filepath.Join(local, "sub"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(local, "sub", fmt.Sprintf("l%d", i)), []byte(strings.Repeat("x", 1000*i+1)), 0o644))
+	}
+	lsets := []config.DataSet{{Source: local, Dest: "/home/" + fleet.User + "/" + base + "-local"}}
+	res, _, ev := stageNow(t, lsets, three[1:], nil, false)
+	assert.Contains(t, ev, "uploading 5 files")
+	assert.Equal(t, map[string]int{three[1].Name: 5, three[2].Name: 5, three[3].Name: 5}, sent(res))
+	lwant := sums(t, 1, lsets[0].Dest)
+	assert.Equal(t, 5, strings.Count(lwant, "\n"))
+	for i := 2; i < 4; i++ {
+		assert.Equal(t, lwant, sums(t, i, lsets[0].Dest))
+	}
+	assert.True(t, slices.ContainsFunc(strings.Split(ev, "\n"), func(l string) bool { return strings.Contains(l, three[3].Name+": batch 1/1") }), "h3 got it from the chain")
+}
+
+// TestFleetRunFindsData: `drover run` stages a [[data]] set before its
+// first attempt, and every process, on every host, finds its files at
+// DROVER_DATA_<NAME> (and DROVER_DATA_0).
+func TestFleetRunFindsData(t *testing.T) {
+	fleettest.Need(t, fleet)
+	bin := droverBin(t)
+	home := "/home/" + fleet.User
+	src := path.Join(home, fmt.Sprintf("sg-run-%d", time.Now().UnixNano()))
+	out, err := fleet.Exec(0, "sh", "-c", fmt.Sprintf(`set -e; mkdir -p %[1]s/a; for i in $(seq 1 30); do head -c 1000 /dev/urandom > %[1]s/a/f$i; done; chown -R %[2]s %[1]s`, src, fleet.User))
+	require.NoError(t, err, "%s", out)
+
+	dir := t.TempDir()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[job]\nname = \"sgrun\"\nframework = \"pytorch\"\ncode = \"code\"\nworkdir = \"sg/run-%d\"\nmax_restarts = 0\n", time.Now().UnixNano())
+	b.WriteString(`command = ["sh", "-c", "n=$(find \"$DROVER_DATA_TRAIN\" -type f | wc -l); m=$(find \"$DROVER_DATA_0\" -type f | wc -l); echo \"$DROVER_HOST found $n and $m\"; test $n = 30 && test $m = 30"]` + "\n")
+	fmt.Fprintf(&b, "\n[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", fleet.User, fleet.KeyFile, fleet.KnownHosts)
+	for _, h := range fleet.ClusterHosts() {
+		fmt.Fprintf(&b, "\n[[host]]\nname = %q\naddress = %q\ngpus = []\n", h.Name, h.Address)
+	}
+	fmt.Fprintf(&b, "\n[[data]]\nname = \"train\"\nsource = \"%s:%s\"\ndest = \"data/train\"\n", fleet.ClusterHosts()[0].Name, src)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "code"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "job.toml"), []byte(b.String()), 0o644))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "--log-dir", filepath.Join(dir, "runs"), filepath.Join(dir, "job.toml"))
+	cmd.Dir = dir
+	got, err := cmd.CombinedOutput()
+	require.NoError(t, err, "drover run:\n%s", got)
+	for _, h := range fleet.ClusterHosts() {
+		assert.Contains(t, string(got), h.Name+" found 30 and 30", "drover run:\n%s", got)
+	}
+	assert.Contains(t, string(got), "batch 1/1")
+}
