@@ -12,8 +12,12 @@ import (
 // pushJob is what push.ForJob needs of the job file. The conversion lives
 // here, at the boundary, so package push does not read the job file.
 func pushJob(cfg *config.Config) push.Job {
-	return push.Job{File: cfg.Path, Code: cfg.Job.Code, Workdir: cfg.Job.Workdir,
+	j := push.Job{File: cfg.Path, Code: cfg.Job.Code, Workdir: cfg.Job.Workdir,
 		CheckpointDir: cfg.Job.CheckpointDir, Exclude: cfg.Job.Exclude, Protect: setup.Protect(cfg)}
+	for _, d := range cfg.Data {
+		j.DataDests = append(j.DataDests, d.Dest)
+	}
+	return j
 }
 
 // scanLocal is push.ScanLocal with a bad exclude pattern made the job

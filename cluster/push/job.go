@@ -25,20 +25,27 @@ type Job struct {
 	// overwrites or deletes (Options.Protect): what the job's setup makes
 	// there, such as .venv.
 	Protect []string
+	// DataDests are the job's [[data]] destinations (relative to the
+	// workdir unless absolute): what staging put there is the fleet's data,
+	// never the code's, so a push protects each that lies in the workdir.
+	DataDests []string
 }
 
 // ForJob is the one rule for what a job's push sends and leaves alone,
 // shared by `drover push` and `drover run` so that the two never differ:
 // the job's exclude patterns, and protected (never sent, overwritten or
-// deleted on a host) the job's checkpoint_dir and the local log directory
+// deleted on a host) the job's checkpoint_dir, its data destinations and
+// the local log directory
 // logRoot ("" is the default, runs/ next to the job file) when either lies
 // inside the code directory. A checkpoint written by a local smoke test
 // must not replace the fleet's, and deleting it locally must not delete
 // the fleet's; logs of local runs are not code.
 func ForJob(j Job, logRoot string) Options {
 	opts := Options{Exclude: j.Exclude, Protect: append([]string(nil), j.Protect...)}
-	if rel, ok := checkpointRel(j.Workdir, j.CheckpointDir); ok {
-		opts.Protect = append(opts.Protect, rel)
+	for _, dir := range append([]string{j.CheckpointDir}, j.DataDests...) {
+		if rel, ok := checkpointRel(j.Workdir, dir); ok {
+			opts.Protect = append(opts.Protect, rel)
+		}
 	}
 	if logRoot == "" && j.File != "" {
 		logRoot = filepath.Join(filepath.Dir(j.File), "runs")

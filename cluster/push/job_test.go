@@ -36,3 +36,12 @@ func TestForJob(t *testing.T) {
 		})
 	}
 }
+
+// TestForJobProtectsDataDests: a [[data]] set staged into the workdir is
+// the fleet's data, so a push that finds the same path in the code never
+// replaces or deletes it; a dest outside the workdir is not the push's.
+func TestForJobProtectsDataDests(t *testing.T) {
+	opts := ForJob(Job{File: "/elsewhere/job.toml", Code: "/src/job", Workdir: "/data/w", CheckpointDir: "ck",
+		DataDests: []string{"data/imagenet", "/data/w/shards", "/scratch/big"}}, "")
+	assert.Equal(t, []string{"ck", "data/imagenet", "shards"}, opts.Protect)
+}
