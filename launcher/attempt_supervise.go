@@ -121,8 +121,12 @@ func (s *supervisor) start() {
 			Message: fmt.Sprintf("started %d process(es) on %d host(s)", len(s.procs), len(s.byHost))})
 	}
 	if startErr != nil {
-		s.a.r.events.printf("%s: %v", s.a.prefix(), startErr)
-		s.stop(setupFailed(startErr), "")
+		// Told once, as setupFailure's: by the run loop when the run goes
+		// on, by the summary when it ends on it.
+		s.a.r.events.debugf("%s: %v", s.a.prefix(), startErr)
+		out := setupFailed(startErr)
+		out.untold = true
+		s.stop(out, "")
 	}
 }
 
