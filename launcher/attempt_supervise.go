@@ -15,6 +15,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -148,16 +149,36 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		rp.closeLogs()
 		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
 	}
+	ro := agentOptions(a, c, p, torchrun, s.watchers[p.Host.Name] == p.Name())
+	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
+	var proc cluster.Process
+	if a.adopt != nil {
+		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
+	} else {
+		proc, err = c.client().Run(s.sessions, ro, cmd)
+	}
+	if err != nil {
+		rp.closeLogs()
+		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
+	}
+	return rp, proc, nil
+}
+
+// agentOptions is how p's agent on host c runs it in attempt a: a
+// detached run's process under a detached agent, a foreground run's under
+// one that stays on the channel; both record it on the host (see
+// detached.go). watchHealth makes that agent watch the host's GPUs.
+func agentOptions(a *attempt, c *attemptHost, p plan.Process, torchrun, watchHealth bool) agent.RunOptions {
 	wd := remoteAbs(c.home, p.Workdir)
 	var health string
-	if s.watchers[p.Host.Name] == p.Name() {
+	if watchHealth {
 		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
 	}
 	ro := agent.RunOptions{
 		HealthFile: health, HealthEvery: healthEvery,
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
-		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
+		LogFile: path.Join(wd, hostio.ForegroundLog(a.n, p.Name())),
 		Job:     a.cfg.Job.Name,
 		Args:    p.Command,
 		// The agent stops its group when drover falls silent: the
@@ -171,23 +192,17 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// torchrun (and its 300 s exit barrier) reports them.
 		WatchWorkers: torchrun,
 	}
+	ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())
-		ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
+	} else if st, _ := a.processFiles(c, p.Name()); path.IsAbs(st) {
+		// Recorded as a detached process is, so that status, logs,
+		// stop and ps find it from any terminal; its log stays where
+		// a foreground run's is.
+		ro.State, ro.Attached = st, true
 	}
-	cmd := cluster.Cmd{Dir: p.Workdir, Stdin: io.MultiReader(bytes.NewReader(envLine), rp.ctl), Stdout: stdout, Stderr: stderr}
-	var proc cluster.Process
-	if a.adopt != nil {
-		proc, err = c.client().Attach(s.sessions, a.attachOptions(c, p, localLog), cmd)
-	} else {
-		proc, err = c.client().Run(s.sessions, ro, cmd)
-	}
-	if err != nil {
-		rp.closeLogs()
-		return nil, nil, fmt.Errorf("start %s on %s: %w", p.Name(), hostLabel(p.Host), err)
-	}
-	return rp, proc, nil
+	return ro
 }
 
 // onExit accounts for one process's end and hands it to the causes,

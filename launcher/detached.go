@@ -7,35 +7,51 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/hostio"
 )
 
-// A detached run (RunOptions.Detach, `drover run -d`) keeps its state on
-// the hosts, where any drover can find it (see agent/detach.go for the
-// agents' side): each host's workdir has .drover/runs/<id>/ with the run's
-// record (agent.RunRecord, written here at every change of state) and one
-// state record and log per process and attempt, and .drover/runs/current
-// names the newest run. The agents keep the group running while no
-// supervisor is attached, for controller_timeout (default: for ever).
+// Every run keeps its state on the hosts, where any drover can find it
+// (see agent/detach.go for the agents' side): each host's workdir has
+// .drover/runs/<id>/ with the run's record (agent.RunRecord, written here
+// at every change of state) and one state record per process and attempt,
+// and .drover/runs/current names the newest run. So `drover status`,
+// `logs`, `stop` and `ps` see a foreground run as they see a detached one
+// (RunOptions.Detach, `drover run -d`). A detached run's agents keep the
+// group running while no supervisor is attached, for controller_timeout
+// (default: for ever), and keep its logs there too; a foreground run's
+// stop with it (agent.RunRecord.Foreground) and keep their logs in
+// .drover/logs/.
+
+// recordWait bounds how long a foreground run waits for its final
+// record to be written to the hosts: a host lost at the end must not
+// hold up the exit.
+const recordWait = 5 * time.Second
 
 // setRecord updates the run's record and writes it to every host of
 // conns (those of the newest attempt when conns is nil), with the link
 // to the newest run. Failures are events: the run goes on without them.
+// A detached run waits for the writes; a foreground one does not (it
+// waits at most recordWait for the final record), so that a host that no
+// longer answers never delays a restart.
 func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord)) {
-	if !r.detachedGroup {
-		return
-	}
 	r.connMu.Lock()
 	if conns != nil {
 		r.conns = conns
 	}
 	conns = r.conns
+	if len(conns) == 0 && !r.detachedGroup {
+		// A foreground run that never reached a host has nothing to
+		// show anywhere else: its terminal said why.
+		r.connMu.Unlock()
+		return
+	}
 	update(&r.runRec)
 	r.runRec.Updated = r.now().UTC()
+	r.runRec.Foreground = !r.detachedGroup
 	hosts := make([]string, len(conns))
 	for i, c := range conns {
 		hosts[i] = c.host.Name
@@ -45,22 +61,65 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	// One newline, added here: the hosts' writes share data.
 	data = append(data, '\n')
 	rec := r.runRec
+	r.recSeq++
+	seq := r.recSeq
 	r.connMu.Unlock()
 	hostio.NoteLocally(r.opts.JobPath, rec)
 	if err != nil {
 		r.events.printf("warning: record run %s: %v", r.runID, err)
 		return
 	}
-	_ = forEach(conns, func(c *hostConn) error {
-		if c.fs == nil {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = forEach(conns, func(c *hostConn) error {
+			r.writeRecordOn(c, seq, data)
 			return nil
+		})
+	}()
+	switch {
+	case r.detachedGroup:
+		<-done
+	case rec.State.Final():
+		select {
+		case <-done:
+		case <-time.After(recordWait):
 		}
-		wd := remoteAbs(c.home, c.host.Workdir)
-		if err := writeRecord(c, wd, r.runID, data); err != nil {
+	}
+}
+
+// writeRecordOn writes version seq of the record (data) to c's workdir,
+// unless a newer version is there already.
+func (r *runner) writeRecordOn(c *hostConn, seq int, data []byte) {
+	if c.fs == nil {
+		return
+	}
+	mu, _ := r.recHostMu.LoadOrStore(c.host.Name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	r.connMu.Lock()
+	stale := r.recWritten[c.host.Name] > seq
+	r.connMu.Unlock()
+	if stale {
+		return
+	}
+	wd := remoteAbs(c.home, c.host.Workdir)
+	if err := writeRecord(c, wd, r.runID, data); err != nil {
+		if r.detachedGroup {
 			r.events.printf("warning: record run %s on %s: %v", r.runID, c.host.Name, err)
+		} else {
+			// Only status and ps read it; the run's own terminal has
+			// said what happened to the host.
+			r.events.debugf("record run %s on %s: %v", r.runID, c.host.Name, err)
 		}
-		return nil
-	})
+		return
+	}
+	r.connMu.Lock()
+	if r.recWritten == nil {
+		r.recWritten = map[string]int{}
+	}
+	r.recWritten[c.host.Name] = seq
+	r.connMu.Unlock()
 }
 
 // writeRecord writes data (JSON and a newline) as run id's record in workdir wd over c, and
@@ -95,16 +154,16 @@ func (r *runner) noteCheckpoint() {
 	}
 }
 
-// stopPoll is how often a detached run's supervisor looks for a stop that
+// stopPoll is how often a run's supervisor looks for a stop that
 // `drover stop` asked for.
 const stopPoll = time.Second
 
-// watchStopRequest ends ctx (cancel) once `drover stop` wrote the run's
-// stop file on one of the hosts; --abort also closes r.abort.
+// watchStopRequest ends ctx (cancel, with the *hostio.StopRequest as the
+// cause) once `drover stop` wrote the run's stop file on one of the
+// hosts; --abort also closes r.abort. A foreground run watches too: `drover
+// stop` from another terminal ends it as Ctrl-C would, and its terminal
+// says who stopped it.
 func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCauseFunc) {
-	if !r.detachedGroup {
-		return
-	}
 	go func() {
 		for {
 			if err := hostio.Sleep(ctx, stopPoll); err != nil {
@@ -119,24 +178,24 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 				if c.fs == nil {
 					continue
 				}
-				b, err := hostio.ReadSmall(c.fs, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID), agent.StopFile), 4096)
+				req, err := hostio.ReadStopRequest(c.fs, remoteAbs(c.home, c.host.Workdir), r.runID)
 				if err != nil {
 					continue
 				}
-				what := string(b)
-				if strings.TrimSpace(what) == "abort" {
+				if req.Abort {
 					r.abortOnce.Do(func() { close(r.abort) })
 				}
-				r.events.printf("drover stop asked for the run to stop (%s)", strings.TrimSpace(what))
-				cancel(errStopRequested)
+				how := "stop"
+				if req.Abort {
+					how = "abort"
+				}
+				r.events.printf("%s (%s): stopping every process", req, how)
+				cancel(req)
 				return
 			}
 		}
 	}()
 }
-
-// errStopRequested is why a detached run ended on `drover stop`.
-var errStopRequested = errors.New("stopped by drover stop")
 
 // finalState is the run record's state for how the run ended.
 func finalState(o Outcome) agent.RunState {

@@ -7,6 +7,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
 )
 
@@ -163,6 +165,13 @@ func RenderSummary(w io.Writer, res *Result) {
 	case Succeeded:
 		fmt.Fprintf(w, "succeeded after %d attempt(s); logs in %s\n", res.Attempts, res.LogDir)
 	case Interrupted:
+		var stop *hostio.StopRequest
+		if errors.As(res.Err, &stop) {
+			// Another terminal stopped it: say who, so that the one
+			// watching this one learns why it ended.
+			fmt.Fprintf(w, "%s in attempt %d; logs in %s\n", cluster.Escape(stop.Error()), res.Attempts, res.LogDir)
+			return
+		}
 		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
 	default:
 		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, cluster.Escape(fmt.Sprint(res.Err)), res.LogDir)

@@ -63,6 +63,7 @@ const (
 	flagName              = "name"
 	flagControllerTimeout = "controller-timeout"
 	flagDetachedChild     = "detached-child"
+	flagAttached          = "attached"
 	flagFrom              = "from"
 	flagWorkdir           = "workdir"
 	flagKill              = "kill"
@@ -156,6 +157,7 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagName, Usage: "process name, for the state file"},
 			&cli.DurationFlag{Name: flagControllerTimeout, Usage: "detached: stop after this long with no attach client (0: never)"},
 			&cli.BoolFlag{Name: flagDetachedChild, Hidden: true, Usage: "the detached agent itself (set by the launcher)"},
+			&cli.BoolFlag{Name: flagAttached, Usage: "with --" + flagState + ": record the process there but supervise it here, on this channel, as a foreground run's agent (it stops with its controller)"},
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
 		},
@@ -167,7 +169,7 @@ func runCLI() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 			defer stop()
 			o := runOptions(c)
-			if o.State != "" && !c.Bool(flagDetachedChild) {
+			if o.State != "" && !o.Attached && !c.Bool(flagDetachedChild) {
 				return exitWith(Launch(ctx, os.Args, o, c.App.Reader, c.App.Writer, c.App.ErrWriter))
 			}
 			o.ErrorFile = os.Getenv("TORCHELASTIC_ERROR_FILE")
@@ -206,6 +208,7 @@ func runOptions(c *cli.Context) RunOptions {
 		Rank:              c.Int(flagRank),
 		Name:              c.String(flagName),
 		ControllerTimeout: c.Duration(flagControllerTimeout),
+		Attached:          c.Bool(flagAttached),
 	}
 }
 

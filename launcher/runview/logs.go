@@ -291,8 +291,7 @@ func logSources(views []*hostio.View, id string, attempt int, lo LogsOptions, si
 			if len(lo.Ranks) > 0 && !slices.Contains(lo.Ranks, st.Rank) {
 				continue
 			}
-			_, log := agent.ProcessFiles(id, attempt, st.Name)
-			out = append(out, &logSource{v: v, name: st.Name, file: path.Join(v.Workdir, log),
+			out = append(out, &logSource{v: v, name: st.Name, file: hostio.ProcessLog(v.Workdir, id, attempt, &st),
 				out: logstream.NewPrefixWriter(sink, fmt.Sprintf("[%s@%s] ", st.Name, v.Host.Name))})
 		}
 	}
