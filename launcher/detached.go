@@ -3,13 +3,13 @@ package launcher
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path"
 	"sync"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/hostio"
 )
@@ -51,10 +51,12 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	}
 	update(&r.runRec)
 	r.runRec.Updated = r.now().UTC()
-	r.runRec.Foreground = !r.detachedGroup
-	hosts := make([]string, len(conns))
-	for i, c := range conns {
-		hosts[i] = c.host.Name
+	detached := r.detachedGroup
+	r.runRec.Foreground = !detached
+	targets := r.recordTargets(conns)
+	hosts := make([]string, len(targets))
+	for i, t := range targets {
+		hosts[i] = t.name
 	}
 	r.runRec.Hosts = hosts
 	data, err := json.MarshalIndent(r.runRec, "", "  ")
@@ -72,13 +74,13 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = forEach(conns, func(c *hostConn) error {
-			r.writeRecordOn(c, seq, data)
+		_ = forEach(targets, func(t recordTarget) error {
+			r.writeRecordOn(t, seq, data, detached)
 			return nil
 		})
 	}()
 	switch {
-	case r.detachedGroup:
+	case detached:
 		<-done
 	case rec.State.Final():
 		select {
@@ -88,29 +90,48 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 	}
 }
 
-// writeRecordOn writes version seq of the record (data) to c's workdir,
-// unless a newer version is there already.
-func (r *runner) writeRecordOn(c *hostConn, seq int, data []byte) {
-	if c.fs == nil {
-		return
+// recordTarget is one host's workdir as the run's record, stop request
+// and shared checkpoint record reach it, read once under the pool's lock:
+// a restart that reuses a connection updates its host entry
+// (connPool.reuse) while these writes and reads may still run.
+type recordTarget struct {
+	name, wd string
+	fs       cluster.FS
+}
+
+// recordTargets are conns' workdirs, those with file access.
+func (r *runner) recordTargets(conns []*hostConn) []recordTarget {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	out := make([]recordTarget, 0, len(conns))
+	for _, c := range conns {
+		if c.fs != nil {
+			out = append(out, recordTarget{name: c.host.Name, wd: remoteAbs(c.home, c.host.Workdir), fs: c.fs})
+		}
 	}
-	mu, _ := r.recHostMu.LoadOrStore(c.host.Name, &sync.Mutex{})
+	return out
+}
+
+// writeRecordOn writes version seq of the record (data, run id) to t,
+// unless a newer version is there already. A detached run's failures are
+// warnings; a foreground run's only status and ps read, and its terminal
+// has said what happened to the host.
+func (r *runner) writeRecordOn(t recordTarget, seq int, data []byte, detached bool) {
+	mu, _ := r.recHostMu.LoadOrStore(t.name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
 	r.connMu.Lock()
-	stale := r.recWritten[c.host.Name] > seq
+	stale := r.recWritten[t.name] > seq
+	id := r.runID
 	r.connMu.Unlock()
 	if stale {
 		return
 	}
-	wd := remoteAbs(c.home, c.host.Workdir)
-	if err := writeRecord(c, wd, r.runID, data); err != nil {
-		if r.detachedGroup {
-			r.events.printf("warning: record run %s on %s: %v", r.runID, c.host.Name, err)
+	if err := hostio.WriteRecord(t.fs, t.wd, id, data); err != nil {
+		if detached {
+			r.events.printf("warning: record run %s on %s: %v", id, t.name, err)
 		} else {
-			// Only status and ps read it; the run's own terminal has
-			// said what happened to the host.
-			r.events.debugf("record run %s on %s: %v", r.runID, c.host.Name, err)
+			r.events.debugf("record run %s on %s: %v", id, t.name, err)
 		}
 		return
 	}
@@ -118,14 +139,8 @@ func (r *runner) writeRecordOn(c *hostConn, seq int, data []byte) {
 	if r.recWritten == nil {
 		r.recWritten = map[string]int{}
 	}
-	r.recWritten[c.host.Name] = seq
+	r.recWritten[t.name] = seq
 	r.connMu.Unlock()
-}
-
-// writeRecord writes data (JSON and a newline) as run id's record in workdir wd over c, and
-// points the newest-run link at it.
-func writeRecord(c *hostConn, wd, id string, data []byte) error {
-	return hostio.WriteRecord(c.fs, wd, id, data)
 }
 
 // newestCheckpoint names the newest checkpoint in the run's record ("" for
@@ -169,16 +184,19 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 			if err := hostio.Sleep(ctx, stopPoll); err != nil {
 				return
 			}
-			r.noteCheckpoint()
-			r.shareCheckpoints()
+			// Nothing before the run's first record (setRecord with
+			// the conns): a foreground run may adopt another run
+			// until then, which changes its id.
 			r.connMu.Lock()
 			conns := r.conns
 			r.connMu.Unlock()
-			for _, c := range conns {
-				if c.fs == nil {
-					continue
-				}
-				req, err := hostio.ReadStopRequest(c.fs, remoteAbs(c.home, c.host.Workdir), r.runID)
+			if conns == nil {
+				continue
+			}
+			r.noteCheckpoint()
+			r.shareCheckpoints()
+			for _, t := range r.recordTargets(conns) {
+				req, err := hostio.ReadStopRequest(t.fs, t.wd, r.runID)
 				if err != nil {
 					continue
 				}
@@ -247,11 +265,12 @@ func (r *runner) shareCheckpoints() {
 	if err != nil || !changed || conns == nil {
 		return
 	}
-	failed := forEach(conns, func(c *hostConn) error {
-		if c.fs == nil {
-			return errors.New("no file access")
-		}
-		return writeAtomic(c, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID)), sharedRecordFile, data)
+	targets := r.recordTargets(conns)
+	if len(targets) < len(conns) {
+		return // a host without file access: written again at the next poll
+	}
+	failed := forEach(targets, func(t recordTarget) error {
+		return hostio.WriteAtomic(t.fs, path.Join(t.wd, agent.RunDir(r.runID)), sharedRecordFile, data)
 	})
 	if failed != nil {
 		return // written again at the next poll
@@ -266,11 +285,4 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
-}
-
-// writeAtomic writes data as dir/name over c (made private to the login
-// user), through a temporary file renamed into place, so that a reader
-// never sees half of it.
-func writeAtomic(c *hostConn, dir, name string, data []byte) error {
-	return hostio.WriteAtomic(c.fs, dir, name, data)
 }
