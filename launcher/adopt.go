@@ -50,6 +50,9 @@ func (r *runner) findAdoptable(ctx context.Context, cfg *config.Config) (ad *ado
 	if rec == nil || rec.State.Final() {
 		return nil, answered
 	}
+	if rec.Foreground {
+		return nil, answered // its agents stop with its supervisor: nothing to adopt
+	}
 	var alive bool
 	var leaseAge float64 = -1
 	for _, v := range views {
@@ -110,7 +113,7 @@ func lookForGroup(ctx context.Context, conns []*hostConn) (wait func() bool) {
 			}
 			var rr agent.RunRecord
 			i := slices.Index(conns, c)
-			found[i] = json.Unmarshal(out, &rr) == nil && !rr.State.Final()
+			found[i] = json.Unmarshal(out, &rr) == nil && !rr.State.Final() && !rr.Foreground
 			return nil
 		})
 	}()

@@ -15,6 +15,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/cause"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/logstream"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
@@ -198,7 +199,7 @@ func (a *attempt) agentOptions(c *attemptHost, p plan.Process, health string) ag
 		HealthFile: health, HealthEvery: healthEvery,
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
-		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
+		LogFile: path.Join(wd, hostio.ForegroundLog(a.n, p.Name())),
 		Job:     a.cfg.Job.Name,
 		Args:    p.Command,
 		// The agent stops its group when drover falls silent: the
@@ -212,15 +213,21 @@ func (a *attempt) agentOptions(c *attemptHost, p plan.Process, health string) ag
 		// torchrun (and its 300 s exit barrier) reports them.
 		WatchWorkers: a.cfg.Job.Framework == config.Torchrun,
 	}
+	ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())
 		ro.ControllerTimeout = a.r.controllerTimeout(a.cfg)
+	} else if st, _ := a.processFiles(c, p.Name()); path.IsAbs(st) {
+		// Recorded as a detached process is, so that status, logs,
+		// stop and ps find it from any terminal (its log stays where a
+		// foreground run's is), and read when the channel closes
+		// without the exit status (recordedExit).
+		ro.State, ro.Attached = st, true
 	} else {
 		// The agent's own record of the exit, read when the channel
 		// closes without it (recordedExit).
-		ro.Record, _ = a.processFiles(c, p.Name())
+		ro.Record = st
 	}
-	ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
 	return ro
 }
 

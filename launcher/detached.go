@@ -3,70 +3,144 @@ package launcher
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path"
-	"strings"
+	"sync"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/hostio"
 )
 
-// A detached run (RunOptions.Detach, `drover run -d`) keeps its state on
-// the hosts, where any drover can find it (see agent/detach.go for the
-// agents' side): each host's workdir has .drover/runs/<id>/ with the run's
-// record (agent.RunRecord, written here at every change of state) and one
-// state record and log per process and attempt, and .drover/runs/current
-// names the newest run. The agents keep the group running while no
-// supervisor is attached, for controller_timeout (default: for ever).
+// Every run keeps its state on the hosts, where any drover can find it
+// (see agent/detach.go for the agents' side): each host's workdir has
+// .drover/runs/<id>/ with the run's record (agent.RunRecord, written here
+// at every change of state) and one state record per process and attempt,
+// and .drover/runs/current names the newest run. So `drover status`,
+// `logs`, `stop` and `ps` see a foreground run as they see a detached one
+// (RunOptions.Detach, `drover run -d`). A detached run's agents keep the
+// group running while no supervisor is attached, for controller_timeout
+// (default: for ever), and keep its logs there too; a foreground run's
+// stop with it (agent.RunRecord.Foreground) and keep their logs in
+// .drover/logs/.
+
+// recordWait bounds how long a foreground run waits for its final
+// record to be written to the hosts: a host lost at the end must not
+// hold up the exit.
+const recordWait = 5 * time.Second
 
 // setRecord updates the run's record and writes it to every host of
 // conns (those of the newest attempt when conns is nil), with the link
 // to the newest run. Failures are events: the run goes on without them.
+// A detached run waits for the writes; a foreground one does not (it
+// waits at most recordWait for the final record), so that a host that no
+// longer answers never delays a restart.
 func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord)) {
-	if !r.detachedGroup {
-		return
-	}
 	r.connMu.Lock()
 	if conns != nil {
 		r.conns = conns
 	}
 	conns = r.conns
+	if len(conns) == 0 && !r.detachedGroup {
+		// A foreground run that never reached a host has nothing to
+		// show anywhere else: its terminal said why.
+		r.connMu.Unlock()
+		return
+	}
 	update(&r.runRec)
 	r.runRec.Updated = r.now().UTC()
-	hosts := make([]string, len(conns))
-	for i, c := range conns {
-		hosts[i] = c.host.Name
+	detached := r.detachedGroup
+	r.runRec.Foreground = !detached
+	targets := r.recordTargets(conns)
+	hosts := make([]string, len(targets))
+	for i, t := range targets {
+		hosts[i] = t.name
 	}
 	r.runRec.Hosts = hosts
 	data, err := json.MarshalIndent(r.runRec, "", "  ")
 	// One newline, added here: the hosts' writes share data.
 	data = append(data, '\n')
 	rec := r.runRec
+	r.recSeq++
+	seq := r.recSeq
 	r.connMu.Unlock()
 	hostio.NoteLocally(r.opts.JobPath, rec)
 	if err != nil {
 		r.events.printf("warning: record run %s: %v", r.runID, err)
 		return
 	}
-	_ = forEach(conns, func(c *hostConn) error {
-		if c.fs == nil {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = forEach(targets, func(t recordTarget) error {
+			r.writeRecordOn(t, seq, data, detached)
 			return nil
+		})
+	}()
+	switch {
+	case detached:
+		<-done
+	case rec.State.Final():
+		select {
+		case <-done:
+		case <-time.After(recordWait):
 		}
-		wd := remoteAbs(c.home, c.host.Workdir)
-		if err := writeRecord(c, wd, r.runID, data); err != nil {
-			r.events.printf("warning: record run %s on %s: %v", r.runID, c.host.Name, err)
-		}
-		return nil
-	})
+	}
 }
 
-// writeRecord writes data (JSON and a newline) as run id's record in workdir wd over c, and
-// points the newest-run link at it.
-func writeRecord(c *hostConn, wd, id string, data []byte) error {
-	return hostio.WriteRecord(c.fs, wd, id, data)
+// recordTarget is one host's workdir as the run's record, stop request
+// and shared checkpoint record reach it, read once under the pool's lock:
+// a restart that reuses a connection updates its host entry
+// (connPool.reuse) while these writes and reads may still run.
+type recordTarget struct {
+	name, wd string
+	fs       cluster.FS
+}
+
+// recordTargets are conns' workdirs, those with file access.
+func (r *runner) recordTargets(conns []*hostConn) []recordTarget {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	out := make([]recordTarget, 0, len(conns))
+	for _, c := range conns {
+		if c.fs != nil {
+			out = append(out, recordTarget{name: c.host.Name, wd: remoteAbs(c.home, c.host.Workdir), fs: c.fs})
+		}
+	}
+	return out
+}
+
+// writeRecordOn writes version seq of the record (data, run id) to t,
+// unless a newer version is there already. A detached run's failures are
+// warnings; a foreground run's only status and ps read, and its terminal
+// has said what happened to the host.
+func (r *runner) writeRecordOn(t recordTarget, seq int, data []byte, detached bool) {
+	mu, _ := r.recHostMu.LoadOrStore(t.name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	r.connMu.Lock()
+	stale := r.recWritten[t.name] > seq
+	id := r.runID
+	r.connMu.Unlock()
+	if stale {
+		return
+	}
+	if err := hostio.WriteRecord(t.fs, t.wd, id, data); err != nil {
+		if detached {
+			r.events.printf("warning: record run %s on %s: %v", id, t.name, err)
+		} else {
+			r.events.debugf("record run %s on %s: %v", id, t.name, err)
+		}
+		return
+	}
+	r.connMu.Lock()
+	if r.recWritten == nil {
+		r.recWritten = map[string]int{}
+	}
+	r.recWritten[t.name] = seq
+	r.connMu.Unlock()
 }
 
 // newestCheckpoint names the newest checkpoint in the run's record ("" for
@@ -95,21 +169,30 @@ func (r *runner) noteCheckpoint() {
 	}
 }
 
-// stopPoll is how often a detached run's supervisor looks for a stop that
+// stopPoll is how often a run's supervisor looks for a stop that
 // `drover stop` asked for.
 const stopPoll = time.Second
 
-// watchStopRequest ends ctx (cancel) once `drover stop` wrote the run's
-// stop file on one of the hosts; --abort also closes r.abort.
+// watchStopRequest ends ctx (cancel, with the *hostio.StopRequest as the
+// cause) once `drover stop` wrote the run's stop file on one of the
+// hosts; --abort also closes r.abort. A foreground run watches too: `drover
+// stop` from another terminal ends it as Ctrl-C would, and its terminal
+// says who stopped it.
 func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCauseFunc) {
 	r.stopRequested = cancel
-	if !r.detachedGroup {
-		return
-	}
 	go func() {
 		for {
 			if err := hostio.Sleep(ctx, stopPoll); err != nil {
 				return
+			}
+			// Nothing before the run's first record (setRecord with
+			// the conns): a foreground run may adopt another run
+			// until then, which changes its id.
+			r.connMu.Lock()
+			conns := r.conns
+			r.connMu.Unlock()
+			if conns == nil {
+				continue
 			}
 			r.noteCheckpoint()
 			r.shareCheckpoints()
@@ -121,39 +204,34 @@ func (r *runner) watchStopRequest(ctx context.Context, cancel context.CancelCaus
 }
 
 // stopAsked looks for the run's stop file on its hosts now, and when
-// `drover stop` wrote one, ends the run's context (and with --abort
-// closes r.abort). The run looks once more before it restarts a group
-// that failed: a stop during an adoption stops the group through its
-// agents while the record still names the gone supervisor, and the
-// failure it makes must end the run, not restart it.
+// `drover stop` wrote one, ends the run's context with the request as the
+// cause (and with --abort closes r.abort). The run looks once more before
+// it restarts a group that failed: a stop during an adoption stops the
+// group through its agents while the record still names the gone
+// supervisor, and the failure it makes must end the run, not restart it.
 func (r *runner) stopAsked() bool {
 	r.connMu.Lock()
 	conns := r.conns
 	r.connMu.Unlock()
-	if !r.detachedGroup || r.stopRequested == nil {
+	if conns == nil || r.stopRequested == nil {
 		return false
 	}
-	for _, c := range conns {
-		if c.fs == nil {
-			continue
-		}
-		b, err := hostio.ReadSmall(c.fs, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID), agent.StopFile), 4096)
+	for _, t := range r.recordTargets(conns) {
+		req, err := hostio.ReadStopRequest(t.fs, t.wd, r.runID)
 		if err != nil {
 			continue
 		}
-		what := strings.TrimSpace(string(b))
-		if what == "abort" {
+		how := "stop"
+		if req.Abort {
+			how = "abort"
 			r.abortOnce.Do(func() { close(r.abort) })
 		}
-		r.events.printf("drover stop asked for the run to stop (%s)", what)
-		r.stopRequested(errStopRequested)
+		r.events.printf("%s (%s): stopping every process", req, how)
+		r.stopRequested(req)
 		return true
 	}
 	return false
 }
-
-// errStopRequested is why a detached run ended on `drover stop`.
-var errStopRequested = errors.New("stopped by drover stop")
 
 // finalState is the run record's state for how the run ended.
 func finalState(o Outcome) agent.RunState {
@@ -205,11 +283,12 @@ func (r *runner) shareCheckpoints() {
 	if err != nil || !changed || conns == nil {
 		return
 	}
-	failed := forEach(conns, func(c *hostConn) error {
-		if c.fs == nil {
-			return errors.New("no file access")
-		}
-		return writeAtomic(c, path.Join(remoteAbs(c.home, c.host.Workdir), agent.RunDir(r.runID)), sharedRecordFile, data)
+	targets := r.recordTargets(conns)
+	if len(targets) < len(conns) {
+		return // a host without file access: written again at the next poll
+	}
+	failed := forEach(targets, func(t recordTarget) error {
+		return hostio.WriteAtomic(t.fs, path.Join(t.wd, agent.RunDir(r.runID)), sharedRecordFile, data)
 	})
 	if failed != nil {
 		return // written again at the next poll
@@ -224,11 +303,4 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
-}
-
-// writeAtomic writes data as dir/name over c (made private to the login
-// user), through a temporary file renamed into place, so that a reader
-// never sees half of it.
-func writeAtomic(c *hostConn, dir, name string, data []byte) error {
-	return hostio.WriteAtomic(c.fs, dir, name, data)
 }

@@ -81,6 +81,15 @@ type hostName string
 
 func (h hostName) String() string { return string(h) }
 
+// TestStopRequesterEscaped: who asked for a stop is read from a host (its
+// stop-by file); the stopped run's summary prints it as one plain line.
+func TestStopRequesterEscaped(t *testing.T) {
+	var b bytes.Buffer
+	RenderSummary(&b, &Result{Outcome: Interrupted, Attempts: 2, LogDir: "runs/x", Err: &hostio.StopRequest{By: forged}})
+	assert.NotContains(t, b.String(), "\x1b")
+	assert.Equal(t, `stopped by drover stop from step\x1b[2J\n12:00:00.000 resuming from checkpoint forged in attempt 2; logs in runs/x`+"\n", b.String())
+}
+
 // TestRootCauseEscaped: an error file or stderr holding escapes gives a
 // cause that prints as one plain line.
 func TestRootCauseEscaped(t *testing.T) {

@@ -7,10 +7,12 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -172,6 +175,13 @@ func RenderSummary(w io.Writer, res *Result) {
 	case Succeeded:
 		fmt.Fprintf(w, "succeeded after %d attempt(s); logs in %s\n", res.Attempts, res.LogDir)
 	case Interrupted:
+		var stop *hostio.StopRequest
+		if errors.As(res.Err, &stop) {
+			// Another terminal stopped it: say who, so that the one
+			// watching this one learns why it ended.
+			fmt.Fprintf(w, "%s in attempt %d; logs in %s\n", cluster.Escape(stop.Error()), res.Attempts, res.LogDir)
+			return
+		}
 		fmt.Fprintf(w, "interrupted in attempt %d; logs in %s\n", res.Attempts, res.LogDir)
 	default:
 		fmt.Fprintf(w, "failed after %d attempt(s): %s; logs in %s\n", res.Attempts, errorLines(res.Err), res.LogDir)
@@ -225,6 +235,32 @@ type eventLog struct {
 	sink      func(notify.Event)
 	startTold bool
 }
+
+// startNotify starts the run's notifications (the job's on_event and
+// webhook; see package notify) as read when the run starts, and returns
+// what delivers the last ones before the run returns, within
+// notifyDrain. runID is the run's id when an event is sent (an adoption
+// changes it).
+func (e *eventLog) startNotify(cfg *config.Config, runID func() string) (closeNotify func()) {
+	j := cfg.Job
+	n := notify.New(notify.Options{OnEvent: j.OnEvent, Dir: filepath.Dir(cfg.Path), Webhook: j.Webhook,
+		Format: j.WebhookFormat, Notify: j.Notify, Logf: e.printf})
+	if n == nil {
+		return func() {}
+	}
+	e.mu.Lock()
+	e.sink = func(ev notify.Event) {
+		ev.Job, ev.RunID = j.Name, runID()
+		n.Send(ev)
+	}
+	e.mu.Unlock()
+	return func() { n.Close(notifyDrain) }
+}
+
+// notifyDrain bounds how long a run's end waits for its last
+// notifications: a command or POST each takes notify.DefaultTimeout at
+// most.
+const notifyDrain = notify.DefaultTimeout + 5*time.Second
 
 // notify hands ev to the run's notifications, stamped now; it never
 // blocks (notify.Notifier.Send). A Started event is sent once per run:

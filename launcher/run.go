@@ -44,7 +44,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			r.events.file.Close()
 		}
 	}()
-	defer r.startNotify(cfg)() // before events.log closes: the last event is told there
+	defer r.events.startNotify(cfg, func() string { return r.runID })() // before events.log closes: the last event is told there
 
 	// Deferred first, so it runs last: the leases are given back over
 	// these connections.
@@ -187,7 +187,7 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunRestarting })
 	delay := restart.Backoff(cfg.Job, b.Used())
 	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))
-	r.notifyRestart(a, out, delay)
+	a.notifyRestart(out, delay)
 	if err := r.sleep(ctx, delay); err != nil {
 		if lost := lostLease(ctx, nil); lost != nil {
 			return r.finish(res, Failed, lost)
@@ -244,35 +244,11 @@ func withRoot(ev *notify.Event, root ProcSummary) {
 	ev.Host, ev.Process, ev.Rank, ev.HasRank = root.Host, root.Name, root.Rank, root.Rank >= 0
 }
 
-// startNotify starts the run's notifications (the job's on_event and
-// webhook; see package notify) as read when the run starts, and returns
-// what delivers the last ones before the run returns, within
-// notifyDrain.
-func (r *runner) startNotify(cfg *config.Config) (closeNotify func()) {
-	j := cfg.Job
-	n := notify.New(notify.Options{OnEvent: j.OnEvent, Dir: filepath.Dir(cfg.Path), Webhook: j.Webhook,
-		Format: j.WebhookFormat, Notify: j.Notify, Logf: r.events.printf})
-	if n == nil {
-		return func() {}
-	}
-	r.events.mu.Lock()
-	r.events.sink = func(ev notify.Event) {
-		ev.Job, ev.RunID = j.Name, r.runID
-		n.Send(ev)
-	}
-	r.events.mu.Unlock()
-	return func() { n.Close(notifyDrain) }
-}
-
-// notifyDrain bounds how long a run's end waits for its last
-// notifications: a command or POST each takes notify.DefaultTimeout at
-// most.
-const notifyDrain = notify.DefaultTimeout + 5*time.Second
-
 // notifyRestart tells that attempt a, which ended with out, is followed
 // by another: the root cause is the first process's end when the group
 // ran and failed, else what ended the attempt (a hang, a setup failure).
-func (r *runner) notifyRestart(a *attempt, out attemptOutcome, delay time.Duration) {
+func (a *attempt) notifyRestart(out attemptOutcome, delay time.Duration) {
+	r := a.r
 	ev := notify.Event{Kind: notify.Restarted, Attempt: a.n, Checkpoint: r.newestCheckpoint(),
 		Message: fmt.Sprintf("attempt %d failed; attempt %d starts in %s", a.n, a.n+1, delay.Round(time.Millisecond))}
 	if out.err != nil {

@@ -284,6 +284,14 @@ type detachState struct {
 	conns   []*hostConn
 	runRec  agent.RunRecord
 	started time.Time
+
+	// recSeq numbers the record's versions; recWritten is, by host, the
+	// newest written there, and recHostMu (host name to *sync.Mutex)
+	// orders the writes to one host: a foreground run's are not waited
+	// for, and an older one must never land after a newer.
+	recSeq     int
+	recWritten map[string]int
+	recHostMu  sync.Map
 }
 
 // ckptState is the runner's part of checkpointing: the record, loaded once.

@@ -14,7 +14,7 @@ import (
 func attachCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "attach",
-		Usage:     "watch the job's detached run live (its lines and changes of state); Ctrl-C detaches only",
+		Usage:     "watch the job's run (detached or foreground) live, its lines and changes of state; Ctrl-C detaches only",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "history", Usage: "print the current attempt's lines so far first"}, sinceFlag()),
 		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {

@@ -18,7 +18,7 @@ import (
 func logsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "logs",
-		Usage:     "print the detached run's logs from its hosts' own files",
+		Usage:     "print the job's run's logs (detached or foreground) from its hosts' own files",
 		ArgsUsage: "JOB.toml",
 		Flags: withFleetFlags(
 			&cli.StringFlag{Name: "rank", Usage: "only these ranks (`3,5`)"},

@@ -13,7 +13,7 @@ import (
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "status",
-		Usage:     "show the job's detached run as its hosts know it (from any machine; changes nothing)",
+		Usage:     "show the job's run (detached or foreground) as its hosts know it (from any machine; changes nothing)",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "json", Usage: "print the status as JSON"}, hostTimeoutFlag()),
 		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {

@@ -13,7 +13,7 @@ import (
 func stopCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "stop",
-		Usage:     "stop the job's detached run from any machine (SIGTERM, SIGKILL after stop_grace)",
+		Usage:     "stop the job's run (detached or foreground) from any machine (SIGTERM, SIGKILL after stop_grace)",
 		ArgsUsage: "JOB.toml",
 		Flags:     withFleetFlags(&cli.BoolFlag{Name: "abort", Usage: "SIGKILL every process now"}, hostTimeoutFlag()),
 		Action: onRun(func(c *cli.Context, o runview.InspectOptions) error {

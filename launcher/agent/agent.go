@@ -177,7 +177,8 @@ type RunOptions struct {
 	WatchParent bool
 
 	// State, when set, makes this a detached run (see detach.go): the
-	// state record's path. Stdin then carries no control lines.
+	// state record's path. Stdin then carries no control lines (unless
+	// Attached).
 	State string
 	// Record, for a run on the channel (no State), is where the agent
 	// keeps the same record of its process (see runRecorded): drover
@@ -192,6 +193,14 @@ type RunOptions struct {
 	// ControllerTimeout, for a detached run, stops the group after that
 	// long with no attach client (0: never).
 	ControllerTimeout time.Duration
+	// Attached, with State, records the process in State (and the host's
+	// index) as a detached agent does, but supervises it here, on the
+	// controller's channel, as a foreground agent: control lines on
+	// stdin, the heartbeat, the parent watch. A foreground run's agents
+	// are so, so that `drover status`, `logs`, `stop` and `ps` find its
+	// processes as they find a detached run's; they still stop with
+	// their controller.
+	Attached bool
 	// HealthFile, when set, makes the agent run the host's GPU health
 	// watch (WatchHealth) beside the command, every HealthEvery, writing
 	// to this file; drover asks it of one process per host.
@@ -221,6 +230,9 @@ func Command(binary string, o RunOptions) []string {
 	}
 	args = append(args, detachedArgs(o)...)
 	args = append(args, recordArgs(o)...)
+	if o.State != "" && o.Attached {
+		args = append(args, "--"+flagAttached)
+	}
 	if o.EnvFromStdin {
 		args = append(args, "--"+flagEnvStdin)
 	}
@@ -304,16 +316,19 @@ func runRecorded(ctx context.Context, opts RunOptions) (int, error) {
 	return code, err
 }
 
-// runDetached is Run for a detached agent: the same supervision, recorded
-// in the state file from before the start to the end.
+// runDetached is Run for a detached agent (or an Attached one): the same
+// supervision, recorded in the state file from before the start to the
+// end.
 func runDetached(ctx context.Context, opts RunOptions) (int, error) {
 	det, err := newDetached(opts)
 	if err != nil {
 		return ExitCannotRun, err
 	}
-	// Its stdin is the launcher's pipe (the command's environment, if
-	// any), never control lines: see Launch.
-	opts.WatchParent = false
+	if !opts.Attached {
+		// Its stdin is the launcher's pipe (the command's environment,
+		// if any), never control lines: see Launch.
+		opts.WatchParent = false
+	}
 	code, stopped, err := run(ctx, opts, det)
 	switch {
 	case err != nil:
@@ -380,7 +395,7 @@ func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, sto
 	done := make(chan struct{})
 	defer close(done)
 	reqs := make(chan request)
-	if s.stdin != nil && det == nil {
+	if s.stdin != nil && (det == nil || opts.Attached) {
 		go readControl(s.stdin, reqs, opts.Heartbeat, done)
 	}
 	if opts.WatchParent {
@@ -389,7 +404,9 @@ func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, sto
 	if det != nil {
 		det.running(s.child)
 		go detachedSignals(reqs, done)
-		go watchSupervisor(det.path, opts.ControllerTimeout, reqs, done)
+		if !opts.Attached {
+			go watchSupervisor(det.path, opts.ControllerTimeout, reqs, done)
+		}
 	}
 	var workers <-chan WorkerExit
 	if opts.WatchWorkers {

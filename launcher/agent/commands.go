@@ -64,6 +64,7 @@ const (
 	flagName              = "name"
 	flagControllerTimeout = "controller-timeout"
 	flagDetachedChild     = "detached-child"
+	flagAttached          = "attached"
 	flagFrom              = "from"
 	flagWorkdir           = "workdir"
 	flagKill              = "kill"
@@ -159,6 +160,7 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagName, Usage: "process name, for the state file"},
 			&cli.DurationFlag{Name: flagControllerTimeout, Usage: "detached: stop after this long with no attach client (0: never)"},
 			&cli.BoolFlag{Name: flagDetachedChild, Hidden: true, Usage: "the detached agent itself (set by the launcher)"},
+			&cli.BoolFlag{Name: flagAttached, Usage: "with --" + flagState + ": record the process there but supervise it here, on this channel, as a foreground run's agent (it stops with its controller)"},
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
 		},
@@ -175,7 +177,7 @@ func runCLI() *cli.Command {
 					return cli.Exit(err.Error(), ExitUsage) // it names the index entry and the state file
 				}
 			}
-			if o.State != "" && !c.Bool(flagDetachedChild) {
+			if o.State != "" && !o.Attached && !c.Bool(flagDetachedChild) {
 				return exitWith(Launch(ctx, os.Args, o, c.App.Reader, c.App.Writer, c.App.ErrWriter))
 			}
 			o.ErrorFile = os.Getenv("TORCHELASTIC_ERROR_FILE")
@@ -215,6 +217,7 @@ func runOptions(c *cli.Context) RunOptions {
 		Rank:              c.Int(flagRank),
 		Name:              c.String(flagName),
 		ControllerTimeout: c.Duration(flagControllerTimeout),
+		Attached:          c.Bool(flagAttached),
 	}
 }
 

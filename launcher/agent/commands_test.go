@@ -179,7 +179,7 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--record FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--record FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--attached] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION] [--kill]",
 		"usage: drover agent preflight [--stop-leftovers DIR] [--lease FILE] [--lease-id ID] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",

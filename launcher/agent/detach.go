@@ -576,8 +576,8 @@ func ProcessFiles(id string, attempt int, name string) (state, log string) {
 	return dir + ".json", dir + ".log"
 }
 
-// RunRecord is what the supervisor of a detached run keeps in its
-// directory on every host (RunRecordFile): the run as a whole.
+// RunRecord is what the supervisor of a run (detached or not) keeps in
+// its directory on every host (RunRecordFile): the run as a whole.
 type RunRecord struct {
 	RunID    string   `json:"run_id"`
 	Job      string   `json:"job"`
@@ -593,6 +593,10 @@ type RunRecord struct {
 	Hosts             []string  `json:"hosts"`
 	Started           time.Time `json:"started"`
 	Updated           time.Time `json:"updated"`
+	// Foreground says the group runs under foreground agents (`drover
+	// run` without -d): they stop with its supervisor, so a run whose
+	// supervisor is gone is over, and no other drover adopts it.
+	Foreground bool `json:"foreground,omitempty"`
 }
 
 // ProcReport is one process as a host sees it now.

@@ -36,6 +36,11 @@ const (
 	// RunUnsupervised is never recorded: the views say it of a run whose
 	// record is not final but whose supervisor is gone.
 	RunUnsupervised RunState = "unsupervised"
+	// RunLost is never recorded either: the views say it of a foreground
+	// run whose record is not final but whose supervisor is gone (killed,
+	// or its machine lost). Its agents stop its group on their own, so it
+	// is over, though no one recorded how.
+	RunLost RunState = "lost"
 )
 
 // Final reports whether a run in s is over.

@@ -3,10 +3,12 @@
 // top, fanout) do it: a connection to one host (Conn: its transport,
 // file access, home and agent), the hosts' views of a workdir's runs
 // (ReadViews, through `drover agent runs`, each host within a deadline)
-// and the run they agree on (Agree), the run record written to
-// them (WriteRecord), this machine's list of the detached runs it
-// supervised (NoteLocally, LocalRuns), and what both read of a host's
-// network and GPUs (DiscoverIfaces, GPUPolicy).
+// and the run they agree on (Agree), the run record written to them
+// (WriteRecord) and `drover stop`'s request (WriteStopRequest,
+// ReadStopRequest), this machine's list of the runs it supervised and how
+// long `drover ps` keeps them (NoteLocally, LocalRuns, SelectRuns), and
+// what both read of a host's network and GPUs (DiscoverIfaces,
+// GPUPolicy).
 //
 // It sits below the run and the verbs so that neither imports the other:
 // what both need lives here, once, and data flows one way, from cmd/drover

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -68,4 +69,61 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// StopByFile, in a run's directory beside agent.StopFile, says who asked
+// for the stop. `drover stop` writes it first, so a supervisor that reads
+// the stop file finds it; a supervisor that does not know it reads the
+// stop file alone, as before.
+const StopByFile = "stop-by"
+
+// StopRequest is `drover stop` as the run's supervisor reads it from a
+// host: how (Abort: kill at once) and who asked (By, "" if unknown). It
+// is the error a stopped run ends with.
+type StopRequest struct {
+	Abort bool
+	By    string
+}
+
+func (s *StopRequest) Error() string {
+	if s.By == "" {
+		return "stopped by drover stop"
+	}
+	return "stopped by drover stop from " + s.By
+}
+
+// stopRequestLimit bounds what is read of a stop file: a file on a host
+// is the host's.
+const stopRequestLimit = 4096
+
+// WriteStopRequest asks run id's supervisor in workdir wd to stop (abort:
+// at once), saying who asks (by).
+func WriteStopRequest(fsys cluster.FS, wd, id string, abort bool, by string) error {
+	dir := path.Join(wd, agent.RunDir(id))
+	what := "stop"
+	if abort {
+		what = "abort"
+	}
+	if by != "" {
+		if err := WriteAtomic(fsys, dir, StopByFile, []byte(by+"\n")); err != nil {
+			return err
+		}
+	}
+	return WriteAtomic(fsys, dir, agent.StopFile, []byte(what+"\n"))
+}
+
+// ReadStopRequest reads run id's stop request in workdir wd (an error
+// when there is none). Who asked is returned as written: the caller
+// escapes it before it reaches a terminal.
+func ReadStopRequest(fsys cluster.FS, wd, id string) (*StopRequest, error) {
+	dir := path.Join(wd, agent.RunDir(id))
+	b, err := ReadSmall(fsys, path.Join(dir, agent.StopFile), stopRequestLimit)
+	if err != nil {
+		return nil, err
+	}
+	req := &StopRequest{Abort: strings.TrimSpace(string(b)) == "abort"}
+	if by, err := ReadSmall(fsys, path.Join(dir, StopByFile), stopRequestLimit); err == nil {
+		req.By = strings.TrimSpace(string(by))
+	}
+	return req, nil
 }

@@ -3,6 +3,7 @@ package hostio
 import (
 	"context"
 	"fmt"
+	"path"
 	"sync"
 	"time"
 
@@ -121,3 +122,22 @@ func (v *View) Runs(ctx context.Context) (*agent.HostReport, error) {
 // PidDir is where, in a workdir, the agents keep a pidfile per process
 // (`drover agent stop --pidfile`).
 const PidDir = ".drover/pids"
+
+// ForegroundLog is, relative to the workdir, where a foreground run's
+// agent keeps the whole log of process name in attempt n (a detached
+// run's is agent.ProcessFiles's, in the run's directory).
+func ForegroundLog(n int, name string) string {
+	return fmt.Sprintf(".drover/logs/attempt-%d/%s.log", n, name)
+}
+
+// ProcessLog is, in workdir wd, the log of process st of run id's attempt
+// n: where the state record says, when that is one of the two places a
+// run's agent writes it (a foreground or a detached run's), else the
+// detached run's. A host's record never points drover elsewhere.
+func ProcessLog(wd, id string, n int, st *agent.State) string {
+	_, detached := agent.ProcessFiles(id, n, st.Name)
+	if fg := path.Join(wd, ForegroundLog(n, st.Name)); path.Clean(st.Log) == fg {
+		return fg
+	}
+	return path.Join(wd, detached)
+}

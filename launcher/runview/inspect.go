@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
 	"path"
 	"sort"
 	"strings"
@@ -99,6 +101,9 @@ type RunStatus struct {
 	// the hosts agree on (not followed), Unreachable those not read.
 	Dissent     []string `json:"dissent,omitempty"`
 	Unreachable []string `json:"unreachable,omitempty"`
+	// Foreground says a foreground `drover run` supervises the run (its
+	// group stops with it), not a detached one.
+	Foreground bool `json:"foreground,omitempty"`
 }
 
 // SupervisorStatus is the run's supervisor as the hosts see it.
@@ -119,11 +124,11 @@ type ProcessStatus struct {
 	LastOutputAgeS float64         `json:"last_output_age_s"`
 }
 
-// ErrNoRun is a job that has no detached run on any reachable host.
-var ErrNoRun = errors.New("no detached run of this job found on its hosts")
+// ErrNoRun is a job that has no run on any reachable host.
+var ErrNoRun = errors.New("no run of this job found on its hosts")
 
-// Status reads the job's newest detached run from its hosts. It changes
-// nothing on them.
+// Status reads the job's newest run, detached or foreground, from its
+// hosts. It changes nothing on them.
 func Status(ctx context.Context, o InspectOptions) (*RunStatus, error) {
 	_, views, closeAll, err := inspect(ctx, o, false)
 	if err != nil {
@@ -157,7 +162,7 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 		return nil, ErrNoRun
 	}
 	st := &RunStatus{State: rec.State, RunID: rec.RunID, Attempt: rec.Attempt, Restarts: rec.Restarts, Checkpoint: rec.Checkpoint,
-		Supervisor: SupervisorStatus{Host: rec.SupervisorHost, PID: rec.SupervisorPid}, Processes: []ProcessStatus{}}
+		Supervisor: SupervisorStatus{Host: rec.SupervisorHost, PID: rec.SupervisorPid}, Processes: []ProcessStatus{}, Foreground: rec.Foreground}
 	for _, v := range views {
 		if v.Err != nil {
 			st.Unreachable = append(st.Unreachable, v.Host.Name)
@@ -173,10 +178,22 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 		}
 	}
 	sort.Slice(st.Processes, func(i, j int) bool { return st.Processes[i].Rank < st.Processes[j].Rank })
-	if !st.State.Final() && !st.Supervisor.Alive {
-		st.State = agent.RunUnsupervised
-	}
+	st.State = seenState(st.State, st.Supervisor.Alive, rec.Foreground)
+
 	return st, nil
+}
+
+// seenState is a run's state as the views show it: a record that is not
+// final with its supervisor gone is unsupervised (a detached run's group
+// runs on) or lost (a foreground run's agents stop its group).
+func seenState(recorded agent.RunState, supervised, foreground bool) agent.RunState {
+	switch {
+	case recorded.Final() || supervised:
+		return recorded
+	case foreground:
+		return agent.RunLost
+	}
+	return agent.RunUnsupervised
 }
 
 // processStatus is p's row: running only while its agent runs.
@@ -197,6 +214,9 @@ func RenderStatus(w io.Writer, st *RunStatus) {
 	alive := "gone"
 	if st.Supervisor.Alive {
 		alive = "alive"
+	}
+	if st.Foreground {
+		alive += ", foreground drover run"
 	}
 	fmt.Fprintf(w, "run %s: %s, attempt %d, %d restart(s)\n", st.RunID, st.State, st.Attempt, st.Restarts)
 	fmt.Fprintf(w, "supervisor: %s pid %d (%s)\n", st.Supervisor.Host, st.Supervisor.PID, alive)
@@ -222,13 +242,14 @@ func RenderStatus(w io.Writer, st *RunStatus) {
 // stopWaitPoll is how often `drover stop` reads the hosts while it waits.
 const stopWaitPoll = 500 * time.Millisecond
 
-// Stop stops the job's detached run (the one its hosts agree on) from any
-// machine: it asks the supervisor (a stop file in the run's directory on
-// every host), and stops through the agents what is still running when
-// the supervisor is gone or does not act within stop_grace. It returns
-// nil once no process of the run is left on any host; a host it could not
-// reach or ask is an error naming it (*StopError), after every other host
-// was stopped.
+// Stop stops the job's run (the one its hosts agree on), detached or
+// foreground, from any machine: it asks the supervisor (a stop file in the
+// run's directory on every host, with who asks: Requester; a foreground
+// drover ends as on Ctrl-C and says who stopped it), and stops through the
+// agents what is still running when the supervisor is gone or does not act
+// within stop_grace. It returns nil once no process of the run is left on
+// any host; a host it could not reach or ask is an error naming it
+// (*StopError), after every other host was stopped.
 func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) error {
 	cfg, views, closeAll, err := inspect(ctx, o, true)
 	if err != nil {
@@ -243,16 +264,17 @@ func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) e
 	for _, d := range ag.Dissent {
 		fmt.Fprintf(events, "%s, not the run the other hosts agree on (%s): not followed\n", d, st.RunID)
 	}
-	what := "stop"
-	if abort {
-		what = "abort"
-	}
+	by := Requester()
 	for _, v := range of(views, st.RunID) {
-		_ = writeFile(v.FS, path.Join(v.Workdir, agent.RunDir(st.RunID), agent.StopFile), what+"\n")
+		_ = hostio.WriteStopRequest(v.FS, v.Workdir, st.RunID, abort, by)
 	}
 	wait := hostWait(o.HostWait)
 	if st.Supervisor.Alive {
-		fmt.Fprintf(events, "asked the supervisor (%s pid %d) to stop run %s\n", st.Supervisor.Host, st.Supervisor.PID, st.RunID)
+		kind := ""
+		if st.Foreground {
+			kind = "foreground "
+		}
+		fmt.Fprintf(events, "asked the %ssupervisor (%s pid %d) to stop run %s\n", kind, st.Supervisor.Host, st.Supervisor.PID, st.RunID)
 		limit := cfg.Job.StopGrace + 5*time.Second
 		if abort {
 			limit = 10 * time.Second
@@ -270,6 +292,7 @@ func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) e
 	if err := stopError(views, st.RunID, left, unanswered); err != nil {
 		return err
 	}
+	hostio.MarkLocally(st.RunID, agent.RunStopped)
 	return ctx.Err()
 }
 
@@ -384,12 +407,21 @@ func markStopped(views []*hostio.View, id string) {
 	}
 }
 
-// writeFile writes text to p over fsys.
-func writeFile(fsys cluster.FS, p, text string) error {
-	w, err := fsys.Create(p)
-	if err != nil {
-		return err
+// Requester names who runs this `drover stop`, for the stopped run's
+// terminal: user@host, and the address of the SSH client this session
+// came from when there is one ("alice@laptop", "bob@login-1 (ssh from
+// 10.0.0.7)").
+func Requester() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	} else if n := os.Getenv("USER"); n != "" {
+		name = n
 	}
-	_, werr := io.WriteString(w, text)
-	return errors.Join(werr, w.Close())
+	host, _ := os.Hostname()
+	who := name + "@" + host
+	if f := strings.Fields(os.Getenv("SSH_CONNECTION")); len(f) > 0 {
+		who += " (ssh from " + f[0] + ")"
+	}
+	return who
 }

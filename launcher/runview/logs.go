@@ -136,12 +136,15 @@ func Logs(ctx context.Context, o InspectOptions, lo LogsOptions, w io.Writer) er
 				fmt.Fprintf(lo.Events, "%s run %s: %s, attempt %d, %d restart(s)\n", time.Now().Format("15:04:05.000"), next.RunID, next.State, next.Attempt, next.Restarts)
 				lastState = next.State
 			}
-			if err == nil && (next.Attempt != attempt || next.State.Final()) {
+			// A foreground run whose drover is gone (lost) is over too:
+			// its agents stop its group.
+			over := next != nil && (next.State.Final() || next.State == agent.RunLost)
+			if err == nil && (next.Attempt != attempt || over) {
 				for _, s := range srcs {
 					s.copy()
 				}
 				closeSources(srcs)
-				if next.State.Final() && next.Attempt == attempt {
+				if over && next.Attempt == attempt {
 					return nil
 				}
 				attempt = next.Attempt
@@ -291,8 +294,7 @@ func logSources(views []*hostio.View, id string, attempt int, lo LogsOptions, si
 			if len(lo.Ranks) > 0 && !slices.Contains(lo.Ranks, st.Rank) {
 				continue
 			}
-			_, log := agent.ProcessFiles(id, attempt, st.Name)
-			out = append(out, &logSource{v: v, name: st.Name, file: path.Join(v.Workdir, log),
+			out = append(out, &logSource{v: v, name: st.Name, file: hostio.ProcessLog(v.Workdir, id, attempt, &st),
 				out: logstream.NewPrefixWriter(sink, fmt.Sprintf("[%s@%s] ", st.Name, v.Host.Name))})
 		}
 	}
