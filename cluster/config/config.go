@@ -115,6 +115,7 @@ func load(jobPath string, opts LoadOptions, read readFunc) (*Config, error) {
 		cfg.Job = jobReader{w}.job(top, filepath.Dir(jobAbs))
 	}
 	cfg.Slurm = slurmReader{w}.slurm(top)
+	cfg.Sweep = sweepReader{w}.sweep(top)
 
 	// Find the file that holds the hosts.
 	var hw *walker

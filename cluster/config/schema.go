@@ -21,6 +21,7 @@ var topFields = []field{
 	{"inventory", `inventory = "fleet.toml"`},
 	{"slurm", "[slurm]"},
 	{"data", "[[data]]"},
+	{"sweep", "[sweep]"},
 }
 
 var inventoryTopFields = []field{

@@ -45,6 +45,8 @@ type Config struct {
 	// Data are the [[data]] tables, in file order: what drover stages
 	// onto every host (package launcher/stage).
 	Data []DataSet
+	// Sweep is the [sweep] table: drover sweep's defaults.
+	Sweep Sweep
 }
 
 // Job is the [job] table with defaults applied and paths made absolute

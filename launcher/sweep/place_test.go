@@ -1,0 +1,76 @@
+package sweep
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func fleet(n, gpus int) []HostGPUs {
+	var f []HostGPUs
+	for i := range n {
+		h := HostGPUs{Host: string(rune('a' + i))}
+		for g := range gpus {
+			h.GPUs = append(h.GPUs, g)
+		}
+		f = append(f, h)
+	}
+	return f
+}
+
+func TestPackPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		free []HostGPUs
+		n    int
+		want Placement
+		ok   bool
+	}{
+		{"first host", fleet(3, 2), 1, Placement{"a", []int{0}}, true},
+		{"fullest host that fits", []HostGPUs{{"a", []int{0, 1}}, {"b", []int{1}}}, 1, Placement{"b", []int{1}}, true},
+		{"only one fits two", []HostGPUs{{"a", []int{1}}, {"b", []int{0, 1}}}, 2, Placement{"b", []int{0, 1}}, true},
+		{"lowest indices", []HostGPUs{{"a", []int{3, 1, 2}}}, 2, Placement{"a", []int{1, 2}}, true},
+		{"none fits", []HostGPUs{{"a", []int{1}}, {"b", nil}}, 2, Placement{}, false},
+		{"no fleet", nil, 1, Placement{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok := Pack{}.Place(tc.free, tc.n)
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, p)
+		})
+	}
+}
+
+// TestLedgerPacksTwelveTrialsOnSixGPUs places one-GPU trials on 3 hosts
+// of 2 GPUs as the runner does: six run at once on six different GPUs, a
+// seventh waits until one ends and takes the GPU it freed.
+func TestLedgerPacksTwelveTrialsOnSixGPUs(t *testing.T) {
+	l := NewLedger(fleet(3, 2))
+	var placed []Placement
+	for i := range 6 {
+		p, ok := Pack{}.Place(l.Free(), 1)
+		require.True(t, ok, "trial %d", i)
+		require.NoError(t, l.Take(string(rune('0'+i)), p))
+		placed = append(placed, p)
+	}
+	assert.Equal(t, []Placement{{"a", []int{0}}, {"a", []int{1}}, {"b", []int{0}}, {"b", []int{1}}, {"c", []int{0}}, {"c", []int{1}}}, placed)
+	_, ok := Pack{}.Place(l.Free(), 1)
+	assert.False(t, ok, "all six held")
+	l.Release("3")
+	p, ok := Pack{}.Place(l.Free(), 1)
+	require.True(t, ok)
+	assert.Equal(t, Placement{"b", []int{1}}, p)
+	assert.EqualError(t, l.Take("x", Placement{"a", []int{1}}), "GPU 1 of a is held by trial 1; trial x cannot take it")
+	assert.Equal(t, "b:1", p.String())
+}
+
+func TestCheckFits(t *testing.T) {
+	require.NoError(t, CheckFits(fleet(3, 2), 2))
+	err := CheckFits(fleet(3, 2), 4)
+	var se *Error
+	require.True(t, errors.As(err, &se))
+	assert.Equal(t, "--gpus-per-trial: --gpus-per-trial 4 is more than any host has (the most is 2) (fix: ask for at most 2, or add a host with 4 GPUs)", err.Error())
+	assert.Error(t, CheckFits(fleet(1, 2), 0))
+}
