@@ -25,6 +25,9 @@ import (
 type planPhase struct {
 	phaseEnv
 	restarts int
+	// prevWorld is the world size of the last attempt that ran (0 before
+	// one did): a plan of another size tells the processes so.
+	prevWorld int
 	// fenced, findings and warn are the run's health state as the
 	// attempt reads it (healthState.fencedFor, attempt.findings, warn).
 	fenced   func(host string) (gpu.Finding, bool)
@@ -71,7 +74,7 @@ func (p *planPhase) planAttempt(ctx context.Context, conns []*attemptHost, cfg *
 	for _, c := range conns {
 		homes[c.host.Name] = c.home
 	}
-	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: p.restarts, HostHome: homes}
+	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: p.restarts, HostHome: homes, PrevWorldSize: p.prevWorld}
 	pl, err := plan.Build(in)
 	return in, pl, err
 }

@@ -321,12 +321,13 @@ func newPhases(a *attempt) phases {
 	env := phaseEnv{n: a.n, total: a.total, cfg: a.cfg, events: r.events}
 	ph := phases{
 		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
-			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents,
+			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents, left: r.left, full: func() *plan.Plan { return r.fullPlan },
+			fenced: func(h string) bool { _, bad := r.fencedFor(h); return bad },
 			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
 		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
-		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
+		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, prevWorld: r.lastWorld, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 	}
 	ph.check = &checkPhase{push: ph.push, ckpt: ph.ckpt, plan: ph.plan, preflight: ph.preflight}
