@@ -80,6 +80,10 @@ type attempt struct {
 	// leaseCheck, once the attempt failed, waits for the lease check
 	// that started at the failure (see supervisor.stop).
 	leaseCheck func() error
+	// regrow sends a host left out of the group that answers again after
+	// a new checkpoint (regrow = "checkpoint": connectPhase.watchRegrow);
+	// the supervisor then restarts the group to take it back.
+	regrow <-chan string
 }
 
 func (a *attempt) prefix() string { return attemptPrefix(a.n, a.total) }
@@ -356,6 +360,7 @@ const (
 	outcomeInterrupted = restart.Interrupted
 	outcomeFenced      = restart.Fenced
 	outcomeAdoptable   = restart.Adoptable
+	outcomeRegrow      = restart.Regrow
 )
 
 // attemptOutcome is how one attempt ended and why.

@@ -541,3 +541,53 @@ func (p *connectPhase) shrink(hosts []config.Host, conns []*hostConn, gone map[i
 		p.cfg.Job.HostWait, first, len(d.Keep), len(hosts), p.cfg.Job.MinHosts)
 	return kept, nil
 }
+
+// regrowEvery is how often regrow = "checkpoint" looks for a new
+// checkpoint; regrowDial bounds its dial of a host left out.
+const (
+	regrowEvery = time.Second
+	regrowDial  = 5 * time.Second
+)
+
+// watchRegrow is regrow = "checkpoint" while the group runs: each time
+// newest (the record's newest checkpoint) moves on, it dials the hosts
+// left out (not those the health gate keeps out), and sends the first
+// that answers, once; the run stops the group then and restarts it with
+// that host (restart.Regrow), rather than wait for a failure to grow.
+// Nothing to watch (no host left out, or another regrow) is a nil
+// channel. stop ends the watch before the attempt's connections close.
+func (p *connectPhase) watchRegrow(ctx context.Context, newest func() int) (back <-chan string, stop func()) {
+	var hosts []config.Host
+	for _, h := range p.cfg.Hosts {
+		if p.left[h.Name] && !p.fenced(h.Name) {
+			hosts = append(hosts, h)
+		}
+	}
+	if p.cfg.Job.Regrow != config.RegrowCheckpoint || len(hosts) == 0 {
+		return nil, func() {}
+	}
+	out := make(chan string, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	opts := p.dialOptions()
+	opts.ConnectTimeout = regrowDial
+	go func() {
+		defer close(done)
+		seen := newest()
+		for p.sleep(ctx, regrowEvery) == nil {
+			n := newest()
+			if n <= seen {
+				continue
+			}
+			seen = n
+			for _, h := range hosts {
+				if t, err := p.dial.dial(ctx, h, opts); err == nil {
+					t.Close()
+					out <- h.Name
+					return
+				}
+			}
+		}
+	}()
+	return out, func() { cancel(); <-done }
+}

@@ -242,7 +242,7 @@ func (s *supervisor) drainWorkers() {
 // wait watches the group until every started process has exited, and
 // returns how the attempt ended.
 func (s *supervisor) wait(ctx context.Context) attemptOutcome {
-	hard, abort := s.a.r.opts.Hard, s.a.r.abort
+	hard, abort, regrow := s.a.r.opts.Hard, s.a.r.abort, s.a.regrow
 	ctxDone := ctx.Done()
 	ping := time.NewTicker(heartbeatEvery)
 	defer ping.Stop()
@@ -290,6 +290,10 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		case <-hard:
 			hard = nil
 			s.kill("killing every process now")
+		case h := <-regrow:
+			regrow = nil
+			why := fmt.Sprintf("%s answers again and a new checkpoint is complete: restarting the group to take it back (regrow = \"checkpoint\")", h)
+			s.stop(attemptOutcome{kind: outcomeRegrow, exitCode: -1, err: errors.New(why)}, why)
 		case <-abort:
 			abort = nil
 			s.stop(interrupted(), "drover stop --abort")

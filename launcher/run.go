@@ -178,6 +178,9 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunRestarting })
 	delay := restart.Backoff(cfg.Job, b.Used())
+	if out.kind == outcomeRegrow {
+		delay = 0 // not a failure: nothing to back off from
+	}
 	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))
 	if err := r.sleep(ctx, delay); err != nil {
 		if lost := lostLease(ctx, nil); lost != nil {
@@ -302,7 +305,9 @@ func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan
 	a.progress.ran = true
 	a.noteMembership(pl)
 	stopWatch := a.ph.ckpt.watch(ctx, conns)
+	stopRegrow := a.watchRegrow(ctx)
 	out := a.supervise(ctx, conns, pl)
+	stopRegrow()
 	stopWatch()
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
 		a.ph.ckpt.checkProgress(ctx, conns)
@@ -312,6 +317,27 @@ func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan
 		a.r.pool.forgetPrepared()
 	}
 	return out
+}
+
+// watchRegrow starts regrow = "checkpoint"'s watch (connectPhase.watchRegrow)
+// over the run's checkpoint record, into a.regrow.
+func (a *attempt) watchRegrow(ctx context.Context) (stop func()) {
+	if a.cfg.Job.Regrow != config.RegrowCheckpoint {
+		return func() {}
+	}
+	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
+	if err != nil {
+		return func() {}
+	}
+	newest := func() int {
+		n := 0
+		for _, e := range rec.Entries() {
+			n = max(n, e.Seq)
+		}
+		return n
+	}
+	a.regrow, stop = a.ph.connect.watchRegrow(ctx, newest)
+	return stop
 }
 
 // newPhases makes a's phases: this is where the run's parts are handed to
