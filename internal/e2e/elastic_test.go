@@ -138,3 +138,60 @@ echo "done rank=$RANK"
 	assert.Contains(t, stderr, fleet.Hosts[2].Name+" rejoined the group: world size 4 -> 6")
 	assert.Contains(t, stderr, "attempt 3/3: job "+j.Name+" succeeded")
 }
+
+// Issue 41, sharded checkpoints across a world change: 3 hosts x 2 ranks
+// each write their own shard of step-60 (DCP's names; .metadata from rank
+// 0 once all six are written), and host 2 is cut once drover copied its
+// part to another host. The 4-rank attempt on the 2 hosts left resumes
+// with every one of the 6 shards readable on both hosts (the union drover
+// stages), and what each rank computes from them is what the 6 shards
+// hold.
+func TestRunShrinksWithShardedCheckpoint(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 3, Job: "procs_per_host = 2\nmin_hosts = 2\nhost_wait = \"3s\"\ncheckpoint_layout = \"sharded\"", Script: `
+echo "start rank=$RANK world=$WORLD_SIZE restart=$DROVER_RESTART_COUNT"
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then
+	d="$DROVER_CHECKPOINT_DIR/step-60"
+	mkdir -p "$d"
+	echo "$((RANK * 10 + 1))" > "$DROVER_CHECKPOINT_DIR/.shard-$RANK" && mv "$DROVER_CHECKPOINT_DIR/.shard-$RANK" "$d/__${RANK}_0.distcp"
+	if [ "$RANK" = 0 ]; then
+		while [ ! -e write-metadata ]; do sleep 0.2; done
+		echo meta > "$DROVER_CHECKPOINT_DIR/.meta" && mv "$DROVER_CHECKPOINT_DIR/.meta" "$d/.metadata"
+	fi
+	exec sleep 1000
+fi
+n=0; sum=0
+for f in "$DROVER_RESUME_FROM"/__*_0.distcp; do n=$((n + 1)); sum=$((sum + $(cat "$f"))); done
+echo "rank=$RANK world=$WORLD_SIZE changed=$DROVER_WORLD_CHANGED loaded $n shards sum=$sum from=${DROVER_RESUME_FROM##*/}"
+`})
+	d := startDrover(t, j)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@\S+\] start rank=\d world=6 restart=0$`), 6, 60*time.Second)
+	// Every shard is on its host before rank 0 writes the marker, as
+	// DCP's barrier makes sure.
+	for i := range 3 {
+		testenv.Wait(t, 20*time.Second, fmt.Sprintf("both shards on host %d", i), func() (bool, string) {
+			out, err := fleet.Exec(i, "sh", "-c", fmt.Sprintf("ls %s/%s/checkpoints/step-60", hostHome, j.Workdir))
+			return err == nil && strings.Count(string(out), ".distcp") == 2, string(out)
+		})
+	}
+	out, err := fleet.Exec(0, "touch", hostHome+"/"+j.Workdir+"/write-metadata")
+	require.NoError(t, err, "%s", out)
+	lost := fleet.Hosts[2].Name
+	testenv.Wait(t, 30*time.Second, lost+"'s part copied", func() (bool, string) {
+		return regexp.MustCompile(regexp.QuoteMeta(lost) + `'s part of checkpoint step-60 \(#1, [^)]*\) copied to \[\S+\]`).MatchString(d.stderr.String()), d.stderr.String()
+	})
+	require.NoError(t, fleet.Cut(2))
+	t.Cleanup(func() { assert.NoError(t, fleet.Heal(2)) })
+
+	require.Equal(t, 0, d.wait(t, 90*time.Second), "stderr:\n%s", d.stderr.String())
+	loaded := regexp.MustCompile(`(?m)^\[worker-\d@(\S+)\] rank=(\d) world=(\d) changed=(\d) loaded (\d+) shards sum=(\d+) from=(\S+)$`).FindAllStringSubmatch(d.stdout.String(), -1)
+	require.Len(t, loaded, 4, "stdout:\n%s", d.stdout.String())
+	for _, m := range loaded {
+		assert.NotEqual(t, lost, m[1])
+		// 1 + 11 + 21 + 31 + 41 + 51
+		assert.Equal(t, []string{"4", "1", "6", "156", "step-60"}, m[3:], "rank %s on %s", m[2], m[1])
+	}
+	stderr := d.stderr.String()
+	assert.Contains(t, stderr, "going on without "+lost)
+	assert.Regexp(t, `resuming from sharded checkpoint step-60 \(#1, seen \S+, parts of [^)]*`+regexp.QuoteMeta(lost)+`[^)]*\): .*staged .*`+regexp.QuoteMeta(lost)+`'s part onto `, stderr)
+}
