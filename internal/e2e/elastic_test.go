@@ -195,3 +195,30 @@ echo "rank=$RANK world=$WORLD_SIZE changed=$DROVER_WORLD_CHANGED loaded $n shard
 	assert.Contains(t, stderr, "going on without "+lost)
 	assert.Regexp(t, `resuming from sharded checkpoint step-60 \(#1, seen \S+, parts of [^)]*`+regexp.QuoteMeta(lost)+`[^)]*\): .*staged .*`+regexp.QuoteMeta(lost)+`'s part onto `, stderr)
 }
+
+// Issue 41, TensorFlow: a chief and 3 workers, one task a host; the
+// host of worker 2 is lost with min_hosts = 3 and no spare: the job goes
+// on with the chief and 2 workers, TF_CONFIG naming only them.
+func TestRunTensorFlowShrinksWorkers(t *testing.T) {
+	fleettest.Need(t, fleet)
+	require.GreaterOrEqual(t, len(fleet.ClusterHosts()), 4)
+	j := newFleetJob(t, jobSpec{Hosts: 4, Job: "framework = \"tensorflow\"\nmin_hosts = 3\nhost_wait = \"3s\"\n\n[job.roles]\nchief = 1\nworker = 3", Script: `
+echo "task=$DROVER_ROLE-$DROVER_INDEX restart=$DROVER_RESTART_COUNT changed=[$DROVER_WORLD_CHANGED] prev=[$DROVER_PREV_WORLD_SIZE] tf=$TF_CONFIG"
+if [ "$DROVER_RESTART_COUNT" = 0 ]; then exec sleep 1000; fi
+`})
+	d := startDrover(t, j)
+	d.waitLines(t, regexp.MustCompile(`(?m)^\[\S+\] task=\S+ restart=0 `), 4, 60*time.Second)
+	require.NoError(t, fleet.Cut(3))
+	t.Cleanup(func() { assert.NoError(t, fleet.Heal(3)) })
+	require.Equal(t, 0, d.wait(t, 90*time.Second), "stderr:\n%s", d.stderr.String())
+	second := regexp.MustCompile(`(?m)^\[(\S+)@(\S+)\] task=(\S+) restart=1 changed=\[1\] prev=\[4\] tf=(.*)$`).FindAllStringSubmatch(d.stdout.String(), -1)
+	require.Len(t, second, 3, "stdout:\n%s", d.stdout.String())
+	var tasks []string
+	for _, m := range second {
+		tasks = append(tasks, m[3]+"@"+m[2])
+		assert.Contains(t, m[4], `"worker":["`+fleet.Hosts[1].Addr+`:2222","`+fleet.Hosts[2].Addr+`:2222"]`)
+		assert.NotContains(t, m[4], fleet.Hosts[3].Addr)
+	}
+	assert.ElementsMatch(t, []string{"chief-0@" + fleet.Hosts[0].Name, "worker-0@" + fleet.Hosts[1].Name, "worker-1@" + fleet.Hosts[2].Name}, tasks)
+	assert.Contains(t, d.stderr.String(), fleet.Hosts[3].Name+" left out of the group: world size 4 -> 3")
+}
