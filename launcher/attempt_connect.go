@@ -55,6 +55,7 @@ func (p *connectPhase) name() string { return "connect" }
 func (p *connectPhase) cleanup() {}
 
 func (p *connectPhase) run(ctx context.Context, st *attemptState) error {
+	p.forgetGone(st.hosts)
 	pooled, err := p.connect(ctx, p.withoutFenced(st.hosts))
 	if err == nil {
 		pooled, err = p.netPreflight(ctx, pooled) // a slow host without a spare is final too
@@ -474,6 +475,16 @@ func (p *connectPhase) boundedDials(lost map[string]bool) map[string]bool {
 		out[h] = true
 	}
 	return out
+}
+
+// forgetGone forgets the hosts left out that are no longer among hosts
+// (the inventory was edited): the group no longer counts them as left out.
+func (p *connectPhase) forgetGone(hosts []config.Host) {
+	for h := range p.left {
+		if !slices.ContainsFunc(hosts, func(c config.Host) bool { return c.Name == h }) {
+			delete(p.left, h)
+		}
+	}
 }
 
 // withoutFenced are hosts less those left out because the health gate

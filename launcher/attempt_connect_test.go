@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -174,4 +175,67 @@ func hostNames(hosts []config.Host) []string {
 		out = append(out, h.Name)
 	}
 	return out
+}
+
+// Issue 41, regrow = "checkpoint": the hosts left out are dialled only
+// when a new checkpoint appears, the first that answers is sent once, and
+// a host the health gate keeps out is never dialled.
+func TestWatchRegrow(t *testing.T) {
+	cfg := &config.Config{Job: config.Job{Regrow: config.RegrowCheckpoint},
+		Hosts: []config.Host{localHost("a", false), localHost("b", false), localHost("c", false)}}
+	var buf bytes.Buffer
+	down := fmt.Errorf("connect to c: %w", &cluster.UnreachableError{Err: errors.New("i/o timeout")})
+	d := &fakeDialer{down: map[string]error{"c": down}}
+	p := newTestConnect(cfg, d, newConnPool(), &buf)
+	p.left["b"], p.left["c"] = true, true
+	p.fenced = func(h string) bool { return h == "b" }
+	var mu sync.Mutex
+	seq := 3
+	newest := func() int { mu.Lock(); defer mu.Unlock(); return seq }
+	setSeq := func(n int) { mu.Lock(); seq = n; mu.Unlock() }
+	dials := func() int { d.mu.Lock(); defer d.mu.Unlock(); return d.dials["c"] + d.dials["b"] }
+	ticks := make(chan struct{})
+	p.clock.sleep = func(ctx context.Context, _ time.Duration) error {
+		select {
+		case ticks <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	back, stop := p.watchRegrow(context.Background(), newest)
+	defer stop()
+	tick := func() { <-ticks }
+	tick()
+	tick() // the first tick's look is done once the second is taken
+	assert.Zero(t, dials(), "no new checkpoint: nothing dialled")
+	setSeq(4)
+	tick()
+	tick()
+	assert.Equal(t, 1, d.dials["c"], "a new checkpoint: the host left out dialled once")
+	assert.Zero(t, d.dials["b"], "a host the health gate keeps out is not dialled")
+	d.mu.Lock()
+	delete(d.down, "c")
+	d.mu.Unlock()
+	tick()
+	tick()
+	assert.Equal(t, 1, d.dials["c"], "it answers now, but no newer checkpoint: not dialled")
+	setSeq(5)
+	tick()
+	assert.Equal(t, "c", testRecv(t, back))
+
+	none, stopNone := (&connectPhase{phaseEnv: p.phaseEnv, left: map[string]bool{}}).watchRegrow(context.Background(), newest)
+	stopNone()
+	assert.Nil(t, none, "no host left out: nothing to watch")
+}
+
+func testRecv(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing sent within 10 s")
+		return ""
+	}
 }
