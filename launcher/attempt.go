@@ -17,6 +17,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/elastic"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
@@ -91,6 +92,10 @@ type attempt struct {
 	// started is when the attempt began (runner.now): the causes of its
 	// processes are the ones after it.
 	started time.Time
+	// regrow sends a host left out of the group that answers again after
+	// a new checkpoint (regrow = "checkpoint": connectPhase.watchRegrow);
+	// the supervisor then restarts the group to take it back.
+	regrow <-chan string
 }
 
 func (a *attempt) prefix() string { return attemptPrefix(a.n, a.total) }
@@ -183,7 +188,12 @@ func (a *attempt) keepOut(ue *UnhealthyError) attemptOutcome {
 		a.r.fence(f.Host, f)
 		spare, ok := a.standIn(f.Host)
 		if !ok {
-			err := fmt.Errorf("%w; health = \"enforce\" keeps %s out and no spare host is left: fix the GPU, add a host with spare = true, or set health = \"warn\" to train on it anyway",
+			lerr := a.leaveOut(f.Host)
+			if lerr == nil {
+				a.r.events.printf("%s: %s kept out (GPU health: %s %s) and no spare host is left: going on without it (min_hosts = %d)", a.prefix(), f.Host, f.GPU, f.What, a.cfg.Job.MinHosts)
+				continue
+			}
+			err := fmt.Errorf("%w; health = \"enforce\" keeps %s out and no spare host is left: fix the GPU, add a host with spare = true, set min_hosts to train on without it, or set health = \"warn\" to train on it anyway",
 				ue, f.Host)
 			a.r.events.printf("%s: %v", a.prefix(), err)
 			return attemptOutcome{kind: outcomeSetupFailed, err: err, exitCode: -1, permanent: true}
@@ -193,6 +203,29 @@ func (a *attempt) keepOut(ue *UnhealthyError) attemptOutcome {
 			Message: fmt.Sprintf("%s kept out (GPU health: %s %s); replaced by spare %s", f.Host, f.GPU, f.What, spare)})
 	}
 	return attemptOutcome{kind: outcomeFenced, exitCode: -1, err: ue}
+}
+
+// leaveOut leaves host, which the health gate keeps out and no spare can
+// stand in for, out of the group for the rest of the run when min_hosts
+// lets the others go on without it (elastic.Decide); else why not.
+func (a *attempt) leaveOut(host string) error {
+	hosts, err := a.r.replaced.participants(a.cfg)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, h := range hosts {
+		if !a.r.left[h.Name] {
+			names = append(names, h.Name)
+		}
+	}
+	_, err = elastic.Decide(elastic.Input{Hosts: names, Lost: []string{host}, MinHosts: a.cfg.Job.MinHosts,
+		Pinned: elastic.PinnedFor(a.cfg.Job.Framework, a.r.fullPlan, names)})
+	if err != nil {
+		return err
+	}
+	a.r.left[host] = true
+	return nil
 }
 
 // standIn makes the first free spare stand in for host (a participant,
@@ -223,8 +256,9 @@ func (a *attempt) freeSpare() (config.Host, bool) {
 }
 
 // noteMembership says which hosts left (or joined) the inventory since the
-// last attempt that ran, and what that did to the world size: an edit of
-// the inventory between attempts silently changed the job's size before.
+// last attempt that ran, which were left out of the group or rejoined it
+// (min_hosts), and what that did to the world size: an edit of the
+// inventory between attempts silently changed the job's size before.
 func (a *attempt) noteMembership(pl *plan.Plan) {
 	inv := map[string]bool{}
 	for _, h := range a.cfg.Hosts {
@@ -234,30 +268,40 @@ func (a *attempt) noteMembership(pl *plan.Plan) {
 	for _, h := range pl.Hosts {
 		names = append(names, h.Name)
 	}
-	prev := a.r.lastHosts
-	if prev != nil {
-		var left, joined []string
+	world := pl.WorldSize()
+	if prev := a.r.lastHosts; prev != nil {
+		var left, joined, out, back []string
 		for _, h := range prev {
-			if !inv[h] {
+			switch {
+			case !inv[h]:
 				left = append(left, h)
+			case !slices.Contains(names, h) && a.r.left[h]:
+				out = append(out, h)
 			}
 		}
 		spares := slices.Collect(maps.Values(a.r.replaced))
 		for _, h := range names {
-			if !slices.Contains(prev, h) && !slices.Contains(spares, h) {
+			switch {
+			case slices.Contains(prev, h) || slices.Contains(spares, h):
+			case a.r.lastInv[h]:
+				back = append(back, h)
+			default:
 				joined = append(joined, h)
 			}
 		}
 		for _, c := range []struct {
 			hosts []string
 			what  string
-		}{{left, "left"}, {joined, "joined"}} {
+		}{{left, "left the inventory"}, {joined, "joined the inventory"}, {out, "left out of the group"}, {back, "rejoined the group"}} {
 			if len(c.hosts) > 0 {
-				a.r.events.printf("%s: %s %s the inventory: world size %d -> %d", a.prefix(), strings.Join(c.hosts, ", "), c.what, a.r.lastWorld, len(pl.Processes))
+				a.r.events.printf("%s: %s %s: world size %d -> %d", a.prefix(), strings.Join(c.hosts, ", "), c.what, a.r.lastWorld, world)
 			}
 		}
 	}
-	a.r.lastHosts, a.r.lastWorld = names, len(pl.Processes)
+	a.r.lastHosts, a.r.lastWorld, a.r.lastInv = names, world, inv
+	if len(a.r.left) == 0 {
+		a.r.fullPlan = pl
+	}
 }
 
 // checkPhase pushes the code and stages the newest checkpoint while the
@@ -346,6 +390,7 @@ const (
 	outcomeInterrupted = restart.Interrupted
 	outcomeFenced      = restart.Fenced
 	outcomeAdoptable   = restart.Adoptable
+	outcomeRegrow      = restart.Regrow
 )
 
 // attemptOutcome is how one attempt ended and why.

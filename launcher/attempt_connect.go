@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/elastic"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/netcheck"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // The connect phase of an attempt (see attempt): every host dialled, or
@@ -36,6 +40,14 @@ type connectPhase struct {
 	// reload re-reads the job and inventory while a host is waited for.
 	reload func() (*config.Config, error)
 	agents agentsFunc
+	// left is the run's hosts left out of the group (min_hosts): lost
+	// with no spare after host_wait; full is the last plan that ran on
+	// every host (nil before one ran), which says what each host runs.
+	left map[string]bool
+	full func() *plan.Plan
+	// fenced says whether the health gate keeps a host out for the rest
+	// of the run: one left out for that is not dialled again.
+	fenced func(host string) bool
 }
 
 func (p *connectPhase) name() string { return "connect" }
@@ -43,7 +55,8 @@ func (p *connectPhase) name() string { return "connect" }
 func (p *connectPhase) cleanup() {}
 
 func (p *connectPhase) run(ctx context.Context, st *attemptState) error {
-	pooled, err := p.connect(ctx, st.hosts)
+	p.forgetGone(st.hosts)
+	pooled, err := p.connect(ctx, p.withoutFenced(st.hosts))
 	if err == nil {
 		pooled, err = p.netPreflight(ctx, pooled) // a slow host without a spare is final too
 	}
@@ -51,6 +64,11 @@ func (p *connectPhase) run(ctx context.Context, st *attemptState) error {
 		return err
 	}
 	st.pooled, st.cfg = pooled, configFor(p.cfg, pooled)
+	if out := p.leftOut(st.hosts); len(out) > 0 {
+		// A fixed TensorFlow worker count is lowered by the workers
+		// of the hosts left out, so that the plan fits the rest.
+		st.cfg = elastic.Config(st.cfg, p.full(), out)
+	}
 	return nil
 }
 
@@ -71,10 +89,12 @@ func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hos
 	p.pool.closeHosts(lost)
 	conns := p.pool.reuse(ctx, hosts)
 	deadline := p.now().Add(p.cfg.Job.HostWait) // host_wait counts from the first dial
-	errs := p.dialMissing(ctx, hosts, conns, opts, lost)
+	errs := p.dialMissing(ctx, hosts, conns, opts, p.boundedDials(lost))
+	gone := map[int]error{} // lost with no spare: the group may shrink (min_hosts)
 	for i, h := range hosts {
 		err := errs[i]
 		if err == nil {
+			p.rejoin(h)
 			continue
 		}
 		if p.n == 1 {
@@ -86,10 +106,16 @@ func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hos
 			}
 		}
 		never := neverConnected(err) && !p.pool.wasReached(h.Name)
-		if never {
+		switch {
+		case never:
 			err = p.neverReached(h, err)
-		} else if conns[i], err = p.waitFor(ctx, h, err, deadline, opts); err == nil {
-			continue
+		case p.left[h.Name] && isUnreachable(err):
+			// Waited for host_wait when it was left out: a restart of
+			// the smaller group does not wait for it again.
+		default:
+			if conns[i], err = p.waitFor(ctx, h, err, deadline, opts); err == nil {
+				continue
+			}
 		}
 		if !isUnreachable(err) {
 			return nil, err
@@ -98,6 +124,10 @@ func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hos
 			return nil, err
 		}
 		spare, t, serr := p.takeSpare(ctx, hosts, opts)
+		if serr != nil && !never && p.cfg.Job.MinHosts > 0 {
+			gone[i] = fmt.Errorf("%w; %v", err, serr)
+			continue
+		}
 		if serr != nil {
 			return nil, fmt.Errorf("%w; %v", err, serr)
 		}
@@ -113,6 +143,10 @@ func (p *connectPhase) connect(ctx context.Context, hosts []config.Host) ([]*hos
 		spare.Spare = false
 		conns[i] = &hostConn{host: spare, t: t}
 		p.pool.add(conns[i])
+	}
+	conns, err := p.shrink(hosts, conns, gone)
+	if err != nil {
+		return nil, err
 	}
 	p.pool.keepOnly(hostsIn(conns))
 	return conns, nil
@@ -424,4 +458,147 @@ func (p *connectPhase) swapOut(ctx context.Context, conns []*hostConn, ne *netch
 		p.pool.keepOnly(append(inUse[:i:i], append([]config.Host{spare}, inUse[i+1:]...)...))
 	}
 	return nil
+}
+
+// The group's size across attempts (min_hosts): hosts lost with no spare
+// left out while at least min_hosts remain (elastic.Decide), and back in
+// once they answer.
+
+// boundedDials are the hosts whose first dial is bounded by host_wait
+// (dialFirst): those lost in the last attempt and those left out.
+func (p *connectPhase) boundedDials(lost map[string]bool) map[string]bool {
+	out := maps.Clone(lost)
+	if out == nil {
+		out = map[string]bool{}
+	}
+	for h := range p.left {
+		out[h] = true
+	}
+	return out
+}
+
+// forgetGone forgets the hosts left out that are no longer among hosts
+// (the inventory was edited): the group no longer counts them as left out.
+func (p *connectPhase) forgetGone(hosts []config.Host) {
+	for h := range p.left {
+		if !slices.ContainsFunc(hosts, func(c config.Host) bool { return c.Name == h }) {
+			delete(p.left, h)
+		}
+	}
+}
+
+// withoutFenced are hosts less those left out because the health gate
+// keeps them out (attempt.keepOut): they do not rejoin.
+func (p *connectPhase) withoutFenced(hosts []config.Host) []config.Host {
+	return slices.DeleteFunc(slices.Clone(hosts), func(h config.Host) bool { return p.left[h.Name] && p.fenced(h.Name) })
+}
+
+// rejoin takes h, which answered, back into the group if it was left out.
+func (p *connectPhase) rejoin(h config.Host) {
+	if !p.left[h.Name] {
+		return
+	}
+	delete(p.left, h.Name)
+	p.events.printf("%s: %s (%s) answers again: it rejoins the group, which is planned afresh on every host it has", p.prefix(), h.Name, h.Address)
+}
+
+// leftOut are the hosts of hosts that are left out of the group.
+func (p *connectPhase) leftOut(hosts []config.Host) []string {
+	var out []string
+	for _, h := range hosts {
+		if p.left[h.Name] {
+			out = append(out, h.Name)
+		}
+	}
+	return out
+}
+
+// shrink leaves the hosts of gone (index in hosts -> why it is gone:
+// unreachable for host_wait, no spare) out of conns when elastic.Decide
+// lets the group go on without them, and says so; else the first one's
+// error with why the group cannot go on.
+func (p *connectPhase) shrink(hosts []config.Host, conns []*hostConn, gone map[int]error) ([]*hostConn, error) {
+	if len(gone) == 0 {
+		return conns, nil
+	}
+	names := make([]string, len(hosts))
+	var lost []string
+	var first error
+	for i, h := range hosts {
+		names[i] = h.Name
+		if e, ok := gone[i]; ok {
+			lost = append(lost, h.Name)
+			if first == nil {
+				first = e
+			}
+		}
+	}
+	pinned := elastic.PinnedFor(p.cfg.Job.Framework, p.full(), names)
+	d, err := elastic.Decide(elastic.Input{Hosts: names, Lost: lost, MinHosts: p.cfg.Job.MinHosts, Pinned: pinned})
+	if err != nil {
+		return nil, fmt.Errorf("%w; %w", first, err)
+	}
+	kept := conns[:0:0]
+	for i, c := range conns {
+		if _, out := gone[i]; !out {
+			kept = append(kept, c)
+		}
+	}
+	for _, h := range d.Drop {
+		p.left[h] = true
+	}
+	p.events.printf("%s: going on without %s (unreachable for host_wait %s and no spare left: %v): %d of %d hosts, min_hosts = %d; "+
+		"the group is planned afresh on them and resumes from the newest checkpoint", p.prefix(), strings.Join(d.Drop, ", "),
+		p.cfg.Job.HostWait, first, len(d.Keep), len(hosts), p.cfg.Job.MinHosts)
+	return kept, nil
+}
+
+// regrowEvery is how often regrow = "checkpoint" looks for a new
+// checkpoint; regrowDial bounds its dial of a host left out.
+const (
+	regrowEvery = time.Second
+	regrowDial  = 5 * time.Second
+)
+
+// watchRegrow is regrow = "checkpoint" while the group runs: each time
+// newest (the record's newest checkpoint) moves on, it dials the hosts
+// left out (not those the health gate keeps out), and sends the first
+// that answers, once; the run stops the group then and restarts it with
+// that host (restart.Regrow), rather than wait for a failure to grow.
+// Nothing to watch (no host left out, or another regrow) is a nil
+// channel. stop ends the watch before the attempt's connections close.
+func (p *connectPhase) watchRegrow(ctx context.Context, newest func() int) (back <-chan string, stop func()) {
+	var hosts []config.Host
+	for _, h := range p.cfg.Hosts {
+		if p.left[h.Name] && !p.fenced(h.Name) {
+			hosts = append(hosts, h)
+		}
+	}
+	if p.cfg.Job.Regrow != config.RegrowCheckpoint || len(hosts) == 0 {
+		return nil, func() {}
+	}
+	out := make(chan string, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	opts := p.dialOptions()
+	opts.ConnectTimeout = regrowDial
+	go func() {
+		defer close(done)
+		seen := newest()
+		for p.sleep(ctx, regrowEvery) == nil {
+			n := newest()
+			if n <= seen {
+				continue
+			}
+			seen = n
+			for _, h := range hosts {
+				if t, err := p.dial.dial(ctx, h, opts); err == nil {
+					t.Close()
+					out <- h.Name
+					return
+				}
+			}
+		}
+	}()
+	return out, func() { cancel(); <-done }
 }

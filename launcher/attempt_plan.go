@@ -27,6 +27,9 @@ type planPhase struct {
 	restarts int
 	// runID is the run's id (DROVER_RUN_ID): the same in every attempt.
 	runID string
+	// prevWorld is the world size of the last attempt that ran (0 before
+	// one did): a plan of another size tells the processes so.
+	prevWorld int
 	// fenced, findings and warn are the run's health state as the
 	// attempt reads it (healthState.fencedFor, attempt.findings, warn).
 	fenced   func(host string) (gpu.Finding, bool)
@@ -74,7 +77,7 @@ func (p *planPhase) planAttempt(ctx context.Context, conns []*attemptHost, cfg *
 		homes[c.host.Name] = c.home
 	}
 	in := plan.PlanInput{Config: cfg, GPUs: gpus, RestartCount: p.restarts, HostHome: homes,
-		RunID: p.runID, Attempt: p.n}
+		RunID: p.runID, Attempt: p.n, PrevWorldSize: p.prevWorld}
 	pl, err := plan.Build(in)
 	return in, pl, err
 }

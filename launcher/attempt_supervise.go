@@ -286,7 +286,7 @@ func (s *supervisor) drainWorkers() {
 // wait watches the group until every started process has exited, and
 // returns how the attempt ended.
 func (s *supervisor) wait(ctx context.Context) attemptOutcome {
-	hard, abort := s.a.r.opts.Hard, s.a.r.abort
+	hard, abort, regrow := s.a.r.opts.Hard, s.a.r.abort, s.a.regrow
 	ctxDone := ctx.Done()
 	ping := time.NewTicker(heartbeatEvery)
 	defer ping.Stop()
@@ -334,6 +334,9 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		case <-hard:
 			hard = nil
 			s.kill("killing every process now")
+		case h := <-regrow:
+			regrow = nil
+			s.stop(regrowOutcome(h))
 		case <-abort:
 			abort = nil
 			s.stop(interrupted(), "drover stop --abort")
@@ -380,4 +383,11 @@ func (s *supervisor) checkPaused() {
 	reason := fmt.Sprintf("controller stopped sending heartbeats for %s (drover was suspended, e.g. by Ctrl-Z, or starved); the agents stop their groups after %s",
 		gap.Round(time.Second), heartbeatTimeout)
 	s.stop(attemptOutcome{kind: outcomeHostLost, err: errors.New(reason), exitCode: -1}, reason)
+}
+
+// regrowOutcome ends an attempt to take host back into the group
+// (regrow = "checkpoint"), and says why.
+func regrowOutcome(host string) (attemptOutcome, string) {
+	why := fmt.Sprintf("%s answers again and a new checkpoint is complete: restarting the group to take it back (regrow = \"checkpoint\")", host)
+	return attemptOutcome{kind: outcomeRegrow, exitCode: -1, err: errors.New(why)}, why
 }

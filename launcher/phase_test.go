@@ -25,6 +25,7 @@ import (
 	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
+	"github.com/droverhq/drover/launcher/plan"
 )
 
 // TestMain doubles as drover's agent (as launcher/agent/remote's tests
@@ -99,7 +100,8 @@ func testEnv(cfg *config.Config, buf *bytes.Buffer) phaseEnv {
 func newTestConnect(cfg *config.Config, d dialer, pool *connPool, buf *bytes.Buffer) *connectPhase {
 	return &connectPhase{phaseEnv: testEnv(cfg, buf), clock: clock{now: time.Now, sleep: hostio.Sleep}, dial: d, pool: pool,
 		lost: func() map[string]bool { return nil }, replaced: map[string]string{}, agents: nil,
-		reload: func() (*config.Config, error) { return cfg, nil }}
+		reload: func() (*config.Config, error) { return cfg, nil }, left: map[string]bool{}, full: func() *plan.Plan { return nil },
+		fenced: func(string) bool { return false }}
 }
 
 func localHost(name string, spare bool) config.Host {

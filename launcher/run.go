@@ -186,6 +186,9 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunRestarting })
 	delay := restart.Backoff(cfg.Job, b.Used())
+	if out.kind == outcomeRegrow {
+		delay = 0 // not a failure: nothing to back off from
+	}
 	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))
 	a.notifyRestart(out, delay)
 	if err := r.sleep(ctx, delay); err != nil {
@@ -365,7 +368,9 @@ func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan
 	a.progress.ran = true
 	a.noteMembership(pl)
 	stopWatch := a.ph.ckpt.watch(ctx, conns)
+	stopRegrow := a.watchRegrow(ctx)
 	out := a.supervise(ctx, conns, pl)
+	stopRegrow()
 	stopWatch()
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
 		a.ph.ckpt.checkProgress(ctx, conns)
@@ -377,6 +382,27 @@ func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan
 	return out
 }
 
+// watchRegrow starts regrow = "checkpoint"'s watch (connectPhase.watchRegrow)
+// over the run's checkpoint record, into a.regrow.
+func (a *attempt) watchRegrow(ctx context.Context) (stop func()) {
+	if a.cfg.Job.Regrow != config.RegrowCheckpoint {
+		return func() {}
+	}
+	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
+	if err != nil {
+		return func() {}
+	}
+	newest := func() int {
+		n := 0
+		for _, e := range rec.Entries() {
+			n = max(n, e.Seq)
+		}
+		return n
+	}
+	a.regrow, stop = a.ph.connect.watchRegrow(ctx, newest)
+	return stop
+}
+
 // newPhases makes a's phases: this is where the run's parts are handed to
 // each phase, so that no phase holds the runner.
 func newPhases(a *attempt) phases {
@@ -384,13 +410,14 @@ func newPhases(a *attempt) phases {
 	env := phaseEnv{n: a.n, total: a.total, cfg: a.cfg, events: r.events}
 	ph := phases{
 		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
-			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents,
+			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents, left: r.left, full: func() *plan.Plan { return r.fullPlan },
+			fenced: func(h string) bool { _, bad := r.fencedFor(h); return bad },
 			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
 		setup:     &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
 		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
-		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
+		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, prevWorld: r.lastWorld, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 		data:      &dataPhase{phaseEnv: env, staged: &r.dataStaged},
 	}

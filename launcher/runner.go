@@ -59,6 +59,12 @@ type runner struct {
 	// attempt that got as far as its plan (see noteMembership).
 	lastHosts []string
 	lastWorld int
+	// left are the hosts left out of the group (min_hosts: see
+	// connectPhase.shrink); fullPlan is the last plan that ran with
+	// none left out, and lastInv the inventory's hosts then.
+	left     map[string]bool
+	fullPlan *plan.Plan
+	lastInv  map[string]bool
 	// logFail: a failing local log disk is reported once per run.
 	logFail *logFailure
 	// setUp names the hosts this run set up (setupPhase).
@@ -70,7 +76,7 @@ type runner struct {
 }
 
 func newRunner(opts RunOptions) *runner {
-	r := &runner{opts: opts, table: procTable{procs: map[string]*ProcSummary{}}, replaced: replacements{}, pool: newConnPool()}
+	r := &runner{opts: opts, table: procTable{procs: map[string]*ProcSummary{}}, replaced: replacements{}, pool: newConnPool(), left: map[string]bool{}}
 	found := make(chan remote.Agents, 1)
 	go func() { found <- remote.FindAgents(opts.AgentBinary) }()
 	r.agents = sync.OnceValue(func() remote.Agents { return <-found })

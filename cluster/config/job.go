@@ -178,6 +178,12 @@ func (w jobReader) recovery(t tbl, j *Job) {
 	if n, ok := w.count(t, "max_host_failures"); ok {
 		j.MaxHostFailures = n
 	}
+	if n, ok := w.integer(t, "min_hosts", 1, 1<<20, "at least 1"); ok {
+		j.MinHosts = n
+	}
+	if s, ok := w.enum(t, "regrow", string(RegrowRestart), string(RegrowCheckpoint)); ok {
+		j.Regrow = Regrow(s)
+	}
 	if n, ok := w.count(t, "max_restarts_without_progress"); ok {
 		j.MaxRestartsWithoutProgress = n
 	}

@@ -143,6 +143,14 @@ type Job struct {
 	// MaxHostFailures bounds the restarts caused by lost hosts and hangs,
 	// which do not count against MaxRestarts (default 3 x MaxRestarts).
 	MaxHostFailures int
+	// MinHosts is the fewest hosts the group may shrink to when a host is
+	// lost and no spare takes its place within HostWait (min_hosts); 0,
+	// the default, is every host: no shrinking.
+	MinHosts int
+	// Regrow says when a host that answers again rejoins a shrunk group:
+	// at the next restart ("", the default, or RegrowRestart), or also
+	// right after the next new checkpoint (RegrowCheckpoint).
+	Regrow Regrow
 	// MaxRestartsWithoutProgress stops the run after this many restarts
 	// in a row that resumed from a checkpoint and failed before a newer
 	// one appeared (a crash loop no restart fixes); 0 turns it off.
@@ -210,6 +218,15 @@ const (
 	SuccessAllWorkers SuccessPolicy = "all-workers"
 	// SuccessChief: the chief (or worker 0 without one) exited 0.
 	SuccessChief SuccessPolicy = "chief"
+)
+
+// Regrow is when a host that answers again rejoins a shrunk group.
+type Regrow string
+
+// Regrow values.
+const (
+	RegrowRestart    Regrow = "restart"
+	RegrowCheckpoint Regrow = "checkpoint"
 )
 
 // Roles are the TensorFlow replica counts. WorkerAuto means "one worker per

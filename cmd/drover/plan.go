@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/elastic"
 	"github.com/droverhq/drover/launcher/fanout"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
@@ -44,6 +47,7 @@ Values of secret-looking variables (*TOKEN*, *SECRET*, *PASSWORD*, *PASSWD*,
 			&cli.IntFlag{Name: "nodes", Usage: "with --format sbatch: as drover submit --nodes"},
 			&cli.IntFlag{Name: "gpus-per-node", Usage: "with --format sbatch: as drover submit --gpus-per-node"},
 			&cli.BoolFlag{Name: "probe", Usage: `ask the hosts over SSH first: the GPUs gpus = "auto" hosts select, and each host's network interface to MASTER_ADDR (NIC)`},
+			&cli.StringSliceFlag{Name: "hosts-lost", Usage: "show the plan the job shrinks to (min_hosts) when these hosts are lost with no spare, e.g. --hosts-lost h3"},
 		),
 		Action: planAction,
 	}
@@ -80,6 +84,11 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if lost := c.StringSlice("hosts-lost"); len(lost) > 0 {
+		if in, p, err = shrunkPlan(cfg, in, p, lost); err != nil {
+			return err
+		}
+	}
 	if c.Bool("probe") {
 		if p, err = planWithIfaces(c, cfg, in, p); err != nil {
 			return err
@@ -89,6 +98,34 @@ func planAction(c *cli.Context) error {
 		return fmt.Errorf("plan %s: write output: %w", job, err)
 	}
 	return nil
+}
+
+// shrunkPlan is the plan full's job runs after lost are lost with no
+// spare, as drover run decides it (elastic.Decide: min_hosts, TensorFlow
+// tasks other than workers), with a note saying what shrank; an error
+// when the job would stop instead, or when lost names no planned host.
+func shrunkPlan(cfg *config.Config, in plan.PlanInput, full *plan.Plan, lost []string) (plan.PlanInput, *plan.Plan, error) {
+	var names []string
+	for _, h := range full.Hosts {
+		names = append(names, h.Name)
+	}
+	for _, h := range lost {
+		if !slices.Contains(names, h) {
+			return in, nil, cli.Exit(fmt.Sprintf("plan: --hosts-lost: %s is not a host of the plan (%s)", h, strings.Join(names, ", ")), agent.ExitUsage)
+		}
+	}
+	d, err := elastic.Decide(elastic.Input{Hosts: names, Lost: lost, MinHosts: cfg.Job.MinHosts, Pinned: elastic.Pinned(full)})
+	if err != nil {
+		return in, nil, fmt.Errorf("plan: the job would stop: %w", err)
+	}
+	in.Config, in.PrevWorldSize = elastic.Config(cfg, full, d.Drop), full.WorldSize()
+	p, err := plan.Build(in)
+	if err != nil {
+		return in, nil, fmt.Errorf("plan without %s: %w", strings.Join(d.Drop, ", "), err)
+	}
+	p.Notes = append(p.Notes, fmt.Sprintf("%s lost with no spare: the group goes on with %d of %d hosts (min_hosts = %d), world size %d -> %d",
+		strings.Join(d.Drop, ", "), len(d.Keep), len(names), cfg.Job.MinHosts, full.WorldSize(), p.WorldSize()))
+	return in, p, nil
 }
 
 // probeForPlan probes the gpus = "auto" hosts and returns their selected

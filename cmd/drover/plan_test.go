@@ -166,3 +166,56 @@ func TestPlanJAXExample(t *testing.T) {
 		assert.Contains(t, out, line)
 	}
 }
+
+// Issue 41: drover plan --hosts-lost shows the plan the job shrinks to
+// (ranks, WORLD_SIZE and MASTER_ADDR afresh, the world change said), and
+// says when the job would stop instead.
+func TestPlanHostsLost(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.toml")
+	write := func(minHosts string) {
+		require.NoError(t, os.WriteFile(job, []byte(`
+[job]
+name = "j"
+framework = "pytorch"
+command = ["python3", "train.py"]
+code = "."
+procs_per_host = 2
+`+minHosts+`
+[[host]]
+name = "h1"
+address = "10.0.0.1"
+gpus = []
+[[host]]
+name = "h2"
+address = "10.0.0.2"
+gpus = []
+[[host]]
+name = "h3"
+address = "10.0.0.3"
+gpus = []
+`), 0o644))
+	}
+	write("min_hosts = 2")
+	code, out, errOut := runPlan(t, job, "--format", "env", "--hosts-lost", "h1")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, 4, strings.Count(out, "export WORLD_SIZE='4'\n"), out)
+	assert.Equal(t, 4, strings.Count(out, "export MASTER_ADDR='10.0.0.2'\n"), "rank 0 moves to h2")
+	assert.Equal(t, 4, strings.Count(out, "export DROVER_WORLD_CHANGED='1'\n"))
+	assert.Equal(t, 4, strings.Count(out, "export DROVER_PREV_WORLD_SIZE='6'\n"))
+	assert.NotContains(t, out, "10.0.0.1)")
+	code, out, errOut = runPlan(t, job, "--hosts-lost", "h3")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "h3 lost with no spare: the group goes on with 2 of 3 hosts (min_hosts = 2), world size 6 -> 4")
+
+	code, _, errOut = runPlan(t, job, "--hosts-lost", "h2,h3")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, errOut, "the job would stop: cannot go on without h2, h3: 1 host(s) left, fewer than min_hosts = 2")
+	code, _, errOut = runPlan(t, job, "--hosts-lost", "h9")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--hosts-lost: h9 is not a host of the plan (h1, h2, h3)")
+	write("")
+	code, _, errOut = runPlan(t, job, "--hosts-lost", "h3")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, errOut, "min_hosts is unset")
+}

@@ -391,3 +391,24 @@ func TestPlanRunEnv(t *testing.T) {
 	cfg.Job.Env = map[string]string{"WANDB_RUN_GROUP": "mine"}
 	assert.Equal(t, "mine", mustBuild(t, PlanInput{Config: cfg, RunID: id}).Processes[1].Env["WANDB_RUN_GROUP"])
 }
+
+// Issue 41: a plan whose world size differs from the last attempt's (the
+// group shrank or grew) says so to every process, with the old size; a
+// plan of the same size, or the first, says nothing.
+func TestPlanWorldChanged(t *testing.T) {
+	for _, cfg := range everyFramework() {
+		p := mustBuild(t, PlanInput{Config: cfg})
+		w := p.WorldSize()
+		require.Positive(t, w)
+		for _, prev := range []int{0, w} {
+			for _, pr := range mustBuild(t, PlanInput{Config: cfg, PrevWorldSize: prev}).Processes {
+				assert.NotContains(t, pr.Env, "DROVER_WORLD_CHANGED", "%s, previous world %d", cfg.Job.Framework, prev)
+				assert.NotContains(t, pr.Env, "DROVER_PREV_WORLD_SIZE")
+			}
+		}
+		for _, pr := range mustBuild(t, PlanInput{Config: cfg, PrevWorldSize: w + 2}).Processes {
+			assert.Equal(t, "1", pr.Env["DROVER_WORLD_CHANGED"], "%s", cfg.Job.Framework)
+			assert.Equal(t, strconv.Itoa(w+2), pr.Env["DROVER_PREV_WORLD_SIZE"])
+		}
+	}
+}

@@ -152,6 +152,12 @@ type PlanInput struct {
 	// Attempt is the attempt's number, 1 for the first (DROVER_ATTEMPT);
 	// 0 leaves it out.
 	Attempt int
+	// PrevWorldSize is the world size of the last attempt that ran (0 on
+	// the first): when this plan's differs (the group shrank or grew,
+	// min_hosts), every process gets DROVER_WORLD_CHANGED=1 and
+	// DROVER_PREV_WORLD_SIZE, so that a script can rescale its batch or
+	// learning rate.
+	PrevWorldSize int
 }
 
 // Variables drover sets from PlanInput.Ifaces.
@@ -213,6 +219,12 @@ func Build(in PlanInput) (*Plan, error) {
 		return nil, err
 	}
 	setEnv(p, in, job, len(slots))
+	if w := p.WorldSize(); in.PrevWorldSize > 0 && in.PrevWorldSize != w {
+		for i := range p.Processes {
+			p.Processes[i].Env["DROVER_WORLD_CHANGED"] = "1"
+			p.Processes[i].Env["DROVER_PREV_WORLD_SIZE"] = strconv.Itoa(in.PrevWorldSize)
+		}
+	}
 	if err := checkPlanned(cfg, p, in.HostHome); err != nil {
 		return nil, err
 	}
@@ -328,6 +340,18 @@ func setEnv(p *Plan, in PlanInput, job config.Job, nHosts int) {
 			pr.Env[k] = v
 		}
 	}
+}
+
+// WorldSize is the number of ranks of p: WORLD_SIZE where the framework
+// sets it (pytorch, torchrun), else one per process (TensorFlow tasks,
+// JAX processes).
+func (p *Plan) WorldSize() int {
+	if len(p.Processes) > 0 {
+		if n, err := strconv.Atoi(p.Processes[0].Env["WORLD_SIZE"]); err == nil {
+			return n
+		}
+	}
+	return len(p.Processes)
 }
 
 // RendezvousAddr is the address every process of p connects to, whose

@@ -34,6 +34,10 @@ const (
 	// Adoptable: a foreground run's first attempt found, before it pushed
 	// or started anything, a detached group to adopt.
 	Adoptable
+	// Regrow: a host left out of a shrunk group answers again and a new
+	// checkpoint is complete: the group was stopped to take the host back
+	// (regrow = "checkpoint"). Not a failure: it costs no restart.
+	Regrow
 )
 
 func (k Kind) String() string {
@@ -54,6 +58,8 @@ func (k Kind) String() string {
 		return "hosts kept out"
 	case Adoptable:
 		return "a group to adopt"
+	case Regrow:
+		return "regrown"
 	}
 	return fmt.Sprintf("outcomeKind(%d)", int(k))
 }
@@ -96,17 +102,18 @@ func Retryable(job config.Job, out Outcome, n int) (bool, string) {
 // Budget counts the restarts a run has used, by cause: lost hosts and
 // hangs (the fleet's fault) count against max_host_failures, everything
 // else against max_restarts, as JobSet's RestartJobSetAndIgnoreMaxRestarts
-// does for node failures.
+// does for node failures; a restart that takes a host back into a shrunk
+// group (Regrow) against nothing.
 type Budget struct {
-	Restarts, HostFailures int
+	Restarts, HostFailures, Regrows int
 }
 
 // Used is every restart taken, whatever its cause.
-func (b Budget) Used() int { return b.Restarts + b.HostFailures }
+func (b Budget) Used() int { return b.Restarts + b.HostFailures + b.Regrows }
 
 // Total is the number of attempts the run may take as things stand: each
-// host failure adds one beyond max_restarts + 1.
-func (b Budget) Total(job config.Job) int { return job.MaxRestarts + 1 + b.HostFailures }
+// host failure and each regrow adds one beyond max_restarts + 1.
+func (b Budget) Total(job config.Job) int { return job.MaxRestarts + 1 + b.HostFailures + b.Regrows }
 
 // Spend takes a restart for out, the end of attempt n (the run's n-th
 // here), from the budget, or returns why the run ends here: the policy
@@ -114,6 +121,8 @@ func (b Budget) Total(job config.Job) int { return job.MaxRestarts + 1 + b.HostF
 func (b *Budget) Spend(job config.Job, out Outcome, n int) error {
 	retry, why := Retryable(job, out, n)
 	switch {
+	case out.Kind == Regrow:
+		b.Regrows++
 	case !retry:
 		return fmt.Errorf("%v; not restarting: %s", out.Err, why)
 	case out.Kind == HostLost || out.Kind == Hung:

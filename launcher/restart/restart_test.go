@@ -113,6 +113,16 @@ func TestBudget(t *testing.T) {
 	assert.EqualError(t, b.Spend(job, hung, 4), "group hung; no restarts left for lost hosts and hangs (max_host_failures = 2)")
 	assert.EqualError(t, b.Spend(config.Job{RestartPolicy: config.RestartNever}, failed, 5),
 		`worker-1@b exited 1; not restarting: restart_policy = "never"`)
+
+	// Issue 41: taking a host back into a shrunk group costs nothing,
+	// whatever is left and whatever restart_policy says, and adds an
+	// attempt.
+	regrow := Outcome{Kind: Regrow, ExitCode: -1, Err: errors.New("c answers again")}
+	require.NoError(t, b.Spend(job, regrow, 4))
+	require.NoError(t, b.Spend(config.Job{RestartPolicy: config.RestartNever}, regrow, 5))
+	assert.Equal(t, Budget{Restarts: 1, HostFailures: 2, Regrows: 2}, b)
+	assert.Equal(t, 5, b.Used())
+	assert.Equal(t, 6, b.Total(job))
 }
 
 func TestBreakerJudge(t *testing.T) {
@@ -139,7 +149,7 @@ func TestBreakerJudge(t *testing.T) {
 
 func TestKindString(t *testing.T) {
 	for k, want := range map[Kind]string{Succeeded: "succeeded", Failed: "failed", SetupFailed: "setup failed", HostLost: "host lost",
-		Hung: "hung", Interrupted: "interrupted", Fenced: "hosts kept out", Adoptable: "a group to adopt", Kind(42): "outcomeKind(42)"} {
+		Hung: "hung", Interrupted: "interrupted", Fenced: "hosts kept out", Adoptable: "a group to adopt", Regrow: "regrown", Kind(42): "outcomeKind(42)"} {
 		assert.Equal(t, want, k.String())
 	}
 }
