@@ -1,0 +1,103 @@
+package gpulease
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/internal/testenv"
+)
+
+func sharedDir(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "gpus")
+	require.NoError(t, Prepare(dir))
+	fi, err := os.Lstat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, fs.ModeDir|fs.ModeSticky|0o777, fi.Mode())
+	return dir
+}
+
+var two = []Candidate{{0, "GPU-0"}, {1, "GPU-1"}}
+
+// TestTakeExclusive: two takes of one GPU each get different GPUs; a
+// third finds none and names both holders; a release frees one.
+func TestTakeExclusive(t *testing.T) {
+	dir := sharedDir(t)
+	a, err := Take(dir, two, 1, 0, Holder{Job: "a", RunID: "ra"})
+	require.NoError(t, err)
+	b, err := Take(dir, two, 1, 0, Holder{Job: "b", RunID: "rb"})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []int{0, 1}, append(append([]int{}, a.GPUs...), b.GPUs...))
+	_, err = Take(dir, two, 1, 0, Holder{Job: "c", RunID: "rc"})
+	var be *BusyError
+	require.True(t, errors.As(err, &be), "err %v", err)
+	assert.Len(t, be.Holders, 2)
+	a.Release()
+	c, err := Take(dir, two, 1, 0, Holder{Job: "c", RunID: "rc"})
+	require.NoError(t, err)
+	assert.Equal(t, a.GPUs, c.GPUs)
+	c.Release()
+	b.Release()
+	live, err := List(dir)
+	require.NoError(t, err)
+	assert.Empty(t, live)
+}
+
+// TestDeadHolderReclaimed: a lease whose holder was SIGKILLed is free
+// for the next take (the kernel dropped its lock).
+func TestDeadHolderReclaimed(t *testing.T) {
+	if os.Getenv("GPULEASE_HOLD") != "" {
+		dir := os.Getenv("GPULEASE_HOLD")
+		o := HoldOptions{Dir: dir, Candidates: two, N: 2, Me: Holder{Job: "killed", RunID: "rk"}}
+		Hold(context.Background(), o, blockForever{}, os.Stdout)
+		return
+	}
+	dir := sharedDir(t)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestDeadHolderReclaimed$")
+	cmd.Env = append(os.Environ(), "GPULEASE_HOLD="+dir)
+	require.NoError(t, cmd.Start())
+	testenv.WaitFor(t, 10*time.Second, "the holder takes both GPUs", func() bool {
+		live, _ := List(dir)
+		return len(live) == 2
+	})
+	_, err := Take(dir, two, 1, 0, Holder{Job: "next", RunID: "rn"})
+	require.Error(t, err, "a live holder keeps its GPUs")
+	require.NoError(t, cmd.Process.Kill())
+	cmd.Wait()
+	l, err := Take(dir, two, 2, 0, Holder{Job: "next", RunID: "rn"})
+	require.NoError(t, err, "the SIGKILLed holder's leases are reclaimed")
+	assert.Equal(t, []int{0, 1}, l.GPUs)
+	l.Release()
+}
+
+type blockForever struct{}
+
+func (blockForever) Read([]byte) (int, error) { select {} }
+
+// TestPlantedLinkNotFollowed: a symbolic link planted under a lease's
+// name is not followed nor replaced, and the directory itself must not
+// be a link.
+func TestPlantedLinkNotFollowed(t *testing.T) {
+	dir := sharedDir(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o644))
+	require.NoError(t, os.Symlink(victim, filepath.Join(dir, leaseName("GPU-0", os.Getuid()))))
+	l, err := Take(dir, two, 1, 0, Holder{Job: "a", RunID: "ra"})
+	require.NoError(t, err)
+	assert.Equal(t, []int{1}, l.GPUs, "the GPU whose name is taken by a link is not leased")
+	l.Release()
+	data, _ := os.ReadFile(victim)
+	assert.Equal(t, "keep", string(data))
+
+	link := filepath.Join(t.TempDir(), "linkdir")
+	require.NoError(t, os.Symlink(dir, link))
+	assert.ErrorContains(t, Prepare(link), "symbolic link")
+}
