@@ -56,7 +56,9 @@ func TestChoose(t *testing.T) {
 
 func TestPosition(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
-	w := func(id string, s int) Waiter { return Waiter{Holder: Holder{RunID: id, Since: t0.Add(time.Duration(s) * time.Second)}} }
+	w := func(id string, s int) Waiter {
+		return Waiter{Holder: Holder{RunID: id, Since: t0.Add(time.Duration(s) * time.Second)}}
+	}
 	tests := []struct {
 		name    string
 		me      Waiter
