@@ -143,6 +143,9 @@ type Job struct {
 	// MinGPUs is the default minimum number of selected GPUs per GPU host
 	// (0 = no minimum); a host's own min_gpus overrides it.
 	MinGPUs int
+	// GPUsPerHost (gpus_per_host) is how many of each host's selectable
+	// GPUs the job takes and leases (0: all of them).
+	GPUsPerHost int
 }
 
 // HealthMode is the job's health key.

@@ -101,7 +101,7 @@ func CLI() *cli.Command {
 		Subcommands: []*cli.Command{
 			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(),
 			topCLI(), netListenCLI(), netSendCLI(), recvCLI(), sendCLI(), attachCLI(), runsCLI(),
-			sinceCLI(),
+			sinceCLI(), gpuLeaseCLI(),
 		},
 	}
 }
