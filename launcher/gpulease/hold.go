@@ -63,7 +63,7 @@ func Hold(ctx context.Context, o HoldOptions, stdin io.Reader, out io.Writer) er
 		var be *BusyError
 		if errors.As(err, &be) {
 			enc.Encode(Event{State: "busy", Holders: be.Holders})
-		} else if ctx.Err() == nil {
+		} else if !errors.Is(err, context.Canceled) {
 			enc.Encode(Event{State: "error", Error: err.Error()})
 		}
 		return err
