@@ -189,5 +189,6 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent attach --state FILE [--from OFFSET] [--heartbeat DURATION] [--controller-timeout DURATION]",
 		"usage: drover agent runs [--workdir DIR] [--run-id ID]",
 		"usage: drover agent since [--ago DURATION] [--at TIME] LOG...",
+		"usage: drover agent gpu-lease [--dir DIR] [--gpu INDEX=UUID]... [--count N] [--min N] [--job JOB] [--run-id ID] [--controller-host HOST] [--controller-pid N] [--since TIME] [--queue] [--hosts N] [--list]",
 	}, got)
 }
