@@ -120,9 +120,31 @@ func TestGPULeases(t *testing.T) {
 
 	t.Run("another user", func(t *testing.T) { otherUser(t, leaseDirs[0]) })
 
+	probe := startDroverArgs(t, c, "probe", c.Path)
+	require.Equal(t, 0, probe.wait(t, 60*time.Second), probe.stderr.String())
+	out := probe.stdout.String()
+	t.Logf("probe:\n%s", out)
+	for _, h := range fleet.Hosts[:3] {
+		for _, g := range []string{"0", "1"} {
+			run := "lease-a"
+			if ga[h.Name] != g {
+				run = "lease-b"
+			}
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+g+`\s.*\sno: leased\s+`+run+` by `+fleettest.User+` \(run \S+\)\s*$`, out)
+		}
+	}
+
 	dq := startDrover(t, c, "--queue")
 	dq.waitStderr(t, regexp.MustCompile(`waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`), 60*time.Second)
 	assert.NotRegexp(t, startLine, dq.stdout.String())
+	ps := startDroverArgs(t, c, "ps", "--inventory", c.Inventory)
+	require.Equal(t, 0, ps.wait(t, 60*time.Second), ps.stderr.String())
+	t.Logf("ps --inventory:\n%s", ps.stdout.String())
+	for _, h := range fleet.Hosts[:3] {
+		for _, row := range []string{`(0|1)\s+lease-a\s+`, `(0|1)\s+lease-b\s+`, `waiting\s+lease-c\s+`} {
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+row+fleettest.User+`\s`, ps.stdout.String())
+		}
+	}
 	require.NoError(t, os.WriteFile(release("a"), nil, 0o644))
 	require.Equal(t, 0, da.wait(t, 60*time.Second), da.stderr.String())
 	gc := gpusByHost(t, dq)
