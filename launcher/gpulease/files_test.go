@@ -3,6 +3,7 @@ package gpulease
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -100,4 +101,63 @@ func TestPlantedLinkNotFollowed(t *testing.T) {
 	link := filepath.Join(t.TempDir(), "linkdir")
 	require.NoError(t, os.Symlink(dir, link))
 	assert.ErrorContains(t, Prepare(link), "symbolic link")
+}
+
+// TestQueueFirstComeFirstServed: two runs wait for a leased GPU; when it
+// is given back, the one that asked first (by its controller's clock, not
+// by when its entry appeared) gets it, the other waits on in first place;
+// a waiter whose session ends leaves the queue.
+func TestQueueFirstComeFirstServed(t *testing.T) {
+	dir := sharedDir(t)
+	one := []Candidate{{0, "GPU-0"}}
+	h, err := Take(dir, one, 1, 0, Holder{Job: "h", RunID: "rh"})
+	require.NoError(t, err)
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	type waiter struct {
+		events chan Event
+		stop   func()
+	}
+	wait := func(id string, since time.Time) waiter {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		w := waiter{events: make(chan Event, 64), stop: func() { inW.Close() }}
+		o := HoldOptions{Dir: dir, Candidates: one, N: 1, Queue: true, Poll: 20 * time.Millisecond,
+			Me: Holder{Job: id, RunID: id, Since: since}}
+		go func() { Hold(context.Background(), o, inR, outW); outW.Close() }()
+		go ReadEvents(outR, func(ev Event) bool { w.events <- ev; return true })
+		t.Cleanup(w.stop)
+		return w
+	}
+	next := func(w waiter, state string) Event {
+		for {
+			select {
+			case ev := <-w.events:
+				if ev.State == state {
+					return ev
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no %q event", state)
+			}
+		}
+	}
+	late := wait("late", t0.Add(time.Second))
+	assert.Equal(t, 1, next(late, "waiting").Position)
+	early := wait("early", t0)
+	ev := next(early, "waiting")
+	assert.Equal(t, [2]int{1, 2}, [2]int{ev.Position, ev.Waiters})
+	assert.Equal(t, "rh", ev.Holders[0].RunID, "the waiter is told who holds the GPU")
+	assert.Equal(t, 2, next(late, "waiting").Position, "an earlier run goes ahead")
+	h.Release()
+	assert.Equal(t, []int{0}, next(early, "held").GPUs)
+	ev = next(late, "waiting")
+	assert.Equal(t, 1, ev.Position)
+	assert.Equal(t, "early", ev.Holders[0].RunID)
+	early.stop()
+	assert.Equal(t, []int{0}, next(late, "held").GPUs)
+	late.stop()
+	testenv.WaitFor(t, 10*time.Second, "the queue and the leases empty", func() bool {
+		ws, _ := Waiters(dir)
+		live, _ := List(dir)
+		return len(ws) == 0 && len(live) == 0
+	})
 }
