@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -142,7 +143,7 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 					p.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", p.prefix(), c.host.Name, rep.Reason)
 				}
 			}
-			if len(hg.Indices) > 0 {
+			if len(hg.Indices) > 0 && !p.leasing.off {
 				taken, err := p.leaseGPUs(ctx, c, hostio.LeaseCandidates(hg.Indices, rep), since, len(conns))
 				if err != nil {
 					return err
@@ -257,6 +258,9 @@ func (p *planPhase) healthGate(ctx context.Context, conns []*attemptHost) error 
 // gpuLeasing is what the run says about leasing: the run and its
 // controller, and --queue and --queue-timeout.
 type gpuLeasing struct {
+	// off: inside a Slurm allocation, whose GPUs Slurm gave this job
+	// alone (and where a step that outlives the probe would hold them).
+	off     bool
 	dir     string
 	job     string
 	runID   string
@@ -300,7 +304,7 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 		least = n
 	}
 	host, _ := os.Hostname()
-	o := gpulease.HoldOptions{Dir: p.leasing.dir, Candidates: cands, N: n, Min: least, Queue: p.leasing.queue, Hosts: hosts,
+	o := gpulease.HoldOptions{Dir: cmp.Or(p.leasing.dir, gpulease.DefaultDir), Candidates: cands, N: n, Min: least, Queue: p.leasing.queue, Hosts: hosts,
 		Me: gpulease.Holder{Job: p.cfg.Job.Name, RunID: p.leasing.runID, Host: host, PID: os.Getpid(), Since: since}}
 	var last string
 	h, err := hostio.HoldGPUs(ctx, c.client(), o, func(ev gpulease.Event) {
