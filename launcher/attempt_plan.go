@@ -324,6 +324,22 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 	return h.GPUsOrNil(), err
 }
 
+// leaseFiles are the GPU lease files the attempt holds on host, which
+// its processes there hold too.
+func (p *planPhase) leaseFiles(host string) []string {
+	if p == nil {
+		return nil // an attempt made without phases (tests)
+	}
+	p.holdsMu.Lock()
+	defer p.holdsMu.Unlock()
+	for _, h := range p.holds {
+		if h.Host == host {
+			return h.Files
+		}
+	}
+	return nil
+}
+
 // queueLine says a host's place in its GPU queue and who holds what.
 func queueLine(host string, ev gpulease.Event) string {
 	var b strings.Builder

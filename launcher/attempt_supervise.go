@@ -170,6 +170,8 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// torchrun's workers are watched where they die, not where
 		// torchrun (and its 300 s exit barrier) reports them.
 		WatchWorkers: torchrun,
+		// The GPUs' leases live as long as the processes do.
+		GPULeases: a.ph.plan.leaseFiles(c.host.Name),
 	}
 	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())

@@ -159,6 +159,7 @@ func runCLI() *cli.Command {
 			&cli.BoolFlag{Name: flagDetachedChild, Hidden: true, Usage: "the detached agent itself (set by the launcher)"},
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
+			&cli.StringSliceFlag{Name: flagGPULease, TakesFile: true, Usage: "hold this GPU lease `FILE` while the command runs (repeat)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -212,6 +213,7 @@ func runOptions(c *cli.Context) RunOptions {
 		Rank:              c.Int(flagRank),
 		Name:              c.String(flagName),
 		ControllerTimeout: c.Duration(flagControllerTimeout),
+		GPULeases:         c.StringSlice(flagGPULease),
 	}
 }
 

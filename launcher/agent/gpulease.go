@@ -30,6 +30,7 @@ const (
 	flagQueue          = "queue"
 	flagHosts          = "hosts"
 	flagList           = "list"
+	flagGPULease       = "gpu-lease"
 )
 
 // GPULeaseList is what `drover agent gpu-lease --list` prints: the live

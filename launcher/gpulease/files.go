@@ -88,12 +88,20 @@ type held struct {
 	f    *os.File
 }
 
-// release removes the file, then lets the lock go.
+// release removes the file, then lets the lock go; a file that others
+// still hold (the agents of a detached group that outlives its
+// supervisor, see Join) is left to them: it dies with the last of them.
 func (h *held) release() {
 	if h == nil || h.f == nil {
 		return
 	}
-	os.Remove(h.path)
+	if syscall.Flock(int(h.f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		if now, err := os.Lstat(h.path); err == nil {
+			if fi, err := h.f.Stat(); err == nil && os.SameFile(now, fi) {
+				os.Remove(h.path)
+			}
+		}
+	}
 	h.f.Close() // closing drops the flock
 	h.f = nil
 }
@@ -115,7 +123,7 @@ func create(dir, name string, v any) (*held, error) {
 		return nil, fmt.Errorf("create %s: %w", tmp, err)
 	}
 	defer os.Remove(tmp)
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", tmp, err)
 	}
@@ -164,16 +172,16 @@ func read(dir, name string) (entry, bool) {
 		return entry{}, false
 	}
 	e := entry{name: name, uid: owner(fi)}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+	// Holders keep shared locks (the gpu-lease agent and the group's
+	// agents, Join): an exclusive one is granted only when none is left.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		e.alive = true
 		e.data, _ = io.ReadAll(io.LimitReader(f, maxFile))
 		return e, true
 	}
 	if e.uid == os.Getuid() {
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-			if now, err := os.Lstat(path); err == nil && os.SameFile(now, fi) {
-				os.Remove(path) // our own dead lease: reclaimed
-			}
+		if now, err := os.Lstat(path); err == nil && os.SameFile(now, fi) {
+			os.Remove(path) // our own dead lease: reclaimed, under the lock
 		}
 	}
 	return e, true
@@ -237,3 +245,35 @@ func leaseName(key string, uid int) string {
 }
 
 func randRead(b []byte) { rand.Read(b) }
+
+// Join holds the lease file path too, with a shared lock, for as long as
+// the returned file stays open: the agents of a group (`agent run
+// --gpu-lease`) hold their GPUs' leases beside the gpu-lease agent, so
+// that a lease lives as long as the group does (a detached group whose
+// supervisor is gone included). A lease that is gone, or is not a
+// regular file, is an error.
+func Join(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("hold GPU lease %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("a %s, not a lease", kind(fi.Mode()))
+	}
+	if err == nil {
+		// Blocking: a look at the lease (List) holds it exclusively for
+		// a moment.
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+	}
+	if err == nil {
+		if now, lerr := os.Lstat(path); lerr != nil || !os.SameFile(now, fi) {
+			err = errors.New("it was given back meanwhile")
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("hold GPU lease %s: %w", path, err)
+	}
+	return f, nil
+}

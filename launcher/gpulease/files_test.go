@@ -162,3 +162,27 @@ func TestQueueFirstComeFirstServed(t *testing.T) {
 		return len(ws) == 0 && len(live) == 0
 	})
 }
+
+// TestJoinKeepsLeaseAlive: a lease joined by a group's agent outlives
+// the gpu-lease agent that took it (a detached group whose supervisor is
+// gone), and dies with the last holder; the same run takes it back.
+func TestJoinKeepsLeaseAlive(t *testing.T) {
+	dir := sharedDir(t)
+	me := Holder{Job: "a", RunID: "ra"}
+	l, err := Take(dir, two[:1], 1, 0, me)
+	require.NoError(t, err)
+	f, err := Join(l.Files()[0])
+	require.NoError(t, err)
+	l.Release()
+	_, err = Take(dir, two[:1], 1, 0, Holder{Job: "b", RunID: "rb"})
+	require.Error(t, err, "the group still holds the GPU")
+	again, err := Take(dir, two[:1], 1, 0, me)
+	require.NoError(t, err, "the same run adopts its lease")
+	again.Release()
+	f.Close()
+	l2, err := Take(dir, two[:1], 1, 0, Holder{Job: "b", RunID: "rb"})
+	require.NoError(t, err, "the last holder gone, the lease is free")
+	l2.Release()
+	_, err = Join(filepath.Join(dir, "gone.lease"))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}

@@ -34,8 +34,11 @@ type HoldOptions struct {
 type Event struct {
 	// State: "waiting" (Position of Waiters, Holders), "held" (GPUs),
 	// "busy" (Holders; the agent exits 1), "error" (Error).
-	State    string   `json:"state"`
-	GPUs     []int    `json:"gpus,omitempty"`
+	State string `json:"state"`
+	GPUs  []int  `json:"gpus,omitempty"`
+	// Files are the held leases' paths on the host (for agent run's
+	// --gpu-lease).
+	Files    []string `json:"files,omitempty"`
 	Position int      `json:"position,omitempty"`
 	Waiters  int      `json:"waiters,omitempty"`
 	Ahead    []Waiter `json:"ahead,omitempty"`
@@ -69,7 +72,7 @@ func Hold(ctx context.Context, o HoldOptions, stdin io.Reader, out io.Writer) er
 		return err
 	}
 	defer l.Release()
-	enc.Encode(Event{State: "held", GPUs: l.GPUs})
+	enc.Encode(Event{State: "held", GPUs: l.GPUs, Files: l.Files()})
 	<-ctx.Done()
 	return nil
 }

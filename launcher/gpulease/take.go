@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -46,11 +47,12 @@ func Take(dir string, cands []Candidate, n, min int, me Holder) (*Lease, error) 
 		if err != nil {
 			return nil, err
 		}
+		ours := leasedBy(live, me.RunID)
 		chosen, err := Choose(cands, live, n, min)
 		if err != nil {
 			return nil, err
 		}
-		l, err := takeAll(dir, chosen, me)
+		l, err := takeAll(dir, chosen, me, ours)
 		if err == nil {
 			return l, nil
 		}
@@ -71,13 +73,40 @@ func Take(dir string, cands []Candidate, n, min int, me Holder) (*Lease, error) 
 
 var errRace = errors.New("another run leased the GPU at the same moment")
 
-// takeAll creates the lease file of every chosen GPU, or none.
-func takeAll(dir string, chosen []Candidate, me Holder) (*Lease, error) {
+// leasedBy takes out of live the leases of run, and returns their keys:
+// a run that adopts its own live group finds its leases held by that
+// group's agents, and takes them back (takeAll).
+func leasedBy(live map[string]Holder, run string) map[string]bool {
+	ours := map[string]bool{}
+	for k, h := range live {
+		if run != "" && h.RunID == run && h.UID == os.Getuid() {
+			ours[k] = true
+			delete(live, k)
+		}
+	}
+	return ours
+}
+
+// takeAll creates the lease file of every chosen GPU, or none; a lease
+// of this run (ours) is joined instead.
+func takeAll(dir string, chosen []Candidate, me Holder, ours map[string]bool) (*Lease, error) {
 	l := &Lease{}
 	for _, c := range chosen {
 		h := me
 		h.GPU, h.Key = c.Index, c.Key
-		f, err := create(dir, leaseName(c.Key, os.Getuid()), h)
+		var f *held
+		var err error
+		if ours[c.Key] {
+			path := filepath.Join(dir, leaseName(c.Key, os.Getuid()))
+			var jf *os.File
+			if jf, err = Join(path); err == nil {
+				f = &held{path: path, f: jf}
+			} else {
+				err = errRace
+			}
+		} else {
+			f, err = create(dir, leaseName(c.Key, os.Getuid()), h)
+		}
 		if errors.Is(err, fs.ErrExist) {
 			err = errRace
 		}
@@ -93,6 +122,15 @@ func takeAll(dir string, chosen []Candidate, me Holder) (*Lease, error) {
 		l.GPUs = append(l.GPUs, c.Index)
 	}
 	return l, nil
+}
+
+// Files are the lease files l holds, for the group's agents to Join.
+func (l *Lease) Files() []string {
+	var out []string
+	for _, h := range l.files {
+		out = append(out, h.path)
+	}
+	return out
 }
 
 // othersLive says whether a live lease of another user holds key.

@@ -19,6 +19,9 @@ import (
 type GPUHold struct {
 	Host string
 	GPUs []int
+	// Files are the lease files on the host, which the group's agents
+	// hold too (agent.RunOptions.GPULeases).
+	Files []string
 	in   *io.PipeWriter
 	proc cluster.Process
 	once sync.Once
@@ -88,7 +91,7 @@ func HoldGPUs(ctx context.Context, c remote.Client, o gpulease.HoldOptions, onWa
 				onWait(ev)
 				return true
 			case "held":
-				h.GPUs, final = ev.GPUs, nil
+				h.GPUs, h.Files, final = ev.GPUs, ev.Files, nil
 			case "busy":
 				final = &gpulease.BusyError{Host: host, Want: max(o.Min, o.N, 1), Holders: ev.Holders}
 			default:
