@@ -154,7 +154,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		health = healthFile(remoteAbs(c.home, c.host.Workdir), a.n)
 	}
 	ro := agent.RunOptions{
-		HealthFile: health, HealthEvery: healthEvery,
+		HealthFile: health, HealthEvery: healthEvery, GPULeases: a.ph.plan.leaseFiles(c.host.Name), // held as long as the processes run
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
 		LogFile: path.Join(wd, ".drover/logs", fmt.Sprintf("attempt-%d", a.n), p.Name()+".log"),
@@ -170,8 +170,6 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 		// torchrun's workers are watched where they die, not where
 		// torchrun (and its 300 s exit barrier) reports them.
 		WatchWorkers: torchrun,
-		// The GPUs' leases live as long as the processes do.
-		GPULeases: a.ph.plan.leaseFiles(c.host.Name),
 	}
 	if a.r.detachedGroup {
 		ro.State, ro.LogFile = a.processFiles(c, p.Name())

@@ -22,9 +22,9 @@ type GPUHold struct {
 	// Files are the lease files on the host, which the group's agents
 	// hold too (agent.RunOptions.GPULeases).
 	Files []string
-	in   *io.PipeWriter
-	proc cluster.Process
-	once sync.Once
+	in    *io.PipeWriter
+	proc  cluster.Process
+	once  sync.Once
 }
 
 // Release ends the session: the agent gives the GPUs back (its stdin
