@@ -6,10 +6,13 @@
 // A lease is a file named for the GPU and the user who holds it
 // (<gpu>.<uid>.lease), created whole (written under a temporary name, then
 // linked into place, so that it never exists half written) and flock(2)ed
-// by the process that holds it for as long as it holds it. Whether its
-// holder is alive is therefore not guessed: the kernel drops the lock when
-// the holder exits or is SIGKILLed, and any user can test it on a
-// read-only descriptor. The sticky bit keeps other non-root users from
+// (shared) by the processes that hold it for as long as they hold it: the
+// gpu-lease agent that took it, and the agents of the group that uses the
+// GPU (Join), so that the lease lives as long as the group does. Whether
+// a holder is alive is therefore not guessed: the kernel drops a lock when
+// its holder exits or is SIGKILLed, and any user can test for one (an
+// exclusive lock is granted only when no holder is left) on a read-only
+// descriptor. The sticky bit keeps other non-root users from
 // removing or replacing a user's lease; a user's own dead lease is
 // reclaimed by that user's next take, another user's dead lease is
 // ignored. Files are opened with O_NOFOLLOW and created with O_EXCL (or

@@ -6,7 +6,9 @@
 // and the run they agree on (Agree), the run record written to
 // them (WriteRecord), this machine's list of the detached runs it
 // supervised (NoteLocally, LocalRuns), and what both read of a host's
-// network and GPUs (DiscoverIfaces, GPUPolicy).
+// network and GPUs (DiscoverIfaces, GPUPolicy), and a host's GPU lease
+// session (HoldGPUs, package gpulease; LeaseCandidates names the GPUs as
+// both the run and probe key their leases).
 //
 // It sits below the run and the verbs so that neither imports the other:
 // what both need lives here, once, and data flows one way, from cmd/drover
