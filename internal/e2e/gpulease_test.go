@@ -134,6 +134,22 @@ func TestGPULeases(t *testing.T) {
 		}
 	}
 
+	// --queue-timeout gives up, naming the holders; Ctrl-C leaves the
+	// queue at once.
+	dt := startDrover(t, c, "--queue", "--queue-timeout", "2s")
+	require.Equal(t, exitFailed, dt.wait(t, 60*time.Second), dt.stderr.String())
+	assert.Regexp(t, `waited --queue-timeout 2s for the GPUs; waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`, dt.stderr.String())
+	di := startDrover(t, c, "--queue")
+	di.waitStderr(t, regexp.MustCompile(`waiting for GPUs on`), 60*time.Second)
+	di.signal(t, syscall.SIGINT)
+	require.Equal(t, exitInterrupted, di.wait(t, 30*time.Second), di.stderr.String())
+	for i := range 3 {
+		testenv.WaitFor(t, 10*time.Second, "the interrupted run out of the queue", func() bool {
+			ws, err := gpulease.Waiters(leaseDirs[i])
+			return err == nil && len(ws) == 0
+		})
+	}
+
 	dq := startDrover(t, c, "--queue")
 	dq.waitStderr(t, regexp.MustCompile(`waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`), 60*time.Second)
 	assert.NotRegexp(t, startLine, dq.stdout.String())
