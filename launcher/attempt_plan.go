@@ -143,7 +143,9 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 					p.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", p.prefix(), c.host.Name, rep.Reason)
 				}
 			}
-			if len(hg.Indices) > 0 && !p.leasing.off {
+			if n := p.cfg.Job.GPUsPerHost; p.leasing.off && n > 0 && len(hg.Indices) > n {
+				hg.Indices = hg.Indices[:n] // unleased (Slurm): gpus_per_host all the same
+			} else if len(hg.Indices) > 0 && !p.leasing.off {
 				taken, err := p.leaseGPUs(ctx, c, hostio.LeaseCandidates(hg.Indices, rep), since, len(conns))
 				if err != nil {
 					return err
