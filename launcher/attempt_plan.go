@@ -308,10 +308,14 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 	host, _ := os.Hostname()
 	o := gpulease.HoldOptions{Dir: cmp.Or(p.leasing.dir, gpulease.DefaultDir), Candidates: cands, N: n, Min: least, Queue: p.leasing.queue, Hosts: hosts,
 		Me: gpulease.Holder{Job: p.cfg.Job.Name, RunID: p.leasing.runID, Host: host, PID: os.Getpid(), Since: since}}
+	var mu sync.Mutex // the session's reader says, the caller reads after a timeout
 	var last string
 	h, err := hostio.HoldGPUs(ctx, c.client(), o, func(ev gpulease.Event) {
-		last = queueLine(c.host.Name, ev)
-		p.events.printf("%s: %s", p.prefix(), last)
+		line := queueLine(c.host.Name, ev)
+		mu.Lock()
+		last = line
+		mu.Unlock()
+		p.events.printf("%s: %s", p.prefix(), line)
 	})
 	if h != nil {
 		p.holdsMu.Lock()
@@ -320,8 +324,9 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 	}
 	var qt *QueueTimeoutError
 	if err != nil && errors.As(context.Cause(ctx), &qt) {
-		qt.Last = last
-		return nil, qt
+		mu.Lock()
+		defer mu.Unlock()
+		return nil, &QueueTimeoutError{Waited: qt.Waited, Last: last}
 	}
 	return h.GPUsOrNil(), err
 }
