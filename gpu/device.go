@@ -76,6 +76,9 @@ type Device struct {
 	UtilizationPct int `json:"utilization_pct"`
 	// Processes are the compute processes on the GPU.
 	Processes []Process `json:"processes"`
+	// LeasedBy names the drover run that leases the GPU on its host
+	// (drover probe reads the host's leases); "" when none does.
+	LeasedBy string `json:"leased_by,omitempty"`
 	// MIG is true when MIG mode is currently enabled.
 	MIG bool `json:"mig"`
 

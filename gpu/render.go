@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,17 +31,28 @@ type HostResult struct {
 // has no rows; its line says why ("h1: 0 GPUs (nvml: libnvidia-ml.so.1 not
 // found: no NVIDIA driver)"), which is often the point of running probe.
 func RenderTable(w io.Writer, results []HostResult) error {
-	rows := 0
+	rows, leased := 0, false
 	for _, r := range results {
 		rows += len(r.Report.Devices)
+		for _, d := range r.Report.Devices {
+			leased = leased || d.LeasedBy != ""
+		}
 	}
 	if rows > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "HOST\tGPU\tNAME\tMEMORY MiB\tUTIL\tBUSY BY\tSELECTED")
+		head := "HOST\tGPU\tNAME\tMEMORY MiB\tUTIL\tBUSY BY\tSELECTED"
+		if leased { // the column only when a GPU is leased: a fleet of one user reads as before
+			head += "\tLEASED BY"
+		}
+		fmt.Fprintln(tw, head)
 		for _, r := range results {
 			for _, d := range r.Report.Devices {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Report.Host, d.Index, cellName(d),
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s", r.Report.Host, d.Index, cellName(d),
 					cellMemory(d), cellUtil(d), cellBusy(d), cellSelected(r.Selection, d.Index))
+				if leased {
+					fmt.Fprintf(tw, "\t%s", cmp.Or(d.LeasedBy, "-"))
+				}
+				fmt.Fprintln(tw)
 			}
 		}
 		if err := tw.Flush(); err != nil {

@@ -417,7 +417,7 @@ type attemptOutcome struct {
 // policy is what the restart policy needs of out: a setup failure is
 // permanent also when the hosts' workdirs are held by another run.
 func (out attemptOutcome) policy() restart.Outcome {
-	return restart.Outcome{Kind: out.kind, Err: out.err, ExitCode: out.exitCode, Permanent: out.permanent || IsHeld(out.err)}
+	return restart.Outcome{Kind: out.kind, Err: out.err, ExitCode: out.exitCode, Permanent: out.permanent || IsHeld(out.err) || IsGPUsLeased(out.err)}
 }
 
 func succeeded() attemptOutcome { return attemptOutcome{kind: outcomeSucceeded, exitCode: -1} }

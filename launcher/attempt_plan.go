@@ -1,8 +1,11 @@
 package launcher
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +14,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/gpulease"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
 )
@@ -40,11 +44,23 @@ type planPhase struct {
 	// reads after a failure.
 	in        plan.PlanInput
 	gpuBefore map[string]map[int][]int
+	// leasing is how the attempt leases its GPUs (gpuLeasing); holds
+	// are the sessions that hold them until cleanup.
+	leasing gpuLeasing
+	holdsMu sync.Mutex
+	holds   []*hostio.GPUHold
 }
 
 func (p *planPhase) name() string { return "agent, probe, plan" }
 
-func (p *planPhase) cleanup() {}
+// cleanup gives the attempt's GPU leases back.
+func (p *planPhase) cleanup() {
+	p.holdsMu.Lock()
+	holds := p.holds
+	p.holds = nil
+	p.holdsMu.Unlock()
+	forEach(holds, func(h *hostio.GPUHold) error { h.Release(); return nil })
+}
 
 // run leaves the plan in st.plan.
 func (p *planPhase) run(ctx context.Context, st *attemptState) error {
@@ -115,6 +131,8 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 	var mu sync.Mutex
 	out := map[string]plan.HostGPUs{}
 	p.gpuBefore = map[string]map[int][]int{}
+	ctx, since := p.leasing.start(ctx)
+	defer p.leasing.stop()
 	err := forEach(conns, func(c *attemptHost) error {
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
 		var before map[int][]int
@@ -130,6 +148,15 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 				if len(sel.Indices) == 0 && rep.Reason != "" {
 					p.events.printf("%s: %s has no usable GPU (%s); planning it as a CPU host", p.prefix(), c.host.Name, rep.Reason)
 				}
+			}
+			if n := p.cfg.Job.GPUsPerHost; p.leasing.off && n > 0 && len(hg.Indices) > n {
+				hg.Indices = hg.Indices[:n] // unleased (Slurm): gpus_per_host all the same
+			} else if len(hg.Indices) > 0 && !p.leasing.off {
+				taken, err := p.leaseGPUs(ctx, c, hostio.LeaseCandidates(hg.Indices, rep), since, len(conns))
+				if err != nil {
+					return err
+				}
+				hg.Indices = taken
 			}
 		}
 		mu.Lock()
@@ -228,4 +255,113 @@ func (p *planPhase) healthGate(ctx context.Context, conns []*attemptHost) error 
 		return nil
 	}
 	return ue
+}
+
+// The GPU leases of an attempt (package gpulease): once the GPUs are
+// selected, each host's agent leases them, and holds them until the
+// attempt is over (cleanup). GPUs other runs lease are skipped by
+// gpus = "auto" and an error for pinned ones; with --queue the attempt
+// waits for them in each host's queue instead.
+
+// gpuLeasing is what the run says about leasing: the run and its
+// controller, and --queue and --queue-timeout.
+type gpuLeasing struct {
+	// off: inside a Slurm allocation, whose GPUs Slurm gave this job
+	// alone (and where a step that outlives the probe would hold them).
+	off     bool
+	dir     string
+	job     string
+	runID   string
+	queue   bool
+	timeout time.Duration
+	cancel  context.CancelFunc
+}
+
+// start bounds ctx by --queue-timeout and returns the attempt's place
+// in the hosts' queues: now, the same on every host.
+func (l *gpuLeasing) start(ctx context.Context) (context.Context, time.Time) {
+	l.cancel = func() {}
+	if l.queue && l.timeout > 0 {
+		ctx, l.cancel = context.WithTimeoutCause(ctx, l.timeout, &QueueTimeoutError{Waited: l.timeout})
+	}
+	return ctx, time.Now().UTC()
+}
+
+func (l *gpuLeasing) stop() { l.cancel() }
+
+// QueueTimeoutError is a --queue run that waited --queue-timeout for its
+// GPUs.
+type QueueTimeoutError struct {
+	Waited time.Duration
+	Last   string
+}
+
+func (e *QueueTimeoutError) Error() string {
+	return fmt.Sprintf("waited --queue-timeout %s for the GPUs; %s", e.Waited, e.Last)
+}
+
+// leaseGPUs leases cands (in order) on c's host and keeps the session
+// for cleanup: gpus_per_host of them, else every free one (auto, at
+// least min_gpus) or all (pinned).
+func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpulease.Candidate, since time.Time, hosts int) ([]int, error) {
+	n, least := p.cfg.Job.GPUsPerHost, hostio.GPUPolicy(c.host, p.cfg.Job).MinGPUs
+	if !c.host.GPUs.Auto && n == 0 {
+		n = len(cands)
+	}
+	if n > 0 {
+		least = n
+	}
+	host, _ := os.Hostname()
+	o := gpulease.HoldOptions{Dir: cmp.Or(p.leasing.dir, gpulease.DefaultDir), Candidates: cands, N: n, Min: least, Queue: p.leasing.queue, Hosts: hosts,
+		Me: gpulease.Holder{Job: p.cfg.Job.Name, RunID: p.leasing.runID, Host: host, PID: os.Getpid(), Since: since}}
+	var mu sync.Mutex // the session's reader says, the caller reads after a timeout
+	var last string
+	h, err := hostio.HoldGPUs(ctx, c.client(), o, func(ev gpulease.Event) {
+		line := queueLine(c.host.Name, ev)
+		mu.Lock()
+		last = line
+		mu.Unlock()
+		p.events.printf("%s: %s", p.prefix(), line)
+	})
+	if h != nil {
+		p.holdsMu.Lock()
+		p.holds = append(p.holds, h)
+		p.holdsMu.Unlock()
+	}
+	var qt *QueueTimeoutError
+	if err != nil && errors.As(context.Cause(ctx), &qt) {
+		mu.Lock()
+		defer mu.Unlock()
+		return nil, &QueueTimeoutError{Waited: qt.Waited, Last: last}
+	}
+	return h.GPUsOrNil(), err
+}
+
+// leaseFiles are the GPU lease files the attempt holds on host, which
+// its processes there hold too.
+func (p *planPhase) leaseFiles(host string) []string {
+	if p == nil {
+		return nil // an attempt made without phases (tests)
+	}
+	p.holdsMu.Lock()
+	defer p.holdsMu.Unlock()
+	for _, h := range p.holds {
+		if h.Host == host {
+			return h.Files
+		}
+	}
+	return nil
+}
+
+// queueLine says a host's place in its GPU queue and who holds what.
+func queueLine(host string, ev gpulease.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "waiting for GPUs on %s (--queue): place %d of %d", host, ev.Position, ev.Waiters)
+	for _, w := range ev.Ahead {
+		fmt.Fprintf(&b, "; ahead: %s", w.Holder)
+	}
+	for _, h := range ev.Holders {
+		fmt.Fprintf(&b, "; GPU %d leased by %s", h.GPU, h)
+	}
+	return b.String()
 }

@@ -196,7 +196,7 @@ func (s *supervisor) startOne(p plan.Process, term *logstream.Sink) (*running, c
 func (a *attempt) agentOptions(c *attemptHost, p plan.Process, health string) agent.RunOptions {
 	wd := remoteAbs(c.home, p.Workdir)
 	ro := agent.RunOptions{
-		HealthFile: health, HealthEvery: healthEvery,
+		HealthFile: health, HealthEvery: healthEvery, GPULeases: a.ph.plan.leaseFiles(c.host.Name), // held as long as the processes run
 		Grace:   a.cfg.Job.StopGrace,
 		PIDFile: path.Join(wd, pidDir, p.Name()+".pid"),
 		LogFile: path.Join(wd, hostio.ForegroundLog(a.n, p.Name())),

@@ -69,6 +69,10 @@ type RunOptions struct {
 	// copies of older checkpoints are set aside, not deleted (see
 	// checkpoint.StartOver).
 	Fresh bool
+	// Queue waits for GPUs that other runs lease, in each host's queue
+	// (drover run --queue), at most QueueTimeout (0: no bound).
+	Queue        bool
+	QueueTimeout time.Duration
 
 	// Inside a Slurm allocation (see slurm.go): its hosts, the job id and
 	// SLURM_RESTART_COUNT (RestartOffset), from which the restart count

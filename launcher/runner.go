@@ -24,6 +24,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/gpulease"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/plan"
@@ -222,6 +223,15 @@ func IsLost(err error) bool {
 func IsHeld(err error) bool {
 	var he *lease.HeldError
 	return errors.As(err, &he)
+}
+
+// IsGPUsLeased reports whether err is (or wraps) GPUs that other runs
+// lease (without --queue) or a --queue run that waited --queue-timeout:
+// the run fails without restarting.
+func IsGPUsLeased(err error) bool {
+	var be *gpulease.BusyError
+	var qt *QueueTimeoutError
+	return errors.As(err, &be) || errors.As(err, &qt)
 }
 
 // adoption is the live group of an earlier detached run to take over.

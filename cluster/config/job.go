@@ -38,6 +38,9 @@ func (w jobReader) job(top tbl, dir string) Job {
 	if n, ok := w.integer(t, "min_gpus", 0, 1024, "between 0 and 1024"); ok {
 		j.MinGPUs = n
 	}
+	if n, ok := w.integer(t, "gpus_per_host", 1, 1024, "between 1 and 1024"); ok {
+		j.GPUsPerHost = n
+	}
 	w.network(t, &j)
 	setupReader{w.walker}.read(t, &j)
 	notifyReader{w.walker}.notifications(t, &j, dir)

@@ -68,6 +68,7 @@ var jobFields = append([]field{
 	{"ignore_xids", `ignore_xids = [13, 31, 43, 45, 68, 109]`},
 	{"gpu_max_used_mib", `gpu_max_used_mib = 100`},
 	{"min_gpus", `min_gpus = 1`},
+	{"gpus_per_host", `gpus_per_host = 1`},
 	{"min_bandwidth", `min_bandwidth = "10Gbit"`},
 	{"preflight", `preflight = ["net"]`},
 	{"on_event", `on_event = ["./notify.sh"]`},

@@ -179,6 +179,9 @@ type Job struct {
 	// Tracker names the experiment tracker whose run ids drover sets
 	// from its own (tracker; "" for none).
 	Tracker Tracker
+	// GPUsPerHost (gpus_per_host) is how many of each host's selectable
+	// GPUs the job takes and leases (0: all of them).
+	GPUsPerHost int
 }
 
 // HealthMode is the job's health key.

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -52,7 +53,23 @@ func psCommand() *cli.Command {
 			} else {
 				runview.RenderPs(c.App.Writer, rows)
 			}
+			if inv := c.String(flagInventory); inv != "" && !c.Bool("json") {
+				err = errors.Join(err, psGPULeases(c, inv))
+			}
 			return err
 		},
 	}
+}
+
+// psGPULeases lists, after the runs, who holds which GPU on the hosts of
+// inv and who waits for them (docs/sharing.md).
+func psGPULeases(c *cli.Context, inv string) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the drover binary to install on hosts: %w", err)
+	}
+	rows, err := runview.HostGPULeases(c.Context, inv, dialOptions(c, nil), bin, c.Duration(flagHostTimeout))
+	fmt.Fprintln(c.App.Writer)
+	runview.RenderGPULeases(c.App.Writer, rows)
+	return err
 }

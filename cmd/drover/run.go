@@ -19,18 +19,15 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "push the code, start every process, stream logs, restart the group on failure",
 		ArgsUsage: "JOB.toml",
-		Flags: withFleetFlags(
-			&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
-			&cli.BoolFlag{Name: "force", Usage: "take over workdirs that another live drover run holds (that run stops)"},
-			&cli.BoolFlag{Name: "fresh", Usage: "start from scratch: resume no checkpoint of an earlier run (drover's copies of them are set aside, nothing is deleted)"},
-			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "return once the run runs; it goes on in the background (see drover status, logs, stop)"},
-		),
+		Flags:     runFlags(),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usage(c)
 			}
 			child := detachedChild()
+			if c.Bool("queue") && c.Bool("detach") {
+				return cli.Exit("drover run: -d with --queue is not supported yet: run `drover run --queue` under tmux or nohup, or drop --queue", agent.ExitUsage)
+			}
 			if c.Bool("detach") && !child {
 				return startDetached(c)
 			}
@@ -76,6 +73,8 @@ func runCommand() *cli.Command {
 				Hard:          hard,
 				Force:         c.Bool("force"),
 				Fresh:         c.Bool("fresh"),
+				Queue:         c.Bool("queue"),
+				QueueTimeout:  c.Duration("queue-timeout"),
 				Detach:        c.Bool("detach"),
 				Ready:         ready,
 			})
@@ -93,6 +92,19 @@ func runCommand() *cli.Command {
 			return runExit(res)
 		},
 	}
+}
+
+// runFlags are drover run's flags.
+func runFlags() []cli.Flag {
+	return withFleetFlags(
+		&cli.StringFlag{Name: "log-dir", Usage: "where runs/<job>-<start>/ is written (default: runs/ next to the job file)"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "show only drover's own events (logs still get every line)"},
+		&cli.BoolFlag{Name: "force", Usage: "take over workdirs that another live drover run holds (that run stops)"},
+		&cli.BoolFlag{Name: "fresh", Usage: "start from scratch: resume no checkpoint of an earlier run (drover's copies of them are set aside, nothing is deleted)"},
+		&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "return once the run runs; it goes on in the background (see drover status, logs, stop)"},
+		&cli.BoolFlag{Name: "queue", Usage: "when other runs lease the GPUs the job needs, wait for them in each host's queue (first come, first served) instead of failing"},
+		&cli.DurationFlag{Name: "queue-timeout", Usage: "with --queue: fail after waiting this long for the GPUs (0: wait as long as it takes)"},
+	)
 }
 
 // runExit is drover run's exit for how the run ended.

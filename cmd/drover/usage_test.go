@@ -29,7 +29,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"agent", "bogus"}, `drover: unknown command "bogus" (run 'drover agent --help' for the list)`},
 		{[]string{"help", "bogus"}, `unknown command "bogus"`},
 		{[]string{"plan", "--bogus"}, "flag provided but not defined: -bogus"},
-		{[]string{"run"}, "usage: drover run [--log-dir LOG_DIR] [--quiet] [--force] [--fresh] [--detach] [--inventory FILE] [--accept-new-hosts] JOB.toml"},
+		{[]string{"run"}, "usage: drover run [--log-dir LOG_DIR] [--quiet] [--force] [--fresh] [--detach] [--queue] [--queue-timeout DURATION] [--inventory FILE] [--accept-new-hosts] JOB.toml"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(append([]string{"drover"}, tc.args...), &out, &errb)

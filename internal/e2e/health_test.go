@@ -62,6 +62,7 @@ esac
 			t.Errorf("restore %s: %v", fleet.Hosts[i].Name, err)
 		}
 	})
+	privateGPULeases(t, i)
 	return dir
 }
 

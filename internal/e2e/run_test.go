@@ -345,11 +345,11 @@ func jobProcs(t *testing.T, job string, hosts ...int) []hostProc {
 }
 
 // isAgentOf reports whether cmdline (NUL-separated) is a `drover agent
-// run` of job.
+// run` (or the `drover agent gpu-lease` that holds its GPUs) of job.
 func isAgentOf(cmdline []byte, job string) bool {
 	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 	i := slices.Index(argv, "--job")
-	return slices.Contains(argv, "agent") && slices.Contains(argv, "run") && i >= 0 && i+1 < len(argv) && argv[i+1] == job
+	return slices.Contains(argv, "agent") && (slices.Contains(argv, "run") || slices.Contains(argv, "gpu-lease")) && i >= 0 && i+1 < len(argv) && argv[i+1] == job
 }
 
 // waitNoJobProcs waits until no process of job is left on hosts (all when

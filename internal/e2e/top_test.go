@@ -72,6 +72,7 @@ esac
 			t.Errorf("restore %s: %v", fleet.Hosts[i].Name, err)
 		}
 	})
+	privateGPULeases(t, i)
 }
 
 // stepScript writes step=N to DROVER_PROGRESS_FILE and a line of output

@@ -86,6 +86,7 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/cluster/sigclean"
+	"github.com/droverhq/drover/launcher/gpulease"
 )
 
 // MessagePrefix starts every line the agent itself writes into the
@@ -206,6 +207,11 @@ type RunOptions struct {
 	// to this file; drover asks it of one process per host.
 	HealthFile  string
 	HealthEvery time.Duration
+	// GPULeases are the lease files of the GPUs the command uses
+	// (package gpulease): the agent holds them for as long as it runs,
+	// so that a lease lives as long as the group, also when the
+	// gpu-lease agent that took it is gone.
+	GPULeases []string
 }
 
 // Command returns the argv that runs `drover agent run` with o's command-line
@@ -241,6 +247,9 @@ func Command(binary string, o RunOptions) []string {
 	}
 	if o.HealthFile != "" {
 		args = append(args, "--"+flagHealthFile, o.HealthFile, "--"+flagHealthEvery, o.HealthEvery.String())
+	}
+	for _, l := range o.GPULeases {
+		args = append(args, "--"+flagGPULease, l)
 	}
 	args = append(args, "--")
 	return append(args, o.Args...)
@@ -283,6 +292,13 @@ type request struct {
 func Run(ctx context.Context, opts RunOptions) (exitCode int, err error) {
 	if len(opts.Args) == 0 || opts.Args[0] == "" {
 		return ExitCannotRun, errors.New("agent run: no command given")
+	}
+	for _, l := range opts.GPULeases {
+		f, err := gpulease.Join(l)
+		if err != nil {
+			return ExitCannotRun, fmt.Errorf("agent run: %w", err)
+		}
+		defer f.Close()
 	}
 	if opts.State != "" {
 		return runDetached(ctx, opts)

@@ -103,7 +103,7 @@ func CLI() *cli.Command {
 		Subcommands: []*cli.Command{
 			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(),
 			topCLI(), netListenCLI(), netSendCLI(), recvCLI(), sendCLI(), attachCLI(), runsCLI(),
-			sinceCLI(),
+			sinceCLI(), gpuLeaseCLI(),
 		},
 	}
 }
@@ -163,6 +163,7 @@ func runCLI() *cli.Command {
 			&cli.BoolFlag{Name: flagAttached, Usage: "with --" + flagState + ": record the process there but supervise it here, on this channel, as a foreground run's agent (it stops with its controller)"},
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
+			&cli.StringSliceFlag{Name: flagGPULease, TakesFile: true, Usage: "hold this GPU lease `FILE` while the command runs (repeat)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -218,6 +219,7 @@ func runOptions(c *cli.Context) RunOptions {
 		Name:              c.String(flagName),
 		ControllerTimeout: c.Duration(flagControllerTimeout),
 		Attached:          c.Bool(flagAttached),
+		GPULeases:         c.StringSlice(flagGPULease),
 	}
 }
 

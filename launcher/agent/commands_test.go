@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/gpulease"
 )
 
 // parseAgent parses argv (as Command and friends build it, binary first)
@@ -81,6 +82,19 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 	t.Run("run with a health watch", func(t *testing.T) {
 		o := RunOptions{Args: []string{"true"}, Grace: time.Second, HealthFile: "/w/.drover/logs/attempt-1/health.json", HealthEvery: 2 * time.Second}
 		assert.Equal(t, o, runOptions(parseAgent(t, Command("drover", o))))
+	})
+	t.Run("run holding GPU leases", func(t *testing.T) {
+		o := RunOptions{Args: []string{"true"}, Grace: time.Second, GPULeases: []string{"/tmp/drover-gpus/GPU-a.1000.lease", "/tmp/drover-gpus/GPU-b.1000.lease"}}
+		assert.Equal(t, o, runOptions(parseAgent(t, Command("drover", o))))
+	})
+	t.Run("gpu-lease", func(t *testing.T) {
+		o := gpulease.HoldOptions{Dir: "/tmp/drover-gpus", Candidates: []gpulease.Candidate{{Index: 1, Key: "GPU-b"}, {Index: 0, Key: "GPU-a"}},
+			N: 1, Min: 1, Queue: true, Hosts: 3,
+			Me: gpulease.Holder{Job: "j", RunID: "20261129-060000-0123ab", Host: "ctl", PID: 42, Since: time.Date(2026, 11, 29, 6, 0, 0, 5, time.UTC)}}
+		got, err := gpuLeaseOptions(parseAgent(t, GPULeaseCommand("drover", o)))
+		require.NoError(t, err)
+		got.Me.User, got.Me.UID = "", 0 // the host's to say
+		assert.Equal(t, o, got)
 	})
 	t.Run("run defaults", func(t *testing.T) {
 		o := RunOptions{Args: []string{"true"}}
@@ -179,7 +193,7 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--record FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--attached] [--health-file FILE] [--health-every DURATION] -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--record FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--attached] [--health-file FILE] [--health-every DURATION] [--gpu-lease FILE]... -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION] [--kill]",
 		"usage: drover agent preflight [--stop-leftovers DIR] [--lease FILE] [--lease-id ID] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",
@@ -194,5 +208,6 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent attach --state FILE [--from OFFSET] [--heartbeat DURATION] [--controller-timeout DURATION]",
 		"usage: drover agent runs [--workdir DIR] [--run-id ID]",
 		"usage: drover agent since [--ago DURATION] [--at TIME] LOG...",
+		"usage: drover agent gpu-lease [--dir DIR] [--gpu INDEX=UUID]... [--count N] [--min N] [--job JOB] [--run-id ID] [--controller-host HOST] [--controller-pid N] [--since TIME] [--queue] [--hosts N] [--list]",
 	}, got)
 }

@@ -2,13 +2,17 @@ package fanout
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/gpulease"
 	"github.com/droverhq/drover/launcher/hostio"
 )
 
@@ -43,14 +47,18 @@ func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 	}()
 	agents := remote.FindAgents(bin)
 	reps := remote.ProbeAll(ctx, up, agents)
-	if health {
-		var wg sync.WaitGroup
-		for i, t := range up {
-			wg.Add(1)
-			go func() { defer wg.Done(); addHealth(ctx, t, agents, &reps[i]) }()
-		}
-		wg.Wait()
+	var wg sync.WaitGroup
+	for i, t := range up {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			addLeases(ctx, t, agents, &reps[i])
+			if health {
+				addHealth(ctx, t, agents, &reps[i])
+			}
+		}()
 	}
+	wg.Wait()
 	results := make([]gpu.HostResult, len(hosts))
 	next := 0
 	for i, h := range hosts {
@@ -64,6 +72,7 @@ func probe(ctx context.Context, job config.Job, hosts []config.Host, dial cluste
 		rep := reps[next]
 		next++
 		sel, err := gpu.Select(h.Name, hostio.GPUPolicy(h, job), rep)
+		sel = skipLeased(sel, rep)
 		results[i] = gpu.HostResult{Report: rep, Selection: sel, Err: err}
 		if health {
 			// The kernel log's Xids are listed, not judged: a run judges
@@ -98,4 +107,57 @@ func addHealth(ctx context.Context, t cluster.Transport, agents remote.Agents, r
 		}
 	}
 	rep.LostGPUs, rep.XIDs, rep.XIDSource, rep.XIDReason = h.LostGPUs, h.XIDs, h.XIDSource, h.XIDReason
+}
+
+// addLeases names, on each GPU of rep, the drover run that leases it on
+// t's host (package gpulease); a host whose leases cannot be read says so
+// in the report's Reason.
+func addLeases(ctx context.Context, t cluster.Transport, agents remote.Agents, rep *gpu.HostReport) {
+	if len(rep.Devices) == 0 {
+		return
+	}
+	path, err := remote.Install(ctx, t, agents)
+	var l agent.GPULeaseList
+	if err == nil {
+		l, err = remote.Client{T: t, Path: path}.GPULeases(ctx, gpulease.DefaultDir)
+	}
+	if err == nil && l.Error != "" {
+		err = errors.New(l.Error)
+	}
+	if err != nil {
+		rep.Reason = strings.TrimPrefix(rep.Reason+"; GPU leases: "+err.Error(), "; ")
+		return
+	}
+	byKey := map[string]gpulease.Holder{}
+	for _, h := range l.Leases {
+		byKey[h.Key] = h
+	}
+	for i, d := range rep.Devices {
+		key := hostio.LeaseCandidates([]int{d.Index}, *rep)[0].Key
+		if h, ok := byKey[key]; ok {
+			rep.Devices[i].LeasedBy = fmt.Sprintf("%s by %s (run %s)", h.Job, h.User, h.RunID)
+		}
+	}
+}
+
+// skipLeased moves the GPUs another run leases out of sel, as a run's
+// gpus = "auto" skips them.
+func skipLeased(sel gpu.Selection, rep gpu.HostReport) gpu.Selection {
+	var keep []int
+	var devs []gpu.Device
+	for _, i := range sel.Indices {
+		d, ok := rep.Device(i)
+		if ok && d.LeasedBy != "" {
+			sel.Skipped = append(sel.Skipped, gpu.Skip{Index: i, Why: "leased"})
+			continue
+		}
+		keep = append(keep, i)
+		if ok {
+			devs = append(devs, d)
+		}
+	}
+	if len(keep) < len(sel.Indices) {
+		sel.Indices, sel.Devices = keep, devs
+	}
+	return sel
 }

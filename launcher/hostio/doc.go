@@ -8,7 +8,9 @@
 // ReadStopRequest), this machine's list of the runs it supervised and how
 // long `drover ps` keeps them (NoteLocally, LocalRuns, SelectRuns), and
 // what both read of a host's network and GPUs (DiscoverIfaces,
-// GPUPolicy).
+// GPUPolicy), and a host's GPU lease session (HoldGPUs, package gpulease;
+// LeaseCandidates names the GPUs as both the run and probe key their
+// leases).
 //
 // It sits below the run and the verbs so that neither imports the other:
 // what both need lives here, once, and data flows one way, from cmd/drover

@@ -11,6 +11,7 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/gpulease"
 )
 
 // Client runs the agent's commands on one host: the controller's one
@@ -152,4 +153,23 @@ func (c Client) Probe(ctx context.Context) (gpu.HostReport, error) {
 	// The agent knows its hostname, not the inventory's name for it.
 	rep.Host = c.T.Host().Name
 	return rep, nil
+}
+
+// GPULease starts `drover agent gpu-lease` for o: it takes the GPUs
+// (waiting with o.Queue), says so on cmd.Stdout (gpulease.ReadEvents)
+// and holds them until cmd.Stdin ends.
+func (c Client) GPULease(ctx context.Context, o gpulease.HoldOptions, cmd cluster.Cmd) (cluster.Process, error) {
+	return c.start(ctx, agent.GPULeaseCommand(c.Path, o), cmd)
+}
+
+// GPULeases reads the host's GPU leases and queue (`drover agent
+// gpu-lease --list`), bounded.
+func (c Client) GPULeases(ctx context.Context, dir string) (agent.GPULeaseList, error) {
+	var l agent.GPULeaseList
+	out, said, err := Read(ctx, c.T, agent.GPULeaseListCommand(c.Path, dir), "drover agent gpu-lease --list", hostReportLimit)
+	if err != nil {
+		return l, fmt.Errorf("read the GPU leases of %s: %w: %s", c.T.Host().Name, err, said)
+	}
+	err = json.Unmarshal(out, &l)
+	return l, err
 }

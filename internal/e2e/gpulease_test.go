@@ -1,0 +1,243 @@
+package e2e
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
+	"github.com/droverhq/drover/launcher/gpulease"
+)
+
+// privateGPULeases gives fleet host i a GPU lease directory of its own:
+// a fresh root-owned sticky directory bind-mounted over
+// gpulease.DefaultDir in the mount namespace of the host's logins, as a
+// real host has its own /tmp (the fleet's hosts share this machine's).
+// It returns the directory as this machine sees it.
+func privateGPULeases(t *testing.T, i int) string {
+	t.Helper()
+	if err := os.Mkdir(gpulease.DefaultDir, 0o777); err == nil {
+		require.NoError(t, os.Chmod(gpulease.DefaultDir, 0o777|fs.ModeSticky))
+	}
+	dir, err := os.MkdirTemp("", "drover-gpu-leases-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o777|fs.ModeSticky))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	_, err = fleet.ExecInLogins(i, "mount", "--bind", dir, gpulease.DefaultDir)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if _, err := fleet.ExecInLogins(i, "umount", gpulease.DefaultDir); err != nil {
+			t.Errorf("restore %s: %v", fleet.Hosts[i].Name, err)
+		}
+	})
+	return dir
+}
+
+// gpuJob is a job on the fleet's first three hosts (gpus = "auto", two
+// stand-in GPUs each) named name, whose every process says which GPUs
+// it got and runs until the file release exists.
+func gpuJob(t *testing.T, name, release, more string) *fleetJob {
+	t.Helper()
+	j := newFleetJob(t, jobSpec{Hosts: 3, Job: more, Script: fmt.Sprintf(`echo "start host=$DROVER_HOST gpus=$CUDA_VISIBLE_DEVICES"
+while [ ! -e %q ]; do sleep 0.1; done
+`, release)})
+	data, err := os.ReadFile(j.Path)
+	require.NoError(t, err)
+	text := strings.ReplaceAll(string(data), `"`+j.Name+`"`, `"`+name+`"`)
+	text = strings.ReplaceAll(text, j.Workdir, j.Workdir+"-"+name)
+	j.Name, j.Workdir = name, j.Workdir+"-"+name
+	require.NoError(t, os.WriteFile(j.Path, []byte(text), 0o644))
+	var b strings.Builder
+	fmt.Fprintf(&b, "[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n", fleet.User, fleet.KeyFile, fleet.KnownHosts)
+	for _, h := range fleet.ClusterHosts()[:3] {
+		fmt.Fprintf(&b, "\n[[host]]\nname = %q\naddress = %q\ngpus = \"auto\"\n", h.Name, h.Address)
+	}
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(b.String()), 0o644))
+	return j
+}
+
+var startLine = regexp.MustCompile(`(?m)^\[worker-\d+@(\S+)\] start host=\S+ gpus=(\S*)$`)
+
+// gpusByHost waits for a start line of each of the three hosts and
+// returns the GPUs each got.
+func gpusByHost(t *testing.T, d *droverProc) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range d.waitLines(t, startLine, 3, 90*time.Second) {
+		out[m[1]] = m[2]
+	}
+	require.Len(t, out, 3, "one start per host")
+	return out
+}
+
+// Issue 39: three hosts of two GPUs, each reported by a stand-in
+// nvidia-smi, so that only the leases keep runs apart. Two jobs with
+// gpus_per_host = 1 started at the same instant each get one GPU per
+// host, never the same one, and run at the same time; a third fails at
+// once naming both holders; with --queue it waits, and starts when one
+// of them ends. A second Unix user cannot remove nor take the leases; a
+// lease whose holder was SIGKILLed with its agent is reclaimed.
+func TestGPULeases(t *testing.T) {
+	fleettest.Need(t, fleet)
+	leaseDirs := make([]string, 3)
+	for i := range 3 {
+		fakeGPUs(t, i)
+		leaseDirs[i] = privateGPULeases(t, i) // over fakeGPUs' own: this test reads it
+	}
+	rel, err := os.MkdirTemp("", "drover-gpu-release-") // the hosts' user must see it
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(rel) })
+	require.NoError(t, os.Chmod(rel, 0o755))
+	release := func(name string) string { return filepath.Join(rel, name) }
+	one := "gpus_per_host = 1"
+	a, b := gpuJob(t, "lease-a", release("a"), one), gpuJob(t, "lease-b", release("b"), one)
+	da, db := startDrover(t, a), startDrover(t, b)
+	ga, gb := gpusByHost(t, da), gpusByHost(t, db)
+	for host, g := range ga {
+		assert.Contains(t, []string{"0", "1"}, g, host)
+		assert.NotEqual(t, g, gb[host], "%s: both runs got GPU %s", host, g)
+	}
+
+	c := gpuJob(t, "lease-c", release("c"), one)
+	dc := startDrover(t, c)
+	require.Equal(t, exitFailed, dc.wait(t, 60*time.Second), dc.stderr.String())
+	stderr := dc.stderr.String()
+	assert.Contains(t, stderr, `job "lease-a"`)
+	assert.Contains(t, stderr, `job "lease-b"`)
+	assert.Contains(t, stderr, "--queue")
+	assert.NotRegexp(t, startLine, dc.stdout.String())
+
+	t.Run("another user", func(t *testing.T) { otherUser(t, leaseDirs[0]) })
+
+	probe := startDroverArgs(t, c, "probe", c.Path)
+	require.Equal(t, 0, probe.wait(t, 60*time.Second), probe.stderr.String())
+	out := probe.stdout.String()
+	t.Logf("probe:\n%s", out)
+	for _, h := range fleet.Hosts[:3] {
+		for _, g := range []string{"0", "1"} {
+			run := "lease-a"
+			if ga[h.Name] != g {
+				run = "lease-b"
+			}
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+g+`\s.*\sno: leased\s+`+run+` by `+fleettest.User+` \(run \S+\)\s*$`, out)
+		}
+	}
+
+	// --queue-timeout gives up, naming the holders; Ctrl-C leaves the
+	// queue at once.
+	dt := startDrover(t, c, "--queue", "--queue-timeout", "2s")
+	require.Equal(t, exitFailed, dt.wait(t, 60*time.Second), dt.stderr.String())
+	assert.Regexp(t, `waited --queue-timeout 2s for the GPUs; waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`, dt.stderr.String())
+	di := startDrover(t, c, "--queue")
+	di.waitStderr(t, regexp.MustCompile(`waiting for GPUs on`), 60*time.Second)
+	di.signal(t, syscall.SIGINT)
+	require.Equal(t, exitInterrupted, di.wait(t, 30*time.Second), di.stderr.String())
+	for i := range 3 {
+		testenv.WaitFor(t, 10*time.Second, "the interrupted run out of the queue", func() bool {
+			ws, err := gpulease.Waiters(leaseDirs[i])
+			return err == nil && len(ws) == 0
+		})
+	}
+
+	dq := startDrover(t, c, "--queue")
+	dq.waitStderr(t, regexp.MustCompile(`waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`), 60*time.Second)
+	assert.NotRegexp(t, startLine, dq.stdout.String())
+	ps := startDroverArgs(t, c, "ps", "--inventory", c.Inventory)
+	require.Equal(t, 0, ps.wait(t, 60*time.Second), ps.stderr.String())
+	t.Logf("ps --inventory:\n%s", ps.stdout.String())
+	for _, h := range fleet.Hosts[:3] {
+		for _, row := range []string{`(0|1)\s+lease-a\s+`, `(0|1)\s+lease-b\s+`, `waiting\s+lease-c\s+`} {
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+row+fleettest.User+`\s`, ps.stdout.String())
+		}
+	}
+	require.NoError(t, os.WriteFile(release("a"), nil, 0o644))
+	require.Equal(t, 0, da.wait(t, 60*time.Second), da.stderr.String())
+	gc := gpusByHost(t, dq)
+	assert.Equal(t, ga, gc, "the queued run got the GPUs the ended run gave back")
+	require.NoError(t, os.WriteFile(release("c"), nil, 0o644))
+	require.Equal(t, 0, dq.wait(t, 60*time.Second), dq.stderr.String())
+
+	// b's holders on every host SIGKILLed, then its controller: its
+	// leases stay behind, their locks gone. The next run reclaims them.
+	for _, p := range jobProcs(t, b.Name, 0, 1, 2) {
+		syscall.Kill(p.Pid, syscall.SIGKILL) // an agent's command may die with it first
+	}
+	require.NoError(t, db.cmd.Process.Kill())
+	db.wait(t, 30*time.Second)
+	left, err := filepath.Glob(filepath.Join(leaseDirs[0], "*.lease"))
+	require.NoError(t, err)
+	assert.NotEmpty(t, left, "the SIGKILLed run's lease files are left behind")
+	all := gpuJob(t, "lease-all", release("all"), "gpus_per_host = 2")
+	dall := startDrover(t, all)
+	for host, g := range gpusByHost(t, dall) {
+		assert.Equal(t, "0,1", g, host)
+	}
+	// A SIGKILLed controller: its agents stop the group, and the leases
+	// die with the last of them (the files stay until the next take).
+	require.NoError(t, dall.cmd.Process.Kill())
+	dall.wait(t, 30*time.Second)
+	for i := range 3 {
+		testenv.WaitFor(t, 30*time.Second, "no live lease left on host", func() bool {
+			live, err := gpulease.List(leaseDirs[i]) // as root: removes nothing of drovertest's
+			return err == nil && len(live) == 0
+		})
+	}
+}
+
+// otherUser checks, as a second Unix user on the host whose lease
+// directory is dir (holding the leases of two live runs), that it can
+// neither remove nor overwrite a lease, nor take the GPU with drover.
+func otherUser(t *testing.T, dir string) {
+	const user = "drovertest2"
+	if _, err := exec.Command("id", user).Output(); err != nil {
+		out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/bin/sh", user).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		t.Cleanup(func() { exec.Command("userdel", user).Run() })
+	}
+	leases, err := filepath.Glob(filepath.Join(dir, "*.lease"))
+	require.NoError(t, err)
+	require.Len(t, leases, 2, "host 0: one lease per run")
+	before, err := os.ReadFile(leases[0])
+	require.NoError(t, err)
+	inHost := filepath.Join(gpulease.DefaultDir, filepath.Base(leases[0]))
+	as := func(args ...string) error {
+		_, err := fleet.ExecInLogins(0, append([]string{"runuser", "-u", user, "--"}, args...)...)
+		return err
+	}
+	out, err := fleet.ExecInLogins(0, "runuser", "-u", user, "--", "cat", inHost)
+	require.NoError(t, err, "another user reads a lease")
+	assert.Equal(t, string(before), string(out))
+	assert.Error(t, as("rm", "-f", inHost), "another user removed a lease")
+	assert.Error(t, as("sh", "-c", "echo forged > "+inHost), "another user overwrote a lease")
+	assert.Error(t, as("mv", "-f", "/dev/null", inHost))
+	after, err := os.ReadFile(leases[0])
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+
+	binDir, err := os.MkdirTemp("", "drover-other-user-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(binDir) })
+	require.NoError(t, os.Chmod(binDir, 0o755))
+	bin := filepath.Join(binDir, "drover")
+	data, err := os.ReadFile(droverBinary(t))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, data, 0o755))
+	out, err = fleet.ExecInLogins(0, "runuser", "-u", user, "--", "sh", "-c",
+		bin+" agent gpu-lease --gpu 0=GPU-h0-0 --gpu 1=GPU-h0-1 --count 1 --job thief --run-id 20261129-060000-0123ab"+
+			" --controller-host x --controller-pid 1 --since 2026-11-29T06:00:00Z </dev/null 2>&1; echo exit=$?")
+	require.NoError(t, err) // ExecInLogins says nothing of a command that failed but its stderr
+	assert.Contains(t, string(out), "exit=1", "the other user took a GPU")
+	assert.Contains(t, string(out), `"state":"busy"`)
+	assert.Contains(t, string(out), `"job":"lease-a"`)
+}
