@@ -69,6 +69,11 @@ type RunOptions struct {
 	// copies of older checkpoints are set aside, not deleted (see
 	// checkpoint.StartOver).
 	Fresh bool
+	// Adjust, when set, changes the configuration after each reading of
+	// the job file (the first and every restart's): drover sweep uses it
+	// to make one trial of the job (its host, GPUs, workdir, command and
+	// env).
+	Adjust func(*config.Config) error
 
 	// Inside a Slurm allocation (see slurm.go): its hosts, the job id and
 	// SLURM_RESTART_COUNT (RestartOffset), from which the restart count

@@ -30,7 +30,7 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
+	cfg, err := r.load()
 	if err != nil {
 		return nil, err
 	}
@@ -265,10 +265,24 @@ func (a *attempt) notifyRestart(out attemptOutcome, delay time.Duration) {
 	r.events.notify(ev)
 }
 
+// load reads the job and inventory and applies RunOptions.Adjust, so
+// that every reading (the first, a restart's, a redial's) is adjusted
+// alike.
+func (r *runner) load() (*config.Config, error) {
+	cfg, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
+	if err != nil || r.opts.Adjust == nil {
+		return cfg, err
+	}
+	if err := r.opts.Adjust(cfg); err != nil {
+		return nil, fmt.Errorf("adjust %s: %w", cfg.Path, err)
+	}
+	return cfg, nil
+}
+
 // reload re-reads the job and inventory before a restart; a file that no
 // longer loads leaves the previous configuration in force.
 func (r *runner) reload(cfg *config.Config, attempt, total int) *config.Config {
-	next, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
+	next, err := r.load()
 	if err != nil {
 		r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 		return cfg
@@ -385,7 +399,7 @@ func newPhases(a *attempt) phases {
 	ph := phases{
 		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
 			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents,
-			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
+			reload: r.load},
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
 		setup:     &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
