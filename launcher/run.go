@@ -30,7 +30,7 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := r.load()
+	cfg, err := r.opts.load()
 	if err != nil {
 		return nil, err
 	}
@@ -268,12 +268,12 @@ func (a *attempt) notifyRestart(out attemptOutcome, delay time.Duration) {
 // load reads the job and inventory and applies RunOptions.Adjust, so
 // that every reading (the first, a restart's, a redial's) is adjusted
 // alike.
-func (r *runner) load() (*config.Config, error) {
-	cfg, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
-	if err != nil || r.opts.Adjust == nil {
+func (o RunOptions) load() (*config.Config, error) {
+	cfg, err := config.Load(o.JobPath, o.loadOptions())
+	if err != nil || o.Adjust == nil {
 		return cfg, err
 	}
-	if err := r.opts.Adjust(cfg); err != nil {
+	if err := o.Adjust(cfg); err != nil {
 		return nil, fmt.Errorf("adjust %s: %w", cfg.Path, err)
 	}
 	return cfg, nil
@@ -282,7 +282,7 @@ func (r *runner) load() (*config.Config, error) {
 // reload re-reads the job and inventory before a restart; a file that no
 // longer loads leaves the previous configuration in force.
 func (r *runner) reload(cfg *config.Config, attempt, total int) *config.Config {
-	next, err := r.load()
+	next, err := r.opts.load()
 	if err != nil {
 		r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 		return cfg
@@ -399,7 +399,7 @@ func newPhases(a *attempt) phases {
 	ph := phases{
 		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
 			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents,
-			reload: r.load},
+			reload: r.opts.load},
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
 		setup:     &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
