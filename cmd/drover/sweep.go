@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -31,7 +32,7 @@ func sweepCommand() *cli.Command {
 		Usage:     "run the job once per trial of a parameter sweep, in parallel on the free GPUs, and rank the trials",
 		ArgsUsage: "JOB.toml",
 		Flags: withFleetFlags(
-			&cli.StringSliceFlag{Name: "param", Usage: "a parameter: NAME=a,b,c, NAME=LO..HI, NAME=uniform(a,b), loguniform(a,b) or choice(a,b); several make a grid"},
+			&cli.GenericFlag{Name: "param", Value: &paramFlag{}, Usage: "a parameter: NAME=a,b,c, NAME=LO..HI, NAME=uniform(a,b), loguniform(a,b) or choice(a,b); several make a grid"},
 			&cli.StringFlag{Name: "metric", Usage: "the objective, as the trainer prints it (NAME=VALUE; default loss)"},
 			&cli.StringFlag{Name: "goal", Usage: "minimize (default) or maximize"},
 			&cli.StringFlag{Name: "early-stop", Usage: "median (stop a trial worse than the completed trials' median) or none"},
@@ -56,7 +57,7 @@ func sweepAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	f := sweep.Flags{Params: c.StringSlice("param"), Metric: c.String("metric"), Goal: c.String("goal"),
+	f := sweep.Flags{Params: c.Generic("param").(*paramFlag).specs, Metric: c.String("metric"), Goal: c.String("goal"),
 		EarlyStop: c.String("early-stop"), MetricRegex: c.String("metric-regex"), MaxParallel: c.Int("max-parallel"),
 		MinTrials: c.Int("min-trials"), Samples: c.Int("samples"), GPUsPerTrial: c.Int("gpus-per-trial")}
 	if c.IsSet("seed") {
@@ -92,7 +93,7 @@ func sweepAction(c *cli.Context) error {
 		RunTrial: func(ctx context.Context, spec sweeprun.TrialSpec) error {
 			res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),
 				LogDir: c.String("log-dir"), AgentBinary: bin, Dial: dialOptions(c, cfg.Hosts),
-				Out: spec.Out, Events: io.Discard, Adjust: sweeprun.TrialConfig(spec)})
+				Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec)})
 			switch {
 			case err != nil:
 				return err
@@ -104,6 +105,13 @@ func sweepAction(c *cli.Context) error {
 	out, err := s.Run(ctx)
 	return sweepReport(c, opts, out, err)
 }
+
+// paramFlag is --param, given once per parameter: a string slice flag
+// would split lr=0.001,0.01 at its commas.
+type paramFlag struct{ specs []string }
+
+func (p *paramFlag) Set(s string) error { p.specs = append(p.specs, s); return nil }
+func (p *paramFlag) String() string     { return strings.Join(p.specs, " ") }
 
 // sweepFleet is the free GPUs of the job's hosts (spares too: a sweep
 // has no group to keep spares for), probed once as drover probe does; a

@@ -158,7 +158,7 @@ func TestTrialConfig(t *testing.T) {
 	assert.Equal(t, "runs/j/trials/t03", cfg.Job.Workdir)
 	assert.Equal(t, 0, cfg.Job.MinGPUs)
 	assert.Equal(t, spec.Command, cfg.Job.Command)
-	assert.Equal(t, map[string]string{"A": "1", "DROVER_TRIAL_ID": "t03"}, cfg.Job.Env)
+	assert.Equal(t, map[string]string{"A": "1"}, cfg.Job.Env, "DROVER_* is refused in [job.env]: the trial's env goes in RunOptions.Env")
 
 	err := TrialConfig(TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.Placement{Host: "gone"}})(cfg)
 	assert.ErrorContains(t, err, "gone")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"path"
 
 	"github.com/droverhq/drover/cluster/config"
@@ -17,7 +16,8 @@ type TrialSpec struct {
 	SweepID string
 	// Command is the job's command with {NAME} replaced by the trial's values.
 	Command []string
-	// Env is DROVER_PARAM_<NAME>, DROVER_TRIAL_ID and DROVER_SWEEP_ID.
+	// Env is DROVER_PARAM_<NAME>, DROVER_TRIAL_ID and DROVER_SWEEP_ID,
+	// for every process of the trial (launcher.RunOptions.Env).
 	Env map[string]string
 	// Placement is the host and the GPUs the trial runs on, and nothing else.
 	Placement sweep.Placement
@@ -36,8 +36,9 @@ type RunTrial func(ctx context.Context, spec TrialSpec) error
 // spec's trial: the placement's host alone, with its GPUs pinned, in
 // <workdir>/trials/<id> (so its checkpoints, pidfiles and workdir lease
 // are its own), named <job>-<id> (its own logs), running the trial's
-// command with its env over [job.env]. It is applied at every reading of
-// the job, restarts included.
+// command. It is applied at every reading of the job, restarts included.
+// The trial's Env is not [job.env]'s, where drover's own DROVER_*
+// names are refused: it goes in launcher.RunOptions.Env.
 func TrialConfig(spec TrialSpec) func(*config.Config) error {
 	return func(cfg *config.Config) error {
 		var host *config.Host
@@ -61,12 +62,6 @@ func TrialConfig(spec TrialSpec) func(*config.Config) error {
 		cfg.Job.Workdir = path.Join(cfg.Job.Workdir, sub)
 		cfg.Job.MinGPUs = 0
 		cfg.Job.Command = append([]string(nil), spec.Command...)
-		env := maps.Clone(cfg.Job.Env)
-		if env == nil {
-			env = map[string]string{}
-		}
-		maps.Copy(env, spec.Env)
-		cfg.Job.Env = env
 		return nil
 	}
 }
