@@ -73,6 +73,11 @@ type RunOptions struct {
 	// (drover run --queue), at most QueueTimeout (0: no bound).
 	Queue        bool
 	QueueTimeout time.Duration
+	// Adjust, when set, changes the configuration after each reading of
+	// the job file (the first and every restart's): drover sweep uses it
+	// to make one trial of the job (its host, GPUs, workdir, command and
+	// env).
+	Adjust func(*config.Config) error
 
 	// Inside a Slurm allocation (see slurm.go): its hosts, the job id and
 	// SLURM_RESTART_COUNT (RestartOffset), from which the restart count

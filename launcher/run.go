@@ -31,7 +31,7 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 }
 
 func (r *runner) run(ctx context.Context) (*Result, error) {
-	cfg, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
+	cfg, err := r.opts.load()
 	if err != nil {
 		return nil, err
 	}
@@ -269,10 +269,24 @@ func (a *attempt) notifyRestart(out attemptOutcome, delay time.Duration) {
 	r.events.notify(ev)
 }
 
+// load reads the job and inventory and applies RunOptions.Adjust, so
+// that every reading (the first, a restart's, a redial's) is adjusted
+// alike.
+func (o RunOptions) load() (*config.Config, error) {
+	cfg, err := config.Load(o.JobPath, o.loadOptions())
+	if err != nil || o.Adjust == nil {
+		return cfg, err
+	}
+	if err := o.Adjust(cfg); err != nil {
+		return nil, fmt.Errorf("adjust %s: %w", cfg.Path, err)
+	}
+	return cfg, nil
+}
+
 // reload re-reads the job and inventory before a restart; a file that no
 // longer loads leaves the previous configuration in force.
 func (r *runner) reload(cfg *config.Config, attempt, total int) *config.Config {
-	next, err := config.Load(r.opts.JobPath, r.opts.loadOptions())
+	next, err := r.opts.load()
 	if err != nil {
 		r.events.printf("attempt %d/%d: re-reading %s failed, keeping the previous configuration: %v", attempt, total, cfg.Path, err)
 		return cfg
@@ -413,7 +427,7 @@ func newPhases(a *attempt) phases {
 		connect: &connectPhase{phaseEnv: env, clock: clock{now: r.now, sleep: r.sleep}, dial: sshDialer{}, opts: r.opts.Dial,
 			pool: r.pool, lost: r.takeLost, replaced: r.replaced, agents: r.agents, left: r.left, full: func() *plan.Plan { return r.fullPlan },
 			fenced: func(h string) bool { _, bad := r.fencedFor(h); return bad },
-			reload: func() (*config.Config, error) { return config.Load(r.opts.JobPath, r.opts.loadOptions()) }},
+			reload: r.opts.load},
 		prepare: &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:    &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
 		setup:   &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},

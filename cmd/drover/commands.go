@@ -17,6 +17,7 @@ func commands() []*cli.Command {
 		topCommand(),
 		checkCommand(),
 		runCommand(),
+		sweepCommand(),
 		statusCommand(),
 		stopCommand(),
 		logsCommand(),

@@ -1,0 +1,173 @@
+//go:build !droveragent
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher"
+	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/fanout"
+	"github.com/droverhq/drover/launcher/sweep"
+	"github.com/droverhq/drover/launcher/sweeprun"
+)
+
+// sweepCommand is `drover sweep JOB.toml`: many runs of the job, one per
+// trial, placed on the fleet's free GPUs (docs/sweeps.md). The decisions
+// are package sweep's and the running package sweeprun's; this is wiring.
+func sweepCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "sweep",
+		Usage:     "run the job once per trial of a parameter sweep, in parallel on the free GPUs, and rank the trials",
+		ArgsUsage: "JOB.toml",
+		Flags: withFleetFlags(
+			&cli.GenericFlag{Name: "param", Value: &paramFlag{}, Usage: "a parameter: NAME=a,b,c, NAME=LO..HI, NAME=uniform(a,b), loguniform(a,b) or choice(a,b); several make a grid"},
+			&cli.StringFlag{Name: "metric", Usage: "the objective, as the trainer prints it (NAME=VALUE; default loss)"},
+			&cli.StringFlag{Name: "goal", Usage: "minimize (default) or maximize"},
+			&cli.StringFlag{Name: "early-stop", Usage: "median (stop a trial worse than the completed trials' median) or none"},
+			&cli.StringFlag{Name: "metric-regex", Usage: "a Go regexp with groups name and value (and step) for other metric forms"},
+			&cli.IntFlag{Name: "max-parallel", Usage: "run at most this many trials at once (default: as many as the GPUs allow)"},
+			&cli.IntFlag{Name: "min-trials", Usage: "completed trials before the median rule stops any (default 3)"},
+			&cli.IntFlag{Name: "samples", Usage: "draws of the random parameters"},
+			&cli.IntFlag{Name: "gpus-per-trial", Usage: "GPUs of one host each trial gets (default 1)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed of the random draws"},
+			&cli.StringFlag{Name: "log-dir", Usage: "where each trial's runs/<job>-<trial>-<start>/ is written (default: runs/ next to the job file)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the trials and the best one as JSON (the table goes to stderr)"},
+		),
+		Action: sweepAction,
+	}
+}
+
+func sweepAction(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usage(c)
+	}
+	cfg, err := loadJob(c, false)
+	if err != nil {
+		return err
+	}
+	f := sweep.Flags{Params: c.Generic("param").(*paramFlag).specs, Metric: c.String("metric"), Goal: c.String("goal"),
+		EarlyStop: c.String("early-stop"), MetricRegex: c.String("metric-regex"), MaxParallel: c.Int("max-parallel"),
+		MinTrials: c.Int("min-trials"), Samples: c.Int("samples"), GPUsPerTrial: c.Int("gpus-per-trial")}
+	if c.IsSet("seed") {
+		seed := c.Uint64("seed")
+		f.Seed = &seed
+	}
+	opts, err := sweep.Resolve(f, cfg.Sweep, cfg.Job.Command)
+	if err != nil {
+		return sweepExit(err)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the drover binary to install on hosts: %w", err)
+	}
+	ctx, _, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every trial")
+	defer stop()
+	fleet, err := sweepFleet(ctx, c, cfg, bin)
+	if err != nil {
+		return err
+	}
+	if err := sweep.CheckFits(fleet, opts.GPUsPerTrial); err != nil {
+		return sweepExit(err)
+	}
+	tableOut := c.App.Writer
+	if c.Bool("json") {
+		tableOut = c.App.ErrWriter
+	}
+	f2, isFile := tableOut.(*os.File)
+	live := isFile && term.IsTerminal(int(f2.Fd()))
+	id := fmt.Sprintf("%s-%s", cfg.Job.Name, time.Now().Format("20060102-150405"))
+	fmt.Fprintf(c.App.ErrWriter, "drover: sweep %s: %s on %d hosts\n", id, opts, len(fleet))
+	s := &sweeprun.Sweep{ID: id, Options: opts, Command: cfg.Job.Command, Fleet: fleet, Table: tableOut, Live: live,
+		RunTrial: func(ctx context.Context, spec sweeprun.TrialSpec) error {
+			res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),
+				LogDir: c.String("log-dir"), AgentBinary: bin, Dial: dialOptions(c, cfg.Hosts),
+				Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec)})
+			switch {
+			case err != nil:
+				return err
+			case res.Outcome != launcher.Succeeded:
+				return fmt.Errorf("%v (logs: %s)", res.Err, res.LogDir)
+			}
+			return nil
+		}}
+	out, err := s.Run(ctx)
+	return sweepReport(c, opts, out, err)
+}
+
+// paramFlag is --param, given once per parameter: a string slice flag
+// would split lr=0.001,0.01 at its commas.
+type paramFlag struct{ specs []string }
+
+func (p *paramFlag) Set(s string) error { p.specs = append(p.specs, s); return nil }
+func (p *paramFlag) String() string     { return strings.Join(p.specs, " ") }
+
+// sweepFleet is the free GPUs of the job's hosts (spares too: a sweep
+// has no group to keep spares for), probed once as drover probe does; a
+// host that does not answer is left out, and said so.
+func sweepFleet(ctx context.Context, c *cli.Context, cfg *config.Config, bin string) ([]sweep.HostGPUs, error) {
+	var fleet []sweep.HostGPUs
+	for _, r := range fanout.Probe(ctx, cfg.Job, cfg.Hosts, dialOptions(c, cfg.Hosts), bin) {
+		if r.Err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "drover: %s: left out of the sweep: %v\n", r.Report.Host, r.Err)
+			continue
+		}
+		if len(r.Selection.Indices) > 0 {
+			fleet = append(fleet, sweep.HostGPUs{Host: r.Selection.Host, GPUs: r.Selection.Indices})
+		}
+	}
+	if len(fleet) == 0 {
+		return nil, cli.Exit(fmt.Sprintf("sweep: no host of %s has a free GPU (see drover probe %s)", cfg.Path, cfg.Path), agent.ExitFailed)
+	}
+	return fleet, nil
+}
+
+// sweepExit is exit 2 for a sweep.Error (bad flags or [sweep] keys).
+func sweepExit(err error) error {
+	var se *sweep.Error
+	if errors.As(err, &se) {
+		return cli.Exit(err.Error(), agent.ExitUsage)
+	}
+	return err
+}
+
+// sweepReport prints the ranked trials (or --json) and exits 0 when every
+// trial completed or was stopped early, 1 otherwise (130 on Ctrl-C).
+func sweepReport(c *cli.Context, opts *sweep.Options, out sweeprun.Outcome, runErr error) error {
+	for id, err := range out.Errors {
+		fmt.Fprintf(c.App.ErrWriter, "drover: trial %s failed: %v\n", id, err)
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out.Report); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.App.Writer, "\ntrials by %s (%s):\n", opts.Metric, opts.Goal)
+		sweeprun.Render(c.App.Writer, out.Report.Trials, opts.Params)
+		if b := out.Report.Best; b != nil {
+			fmt.Fprintf(c.App.Writer, "best: %s %s=%g %v\n", b.ID, opts.Metric, b.Metric, b.Params)
+		}
+	}
+	switch {
+	case errors.Is(runErr, context.Canceled):
+		return cli.Exit("", agent.ExitInterrupted)
+	case runErr != nil:
+		return runErr
+	case !sweep.Succeeded(out.Report.Trials):
+		return cli.Exit("", agent.ExitFailed)
+	}
+	return nil
+}

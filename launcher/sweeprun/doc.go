@@ -1,0 +1,11 @@
+// Package sweeprun runs `drover sweep`: the trials of a sweep (package
+// sweep's decisions) in parallel on the fleet's free GPUs, each as one
+// drover run, with their metrics read from their output, the median rule
+// stopping the poor ones early, a live table, and the report at the end.
+//
+// It does not start runs itself: the launcher core is imported by
+// cmd/drover alone, so cmd/drover hands Sweep a RunTrial that calls
+// launcher.Run with TrialConfig as its Adjust, which turns the job into
+// one trial of it (its host and pinned GPUs, its own workdir, command
+// and environment). Tests hand it a stand-in trainer.
+package sweeprun

@@ -1,0 +1,251 @@
+package sweeprun
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/droverhq/drover/launcher/sweep"
+)
+
+// Sweep is one sweep to run.
+type Sweep struct {
+	ID      string
+	Options *sweep.Options
+	// Command is the job's command, with its {NAME} references.
+	Command []string
+	// Fleet is every host's free GPUs when the sweep starts.
+	Fleet []sweep.HostGPUs
+	// Placer decides where a trial runs (nil: sweep.Pack).
+	Placer   sweep.Placer
+	RunTrial RunTrial
+	// Table is where the live table goes (nil: nowhere); Live redraws it
+	// in place (a terminal), else each change is one line.
+	Table io.Writer
+	Live  bool
+	// Now is the wall clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// errNoPlace is a trial that fits no host even with every GPU free,
+// which sweep.CheckFits rules out before the sweep starts.
+var errNoPlace = errors.New("no host has the GPUs a trial needs")
+
+// trial is one trial's state; Sweep.mu guards it.
+type trial struct {
+	res     sweep.Result
+	series  sweep.Series
+	cancel  context.CancelFunc
+	stopped bool
+	err     error
+}
+
+// state is a running sweep.
+type state struct {
+	*Sweep
+	mu     sync.Mutex
+	trials []*trial
+	table  *table
+}
+
+// Outcome is how a sweep went: the ranked report and why each failed
+// trial failed, by trial id.
+type Outcome struct {
+	Report sweep.Report
+	Errors map[string]error
+}
+
+// Run runs every trial, at most Options.MaxParallel at a time and never
+// two on one GPU, and returns them ranked by the objective. A trial is
+// recorded as completed (or early-stopped) before its GPUs go to the
+// next, so that the median rule counts it when the next one reports.
+// Cancelling ctx stops the running trials and starts no more; those
+// left are pending in the report.
+func (s *Sweep) Run(ctx context.Context) (Outcome, error) {
+	st := &state{Sweep: s}
+	for _, t := range s.Options.Trials {
+		st.trials = append(st.trials, &trial{res: sweep.Result{ID: t.ID, Params: t.Params, State: sweep.Pending}})
+	}
+	st.table = newTable(s.Table, s.Live, s.Options.Params)
+	stopDraw := st.table.start(st.snapshot)
+	err := st.schedule(ctx)
+	stopDraw()
+	return Outcome{Report: sweep.Rank(st.snapshot(), s.Options.Goal), Errors: st.errs()}, err
+}
+
+// schedule starts trials as GPUs free up, until all have ended.
+func (st *state) schedule(ctx context.Context) error {
+	placer := st.Placer
+	if placer == nil {
+		placer = sweep.Pack{}
+	}
+	ledger := sweep.NewLedger(st.Fleet)
+	done := make(chan int)
+	next, running := 0, 0
+	for next < len(st.trials) || running > 0 {
+		for next < len(st.trials) && ctx.Err() == nil && (st.Options.MaxParallel == 0 || running < st.Options.MaxParallel) {
+			p, ok := placer.Place(ledger.Free(), max(st.Options.GPUsPerTrial, 1))
+			if !ok {
+				break
+			}
+			if err := ledger.Take(st.trials[next].res.ID, p); err != nil {
+				return err
+			}
+			go st.runTrial(ctx, next, p, done)
+			next, running = next+1, running+1
+		}
+		if running == 0 {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("trial %s: %w (it asks for %d GPUs)", st.trials[next].res.ID, errNoPlace, st.Options.GPUsPerTrial)
+		}
+		i := <-done
+		running--
+		ledger.Release(st.trials[i].res.ID)
+	}
+	return ctx.Err()
+}
+
+// runTrial runs trial i on p and records how it ended before saying so
+// on done.
+func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done chan<- int) {
+	t := st.trials[i]
+	tc, cancel := context.WithCancel(ctx)
+	defer cancel()
+	now := st.now()
+	st.mu.Lock()
+	t.res.State, t.res.Host, t.res.GPUs, t.res.Started, t.cancel = sweep.Running, p.Host, p.GPUs, &now, cancel
+	st.mu.Unlock()
+	st.table.changed(st.snapshot, i)
+
+	spec := TrialSpec{Trial: st.Options.Trials[i], SweepID: st.ID, Placement: p,
+		Command: st.Options.Trials[i].Command(st.Command), Env: st.Options.Trials[i].Env(st.ID)}
+	lw := &lineWriter{line: func(l string) { st.line(i, l) }}
+	spec.Out = lw
+	err := st.RunTrial(tc, spec)
+	lw.flush()
+
+	end := st.now()
+	st.mu.Lock()
+	t.res.Ended = &end
+	switch {
+	case t.stopped:
+		t.res.State = sweep.Stopped
+	case err == nil:
+		t.res.State = sweep.Completed
+	default:
+		t.res.State, t.err = sweep.Failed, err
+	}
+	st.mu.Unlock()
+	st.table.changed(st.snapshot, i)
+	if err != nil && !t.stopped {
+		st.table.failed(t.res.ID, err)
+	}
+	done <- i
+}
+
+// line reads the metrics of one line of trial i's output and applies the
+// early stopping rule.
+func (st *state) line(i int, l string) {
+	reps := st.Options.Collector.Line(stripPrefix(l))
+	if len(reps) == 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := st.trials[i]
+	n := len(t.series)
+	t.series.Add(st.Options.Metric, reps)
+	if len(t.series) == n {
+		return
+	}
+	best, _ := st.Options.Goal.Best(t.series)
+	t.res.Metric, t.res.Steps = &best, t.series.Steps()
+	if st.Options.EarlyStop == nil || t.stopped || t.res.State != sweep.Running {
+		return
+	}
+	var completed []sweep.Series
+	for _, o := range st.trials {
+		if o.res.State == sweep.Completed {
+			completed = append(completed, o.series)
+		}
+	}
+	if st.Options.EarlyStop.ShouldStop(t.series, completed) {
+		t.stopped = true
+		t.cancel()
+	}
+}
+
+// snapshot copies every trial's result.
+func (st *state) snapshot() []sweep.Result {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]sweep.Result, len(st.trials))
+	for i, t := range st.trials {
+		out[i] = t.res
+	}
+	return out
+}
+
+// Errors are the failed trials' errors, by trial id.
+func (st *state) errs() map[string]error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	m := map[string]error{}
+	for _, t := range st.trials {
+		if t.err != nil {
+			m[t.res.ID] = t.err
+		}
+	}
+	return m
+}
+
+func (st *state) now() time.Time {
+	if st.Now != nil {
+		return st.Now()
+	}
+	return time.Now()
+}
+
+// prefixRE is drover run's "[worker-0@h1] " before each process's line.
+var prefixRE = regexp.MustCompile(`^\[[^\]\s]*@[^\]\s]*\] `)
+
+func stripPrefix(l string) string { return prefixRE.ReplaceAllString(l, "") }
+
+// lineWriter calls line for each complete line written to it.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  []byte
+	line func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l := string(bytes.TrimRight(w.buf[:i], "\r"))
+		w.buf = w.buf[i+1:]
+		w.line(l)
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.line(string(w.buf))
+		w.buf = nil
+	}
+}

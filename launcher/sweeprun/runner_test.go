@@ -1,0 +1,170 @@
+package sweeprun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/cluster/config"
+	"github.com/droverhq/drover/launcher/sweep"
+)
+
+// trainer is a stand-in trial: loss = k/step for 20 steps, k = 1 for lr
+// 0.001 and 2 for lr 0.01, plus seed/1000 from step 10 on; lr 1.0 prints
+// a constant loss until it is stopped. It records which GPUs each trial
+// held and when, to check that no two overlap.
+type trainer struct {
+	mu   sync.Mutex
+	held map[string]int // host:gpu → trials on it now
+	max  int
+	used map[string]bool
+	env  map[string]map[string]string
+}
+
+func (tr *trainer) run(ctx context.Context, s TrialSpec) error {
+	tr.mu.Lock()
+	for _, g := range s.Placement.GPUs {
+		k := fmt.Sprintf("%s:%d", s.Placement.Host, g)
+		tr.held[k]++
+		tr.max = max(tr.max, tr.held[k])
+		tr.used[k] = true
+	}
+	tr.env[s.Trial.ID] = s.Env
+	tr.mu.Unlock()
+	defer func() {
+		tr.mu.Lock()
+		for _, g := range s.Placement.GPUs {
+			tr.held[fmt.Sprintf("%s:%d", s.Placement.Host, g)]--
+		}
+		tr.mu.Unlock()
+	}()
+	lr, seed := s.Env["DROVER_PARAM_LR"], s.Env["DROVER_PARAM_SEED"]
+	sd, _ := strconv.Atoi(seed)
+	for step := 1; ; step++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		loss := 5.0
+		switch lr {
+		case "0.001", "0.01":
+			if step > 20 {
+				return nil
+			}
+			k := 1.0
+			if lr == "0.01" {
+				k = 2
+			}
+			loss = k / float64(step)
+			if step >= 10 {
+				loss += float64(sd) / 1000
+			}
+		}
+		fmt.Fprintf(s.Out, "[worker-0@%s] step=%d loss=%g\n", s.Placement.Host, step, loss)
+	}
+}
+
+func TestSweepRunsEveryTrialOncePerGPUAndStopsTheDiverging(t *testing.T) {
+	lr, err := sweep.ParseParam("--param", "lr=0.001,0.01,1.0")
+	require.NoError(t, err)
+	seed, err := sweep.ParseParam("--param", "seed=0..3")
+	require.NoError(t, err)
+	trials, err := sweep.Expand([]sweep.Param{lr, seed}, 0, 0)
+	require.NoError(t, err)
+	col, err := sweep.NewCollector("")
+	require.NoError(t, err)
+	opts := &sweep.Options{Params: []sweep.Param{lr, seed}, Trials: trials, Metric: "loss", Goal: sweep.Minimize,
+		Collector: col, EarlyStop: &sweep.Median{Goal: sweep.Minimize, MinTrials: 3}, GPUsPerTrial: 1}
+	tr := &trainer{held: map[string]int{}, used: map[string]bool{}, env: map[string]map[string]string{}}
+	var table strings.Builder
+	s := &Sweep{ID: "sw1", Options: opts, Command: []string{"python3", "train.py", "--lr={lr}"},
+		Fleet:    []sweep.HostGPUs{{Host: "h0", GPUs: []int{0, 1}}, {Host: "h1", GPUs: []int{0, 1}}, {Host: "h2", GPUs: []int{0, 1}}},
+		RunTrial: tr.run, Table: &table}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := s.Run(ctx)
+	require.NoError(t, err)
+	rep := out.Report
+	require.Len(t, rep.Trials, 12)
+	assert.Equal(t, 1, tr.max, "never two trials on one GPU")
+	assert.Len(t, tr.used, 6, "every GPU used")
+	for _, r := range rep.Trials {
+		switch r.Params["lr"] {
+		case "1.0":
+			assert.Equal(t, sweep.Stopped, r.State, r.ID)
+		case "0.001":
+			assert.Equal(t, sweep.Completed, r.State, r.ID)
+			assert.Equal(t, 20, r.Steps, r.ID)
+		}
+		require.NotNil(t, r.Started, r.ID)
+		require.NotNil(t, r.Ended, r.ID)
+		assert.Equal(t, "sw1", tr.env[r.ID]["DROVER_SWEEP_ID"])
+		assert.Equal(t, r.ID, tr.env[r.ID]["DROVER_TRIAL_ID"])
+	}
+	assert.True(t, sweep.Succeeded(rep.Trials))
+	require.NotNil(t, rep.Best)
+	assert.Equal(t, map[string]string{"lr": "0.001", "seed": "0"}, rep.Best.Params)
+	assert.Equal(t, 24, strings.Count(table.String(), "\n"), "a line as each trial starts and ends:\n%s", table.String())
+}
+
+// A failed trial is failed in the report with its error, and the others run.
+func TestSweepFailedTrial(t *testing.T) {
+	p, err := sweep.ParseParam("--param", "x=1..3")
+	require.NoError(t, err)
+	trials, err := sweep.Expand([]sweep.Param{p}, 0, 0)
+	require.NoError(t, err)
+	col, _ := sweep.NewCollector("")
+	opts := &sweep.Options{Params: []sweep.Param{p}, Trials: trials, Metric: "loss", Goal: sweep.Minimize, Collector: col, GPUsPerTrial: 1, MaxParallel: 1}
+	boom := errors.New("exit status 3")
+	running := 0
+	s := &Sweep{ID: "sw", Options: opts, Fleet: []sweep.HostGPUs{{Host: "h", GPUs: []int{0, 1, 2}}},
+		RunTrial: func(ctx context.Context, spec TrialSpec) error {
+			running++ // MaxParallel 1: no two at once, so no race
+			defer func() { running-- }()
+			if running > 1 {
+				return errors.New("two trials at once")
+			}
+			fmt.Fprintf(spec.Out, "loss=%s\n", spec.Trial.Params["x"])
+			if spec.Trial.Params["x"] == "2" {
+				return boom
+			}
+			return nil
+		}}
+	out, err := s.Run(context.Background())
+	require.NoError(t, err)
+	assert.False(t, sweep.Succeeded(out.Report.Trials))
+	assert.ErrorIs(t, out.Errors["t1"], boom)
+	assert.Len(t, out.Errors, 1)
+	assert.Equal(t, "t0", out.Report.Best.ID)
+}
+
+func TestTrialConfig(t *testing.T) {
+	cfg := &config.Config{InventoryPath: "/x/inv.toml",
+		Job: config.Job{Name: "j", Workdir: "runs/j", Command: []string{"old"}, MinGPUs: 2, Env: map[string]string{"A": "1"}},
+		Hosts: []config.Host{{Name: "h0", Workdir: "runs/j", GPUs: config.GPUSpec{Auto: true}},
+			{Name: "h1", Workdir: "/abs/j", GPUs: config.GPUSpec{Auto: true}, MinGPUs: 2, Spare: true}}}
+	spec := TrialSpec{Trial: sweep.Trial{ID: "t03"}, Command: []string{"python3", "train.py", "--lr=0.1"},
+		Env: map[string]string{"DROVER_TRIAL_ID": "t03"}, Placement: sweep.Placement{Host: "h1", GPUs: []int{1}}}
+	require.NoError(t, TrialConfig(spec)(cfg))
+	assert.Equal(t, []config.Host{{Name: "h1", Workdir: "/abs/j/trials/t03", GPUs: config.GPUSpec{List: []int{1}}}}, cfg.Hosts)
+	assert.Equal(t, "j-t03", cfg.Job.Name)
+	assert.Equal(t, "runs/j/trials/t03", cfg.Job.Workdir)
+	assert.Equal(t, 0, cfg.Job.MinGPUs)
+	assert.Equal(t, spec.Command, cfg.Job.Command)
+	assert.Equal(t, map[string]string{"A": "1"}, cfg.Job.Env, "DROVER_* is refused in [job.env]: the trial's env goes in RunOptions.Env")
+
+	err := TrialConfig(TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.Placement{Host: "gone"}})(cfg)
+	assert.ErrorContains(t, err, "gone")
+}
+
+func TestStripPrefix(t *testing.T) {
+	assert.Equal(t, "step=1 loss=2", stripPrefix("[worker-0@h1] step=1 loss=2"))
+	assert.Equal(t, "[note] loss=2", stripPrefix("[note] loss=2"))
+}
