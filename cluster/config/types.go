@@ -163,6 +163,8 @@ type Job struct {
 	// Tracker names the experiment tracker whose run ids drover sets
 	// from its own (tracker; "" for none).
 	Tracker Tracker
+	// Straggler is the straggler watch's settings (straggler.go).
+	Straggler Straggler
 }
 
 // HealthMode is the job's health key.
