@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // rank is one rank's reading in a scripted round: its cumulative step,
@@ -143,4 +145,22 @@ func TestDetectorMessagesAndClearing(t *testing.T) {
 	}
 	require.Len(t, named, 1)
 	assert.Equal(t, "straggler: rank 3 (worker-3@h1) runs GPU 1 at an SM clock of 1100 MHz against its peers' 1980 MHz (hardware thermal slowdown)", named[0].Message)
+}
+
+// Round takes each rank's step and CPU from its process, and the slowest
+// of the GPUs the plan gave it, or, without, of those its host's sample
+// finds its processes on.
+func TestRound(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	step, th := int64(7), uint64(0x40)
+	at := time.Unix(1000, 0)
+	byHost := map[string]agent.TopSample{
+		"h0": {Time: at, GPUs: []agent.TopGPU{{Index: 0, SMClockMHz: f(1980)}, {Index: 1, SMClockMHz: f(1100), Throttle: &th}},
+			Procs: []agent.TopProc{{Name: "worker-0", Step: &step, CPUSeconds: f(3), GPUs: []int{1}}, {Name: "worker-1", GPUs: []int{1}}}},
+	}
+	ranks := []Rank{{Process: "worker-0", Host: "h0", Rank: 0}, {Process: "worker-1", Host: "h0", Rank: 1, GPUs: []int{0}}, {Process: "worker-2", Host: "h1", Rank: 2}}
+	got := Round(ranks, byHost)
+	require.Len(t, got, 2, "h1 was not read: its rank is left out")
+	assert.Equal(t, Sample{Process: "worker-0", Host: "h0", Rank: 0, At: at, Step: &step, CPUSeconds: f(3), GPU: 1, SMClock: f(1100), Throttle: &th}, got[0])
+	assert.Equal(t, Sample{Process: "worker-1", Host: "h0", Rank: 1, At: at, GPU: 0, SMClock: f(1980)}, got[1])
 }

@@ -18,7 +18,8 @@ type Rank struct {
 	Process string
 	Host    string
 	Rank    int
-	// GPUs are the indices (on its host) of the GPUs it uses.
+	// GPUs are the indices (on its host) of the GPUs the plan gave it;
+	// without them, those its host's sample finds its processes on.
 	GPUs []int
 }
 
@@ -108,13 +109,17 @@ func Round(ranks []Rank, byHost map[string]agent.TopSample) []Sample {
 			continue
 		}
 		s := Sample{Process: r.Process, Host: r.Host, Rank: r.Rank, At: hs.Time, GPU: -1}
+		gpus := r.GPUs
 		for _, p := range hs.Procs {
 			if p.Name == r.Process {
 				s.Step, s.CPUSeconds = p.Step, p.CPUSeconds
+				if len(gpus) == 0 {
+					gpus = p.GPUs
+				}
 			}
 		}
 		for _, g := range hs.GPUs {
-			if !contains(r.GPUs, g.Index) || g.SMClockMHz == nil {
+			if !contains(gpus, g.Index) || g.SMClockMHz == nil {
 				continue
 			}
 			if s.SMClock == nil || *g.SMClockMHz < *s.SMClock {
