@@ -18,9 +18,9 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
-	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/straggler"
 )
