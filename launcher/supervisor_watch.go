@@ -232,6 +232,9 @@ func watchStragglers(ctx context.Context, a *attempt, procs []*running, byHost m
 			Rank: f.Rank, HasRank: f.Rank >= 0, Message: f.Message})
 	}
 	o.Cleared = func(f straggler.Finding) { a.r.events.printf("%s: %s", a.prefix(), f.Message) }
+	o.Changed = func(named []string) {
+		a.r.setRecord(nil, func(rec *agent.RunRecord) { rec.Stragglers, rec.StragglersAttempt = named, a.n })
+	}
 	straggler.Watch(ctx, o)
 }
 

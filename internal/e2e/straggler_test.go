@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,10 +86,11 @@ esac
 	})
 }
 
-// In a job of 3 hosts x 2 ranks stepping together, rank 2 spends 12x its
-// peers' CPU per step and rank 5's GPU runs at 1100 MHz against 1980 in
-// thermal slowdown: within 60 s of the ranks stepping, an event (and its
-// on_event notification) names each, and no other rank.
+// In a detached job of 3 hosts x 2 ranks stepping together, rank 2
+// spends 12x its peers' CPU per step and rank 5's GPU runs at 1100 MHz
+// against 1980 in thermal slowdown: within 60 s of the start, an event
+// (its on_event notification) names each, and no other rank, and drover
+// status shows both.
 func TestRunNamesStragglers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet test")
@@ -108,8 +108,7 @@ on_event = ["./on-event.sh"]`})
 		}
 		clockSMI(t, i, j.Workdir, throttled)
 	}
-	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 2$`), 6, 60*time.Second)
+	startDetachedRun(t, j)
 
 	file := filepath.Join(j.Dir, "events.jsonl")
 	named := map[float64]string{}
@@ -119,12 +118,15 @@ on_event = ["./on-event.sh"]`})
 				named[e["rank"].(float64)] = e["message"].(string)
 			}
 		}
-		return len(named) >= 2, fmt.Sprintf("named %v\nstdout:\n%s", named, tail(d.stdout.String(), 3000))
+		return len(named) >= 2, fmt.Sprintf("named %v", named)
 	})
 	h1, h2 := fleet.Hosts[1].Name, fleet.Hosts[2].Name
 	assert.Regexp(t, `^straggler: rank 2 \(worker-2@`+h1+`\) spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)$`, named[2])
 	assert.Equal(t, "straggler: rank 5 (worker-5@"+h2+") runs GPU 1 at an SM clock of 1100 MHz against its peers' 1980 MHz (hardware thermal slowdown)", named[5])
 	assert.Len(t, named, 2, "no other rank is named: %v", named)
-	out := d.stdout.String() + d.stderr.String()
-	assert.True(t, strings.Contains(out, named[2]) && strings.Contains(out, named[5]), "the events are printed:\n%s", tail(out, 3000))
+	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path)
+	require.Equal(t, 0, code, "drover status: %s", errs)
+	assert.True(t, strings.Contains(out, named[2]+"\n") && strings.Contains(out, named[5]+"\n"), "drover status shows both:\n%s", out)
+	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, "drover stop: %s", errs)
 }

@@ -593,6 +593,11 @@ type RunRecord struct {
 	Hosts             []string  `json:"hosts"`
 	Started           time.Time `json:"started"`
 	Updated           time.Time `json:"updated"`
+	// Stragglers are the events that name the ranks the straggler watch
+	// of attempt StragglersAttempt holds far slower than their peers
+	// (package launcher/straggler); they stand for that attempt only.
+	Stragglers        []string `json:"stragglers,omitempty"`
+	StragglersAttempt int      `json:"stragglers_attempt,omitempty"`
 }
 
 // ProcReport is one process as a host sees it now.

@@ -8,9 +8,11 @@ import (
 	"io"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -99,6 +101,10 @@ type RunStatus struct {
 	// the hosts agree on (not followed), Unreachable those not read.
 	Dissent     []string `json:"dissent,omitempty"`
 	Unreachable []string `json:"unreachable,omitempty"`
+
+	// Stragglers name the ranks the running attempt's straggler watch
+	// holds far slower than their peers (its events' lines).
+	Stragglers []string `json:"stragglers,omitempty"`
 }
 
 // SupervisorStatus is the run's supervisor as the hosts see it.
@@ -158,6 +164,9 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 	}
 	st := &RunStatus{State: rec.State, RunID: rec.RunID, Attempt: rec.Attempt, Restarts: rec.Restarts, Checkpoint: rec.Checkpoint,
 		Supervisor: SupervisorStatus{Host: rec.SupervisorHost, PID: rec.SupervisorPid}, Processes: []ProcessStatus{}}
+	if rec.StragglersAttempt == rec.Attempt {
+		st.Stragglers = rec.Stragglers
+	}
 	for _, v := range views {
 		if v.Err != nil {
 			st.Unreachable = append(st.Unreachable, v.Host.Name)
@@ -202,6 +211,14 @@ func RenderStatus(w io.Writer, st *RunStatus) {
 	fmt.Fprintf(w, "supervisor: %s pid %d (%s)\n", st.Supervisor.Host, st.Supervisor.PID, alive)
 	if st.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint: %s\n", st.Checkpoint)
+	}
+	for _, s := range st.Stragglers {
+		// A host's record is evidence: no control character of it
+		// reaches the terminal.
+		if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+			s = strconv.Quote(s)
+		}
+		fmt.Fprintf(w, "%s\n", s)
 	}
 	for _, d := range st.Dissent {
 		fmt.Fprintf(w, "not followed: %s\n", d)

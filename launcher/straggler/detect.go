@@ -87,7 +87,9 @@ type Detector struct {
 	prev   map[string]Sample
 	strike map[key]int
 	clean  map[key]int
-	named  map[key]bool
+	// named holds the message each named rank and signal was named
+	// with.
+	named map[key]string
 }
 
 type key struct {
@@ -100,7 +102,7 @@ func New(p Policy) *Detector {
 	if p.Rounds < 1 {
 		p.Rounds = DefaultRounds
 	}
-	return &Detector{p: p, prev: map[string]Sample{}, strike: map[key]int{}, clean: map[key]int{}, named: map[key]bool{}}
+	return &Detector{p: p, prev: map[string]Sample{}, strike: map[key]int{}, clean: map[key]int{}, named: map[key]string{}}
 }
 
 // measure is one rank's value of one signal in a round.
@@ -176,16 +178,17 @@ func (d *Detector) step(round []Sample, far map[key]Finding) (named, cleared []F
 			case isFar:
 				d.strike[k]++
 				d.clean[k] = 0
-				if !d.named[k] && d.strike[k] >= d.p.Rounds {
-					d.named[k] = true
+				if d.named[k] == "" && d.strike[k] >= d.p.Rounds {
+					d.named[k] = f.Message
 					named = append(named, f)
 				}
 			default:
 				d.strike[k] = 0
-				if d.named[k] {
+				if d.named[k] != "" {
 					d.clean[k]++
 					if d.clean[k] >= d.p.Rounds {
-						d.named[k], d.clean[k] = false, 0
+						delete(d.named, k)
+						d.clean[k] = 0
 						cleared = append(cleared, Finding{Process: s.Process, Host: s.Host, Rank: s.Rank, Signal: sig,
 							Message: fmt.Sprintf("straggler no more: %s keeps up with its peers again (%s)", who(s), sig)})
 					}
@@ -196,15 +199,12 @@ func (d *Detector) step(round []Sample, far map[key]Finding) (named, cleared []F
 	return named, cleared
 }
 
-// Named is every rank and signal named now, as "rank 2 (worker-2@h2):
-// cpu", sorted: what the run record shows to drover status.
+// Named is the message of every rank and signal named now, sorted: what
+// the run record shows to drover status.
 func (d *Detector) Named() []string {
 	var out []string
-	for k, on := range d.named {
-		if on {
-			s := d.prev[k.process]
-			out = append(out, fmt.Sprintf("%s: %s", who(s), k.signal))
-		}
+	for _, m := range d.named {
+		out = append(out, m)
 	}
 	slices.Sort(out)
 	return out

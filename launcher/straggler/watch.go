@@ -36,8 +36,8 @@ type WatchOptions struct {
 	Every time.Duration
 	// Named and Cleared are told each finding, in Watch's goroutine.
 	Named, Cleared func(Finding)
-	// Changed, when set, is told every rank named after a round that
-	// named or let go one (Detector.Named).
+	// Changed, when set, is told the messages of every rank named after
+	// a round that named or let go one (Detector.Named).
 	Changed func(named []string)
 }
 
