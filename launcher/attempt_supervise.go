@@ -49,6 +49,7 @@ func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.
 	if a.cfg.Job.Health != config.HealthOff {
 		s.watchHealth(s.sessions, s.health)
 	}
+	go watchStragglers(s.sessions, a, s.procs, s.byHost)
 	return s.wait(ctx)
 }
 

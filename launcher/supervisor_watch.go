@@ -18,9 +18,11 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/notify"
+	"github.com/droverhq/drover/launcher/straggler"
 )
 
 // readyPoll bounds how long a detached run's first attempt may take to
@@ -198,6 +200,42 @@ func (s *supervisor) onHealth(h healthRead) {
 			s.a.warn(f)
 		}
 	}
+}
+
+// watchStragglers names, until ctx ends, the ranks of procs that the
+// straggler watch finds far slower than their peers (package
+// launcher/straggler decides; docs/health.md#stragglers): an event, a
+// notification and, for a detached run, the run record drover status
+// reads. Each round reads every host once with `drover agent top` over
+// the connection the attempt holds.
+func watchStragglers(ctx context.Context, a *attempt, procs []*running, byHost map[string]*attemptHost) {
+	sp := a.cfg.Job.Straggler
+	if sp.Factor <= 0 && sp.ClockFactor <= 0 {
+		return
+	}
+	o := straggler.WatchOptions{Policy: straggler.Policy{Factor: sp.Factor, ClockFactor: sp.ClockFactor}}
+	for _, rp := range procs {
+		o.Ranks = append(o.Ranks, straggler.Rank{Process: rp.p.Name(), Host: rp.p.Host.Name, Rank: rp.p.Rank, GPUs: rp.p.GPUs})
+	}
+	o.Sample = func(ctx context.Context, host string) (agent.TopSample, error) {
+		c := byHost[host]
+		var s agent.TopSample
+		out, said, err := remote.Read(ctx, c.t, agent.TopCommand(c.agent, agent.TopOptions{Workdir: c.host.Workdir}), "drover agent top", 4<<20)
+		if err != nil {
+			return s, fmt.Errorf("drover agent top on %s: %w %s", host, err, said)
+		}
+		return s, json.Unmarshal(out, &s)
+	}
+	o.Named = func(f straggler.Finding) {
+		a.r.events.printf("%s: %s", a.prefix(), f.Message)
+		a.r.events.notify(notify.Event{Kind: notify.Straggler, Attempt: a.n, Host: f.Host, Process: f.Process,
+			Rank: f.Rank, HasRank: f.Rank >= 0, Message: f.Message})
+	}
+	o.Cleared = func(f straggler.Finding) { a.r.events.printf("%s: %s", a.prefix(), f.Message) }
+	o.Changed = func(named []string) {
+		a.r.setRecord(nil, func(rec *agent.RunRecord) { rec.Stragglers, rec.StragglersAttempt = named, a.n })
+	}
+	straggler.Watch(ctx, o)
 }
 
 // Hang detection (hang_timeout): the group is hung when no process showed

@@ -94,6 +94,7 @@ func TestLoadFullExample(t *testing.T) {
 			MaxRestartsWithoutProgress: 3,
 			Health:                     "enforce",
 			WebhookFormat:              "json",
+			Straggler:                  Straggler{Factor: DefaultStragglerFactor, ClockFactor: DefaultStragglerClockFactor, On: StragglerWarn},
 			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
 			MinGPUs:                    1,
 		},
@@ -147,6 +148,7 @@ func TestLoadDefaults(t *testing.T) {
 			MaxRestartsWithoutProgress: 3,
 			Health:                     "enforce",
 			WebhookFormat:              "json",
+			Straggler:                  Straggler{Factor: DefaultStragglerFactor, ClockFactor: DefaultStragglerClockFactor, On: StragglerWarn},
 			IgnoreXIDs:                 []int{13, 31, 43, 45, 68, 109},
 		},
 		// Port 0, user "" and no key files: the transport lets

@@ -44,6 +44,7 @@ func (w jobReader) job(top tbl, dir string) Job {
 	w.network(t, &j)
 	setupReader{w.walker}.read(t, &j)
 	notifyReader{w.walker}.notifications(t, &j, dir)
+	stragglerReader{w.walker}.read(t, &j)
 	j.Roles = w.roles(t, j.Framework)
 	return j
 }
@@ -75,6 +76,7 @@ func defaultJob(dir string) Job {
 		Health:                     DefaultHealth,
 		IgnoreXIDs:                 slices.Clone(DefaultIgnoreXIDs),
 		WebhookFormat:              WebhookJSON,
+		Straggler:                  Straggler{Factor: DefaultStragglerFactor, ClockFactor: DefaultStragglerClockFactor, On: StragglerWarn},
 	}
 }
 

@@ -76,7 +76,7 @@ var jobFields = append([]field{
 	{"webhook_format", `webhook_format = "slack"`},
 	{"notify", `notify = ["restarted", "failed", "finished"]`},
 	{"tracker", `tracker = "wandb"`},
-}, setupFields...)
+}, append(setupFields, stragglerFields...)...)
 
 var roleFields = []field{
 	{"chief", `chief = 1`},

@@ -182,6 +182,8 @@ type Job struct {
 	// GPUsPerHost (gpus_per_host) is how many of each host's selectable
 	// GPUs the job takes and leases (0: all of them).
 	GPUsPerHost int
+	// Straggler is the straggler watch's settings (straggler.go).
+	Straggler Straggler
 }
 
 // HealthMode is the job's health key.

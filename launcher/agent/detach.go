@@ -597,6 +597,11 @@ type RunRecord struct {
 	// run` without -d): they stop with its supervisor, so a run whose
 	// supervisor is gone is over, and no other drover adopts it.
 	Foreground bool `json:"foreground,omitempty"`
+	// Stragglers are the events that name the ranks the straggler watch
+	// of attempt StragglersAttempt holds far slower than their peers
+	// (package launcher/straggler); they stand for that attempt only.
+	Stragglers        []string `json:"stragglers,omitempty"`
+	StragglersAttempt int      `json:"stragglers_attempt,omitempty"`
 }
 
 // ProcReport is one process as a host sees it now.

@@ -29,6 +29,7 @@ type procInfo struct {
 	pid, ppid, pgrp int
 	state           byte
 	start           uint64 // clock ticks after boot
+	cpu             uint64 // utime+stime, clock ticks
 }
 
 // dead reports a zombie (or dying) process: it runs no code and holds no
@@ -54,6 +55,9 @@ func readStat(pid int) (procInfo, bool) {
 	p.ppid, _ = strconv.Atoi(string(f[1]))
 	p.pgrp, _ = strconv.Atoi(string(f[2]))
 	p.start, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	ut, _ := strconv.ParseUint(string(f[11]), 10, 64)
+	st, _ := strconv.ParseUint(string(f[12]), 10, 64)
+	p.cpu = ut + st
 	return p, true
 }
 
@@ -156,6 +160,26 @@ func procStateName(pid int, start uint64) string {
 		return "zombie"
 	}
 	return string(p.state)
+}
+
+// userHZ is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on every
+// architecture Linux builds for).
+const userHZ = 100
+
+// groupCPU is the CPU seconds (user and system) every live process of
+// process group pgrp has used: what a rank's compute costs, its data
+// loader workers included. Processes that already ended are not
+// counted, so the sum may fall; a reader compares differences.
+func groupCPU(pgrp int) (float64, bool) {
+	var ticks uint64
+	found := false
+	for _, p := range allProcs() {
+		if p.pgrp == pgrp {
+			ticks += p.cpu
+			found = true
+		}
+	}
+	return float64(ticks) / userHZ, found
 }
 
 // procGroup is pid's process group, 0 when it cannot be read.

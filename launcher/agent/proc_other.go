@@ -24,6 +24,8 @@ func procStateName(pid int, _ uint64) string {
 	return "running"
 }
 
+func groupCPU(int) (float64, bool) { return 0, false }
+
 func procGroup(pid int) int {
 	g, err := syscall.Getpgid(pid)
 	if err != nil {

@@ -49,6 +49,11 @@ type TopGPU struct {
 	Throttle *uint64 `json:"throttle_reasons,omitempty"`
 	// ECCVolatile counts uncorrectable ECC errors since the driver loaded.
 	ECCVolatile *float64 `json:"ecc_uncorrected_volatile,omitempty"`
+	// SMClockMHz and SMClockMaxMHz are its SM clock now and at most
+	// (clocks.sm, clocks.max.sm): a throttled GPU runs far below its
+	// peers' clock, which the run's straggler watch compares.
+	SMClockMHz    *float64 `json:"sm_clock_mhz,omitempty"`
+	SMClockMaxMHz *float64 `json:"sm_clock_max_mhz,omitempty"`
 	// PIDs are the compute processes on the GPU.
 	PIDs []int `json:"pids,omitempty"`
 	// Health holds what the run's health watch found on this GPU (see
@@ -74,6 +79,10 @@ type TopProc struct {
 	StepRate *float64 `json:"step_rate,omitempty"`
 	// GPUs are the indices of the GPUs its process group uses.
 	GPUs []int `json:"gpus,omitempty"`
+	// CPUSeconds is the user and system CPU time every live process of
+	// its process group has used (/proc/PID/stat), which the run's
+	// straggler watch divides by the steps between two samples.
+	CPUSeconds *float64 `json:"cpu_seconds,omitempty"`
 }
 
 // TopOptions are `drover agent top`'s flags.
@@ -218,6 +227,7 @@ func smiGPUs(ctx context.Context) ([]TopGPU, error) {
 	if err != nil {
 		return nil, err
 	}
+	smiClocks(ctx, gpus)
 	apps, err := exec.CommandContext(ctx, "nvidia-smi", "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader,nounits").Output()
 	if err != nil {
 		return gpus, fmt.Errorf("nvidia-smi --query-compute-apps: %w", smiErr(err))
@@ -235,6 +245,31 @@ func smiGPUs(ctx context.Context) ([]TopGPU, error) {
 		}
 	}
 	return gpus, nil
+}
+
+// smiQueryClocks is the SM clocks, asked apart from smiQueryGPU so that
+// an nvidia-smi that cannot tell them (an old driver, a stand-in) costs
+// the clocks alone.
+const smiQueryClocks = "index,clocks.sm,clocks.max.sm"
+
+// smiClocks adds each GPU's SM clocks to gpus; a failed query leaves
+// them unknown (nil).
+func smiClocks(ctx context.Context, gpus []TopGPU) {
+	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu="+smiQueryClocks, "--format=csv,noheader,nounits").Output()
+	if err != nil {
+		return
+	}
+	for n, line := range gpu.SMILines(out) {
+		idx, f, err := gpu.SMIRecord(n+1, line, smiQueryClocks, 3)
+		if err != nil {
+			return
+		}
+		for i := range gpus {
+			if gpus[i].Index == idx {
+				gpus[i].SMClockMHz, gpus[i].SMClockMaxMHz = num(f[1]), num(f[2])
+			}
+		}
+	}
 }
 
 // smiErr adds nvidia-smi's own message to a failed run's error.
@@ -299,6 +334,13 @@ func (t *topper) procs(now time.Time) []TopProc {
 			p.OutputAgeS = max(0, now.Sub(mt).Seconds())
 		}
 		p.Step, p.StepRate = t.step(name)
+		pg := pf.Pgid
+		if pg <= 0 {
+			pg = pf.ChildPid
+		}
+		if cpu, ok := groupCPU(pg); ok && p.State != "gone" {
+			p.CPUSeconds = &cpu
+		}
 		out = append(out, p)
 	}
 	return out

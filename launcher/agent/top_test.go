@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -107,7 +109,30 @@ func TestTopRealNvidiaSMI(t *testing.T) {
 		assert.NotNil(t, g.TempC, "GPU %d temperature", g.Index)
 		assert.NotNil(t, g.PowerW, "GPU %d power.draw", g.Index)
 		assert.NotNil(t, g.Throttle, "GPU %d clocks_throttle_reasons.active", g.Index)
+		assert.NotNil(t, g.SMClockMHz, "GPU %d clocks.sm", g.Index)
+		assert.NotNil(t, g.SMClockMaxMHz, "GPU %d clocks.max.sm", g.Index)
 	}
+}
+
+// A process's row carries its process group's CPU time (the straggler
+// watch's CPU per step): at least what this process, a member, used.
+func TestTopProcsCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the CPU time is read from /proc")
+	}
+	wd := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(wd, ".drover", "pids"), 0o755))
+	pf := Pidfile{ChildPid: os.Getpid(), Pgid: syscall.Getpgrp(), Started: time.Now()}
+	require.NoError(t, writePidfile(filepath.Join(wd, ".drover/pids/worker-0.pid"), pf))
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+	}
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	own := time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	ps := (&topper{workdir: wd, steps: map[string]stepSeen{}}).procs(time.Now())
+	require.Len(t, ps, 1)
+	require.NotNil(t, ps[0].CPUSeconds)
+	assert.GreaterOrEqual(t, *ps[0].CPUSeconds, own-0.05, "this process's %.2fs (ticks of 10 ms)", own)
 }
 
 // A sampler whose controller fell silent (a cut link its sshd has not

@@ -21,9 +21,8 @@ const (
 	Restarted Kind = "restarted"
 	// Hang: no process showed progress for hang_timeout.
 	Hang Kind = "hang"
-	// Straggler: one rank is far slower than its peers. Drover does not
-	// detect stragglers yet (issue 40 item 3); the kind is accepted so
-	// that a job file naming it stays valid when it does.
+	// Straggler: one rank is far slower than its peers (package
+	// launcher/straggler); Host, Process and Rank name it.
 	Straggler Kind = "straggler"
 	// HostLost: a host went away (or a spare stood in for it).
 	HostLost Kind = "host_lost"

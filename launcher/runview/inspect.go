@@ -10,9 +10,11 @@ import (
 	"os/user"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -104,6 +106,10 @@ type RunStatus struct {
 	// Foreground says a foreground `drover run` supervises the run (its
 	// group stops with it), not a detached one.
 	Foreground bool `json:"foreground,omitempty"`
+
+	// Stragglers name the ranks the running attempt's straggler watch
+	// holds far slower than their peers (its events' lines).
+	Stragglers []string `json:"stragglers,omitempty"`
 }
 
 // SupervisorStatus is the run's supervisor as the hosts see it.
@@ -163,6 +169,9 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 	}
 	st := &RunStatus{State: rec.State, RunID: rec.RunID, Attempt: rec.Attempt, Restarts: rec.Restarts, Checkpoint: rec.Checkpoint,
 		Supervisor: SupervisorStatus{Host: rec.SupervisorHost, PID: rec.SupervisorPid}, Processes: []ProcessStatus{}, Foreground: rec.Foreground}
+	if rec.StragglersAttempt == rec.Attempt {
+		st.Stragglers = rec.Stragglers
+	}
 	for _, v := range views {
 		if v.Err != nil {
 			st.Unreachable = append(st.Unreachable, v.Host.Name)
@@ -222,6 +231,14 @@ func RenderStatus(w io.Writer, st *RunStatus) {
 	fmt.Fprintf(w, "supervisor: %s pid %d (%s)\n", st.Supervisor.Host, st.Supervisor.PID, alive)
 	if st.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint: %s\n", st.Checkpoint)
+	}
+	for _, s := range st.Stragglers {
+		// A host's record is evidence: no control character of it
+		// reaches the terminal.
+		if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+			s = strconv.Quote(s)
+		}
+		fmt.Fprintf(w, "%s\n", s)
 	}
 	for _, d := range st.Dissent {
 		fmt.Fprintf(w, "not followed: %s\n", d)

@@ -14,6 +14,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/straggler"
 )
 
 // `drover top`: one SSH connection per host, kept for as long as the view
@@ -51,6 +52,9 @@ type View struct {
 	Job   string    `json:"job"`
 	Time  time.Time `json:"time"`
 	Hosts []Host    `json:"hosts"`
+	// Stragglers are the processes named far slower than their peers
+	// (stragglers.go), each as a line.
+	Stragglers []string `json:"stragglers,omitempty"`
 }
 
 // Options say what to watch.
@@ -71,6 +75,9 @@ type Watcher struct {
 	hosts []*topHost
 	// sampled is signalled, without blocking, at any host's sample.
 	sampled chan struct{}
+	// named is what the straggler watch names now (stragglers.go).
+	mu    sync.Mutex
+	named []string
 }
 
 type topHost struct {
@@ -94,6 +101,7 @@ func Watch(ctx context.Context, o Options) *Watcher {
 		w.hosts = append(w.hosts, th)
 		go th.watch(ctx, h, o, agents)
 	}
+	go w.stragglers(ctx, straggler.Policy{Factor: o.Job.Straggler.Factor, ClockFactor: o.Job.Straggler.ClockFactor})
 	return w
 }
 
@@ -101,7 +109,9 @@ func Watch(ctx context.Context, o Options) *Watcher {
 // unreachable.
 func (w *Watcher) View() View {
 	now := w.now()
-	v := View{Job: w.job, Time: now}
+	w.mu.Lock()
+	v := View{Job: w.job, Time: now, Stragglers: w.named}
+	w.mu.Unlock()
 	for _, th := range w.hosts {
 		th.mu.Lock()
 		s := th.state

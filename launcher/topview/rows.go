@@ -144,6 +144,9 @@ func Rows(v top.View) []string {
 			out = append(out, fmt.Sprintf(procRow, Escape(p.Name), Escape(h.Host), strconv.Itoa(p.Pid), Escape(p.State), age, step, rate))
 		}
 	}
+	for _, s := range v.Stragglers {
+		out = append(out, Escape(s))
+	}
 	return out
 }
 

@@ -1,0 +1,132 @@
+package e2e
+
+// Fleet test of the straggler watch (issue 40 item 3): a rank that burns
+// its peers' CPU many times over per step, and a rank whose GPU the
+// stand-in nvidia-smi reports thermally throttled, are each named.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
+)
+
+// stragglerScript steps every half second of the wall clock, in
+// lockstep on every rank, and burns CPU before each step: 10 ms, and 12
+// times that on rank 2.
+const stragglerScript = `import os, time
+burn = 0.12 if os.environ["RANK"] == "2" else 0.01
+i = 0
+while True:
+    i += 1
+    t = time.process_time()
+    while time.process_time() - t < burn:
+        pass
+    with open(os.environ["DROVER_PROGRESS_FILE"], "w") as f:
+        f.write("step=%d\n" % i)
+    print("line %d" % i, flush=True)
+    time.sleep(0.5 - time.time() % 0.5)
+`
+
+// clockSMI gives fleet host i two GPUs through a stand-in nvidia-smi on
+// its login PATH (as topSMI does): each process whose pidfile names
+// worker-N holds GPU N%2, and every GPU runs its SM clock at 1980 MHz
+// but GPU throttled (-1: none), which runs at 1100 MHz in hardware
+// thermal slowdown (0x40).
+func clockSMI(t *testing.T, i int, workdir string, throttled int) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "drover-clock-smi-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	clock := func(g int) string {
+		if g == throttled {
+			return "1100, 1980"
+		}
+		return "1980, 1980"
+	}
+	throttle := func(g int) string {
+		if g == throttled {
+			return "0x0000000000000040"
+		}
+		return "0x0000000000000000"
+	}
+	smi := fmt.Sprintf(`#!/bin/sh
+case "$1" in
+--query-gpu=index,uuid,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw,clocks_throttle_reasons.active,ecc.errors.uncorrected.volatile.total)
+	echo "0, GPU-h%[1]d-0, 97, 70123, 143771, 60, 600.0, %[3]s, 0"
+	echo "1, GPU-h%[1]d-1, 97, 70123, 143771, 60, 600.0, %[4]s, 0" ;;
+--query-gpu=index,clocks.sm,clocks.max.sm)
+	echo "0, %[5]s"
+	echo "1, %[6]s" ;;
+--query-compute-apps=gpu_uuid,pid)
+	for f in "$HOME"/%[2]s/.drover/pids/worker-*.pid; do
+		[ -f "$f" ] || continue
+		n=${f##*worker-}; n=${n%%.pid}
+		sed -n "s/.*\"child_pid\": *\([0-9]*\).*/GPU-h%[1]d-$((n %% 2)), \1/p" "$f"
+	done ;;
+*) echo "stand-in nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;;
+esac
+`, i, workdir, throttle(0), throttle(1), clock(0), clock(1))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(smi), 0o755))
+	_, err = fleet.ExecInLogins(i, "mount", "--bind", dir, "/usr/local/bin")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if _, err := fleet.ExecInLogins(i, "umount", "/usr/local/bin"); err != nil {
+			t.Errorf("restore %s: %v", fleet.Hosts[i].Name, err)
+		}
+	})
+}
+
+// In a detached job of 3 hosts x 2 ranks stepping together, rank 2
+// spends 12x its peers' CPU per step and rank 5's GPU runs at 1100 MHz
+// against 1980 in thermal slowdown: within 60 s of the start, an event
+// (its on_event notification) names each, and no other rank, and drover
+// status shows both.
+func TestRunNamesStragglers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	fleettest.Need(t, fleet)
+	testenv.LookPath(t, "python3")
+	j := newFleetJob(t, jobSpec{Command: `["python3", "w.py"]`, Hosts: 3, Job: `procs_per_host = 2
+on_event = ["./on-event.sh"]`})
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "w.py"), []byte(stragglerScript), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "on-event.sh"), []byte("#!/bin/sh\ncat >> events.jsonl\n"), 0o755))
+	for i := range 3 {
+		throttled := -1
+		if i == 2 {
+			throttled = 1 // rank 5: worker-5 holds GPU 1 of host 2
+		}
+		clockSMI(t, i, j.Workdir, throttled)
+	}
+	startDetachedRun(t, j)
+
+	file := filepath.Join(j.Dir, "events.jsonl")
+	named := map[float64]string{}
+	testenv.Wait(t, 60*time.Second, "straggler events naming ranks 2 and 5", func() (bool, string) {
+		for _, e := range readEvents(t, file) {
+			if e["event"] == "straggler" {
+				named[e["rank"].(float64)] = e["message"].(string)
+			}
+		}
+		return len(named) >= 2, fmt.Sprintf("named %v", named)
+	})
+	h1, h2 := fleet.Hosts[1].Name, fleet.Hosts[2].Name
+	assert.Regexp(t, `^straggler: rank 2 \(worker-2@`+h1+`\) spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)$`, named[2])
+	assert.Equal(t, "straggler: rank 5 (worker-5@"+h2+") runs GPU 1 at an SM clock of 1100 MHz against its peers' 1980 MHz (hardware thermal slowdown)", named[5])
+	assert.Len(t, named, 2, "no other rank is named: %v", named)
+	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path)
+	require.Equal(t, 0, code, "drover status: %s", errs)
+	assert.True(t, strings.Contains(out, named[2]+"\n") && strings.Contains(out, named[5]+"\n"), "drover status shows both:\n%s", out)
+	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, "drover stop: %s", errs)
+}
