@@ -70,6 +70,7 @@ var jobFields = append([]field{
 	{"webhook_format", `webhook_format = "slack"`},
 	{"notify", `notify = ["restarted", "failed", "finished"]`},
 	{"tracker", `tracker = "wandb"`},
+	{"container", `container = { image = "nvcr.io/nvidia/pytorch:24.05-py3", runtime = "podman" }`},
 }, setupFields...)
 
 var roleFields = []field{
