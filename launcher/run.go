@@ -12,6 +12,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/container"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
@@ -362,7 +363,10 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	if a.adopt != nil {
 		return a.adoptGroup(ctx, st)
 	}
-	err = runPhase(ctx, a.ph.check, st)
+	err = runPhase(ctx, a.ph.container, st)
+	if err == nil {
+		err = runPhase(ctx, a.ph.check, st)
+	}
 	var ue *UnhealthyError
 	if errors.As(err, &ue) && ctx.Err() == nil {
 		return a.keepOut(ue)
@@ -370,7 +374,7 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		out := a.setupFailure(err)
 		// A failed setup fails the same way again: fix it, run again.
-		out.permanent = ctx.Err() == nil && errors.As(err, new(*setup.Error))
+		out.permanent = ctx.Err() == nil && (errors.As(err, new(*setup.Error)) || errors.As(err, new(*container.Error)))
 		return out
 	}
 	if ctx.Err() != nil {
@@ -410,6 +414,7 @@ func newPhases(a *attempt) phases {
 		prepare:   &preparePhase{phaseEnv: env, agents: r.agents, opts: r.opts.Dial, dial: sshDialer{}, pool: r.pool, leases: r.leases},
 		push:      &pushPhase{phaseEnv: env, now: r.now, logRoot: r.logRoot, cacheDir: r.opts.PushCacheDir},
 		setup:     &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
+		container: &containerPhase{phaseEnv: env, done: &r.imaged},
 		ckpt:      &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan:      &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, fenced: r.fencedFor, findings: a.findings, warn: a.warn},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
