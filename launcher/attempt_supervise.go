@@ -217,6 +217,10 @@ func (a *attempt) agentOptions(c *attemptHost, p plan.Process, health string) ag
 		ro.Record, _ = a.processFiles(c, p.Name())
 	}
 	ro.RunID, ro.Attempt, ro.Rank, ro.Name = a.r.runID, a.n, p.Rank, p.Name()
+	if p.Container != "" {
+		// Stopped by name and removed when the agent ends.
+		ro.Container, ro.ContainerRuntime = p.Container, string(a.cfg.Job.Container.Runtime)
+	}
 	return ro
 }
 

@@ -71,6 +71,8 @@ const (
 	flagWatchWorkers      = "watch-workers"
 	flagHealthFile        = "health-file"
 	flagHealthEvery       = "health-every"
+	flagContainer         = "container"
+	flagContainerRuntime  = "container-runtime"
 	flagXIDWait           = "xid-wait"
 	flagWatch             = "watch"
 	flagOut               = "out"
@@ -161,6 +163,8 @@ func runCLI() *cli.Command {
 			&cli.BoolFlag{Name: flagDetachedChild, Hidden: true, Usage: "the detached agent itself (set by the launcher)"},
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
+			&cli.StringFlag{Name: flagContainer, Usage: "CMD runs the container `NAME`: stop it by name, remove it when the agent ends"},
+			&cli.StringFlag{Name: flagContainerRuntime, Value: "podman", Usage: "the runtime of --" + flagContainer + " (podman, docker)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -208,6 +212,8 @@ func runOptions(c *cli.Context) RunOptions {
 		WatchWorkers:      c.Bool(flagWatchWorkers),
 		HealthFile:        c.String(flagHealthFile),
 		HealthEvery:       c.Duration(flagHealthEvery),
+		Container:         c.String(flagContainer),
+		ContainerRuntime:  c.String(flagContainerRuntime),
 		State:             c.String(flagState),
 		Record:            c.String(flagRecord),
 		RunID:             c.String(flagRunID),
