@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"syscall"
@@ -84,11 +85,11 @@ func prepare(ctx context.Context, c config.Container, h Host, note func(host, ms
 		switch s.Kind {
 		case ListOrphans:
 			if err != nil {
-				return fail("list the containers left in "+h.Workdir, "", out, err)
+				return fail("list the containers left in "+h.Workdir, "", out.all, err)
 			}
-			if ids := IDs(out); len(ids) > 0 {
+			if ids := IDs(out.stdout); len(ids) > 0 {
 				if rout, err := output(ctx, h.T, RemoveArgv(c, ids)); err != nil {
-					return fail("remove the containers left in "+h.Workdir, "", rout, err)
+					return fail("remove the containers left in "+h.Workdir, "", rout.all, err)
 				}
 				say("removed %d container(s) an earlier agent left in %s", len(ids), h.Workdir)
 			}
@@ -99,19 +100,19 @@ func prepare(ctx context.Context, c config.Container, h Host, note func(host, ms
 			say("pulling image %s", c.Image)
 		case Pull:
 			if err != nil {
-				return fail("pull", c.Image, out, err)
+				return fail("pull", c.Image, out.all, err)
 			}
 			say("pulled image %s in %s", c.Image, time.Since(start).Round(time.Millisecond))
 		case Load:
 			if err != nil {
-				return fail("load", c.Image, out, err)
+				return fail("load", c.Image, out.all, err)
 			}
-			loaded := LoadedImage(out)
+			loaded := LoadedImage(out.stdout)
 			if loaded == "" {
-				return fail("load", c.Image, out, errors.New("the runtime did not say which image it loaded"))
+				return fail("load", c.Image, out.all, errors.New("the runtime did not say which image it loaded"))
 			}
 			if tout, err := output(ctx, h.T, TagArgv(c, loaded)); err != nil {
-				return fail("tag "+loaded, c.Image, tout, err)
+				return fail("tag "+loaded, c.Image, tout.all, err)
 			}
 			say("loaded image %s in %s", c.Image, time.Since(start).Round(time.Millisecond))
 		}
@@ -119,14 +120,19 @@ func prepare(ctx context.Context, c config.Container, h Host, note func(host, ms
 	return nil
 }
 
-// output runs argv on t and returns its output, stdout and stderr
-// together; a command cut short by ctx is signalled first, so that none
-// runs on after the caller gave up on it.
-func output(ctx context.Context, t cluster.Transport, argv []string) (string, error) {
-	var buf lockedBuffer
-	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdout: &buf, Stderr: &buf})
+// result is a command's output: stdout, which the steps read, and both
+// streams together, which an error shows (podman warns on stderr).
+type result struct {
+	stdout, all string
+}
+
+// output runs argv on t; a command cut short by ctx is signalled first,
+// so that none runs on after the caller gave up on it.
+func output(ctx context.Context, t cluster.Transport, argv []string) (result, error) {
+	var stdout, all lockedBuffer
+	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdout: io.MultiWriter(&stdout, &all), Stderr: &all})
 	if err != nil {
-		return "", fmt.Errorf("start %s: %w", strings.Join(argv, " "), err)
+		return result{}, fmt.Errorf("start %s: %w", strings.Join(argv, " "), err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.Wait() }()
@@ -137,10 +143,11 @@ func output(ctx context.Context, t cluster.Transport, argv []string) (string, er
 		<-done
 		err = ctx.Err()
 	}
+	res := result{stdout: stdout.String(), all: all.String()}
 	if err != nil {
-		return buf.String(), fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+		return res, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 	}
-	return buf.String(), nil
+	return res, nil
 }
 
 // lockedBuffer is the output of a command whose stdout and stderr are
