@@ -33,7 +33,7 @@ const (
 // RANK/WORLD_SIZE/MASTER_ADDR on the hosts' network; a container killed
 // from outside restarts the group; a container left behind in the
 // workdir is removed before the first attempt, and a SIGKILLed agent
-// leaves none; Ctrl-C stops every rank through its
+// leaves none; Ctrl-C and `drover stop` stop every rank through its
 // container (podman stop: the rank sees SIGTERM) and leaves no container.
 func TestRunInContainer(t *testing.T) {
 	if testing.Short() {
@@ -126,13 +126,30 @@ container = { image = "docker-archive:%s/drover-img.tar", runtime = "podman" }`,
 		// when it gave up waiting for the container.
 		assert.Regexp(t, fmt.Sprintf(`(?m)^worker-%d\s+\S+\s+3\s+143 \(SIGTERM\)\s`, r), d.stderr.String())
 	}
+	noContainers := func() {
+		t.Helper()
+		for i := range containerHosts {
+			testenv.Wait(t, 30*time.Second, "no container of the job on "+fleet.Hosts[i].Name, func() (bool, string) {
+				left := containersOn(t, i, wd)
+				return len(left) == 0, fmt.Sprintf("left: %v", left)
+			})
+		}
+		waitNoJobProcs(t, j.Name, 10*time.Second)
+	}
+	noContainers()
+
+	// drover stop of a detached run, from another directory: the same,
+	// through the run's supervisor and the agents.
+	startDetachedRun(t, j)
 	for i := range containerHosts {
-		testenv.Wait(t, 30*time.Second, "no container of the job on "+fleet.Hosts[i].Name, func() (bool, string) {
-			left := containersOn(t, i, wd)
-			return len(left) == 0, fmt.Sprintf("left: %v", left)
+		testenv.Wait(t, 60*time.Second, "the detached run's containers on "+fleet.Hosts[i].Name, func() (bool, string) {
+			got := containersOn(t, i, wd)
+			return len(got) == containerProcs, fmt.Sprintf("containers: %v", got)
 		})
 	}
-	waitNoJobProcs(t, j.Name, 10*time.Second)
+	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	noContainers()
 }
 
 func must[T any](v T, err error) T {

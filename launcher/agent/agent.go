@@ -590,11 +590,14 @@ func (s *supervision) escalate(r request) {
 		if s.logw != nil {
 			_, _ = fmt.Fprintf(s.logw, MessagePrefix+"%s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, s.child, s.grace)
 		}
-		s.killAt = time.After(s.grace)
 		if s.ctr != nil {
+			// The runtime kills inside the container after the grace;
+			// the group's SIGKILL is the backstop should it not.
+			s.killAt = time.After(s.grace + ContainerStopSlack)
 			s.stopContainer()
 			return
 		}
+		s.killAt = time.After(s.grace)
 		s.g.signal(syscall.SIGTERM)
 		// A stopped (SIGSTOPped, frozen) process only acts on
 		// SIGTERM once continued.

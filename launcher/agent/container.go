@@ -18,11 +18,18 @@ import (
 // exits at once without waiting for it, and docker's container is not
 // even the agent's descendant (dockerd's). A graceful stop is therefore
 // `RUNTIME stop -t GRACE NAME` (SIGTERM, SIGKILL after the grace, inside
-// the container), the group's SIGKILL after the grace stays the
-// backstop, and whenever the agent ends, for whatever reason,
+// the container), the group's SIGKILL a little after the grace
+// (ContainerStopSlack) stays the backstop, and whenever the agent ends, for whatever reason,
 // `RUNTIME rm -f NAME` removes what is left. An agent killed outright
 // cannot: the controller removes such orphans by their label before its
 // next attempt (package container).
+
+// ContainerStopSlack is how long past the grace the agent waits for the
+// runtime's stop by name before it SIGKILLs the group itself (and the
+// controller before it asks the agent to): the runtime, a program of its
+// own that takes a second or more to start on a busy host, kills inside
+// the container at the grace.
+const ContainerStopSlack = 10 * time.Second
 
 // containerRemoveWait bounds the removal of the container when the agent
 // ends, and the wait past the grace for a stop by name.
