@@ -164,7 +164,7 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
 			&cli.StringFlag{Name: flagContainer, Usage: "CMD runs the container `NAME`: stop it by name, remove it when the agent ends"},
-			&cli.StringFlag{Name: flagContainerRuntime, Value: "podman", Usage: "the runtime of --" + flagContainer + " (podman, docker)"},
+			&cli.StringFlag{Name: flagContainerRuntime, Usage: "the `RUNTIME` of --" + flagContainer + " (podman, the default, or docker)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
