@@ -291,7 +291,14 @@ type containerPhase struct {
 	done *setupDone
 }
 
-func (p *containerPhase) name() string { return "container" }
+// name is empty without a container: events.log notes no step that did
+// nothing.
+func (p *containerPhase) name() string {
+	if p == nil || !p.cfg.Job.Container.Set() {
+		return ""
+	}
+	return "container"
+}
 
 func (p *containerPhase) cleanup() {}
 
