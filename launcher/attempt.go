@@ -42,6 +42,9 @@ import (
 //     the attempt.
 //   - adopt (adopt.go): a live group that a restarted drover attaches to,
 //     in place of every phase below.
+//   - container (containerPhase, attempt_push.go): with the job's
+//     container, what earlier agents left removed and the image loaded
+//     or pulled on every host (package container).
 //   - check (checkPhase, this file), four phases side by side, since each
 //     waits on the network and not on the others: push (pushPhase,
 //     attempt_push.go; slurm.go: hosts that share a workdir), checkpoint
@@ -106,6 +109,7 @@ type phases struct {
 	prepare   *preparePhase
 	push      *pushPhase
 	setup     *setupPhase
+	container *containerPhase
 	ckpt      *ckptPhase
 	plan      *planPhase
 	preflight *preflightPhase
@@ -118,7 +122,7 @@ type phases struct {
 
 // cleanup cleans up after every phase, last first.
 func (ph phases) cleanup() {
-	for _, p := range []phase{ph.data, ph.check, ph.preflight, ph.plan, ph.ckpt, ph.setup, ph.push, ph.prepare, ph.connect} {
+	for _, p := range []phase{ph.data, ph.check, ph.preflight, ph.plan, ph.ckpt, ph.container, ph.setup, ph.push, ph.prepare, ph.connect} {
 		p.cleanup()
 	}
 }

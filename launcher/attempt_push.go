@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/cluster/push"
+	"github.com/droverhq/drover/launcher/container"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/setup"
@@ -274,4 +276,50 @@ func (p *setupPhase) run(ctx context.Context, st *attemptState) error {
 		}
 	}
 	return err
+}
+
+// containerPhase readies the hosts of an attempt for the job's container
+// (package container), all at once, before the checks: the containers an
+// earlier attempt's agent left in each workdir removed (an agent killed
+// outright cannot remove its own, and one holding the host's network
+// would fail preflight's port check), and on a host this run has not
+// readied yet the image loaded or pulled. A failure names the host and
+// the image; it would fail the same way again.
+type containerPhase struct {
+	phaseEnv
+	// done names the hosts that have the image (runner.imaged).
+	done *setupDone
+}
+
+// name is empty without a container: events.log notes no step that did
+// nothing.
+func (p *containerPhase) name() string {
+	if p == nil || !p.cfg.Job.Container.Set() {
+		return ""
+	}
+	return "container"
+}
+
+func (p *containerPhase) cleanup() {}
+
+func (p *containerPhase) run(ctx context.Context, st *attemptState) error {
+	if p == nil { // an attempt made without one (tests)
+		return nil
+	}
+	c := p.cfg.Job.Container
+	if !c.Set() {
+		return nil
+	}
+	hosts := make([]container.Host, len(st.conns))
+	for i, h := range st.conns {
+		hosts[i] = container.Host{Name: h.host.Name, T: h.t, Workdir: remoteAbs(h.home, h.host.Workdir), Image: !p.done.has(h.host.Name)}
+	}
+	note := func(host, msg string) { p.events.printf("%s: %s: %s", p.prefix(), host, msg) }
+	errs := container.Prepare(ctx, c, hosts, note)
+	for i, err := range errs {
+		if err == nil && hosts[i].Image {
+			p.done.add(hosts[i].Name)
+		}
+	}
+	return errors.Join(errs...)
 }

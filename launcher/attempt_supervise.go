@@ -229,6 +229,10 @@ func (a *attempt) agentOptions(c *attemptHost, p plan.Process, health string) ag
 		// closes without it (recordedExit).
 		ro.Record = st
 	}
+	if p.Container != "" {
+		// Stopped by name and removed when the agent ends.
+		ro.Container, ro.ContainerRuntime = p.Container, string(a.cfg.Job.Container.Runtime)
+	}
 	return ro
 }
 

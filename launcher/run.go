@@ -12,6 +12,7 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/checkpoint"
+	"github.com/droverhq/drover/launcher/container"
 	"github.com/droverhq/drover/launcher/gpulease"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
@@ -356,7 +357,10 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	if a.adopt != nil {
 		return a.adoptGroup(ctx, st)
 	}
-	err = runPhase(ctx, a.ph.check, st)
+	err = runPhase(ctx, a.ph.container, st)
+	if err == nil {
+		err = runPhase(ctx, a.ph.check, st)
+	}
 	var ue *UnhealthyError
 	if errors.As(err, &ue) && ctx.Err() == nil {
 		return a.keepOut(ue)
@@ -364,7 +368,7 @@ func (a *attempt) run(ctx context.Context) attemptOutcome {
 	if err != nil {
 		out := a.setupFailure(err)
 		// A failed setup fails the same way again: fix it, run again.
-		out.permanent = ctx.Err() == nil && errors.As(err, new(*setup.Error))
+		out.permanent = ctx.Err() == nil && (errors.As(err, new(*setup.Error)) || errors.As(err, new(*container.Error)))
 		return out
 	}
 	if err := runPhase(ctx, a.ph.data, st); err != nil {
@@ -434,6 +438,7 @@ func newPhases(a *attempt) phases {
 		ckpt:    &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan: &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, prevWorld: r.lastWorld, fenced: r.fencedFor, findings: a.findings, warn: a.warn,
 			leasing: gpuLeasing{off: len(r.opts.Allocation) > 0, dir: gpulease.DefaultDir, runID: r.runID, queue: r.opts.Queue, timeout: r.opts.QueueTimeout}},
+		container: &containerPhase{phaseEnv: env, done: &r.imaged},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 		data:      &dataPhase{phaseEnv: env, staged: &r.dataStaged},
 	}

@@ -70,6 +70,9 @@ type runner struct {
 	logFail *logFailure
 	// setUp names the hosts this run set up (setupPhase).
 	setUp setupDone
+	// imaged names the hosts that have the job's container image
+	// (containerPhase).
+	imaged setupDone
 	ckptState
 	lostState
 	detachState

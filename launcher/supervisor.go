@@ -157,7 +157,13 @@ func (s *supervisor) requestStop(why string) {
 		s.a.r.events.printf("%s: %s; stopping %d process(es)", s.a.prefix(), why, s.remaining)
 	}
 	s.send("stop")
-	s.killAt = time.After(s.a.cfg.Job.StopGrace + 2*time.Second)
+	wait := s.a.cfg.Job.StopGrace + 2*time.Second
+	if s.a.cfg.Job.Container.Set() {
+		// The runtime stops a container by name, and kills in it at
+		// the grace itself.
+		wait += agent.ContainerStopSlack
+	}
+	s.killAt = time.After(wait)
 }
 
 // kill sends SIGKILL to what is left, and gives the processes a few

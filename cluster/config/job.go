@@ -43,6 +43,7 @@ func (w jobReader) job(top tbl, dir string) Job {
 	}
 	w.network(t, &j)
 	setupReader{w.walker}.read(t, &j)
+	containerReader{w.walker}.read(t, &j)
 	notifyReader{w.walker}.notifications(t, &j, dir)
 	stragglerReader{w.walker}.read(t, &j)
 	j.Roles = w.roles(t, j.Framework)

@@ -76,6 +76,7 @@ var jobFields = append([]field{
 	{"webhook_format", `webhook_format = "slack"`},
 	{"notify", `notify = ["restarted", "failed", "finished"]`},
 	{"tracker", `tracker = "wandb"`},
+	{"container", `container = { image = "nvcr.io/nvidia/pytorch:24.05-py3", runtime = "podman" }`},
 }, append(setupFields, stragglerFields...)...)
 
 var roleFields = []field{

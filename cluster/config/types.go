@@ -111,6 +111,9 @@ type Job struct {
 	Setup        []string
 	SetupKey     []string
 	SetupTimeout time.Duration
+	// Container, when set, is the image every process runs in (see
+	// container.go).
+	Container Container
 
 	// SuccessPolicy is "all-workers" (default) or "chief" (tensorflow).
 	SuccessPolicy SuccessPolicy

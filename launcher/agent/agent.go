@@ -19,6 +19,11 @@
 // same way, and the agent exits with CMD's status: its exit code, or
 // 128+signal when a signal killed it (137 for SIGKILL), as a shell reports.
 //
+// With --container NAME (CMD is podman's or docker's run command), a
+// graceful stop is the runtime's `stop -t GRACE NAME` rather than SIGTERM
+// to the group, and the container is removed by name whenever the agent
+// ends (container.go).
+//
 // A detached run (`agent run --state FILE`, see detach.go) is the
 // exception: its agent leaves the channel's session, end of input only
 // detaches the attach client that takes the channel's place, and the group
@@ -212,6 +217,12 @@ type RunOptions struct {
 	// so that a lease lives as long as the group, also when the
 	// gpu-lease agent that took it is gone.
 	GPULeases []string
+	// Container, when set, is the name of the container the command
+	// runs (docker's or podman's run command, ContainerRuntime's): a
+	// graceful stop stops it by name with the grace, and it is removed
+	// when the agent ends (container.go).
+	Container        string
+	ContainerRuntime string
 }
 
 // Command returns the argv that runs `drover agent run` with o's command-line
@@ -250,6 +261,9 @@ func Command(binary string, o RunOptions) []string {
 	}
 	for _, l := range o.GPULeases {
 		args = append(args, "--"+flagGPULease, l)
+	}
+	if o.Container != "" {
+		args = append(args, "--"+flagContainer, o.Container, "--"+flagContainerRuntime, o.ContainerRuntime)
 	}
 	args = append(args, "--")
 	return append(args, o.Args...)
@@ -432,6 +446,7 @@ func run(ctx context.Context, opts RunOptions, det *detached) (exitCode int, sto
 	stopped = s.state != noStop
 	s.stopLeftBehind(reqs)
 	s.drain()
+	s.removeContainer()
 	if s.failed != nil {
 		// The worker's death is the run's failure, not how torchrun
 		// took being stopped.
@@ -493,6 +508,8 @@ type supervision struct {
 	environ []string  // the command's environment
 	// failed is the first worker that died abnormally (WatchWorkers).
 	failed *WorkerExit
+	// ctr is the command's container, nil without one (container.go).
+	ctr *containerCtl
 
 	child      int
 	g          group
@@ -557,6 +574,7 @@ func (s *supervision) start() (cleanup func(), code int, err error) {
 	}
 	s.child, s.outR, s.errR = child, outR, errR
 	s.g = group{pgid: child, root: 0, helpers: newHelpers()}
+	s.ctr = newContainerCtl(s.opts, s.environ, s.g.helpers)
 	if s.opts.Subreaper {
 		s.g.root = os.Getpid()
 	}
@@ -605,11 +623,18 @@ func (s *supervision) escalate(r request) {
 		if s.logw != nil {
 			_, _ = fmt.Fprintf(s.logw, MessagePrefix+"%s: stopping process group %d (SIGTERM, SIGKILL after %s)\n", r.why, s.child, s.grace)
 		}
+		if s.ctr != nil {
+			// The runtime kills inside the container after the grace;
+			// the group's SIGKILL is the backstop should it not.
+			s.killAt = time.After(s.grace + ContainerStopSlack)
+			s.stopContainer()
+			return
+		}
+		s.killAt = time.After(s.grace)
 		s.g.signal(syscall.SIGTERM)
 		// A stopped (SIGSTOPped, frozen) process only acts on
 		// SIGTERM once continued.
 		s.g.signal(syscall.SIGCONT)
-		s.killAt = time.After(s.grace)
 	case killStop:
 		if s.logw != nil {
 			_, _ = fmt.Fprintf(s.logw, MessagePrefix+"%s: killing process group %d\n", r.why, s.child)

@@ -72,6 +72,8 @@ const (
 	flagWatchWorkers      = "watch-workers"
 	flagHealthFile        = "health-file"
 	flagHealthEvery       = "health-every"
+	flagContainer         = "container"
+	flagContainerRuntime  = "container-runtime"
 	flagXIDWait           = "xid-wait"
 	flagWatch             = "watch"
 	flagOut               = "out"
@@ -164,6 +166,8 @@ func runCLI() *cli.Command {
 			&cli.StringFlag{Name: flagHealthFile, TakesFile: true, Usage: "also watch this host's GPU health, writing each read to this file"},
 			&cli.DurationFlag{Name: flagHealthEvery, Usage: "how often --" + flagHealthFile + " is written (default 2s)"},
 			&cli.StringSliceFlag{Name: flagGPULease, TakesFile: true, Usage: "hold this GPU lease `FILE` while the command runs (repeat)"},
+			&cli.StringFlag{Name: flagContainer, Usage: "CMD runs the container `NAME`: stop it by name, remove it when the agent ends"},
+			&cli.StringFlag{Name: flagContainerRuntime, Usage: "the `RUNTIME` of --" + flagContainer + " (podman, the default, or docker)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -211,6 +215,8 @@ func runOptions(c *cli.Context) RunOptions {
 		WatchWorkers:      c.Bool(flagWatchWorkers),
 		HealthFile:        c.String(flagHealthFile),
 		HealthEvery:       c.Duration(flagHealthEvery),
+		Container:         c.String(flagContainer),
+		ContainerRuntime:  c.String(flagContainerRuntime),
 		State:             c.String(flagState),
 		Record:            c.String(flagRecord),
 		RunID:             c.String(flagRunID),

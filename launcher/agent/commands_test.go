@@ -41,6 +41,11 @@ func TestAgentArgvRoundTrip(t *testing.T) {
 		assert.Equal(t, cmdRun, c.Command.Name)
 		assert.Equal(t, o, runOptions(c))
 	})
+	t.Run("run in a container", func(t *testing.T) {
+		o := RunOptions{Args: []string{"podman", "run", "--rm", "--name", "drover-j-a1-worker-0", "img", "sh", "w.sh"}, Grace: 2 * time.Second,
+			Container: "drover-j-a1-worker-0", ContainerRuntime: "docker"}
+		assert.Equal(t, o, runOptions(parseAgent(t, Command("drover", o))))
+	})
 	t.Run("run detached", func(t *testing.T) {
 		o := RunOptions{Args: []string{"sh", "w.sh"}, Grace: 2 * time.Second, LogFile: "/w/.drover/runs/r1/attempt-2/worker-3.log",
 			State: "/w/.drover/runs/r1/attempt-2/worker-3.json", RunID: "r1", Attempt: 2, Rank: 3, Name: "worker-3",
@@ -193,7 +198,7 @@ func TestUsageLine(t *testing.T) {
 		got = append(got, UsageLine(sub))
 	}
 	assert.Equal(t, []string{
-		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--record FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--attached] [--health-file FILE] [--health-every DURATION] [--gpu-lease FILE]... -- CMD [ARGS...]",
+		"usage: drover agent run [--grace DURATION] [--heartbeat DURATION] [--pidfile FILE] [--log FILE] [--job JOB] [--env-stdin] [--watch-workers] [--state FILE] [--record FILE] [--run-id ID] [--attempt N] [--rank N] [--name NAME] [--controller-timeout DURATION] [--attached] [--health-file FILE] [--health-every DURATION] [--gpu-lease FILE]... [--container NAME] [--container-runtime RUNTIME] -- CMD [ARGS...]",
 		"usage: drover agent stop --pidfile FILE [--grace DURATION] [--kill]",
 		"usage: drover agent preflight [--stop-leftovers DIR] [--lease FILE] [--lease-id ID] [--grace DURATION] [--route-to ADDR] [--port PORT]... [--move-ports] -- [PROGRAM]",
 		"usage: drover agent probe [--json]",

@@ -15,7 +15,8 @@ import (
 // subreaper's descendants that left the group.
 
 // members returns the live processes of g: the group's members and, for a
-// subreaper, every live descendant of root.
+// subreaper, every live descendant of root but the agent's helpers and
+// theirs.
 func (g group) members() []int {
 	procs := allProcs()
 	var out []int
@@ -38,6 +39,11 @@ func (g group) members() []int {
 		pid := queue[0]
 		queue = queue[1:]
 		for _, c := range children[pid] {
+			if g.helpers.has(c.pid) {
+				// The agent's own (a container's stop by name): not
+				// the command's, and what it starts neither.
+				continue
+			}
 			queue = append(queue, c.pid)
 			if !c.dead() && !seen[c.pid] {
 				out = append(out, c.pid)

@@ -46,4 +46,11 @@
 // but replaces drover's tunable defaults (config.TunableEnv: OMP_NUM_THREADS,
 // NCCL_*, GLOO_*). docs/environment.md's table lists every variable; a
 // test keeps it complete.
+//
+// With the job's container key, each command is last wrapped in the
+// runtime's run command (container.go): the host's network and IPC, the
+// process's GPUs, the workdir (and a checkpoint directory outside it)
+// mounted at its own path, drover's environment passed on by name, the
+// login user's uid, and a name and labels drover finds the container by
+// to remove it (Process.Container, OrphanFilter).
 package plan

@@ -84,8 +84,13 @@ type Process struct {
 	Workdir string
 	// Env is the full environment drover sets, [job.env] included.
 	Env map[string]string
-	// Command is the argv to run.
+	// Command is the argv to run; with a container, the runtime's run
+	// command around the job's command (wrapContainers).
 	Command []string
+	// Container is the name of the process's container under docker or
+	// podman, which drover removes when the process ends; "" without one
+	// (and under apptainer, whose containers are plain processes).
+	Container string
 }
 
 // Name identifies the process in log prefixes ([worker-3@gpu-b]) and log
@@ -228,6 +233,7 @@ func Build(in PlanInput) (*Plan, error) {
 	if err := checkPlanned(cfg, p, in.HostHome); err != nil {
 		return nil, err
 	}
+	wrapContainers(p, in)
 	return p, nil
 }
 

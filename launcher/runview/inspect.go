@@ -293,6 +293,9 @@ func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) e
 		}
 		fmt.Fprintf(events, "asked the %ssupervisor (%s pid %d) to stop run %s\n", kind, st.Supervisor.Host, st.Supervisor.PID, st.RunID)
 		limit := cfg.Job.StopGrace + 5*time.Second
+		if cfg.Job.Container.Set() {
+			limit += agent.ContainerStopSlack // the supervisor's wait (launcher's requestStop)
+		}
 		if abort {
 			limit = 10 * time.Second
 		}
