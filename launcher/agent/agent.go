@@ -439,6 +439,9 @@ func (s *supervision) readEnv() error {
 			return fmt.Errorf("agent run: create the directory of %s: %w", progressFileEnv, err)
 		}
 	}
+	if err := writeStacksHook(env); err != nil {
+		return err
+	}
 	s.environ = childEnviron(env)
 	return nil
 }
