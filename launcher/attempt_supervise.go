@@ -292,6 +292,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.checkHang()
 		case h := <-s.health:
 			s.onHealth(h)
+		case v := <-s.verdict:
+			s.onVerdict(v)
 		case <-s.stacksDone:
 			s.stacksDone = nil
 			if s.killAt == nil && s.abandonAt == nil {
@@ -311,8 +313,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			if s.handOver(ctx) {
 				continue
 			}
-			if s.stacksDone != nil {
-				s.stacksDone = nil
+			if s.stacksDone != nil || s.verdict != nil {
+				s.stacksDone, s.verdict = nil, nil
 				s.requestStop("")
 			}
 			s.stop(interrupted(), "interrupted")

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -21,6 +22,7 @@ import (
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/notify"
+	"github.com/droverhq/drover/launcher/stacktrace"
 )
 
 // readyPoll bounds how long a detached run's first attempt may take to
@@ -275,8 +277,73 @@ func (s *supervisor) checkHang() {
 	out := attemptOutcome{kind: outcomeHung, err: errors.New(reason), exitCode: -1}
 	s.out, s.stopping = &out, true
 	s.causes.Stopping(false)
-	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
-	s.a.r.events.notify(notify.Event{Kind: notify.Hang, Attempt: s.a.n, Message: reason, Checkpoint: s.a.r.newestCheckpoint()})
+	s.a.r.events.printf("%s: %s; taking every rank's stack", s.a.prefix(), reason)
+	s.hangReason = reason
+	s.verdict = s.takeVerdict()
+}
+
+// verdictWait bounds the hang verdict: every host's `drover agent
+// stacks`, each process's dump within stackWait.
+const (
+	verdictWait = 15 * time.Second
+	stackWait   = 5 * time.Second
+)
+
+// takeVerdict takes the stack of every live process of the group on
+// every host at once (`drover agent stacks`: py-spy, else drover's hook,
+// neither of which stops a process) and judges them (package
+// stacktrace): which ranks wait in a collective and which are elsewhere.
+// The verdict comes on the channel, "" when no stack came.
+func (s *supervisor) takeVerdict() <-chan string {
+	hosts := make([]*attemptHost, 0, len(s.byHost))
+	for _, c := range s.byHost {
+		hosts = append(hosts, c)
+	}
+	out := make(chan string, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), verdictWait)
+		defer cancel()
+		var mu sync.Mutex
+		var ranks []stacktrace.Rank
+		_ = forEach(hosts, func(c *attemptHost) error {
+			rep, err := c.client().Stacks(ctx, agent.StacksOptions{Workdir: remoteAbs(c.home, c.host.Workdir), Wait: stackWait})
+			if err != nil {
+				s.a.r.events.printf("%s: warning: no stacks from %s: %v", s.a.prefix(), c.host.Name, err)
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range rep.Processes {
+				if p.Rank >= 0 {
+					ranks = append(ranks, stacktrace.Rank{Rank: p.Rank, Label: p.Name + "@" + c.host.Name, Stack: p.Stack, Err: p.Error})
+				}
+			}
+			return nil
+		})
+		if len(ranks) == 0 {
+			out <- ""
+			return
+		}
+		out <- stacktrace.Summary(ranks)
+	}()
+	return out
+}
+
+// onVerdict names, in the hang's event and the attempt's cause, the
+// ranks that are not in the collective, then asks every Python process
+// to print its stack into its log and gives it stackDumpWait before the
+// stop.
+func (s *supervisor) onVerdict(v string) {
+	s.verdict = nil
+	msg := s.hangReason
+	if v != "" {
+		msg += "; " + v
+		s.a.r.events.printf("%s: hang verdict: %s", s.a.prefix(), v)
+		if s.out != nil && s.out.kind == outcomeHung {
+			s.out.err = errors.New(msg)
+		}
+	}
+	s.a.r.events.notify(notify.Event{Kind: notify.Hang, Attempt: s.a.n, Message: msg, Checkpoint: s.a.r.newestCheckpoint()})
 	s.send("stacks")
 	s.stacksDone = time.After(stackDumpWait)
 }

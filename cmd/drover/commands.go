@@ -17,6 +17,7 @@ func commands() []*cli.Command {
 		checkCommand(),
 		runCommand(),
 		statusCommand(),
+		stacksCommand(),
 		stopCommand(),
 		logsCommand(),
 		psCommand(),
