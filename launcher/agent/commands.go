@@ -37,6 +37,7 @@ const (
 	cmdNetSend   = "net-send"
 	cmdStacks    = "stacks"
 	flagNative   = "native"
+	flagHookOnly = "hook-only"
 
 	flagGrace         = "grace"
 	flagHeartbeat     = "heartbeat"
@@ -669,13 +670,14 @@ func stacksCLI() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagWorkdir, Required: true, TakesFile: true, Usage: "the workdir `DIR` whose groups' stacks to take"},
 			&cli.BoolFlag{Name: flagNative, Usage: "native frames too (py-spy only)"},
+			&cli.BoolFlag{Name: flagHookOnly, Usage: "through drover's hook only, never py-spy"},
 			&cli.DurationFlag{Name: flagWait, Usage: "bound each process's dump (default 10s)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			rep, err := Stacks(c.Context, StacksOptions{Workdir: c.String(flagWorkdir), Native: c.Bool(flagNative), Wait: c.Duration(flagWait)})
+			rep, err := Stacks(c.Context, StacksOptions{Workdir: c.String(flagWorkdir), Native: c.Bool(flagNative), HookOnly: c.Bool(flagHookOnly), Wait: c.Duration(flagWait)})
 			if err != nil {
 				return cli.Exit(err.Error(), ExitFailed)
 			}

@@ -242,3 +242,6 @@ func childrenOf(pid int) []int {
 	}
 	return out
 }
+
+// signalMainThread sends sig to pid's main thread alone (tgkill).
+func signalMainThread(pid int, sig syscall.Signal) error { return syscall.Tgkill(pid, pid, sig) }

@@ -98,8 +98,12 @@ type StacksReport struct {
 // StacksOptions say whose stacks `drover agent stacks` takes.
 type StacksOptions struct {
 	Workdir string
-	Native  bool          // py-spy's --native
-	Wait    time.Duration // bounds each process's dump; 0: 10 s
+	Native  bool // py-spy's --native
+	// HookOnly takes the stacks through drover's hook alone, never
+	// py-spy: the hang verdict's, which the run agents' own dump into
+	// the logs follows (with py-spy, once per process).
+	HookOnly bool
+	Wait     time.Duration // bounds each process's dump; 0: 10 s
 }
 
 // StacksCommand is the argv of `drover agent stacks`.
@@ -108,6 +112,9 @@ func StacksCommand(binary string, o StacksOptions) []string {
 	if o.Native {
 		args = append(args, "--"+flagNative)
 	}
+	if o.HookOnly {
+		args = append(args, "--"+flagHookOnly)
+	}
 	if o.Wait > 0 {
 		args = append(args, "--"+flagWait, o.Wait.String())
 	}
@@ -115,31 +122,27 @@ func StacksCommand(binary string, o StacksOptions) []string {
 }
 
 // Stacks takes the stack of every Python process of every live group
-// whose agent keeps a pidfile in o.Workdir (foreground and detached runs
-// alike), all at once, each within o.Wait.
+// of o.Workdir, all at once, each within o.Wait: a foreground run's
+// groups through their agents' pidfiles, a detached run's through the
+// state records of the workdir's newest run (see Report).
 func Stacks(ctx context.Context, o StacksOptions) (*StacksReport, error) {
 	if o.Wait <= 0 {
 		o.Wait = 10 * time.Second
 	}
-	dir := filepath.Join(o.Workdir, ".drover", "pids")
-	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("agent stacks: read %s: %w", dir, err)
+	groups, err := liveGroups(o.Workdir)
+	if err != nil {
+		return nil, err
 	}
 	rep := &StacksReport{Processes: []StackReport{}}
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".pid")
-		if !ok || strings.HasPrefix(name, ".") {
-			continue
-		}
-		data, err := readRegular(filepath.Join(dir, e.Name()), maxStateFile)
-		pf, perr := parsePidfile(data)
-		if err != nil || perr != nil || pf.AgentPid <= 0 || !isAgent(pf.AgentPid, pf.AgentStart) {
-			continue
-		}
-		pids, _ := group{pgid: pf.Pgid, root: pf.AgentPid}.pythonMembers()
+	seen := map[int]bool{}
+	for _, lg := range groups {
+		pids, _ := lg.g.pythonMembers()
 		for _, pid := range pids {
-			rep.Processes = append(rep.Processes, StackReport{Name: name, Rank: -1, Pid: pid})
+			if seen[pid] {
+				continue
+			}
+			seen[pid] = true
+			rep.Processes = append(rep.Processes, StackReport{Name: lg.name, Rank: -1, Pid: pid})
 		}
 	}
 	var wg sync.WaitGroup
@@ -150,6 +153,46 @@ func Stacks(ctx context.Context, o StacksOptions) (*StacksReport, error) {
 	wg.Wait()
 	sort.SliceStable(rep.Processes, func(i, j int) bool { return rep.Processes[i].Name < rep.Processes[j].Name })
 	return rep, nil
+}
+
+// namedGroup is a live group and the process drover named it for.
+type namedGroup struct {
+	name string
+	g    group
+}
+
+// liveGroups are workdir's groups whose agent lives: those of the
+// pidfiles (foreground runs), then those of the newest detached run's
+// current attempt.
+func liveGroups(workdir string) ([]namedGroup, error) {
+	dir := filepath.Join(workdir, ".drover", "pids")
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("agent stacks: read %s: %w", dir, err)
+	}
+	var out []namedGroup
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".pid")
+		if !ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		data, err := readRegular(filepath.Join(dir, e.Name()), maxStateFile)
+		pf, perr := parsePidfile(data)
+		if err != nil || perr != nil || pf.AgentPid <= 0 || !isAgent(pf.AgentPid, pf.AgentStart) {
+			continue
+		}
+		out = append(out, namedGroup{name, group{pgid: pf.Pgid, root: pf.AgentPid}})
+	}
+	rep, err := Report(workdir, "")
+	if err != nil {
+		return out, nil // no detached run to read: the pidfiles' groups
+	}
+	for _, p := range rep.Processes {
+		if p.Alive && !p.Final() && p.Pid > 0 && p.AgentPid > 0 {
+			out = append(out, namedGroup{p.Name, group{pgid: p.Pid, root: p.AgentPid}})
+		}
+	}
+	return out, nil
 }
 
 // stackOf fills r with its process's stack: py-spy's, else the hook's.
@@ -163,7 +206,7 @@ func stackOf(ctx context.Context, r *StackReport, o StacksOptions) {
 		environ = append(environ, k+"="+v)
 	}
 	var spyErr error
-	if bin, err := lookPath("py-spy", environ); err == nil {
+	if bin, err := lookPath("py-spy", environ); err == nil && !o.HookOnly {
 		if r.Stack, spyErr = pySpy(ctx, bin, r.Pid, o); spyErr == nil {
 			r.Method = "py-spy"
 			return
@@ -211,7 +254,10 @@ func hookDump(ctx context.Context, pid int, dir string, wait time.Duration) (str
 	if !catches(pid, stackSignal) {
 		return "", fmt.Errorf("process %d does not catch SIGUSR2 (its code replaced drover's handler?): not signalled; install py-spy on the host", pid)
 	}
-	if err := syscall.Kill(pid, stackSignal); err != nil {
+	// To the main thread alone (Python's, which waits in a collective on
+	// a futex or sleeps in Python, both of which resume), never to a
+	// helper thread in epoll or poll, which would see EINTR.
+	if err := signalMainThread(pid, stackSignal); err != nil {
 		return "", fmt.Errorf("signal process %d: %w", pid, err)
 	}
 	deadline := time.Now().Add(wait)

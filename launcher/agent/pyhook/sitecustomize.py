@@ -27,6 +27,10 @@ def _drover_stacks_hook():
         f = open(p, "w")
         try:
             faulthandler.register(signal.SIGUSR2, file=f, all_threads=True, chain=False)
+            # Restart the system calls the dump interrupts where the
+            # kernel can (read, connect, futex waits), so that C code
+            # that does not retry on EINTR is less likely to see it.
+            signal.siginterrupt(signal.SIGUSR2, False)
         except Exception:
             f.close()
             _os.unlink(p)
