@@ -293,7 +293,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 		case h := <-s.health:
 			s.onHealth(h)
 		case v := <-s.verdict:
-			s.onVerdict(v)
+			tellVerdict(s, v)
 		case <-s.stacksDone:
 			s.stacksDone = nil
 			if s.killAt == nil && s.abandonAt == nil {

@@ -279,7 +279,7 @@ func (s *supervisor) checkHang() {
 	s.causes.Stopping(false)
 	s.a.r.events.printf("%s: %s; taking every rank's stack", s.a.prefix(), reason)
 	s.hangReason = reason
-	s.verdict = s.takeVerdict()
+	s.verdict = takeVerdict(s.byHost, s.a.r.events, s.a.prefix())
 }
 
 // verdictWait bounds the hang verdict: every host's `drover agent
@@ -290,13 +290,15 @@ const (
 )
 
 // takeVerdict takes the stack of every live process of the group on
-// every host at once (`drover agent stacks`: py-spy, else drover's hook,
-// neither of which stops a process) and judges them (package
+// every host at once (`drover agent stacks` through drover's hook, which
+// stops no process) and judges them (package
 // stacktrace): which ranks wait in a collective and which are elsewhere.
-// The verdict comes on the channel, "" when no stack came.
-func (s *supervisor) takeVerdict() <-chan string {
-	hosts := make([]*attemptHost, 0, len(s.byHost))
-	for _, c := range s.byHost {
+// The verdict comes on the channel, "" when no stack came. It takes
+// them through drover's hook alone: the run agents' dump into the logs
+// that follows calls py-spy where the host has it, once per process.
+func takeVerdict(byHost map[string]*attemptHost, events *eventLog, prefix string) <-chan string {
+	hosts := make([]*attemptHost, 0, len(byHost))
+	for _, c := range byHost {
 		hosts = append(hosts, c)
 	}
 	out := make(chan string, 1)
@@ -306,9 +308,9 @@ func (s *supervisor) takeVerdict() <-chan string {
 		var mu sync.Mutex
 		var ranks []stacktrace.Rank
 		_ = forEach(hosts, func(c *attemptHost) error {
-			rep, err := c.client().Stacks(ctx, agent.StacksOptions{Workdir: remoteAbs(c.home, c.host.Workdir), Wait: stackWait})
+			rep, err := c.client().Stacks(ctx, agent.StacksOptions{Workdir: remoteAbs(c.home, c.host.Workdir), HookOnly: true, Wait: stackWait})
 			if err != nil {
-				s.a.r.events.printf("%s: warning: no stacks from %s: %v", s.a.prefix(), c.host.Name, err)
+				events.printf("%s: warning: no stacks from %s: %v", prefix, c.host.Name, err)
 				return nil
 			}
 			mu.Lock()
@@ -329,11 +331,11 @@ func (s *supervisor) takeVerdict() <-chan string {
 	return out
 }
 
-// onVerdict names, in the hang's event and the attempt's cause, the
+// tellVerdict names, in the hang's event and the attempt's cause, the
 // ranks that are not in the collective, then asks every Python process
-// to print its stack into its log and gives it stackDumpWait before the
-// stop.
-func (s *supervisor) onVerdict(v string) {
+// of s to print its stack into its log and gives it stackDumpWait before
+// the stop. (A function: the supervisor's methods are at their limit.)
+func tellVerdict(s *supervisor, v string) {
 	s.verdict = nil
 	msg := s.hangReason
 	if v != "" {
