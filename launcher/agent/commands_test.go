@@ -194,5 +194,6 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent attach --state FILE [--from OFFSET] [--heartbeat DURATION] [--controller-timeout DURATION]",
 		"usage: drover agent runs [--workdir DIR] [--run-id ID]",
 		"usage: drover agent since [--ago DURATION] [--at TIME] LOG...",
+		"usage: drover agent stacks --workdir DIR [--native] [--hook-only] [--wait DURATION]",
 	}, got)
 }
