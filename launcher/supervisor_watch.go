@@ -277,7 +277,7 @@ func (s *supervisor) checkHang() {
 	out := attemptOutcome{kind: outcomeHung, err: errors.New(reason), exitCode: -1}
 	s.out, s.stopping = &out, true
 	s.causes.Stopping(false)
-	s.a.r.events.printf("%s: %s; taking every rank's stack", s.a.prefix(), reason)
+	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
 	s.hangReason = reason
 	s.verdict = takeVerdict(s.byHost, s.a.r.events, s.a.prefix())
 }

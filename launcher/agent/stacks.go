@@ -251,6 +251,11 @@ func hookDump(ctx context.Context, pid int, dir string, wait time.Duration) (str
 	if err != nil {
 		return "", fmt.Errorf("drover's stack hook is not loaded in process %d (%w): a sitecustomize imported before drover's, or python -S/-I; install py-spy on the host", pid, err)
 	}
+	if stopped(pid) {
+		// Signalled now, it would dump once continued, after the reader
+		// gave up; and a hang's SIGABRT (see dumpStacks) is its stack.
+		return "", fmt.Errorf("process %d is stopped (SIGSTOP or a debugger): not signalled; py-spy can read it", pid)
+	}
 	if !catches(pid, stackSignal) {
 		return "", fmt.Errorf("process %d does not catch SIGUSR2 (its code replaced drover's handler?): not signalled; install py-spy on the host", pid)
 	}
