@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -110,4 +111,26 @@ func errIf(err error, out []byte) error {
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// A foreground run's stacks, from another directory: its agents keep
+// pidfiles, not a detached run's records. Stdlib Python only, to stay
+// cheap.
+func TestStacksForegroundRun(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Job: "max_restarts = 0",
+		Command: `["/usr/bin/python3", "-c", "import time\ndef waiting_here():\n    print('up', flush=True)\n    time.sleep(600)\nwaiting_here()"]`})
+	d := startDrover(t, j)
+	d.waitLines(t, regexp.MustCompile(`(?m)\] up$`), 2, 60*time.Second)
+	out, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path)
+	require.Equal(t, 0, code, "%s\n%s", out, errs)
+	for r := range 2 {
+		assert.Regexp(t, fmt.Sprintf(`(?m)^=== rank %d: worker-%d@\S+ \(pid \d+, faulthandler\): waiting_here \(<string>:4\)$`, r, r), out)
+	}
+	one, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path, "--host", fleet.Hosts[1].Name)
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, 1, strings.Count(one, "=== rank 1: worker-1@"+fleet.Hosts[1].Name), one)
+	assert.NotContains(t, d.stdout.String(), "exited", "drover stacks stopped nothing")
+	d.signal(t, syscall.SIGINT)
+	assert.Equal(t, 130, d.wait(t, 60*time.Second))
 }
