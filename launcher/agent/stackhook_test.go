@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func startHooked(t *testing.T, dir, extra, script string) *exec.Cmd {
 	}
 	cmd := exec.Command("/usr/bin/python3", "-c", script)
 	cmd.Env = append(os.Environ(), StacksDirEnv+"="+dir, "PYTHONPATH="+env["PYTHONPATH"])
-	out := &strings.Builder{}
+	out := &syncBuilder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -75,7 +76,7 @@ stuck_in_data_loader()
 	if err := syscall.Kill(pid, 0); err != nil {
 		t.Fatalf("the process did not survive its dumps: %v", err)
 	}
-	if out := cmd.Stdout.(*strings.Builder).String(); !strings.Contains(out, "ready loaded") {
+	if out := cmd.Stdout.(*syncBuilder).String(); !strings.Contains(out, "ready loaded") {
 		t.Errorf("the hidden sitecustomize did not run: %q", out)
 	}
 }
@@ -102,4 +103,23 @@ time.sleep(60)
 	if err := syscall.Kill(pid, 0); err != nil {
 		t.Fatalf("the process was ended: %v", err)
 	}
+}
+
+// syncBuilder is a strings.Builder the command's copier writes while the
+// test reads.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
