@@ -123,3 +123,25 @@ func (s *syncBuilder) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A stack file that is a link or a FIFO (planted where a process's file
+// would be) is never read.
+func TestStackFileMustBeRegular(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "link.txt")
+	if err := os.Symlink("/etc/passwd", link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.txt")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, fifo} {
+		if _, err := ownFileSize(p); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("ownFileSize(%s) = %v, want a refusal", p, err)
+		}
+	}
+	if _, err := readFrom(link, 0, 10); err == nil {
+		t.Errorf("readFrom followed a link")
+	}
+}
