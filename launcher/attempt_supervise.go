@@ -295,12 +295,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 	ctxDone := ctx.Done()
 	ping := time.NewTicker(heartbeatEvery)
 	defer ping.Stop()
-	var hangCheck <-chan time.Time
-	if timeout := s.a.cfg.Job.HangTimeout; timeout > 0 {
-		t := time.NewTicker(hangCheckEvery(timeout))
-		defer t.Stop()
-		hangCheck = t.C
-	}
+	hangCheck, stopHangCheck := hangTicker(s.a.cfg.Job.HangTimeout)
+	defer stopHangCheck()
 	s.lastPing = s.a.r.mono()
 	for s.remaining > 0 {
 		select {
@@ -308,6 +304,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.checkHang()
 		case h := <-s.health:
 			s.onHealth(h)
+		case v := <-s.verdict:
+			tellVerdict(s, v)
 		case <-s.stacksDone:
 			s.stacksDone = nil
 			if s.killAt == nil && s.abandonAt == nil {
@@ -327,8 +325,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			if s.handOver(ctx) {
 				continue
 			}
-			if s.stacksDone != nil {
-				s.stacksDone = nil
+			if s.stacksDone != nil || s.verdict != nil {
+				s.stacksDone, s.verdict = nil, nil
 				s.requestStop("")
 			}
 			s.stop(interrupted(), "interrupted")
@@ -395,4 +393,14 @@ func (s *supervisor) checkPaused() {
 func regrowOutcome(host string) (attemptOutcome, string) {
 	why := fmt.Sprintf("%s answers again and a new checkpoint is complete: restarting the group to take it back (regrow = \"checkpoint\")", host)
 	return attemptOutcome{kind: outcomeRegrow, exitCode: -1, err: errors.New(why)}, why
+}
+
+// hangTicker ticks for checkHang when hang_timeout is set; with none it
+// never ticks (a nil channel).
+func hangTicker(timeout time.Duration) (<-chan time.Time, func()) {
+	if timeout <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(hangCheckEvery(timeout))
+	return t.C, t.Stop
 }

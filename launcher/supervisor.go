@@ -79,6 +79,10 @@ type supervisor struct {
 	killAt, abandonAt <-chan time.Time
 	// stacksDone ends the wait for a hung group's stacks (see checkHang).
 	stacksDone <-chan time.Time
+	// verdict brings the hang verdict (see checkHang), hangReason what
+	// the hang's event says before it.
+	verdict    <-chan string
+	hangReason string
 	// lastPing is when the heartbeat last went out (see checkPaused), on
 	// runner.mono's clock.
 	lastPing time.Duration

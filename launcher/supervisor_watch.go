@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -22,6 +23,7 @@ import (
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/notify"
+	"github.com/droverhq/drover/launcher/stacktrace"
 	"github.com/droverhq/drover/launcher/straggler"
 )
 
@@ -314,7 +316,74 @@ func (s *supervisor) checkHang() {
 	s.out, s.stopping = &out, true
 	s.causes.Stopping(false)
 	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
-	s.a.r.events.notify(notify.Event{Kind: notify.Hang, Attempt: s.a.n, Message: reason, Checkpoint: s.a.r.newestCheckpoint()})
+	s.hangReason = reason
+	s.verdict = takeVerdict(s.byHost, s.a.r.events, s.a.prefix())
+}
+
+// verdictWait bounds the hang verdict: every host's `drover agent
+// stacks`, each process's dump within stackWait.
+const (
+	verdictWait = 15 * time.Second
+	stackWait   = 5 * time.Second
+)
+
+// takeVerdict takes the stack of every live process of the group on
+// every host at once (`drover agent stacks` through drover's hook, which
+// stops no process) and judges them (package
+// stacktrace): which ranks wait in a collective and which are elsewhere.
+// The verdict comes on the channel, "" when no stack came. It takes
+// them through drover's hook alone: the run agents' dump into the logs
+// that follows calls py-spy where the host has it, once per process.
+func takeVerdict(byHost map[string]*attemptHost, events *eventLog, prefix string) <-chan string {
+	hosts := make([]*attemptHost, 0, len(byHost))
+	for _, c := range byHost {
+		hosts = append(hosts, c)
+	}
+	out := make(chan string, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), verdictWait)
+		defer cancel()
+		var mu sync.Mutex
+		var ranks []stacktrace.Rank
+		_ = forEach(hosts, func(c *attemptHost) error {
+			rep, err := c.client().Stacks(ctx, agent.StacksOptions{Workdir: remoteAbs(c.home, c.host.Workdir), HookOnly: true, Wait: stackWait})
+			if err != nil {
+				events.printf("%s: warning: no stacks from %s: %v", prefix, c.host.Name, err)
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range rep.Processes {
+				if p.Rank >= 0 {
+					ranks = append(ranks, stacktrace.Rank{Rank: p.Rank, Label: p.Name + "@" + c.host.Name, Stack: p.Stack, Err: p.Error})
+				}
+			}
+			return nil
+		})
+		if len(ranks) == 0 {
+			out <- ""
+			return
+		}
+		out <- stacktrace.Summary(ranks)
+	}()
+	return out
+}
+
+// tellVerdict names, in the hang's event and the attempt's cause, the
+// ranks that are not in the collective, then asks every Python process
+// of s to print its stack into its log and gives it stackDumpWait before
+// the stop. (A function: the supervisor's methods are at their limit.)
+func tellVerdict(s *supervisor, v string) {
+	s.verdict = nil
+	msg := s.hangReason
+	if v != "" {
+		msg += "; " + v
+		s.a.r.events.printf("%s: hang verdict: %s", s.a.prefix(), v)
+		if s.out != nil && s.out.kind == outcomeHung {
+			s.out.err = errors.New(msg)
+		}
+	}
+	s.a.r.events.notify(notify.Event{Kind: notify.Hang, Attempt: s.a.n, Message: msg, Checkpoint: s.a.r.newestCheckpoint()})
 	s.send("stacks")
 	s.stacksDone = time.After(stackDumpWait)
 }

@@ -48,6 +48,9 @@ var tunableEnv = map[string]bool{
 	"OMP_NUM_THREADS": true,
 	// Set with hang_timeout, so that a hung rank can be asked for its stack.
 	"PYTHONFAULTHANDLER": true,
+	// A Python command's gets drover's stack hook first (drover stacks);
+	// the value [job.env] or [host.env] gives follows it.
+	"PYTHONPATH": true,
 	// Set for every process, so that print() reaches the logs at once.
 	"PYTHONUNBUFFERED":                true,
 	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,

@@ -19,6 +19,7 @@ func commands() []*cli.Command {
 		runCommand(),
 		sweepCommand(),
 		statusCommand(),
+		stacksCommand(),
 		stopCommand(),
 		logsCommand(),
 		psCommand(),

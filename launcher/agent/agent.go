@@ -48,7 +48,8 @@
 // Besides run, the agent stops leftovers (StopLeftover), checks a host
 // before an attempt (Preflight), prints its version (Version, which the
 // installer compares after an upload) and reads the host's GPUs
-// (WriteProbe). Each subcommand is owned here whole (commands.go): CLI
+// (WriteProbe), and takes the live processes' Python stacks (Stacks,
+// stacks.go). Each subcommand is owned here whole (commands.go): CLI
 // declares its flags and reads them, Command, StopCommand,
 // PreflightCommand, ProbeCommand and SFTPCommand build the argv the
 // controller sends from the same names, and UsageLine prints its usage
@@ -486,6 +487,9 @@ func (s *supervision) readEnv() error {
 		if err := os.MkdirAll(filepath.Dir(f), privateDir); err != nil {
 			return fmt.Errorf("agent run: create the directory of %s: %w", progressFileEnv, err)
 		}
+	}
+	if err := writeStacksHook(env); err != nil {
+		return err
 	}
 	s.environ = childEnviron(env)
 	return nil

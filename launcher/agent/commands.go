@@ -35,6 +35,9 @@ const (
 	cmdTop       = "top"
 	cmdNetListen = "net-listen"
 	cmdNetSend   = "net-send"
+	cmdStacks    = "stacks"
+	flagNative   = "native"
+	flagHookOnly = "hook-only"
 
 	flagGrace         = "grace"
 	flagHeartbeat     = "heartbeat"
@@ -105,7 +108,7 @@ func CLI() *cli.Command {
 		Subcommands: []*cli.Command{
 			runCLI(), stopCLI(), preflightCLI(), probeCLI(), healthCLI(), versionCLI(), sftpCLI(),
 			topCLI(), netListenCLI(), netSendCLI(), recvCLI(), sendCLI(), attachCLI(), runsCLI(),
-			sinceCLI(), gpuLeaseCLI(),
+			sinceCLI(), gpuLeaseCLI(), stacksCLI(),
 		},
 	}
 }
@@ -666,4 +669,30 @@ func SendCommand(binary string, o checkpoint.PeerSend) []string {
 		args = append(args, "--"+flagLowPriority)
 	}
 	return args
+}
+
+// stacksCLI is `drover agent stacks --workdir DIR`: the Python stack of
+// every live process of the workdir's groups, as JSON (StacksReport), for
+// drover stacks and the hang verdict. Nothing is stopped.
+func stacksCLI() *cli.Command {
+	return &cli.Command{
+		Name:  cmdStacks,
+		Usage: "print the Python stack of every live process of a workdir's groups, as JSON",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagWorkdir, Required: true, TakesFile: true, Usage: "the workdir `DIR` whose groups' stacks to take"},
+			&cli.BoolFlag{Name: flagNative, Usage: "native frames too (py-spy only)"},
+			&cli.BoolFlag{Name: flagHookOnly, Usage: "through drover's hook only, never py-spy"},
+			&cli.DurationFlag{Name: flagWait, Usage: "bound each process's dump (default 10s)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			rep, err := Stacks(c.Context, StacksOptions{Workdir: c.String(flagWorkdir), Native: c.Bool(flagNative), HookOnly: c.Bool(flagHookOnly), Wait: c.Duration(flagWait)})
+			if err != nil {
+				return cli.Exit(err.Error(), ExitFailed)
+			}
+			return json.NewEncoder(c.App.Writer).Encode(rep)
+		},
+	}
 }

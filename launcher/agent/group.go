@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // group is what the agent answers for: the process group it created and,
@@ -18,6 +20,10 @@ type group struct {
 	helpers *helpers
 }
 
+// hookDumpWait bounds a dump through drover's hook on a hang: drover
+// stops the group stackDumpWait (2 s) after it asked.
+const hookDumpWait = 1500 * time.Millisecond
+
 // dumpStacks asks every Python process of g for its stack, so that each
 // lands in that process's own output and log: drover sends "stacks" when
 // the group is hung, a moment before it stops it. When the host has
@@ -25,7 +31,9 @@ type group struct {
 // harming the process, native code included; all processes are dumped at
 // once. Where py-spy is missing or fails (a kernel that allows ptrace only
 // of descendants: Ubuntu's default Yama ptrace_scope 1 refuses py-spy, a
-// sibling, without CAP_SYS_PTRACE), faulthandler does it: with
+// sibling, without CAP_SYS_PTRACE), drover's own hook does (a process
+// drover started with a Python command: see Stacks), which leaves the
+// process running; without the hook, faulthandler does it: with
 // PYTHONFAULTHANDLER on (drover sets it), SIGABRT makes Python print every
 // thread's stack and abort, even while blocked in C code (a collective);
 // SIGCONT wakes a frozen (SIGSTOPped) one so that it can. Otherwise the
@@ -42,12 +50,28 @@ func (g group) dumpStacks(notice func(format string, args ...any), environ []str
 		}
 		wg.Wait()
 	}
+	// drover's hook (see Stacks) prints without ending the process.
+	hooked := make([]string, len(pids))
+	var wg sync.WaitGroup
 	for i, pid := range pids {
-		if said[i] != "" {
+		if dumped[i] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hooked[i], _ = hookDump(context.Background(), pid, procEnv(pid)[StacksDirEnv], hookDumpWait)
+		}()
+	}
+	wg.Wait()
+	for i, pid := range pids {
+		if said[i] != "" && !(hooked[i] != "" && !dumped[i]) {
 			notice("%s", said[i])
 		}
 		switch {
 		case dumped[i]:
+		case hooked[i] != "":
+			notice("group hung: stack of Python process %d (drover's faulthandler hook):\n%s", pid, hooked[i])
 		case fh[i]:
 			notice("group hung: asking Python process %d for its stack (SIGABRT, faulthandler)", pid)
 			noCoreDump(pid)

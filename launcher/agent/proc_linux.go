@@ -266,3 +266,13 @@ func childrenOf(pid int) []int {
 	}
 	return out
 }
+
+// signalMainThread sends sig to pid's main thread alone (tgkill).
+func signalMainThread(pid int, sig syscall.Signal) error { return syscall.Tgkill(pid, pid, sig) }
+
+// stopped says whether pid is stopped (SIGSTOP, a debugger): a signal
+// to it waits until it is continued.
+func stopped(pid int) bool {
+	p, ok := readStat(pid)
+	return ok && (p.state == 'T' || p.state == 't')
+}

@@ -42,3 +42,9 @@ func procEnviron(int) map[string]string { return nil }
 func stderrFile(int) string { return "" }
 
 func childrenOf(int) []int { return nil }
+
+// signalMainThread is kill(2) where threads cannot be named.
+func signalMainThread(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
+
+// stopped cannot tell without /proc.
+func stopped(int) bool { return false }

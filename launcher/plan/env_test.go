@@ -15,6 +15,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/launcher/agent"
 )
 
 // dgxReport is the probe's report of an 8-GPU DGX A100 whose busyGPUs each
@@ -410,5 +411,43 @@ func TestPlanWorldChanged(t *testing.T) {
 			assert.Equal(t, "1", pr.Env["DROVER_WORLD_CHANGED"], "%s", cfg.Job.Framework)
 			assert.Equal(t, strconv.Itoa(w+2), pr.Env["DROVER_PREV_WORLD_SIZE"])
 		}
+	}
+}
+
+// A Python command gets drover's stack hook first on PYTHONPATH, before
+// what [job.env] puts there; another command gets neither variable.
+func TestPlanStacksHookEnv(t *testing.T) {
+	cfg := testConfig(config.PyTorch, cpuHost("b", "10.0.0.2"))
+	home := map[string]string{"b": "/home/u"}
+	env := mustBuild(t, PlanInput{Config: cfg, HostHome: home}).Processes[0].Env
+	dir := "/home/u/drover/demo/.drover/stacks"
+	assert.Equal(t, dir, env["DROVER_STACKS_DIR"])
+	assert.Equal(t, agent.StacksHookDir(dir), env["PYTHONPATH"], "the agent writes the hook where the plan points")
+
+	cfg.Job.Env = map[string]string{"PYTHONPATH": "/opt/lib"}
+	env = mustBuild(t, PlanInput{Config: cfg, HostHome: home}).Processes[0].Env
+	assert.Equal(t, agent.StacksHookDir(dir)+":/opt/lib", env["PYTHONPATH"])
+
+	cfg.Job.Env = nil
+	cfg.Job.Command = []string{"./train-binary", "--steps", "3"}
+	env = mustBuild(t, PlanInput{Config: cfg, HostHome: home}).Processes[0].Env
+	assert.NotContains(t, env, "DROVER_STACKS_DIR")
+	assert.NotContains(t, env, "PYTHONPATH")
+}
+
+func TestPythonCommand(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"python3", "train.py"}, true},
+		{[]string{"/usr/bin/python3.11", "-m", "x"}, true},
+		{[]string{"torchrun", "--nproc_per_node", "2", "t.py"}, true},
+		{[]string{"bash", "-c", "source venv/bin/activate && python train.py"}, true},
+		{[]string{"./train.py"}, true},
+		{[]string{"./trainer", "--steps", "3"}, false},
+		{[]string{"sh", "-c", "sleep 60"}, false},
+	} {
+		assert.Equal(t, tc.want, PythonCommand(tc.argv), "%q", tc.argv)
 	}
 }

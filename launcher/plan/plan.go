@@ -345,6 +345,7 @@ func setEnv(p *Plan, in PlanInput, job config.Job, nHosts int) {
 		for k, v := range pr.Host.Env {
 			pr.Env[k] = v
 		}
+		stacksEnv(pr, in)
 	}
 }
 
@@ -358,6 +359,43 @@ func (p *Plan) WorldSize() int {
 		}
 	}
 	return len(p.Processes)
+}
+
+// stacksEnv gives a Python command drover's stack hook (see `drover
+// stacks`, package agent's Stacks): DROVER_STACKS_DIR under the workdir's
+// .drover, and its hook directory first on PYTHONPATH, before what
+// [job.env] or [host.env] put there (the agent appends the login's own
+// PYTHONPATH when neither set one). The agent writes the hook there
+// (sitecustomize.py, which imports the one it hides).
+func stacksEnv(pr *Process, in PlanInput) {
+	if !PythonCommand(pr.Command) {
+		return
+	}
+	dir := checkpointDir(pr.Workdir, path.Join(".drover", "stacks"), in.HostHome[pr.Host.Name])
+	pr.Env[stacksDirEnv] = dir
+	hook := dir + "/hook" // agent.StacksHookDir
+	if old := pr.Env["PYTHONPATH"]; old != "" {
+		hook += ":" + old
+	}
+	pr.Env["PYTHONPATH"] = hook
+}
+
+// stacksDirEnv is agent.StacksDirEnv.
+const stacksDirEnv = "DROVER_STACKS_DIR"
+
+// PythonCommand says whether argv runs Python as far as its words show:
+// a word (or a word of a shell's -c string) named python*, torchrun,
+// accelerate or deepspeed, or ending in .py.
+func PythonCommand(argv []string) bool {
+	for _, arg := range argv {
+		for _, w := range strings.Fields(arg) {
+			b := path.Base(w)
+			if strings.HasPrefix(b, "python") || b == "torchrun" || b == "accelerate" || b == "deepspeed" || strings.HasSuffix(b, ".py") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // RendezvousAddr is the address every process of p connects to, whose

@@ -206,6 +206,9 @@ func RenderEnv(w io.Writer, p *Plan, opt RenderOptions) error {
 var homePaths = map[string]bool{
 	"DROVER_CHECKPOINT_DIR": true, "TORCHELASTIC_ERROR_FILE": true,
 	"DROVER_PROGRESS_FILE": true, "DROVER_RESUME_FROM": true,
+	// drover's stack hook, and on PYTHONPATH its directory first (what
+	// [job.env] adds follows it).
+	"DROVER_STACKS_DIR": true, "PYTHONPATH": true,
 }
 
 // jsonPlan and jsonProcess fix the JSON field names; they are an interface

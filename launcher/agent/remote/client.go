@@ -173,3 +173,20 @@ func (c Client) GPULeases(ctx context.Context, dir string) (agent.GPULeaseList, 
 	err = json.Unmarshal(out, &l)
 	return l, err
 }
+
+// stacksLimit bounds `drover agent stacks`'s answer: every process's
+// stacks of a host.
+const stacksLimit = 64 << 20
+
+// Stacks runs `drover agent stacks` and reads its answer (bounded).
+func (c Client) Stacks(ctx context.Context, o agent.StacksOptions) (*agent.StacksReport, error) {
+	out, said, err := Read(ctx, c.T, agent.StacksCommand(c.Path, o), "drover agent stacks", stacksLimit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", err, said)
+	}
+	var rep agent.StacksReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return nil, fmt.Errorf("read drover agent stacks' answer: %w", err)
+	}
+	return &rep, nil
+}

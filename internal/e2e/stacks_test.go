@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
+	"github.com/droverhq/drover/launcher/runview"
+)
+
+// stuckTrainer steps with gloo all_reduce on every rank; after 8 s rank 4
+// stops in stuck_in_data_loader(), and the others wait for it in
+// all_reduce.
+const stuckTrainer = `import os, time
+import torch
+import torch.distributed as dist
+
+
+def stuck_in_data_loader():
+    while True:
+        time.sleep(0.1)
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.ones(1)
+    start, step = time.time(), 0
+    while True:
+        if rank == 4 and time.time() - start > 8:
+            stuck_in_data_loader()
+        dist.all_reduce(t)
+        step += 1
+        if step % 10 == 0:
+            print("step", step, flush=True)
+        time.sleep(0.1)
+
+
+main()
+`
+
+// Issue 40, items 1 and 2: on a detached run of 3 hosts x 2 ranks
+// (/usr/bin/python3, gloo over CPU, no py-spy: drover's own hook), `drover
+// stacks` from another directory shows every rank's stack, rank 4's in
+// stuck_in_data_loader and the five others' in all_reduce, and all six
+// still run afterwards; when hang_timeout fires, the hang's event names
+// rank 4 as the one not in the collective.
+func TestStacksOfStuckRank(t *testing.T) {
+	fleettest.Need(t, fleet)
+	out, err := exec.Command("/usr/bin/python3", "-c", "import torch").CombinedOutput()
+	testenv.Need(t, "/usr/bin/python3 with torch (python3-torch)", errIf(err, out))
+	j := newFleetJob(t, jobSpec{Hosts: 3, Command: `["/usr/bin/python3", "train.py"]`,
+		Job: "procs_per_host = 2\nmax_restarts = 0\nhang_timeout = \"40s\""})
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "train.py"), []byte(stuckTrainer), 0o644))
+	startDetachedRun(t, j)
+	waitStatus(t, j, 120*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
+
+	// A signal during init_process_group can fail torch's TCPStore
+	// connect (EINTR): people ask a training loop, so does the test.
+	testenv.Wait(t, 120*time.Second, "every rank to step", func() (bool, string) {
+		o, errs, _ := droverIn(t, j, t.TempDir(), 60*time.Second, "logs", j.Path)
+		return strings.Count(o, "] step 10\n") == 6, o + errs
+	})
+	// Until rank 4 is stuck, its stack may show a step.
+	stuck := regexp.MustCompile(`(?m)^=== rank 4: worker-4@(\S+) \(pid \d+, faulthandler\): stuck_in_data_loader \(train\.py:\d+\)$`)
+	var text string
+	testenv.Wait(t, 120*time.Second, "drover stacks to show rank 4 in stuck_in_data_loader", func() (bool, string) {
+		o, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path)
+		text = o
+		return code == 0 && stuck.MatchString(o) && strings.Count(o, "waits in all_reduce") == 5, fmt.Sprintf("exit %d\n%s\n%s", code, o, errs)
+	})
+	for r := range 6 {
+		assert.Regexp(t, fmt.Sprintf(`(?m)^=== rank %d: worker-%d@\S+ \(pid \d+, faulthandler\): `, r, r), text)
+	}
+	assert.Contains(t, text, `in stuck_in_data_loader`, "rank 4's frames")
+	assert.Regexp(t, `verdict: rank 4 \(worker-4@\S+\) is not in the collective: stuck_in_data_loader \(train\.py:\d+\); ranks 0-3, 5 wait in all_reduce`, text)
+	st := status(t, j)
+	assert.Equal(t, 6, running(st), "every rank still runs after drover stacks: %+v", st)
+
+	one, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path, "--rank", "4")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, 1, strings.Count(one, "=== rank"), one)
+
+	host := stuck.FindStringSubmatch(text)[1]
+	testenv.Wait(t, 120*time.Second, "the hang's event", func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(j.LogRoot, j.Name+"-*", "events.log"))
+		if len(m) != 1 {
+			return false, fmt.Sprint(m)
+		}
+		ev, _ := os.ReadFile(m[0])
+		want := "rank 4 (worker-4@" + host + ") is not in the collective: stuck_in_data_loader (train.py:"
+		return strings.Contains(string(ev), "group hung") && strings.Contains(string(ev), want) &&
+			strings.Contains(string(ev), "ranks 0-3, 5 wait in all_reduce"), string(ev)
+	})
+}
+
+// errIf is err with out, nil when err is.
+func errIf(err error, out []byte) error {
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// A foreground run's stacks, from another directory: its agents keep
+// pidfiles, not a detached run's records. Stdlib Python only, to stay
+// cheap.
+func TestStacksForegroundRun(t *testing.T) {
+	fleettest.Need(t, fleet)
+	j := newFleetJob(t, jobSpec{Hosts: 2, Job: "max_restarts = 0",
+		Command: `["/usr/bin/python3", "-c", "import time\ndef waiting_here():\n    print('up', flush=True)\n    time.sleep(600)\nwaiting_here()"]`})
+	d := startDrover(t, j)
+	d.waitLines(t, regexp.MustCompile(`(?m)\] up$`), 2, 60*time.Second)
+	out, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path)
+	require.Equal(t, 0, code, "%s\n%s", out, errs)
+	for r := range 2 {
+		assert.Regexp(t, fmt.Sprintf(`(?m)^=== rank %d: worker-%d@\S+ \(pid \d+, faulthandler\): waiting_here \(<string>:4\)$`, r, r), out)
+	}
+	one, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path, "--host", fleet.Hosts[1].Name)
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, 1, strings.Count(one, "=== rank 1: worker-1@"+fleet.Hosts[1].Name), one)
+	assert.NotContains(t, d.stdout.String(), "exited", "drover stacks stopped nothing")
+	d.signal(t, syscall.SIGINT)
+	assert.Equal(t, 130, d.wait(t, 60*time.Second))
+}
