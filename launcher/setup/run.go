@@ -1,7 +1,6 @@
 package setup
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -168,18 +167,25 @@ func runOne(ctx context.Context, h Host, opts Options, sink *logstream.Sink) Res
 // a missing workdir fails here, before anything ran.
 func current(ctx context.Context, h Host, opts Options) (Stamp, error) {
 	s := Stamp{Lines: opts.Lines, Keys: map[string]string{}}
-	var out bytes.Buffer
-	p, err := h.T.Start(ctx, cluster.Cmd{Args: []string{"uname", "-m"}, Dir: h.Workdir, Stdout: &out, Stderr: &out})
+	// A host's answer is bounded (an architecture is a word): one that
+	// prints without end is stopped at the bound.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := cluster.NewHeadBuffer(archLimit, cancel)
+	p, err := h.T.Start(ctx, cluster.Cmd{Args: []string{"uname", "-m"}, Dir: h.Workdir, Stdout: out, Stderr: out})
 	if err == nil {
 		err = p.Wait()
 	}
+	if oerr := out.Overflow(h.T.Host().Name, "uname -m"); oerr != nil {
+		err = oerr // stopped at the bound: say so, not that it was stopped
+	}
 	if err != nil {
 		return s, fmt.Errorf("uname -m in %s: %w (%s); a new host needs its code first: drover push JOB.toml",
-			h.Workdir, err, strings.TrimSpace(out.String()))
+			h.Workdir, err, strings.TrimSpace(out.Quote(archLimit)))
 	}
-	s.Arch = strings.TrimSpace(out.String())
+	s.Arch = strings.TrimSpace(string(out.Bytes()))
 	for _, k := range opts.Keys {
-		d, err := digest(h.FS, path.Join(h.Workdir, k))
+		d, err := digest(h.FS, path.Join(h.Workdir, k), keyLimit)
 		if err != nil {
 			return s, fmt.Errorf("hash setup_key file %s: %w", k, err)
 		}
@@ -188,8 +194,18 @@ func current(ctx context.Context, h Host, opts Options) (Stamp, error) {
 	return s, nil
 }
 
-// digest is the SHA-256 of the file at p, hex, or Absent.
-func digest(fsys cluster.FS, p string) (string, error) {
+// archLimit bounds what drover reads of a host's `uname -m`; keyLimit
+// bounds a setup_key file it hashes there (a lock file is kilobytes: a
+// host serving one without end, a FIFO or /dev/zero under its name, must
+// not hold the run).
+const (
+	archLimit = 256
+	keyLimit  = 256 << 20
+)
+
+// digest is the SHA-256 of the file at p, hex, or Absent; a file longer
+// than limit is an error.
+func digest(fsys cluster.FS, p string, limit int64) (string, error) {
 	f, err := fsys.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Absent, nil
@@ -199,8 +215,12 @@ func digest(fsys cluster.FS, p string) (string, error) {
 	}
 	defer f.Close()
 	hash := sha256.New()
-	if _, err := io.Copy(hash, f); err != nil {
+	n, err := io.Copy(hash, io.LimitReader(f, limit+1))
+	if err != nil {
 		return "", err
+	}
+	if n > limit {
+		return "", fmt.Errorf("longer than %d bytes: a setup_key file is a lock or requirements file; name a smaller one", limit)
 	}
 	return hex.EncodeToString(hash.Sum(nil)), nil
 }

@@ -117,3 +117,37 @@ func TestRunMissingWorkdir(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "drover push JOB.toml")
 }
+
+// A host is untrusted: a setup_key file it serves without end (here
+// /dev/zero under the key's name) is refused at the bound instead of
+// hashed for ever, and the file's own bytes are hashed otherwise.
+func TestDigestBounded(t *testing.T) {
+	h := localHosts(t, 1)[0]
+	d, err := digest(h.FS, filepath.Join(h.Workdir, "lock.txt"), 5)
+	require.NoError(t, err, "5 bytes fit a limit of 5")
+	assert.Len(t, d, 64)
+	_, err = digest(h.FS, filepath.Join(h.Workdir, "lock.txt"), 4)
+	assert.ErrorContains(t, err, "longer than 4 bytes")
+	require.NoError(t, os.Symlink("/dev/zero", filepath.Join(h.Workdir, "endless.lock")))
+	_, err = digest(h.FS, filepath.Join(h.Workdir, "endless.lock"), 1<<20)
+	assert.ErrorContains(t, err, "longer than 1048576 bytes")
+	d, err = digest(h.FS, filepath.Join(h.Workdir, "gone.lock"), 5)
+	require.NoError(t, err)
+	assert.Equal(t, Absent, d)
+}
+
+// A host whose `uname -m` prints without end is stopped at the bound and
+// named, instead of filling the controller's memory.
+func TestArchAnswerBounded(t *testing.T) {
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "uname"), []byte("#!/bin/sh\nexec yes x86_64\n"), 0o755))
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	h := localHosts(t, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := current(ctx, h, Options{Lines: []string{"true"}})
+	var tm *cluster.TooMuchOutputError
+	require.ErrorAs(t, err, &tm)
+	assert.Equal(t, "h0", tm.Host)
+	assert.NoError(t, ctx.Err(), "stopped at the bound, not at the test's deadline")
+}
