@@ -212,7 +212,10 @@ func (s *supervisor) onHealth(h healthRead) {
 // the connection the attempt holds.
 func watchStragglers(ctx context.Context, a *attempt, procs []*running, byHost map[string]*attemptHost) {
 	sp := a.cfg.Job.Straggler
-	if sp.Factor <= 0 && sp.ClockFactor <= 0 {
+	if sp.Factor <= 0 && sp.ClockFactor <= 0 || len(a.r.opts.Allocation) > 0 {
+		// In a Slurm allocation each sample would be a job step per
+		// node every 5 s (slurmctld's load), and one cut short by a
+		// stop before Slurm launched it stays behind in the job.
 		return
 	}
 	o := straggler.WatchOptions{Policy: straggler.Policy{Factor: sp.Factor, ClockFactor: sp.ClockFactor}}

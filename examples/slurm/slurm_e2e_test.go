@@ -479,7 +479,12 @@ func TestRunInAllocationInterrupted(t *testing.T) {
 	require.NoError(t, sl.WaitState(context.Background(), id, "RUNNING"))
 	testenv.Wait(t, leftoverTimeout, "no step of drover's left in job "+id, func() (bool, string) {
 		steps, err := sl.Output(context.Background(), "squeue", "--steps", "--noheader", "--jobs="+id, "--format=%i")
-		return err == nil && strings.TrimSpace(strings.ReplaceAll(steps, id+".batch", "")) == "", fmt.Sprintf("%q, %v", steps, err)
+		if err == nil && strings.TrimSpace(strings.ReplaceAll(steps, id+".batch", "")) == "" {
+			return true, ""
+		}
+		// What each step runs, to name what drover left.
+		named, _ := sl.Output(context.Background(), "squeue", "--steps", "--noheader", "--jobs="+id, "--format=%i %j %M")
+		return false, fmt.Sprintf("%q, %v", named, err)
 	})
 }
 
