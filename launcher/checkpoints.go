@@ -226,8 +226,13 @@ func (p *ckptPhase) checkProgress(ctx context.Context, conns []*attemptHost) {
 	}
 	resumed := *p.progress.resumed
 	for _, e := range m.Record().Entries() {
-		if e.Seq == resumed.Seq {
+		switch e.Seq {
+		case resumed.Seq:
 			resumed = e // its digest, if drover has read it since
+		case newest.Seq:
+			if newest.Digest == "" {
+				newest.Digest = e.Digest // a copy that landed after the listing
+			}
 		}
 	}
 	p.progress.newer = ok && restart.Advanced(breakerCheckpoint(&resumed), breakerCheckpoint(&newest))

@@ -37,7 +37,10 @@ func privateGPULeases(t *testing.T, i int) string {
 	_, err = fleet.ExecInLogins(i, "mount", "--bind", dir, gpulease.DefaultDir)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		if _, err := fleet.ExecInLogins(i, "umount", gpulease.DefaultDir); err != nil {
+		// Lazily: an agent of the test's run may still be exiting with a
+		// lease open, and a mount left behind would point the next
+		// test's hosts at this test's removed directory.
+		if _, err := fleet.ExecInLogins(i, "umount", "--lazy", gpulease.DefaultDir); err != nil {
 			t.Errorf("restore %s: %v", fleet.Hosts[i].Name, err)
 		}
 	})
