@@ -29,6 +29,7 @@ func (m *Manager) Watch(ctx context.Context, hosts []Host, set Settings) (stop f
 	go func() { defer wg.Done(); w.poll(ctx) }()
 	go func() { defer wg.Done(); w.copyLoop(ctx) }()
 	return func() {
+		w.settle(settleWait)
 		cancel()
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
@@ -36,6 +37,28 @@ func (m *Manager) Watch(ctx context.Context, hosts []Host, set Settings) (stop f
 		case <-done:
 		case <-time.After(stopWait):
 		}
+	}
+}
+
+// settleWait bounds how long stopping a Watcher lets a copy already
+// under way finish first: one that lands on its receiver as the group
+// ends must still be recorded, with its content's digest, or the
+// crash-loop breaker takes a checkpoint that was only touched for
+// progress (restart.Advanced counts what drover has not read). A large
+// copy is cut at the bound as before.
+const settleWait = 3 * time.Second
+
+// settle waits up to d for the copy under way, if any, to end.
+func (w *watcher) settle(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		busy := w.cur != 0
+		w.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
