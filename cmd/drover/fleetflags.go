@@ -67,22 +67,34 @@ type fleetTarget struct {
 // loadFleetTarget reads a fleetTarget from the command's one argument and
 // its --hosts flag; hostsOnly as for loadJob.
 func loadFleetTarget(c *cli.Context, hostsOnly bool) (fleetTarget, error) {
-	if c.NArg() != 1 {
-		return fleetTarget{}, usage(c)
-	}
-	cfg, err := loadJob(c, hostsOnly)
+	cfg, hosts, err := loadJobHosts(c, hostsOnly, true)
 	if err != nil {
 		return fleetTarget{}, err
-	}
-	hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
-	if err != nil {
-		return fleetTarget{}, cli.Exit(err.Error(), agent.ExitUsage)
 	}
 	bin, err := os.Executable()
 	if err != nil {
 		return fleetTarget{}, fmt.Errorf("find the drover binary to install on hosts: %w", err)
 	}
 	return fleetTarget{cfg: cfg, hosts: hosts, bin: bin}, nil
+}
+
+// loadJobHosts reads the job named by the command's one argument
+// (hostsOnly as for loadJob) and the hosts its --hosts flag picks (spares
+// only withSpares: see pickHosts); a wrong argument count or host name is
+// a usage error.
+func loadJobHosts(c *cli.Context, hostsOnly, withSpares bool) (*config.Config, []config.Host, error) {
+	if c.NArg() != 1 {
+		return nil, nil, usage(c)
+	}
+	cfg, err := loadJob(c, hostsOnly)
+	if err != nil {
+		return nil, nil, err
+	}
+	hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), withSpares)
+	if err != nil {
+		return nil, nil, cli.Exit(err.Error(), agent.ExitUsage)
+	}
+	return cfg, hosts, nil
 }
 
 // dial is the dial options for the target's hosts.

@@ -33,16 +33,9 @@ func pushCommand() *cli.Command {
 			&cli.BoolFlag{Name: "verify", Usage: "read back every pushed file and compare its SHA-256; repair what differs"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			cfg, err := loadJob(c, false)
+			cfg, hosts, err := loadJobHosts(c, false, false)
 			if err != nil {
 				return err
-			}
-			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), false)
-			if err != nil {
-				return cli.Exit(err.Error(), agent.ExitUsage)
 			}
 			return pushAll(c, cfg, hosts)
 		},

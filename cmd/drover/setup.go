@@ -33,19 +33,12 @@ func setupCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "run the setup even where it is current"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			cfg, err := loadJob(c, false)
+			cfg, hosts, err := loadJobHosts(c, false, false)
 			if err != nil {
 				return err
 			}
 			if len(cfg.Job.Setup) == 0 {
 				return cli.Exit(fmt.Sprintf("%s has no setup: add setup = [\"uv sync --frozen\"] under [job] (docs/environments.md)", cfg.Path), agent.ExitUsage)
-			}
-			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), false)
-			if err != nil {
-				return cli.Exit(err.Error(), agent.ExitUsage)
 			}
 			if err := pushAll(c, cfg, hosts); err != nil {
 				return err

@@ -30,16 +30,9 @@ func stageCommand() *cli.Command {
 			&cli.BoolFlag{Name: "verify", Usage: "rehash every staged file on every host and send again what differs"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usage(c)
-			}
-			cfg, err := loadJob(c, false)
+			cfg, hosts, err := loadJobHosts(c, false, true)
 			if err != nil {
 				return err
-			}
-			hosts, err := pickHosts(cfg.Hosts, c.String("hosts"), true)
-			if err != nil {
-				return cli.Exit(err.Error(), agent.ExitUsage)
 			}
 			if len(cfg.Data) == 0 {
 				fmt.Fprintln(c.App.Writer, "the job file has no [[data]] table: nothing to stage")
