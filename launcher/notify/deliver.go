@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/droverhq/drover/cluster"
 )
 
 // Defaults of Options.
@@ -177,7 +179,7 @@ func (n *Notifier) run(e Event) error {
 	cmd.Dir = n.opts.Dir
 	cmd.Stdin = bytes.NewReader(e.JSON())
 	cmd.Env = append(os.Environ(), "DROVER_EVENT="+string(e.Kind), "DROVER_JOB="+e.Job, "DROVER_RUN_ID="+e.RunID)
-	out := &tail{max: 512}
+	out := cluster.NewTailBuffer(512)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -230,27 +232,4 @@ func redact(err error, webhook string) error {
 		return fmt.Errorf("%s", strings.ReplaceAll(ue.Err.Error(), webhook, "<webhook>"))
 	}
 	return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), webhook, "<webhook>"))
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
