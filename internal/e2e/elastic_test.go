@@ -41,20 +41,8 @@ esac
 echo "done rank=$RANK"
 `})
 	d := startDrover(t, j)
-	start := func(restart int) *regexp.Regexp {
-		return regexp.MustCompile(fmt.Sprintf(`(?m)^\[worker-\d@\S+\] start rank=(\d) world=(\d) restart=%d changed=\[(.*)\] prev=\[(.*)\] resume=\[(.*)\]$`, restart))
-	}
-	d.waitLines(t, start(0), 6, 60*time.Second)
-	testenv.Wait(t, 30*time.Second, "the checkpoint copied", func() (bool, string) {
-		return strings.Contains(d.stderr.String(), "checkpoint step-60 (#1"), d.stderr.String()
-	})
-	require.NoError(t, fleet.Cut(2))
-	healed := false
-	t.Cleanup(func() {
-		if !healed {
-			assert.NoError(t, fleet.Heal(2))
-		}
-	})
+	start := elasticStart
+	heal := cutAfterStep60(t, d)
 	second := d.waitLines(t, start(1), 4, 90*time.Second)
 	for _, m := range second {
 		assert.Equal(t, []string{"4", "1", "6", "step-60"}, m[2:], "rank %s of the shrunk group", m[1])
@@ -64,8 +52,7 @@ echo "done rank=$RANK"
 	assert.Contains(t, stderr, fleet.Hosts[2].Name+" left out of the group: world size 6 -> 4")
 	assert.Empty(t, jobProcs(t, j.Name, 2), "nothing runs on the host left out")
 
-	require.NoError(t, fleet.Heal(2))
-	healed = true
+	heal()
 	out, err := fleet.Exec(0, "touch", hostHome+"/"+j.Workdir+"/kill-me")
 	require.NoError(t, err, "%s", out)
 	third := d.waitLines(t, start(2), 6, 90*time.Second)
@@ -105,25 +92,12 @@ esac
 echo "done rank=$RANK"
 `})
 	d := startDrover(t, j)
-	start := func(restart int) *regexp.Regexp {
-		return regexp.MustCompile(fmt.Sprintf(`(?m)^\[worker-\d@\S+\] start rank=(\d) world=(\d) restart=%d changed=\[(.*)\] prev=\[(.*)\] resume=\[(.*)\]$`, restart))
-	}
-	d.waitLines(t, start(0), 6, 60*time.Second)
-	testenv.Wait(t, 30*time.Second, "the checkpoint copied", func() (bool, string) {
-		return strings.Contains(d.stderr.String(), "checkpoint step-60 (#1"), d.stderr.String()
-	})
-	require.NoError(t, fleet.Cut(2))
-	healed := false
-	t.Cleanup(func() {
-		if !healed {
-			assert.NoError(t, fleet.Heal(2))
-		}
-	})
+	start := elasticStart
+	heal := cutAfterStep60(t, d)
 	for _, m := range d.waitLines(t, start(1), 4, 90*time.Second) {
 		assert.Equal(t, []string{"4", "1", "6", "step-60"}, m[2:], "rank %s of the shrunk group", m[1])
 	}
-	require.NoError(t, fleet.Heal(2))
-	healed = true
+	heal()
 	// The host answers; the group is taken back only after the next
 	// checkpoint (it resumes from step-120, not step-60).
 	out, err := fleet.Exec(0, "touch", hostHome+"/"+j.Workdir+"/save-now")
@@ -221,4 +195,33 @@ if [ "$DROVER_RESTART_COUNT" = 0 ]; then exec sleep 1000; fi
 	}
 	assert.ElementsMatch(t, []string{"chief-0@" + fleet.Hosts[0].Name, "worker-0@" + fleet.Hosts[1].Name, "worker-1@" + fleet.Hosts[2].Name}, tasks)
 	assert.Contains(t, d.stderr.String(), fleet.Hosts[3].Name+" left out of the group: world size 4 -> 3")
+}
+
+// elasticStart matches the start line every rank of attempt restart+1
+// prints: rank, world size, DROVER_WORLD_CHANGED, DROVER_PREV_WORLD_SIZE
+// and DROVER_RESUME_FROM's checkpoint.
+func elasticStart(restart int) *regexp.Regexp {
+	return regexp.MustCompile(fmt.Sprintf(`(?m)^\[worker-\d@\S+\] start rank=(\d) world=(\d) restart=%d changed=\[(.*)\] prev=\[(.*)\] resume=\[(.*)\]$`, restart))
+}
+
+// cutAfterStep60 waits for the 6 ranks of the first attempt and the copy
+// of their step-60 checkpoint, then cuts the third host's link; heal
+// restores it (once; the test's cleanup heals a link still cut).
+func cutAfterStep60(t *testing.T, d *droverProc) (heal func()) {
+	t.Helper()
+	d.waitLines(t, elasticStart(0), 6, 60*time.Second)
+	testenv.Wait(t, 30*time.Second, "the checkpoint copied", func() (bool, string) {
+		return strings.Contains(d.stderr.String(), "checkpoint step-60 (#1"), d.stderr.String()
+	})
+	require.NoError(t, fleet.Cut(2))
+	healed := false
+	t.Cleanup(func() {
+		if !healed {
+			assert.NoError(t, fleet.Heal(2))
+		}
+	})
+	return func() {
+		require.NoError(t, fleet.Heal(2))
+		healed = true
+	}
 }
