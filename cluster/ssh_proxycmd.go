@@ -24,7 +24,7 @@ type proxyConn struct {
 
 	once   sync.Once
 	waited chan struct{}
-	stderr *tailBuffer
+	stderr *TailBuffer
 }
 
 // startProxyCommand runs t's ProxyCommand, its tokens expanded (%h host,
@@ -35,7 +35,7 @@ func startProxyCommand(t sshTarget) (*proxyConn, error) {
 	cmd := exec.Command("/bin/sh", "-c", "exec "+line)
 	// Its own process group: Close ends the command and what it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	c := &proxyConn{cmd: cmd, line: line, waited: make(chan struct{}), stderr: &tailBuffer{max: 2048}}
+	c := &proxyConn{cmd: cmd, line: line, waited: make(chan struct{}), stderr: NewTailBuffer(2048)}
 	cmd.Stderr = c.stderr
 	var err error
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
@@ -97,27 +97,3 @@ type proxyAddr string
 
 func (a proxyAddr) Network() string { return "proxycommand" }
 func (a proxyAddr) String() string  { return string(a) }
-
-// tailBuffer keeps the last max bytes written to it: a proxy command's
-// stderr, for the error when it ends.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
-}

@@ -1,7 +1,6 @@
 package container
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -129,8 +128,10 @@ type result struct {
 // output runs argv on t; a command cut short by ctx is signalled first,
 // so that none runs on after the caller gave up on it.
 func output(ctx context.Context, t cluster.Transport, argv []string) (result, error) {
-	var stdout, all lockedBuffer
-	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdout: io.MultiWriter(&stdout, &all), Stderr: &all})
+	// A host's output is bounded: what the steps read of stdout (image
+	// names, container ids) and the end of both streams for an error.
+	stdout, all := cluster.NewHeadBuffer(outputLimit, nil), cluster.NewTailBuffer(outputLimit)
+	p, err := t.Start(ctx, cluster.Cmd{Args: argv, Stdout: io.MultiWriter(stdout, all), Stderr: all})
 	if err != nil {
 		return result{}, fmt.Errorf("start %s: %w", strings.Join(argv, " "), err)
 	}
@@ -143,31 +144,16 @@ func output(ctx context.Context, t cluster.Transport, argv []string) (result, er
 		<-done
 		err = ctx.Err()
 	}
-	res := result{stdout: stdout.String(), all: all.String()}
+	res := result{stdout: string(stdout.Bytes()), all: all.String()}
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 	}
 	return res, nil
 }
 
-// lockedBuffer is the output of a command whose stdout and stderr are
-// copied by two goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// outputLimit bounds what drover keeps of a runtime command's output on a
+// host (each of stdout's head and both streams' tail).
+const outputLimit = 1 << 20
 
 // lastLines is the last n lines of s.
 func lastLines(s string, n int) string {
