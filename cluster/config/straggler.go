@@ -13,7 +13,9 @@ type Straggler struct {
 	// ClockFactor is how many times below its peers' median SM clock a
 	// rank's GPU runs to be named; 0 turns the clock signal off.
 	ClockFactor float64
-	// On is on_straggler: StragglerWarn names the rank in an event.
+	// On is on_straggler: StragglerWarn names the rank in an event;
+	// StragglerReplace also restarts the group at its next checkpoint
+	// with a free spare in place of the rank's host.
 	On string
 }
 
@@ -23,9 +25,13 @@ type Straggler struct {
 const (
 	DefaultStragglerFactor      = 3.0
 	DefaultStragglerClockFactor = 1.5
-	// StragglerWarn is on_straggler's one value today: name the rank
-	// (an event, a notification, drover status).
+	// StragglerWarn names the rank (an event, a notification, drover
+	// status).
 	StragglerWarn = "warn"
+	// StragglerReplace names it too and, when a spare host is free,
+	// restarts the group at its next checkpoint with the spare in place
+	// of the straggler's host.
+	StragglerReplace = "replace"
 )
 
 // stragglerFields are the straggler watch's keys.
@@ -49,12 +55,10 @@ func (w stragglerReader) read(t tbl, j *Job) {
 	}
 	if s, ok := w.str(t, "on_straggler"); ok {
 		switch s {
-		case StragglerWarn:
-		case "replace":
-			w.add(t.key("on_straggler"), `"replace" (restart without the straggler's host) is not built yet; drover only names a straggler`,
-				`write on_straggler = "warn", or leave it out`)
+		case StragglerWarn, StragglerReplace:
+			j.Straggler.On = s
 		default:
-			w.add(t.key("on_straggler"), fmt.Sprintf("unknown value %q", s), `write on_straggler = "warn"`)
+			w.add(t.key("on_straggler"), fmt.Sprintf("unknown value %q", s), `write on_straggler = "warn" or "replace"`)
 		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // The straggler keys load with their defaults (on: 3x CPU per step, 1.5x
-// clock); 0 turns a signal off; a factor near 1, a non-number and
-// "replace" (not built) are each one error with a fix.
+// clock); 0 turns a signal off; "replace" loads; a factor near 1, a
+// non-number and an unknown on_straggler are each one error with a fix.
 func TestLoadStragglerKeys(t *testing.T) {
 	dir := t.TempDir()
 	load := func(lines ...string) (*Config, error) {
@@ -27,6 +27,10 @@ func TestLoadStragglerKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Straggler{Factor: 0, ClockFactor: 2.5, On: StragglerWarn}, cfg.Job.Straggler)
 
+	cfg, err = load(`on_straggler = "replace"`)
+	require.NoError(t, err)
+	assert.Equal(t, Straggler{Factor: 3, ClockFactor: 1.5, On: StragglerReplace}, cfg.Job.Straggler)
+
 	for _, tc := range []struct {
 		lines []string
 		msg   string
@@ -35,8 +39,7 @@ func TestLoadStragglerKeys(t *testing.T) {
 		{lns(`straggler_factor = 1.1`), "too small: it must be 0 (off) or at least 1.5", "straggler_factor = 3.0"},
 		{lns(`straggler_factor = "3x"`), "must be a number", "straggler_factor = 3.0"},
 		{lns(`straggler_clock_factor = -1`), "too small", "straggler_clock_factor = 1.5"},
-		{lns(`on_straggler = "replace"`), "not built yet", `on_straggler = "warn"`},
-		{lns(`on_straggler = "wran"`), `unknown value "wran"`, `on_straggler = "warn"`},
+		{lns(`on_straggler = "wran"`), `unknown value "wran"`, `on_straggler = "warn" or "replace"`},
 	} {
 		_, err := load(tc.lines...)
 		ces := configErrors(t, err)

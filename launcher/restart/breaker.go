@@ -24,6 +24,11 @@ type Progress struct {
 	// Newer says a new checkpoint appeared before the attempt ended
 	// (Advanced).
 	Newer bool
+	// Planned says drover ended the attempt itself to restart on other
+	// hosts (Kind.Planned): it did so at a new checkpoint, which is
+	// progress whether or not the copy of it was read yet, so the series
+	// resets.
+	Planned bool
 }
 
 // Checkpoint is what the breaker compares of the checkpoint an attempt
@@ -66,7 +71,7 @@ func (b *Breaker) Judge(limit int, p Progress, lastFailure error) error {
 	if !p.Ran {
 		return nil
 	}
-	if limit <= 0 || p.Resumed == "" || p.Newer {
+	if limit <= 0 || p.Resumed == "" || p.Newer || p.Planned {
 		b.inARow = 0
 		return nil
 	}

@@ -38,7 +38,16 @@ const (
 	// checkpoint is complete: the group was stopped to take the host back
 	// (regrow = "checkpoint"). Not a failure: it costs no restart.
 	Regrow
+	// Replaced: a straggler's host was set aside at a new checkpoint and
+	// a spare stands in for it (on_straggler = "replace"). Not a
+	// failure either: it costs no restart.
+	Replaced
 )
+
+// Planned says the attempt was ended by drover on purpose, after a new
+// checkpoint, to restart the group on other hosts (Regrow, Replaced):
+// not a failure, so no backoff and no restart spent.
+func (k Kind) Planned() bool { return k == Regrow || k == Replaced }
 
 func (k Kind) String() string {
 	switch k {
@@ -60,6 +69,8 @@ func (k Kind) String() string {
 		return "a group to adopt"
 	case Regrow:
 		return "regrown"
+	case Replaced:
+		return "straggler replaced"
 	}
 	return fmt.Sprintf("outcomeKind(%d)", int(k))
 }
@@ -103,17 +114,20 @@ func Retryable(job config.Job, out Outcome, n int) (bool, string) {
 // hangs (the fleet's fault) count against max_host_failures, everything
 // else against max_restarts, as JobSet's RestartJobSetAndIgnoreMaxRestarts
 // does for node failures; a restart that takes a host back into a shrunk
-// group (Regrow) against nothing.
+// group (Regrow) or puts a spare in a straggler's place (Replaced)
+// against nothing.
 type Budget struct {
-	Restarts, HostFailures, Regrows int
+	Restarts, HostFailures, Regrows, Replaced int
 }
 
 // Used is every restart taken, whatever its cause.
-func (b Budget) Used() int { return b.Restarts + b.HostFailures + b.Regrows }
+func (b Budget) Used() int { return b.Restarts + b.HostFailures + b.Regrows + b.Replaced }
 
 // Total is the number of attempts the run may take as things stand: each
-// host failure and each regrow adds one beyond max_restarts + 1.
-func (b Budget) Total(job config.Job) int { return job.MaxRestarts + 1 + b.HostFailures + b.Regrows }
+// host failure, regrow and replacement adds one beyond max_restarts + 1.
+func (b Budget) Total(job config.Job) int {
+	return job.MaxRestarts + 1 + b.HostFailures + b.Regrows + b.Replaced
+}
 
 // Spend takes a restart for out, the end of attempt n (the run's n-th
 // here), from the budget, or returns why the run ends here: the policy
@@ -123,6 +137,8 @@ func (b *Budget) Spend(job config.Job, out Outcome, n int) error {
 	switch {
 	case out.Kind == Regrow:
 		b.Regrows++
+	case out.Kind == Replaced:
+		b.Replaced++
 	case !retry:
 		return fmt.Errorf("%v; not restarting: %s", out.Err, why)
 	case out.Kind == HostLost || out.Kind == Hung:

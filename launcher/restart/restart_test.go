@@ -123,6 +123,17 @@ func TestBudget(t *testing.T) {
 	assert.Equal(t, Budget{Restarts: 1, HostFailures: 2, Regrows: 2}, b)
 	assert.Equal(t, 5, b.Used())
 	assert.Equal(t, 6, b.Total(job))
+
+	// Issue 40: putting a spare in a straggler's place costs nothing
+	// either, and adds an attempt.
+	replaced := Outcome{Kind: Replaced, ExitCode: -1, Err: errors.New("replacing b with spare d")}
+	require.NoError(t, b.Spend(job, replaced, 6))
+	require.NoError(t, b.Spend(config.Job{RestartPolicy: config.RestartNever}, replaced, 7))
+	assert.Equal(t, Budget{Restarts: 1, HostFailures: 2, Regrows: 2, Replaced: 2}, b)
+	assert.Equal(t, 7, b.Used())
+	assert.Equal(t, 8, b.Total(job))
+	assert.True(t, Replaced.Planned() && Regrow.Planned())
+	assert.False(t, Failed.Planned() || HostLost.Planned() || Hung.Planned())
 }
 
 func TestBreakerJudge(t *testing.T) {
@@ -134,6 +145,8 @@ func TestBreakerJudge(t *testing.T) {
 	assert.NoError(t, b.Judge(2, Progress{Ran: true, Resumed: from, Newer: true}, fail), "progress resets the count")
 	assert.NoError(t, b.Judge(2, Progress{Ran: true, Resumed: from}, fail))
 	assert.NoError(t, b.Judge(2, Progress{}, fail), "a setup failure neither counts nor resets")
+	assert.NoError(t, b.Judge(2, Progress{Ran: true, Resumed: from, Planned: true}, fail), "a planned restart (a straggler replaced) resets the count")
+	assert.NoError(t, b.Judge(2, Progress{Ran: true, Resumed: from}, fail))
 	err := b.Judge(2, Progress{Ran: true, Resumed: from}, fail)
 	require.Error(t, err)
 	assert.Equal(t, "2 restarts in a row made no progress: every attempt resumed from step-10 and failed before a newer checkpoint; "+
@@ -149,7 +162,7 @@ func TestBreakerJudge(t *testing.T) {
 
 func TestKindString(t *testing.T) {
 	for k, want := range map[Kind]string{Succeeded: "succeeded", Failed: "failed", SetupFailed: "setup failed", HostLost: "host lost",
-		Hung: "hung", Interrupted: "interrupted", Fenced: "hosts kept out", Adoptable: "a group to adopt", Regrow: "regrown", Kind(42): "outcomeKind(42)"} {
+		Hung: "hung", Interrupted: "interrupted", Fenced: "hosts kept out", Adoptable: "a group to adopt", Regrow: "regrown", Replaced: "straggler replaced", Kind(42): "outcomeKind(42)"} {
 		assert.Equal(t, want, k.String())
 	}
 }

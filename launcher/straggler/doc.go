@@ -5,5 +5,7 @@
 // has done so for a few rounds running, and lets it go once it has not
 // for as many (Detector, pure and table-tested); and it takes those
 // rounds over the connections the run holds (Watch, the thin effects
-// around it).
+// around it). For on_straggler = "replace" it decides when a named
+// straggler's host is replaced: at the group's next checkpoint, when a
+// spare is free (Decide, pure; Replacer, the loop that feeds it).
 package straggler

@@ -1,0 +1,83 @@
+package straggler
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/droverhq/drover/internal/testenv"
+)
+
+// on_straggler = "replace" replaces a named straggler only at a
+// checkpoint newer than its naming and only with a free spare; without
+// one it says so once and otherwise only names the rank.
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    ReplaceState
+		want Action
+	}{
+		{"let go before a checkpoint", ReplaceState{SpareFree: true, AtNaming: 1, Newest: 2}, Keep},
+		{"spare free, no checkpoint yet", ReplaceState{Named: true, SpareFree: true}, Wait},
+		{"spare free, only the checkpoint from before the naming", ReplaceState{Named: true, SpareFree: true, AtNaming: 3, Newest: 3}, Wait},
+		{"spare free, a first checkpoint since", ReplaceState{Named: true, SpareFree: true, Newest: 1}, Replace},
+		{"spare free, a newer checkpoint", ReplaceState{Named: true, SpareFree: true, AtNaming: 3, Newest: 4}, Replace},
+		{"no spare", ReplaceState{Named: true, AtNaming: 3, Newest: 4}, NoSpare},
+		{"no spare, said already", ReplaceState{Named: true, Told: true, AtNaming: 3, Newest: 4}, Keep},
+		{"a spare freed after no spare was said", ReplaceState{Named: true, SpareFree: true, Told: true, AtNaming: 3, Newest: 4}, Replace},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Decide(tc.s), "%+v", tc.s)
+		})
+	}
+}
+
+// The message's head, which the replacement's event says otherwise, is
+// left out.
+func TestFindingWhat(t *testing.T) {
+	f := Finding{Process: "worker-2", Host: "h2", Rank: 2,
+		Message: "straggler: rank 2 (worker-2@h2) spends 12x its peers' CPU per step (0.120s against 0.010s)"}
+	assert.Equal(t, "spends 12x its peers' CPU per step (0.120s against 0.010s)", f.What())
+}
+
+// Replacer waits, once told, for a checkpoint newer than the naming,
+// forgets a straggler let go, and asks for one replacement only.
+func TestReplacer(t *testing.T) {
+	var newest, replaced atomic.Int32
+	var got, waiting atomic.Value
+	r := NewReplacer(ReplaceOptions{
+		Newest:    func() int { return int(newest.Load()) },
+		SpareFree: func(string) bool { return true },
+		Every:     10 * time.Millisecond,
+		Replace:   func(f Finding) { got.Store(f); replaced.Add(1) },
+		Waiting:   func(f Finding) { waiting.Store(f) },
+		NoSpare:   func(Finding) { t.Error("a spare is free") },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan struct{})
+	go func() { r.Run(ctx); close(ended) }()
+	newest.Store(5)
+	cleared := Finding{Process: "worker-1", Host: "h1", Rank: 1, Signal: CPU}
+	r.Named(cleared)
+	r.Cleared(cleared)
+	slow := Finding{Process: "worker-2", Host: "h2", Rank: 2, Signal: CPU}
+	r.Named(slow)
+	testenv.WaitFor(t, 5*time.Second, "the replacement waiting", func() bool { return waiting.Load() == slow })
+	assert.Zero(t, replaced.Load(), "no checkpoint since the naming")
+	newest.Store(6)
+	testenv.WaitFor(t, 5*time.Second, "Run to end after asking", func() bool {
+		select {
+		case <-ended:
+			return true
+		default:
+			return false
+		}
+	})
+	assert.Equal(t, int32(1), replaced.Load())
+	assert.Equal(t, slow, got.Load())
+	r.Named(slow) // after Run: goes nowhere, does not block
+}
