@@ -395,6 +395,7 @@ const (
 	outcomeFenced      = restart.Fenced
 	outcomeAdoptable   = restart.Adoptable
 	outcomeRegrow      = restart.Regrow
+	outcomeReplaced    = restart.Replaced
 )
 
 // attemptOutcome is how one attempt ended and why.

@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
+	"github.com/droverhq/drover/launcher/straggler"
 )
 
 // Supervising an attempt's group, the floor above the supervisor's own
@@ -49,7 +50,7 @@ func (a *attempt) supervise(ctx context.Context, conns []*attemptHost, pl *plan.
 	if a.cfg.Job.Health != config.HealthOff {
 		s.watchHealth(s.sessions, s.health)
 	}
-	go watchStragglers(s.sessions, a, s.procs, s.byHost)
+	go watchStragglers(s.sessions, a, s.procs, s.byHost, newReplacer(s))
 	return s.wait(ctx)
 }
 
@@ -65,7 +66,7 @@ func (a *attempt) judgesStart() bool {
 func newSupervisor(a *attempt, conns []*attemptHost, pl *plan.Plan) *supervisor {
 	s := &supervisor{a: a, pl: pl, byHost: map[string]*attemptHost{}, exits: make(chan exitMsg, len(pl.Processes)),
 		workers: make(chan workerMsg, 64),
-		health:  make(chan healthRead), warned: map[string]bool{},
+		health:  make(chan healthRead), warned: map[string]bool{}, replace: make(chan straggler.Finding),
 		causes: cause.New(a.r.opts.peerLostSettle)}
 	for _, c := range conns {
 		s.byHost[c.host.Name] = c
@@ -306,6 +307,8 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.onHealth(h)
 		case v := <-s.verdict:
 			tellVerdict(s, v)
+		case f := <-s.replace:
+			replaceStraggler(s, f)
 		case <-s.stacksDone:
 			s.stacksDone = nil
 			if s.killAt == nil && s.abandonAt == nil {

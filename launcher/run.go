@@ -160,7 +160,9 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	// An adopted run's first attempt is its first here.
 	err := b.Spend(cfg.Job, out.policy(), a.n-r.firstAttempt+1)
 	if err == nil {
-		err = stuck.Judge(cfg.Job.MaxRestartsWithoutProgress, a.progress.policy(), out.err)
+		pp := a.progress.policy()
+		pp.Planned = out.kind.Planned()
+		err = stuck.Judge(cfg.Job.MaxRestartsWithoutProgress, pp, out.err)
 	}
 	if err == nil && out.kind == outcomeFailed && a.judgesStart() {
 		if why := restart.SameStartFailure(cfg.Job, a.ends, a.progress.newer || a.reported); why != nil {
@@ -188,7 +190,7 @@ func (r *runner) again(ctx context.Context, res *Result, cfg *config.Config, b *
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunRestarting })
 	delay := restart.Backoff(cfg.Job, b.Used())
-	if out.kind == outcomeRegrow {
+	if out.kind.Planned() {
 		delay = 0 // not a failure: nothing to back off from
 	}
 	r.events.printf("attempt %d/%d: restarting the whole group in %s", a.n+1, b.Total(cfg.Job), delay.Round(time.Millisecond))

@@ -20,6 +20,7 @@ import (
 	"github.com/droverhq/drover/launcher/cause"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/straggler"
 )
 
 // running is one started process of the attempt.
@@ -92,6 +93,9 @@ type supervisor struct {
 	warned map[string]bool
 	// watchers are the processes whose agents watch GPU health, by host.
 	watchers map[string]string
+	// replace receives the straggler to replace now (on_straggler =
+	// "replace": replaceStraggler).
+	replace chan straggler.Finding
 
 	// workers are torchrun workers' ends as their agents report them.
 	workers chan workerMsg

@@ -209,14 +209,21 @@ func (s *supervisor) onHealth(h healthRead) {
 // launcher/straggler decides; docs/health.md#stragglers): an event, a
 // notification and, for a detached run, the run record drover status
 // reads. Each round reads every host once with `drover agent top` over
-// the connection the attempt holds.
-func watchStragglers(ctx context.Context, a *attempt, procs []*running, byHost map[string]*attemptHost) {
+// the connection the attempt holds. rep, when on_straggler = "replace",
+// is told each straggler named and let go.
+func watchStragglers(ctx context.Context, a *attempt, procs []*running, byHost map[string]*attemptHost, rep *straggler.Replacer) {
 	sp := a.cfg.Job.Straggler
 	if sp.Factor <= 0 && sp.ClockFactor <= 0 || len(a.r.opts.Allocation) > 0 {
 		// In a Slurm allocation each sample would be a job step per
 		// node every 5 s (slurmctld's load), and one cut short by a
 		// stop before Slurm launched it stays behind in the job.
+		if sp.On == config.StragglerReplace && len(a.r.opts.Allocation) > 0 && a.n == a.r.firstAttempt {
+			a.r.events.printf(`%s: on_straggler = "replace" does nothing inside a Slurm allocation: the straggler watch is off there, and drover cannot bring a spare node into the allocation`, a.prefix())
+		}
 		return
+	}
+	if rep != nil {
+		go rep.Run(ctx)
 	}
 	o := straggler.WatchOptions{Policy: straggler.Policy{Factor: sp.Factor, ClockFactor: sp.ClockFactor}}
 	for _, rp := range procs {
@@ -235,12 +242,86 @@ func watchStragglers(ctx context.Context, a *attempt, procs []*running, byHost m
 		a.r.events.printf("%s: %s", a.prefix(), f.Message)
 		a.r.events.notify(notify.Event{Kind: notify.Straggler, Attempt: a.n, Host: f.Host, Process: f.Process,
 			Rank: f.Rank, HasRank: f.Rank >= 0, Message: f.Message})
+		if rep != nil {
+			rep.Named(f)
+		}
 	}
-	o.Cleared = func(f straggler.Finding) { a.r.events.printf("%s: %s", a.prefix(), f.Message) }
+	o.Cleared = func(f straggler.Finding) {
+		a.r.events.printf("%s: %s", a.prefix(), f.Message)
+		if rep != nil {
+			rep.Cleared(f)
+		}
+	}
 	o.Changed = func(named []string) {
 		a.r.setRecord(nil, func(rec *agent.RunRecord) { rec.Stragglers, rec.StragglersAttempt = named, a.n })
 	}
 	straggler.Watch(ctx, o)
+}
+
+// newReplacer is on_straggler = "replace" for s's attempt
+// (straggler.Replacer; nil under "warn"): it waits for the group's next
+// checkpoint after a straggler is named, then hands the straggler to the
+// supervisor (s.replace, replaceStraggler). Whether a spare is free is
+// read here, in the supervisor's goroutine, as the attempt starts;
+// replaceStraggler takes the spare, and says so when it is gone since.
+func newReplacer(s *supervisor) *straggler.Replacer {
+	a := s.a
+	if a.cfg.Job.Straggler.On != config.StragglerReplace {
+		return nil
+	}
+	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
+	if err != nil {
+		a.r.events.printf(`%s: warning: on_straggler = "replace" cannot follow the checkpoints (%v): a straggler is only named`, a.prefix(), err)
+		return nil
+	}
+	_, free := a.freeSpare()
+	return straggler.NewReplacer(straggler.ReplaceOptions{
+		Newest: func() int {
+			n := 0
+			for _, e := range rec.Entries() {
+				n = max(n, e.Seq)
+			}
+			return n
+		},
+		SpareFree: func(string) bool { return free },
+		Replace: func(f straggler.Finding) {
+			select {
+			case s.replace <- f:
+			case <-s.sessions.Done():
+			}
+		},
+		Waiting: func(f straggler.Finding) {
+			a.r.events.printf(`%s: on_straggler = "replace": %s is replaced by a spare at the group's next checkpoint`, a.prefix(), f.Host)
+		},
+		NoSpare: func(f straggler.Finding) {
+			a.r.events.printf(`%s: on_straggler = "replace": no spare host is free to replace %s; rank %d is only named (add a host with spare = true)`, a.prefix(), f.Host, f.Rank)
+		},
+	})
+}
+
+// replaceStraggler stops the group to restart it from the newest
+// checkpoint with a spare in place of f's host, which is set aside for
+// the rest of the run (a planned restart: outcomeReplaced costs no
+// restart). A spare taken since the attempt started (a GPU health
+// fence) leaves the rank only named.
+func replaceStraggler(s *supervisor, f straggler.Finding) {
+	a := s.a
+	if s.stopping {
+		return
+	}
+	spare, ok := a.standIn(f.Host)
+	if !ok {
+		a.r.events.printf(`%s: on_straggler = "replace": no spare host is free to replace %s any more; rank %d is only named`, a.prefix(), f.Host, f.Rank)
+		return
+	}
+	// Fenced, so that no later choice of a spare takes it back (it may
+	// be a spare itself, standing in for another host).
+	a.r.fence(f.Host, gpu.Finding{Host: f.Host, GPU: "-", What: fmt.Sprintf("set aside as a straggler (rank %d %s)", f.Rank, f.What()),
+		Fix: "find why it is slow (drover top), then run again"})
+	msg := fmt.Sprintf("replacing %s (rank %d straggles: %s) with spare %s at checkpoint %s", f.Host, f.Rank, f.What(), spare, a.r.newestCheckpoint())
+	a.r.events.notify(notify.Event{Kind: notify.Straggler, Attempt: a.n, Host: f.Host, Process: f.Process,
+		Rank: f.Rank, HasRank: f.Rank >= 0, Message: msg, Checkpoint: a.r.newestCheckpoint()})
+	s.stop(attemptOutcome{kind: outcomeReplaced, err: errors.New(msg), exitCode: -1}, msg)
 }
 
 // Hang detection (hang_timeout): the group is hung when no process showed

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +130,78 @@ on_event = ["./on-event.sh"]`})
 	assert.True(t, strings.Contains(out, named[2]+"\n") && strings.Contains(out, named[5]+"\n"), "drover status shows both:\n%s", out)
 	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, "drover stop: %s", errs)
+}
+
+// replaceScript is stragglerScript's job, burning 12x in rank 2 while it
+// runs on the fleet host its %[1]q names (not on a spare), and saving a
+// small checkpoint, step-N holding N, from rank 0 every 10 steps (5 s).
+// The first attempt never ends; one resumed from step-N trains 10 steps
+// on from N and ends.
+const replaceScript = `import os, time
+host, rank = os.environ["DROVER_HOST"], os.environ["RANK"]
+ck, resume = os.environ["DROVER_CHECKPOINT_DIR"], os.environ.get("DROVER_RESUME_FROM", "")
+start = int(open(resume).read()) if resume else 0
+end = start + 10 if resume else 1 << 30
+burn = 0.12 if host == %[1]q and rank == "2" else 0.01
+print("start rank=%%s host=%%s from=%%d" %% (rank, host, start), flush=True)
+i = start
+while i < end:
+    i += 1
+    t = time.process_time()
+    while time.process_time() - t < burn:
+        pass
+    with open(os.environ["DROVER_PROGRESS_FILE"], "w") as f:
+        f.write("step=%%d\n" %% i)
+    if rank == "0" and i %% 10 == 0:
+        os.makedirs(ck, exist_ok=True)
+        tmp = os.path.join(ck, ".step-%%d.tmp" %% i)
+        with open(tmp, "w") as f:
+            f.write(str(i))
+        os.rename(tmp, os.path.join(ck, "step-%%d" %% i))
+    time.sleep(0.5 - time.time() %% 0.5)
+print("done rank=%%s step=%%d" %% (rank, i), flush=True)
+`
+
+// Issue 40 item 3, on_straggler = "replace": in 2 hosts x 2 ranks with a
+// spare, rank 2's host burns 12x its peers' CPU per step. drover names
+// rank 2, waits for the group's next checkpoint, and restarts the group
+// from it with the spare in that host's place: the event names the
+// replacement, the spare runs ranks 2 and 3 from that checkpoint, the
+// straggler's host runs nothing of attempt 2, and the run succeeds with
+// max_restarts = 0 and max_host_failures = 0 (a replacement costs no
+// restart).
+func TestRunReplacesStraggler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet test")
+	}
+	fleettest.Need(t, fleet)
+	testenv.LookPath(t, "python3")
+	h0, slow, spare := fleet.Hosts[0].Name, fleet.Hosts[1].Name, fleet.Hosts[2].Name
+	j := newFleetJob(t, jobSpec{Command: `["python3", "w.py"]`, Job: `procs_per_host = 2
+on_straggler = "replace"
+max_restarts = 0
+max_host_failures = 0`})
+	hosts := fleet.ClusterHosts()[:3]
+	hosts[2].Spare = true
+	writeInventory(t, j.Inventory, hosts)
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "w.py"), []byte(fmt.Sprintf(replaceScript, slow)), 0o644))
+
+	d := startDrover(t, j)
+	m := d.waitStderr(t, regexp.MustCompile(`attempt 1/1: replacing `+regexp.QuoteMeta(slow)+
+		` \(rank 2 straggles: spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)\) with spare `+regexp.QuoteMeta(spare)+
+		` at checkpoint step-(\d+); stopping 4 process`), 90*time.Second)
+	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())
+	stderr := d.stderr.String()
+	t.Logf("events:\n%s", stderr)
+	assert.Regexp(t, `attempt 1/1: straggler: rank 2 \(worker-2@`+regexp.QuoteMeta(slow)+`\) spends`, stderr, "named first")
+	assert.Contains(t, stderr, "attempt 2/2: job "+j.Name+" succeeded", "the replacement costs no restart: one attempt added")
+	assert.NotContains(t, stderr, "attempt 2/2: straggler:", "the spare keeps up")
+	assert.NotRegexp(t, `attempt 2/2: pushed .* on `+regexp.QuoteMeta(slow)+`\n`, stderr, "the restart does not set up the straggler's host")
+	assert.Equal(t, []string{h0, h0, spare, spare}, rankHosts(t, j, 2, 4), "the spare in the straggler's host's place")
+	for r := range 4 {
+		log := j.logFile(t, 2, fmt.Sprintf("worker-%d", r))
+		assert.Contains(t, log, " from="+m[1]+"\n", "rank %d resumes from the checkpoint the event named", r)
+		assert.Contains(t, log, "done rank=", "rank %d finished", r)
+	}
+	assert.Empty(t, jobProcs(t, j.Name))
 }
