@@ -554,6 +554,6 @@ func gatherFlightRecorder(a *attempt, conns []*attemptHost, pl *plan.Plan) {
 	mu.Lock()
 	defer mu.Unlock()
 	if copied > 0 {
-		a.r.events.printf("%s: PyTorch's flight recorder: %d ranks' dumps copied into %s", a.prefix(), copied, dir)
+		a.r.events.printf("%s: PyTorch's flight recorder: the dumps of %d ranks copied into %s", a.prefix(), copied, dir)
 	}
 }

@@ -66,6 +66,9 @@ def serve_ras(addr):
 
 
 def stuck_in_data_loader():
+    # What PyTorch's flight recorder writes when NCCL's watchdog fires.
+    with open(os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] + "4", "wb") as f:
+        f.write(b"flight recorder of rank 4")
     while True:
         time.sleep(0.1)
 
@@ -97,7 +100,8 @@ main()
 // still run afterwards; when hang_timeout fires, the hang's event names
 // rank 4 as the one not in the collective, and quotes the errors of the
 // (stand-in) NCCL RAS service that the agent on rank 0's host asked, whose
-// whole answer the attempt's log directory keeps. The job declares that it
+// whole answer the attempt's log directory keeps; the dump rank 4 wrote
+// where PyTorch's flight recorder would is copied there too. The job declares that it
 // uses NCCL's RAS ([job.env] NCCL_RAS_ENABLE, the way a job on hosts
 // without GPUs gets NCCL_RAS_ADDR from drover); gloo ignores it.
 func TestStacksOfStuckRank(t *testing.T) {
@@ -154,6 +158,11 @@ func TestStacksOfStuckRank(t *testing.T) {
 	whole, err := os.ReadFile(kept[0])
 	require.NoError(t, err)
 	assert.Contains(t, string(whole), "Job summary\n===========\n\nErrors\n======\n\n#0-0 (9e1f0c2a) MISMATCH\n")
+	dump := filepath.Join(filepath.Dir(kept[0]), "flight-recorder", "rank-4")
+	testenv.Wait(t, 60*time.Second, "rank 4's flight recorder dump on the controller", func() (bool, string) {
+		data, err := os.ReadFile(dump)
+		return string(data) == "flight recorder of rank 4", fmt.Sprint(err)
+	})
 }
 
 // errIf is err with out, nil when err is.
