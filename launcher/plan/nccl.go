@@ -45,13 +45,18 @@ const (
 )
 
 // RASPort is the port of a job's RAS service on a host whose workdir is
-// workdir.
-func RASPort(job, workdir string) int {
+// workdir: the next one when that is the job's own master_port (the
+// default, 29500, is in the range), which rank 0's host listens on too.
+func RASPort(job, workdir string, masterPort int) int {
 	h := fnv.New32a()
 	h.Write([]byte(job))
 	h.Write([]byte{0})
 	h.Write([]byte(workdir))
-	return rasPortBase + int(h.Sum32()%rasPorts)
+	p := rasPortBase + int(h.Sum32()%rasPorts)
+	if p == masterPort {
+		p = rasPortBase + (p-rasPortBase+1)%rasPorts
+	}
+	return p
 }
 
 // usesNCCL says whether pr uses NCCL as far as the plan can tell (see
@@ -71,9 +76,9 @@ func usesNCCL(pr *Process, f config.Framework) bool {
 // at the job's port (not when NCCL_RAS_ENABLE is "0") and, for PyTorch,
 // the flight recorder: a trace buffer, a dump when NCCL's watchdog times
 // out, into FlightRecorderPrefix (torch appends the global rank). Each
-// only where the job did not set it.
-func ncclEnv(pr *Process, in PlanInput) {
-	job := in.Config.Job
+// only where the job did not set it. job is the plan's (its master_port
+// the one this attempt uses).
+func ncclEnv(pr *Process, in PlanInput, job config.Job) {
 	if !usesNCCL(pr, job.Framework) {
 		return
 	}
@@ -83,7 +88,7 @@ func ncclEnv(pr *Process, in PlanInput) {
 		}
 	}
 	if pr.Env[rasEnableEnv] != "0" {
-		setDefault(RASAddrEnv, net.JoinHostPort("127.0.0.1", strconv.Itoa(RASPort(job.Name, pr.Workdir))))
+		setDefault(RASAddrEnv, net.JoinHostPort("127.0.0.1", strconv.Itoa(RASPort(job.Name, pr.Workdir, masterPort(job)))))
 	}
 	if job.Framework != config.PyTorch && job.Framework != config.Torchrun {
 		return

@@ -14,11 +14,11 @@ import (
 // flight recorder, and that a job's own value wins.
 func TestPlanNCCLEnv(t *testing.T) {
 	home := map[string]string{"a": "/home/u"}
-	addr := "127.0.0.1:" + strconv.Itoa(RASPort("demo", "drover/demo"))
+	addr := "127.0.0.1:" + strconv.Itoa(RASPort("demo", "drover/demo", 29500))
 	prefix := "/home/u/drover/demo/.drover/flightrec/attempt-2/rank-"
 	recorder := map[string]string{traceBufferEnv: "2000", dumpOnTimeout: "1", FlightRecEnv: prefix}
 	for _, tc := range []struct {
-		name    string
+		name    string // the job's master_port is 29500
 		fw      config.Framework
 		host    config.Host
 		jobEnv  map[string]string
@@ -82,14 +82,25 @@ func merge(a, b map[string]string) map[string]string {
 // TestRASPort: a port of the job's own, stable, in drover's range, and
 // another for another job or another workdir on the host.
 func TestRASPort(t *testing.T) {
-	p := RASPort("mnist", "drover/mnist")
-	assert.Equal(t, p, RASPort("mnist", "drover/mnist"), "the same in every attempt and run")
+	p := RASPort("mnist", "drover/mnist", 29500)
+	assert.Equal(t, p, RASPort("mnist", "drover/mnist", 29500), "the same in every attempt and run")
 	assert.GreaterOrEqual(t, p, rasPortBase)
 	assert.Less(t, p, rasPortBase+rasPorts)
 	assert.Less(t, rasPortBase+rasPorts, 32768, "below Linux's ephemeral ports")
-	assert.NotEqual(t, p, RASPort("resnet", "drover/mnist"))
-	assert.NotEqual(t, p, RASPort("mnist", "drover/mnist-2"))
+	assert.NotEqual(t, p, RASPort("resnet", "drover/mnist", 29500))
+	assert.NotEqual(t, p, RASPort("mnist", "drover/mnist-2", 29500))
 	assert.NotEqual(t, 28028, p, "not NCCL's default, which every job shares")
+	// Never the master_port, which rank 0's host listens on too.
+	assert.Equal(t, p+1, RASPort("mnist", "drover/mnist", p))
+	last := rasPortBase + rasPorts - 1
+	for i := range 1_000_000 {
+		job := "j" + strconv.Itoa(i)
+		if RASPort(job, "w", 0) == last {
+			assert.Equal(t, rasPortBase, RASPort(job, "w", last), "wraps within the range")
+			return
+		}
+	}
+	t.Fatal("no job name hashes to the range's last port")
 }
 
 // TestFlightRecorderFiles: one file per rank, the rank appended to the
