@@ -8,8 +8,11 @@ import (
 	"maps"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/droverhq/drover/cluster"
@@ -18,6 +21,7 @@ import (
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/elastic"
+	"github.com/droverhq/drover/launcher/nccldiag"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/restart"
@@ -499,4 +503,58 @@ func (a *attempt) attachOptions(c *attemptHost, p plan.Process, localLog string)
 	st, _ := a.processFiles(c, p.Name())
 	return agent.AttachOptions{State: st, From: from, Heartbeat: heartbeatTimeout,
 		SetControllerTimeout: true, ControllerTimeout: a.r.controllerTimeout(a.cfg)}
+}
+
+// flightRecorderWait bounds the gathering of the flight recorder's dumps
+// after a failed attempt: a host's file access that stalls does not hold
+// up the restart.
+const flightRecorderWait = 30 * time.Second
+
+// gatherFlightRecorder copies, after a failed attempt, the dumps that
+// PyTorch's flight recorder wrote on the hosts (plan.FlightRecorderFiles)
+// into the attempt's log directory as flight-recorder/rank-R (package
+// nccldiag: bounded, under drover's names), all hosts at once. (A
+// function: the attempt's methods are at their limit of files.)
+func gatherFlightRecorder(a *attempt, conns []*attemptHost, pl *plan.Plan) {
+	byHost := map[string][]nccldiag.Dump{}
+	for _, f := range pl.FlightRecorderFiles() {
+		byHost[f.Host] = append(byHost[f.Host], nccldiag.Dump{Host: f.Host, Path: f.Path, Name: "rank-" + strconv.Itoa(f.Rank)})
+	}
+	if len(byHost) == 0 {
+		return
+	}
+	dir := filepath.Join(a.logDir, "flight-recorder")
+	var mu sync.Mutex
+	var copied int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		forEach(conns, func(c *attemptHost) error {
+			dumps := byHost[c.host.Name]
+			if len(dumps) == 0 || c.fs == nil {
+				return nil
+			}
+			for i := range dumps {
+				dumps[i].Files, dumps[i].Path = c.fs, remoteAbs(c.home, dumps[i].Path)
+			}
+			names, err := nccldiag.Gather(dumps, dir)
+			if err != nil {
+				a.r.events.printf("%s: warning: PyTorch's flight recorder on %s: %v", a.prefix(), c.host.Name, err)
+			}
+			mu.Lock()
+			copied += len(names)
+			mu.Unlock()
+			return nil
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(flightRecorderWait):
+		a.r.events.printf("%s: warning: gathering PyTorch's flight recorder dumps took over %s; going on without the rest", a.prefix(), flightRecorderWait)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if copied > 0 {
+		a.r.events.printf("%s: PyTorch's flight recorder: the dumps of %d ranks copied into %s", a.prefix(), copied, dir)
+	}
 }

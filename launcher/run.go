@@ -396,6 +396,7 @@ func (a *attempt) supervised(ctx context.Context, conns []*attemptHost, pl *plan
 	if out.kind != outcomeSucceeded && out.kind != outcomeInterrupted {
 		a.ph.ckpt.checkProgress(ctx, conns)
 		a.waitGPUsReleased(ctx, conns, pl)
+		gatherFlightRecorder(a, conns, pl)
 	}
 	if out.kind == outcomeSetupFailed {
 		a.r.pool.forgetPrepared()

@@ -11,7 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +25,9 @@ import (
 	"github.com/droverhq/drover/launcher/agent/remote"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
+	"github.com/droverhq/drover/launcher/nccldiag"
 	"github.com/droverhq/drover/launcher/notify"
+	"github.com/droverhq/drover/launcher/plan"
 	"github.com/droverhq/drover/launcher/stacktrace"
 	"github.com/droverhq/drover/launcher/straggler"
 )
@@ -401,7 +406,7 @@ func (s *supervisor) checkHang() {
 	s.causes.Stopping(false)
 	s.a.r.events.printf("%s: %s; asking every Python process for its stack", s.a.prefix(), reason)
 	s.hangReason = reason
-	s.verdict = takeVerdict(s.byHost, s.a.r.events, s.a.prefix())
+	s.verdict = takeVerdict(s.byHost, s.a.r.events, s.a.prefix(), rasOf(s.procs, s.a.logDir))
 }
 
 // verdictWait bounds the hang verdict: every host's `drover agent
@@ -418,7 +423,10 @@ const (
 // The verdict comes on the channel, "" when no stack came. It takes
 // them through drover's hook alone: the run agents' dump into the logs
 // that follows calls py-spy where the host has it, once per process.
-func takeVerdict(byHost map[string]*attemptHost, events *eventLog, prefix string) <-chan string {
+//
+// With ras.addr set, the agent on ras.host also asks NCCL's RAS service
+// there (package nccldiag), and the verdict quotes it (rasVerdict).
+func takeVerdict(byHost map[string]*attemptHost, events *eventLog, prefix string, ras rasAsk) <-chan string {
 	hosts := make([]*attemptHost, 0, len(byHost))
 	for _, c := range byHost {
 		hosts = append(hosts, c)
@@ -429,14 +437,22 @@ func takeVerdict(byHost map[string]*attemptHost, events *eventLog, prefix string
 		defer cancel()
 		var mu sync.Mutex
 		var ranks []stacktrace.Rank
+		var rasPart string
 		_ = forEach(hosts, func(c *attemptHost) error {
-			rep, err := c.client().Stacks(ctx, agent.StacksOptions{Workdir: remoteAbs(c.home, c.host.Workdir), HookOnly: true, Wait: stackWait})
+			o := agent.StacksOptions{Workdir: remoteAbs(c.home, c.host.Workdir), HookOnly: true, Wait: stackWait}
+			if c.host.Name == ras.host {
+				o.RAS = ras.addr
+			}
+			rep, err := c.client().Stacks(ctx, o)
 			if err != nil {
 				events.printf("%s: warning: no stacks from %s: %v", prefix, c.host.Name, err)
 				return nil
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			if o.RAS != "" {
+				rasPart = rasVerdict(rep, ras, events, prefix)
+			}
 			for _, p := range rep.Processes {
 				if p.Rank >= 0 {
 					ranks = append(ranks, stacktrace.Rank{Rank: p.Rank, Label: p.Name + "@" + c.host.Name, Stack: p.Stack, Err: p.Error})
@@ -444,13 +460,53 @@ func takeVerdict(byHost map[string]*attemptHost, events *eventLog, prefix string
 			}
 			return nil
 		})
-		if len(ranks) == 0 {
-			out <- ""
-			return
+		var parts []string
+		if len(ranks) > 0 {
+			parts = append(parts, stacktrace.Summary(ranks))
 		}
-		out <- stacktrace.Summary(ranks)
+		if rasPart != "" {
+			parts = append(parts, rasPart)
+		}
+		out <- strings.Join(parts, "; ")
 	}()
 	return out
+}
+
+// rasAsk is where the hang verdict asks NCCL's RAS service: rank 0's
+// host, its NCCL_RAS_ADDR there, and the file that keeps the whole answer.
+type rasAsk struct{ host, addr, file string }
+
+// rasOf is the rasAsk of a group: its lead process's (rank 0; torchrun's
+// node 0; jax's process 0) NCCL_RAS_ADDR, which package plan sets for a
+// job that uses NCCL; none without one.
+func rasOf(procs []*running, logDir string) rasAsk {
+	for _, rp := range procs {
+		if a := rp.p.Env[plan.RASAddrEnv]; a != "" && rp.p.Index == 0 {
+			return rasAsk{host: rp.p.Host.Name, addr: a, file: filepath.Join(logDir, "nccl-ras.txt")}
+		}
+	}
+	return rasAsk{}
+}
+
+// rasVerdict is the hang verdict's quote of NCCL's RAS answer in rep
+// ("NCCL RAS on h1: <its errors> (all of it in FILE)"), whose whole text
+// it keeps in ras.file. No service there (an NCCL before 2.24, RAS off)
+// is quiet: the verdict stands without it.
+func rasVerdict(rep *agent.StacksReport, ras rasAsk, events *eventLog, prefix string) string {
+	if rep.RAS == "" {
+		if rep.RASError != "" && !rep.NoRAS {
+			events.printf("%s: warning: NCCL's RAS service on %s did not answer: %s", prefix, ras.host, nccldiag.Clean(rep.RASError))
+		}
+		return ""
+	}
+	text := nccldiag.Clean(rep.RAS) // the agent cleaned it; the host is not trusted to have
+	where := ""
+	if err := os.WriteFile(ras.file, []byte(text+"\n"), 0o644); err != nil {
+		events.printf("%s: warning: keep NCCL's RAS answer: %v", prefix, err)
+	} else {
+		where = " (all of it in " + ras.file + ")"
+	}
+	return "NCCL RAS on " + ras.host + ": " + nccldiag.Short(text) + where
 }
 
 // tellVerdict names, in the hang's event and the attempt's cause, the

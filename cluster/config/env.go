@@ -55,6 +55,11 @@ var tunableEnv = map[string]bool{
 	"PYTHONUNBUFFERED":                true,
 	"TORCH_NCCL_ASYNC_ERROR_HANDLING": true,
 	"NCCL_ASYNC_ERROR_HANDLING":       true,
+	// PyTorch's flight recorder, set for a PyTorch job that uses NCCL
+	// (package plan, ncclEnv): a job may size or place it itself.
+	"TORCH_NCCL_TRACE_BUFFER_SIZE":    true,
+	"TORCH_NCCL_DUMP_ON_TIMEOUT":      true,
+	"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": true,
 	// Set with tracker = "wandb", from the run id: a job may name its
 	// tracker's runs itself.
 	"WANDB_RUN_ID":    true,

@@ -488,6 +488,12 @@ func (s *supervision) readEnv() error {
 			return fmt.Errorf("agent run: create the directory of %s: %w", progressFileEnv, err)
 		}
 	}
+	if f := env[flightRecEnv]; f != "" {
+		// PyTorch's flight recorder writes its dumps there and makes no
+		// directory; a failure is torch's to report, not a reason to
+		// refuse the start.
+		_ = os.MkdirAll(filepath.Dir(f), privateDir)
+	}
 	if err := writeStacksHook(env); err != nil {
 		return err
 	}
@@ -499,6 +505,11 @@ func (s *supervision) readEnv() error {
 // (hang_timeout, drover top's step); the agent makes its directory before
 // the command starts, so a process may touch it at once.
 const progressFileEnv = "DROVER_PROGRESS_FILE"
+
+// flightRecEnv is the prefix of PyTorch's flight recorder's dump files
+// (package plan sets it under the workdir's .drover; a job may set its
+// own): the agent makes its directory before the command starts.
+const flightRecEnv = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 
 // supervision is one Run's command and its process group: how far a stop
 // has gone, and where notices go.

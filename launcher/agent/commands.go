@@ -38,6 +38,7 @@ const (
 	cmdStacks    = "stacks"
 	flagNative   = "native"
 	flagHookOnly = "hook-only"
+	flagRAS      = "ras"
 
 	flagGrace         = "grace"
 	flagHeartbeat     = "heartbeat"
@@ -683,12 +684,13 @@ func stacksCLI() *cli.Command {
 			&cli.BoolFlag{Name: flagNative, Usage: "native frames too (py-spy only)"},
 			&cli.BoolFlag{Name: flagHookOnly, Usage: "through drover's hook only, never py-spy"},
 			&cli.DurationFlag{Name: flagWait, Usage: "bound each process's dump (default 10s)"},
+			&cli.StringFlag{Name: flagRAS, Usage: "also ask NCCL's RAS service at `HOST:PORT` (NCCL_RAS_ADDR) for its status"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
 			}
-			rep, err := Stacks(c.Context, StacksOptions{Workdir: c.String(flagWorkdir), Native: c.Bool(flagNative), HookOnly: c.Bool(flagHookOnly), Wait: c.Duration(flagWait)})
+			rep, err := Stacks(c.Context, StacksOptions{Workdir: c.String(flagWorkdir), Native: c.Bool(flagNative), HookOnly: c.Bool(flagHookOnly), Wait: c.Duration(flagWait), RAS: c.String(flagRAS)})
 			if err != nil {
 				return cli.Exit(err.Error(), ExitFailed)
 			}

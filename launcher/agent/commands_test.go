@@ -214,6 +214,6 @@ func TestUsageLine(t *testing.T) {
 		"usage: drover agent runs [--workdir DIR] [--run-id ID]",
 		"usage: drover agent since [--ago DURATION] [--at TIME] LOG...",
 		"usage: drover agent gpu-lease [--dir DIR] [--gpu INDEX=UUID]... [--count N] [--min N] [--job JOB] [--run-id ID] [--controller-host HOST] [--controller-pid N] [--since TIME] [--queue] [--hosts N] [--list]",
-		"usage: drover agent stacks --workdir DIR [--native] [--hook-only] [--wait DURATION]",
+		"usage: drover agent stacks --workdir DIR [--native] [--hook-only] [--wait DURATION] [--ras HOST:PORT]",
 	}, got)
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/droverhq/drover/launcher/nccldiag"
 )
 
 // Live stacks (`drover agent stacks`, behind `drover stacks` and the hang
@@ -93,6 +95,13 @@ type StackReport struct {
 // StacksReport is `drover agent stacks`'s answer.
 type StacksReport struct {
 	Processes []StackReport `json:"processes"`
+	// RAS is NCCL's RAS service's answer to STATUS at StacksOptions.RAS
+	// (package nccldiag, control characters dropped, bounded), RASError
+	// why there is none; NoRAS says that nothing there speaks RAS (an
+	// NCCL before 2.24, RAS off), which the hang verdict keeps quiet.
+	RAS      string `json:"ras,omitempty"`
+	RASError string `json:"ras_error,omitempty"`
+	NoRAS    bool   `json:"no_ras,omitempty"`
 }
 
 // StacksOptions say whose stacks `drover agent stacks` takes.
@@ -104,6 +113,10 @@ type StacksOptions struct {
 	// the logs follows (with py-spy, once per process).
 	HookOnly bool
 	Wait     time.Duration // bounds each process's dump; 0: 10 s
+	// RAS, when set, is the NCCL_RAS_ADDR (host:port, on this host) of
+	// the group's RAS service, asked for its status alongside the stacks
+	// (the hang verdict asks it on rank 0's host).
+	RAS string
 }
 
 // StacksCommand is the argv of `drover agent stacks`.
@@ -117,6 +130,9 @@ func StacksCommand(binary string, o StacksOptions) []string {
 	}
 	if o.Wait > 0 {
 		args = append(args, "--"+flagWait, o.Wait.String())
+	}
+	if o.RAS != "" {
+		args = append(args, "--"+flagRAS, o.RAS)
 	}
 	return args
 }
@@ -149,6 +165,10 @@ func Stacks(ctx context.Context, o StacksOptions) (*StacksReport, error) {
 	for i := range rep.Processes {
 		wg.Add(1)
 		go func() { defer wg.Done(); stackOf(ctx, &rep.Processes[i], o) }()
+	}
+	if o.RAS != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); askRAS(ctx, rep, o.RAS) }()
 	}
 	wg.Wait()
 	sort.SliceStable(rep.Processes, func(i, j int) bool { return rep.Processes[i].Name < rep.Processes[j].Name })
@@ -357,4 +377,22 @@ func readRegularProc(p string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, 1<<20))
+}
+
+// rasWait bounds the RAS query: NCCL's own 5 s for its peers' answers,
+// and as much again for the rest, within the hang verdict's 15 s.
+const rasWait = 10 * time.Second
+
+// askRAS asks the RAS service at addr for the job's status into rep.
+func askRAS(ctx context.Context, rep *StacksReport, addr string) {
+	text, err := nccldiag.Query(ctx, addr, nccldiag.RASOptions{Timeout: rasWait})
+	var no *nccldiag.NoRASError
+	switch {
+	case errors.As(err, &no):
+		rep.NoRAS, rep.RASError = true, err.Error()
+	case err != nil:
+		rep.RASError = err.Error()
+	default:
+		rep.RAS = text
+	}
 }

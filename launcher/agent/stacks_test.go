@@ -3,8 +3,10 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/droverhq/drover/internal/testenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A hung group's Python processes print their stacks on "stacks", a frozen
@@ -84,4 +88,45 @@ time.sleep(1000)
 			}
 		})
 	}
+}
+
+// TestStacksAsksRAS: with RAS set, `drover agent stacks` asks NCCL's RAS
+// service there alongside the stacks (package nccldiag speaks the
+// protocol; here a stand-in that answers it), and a port where nothing
+// listens is NoRAS, which the hang verdict keeps quiet.
+func TestStacksAsksRAS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r := bufio.NewReader(c)
+			for _, answer := range []string{"SERVER PROTOCOL 2\n", "OK\n", "Errors\n======\nrank 4 is not responding\n"} {
+				if _, err := r.ReadString('\n'); err != nil {
+					break
+				}
+				io.WriteString(c, answer)
+			}
+			c.Close()
+		}
+	}()
+	rep, err := Stacks(context.Background(), StacksOptions{Workdir: t.TempDir(), RAS: ln.Addr().String()})
+	require.NoError(t, err)
+	assert.Equal(t, "Errors\n======\nrank 4 is not responding", rep.RAS)
+	assert.False(t, rep.NoRAS)
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed.Close()
+	rep, err = Stacks(context.Background(), StacksOptions{Workdir: t.TempDir(), RAS: closed.Addr().String()})
+	require.NoError(t, err)
+	assert.Empty(t, rep.RAS)
+	assert.True(t, rep.NoRAS, rep.RASError)
+
+	assert.Equal(t, []string{"drover", "agent", "stacks", "--workdir", "/w", "--ras", "127.0.0.1:28100"},
+		StacksCommand("drover", StacksOptions{Workdir: "/w", RAS: "127.0.0.1:28100"}))
 }

@@ -40,7 +40,9 @@
 // DROVER_RESUME_FROM and DROVER_CHECKPOINT_DIR, DROVER_DATA_<i> (and
 // DROVER_DATA_<NAME>) for each [[data]] set, and, in a run, the run's
 // DROVER_RUN_ID and DROVER_ATTEMPT (with tracker = "wandb", the WANDB_*
-// ids made from the run id: see runEnv). [job.env] is added last;
+// ids made from the run id: see runEnv). A process that uses NCCL gets
+// NCCL_RAS_ADDR on a port of the job's own and, under PyTorch, the flight
+// recorder's variables (nccl.go). [job.env] is added last;
 // it may not set a variable drover sets for the rendezvous or identity
 // (config.ReservedEnv: a configuration error, not a silent override either way),
 // but replaces drover's tunable defaults (config.TunableEnv: OMP_NUM_THREADS,

@@ -345,6 +345,7 @@ func setEnv(p *Plan, in PlanInput, job config.Job, nHosts int) {
 		for k, v := range pr.Host.Env {
 			pr.Env[k] = v
 		}
+		ncclEnv(pr, in, job)
 		stacksEnv(pr, in)
 	}
 }
