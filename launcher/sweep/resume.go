@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+	"unicode"
 )
 
 // A sweep keeps its state on the hosts (Record), so that `drover sweep
@@ -37,7 +38,13 @@ type Record struct {
 	State string `json:"state"`
 	// Detached says a `drover sweep -d` supervises it: its trials are
 	// detached runs, which live on without it.
-	Detached       bool          `json:"detached"`
+	Detached bool `json:"detached"`
+	// Params names the parameters in their order, Metric and Goal the
+	// objective: what `drover sweep status` needs to show and rank the
+	// trials without the flags the sweep was started with.
+	Params         []string      `json:"params"`
+	Metric         string        `json:"metric"`
+	Goal           Goal          `json:"goal"`
 	SupervisorHost string        `json:"supervisor_host"`
 	SupervisorPid  int           `json:"supervisor_pid"`
 	Seq            int64         `json:"seq"`
@@ -92,10 +99,12 @@ var sweepIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // ValidSweepID reports whether id is a sweep id drover could have made.
 func ValidSweepID(id string) bool { return sweepIDRE.MatchString(id) }
 
-// CheckRecord refuses a record read from a host that is not a sane
-// record of a sweep of opts: the host's data decides nothing it could
-// not have decided by being this sweep's record. It checks the format,
-// the id, the states and that the trials are opts' trials, in order.
+// CheckRecord refuses a record read from a host that is not sane or,
+// with o, not a record of a sweep of opts: the host's data decides
+// nothing it could not have decided by being this sweep's record, and
+// puts no control character on a terminal. It checks the format, the
+// ids, the states, the sizes and, with o, that the trials are opts'
+// trials, in order.
 func CheckRecord(r *Record, o *Options) error {
 	switch {
 	case r.Version != RecordVersion:
@@ -104,28 +113,76 @@ func CheckRecord(r *Record, o *Options) error {
 		return fmt.Errorf("sweep record names id %q, which drover never makes", r.ID)
 	case r.State != SweepRunning && r.State != SweepDone && r.State != SweepStopped:
 		return fmt.Errorf("sweep record %s: unknown state %q", r.ID, r.State)
-	case len(r.Trials) != len(o.Trials):
+	case r.Goal != Minimize && r.Goal != Maximize:
+		return fmt.Errorf("sweep record %s: unknown goal %q", r.ID, r.Goal)
+	case len(r.Trials) > MaxTrials || len(r.Params) > 64:
+		return fmt.Errorf("sweep record %s is larger than drover writes", r.ID)
+	case o != nil && len(r.Trials) != len(o.Trials):
 		return fmt.Errorf("sweep record %s has %d trials, the sweep %d", r.ID, len(r.Trials), len(o.Trials))
+	case !printable(r.Metric, r.SupervisorHost):
+		return fmt.Errorf("sweep record %s: a control character in its metric or supervisor", r.ID)
+	}
+	for _, p := range r.Params {
+		if !recNameRE.MatchString(p) {
+			return fmt.Errorf("sweep record %s: parameter %q is no name", r.ID, p)
+		}
 	}
 	for i, t := range r.Trials {
-		if t.ID != o.Trials[i].ID {
+		if err := checkTrialRecord(r.ID, t); err != nil {
+			return err
+		}
+		if o != nil && t.ID != o.Trials[i].ID {
 			return fmt.Errorf("sweep record %s: trial %d is %q, not %q", r.ID, i, t.ID, o.Trials[i].ID)
-		}
-		switch t.State {
-		case Pending, Running, Completed, Stopped, Failed:
-		default:
-			return fmt.Errorf("sweep record %s: trial %s has unknown state %q", r.ID, t.ID, t.State)
-		}
-		if len(t.Series) > MaxRecordSeries || len(t.GPUs) > 1024 {
-			return fmt.Errorf("sweep record %s: trial %s is larger than drover writes", r.ID, t.ID)
-		}
-		for _, g := range t.GPUs {
-			if g < 0 {
-				return fmt.Errorf("sweep record %s: trial %s names GPU %d", r.ID, t.ID, g)
-			}
 		}
 	}
 	return nil
+}
+
+var (
+	trialIDRE = regexp.MustCompile(`^t[0-9]{1,5}$`)
+	recNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+)
+
+func checkTrialRecord(id string, t TrialRecord) error {
+	if !trialIDRE.MatchString(t.ID) {
+		return fmt.Errorf("sweep record %s: trial id %q, which drover never makes", id, t.ID)
+	}
+	switch t.State {
+	case Pending, Running, Completed, Stopped, Failed:
+	default:
+		return fmt.Errorf("sweep record %s: trial %s has unknown state %q", id, t.ID, t.State)
+	}
+	if len(t.Series) > MaxRecordSeries || len(t.GPUs) > 1024 || len(t.Params) > 64 {
+		return fmt.Errorf("sweep record %s: trial %s is larger than drover writes", id, t.ID)
+	}
+	for _, g := range t.GPUs {
+		if g < 0 {
+			return fmt.Errorf("sweep record %s: trial %s names GPU %d", id, t.ID, g)
+		}
+	}
+	if t.Host != "" && !hostRE.MatchString(t.Host) {
+		return fmt.Errorf("sweep record %s: trial %s names host %q", id, t.ID, t.Host)
+	}
+	for k, v := range t.Params {
+		if !recNameRE.MatchString(k) || !printable(v) || len(v) > 4096 {
+			return fmt.Errorf("sweep record %s: trial %s has parameter %q=%q", id, t.ID, k, v)
+		}
+	}
+	return nil
+}
+
+// hostRE is an inventory's host name, as the record may name one.
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$`)
+
+func printable(ss ...string) bool {
+	for _, s := range ss {
+		for _, r := range s {
+			if unicode.IsControl(r) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Supervision is the record's supervisor as a resume sees it.

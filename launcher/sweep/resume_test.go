@@ -50,13 +50,14 @@ func testOptions(t *testing.T) *Options {
 func TestCheckRecord(t *testing.T) {
 	o := testOptions(t)
 	good := func() *Record {
-		r := &Record{Version: RecordVersion, ID: "j-20260101-000000", Key: o.Key(nil), State: SweepRunning}
+		r := &Record{Version: RecordVersion, ID: "j-20260101-000000", Key: o.Key(nil), State: SweepRunning, Goal: Minimize, Params: []string{"x"}}
 		for _, tr := range o.Trials {
 			r.Trials = append(r.Trials, TrialRecord{Result: Result{ID: tr.ID, State: Pending}})
 		}
 		return r
 	}
 	assert.NoError(t, CheckRecord(good(), o))
+	assert.NoError(t, CheckRecord(good(), nil), "without the options, as sweep status reads it")
 	for name, spoil := range map[string]func(*Record){
 		"version":      func(r *Record) { r.Version = 9 },
 		"id with path": func(r *Record) { r.ID = "../x" },
@@ -66,6 +67,10 @@ func TestCheckRecord(t *testing.T) {
 		"trial state":  func(r *Record) { r.Trials[0].State = "bogus" },
 		"gpu":          func(r *Record) { r.Trials[0].GPUs = []int{-1} },
 		"series":       func(r *Record) { r.Trials[0].Series = make(Series, MaxRecordSeries+1) },
+		"goal":         func(r *Record) { r.Goal = "up" },
+		"param name":   func(r *Record) { r.Params = []string{"a b"} },
+		"escape":       func(r *Record) { r.Trials[0].Params = map[string]string{"x": "\x1b[2J"} },
+		"host":         func(r *Record) { r.Trials[0].Host = "../h" },
 	} {
 		r := good()
 		spoil(r)
