@@ -221,6 +221,10 @@ type RunSeen struct {
 	// Alive says a process of it runs; Exited that every process has
 	// exited (with no supervisor to record the end).
 	Alive, Exited bool
+	// RunStarted is when the run started (its id's time): a run older
+	// than the trial is another sweep's run of a trial of the same id in
+	// the same workdir, and says nothing of this one.
+	RunStarted time.Time
 }
 
 // Resume is what becomes of a trial when its sweep is resumed.
@@ -245,8 +249,9 @@ func ResumeTrial(r Result, seen RunSeen) (Resume, State) {
 	case Pending:
 		return Rerun, Pending
 	}
+	older := r.Started != nil && seen.RunStarted.Before(r.Started.Truncate(time.Second))
 	switch {
-	case !seen.Found:
+	case !seen.Found || older:
 		return Rerun, Pending
 	case seen.Alive && !seen.Over:
 		return Adopt, Running

@@ -26,9 +26,15 @@ func TestResumeTrial(t *testing.T) {
 		{"running whose record is final failed", Running, RunSeen{Found: true, Over: true}, Keep, Failed},
 		{"running that left no run runs again", Running, RunSeen{}, Rerun, Pending},
 		{"running whose run has nothing alive nor exited runs again", Running, RunSeen{Found: true}, Rerun, Pending},
+		{"running whose host shows an older sweep's run runs again", Running,
+			RunSeen{Found: true, Over: true, Succeeded: true, RunStarted: time.Date(2026, 1, 1, 11, 0, 0, 0, time.UTC)}, Rerun, Pending},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, as := ResumeTrial(Result{ID: "t0", State: tc.state}, tc.seen)
+			started := time.Date(2026, 1, 1, 12, 0, 0, 500, time.UTC)
+			if tc.seen.RunStarted.IsZero() {
+				tc.seen.RunStarted = started.Truncate(time.Second)
+			}
+			got, as := ResumeTrial(Result{ID: "t0", State: tc.state, Started: &started}, tc.seen)
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.as, as)
 		})
