@@ -127,7 +127,7 @@ func (s *sweepSession) decide(ctx context.Context, c *cli.Context, cfg *config.C
 		if act == sweep.Rerun {
 			out[i].Record.Result = sweep.Result{ID: t.ID, Params: t.Params, State: sweep.Pending}
 		}
-		said = append(said, fmt.Sprintf("%s %s", t.ID, [...]string{"runs", string(st) + " (kept)", "runs on (adopted)"}[act]))
+		said = append(said, fmt.Sprintf("%s %s", t.ID, [...]string{"runs", string(st) + " (kept)", "running (adopted)"}[act]))
 	}
 	fmt.Fprintf(s.events, "drover: resuming sweep %s, whose supervisor %s pid %d is gone: %s\n", s.rec.ID, s.rec.SupervisorHost, s.rec.SupervisorPid, strings.Join(said, ", "))
 	return out, nil
@@ -228,11 +228,22 @@ func describeSweep(c *cli.Context) func(id, logDir string, pid int) {
 	}
 }
 
-// pidAlive reports whether pid runs on this machine.
+// pidAlive reports whether pid runs on this machine: a zombie (killed,
+// not yet reaped by its parent) does not.
 func pidAlive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // no /proc: the signal's answer
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z' && stat[i+2] != 'X'
+	}
+	return true
 }

@@ -30,7 +30,7 @@ func sweepSubcommands() []*cli.Command {
 		{Name: "stop", Usage: "stop the job's sweep: its supervisor and every trial; nothing of it is left running", ArgsUsage: "JOB.toml",
 			Flags: withFleetFlags(hostTimeoutFlag()), Action: onSweep(sweepStop)},
 		{Name: "logs", Usage: "print one trial's logs from its host", ArgsUsage: "JOB.toml --trial T",
-			Flags: withFleetFlags(&cli.StringFlag{Name: "trial", Required: true, Usage: "the trial (t03)"},
+			Flags: withFleetFlags(&cli.StringFlag{Name: "trial", Usage: "the trial (t03)"},
 				&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the trial ends"}, hostTimeoutFlag()),
 			Action: onSweep(sweepLogs)},
 	}
@@ -154,6 +154,9 @@ func sweepStop(c *cli.Context, cfg *config.Config, store *sweeprun.Store, rec *s
 
 func sweepLogs(c *cli.Context, cfg *config.Config, _ *sweeprun.Store, rec *sweep.Record) error {
 	id := c.String("trial")
+	if id == "" {
+		return cli.Exit("drover sweep logs: say which trial: --trial t03 (drover sweep status lists them)", agent.ExitUsage)
+	}
 	for _, t := range rec.Trials {
 		if t.ID != id {
 			continue
