@@ -142,7 +142,8 @@ func trialSeen(ctx context.Context, c *cli.Context, cfg *config.Config, r sweep.
 	if err != nil {
 		return sweep.RunSeen{}, err
 	}
-	seen := sweep.RunSeen{Found: true, Over: st.State.Final(), Succeeded: st.State == agent.RunSucceeded, Exited: len(st.Processes) > 0}
+	seen := sweep.RunSeen{Found: true, Over: st.State.Final(), Succeeded: st.State == agent.RunSucceeded, Exited: len(st.Processes) > 0,
+		Lost: st.State == agent.RunLost}
 	if len(st.RunID) >= 15 {
 		seen.RunStarted, _ = time.Parse("20060102-150405", st.RunID[:15])
 	}

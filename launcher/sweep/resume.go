@@ -221,6 +221,9 @@ type RunSeen struct {
 	// Alive says a process of it runs; Exited that every process has
 	// exited (with no supervisor to record the end).
 	Alive, Exited bool
+	// Lost says it was a foreground run whose supervisor is gone: its
+	// agents stopped it, and how it ended says nothing of the trial.
+	Lost bool
 	// RunStarted is when the run started (its id's time): a run older
 	// than the trial is another sweep's run of a trial of the same id in
 	// the same workdir, and says nothing of this one.
@@ -241,7 +244,8 @@ const (
 // says of its run (read only for a trial the record says runs). A
 // finished trial is kept; a running one whose run still runs is adopted;
 // one whose run ended while nobody watched is kept as it ended; one that
-// left no run behind runs again.
+// left no run behind, or a foreground run its agents stopped when the
+// supervisor died, runs again.
 func ResumeTrial(r Result, seen RunSeen) (Resume, State) {
 	switch r.State {
 	case Completed, Stopped, Failed:
@@ -252,6 +256,8 @@ func ResumeTrial(r Result, seen RunSeen) (Resume, State) {
 	older := r.Started != nil && seen.RunStarted.Before(r.Started.Truncate(time.Second))
 	switch {
 	case !seen.Found || older:
+		return Rerun, Pending
+	case seen.Lost && !seen.Succeeded:
 		return Rerun, Pending
 	case seen.Alive && !seen.Over:
 		return Adopt, Running

@@ -26,6 +26,8 @@ func TestResumeTrial(t *testing.T) {
 		{"running whose record is final failed", Running, RunSeen{Found: true, Over: true}, Keep, Failed},
 		{"running that left no run runs again", Running, RunSeen{}, Rerun, Pending},
 		{"running whose run has nothing alive nor exited runs again", Running, RunSeen{Found: true}, Rerun, Pending},
+		{"a foreground trial stopped with its supervisor runs again", Running, RunSeen{Found: true, Exited: true, Lost: true}, Rerun, Pending},
+		{"a foreground trial that succeeded before its supervisor died is kept", Running, RunSeen{Found: true, Exited: true, Succeeded: true, Lost: true}, Keep, Completed},
 		{"running whose host shows an older sweep's run runs again", Running,
 			RunSeen{Found: true, Over: true, Succeeded: true, RunStarted: time.Date(2026, 1, 1, 11, 0, 0, 0, time.UTC)}, Rerun, Pending},
 	} {
