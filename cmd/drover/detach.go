@@ -46,6 +46,16 @@ func detachedChild() bool {
 // until its first attempt runs, then prints how to follow and stop it and
 // returns. A run that cannot start fails as it would in the foreground.
 func startDetached(c *cli.Context) error {
+	return startBackground(c, func(id, logDir string, pid int) {
+		fmt.Fprintln(c.App.Writer, launcher.DescribeDetached(id, c.Args().First()))
+		fmt.Fprintf(c.App.Writer, "  supervisor: pid %d, output in %s\n", pid, filepath.Join(logDir, "supervisor.log"))
+	})
+}
+
+// startBackground starts the same command line again as a background
+// supervisor (see startDetached) and, once it says it is ready, has
+// describe say how to follow it.
+func startBackground(c *cli.Context, describe func(id, logDir string, pid int)) error {
 	wrap, err := launcher.LogindGuard("/", currentUser())
 	if err != nil {
 		return cli.Exit(err.Error(), agent.ExitUsage)
@@ -74,13 +84,13 @@ func startDetached(c *cli.Context) error {
 	readyW.Close()
 	copied := make(chan struct{})
 	go func() { defer close(copied); _, _ = io.Copy(c.App.ErrWriter, out) }()
-	return awaitReady(c, cmd, readyR, copied)
+	return awaitReady(c, cmd, readyR, copied, describe)
 }
 
 // awaitReady waits for the background supervisor's "ready" line; when the
 // pipe closes without one, the supervisor ended and its status is ours.
 // Ctrl-C meanwhile stops it (the run was not started yet).
-func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan struct{}) error {
+func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan struct{}, describe func(id, logDir string, pid int)) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, interruptSignals()...)
 	defer signal.Stop(sigs)
@@ -97,8 +107,7 @@ func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan st
 		case <-copied:
 		case <-time.After(2 * time.Second):
 		}
-		fmt.Fprintln(c.App.Writer, launcher.DescribeDetached(f[1], c.Args().First()))
-		fmt.Fprintf(c.App.Writer, "  supervisor: pid %d, output in %s\n", cmd.Process.Pid, filepath.Join(f[2], "supervisor.log"))
+		describe(f[1], f[2], cmd.Process.Pid)
 		return nil
 	}
 	err := cmd.Wait()
@@ -110,7 +119,7 @@ func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan st
 	if err != nil {
 		return fmt.Errorf("background supervisor: %w", err)
 	}
-	return cli.Exit("drover run -d: the background supervisor exited before its first attempt ran", agent.ExitFailed)
+	return cli.Exit("drover "+c.Command.Name+" -d: the background supervisor exited before it was ready", agent.ExitFailed)
 }
 
 // detachedReady is the background supervisor's launcher.RunOptions.Ready:

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -44,14 +43,23 @@ func sweepCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Usage: "seed of the random draws"},
 			&cli.StringFlag{Name: "log-dir", Usage: "where each trial's runs/<job>-<trial>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the trials and the best one as JSON (the table goes to stderr)"},
+			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "return once the sweep runs; it goes on in the background (see drover sweep status, logs, stop)"},
 		),
-		Action: sweepAction,
+		Subcommands: sweepSubcommands(),
+		Action:      sweepAction,
 	}
 }
 
 func sweepAction(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usage(c)
+	}
+	child := detachedChild()
+	if c.Bool("detach") && !child {
+		return startBackground(c, describeSweep(c))
+	}
+	if child {
+		ignoreSIGPIPE()
 	}
 	cfg, err := loadJob(c, false)
 	if err != nil {
@@ -81,19 +89,29 @@ func sweepAction(c *cli.Context) error {
 	if err := sweep.CheckFits(fleet, opts.GPUsPerTrial); err != nil {
 		return sweepExit(err)
 	}
+	ctx, stopSweep := context.WithCancelCause(ctx)
+	defer stopSweep(nil)
+	sess, err := openSweep(ctx, c, cfg, opts, c.Bool("detach"), stopSweep)
+	if err != nil {
+		return err
+	}
+	if child {
+		sweepReady(c, cfg, sess.rec.ID)
+	}
 	tableOut := c.App.Writer
 	if c.Bool("json") {
 		tableOut = c.App.ErrWriter
 	}
 	f2, isFile := tableOut.(*os.File)
 	live := isFile && term.IsTerminal(int(f2.Fd()))
-	id := fmt.Sprintf("%s-%s", cfg.Job.Name, time.Now().Format("20060102-150405"))
+	id := sess.rec.ID
 	fmt.Fprintf(c.App.ErrWriter, "drover: sweep %s: %s on %d hosts\n", id, opts, len(fleet))
 	s := &sweeprun.Sweep{ID: id, Options: opts, Command: cfg.Job.Command, Fleet: fleet, Table: tableOut, Live: live,
+		Resumed: sess.resumed, Persist: sess.persist,
 		RunTrial: func(ctx context.Context, spec sweeprun.TrialSpec) error {
 			res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),
 				LogDir: c.String("log-dir"), AgentBinary: bin, Dial: dialOptions(c, cfg.Hosts),
-				Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec)})
+				Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec), Detach: sess.rec.Detached})
 			switch {
 			case err != nil:
 				return err
@@ -103,6 +121,7 @@ func sweepAction(c *cli.Context) error {
 			return nil
 		}}
 	out, err := s.Run(ctx)
+	sess.finish(err)
 	return sweepReport(c, opts, out, err)
 }
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/sweep"
 )
 
@@ -133,4 +136,135 @@ func atof(t *testing.T, s string) float64 {
 	v, err := strconv.ParseFloat(s, 64)
 	require.NoError(t, err)
 	return v
+}
+
+// resumeTrainer is a stand-in trial that records each start in
+// <workdir>/starts.log on its host, then prints `step=N loss=X` 30 times
+// 0.2 s apart (trial x=1: 3 times, so that one completes early).
+const resumeTrainer = `
+echo "$DROVER_TRIAL_ID $DROVER_SWEEP_ID" >> ../../starts.log
+n=30
+[ "$1" = 1 ] && n=3
+[ "$1" -ge 6 ] && n=300
+i=1
+while [ $i -le $n ]; do
+	echo "step=$i loss=$(awk -v x="$1" -v i=$i 'BEGIN { printf "%.4f", x / i }')"
+	sleep 0.2
+	i=$((i+1))
+done
+`
+
+// startDetachedSweep runs `drover sweep -d` in a session of its own and
+// returns the background supervisor's pid (killed at cleanup).
+func startDetachedSweep(t *testing.T, j *fleetJob, args ...string) (sup int, stderr string) {
+	t.Helper()
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, append([]string{"sweep", "-d", j.Path, "--log-dir", j.LogRoot}, args...)...)
+	require.Equal(t, 0, d.wait(t, 90*time.Second), "stderr:\n%s", d.stderr.String())
+	assert.Regexp(t, `sweep \S+ started in the background`, d.stdout.String())
+	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String())
+	require.NotNil(t, m, d.stdout.String())
+	sup, _ = strconv.Atoi(m[1])
+	testenv.SignalAtCleanup(t, sup, syscall.SIGKILL, false)
+	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	return sup, d.stderr.String()
+}
+
+// sweepStatus is `drover sweep status JOB --json`, from a directory of its own.
+func sweepStatus(t *testing.T, j *fleetJob) sweep.Report {
+	t.Helper()
+	out, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path, "--json")
+	require.Equal(t, 0, code, "drover sweep status: %s", errs)
+	var rep sweep.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	return rep
+}
+
+func countState(rep sweep.Report, s sweep.State) int {
+	n := 0
+	for _, r := range rep.Trials {
+		if r.State == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Done-when (issue 39, item 4): a detached sweep survives its supervisor
+// being SIGKILLed; running the same command again finishes it without
+// running again any trial that had started; `drover sweep status`, `logs`
+// and `stop` work from another directory.
+func TestSweepDetachedResume(t *testing.T) {
+	fleettest.Need(t, fleet)
+	if testing.Short() {
+		t.Skip("a fleet test")
+	}
+	j := newFleetJob(t, jobSpec{Script: resumeTrainer, Hosts: 2, Command: `["sh", "w.sh", "{x}"]`, Job: `health = "off"`})
+	inv, err := os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
+	for i := range 2 {
+		fakeGPUs(t, i)
+	}
+	t.Cleanup(func() {
+		for i := range 5 {
+			killJob(t, fmt.Sprintf("%s-t%d", j.Name, i))
+		}
+	})
+	args := []string{"--param", "x=1..5", "--max-parallel", "2"}
+	sup, _ := startDetachedSweep(t, j, args...)
+	testenv.Wait(t, 90*time.Second, "a trial to complete", func() (bool, string) {
+		rep := sweepStatus(t, j)
+		return countState(rep, sweep.Completed) >= 1, fmt.Sprintf("%+v", rep.Trials)
+	})
+	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
+	before := sweepStatus(t, j)
+	t.Logf("at the kill: %+v", before.Trials)
+	out, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "gone: run the same drover sweep command again")
+
+	_, resumed := startDetachedSweep(t, j, args...)
+	assert.Contains(t, resumed, "resuming sweep")
+	var rep sweep.Report
+	testenv.Wait(t, 3*time.Minute, "the resumed sweep to complete every trial", func() (bool, string) {
+		rep = sweepStatus(t, j)
+		return countState(rep, sweep.Completed) == 5, fmt.Sprintf("%+v", rep.Trials)
+	})
+	require.NotNil(t, rep.Best)
+	assert.Equal(t, "t1", rep.Best.ID, "x=2 over 30 steps reaches the lowest loss, 2/30")
+
+	// Every trial started once: those that completed or ran at the kill
+	// were kept or adopted, not run again.
+	starts := map[string]int{}
+	for i := range 2 {
+		out, err := hostFile(t, i, path.Join(j.Workdir, "starts.log"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			starts[strings.Fields(l)[0]]++
+		}
+	}
+	assert.Equal(t, map[string]int{"t0": 1, "t1": 1, "t2": 1, "t3": 1, "t4": 1}, starts)
+
+	out, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "logs", j.Path, "--trial", "t1")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "step=30 loss=0.0667", "t1's last line")
+
+	// Another sweep of the job, stopped while its trials run: nothing of
+	// it is left, and its record says stopped.
+	startDetachedSweep(t, j, "--param", "x=6..7")
+	testenv.Wait(t, 90*time.Second, "the second sweep's trials to run", func() (bool, string) {
+		rep := sweepStatus(t, j)
+		return countState(rep, sweep.Running) == 2 && len(rep.Trials) == 2, fmt.Sprintf("%+v", rep.Trials)
+	})
+	_, errs, code = droverIn(t, j, t.TempDir(), 3*time.Minute, "sweep", "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "stopped: no trial of sweep")
+	for i := range 2 {
+		assert.Empty(t, jobProcs(t, fmt.Sprintf("%s-t%d", j.Name, i)), "trial t%d left running", i)
+	}
+	out, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path)
+	require.Equal(t, 0, code, errs)
+	assert.Regexp(t, `sweep \S+: stopped`, out)
 }

@@ -36,6 +36,9 @@ type InspectOptions struct {
 	// answer), and each later question to it; 0: hostio.DefaultHostWait.
 	// A host past it is unreachable, and the others are read all the same.
 	HostWait time.Duration
+	// Adjust, when set, changes the job as read before its hosts are
+	// (a sweep's trial: launcher.RunOptions.Adjust).
+	Adjust func(*config.Config) error
 }
 
 // inspect connects to every host of the job (spares too: they may stand
@@ -46,6 +49,11 @@ func inspect(ctx context.Context, o InspectOptions, files bool) (*config.Config,
 	cfg, err := config.Load(o.JobPath, config.LoadOptions{InventoryPath: o.InventoryPath})
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if o.Adjust != nil {
+		if err := o.Adjust(cfg); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	dial := o.Dial
 	dial.Inventory = config.Endpoints(cfg.Hosts)

@@ -5,7 +5,9 @@
 // trial's output lines (Katib's stdout collector: NAME=VALUE, step=N),
 // the median stopping rule, where a trial runs (Placer over an inventory
 // of free GPUs, with the sweep's own Ledger of the GPUs its trials hold)
-// and the ranking and JSON report of the trials.
+// the ranking and JSON report of the trials, and the sweep's record on
+// its hosts with the decisions of a resume (CheckRecord, SupervisorGone,
+// ResumeTrial).
 //
 // It runs nothing and reads no job file: cmd/drover reads the flags and
 // the job file's [sweep] table (cluster/config) and runs each trial as a

@@ -1,7 +1,11 @@
 // Package sweeprun runs `drover sweep`: the trials of a sweep (package
 // sweep's decisions) in parallel on the fleet's free GPUs, each as one
 // drover run, with their metrics read from their output, the median rule
-// stopping the poor ones early, a live table, and the report at the end.
+// stopping the poor ones early, a live table, and the report at the end;
+// and the sweep's record on the job's hosts (Store, state.go), from which
+// `drover sweep status|stop|logs` read it and a sweep whose supervisor
+// died is resumed (Sweep.Resumed: kept trials are not run again, adopted
+// ones are followed on their recorded GPUs).
 //
 // It does not start runs itself: the launcher core is imported by
 // cmd/drover alone, so cmd/drover hands Sweep a RunTrial that calls

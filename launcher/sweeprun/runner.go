@@ -2,6 +2,7 @@ package sweeprun
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,11 @@ type Sweep struct {
 	Live  bool
 	// Now is the wall clock (nil: time.Now).
 	Now func() time.Time
+	// Resumed, one per trial, resumes a sweep from its record (see
+	// state.go); nil starts it afresh. Persist, when set, is handed every
+	// trial's record every few seconds and at the end.
+	Resumed []Resumed
+	Persist func([]sweep.TrialRecord)
 }
 
 // errNoPlace is a trial that fits no host even with every GPU free,
@@ -43,6 +49,7 @@ type trial struct {
 	cancel  context.CancelFunc
 	stopped bool
 	err     error
+	resumed sweep.Resume // on resume: kept or adopted, not placed
 }
 
 // state is a running sweep.
@@ -71,9 +78,12 @@ func (s *Sweep) Run(ctx context.Context) (Outcome, error) {
 	for _, t := range s.Options.Trials {
 		st.trials = append(st.trials, &trial{res: sweep.Result{ID: t.ID, Params: t.Params, State: sweep.Pending}})
 	}
+	st.restore()
 	st.table = newTable(s.Table, s.Live, s.Options.Params)
 	stopDraw := st.table.start(st.snapshot)
+	stopPersist := st.persist()
 	err := st.schedule(ctx)
+	stopPersist()
 	stopDraw()
 	return Outcome{Report: sweep.Rank(st.snapshot(), s.Options.Goal), Errors: st.errs()}, err
 }
@@ -86,7 +96,11 @@ func (st *state) schedule(ctx context.Context) error {
 	}
 	ledger := sweep.NewLedger(st.Fleet)
 	done := make(chan int)
-	next, running := 0, 0
+	running, err := st.startAdopted(ctx, ledger, done)
+	if err != nil {
+		return err
+	}
+	next := st.skipResumed(0)
 	for next < len(st.trials) || running > 0 {
 		for next < len(st.trials) && ctx.Err() == nil && (st.Options.MaxParallel == 0 || running < st.Options.MaxParallel) {
 			p, ok := placer.Place(ledger.Free(), max(st.Options.GPUsPerTrial, 1))
@@ -97,7 +111,7 @@ func (st *state) schedule(ctx context.Context) error {
 				return err
 			}
 			go st.runTrial(ctx, next, p, done)
-			next, running = next+1, running+1
+			next, running = st.skipResumed(next+1), running+1
 		}
 		if running == 0 {
 			if ctx.Err() != nil {
@@ -120,6 +134,9 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 	defer cancel()
 	now := st.now()
 	st.mu.Lock()
+	if t.resumed == sweep.Adopt {
+		now = *cmp.Or(t.res.Started, &now) // an adopted trial started before
+	}
 	t.res.State, t.res.Host, t.res.GPUs, t.res.Started, t.cancel = sweep.Running, p.Host, p.GPUs, &now, cancel
 	st.mu.Unlock()
 	st.table.changed(st.snapshot, i)

@@ -1,0 +1,106 @@
+package sweep
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestResumeTrial(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state State
+		seen  RunSeen
+		want  Resume
+		as    State
+	}{
+		{"completed is kept", Completed, RunSeen{}, Keep, Completed},
+		{"early-stopped is kept", Stopped, RunSeen{Found: true, Alive: true}, Keep, Stopped},
+		{"failed is kept", Failed, RunSeen{}, Keep, Failed},
+		{"pending runs", Pending, RunSeen{}, Rerun, Pending},
+		{"running with a live run is adopted", Running, RunSeen{Found: true, Alive: true}, Adopt, Running},
+		{"running whose run succeeded unwatched is completed", Running, RunSeen{Found: true, Exited: true, Succeeded: true}, Keep, Completed},
+		{"running whose run succeeded and recorded it", Running, RunSeen{Found: true, Over: true, Succeeded: true}, Keep, Completed},
+		{"running whose run failed unwatched is failed", Running, RunSeen{Found: true, Exited: true}, Keep, Failed},
+		{"running whose record is final failed", Running, RunSeen{Found: true, Over: true}, Keep, Failed},
+		{"running that left no run runs again", Running, RunSeen{}, Rerun, Pending},
+		{"running whose run has nothing alive nor exited runs again", Running, RunSeen{Found: true}, Rerun, Pending},
+		{"a foreground trial stopped with its supervisor runs again", Running, RunSeen{Found: true, Exited: true, Lost: true}, Rerun, Pending},
+		{"a foreground trial that succeeded before its supervisor died is kept", Running, RunSeen{Found: true, Exited: true, Succeeded: true, Lost: true}, Keep, Completed},
+		{"running whose host shows an older sweep's run runs again", Running,
+			RunSeen{Found: true, Over: true, Succeeded: true, RunStarted: time.Date(2026, 1, 1, 11, 0, 0, 0, time.UTC)}, Rerun, Pending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			started := time.Date(2026, 1, 1, 12, 0, 0, 500, time.UTC)
+			if tc.seen.RunStarted.IsZero() {
+				tc.seen.RunStarted = started.Truncate(time.Second)
+			}
+			got, as := ResumeTrial(Result{ID: "t0", State: tc.state, Started: &started}, tc.seen)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.as, as)
+		})
+	}
+}
+
+func testOptions(t *testing.T) *Options {
+	p, err := ParseParam("--param", "x=1..3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials, err := Expand([]Param{p}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Options{Params: []Param{p}, Trials: trials, Metric: "loss", Goal: Minimize, GPUsPerTrial: 1}
+}
+
+func TestCheckRecord(t *testing.T) {
+	o := testOptions(t)
+	good := func() *Record {
+		r := &Record{Version: RecordVersion, ID: "j-20260101-000000", Key: o.Key(nil), State: SweepRunning, Goal: Minimize, Params: []string{"x"}}
+		for _, tr := range o.Trials {
+			r.Trials = append(r.Trials, TrialRecord{Result: Result{ID: tr.ID, State: Pending}})
+		}
+		return r
+	}
+	assert.NoError(t, CheckRecord(good(), o))
+	assert.NoError(t, CheckRecord(good(), nil), "without the options, as sweep status reads it")
+	for name, spoil := range map[string]func(*Record){
+		"version":      func(r *Record) { r.Version = 9 },
+		"id with path": func(r *Record) { r.ID = "../x" },
+		"state":        func(r *Record) { r.State = "odd" },
+		"fewer trials": func(r *Record) { r.Trials = r.Trials[:2] },
+		"trial id":     func(r *Record) { r.Trials[1].ID = "t9" },
+		"trial state":  func(r *Record) { r.Trials[0].State = "bogus" },
+		"gpu":          func(r *Record) { r.Trials[0].GPUs = []int{-1} },
+		"series":       func(r *Record) { r.Trials[0].Series = make(Series, MaxRecordSeries+1) },
+		"goal":         func(r *Record) { r.Goal = "up" },
+		"param name":   func(r *Record) { r.Params = []string{"a b"} },
+		"escape":       func(r *Record) { r.Trials[0].Params = map[string]string{"x": "\x1b[2J"} },
+		"host":         func(r *Record) { r.Trials[0].Host = "../h" },
+	} {
+		r := good()
+		spoil(r)
+		assert.Error(t, CheckRecord(r, o), name)
+	}
+}
+
+func TestKeyChangesWithTheSweep(t *testing.T) {
+	o := testOptions(t)
+	k := o.Key([]string{"python3", "t.py", "{x}"})
+	assert.Equal(t, k, testOptions(t).Key([]string{"python3", "t.py", "{x}"}), "the same command, the same key")
+	assert.NotEqual(t, k, o.Key([]string{"python3", "u.py", "{x}"}))
+	o.Trials[0].Params["x"] = "7"
+	assert.NotEqual(t, k, o.Key([]string{"python3", "t.py", "{x}"}))
+}
+
+func TestSupervisorGone(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	alive := func(pid int) bool { return pid == 42 }
+	s := Supervision{Here: "laptop", Alive: alive, Now: now}
+	assert.False(t, s.SupervisorGone(&Record{SupervisorHost: "laptop", SupervisorPid: 42, Updated: now.Add(-time.Hour)}), "a live pid here")
+	assert.True(t, s.SupervisorGone(&Record{SupervisorHost: "laptop", SupervisorPid: 43, Updated: now}), "a dead pid here")
+	assert.False(t, s.SupervisorGone(&Record{SupervisorHost: "other", SupervisorPid: 43, Updated: now.Add(-StaleAfter / 2)}), "written lately elsewhere")
+	assert.True(t, s.SupervisorGone(&Record{SupervisorHost: "other", SupervisorPid: 42, Updated: now.Add(-2 * StaleAfter)}), "silent elsewhere")
+}

@@ -1,0 +1,59 @@
+package sweeprun
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/droverhq/drover/launcher/sweep"
+)
+
+// A resumed sweep runs neither its kept trials nor places its adopted
+// ones anew: t0 completed before the supervisor died and is kept with its
+// metric, t1 was running on h:1 and is followed there, t2 never started
+// and runs; the record handed to Persist at the end has all three done.
+func TestSweepResumes(t *testing.T) {
+	p, err := sweep.ParseParam("--param", "x=1..3")
+	require.NoError(t, err)
+	trials, err := sweep.Expand([]sweep.Param{p}, 0, 0)
+	require.NoError(t, err)
+	col, _ := sweep.NewCollector("")
+	opts := &sweep.Options{Params: []sweep.Param{p}, Trials: trials, Metric: "loss", Goal: sweep.Minimize, Collector: col, GPUsPerTrial: 1}
+	started := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	best := 0.5
+	resumed := []Resumed{
+		{Record: sweep.TrialRecord{Result: sweep.Result{ID: "t0", State: sweep.Completed, Metric: &best, Steps: 2, Host: "h", GPUs: []int{0}, Started: &started, Ended: &started},
+			Series: sweep.Series{{Step: 1, Value: 1}, {Step: 2, Value: best}}}, Action: sweep.Keep, State: sweep.Completed},
+		{Record: sweep.TrialRecord{Result: sweep.Result{ID: "t1", State: sweep.Running, Host: "h", GPUs: []int{1}, Started: &started}}, Action: sweep.Adopt, State: sweep.Running},
+		{Record: sweep.TrialRecord{Result: sweep.Result{ID: "t2", State: sweep.Running, Host: "h", GPUs: []int{0}}}, Action: sweep.Rerun, State: sweep.Pending},
+	}
+	var mu sync.Mutex
+	ran := map[string]sweep.Placement{}
+	var last []sweep.TrialRecord
+	s := &Sweep{ID: "sw", Options: opts, Fleet: []sweep.HostGPUs{{Host: "h", GPUs: []int{0}}}, Resumed: resumed,
+		Persist: func(r []sweep.TrialRecord) { mu.Lock(); last = r; mu.Unlock() },
+		RunTrial: func(ctx context.Context, spec TrialSpec) error {
+			mu.Lock()
+			ran[spec.Trial.ID] = spec.Placement
+			mu.Unlock()
+			fmt.Fprintf(spec.Out, "loss=%s\n", spec.Trial.Params["x"])
+			return nil
+		}}
+	out, err := s.Run(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, map[string]sweep.Placement{"t1": {Host: "h", GPUs: []int{1}}, "t2": {Host: "h", GPUs: []int{0}}}, ran,
+		"t0 is kept, t1 adopted on its recorded GPU (not in the probed fleet: its run holds it), t2 placed")
+	assert.True(t, sweep.Succeeded(out.Report.Trials))
+	assert.Equal(t, "t0", out.Report.Best.ID)
+	require.Len(t, last, 3)
+	for _, r := range last {
+		assert.Equal(t, sweep.Completed, r.State, r.ID)
+	}
+	assert.Equal(t, started, *last[1].Started, "an adopted trial keeps its start")
+	assert.Len(t, last[0].Series, 2, "a kept trial keeps its series for the median rule")
+}
