@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 )
@@ -97,7 +98,7 @@ func TestRunNamesStragglers(t *testing.T) {
 	}
 	fleettest.Need(t, fleet)
 	testenv.LookPath(t, "python3")
-	j := newFleetJob(t, jobSpec{Command: `["python3", "w.py"]`, Hosts: 3, Job: `procs_per_host = 2
+	j := kit.NewFleetJob(t, kit.JobSpec{Command: `["python3", "w.py"]`, Hosts: 3, Job: `procs_per_host = 2
 on_event = ["./on-event.sh"]`})
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "w.py"), []byte(stragglerScript), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "on-event.sh"), []byte("#!/bin/sh\ncat >> events.jsonl\n"), 0o755))
@@ -108,12 +109,12 @@ on_event = ["./on-event.sh"]`})
 		}
 		clockSMI(t, i, j.Workdir, throttled)
 	}
-	startDetachedRun(t, j)
+	kit.StartDetachedRun(t, j)
 
 	file := filepath.Join(j.Dir, "events.jsonl")
 	named := map[float64]string{}
 	testenv.Wait(t, 60*time.Second, "straggler events naming ranks 2 and 5", func() (bool, string) {
-		for _, e := range readEvents(t, file) {
+		for _, e := range kit.ReadEvents(t, file) {
 			if e["event"] == "straggler" {
 				named[e["rank"].(float64)] = e["message"].(string)
 			}
@@ -124,9 +125,9 @@ on_event = ["./on-event.sh"]`})
 	assert.Regexp(t, `^straggler: rank 2 \(worker-2@`+h1+`\) spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)$`, named[2])
 	assert.Equal(t, "straggler: rank 5 (worker-5@"+h2+") runs GPU 1 at an SM clock of 1100 MHz against its peers' 1980 MHz (hardware thermal slowdown)", named[5])
 	assert.Len(t, named, 2, "no other rank is named: %v", named)
-	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path)
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path)
 	require.Equal(t, 0, code, "drover status: %s", errs)
 	assert.True(t, strings.Contains(out, named[2]+"\n") && strings.Contains(out, named[5]+"\n"), "drover status shows both:\n%s", out)
-	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, "drover stop: %s", errs)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/launcher/sweep"
 )
@@ -52,23 +53,23 @@ func TestSweepGrid(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet test")
 	}
-	j := newFleetJob(t, jobSpec{Script: sweepTrainer, Hosts: 3, Command: `["sh", "w.sh", "{lr}", "{seed}"]`, Job: `health = "off"`})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: sweepTrainer, Hosts: 3, Command: `["sh", "w.sh", "{lr}", "{seed}"]`, Job: `health = "off"`})
 	inv, err := os.ReadFile(j.Inventory)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
 	for i := range 3 {
-		fakeGPUs(t, i)
+		kit.FakeGPUs(t, i)
 	}
-	d := startDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "lr=0.001,0.01,1.0", "--param", "seed=0..3",
+	d := kit.StartDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "lr=0.001,0.01,1.0", "--param", "seed=0..3",
 		"--early-stop", "median", "--json")
 	t.Cleanup(func() {
 		for i := range 12 {
-			killJob(t, fmt.Sprintf("%s-t%02d", j.Name, i))
+			kit.KillJob(t, fmt.Sprintf("%s-t%02d", j.Name, i))
 		}
 	})
-	require.Equal(t, 0, d.wait(t, 5*time.Minute), "stderr:\n%s", d.stderr.String())
+	require.Equal(t, 0, d.Wait(t, 5*time.Minute), "stderr:\n%s", d.Stderr.String())
 	var rep sweep.Report
-	require.NoError(t, json.Unmarshal([]byte(d.stdout.String()), &rep), d.stdout.String())
+	require.NoError(t, json.Unmarshal([]byte(d.Stdout.String()), &rep), d.Stdout.String())
 	require.Len(t, rep.Trials, 12)
 	for _, r := range rep.Trials {
 		switch r.Params["lr"] {
@@ -90,7 +91,7 @@ func TestSweepGrid(t *testing.T) {
 	}
 	byGPU := map[string][]span{}
 	for i := range 3 {
-		out, err := hostFile(t, i, path.Join(j.Workdir, "trials.log"))
+		out, err := kit.HostFile(t, i, path.Join(j.Workdir, "trials.log"))
 		require.NoError(t, err)
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 			f := strings.Fields(l)
@@ -98,7 +99,7 @@ func TestSweepGrid(t *testing.T) {
 			t.Log(l)
 			r := trialByID(t, rep, f[2])
 			assert.Equal(t, fleet.Hosts[i].Name, r.Host, l)
-			assert.Equal(t, []int{atoi(f[1])}, r.GPUs, l)
+			assert.Equal(t, []int{kit.Atoi(f[1])}, r.GPUs, l)
 			assert.Equal(t, []string{r.Params["lr"], r.Params["seed"], r.Params["lr"]}, f[3:6], l)
 			assert.True(t, strings.HasPrefix(f[6], j.Name+"-"), "DROVER_SWEEP_ID %s", f[6])
 			s := span{id: f[2], start: atof(t, f[7]), end: atof(t, f[8])}
