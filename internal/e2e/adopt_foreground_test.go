@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/agent"
@@ -19,34 +20,34 @@ import (
 // adoptInForeground starts a detached run of 2 hosts, SIGKILLs its
 // supervisor, and has a foreground drover run adopt the group: the same
 // attempt and processes, the message printed, the new supervisor alive.
-func adoptInForeground(t *testing.T) (*fleetJob, *droverProc) {
+func adoptInForeground(t *testing.T) (*kit.FleetJob, *kit.DroverProc) {
 	t.Helper()
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: "max_restarts = 3"})
-	sup := startDetachedRun(t, j)
-	before := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.NumberedScript, Hosts: 2, Job: "max_restarts = 3"})
+	sup := kit.StartDetachedRun(t, j)
+	before := kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 
-	fg := startDrover(t, j)
+	fg := kit.StartDrover(t, j)
 	adopting := regexp.MustCompile(`adopting attempt 1 of run ` + before.RunID + ` \(supervisor \S+ pid ` + strconv.Itoa(sup) + ` gone since \d\d:\d\d:\d\d\)`)
 	testenv.Wait(t, 60*time.Second, "the adoption", func() (bool, string) {
-		if adopting.MatchString(fg.stderr.String()) {
+		if adopting.MatchString(fg.Stderr.String()) {
 			return true, ""
 		}
 		select {
-		case <-fg.done:
-			t.Fatalf("the foreground drover exited %d before adopting:\n%s", fg.code, fg.stderr.String())
+		case <-fg.Done:
+			t.Fatalf("the foreground drover exited %d before adopting:\n%s", fg.Code, fg.Stderr.String())
 		default:
 		}
-		return false, "\n" + fg.stderr.String()
+		return false, "\n" + fg.Stderr.String()
 	})
 	// Its lines are streamed as a foreground run's.
-	fg.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-1@\S+\] n=\d+ rank=1 `), 30*time.Second)
-	after := waitStatus(t, j, 30*time.Second, "the foreground supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
-	assert.Equal(t, fg.cmd.Process.Pid, after.Supervisor.PID)
+	fg.WaitOutput(t, regexp.MustCompile(`(?m)^\[worker-1@\S+\] n=\d+ rank=1 `), 30*time.Second)
+	after := kit.WaitStatus(t, j, 30*time.Second, "the foreground supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
+	assert.Equal(t, fg.Cmd.Process.Pid, after.Supervisor.PID)
 	assert.Equal(t, 1, after.Attempt, "adopted, not restarted")
 	assert.Equal(t, 0, after.Restarts)
-	require.Equal(t, 2, running(after))
+	require.Equal(t, 2, kit.Running(after))
 	for i := range before.Processes {
 		assert.Equal(t, before.Processes[i].PID, after.Processes[i].PID, "the same processes, not restarted")
 	}
@@ -57,10 +58,10 @@ func adoptInForeground(t *testing.T) (*fleetJob, *droverProc) {
 // drover run -d does, and Ctrl-C then stops every process of the job.
 func TestRunForegroundAdoptsThenCtrlC(t *testing.T) {
 	j, fg := adoptInForeground(t)
-	fg.signal(t, syscall.SIGINT)
-	assert.Equal(t, exitInterrupted, fg.wait(t, 60*time.Second))
-	waitNoJobProcs(t, j.Name, 10*time.Second)
-	assert.Equal(t, agent.RunStopped, status(t, j).State)
+	fg.Signal(t, syscall.SIGINT)
+	assert.Equal(t, kit.ExitInterrupted, fg.Wait(t, 60*time.Second))
+	kit.WaitNoJobProcs(t, j.Name, 10*time.Second)
+	assert.Equal(t, agent.RunStopped, kit.Status(t, j).State)
 }
 
 // A foreground supervisor leaves nothing behind when it is SIGKILLed,
@@ -69,7 +70,7 @@ func TestRunForegroundAdoptsThenCtrlC(t *testing.T) {
 // seconds later (a detached run's agents would keep it for ever).
 func TestRunForegroundAdoptsThenSIGKILL(t *testing.T) {
 	j, fg := adoptInForeground(t)
-	fg.signal(t, syscall.SIGKILL)
-	fg.wait(t, 10*time.Second)
-	waitNoJobProcs(t, j.Name, 30*time.Second)
+	fg.Signal(t, syscall.SIGKILL)
+	fg.Wait(t, 10*time.Second)
+	kit.WaitNoJobProcs(t, j.Name, 30*time.Second)
 }

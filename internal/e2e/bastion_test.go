@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -24,12 +25,12 @@ func TestBastionExecPushRun(t *testing.T) {
 	require.NoError(t, fleet.SetSSHD(0, "MaxStartups 1:100:2\n"))
 	t.Cleanup(func() { assert.NoError(t, fleet.SetSSHD(0, "")) })
 	bastion := fleet.ClusterHosts()[0].Address
-	j := newFleetJob(t, jobSpec{Script: `echo "ran on $(hostname) from ${SSH_CONNECTION%% *}"`})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: `echo "ran on $(hostname) from ${SSH_CONNECTION%% *}"`})
 	hosts := fleet.ClusterHosts()[1:]
 	for i := range hosts {
 		hosts[i].ProxyJump = fleet.User + "@" + bastion
 	}
-	writeInventory(t, j.Inventory, hosts)
+	kit.WriteInventory(t, j.Inventory, hosts)
 	sshdLog := filepath.Join(filepath.Dir(fleet.HostKeyFile(0)), "sshd.log")
 	logins := func() int {
 		data, err := os.ReadFile(sshdLog)
@@ -38,23 +39,23 @@ func TestBastionExecPushRun(t *testing.T) {
 	}
 
 	before := logins()
-	d := startDroverArgs(t, j, "exec", j.Path, "--", "hostname")
-	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	d := kit.StartDroverArgs(t, j, "exec", j.Path, "--", "hostname")
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), d.Stderr.String())
 	for _, h := range hosts {
-		assert.Contains(t, d.stdout.String(), "] "+h.Name+"\n")
+		assert.Contains(t, d.Stdout.String(), "] "+h.Name+"\n")
 	}
 	assert.Equal(t, 1, logins()-before, "drover exec: one login on the bastion")
 
 	before = logins()
-	d = startDroverArgs(t, j, "push", j.Path)
-	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	d = kit.StartDroverArgs(t, j, "push", j.Path)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), d.Stderr.String())
 	assert.Equal(t, 1, logins()-before, "drover push: one login on the bastion")
 
 	before = logins()
-	d = startDrover(t, j)
-	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
+	d = kit.StartDrover(t, j)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), d.Stderr.String())
 	for _, h := range hosts {
-		assert.Contains(t, d.stdout.String(), "ran on "+h.Name+" from "+bastion+"\n", "through the bastion")
+		assert.Contains(t, d.Stdout.String(), "ran on "+h.Name+" from "+bastion+"\n", "through the bastion")
 	}
 	assert.Equal(t, 1, logins()-before, "drover run: one login on the bastion")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/netcheck"
@@ -45,9 +46,9 @@ func limitEgress(t *testing.T, i int, rate string) {
 
 // checkNet runs `drover check net ARGS JOB` and returns its exit status,
 // stdout and stderr.
-func checkNet(t *testing.T, j *fleetJob, args ...string) (int, string, string) {
+func checkNet(t *testing.T, j *kit.FleetJob, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(droverBinary(t), append(append([]string{"check", "net"}, args...), j.Path)...)
+	cmd := exec.Command(kit.DroverBinary(t), append(append([]string{"check", "net"}, args...), j.Path)...)
 	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(j.Dir, "home"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -66,7 +67,7 @@ func checkNet(t *testing.T, j *fleetJob, args ...string) (int, string, string) {
 // min_bandwidth above it exits 1 naming it.
 func TestCheckNetNamesSlowHost(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: "true"})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: "true"})
 	limitEgress(t, 2, "50mbit")
 	slow := fleet.Hosts[2].Name
 
@@ -87,7 +88,7 @@ func TestCheckNetNamesSlowHost(t *testing.T) {
 		}
 	}
 
-	j2 := newFleetJob(t, jobSpec{Script: "true", Job: `min_bandwidth = "100Mbit"`})
+	j2 := kit.NewFleetJob(t, kit.JobSpec{Script: "true", Job: `min_bandwidth = "100Mbit"`})
 	code, out, stderr = checkNet(t, j2, "--duration", "1s")
 	assert.Equal(t, 1, code, "%s\n%s", out, stderr)
 	t.Logf("drover check net:\n%s", out)
@@ -107,28 +108,28 @@ func TestRunPreflightNetSwapsSlowHost(t *testing.T) {
 	fleettest.Need(t, fleet)
 	limitEgress(t, 2, "50mbit")
 	slow := fleet.Hosts[2].Name
-	spec := jobSpec{Script: `echo "rank=$RANK host=$DROVER_HOST"`, Job: "min_bandwidth = \"100Mbit\"\npreflight = [\"net\"]"}
-	j := newFleetJob(t, spec)
+	spec := kit.JobSpec{Script: `echo "rank=$RANK host=$DROVER_HOST"`, Job: "min_bandwidth = \"100Mbit\"\npreflight = [\"net\"]"}
+	j := kit.NewFleetJob(t, spec)
 	hosts := fleet.ClusterHosts()
 	hosts[3].Spare = true
-	writeInventory(t, j.Inventory, hosts)
-	d := startDrover(t, j)
-	require.Equal(t, 0, d.wait(t, 120*time.Second), "stderr:\n%s", d.stderr.String())
-	stderr := d.stderr.String()
+	kit.WriteInventory(t, j.Inventory, hosts)
+	d := kit.StartDrover(t, j)
+	require.Equal(t, 0, d.Wait(t, 120*time.Second), "stderr:\n%s", d.Stderr.String())
+	stderr := d.Stderr.String()
 	assert.Contains(t, stderr, "network check: slowest host "+slow)
 	assert.Contains(t, stderr, slow+" kept out by the network check; replaced by spare "+fleet.Hosts[3].Name)
 	var ran []string
 	for r := range 3 {
-		m := regexp.MustCompile(`host=(\S+)`).FindStringSubmatch(j.logFile(t, 1, fmt.Sprintf("worker-%d", r)))
+		m := regexp.MustCompile(`host=(\S+)`).FindStringSubmatch(j.LogFile(t, 1, fmt.Sprintf("worker-%d", r)))
 		require.NotNil(t, m, "rank %d", r)
 		ran = append(ran, m[1])
 	}
 	assert.ElementsMatch(t, []string{fleet.Hosts[0].Name, fleet.Hosts[1].Name, fleet.Hosts[3].Name}, ran)
 
-	j2 := newFleetJob(t, spec)
-	writeInventory(t, j2.Inventory, fleet.ClusterHosts()[:3])
-	d = startDrover(t, j2)
-	assert.Equal(t, 1, d.wait(t, 120*time.Second), "stderr:\n%s", d.stderr.String())
-	assert.Regexp(t, slow+` runs at [0-9.]+ Mbit/s .*below min_bandwidth .*keeps `+slow+` out: no spare host left`, d.stderr.String())
-	assert.NotContains(t, d.stdout.String(), "rank=", "nothing started")
+	j2 := kit.NewFleetJob(t, spec)
+	kit.WriteInventory(t, j2.Inventory, fleet.ClusterHosts()[:3])
+	d = kit.StartDrover(t, j2)
+	assert.Equal(t, 1, d.Wait(t, 120*time.Second), "stderr:\n%s", d.Stderr.String())
+	assert.Regexp(t, slow+` runs at [0-9.]+ Mbit/s .*below min_bandwidth .*keeps `+slow+` out: no spare host left`, d.Stderr.String())
+	assert.NotContains(t, d.Stdout.String(), "rank=", "nothing started")
 }

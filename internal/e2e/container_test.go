@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/plan"
@@ -46,33 +47,33 @@ func TestRunInContainer(t *testing.T) {
 	for i := range containerHosts {
 		preparePodmanHost(t, i, uid, img)
 	}
-	j := newFleetJob(t, jobSpec{Hosts: containerHosts, Script: `
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: containerHosts, Script: `
 trap 'echo "rank $RANK got TERM"; exit 143' TERM
 echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR restart=$DROVER_RESTART_COUNT image=$(cat /etc/drover-image)"
 sleep 1000 &
 wait
 `, Job: fmt.Sprintf(`procs_per_host = %d
 max_restarts = 3
-container = { image = "docker-archive:%s/drover-img.tar", runtime = "podman" }`, containerProcs, hostHome)})
-	wd := hostHome + "/" + j.Workdir
+container = { image = "docker-archive:%s/drover-img.tar", runtime = "podman" }`, containerProcs, kit.HostHome)})
+	wd := kit.HostHome + "/" + j.Workdir
 	world := containerHosts * containerProcs
 	// A container an earlier agent left in the workdir (one killed
 	// outright cannot remove its own): removed before the first attempt.
-	for _, args := range [][]string{{"load", "-i", hostHome + "/drover-img.tar"},
+	for _, args := range [][]string{{"load", "-i", kit.HostHome + "/drover-img.tar"},
 		{"run", "-d", "--name", "drover-left-behind", "--label", plan.LabelWorkdir + "=" + wd, "--network", "host", "localhost/drover-test-busybox:1", "sleep", "1000"}} {
 		out, err := podmanOn(0, args...)
 		require.NoError(t, err, "%s", out)
 	}
 	require.Equal(t, []string{"drover-left-behind"}, containersOn(t, 0, wd))
-	d := startDrover(t, j)
+	d := kit.StartDrover(t, j)
 	ready := func(restart int) [][]string {
 		re := regexp.MustCompile(`(?m)^\[worker-(\d)@\S+\] rank=(\d) world=(\d+) master=(\S+) restart=` + strconv.Itoa(restart) + ` image=inside the drover test image$`)
-		return d.waitLines(t, re, world, 120*time.Second)
+		return d.WaitLines(t, re, world, 120*time.Second)
 	}
 	start := time.Now()
 	lines := ready(0)
-	assert.Equal(t, 1, strings.Count(d.stderr.String(), " container(s) an earlier agent left in "), "stderr:\n%s", d.stderr.String())
-	assert.Contains(t, d.stderr.String(), fleet.Hosts[0].Name+": removed 1 container(s) an earlier agent left in "+wd)
+	assert.Equal(t, 1, strings.Count(d.Stderr.String(), " container(s) an earlier agent left in "), "stderr:\n%s", d.Stderr.String())
+	assert.Contains(t, d.Stderr.String(), fleet.Hosts[0].Name+": removed 1 container(s) an earlier agent left in "+wd)
 	t.Logf("%d ranks in containers on %d hosts after %s", world, containerHosts, time.Since(start).Round(time.Millisecond))
 	ranks := map[string]bool{}
 	for _, m := range lines {
@@ -91,7 +92,7 @@ container = { image = "docker-archive:%s/drover-img.tar", runtime = "podman" }`,
 	_, err := podmanOn(1, "kill", victim)
 	require.NoError(t, err)
 	ready(1)
-	assert.Contains(t, d.stderr.String(), "attempt 2/4: restarting the whole group")
+	assert.Contains(t, d.Stderr.String(), "attempt 2/4: restarting the whole group")
 	for i := range containerHosts {
 		for _, n := range containersOn(t, i, wd) {
 			assert.Contains(t, n, "-a2-", "only the second attempt's containers on %s", fleet.Hosts[i].Name)
@@ -102,7 +103,7 @@ container = { image = "docker-archive:%s/drover-img.tar", runtime = "podman" }`,
 	// container of its attempt is left when the next one starts (were
 	// one left, the next attempt would remove it, as above).
 	agents := 0
-	for _, p := range jobProcs(t, j.Name, 2) {
+	for _, p := range kit.JobProcs(t, j.Name, 2) {
 		if strings.Contains(p.Cmdline, " agent run ") && strings.Contains(p.Cmdline, "--container ") && agents == 0 {
 			agents++
 			require.NoError(t, syscall.Kill(p.Pid, syscall.SIGKILL))
@@ -118,13 +119,13 @@ container = { image = "docker-archive:%s/drover-img.tar", runtime = "podman" }`,
 
 	// Ctrl-C: every rank stopped through its container (it sees
 	// SIGTERM), and no container left anywhere.
-	d.signal(t, syscall.SIGINT)
-	require.Equal(t, exitInterrupted, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+	d.Signal(t, syscall.SIGINT)
+	require.Equal(t, kit.ExitInterrupted, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
 	for r := range world {
-		assert.Contains(t, j.logFile(t, 3, fmt.Sprintf("worker-%d", r)), fmt.Sprintf("rank %d got TERM\n", r))
+		assert.Contains(t, j.LogFile(t, 3, fmt.Sprintf("worker-%d", r)), fmt.Sprintf("rank %d got TERM\n", r))
 		// The rank's own status, through podman: not podman run's 0
 		// when it gave up waiting for the container.
-		assert.Regexp(t, fmt.Sprintf(`(?m)^worker-%d\s+\S+\s+3\s+143 \(SIGTERM\)\s`, r), d.stderr.String())
+		assert.Regexp(t, fmt.Sprintf(`(?m)^worker-%d\s+\S+\s+3\s+143 \(SIGTERM\)\s`, r), d.Stderr.String())
 	}
 	noContainers := func() {
 		t.Helper()
@@ -134,20 +135,20 @@ container = { image = "docker-archive:%s/drover-img.tar", runtime = "podman" }`,
 				return len(left) == 0, fmt.Sprintf("left: %v", left)
 			})
 		}
-		waitNoJobProcs(t, j.Name, 10*time.Second)
+		kit.WaitNoJobProcs(t, j.Name, 10*time.Second)
 	}
 	noContainers()
 
 	// drover stop of a detached run, from another directory: the same,
 	// through the run's supervisor and the agents.
-	startDetachedRun(t, j)
+	kit.StartDetachedRun(t, j)
 	for i := range containerHosts {
 		testenv.Wait(t, 60*time.Second, "the detached run's containers on "+fleet.Hosts[i].Name, func() (bool, string) {
 			got := containersOn(t, i, wd)
 			return len(got) == containerProcs, fmt.Sprintf("containers: %v", got)
 		})
 	}
-	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
 	noContainers()
 }
@@ -211,14 +212,14 @@ printf '[engine]\nruntime = "runc"\n' > $2/.config/containers/containers.conf
 cp $3 $2/drover-img.tar
 chown -R $1:$1 $2/.config $2/drover-img.tar
 `
-	out, err := fleet.ExecInLogins(i, "sh", "-c", script, "sh", uid, hostHome, img)
+	out, err := fleet.ExecInLogins(i, "sh", "-c", script, "sh", uid, kit.HostHome, img)
 	require.NoError(t, err, "prepare podman on %s: %s", fleet.Hosts[i].Name, out)
 }
 
 // podmanOn runs the login user's podman on fleet host i.
 func podmanOn(i int, args ...string) ([]byte, error) {
 	uid := strings.TrimSpace(string(must(exec.Command("id", "-u", fleettest.User).Output())))
-	return fleet.ExecInLogins(i, append([]string{"runuser", "-u", fleettest.User, "--", "env", "HOME=" + hostHome, "XDG_RUNTIME_DIR=/run/user/" + uid, "podman"}, args...)...)
+	return fleet.ExecInLogins(i, append([]string{"runuser", "-u", fleettest.User, "--", "env", "HOME=" + kit.HostHome, "XDG_RUNTIME_DIR=/run/user/" + uid, "podman"}, args...)...)
 }
 
 // containersOn are the names of the containers, running or not, that

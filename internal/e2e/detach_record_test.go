@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/agent"
@@ -29,10 +30,10 @@ import (
 // digests, taken from the copy the supervisor keeps on the hosts.
 func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: checkpointingScript, Hosts: 2, Job: "max_restarts = 3\ncheckpoint_dir = \"ckpt\"\ncheckpoint_copies = 2"})
-	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "running", func(st runview.RunStatus) bool { return running(st) == 2 })
-	shared := path.Join(hostHome, j.Workdir, agent.RunDir(st.RunID), "checkpoints.json")
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.CheckpointingScript, Hosts: 2, Job: "max_restarts = 3\ncheckpoint_dir = \"ckpt\"\ncheckpoint_copies = 2"})
+	sup := kit.StartDetachedRun(t, j)
+	st := kit.WaitStatus(t, j, 30*time.Second, "running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
+	shared := path.Join(kit.HostHome, j.Workdir, agent.RunDir(st.RunID), "checkpoints.json")
 	local := checkpoint.RecordPath(j.LogRoot, j.Name)
 	// Two checkpoints recorded here and the same record on the host.
 	var before []checkpoint.Entry
@@ -53,13 +54,13 @@ func TestRunDetachedAdoptElsewhereKeepsCheckpointRecord(t *testing.T) {
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 
 	elsewhere := t.TempDir()
-	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", elsewhere)
-	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
-	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+	d := kit.StartDroverWrapped(t, j, []string{kit.Setsid(t)}, "run", "-d", j.Path, "--log-dir", elsewhere)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.Stdout.String()); m != nil {
 		sup2, _ := strconv.Atoi(m[1])
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
-	st2 := waitStatus(t, j, 30*time.Second, "a live supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
+	st2 := kit.WaitStatus(t, j, 30*time.Second, "a live supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, st.RunID, st2.RunID)
 	assert.Equal(t, 1, st2.Attempt, "adopted, not restarted")
 

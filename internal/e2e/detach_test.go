@@ -5,11 +5,8 @@ package e2e
 // the run.
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -20,152 +17,30 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/runview"
 )
-
-// numberedScript prints a numbered line every 0.2 s, forever.
-const numberedScript = `
-i=0
-while true; do
-  echo "n=$i rank=$RANK restart=$DROVER_RESTART_COUNT pid=$$"
-  i=$((i+1))
-  sleep 0.2
-done
-`
-
-// checkpointingScript is numberedScript that resumes its count from
-// DROVER_RESUME_FROM and, on rank 0, checkpoints the count every 20 lines.
-const checkpointingScript = `
-i=0
-if [ -n "$DROVER_RESUME_FROM" ]; then i=$(cat "$DROVER_RESUME_FROM"); fi
-mkdir -p "$DROVER_CHECKPOINT_DIR"
-while true; do
-  echo "n=$i rank=$RANK restart=$DROVER_RESTART_COUNT pid=$$"
-  i=$((i+1))
-  if [ "$RANK" = 0 ] && [ $((i % 20)) = 0 ]; then
-    echo $i > "$DROVER_CHECKPOINT_DIR/.tmp" && mv "$DROVER_CHECKPOINT_DIR/.tmp" "$DROVER_CHECKPOINT_DIR/step-$(printf %06d $i)"
-  fi
-  sleep 0.2
-done
-`
-
-// droverIn runs one drover command to its end in dir, with the job's own
-// HOME as startDrover gives it, and returns its output and status.
-func droverIn(t *testing.T, j *fleetJob, dir string, within time.Duration, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	cmd := exec.Command(droverBinary(t), args...)
-	cmd.Dir = dir
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "HOME="+filepath.Join(j.Dir, "home"))
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatalf("drover %v: %v", args, err)
-		}
-		assertNoRace(t, errb.String())
-		return out.String(), errb.String(), cmd.ProcessState.ExitCode()
-	case <-time.After(within):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("drover %v still running after %s\nstdout:\n%s\nstderr:\n%s", args, within, out.String(), errb.String())
-		return "", "", -1
-	}
-}
-
-// status is `drover status JOB --json` from a directory of its own.
-func status(t *testing.T, j *fleetJob) runview.RunStatus {
-	t.Helper()
-	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path, "--json")
-	if code != 0 {
-		out, err := fleet.Exec(0, "sh", "-c", "ls -la "+hostHome+"/"+j.Workdir+"/.drover/runs/*/; cat "+hostHome+"/"+j.Workdir+"/.drover/runs/*/run.json")
-		t.Logf("host 0: %s %v", out, err)
-	}
-	require.Equal(t, 0, code, "drover status: %s", errs)
-	var st runview.RunStatus
-	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
-	return st
-}
-
-// waitStatus polls status until ok holds, failing after within.
-func waitStatus(t *testing.T, j *fleetJob, within time.Duration, what string, ok func(st runview.RunStatus) bool) runview.RunStatus {
-	t.Helper()
-	var st runview.RunStatus
-	testenv.Wait(t, within, "status to show "+what, func() (bool, string) {
-		st = status(t, j)
-		return ok(st), fmt.Sprintf("%+v", st)
-	})
-	return st
-}
-
-// running counts st's processes in state running.
-func running(st runview.RunStatus) int {
-	n := 0
-	for _, p := range st.Processes {
-		if p.State == agent.ProcRunning {
-			n++
-		}
-	}
-	return n
-}
-
-// startDetachedRun starts `drover run -d` in a session of its own (setsid),
-// checks that it returns 0 with the run id, kills that whole session, and
-// returns the background supervisor's pid (killed at cleanup).
-func startDetachedRun(t *testing.T, j *fleetJob) int {
-	t.Helper()
-	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
-	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
-	assert.Regexp(t, `run \S+ started in the background`, d.stdout.String())
-	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String())
-	require.NotNil(t, m, d.stdout.String())
-	sup, _ := strconv.Atoi(m[1])
-	testenv.SignalAtCleanup(t, sup, syscall.SIGKILL, false)
-	// The session that started it is gone entirely.
-	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-	sid, err := unix.Getsid(sup)
-	require.NoError(t, err, "the background supervisor died with the session that started it")
-	assert.NotEqual(t, d.cmd.Process.Pid, sid, "the supervisor has a session of its own")
-	return sup
-}
-
-func testenvSetsid(t *testing.T) string {
-	t.Helper()
-	return testenv.LookPath(t, "setsid")
-}
 
 // Done-when 1, 2, 3 and 5: a detached run survives the session that
 // started it, restarts a killed rank with nobody attached, shows one
 // rank's lines, and stops from another directory.
 func TestRunDetachedStatusLogsStop(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: checkpointingScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3\ncheckpoint_dir = \"ckpt\""})
-	sup := startDetachedRun(t, j)
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.CheckpointingScript, Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3\ncheckpoint_dir = \"ckpt\""})
+	sup := kit.StartDetachedRun(t, j)
 
-	st := waitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
+	st := kit.WaitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return kit.Running(st) == 6 })
 	assert.Equal(t, agent.RunRunning, st.State)
 	assert.Equal(t, 1, st.Attempt)
 	assert.Equal(t, 0, st.Restarts)
 	assert.True(t, st.Supervisor.Alive, "supervisor: %+v", st.Supervisor)
 	assert.Equal(t, sup, st.Supervisor.PID)
 	require.Len(t, st.Processes, 6)
-	assertPs(t, j, st.RunID)
+	kit.AssertPs(t, j, st.RunID)
 
 	// SIGKILL rank 3 with nobody attached: the background supervisor
 	// restarts the group.
@@ -176,30 +51,30 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 		}
 	}
 	require.NotZero(t, victim)
-	ckpt := waitStatus(t, j, 30*time.Second, "a checkpoint", func(st runview.RunStatus) bool { return st.Checkpoint != "" }).Checkpoint
+	ckpt := kit.WaitStatus(t, j, 30*time.Second, "a checkpoint", func(st runview.RunStatus) bool { return st.Checkpoint != "" }).Checkpoint
 	// drover attach shows the live lines and the restart; Ctrl-C only
 	// detaches it.
-	att := startDroverArgs(t, j, "attach", j.Path)
-	att.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=0 `), 30*time.Second)
+	att := kit.StartDroverArgs(t, j, "attach", j.Path)
+	att.WaitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=0 `), 30*time.Second)
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
-	st = waitStatus(t, j, 30*time.Second, "restarts 1 and 6 running", func(st runview.RunStatus) bool {
-		return st.Restarts == 1 && st.State == agent.RunRunning && running(st) == 6
+	st = kit.WaitStatus(t, j, 30*time.Second, "restarts 1 and 6 running", func(st runview.RunStatus) bool {
+		return st.Restarts == 1 && st.State == agent.RunRunning && kit.Running(st) == 6
 	})
 	assert.Equal(t, 2, st.Attempt)
-	att.waitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=1 `), 30*time.Second)
-	att.signal(t, syscall.SIGINT)
-	require.Equal(t, 0, att.wait(t, 10*time.Second))
-	assert.Contains(t, att.stderr.String(), "re-attach: drover attach")
-	assert.Regexp(t, `run \S+: (restarting|running), attempt 2`, att.stderr.String())
-	follow := startDroverArgs(t, j, "logs", j.Path, "--follow", "--rank", "0")
+	att.WaitOutput(t, regexp.MustCompile(`(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=1 `), 30*time.Second)
+	att.Signal(t, syscall.SIGINT)
+	require.Equal(t, 0, att.Wait(t, 10*time.Second))
+	assert.Contains(t, att.Stderr.String(), "re-attach: drover attach")
+	assert.Regexp(t, `run \S+: (restarting|running), attempt 2`, att.Stderr.String())
+	follow := kit.StartDroverArgs(t, j, "logs", j.Path, "--follow", "--rank", "0")
 
 	// Rank 3's lines, and no other rank's.
-	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "3")
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "3")
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `(?m)^\[worker-3@\S+\] n=\d+ rank=3 restart=1 `, out)
 	assert.NotRegexp(t, `rank=[^3]`, out)
 	// Restarted from the newest checkpoint: rank 0 counts on from it.
-	out, errs, code = droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+	out, errs, code = kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
 	require.Equal(t, 0, code, errs)
 	ns := numbers(t, out, 0)
 	require.NotEmpty(t, ns)
@@ -208,53 +83,53 @@ func TestRunDetachedStatusLogsStop(t *testing.T) {
 	assert.GreaterOrEqual(t, ns[0], 20)
 
 	// drover stop from another directory, with no runs/ there.
-	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
-	waitNoJobProcs(t, j.Name, 5*time.Second)
-	st = status(t, j)
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
+	st = kit.Status(t, j)
 	assert.Equal(t, agent.RunStopped, st.State)
-	assert.Equal(t, 0, running(st))
+	assert.Equal(t, 0, kit.Running(st))
 	// logs --follow ends with the run, its last lines printed.
-	require.Equal(t, 0, follow.wait(t, 30*time.Second))
-	assert.Regexp(t, `(?m)^\[worker-0@\S+\] n=\d+ rank=0 restart=1 `, follow.stdout.String())
+	require.Equal(t, 0, follow.Wait(t, 30*time.Second))
+	assert.Regexp(t, `(?m)^\[worker-0@\S+\] n=\d+ rank=0 restart=1 `, follow.Stdout.String())
 }
 
 // With the supervisor SIGKILLed the group runs on, unsupervised, and
 // drover stop stops it through the agents.
 func TestRunDetachedSupervisorGone(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
-	sup := startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.NumberedScript, Hosts: 2})
+	sup := kit.StartDetachedRun(t, j)
+	kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 
-	st := waitStatus(t, j, 30*time.Second, "unsupervised", func(st runview.RunStatus) bool { return st.State == agent.RunUnsupervised })
-	assert.Equal(t, 2, running(st))
+	st := kit.WaitStatus(t, j, 30*time.Second, "unsupervised", func(st runview.RunStatus) bool { return st.State == agent.RunUnsupervised })
+	assert.Equal(t, 2, kit.Running(st))
 	assert.False(t, st.Supervisor.Alive)
-	first, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+	first, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
 	require.Equal(t, 0, code, errs)
 	testenv.WaitFor(t, 15*time.Second, "the numbered lines to grow with no supervisor", func() bool {
-		again, _, _ := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+		again, _, _ := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
 		return len(again) > len(first)
 	})
 
-	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "through its agents")
-	waitNoJobProcs(t, j.Name, 5*time.Second)
-	assert.Equal(t, agent.RunStopped, status(t, j).State)
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
+	assert.Equal(t, agent.RunStopped, kit.Status(t, j).State)
 }
 
 // controller_timeout: agents stop the group that long after the last
 // supervisor went.
 func TestRunDetachedControllerTimeout(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: `controller_timeout = "2s"`})
-	sup := startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.NumberedScript, Hosts: 2, Job: `controller_timeout = "2s"`})
+	sup := kit.StartDetachedRun(t, j)
+	kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
-	waitNoJobProcs(t, j.Name, 30*time.Second)
-	st := status(t, j)
+	kit.WaitNoJobProcs(t, j.Name, 30*time.Second)
+	st := kit.Status(t, j)
 	for _, p := range st.Processes {
 		assert.Equal(t, agent.ProcStopped, p.State, "%+v", p)
 	}
@@ -262,13 +137,13 @@ func TestRunDetachedControllerTimeout(t *testing.T) {
 	// The run's record on the hosts is not final (its supervisor died),
 	// but its group is gone: a foreground run's look finds the record,
 	// adopts nothing and starts a group of its own.
-	d := startDrover(t, j)
-	d.waitStderr(t, regexp.MustCompile(`attempt 1/\d+: started 2 process\(es\) on 2 host\(s\)`), 60*time.Second)
-	d.signal(t, syscall.SIGINT)
-	require.Equal(t, exitInterrupted, d.wait(t, 30*time.Second), "stderr:\n%s", d.stderr.String())
-	assert.NotContains(t, d.stderr.String(), "adopting")
-	assert.Contains(t, d.stderr.String(), "the hosts' newest run record is not final, but no process of that run is left: starting a new group")
-	waitNoJobProcs(t, j.Name, 30*time.Second)
+	d := kit.StartDrover(t, j)
+	d.WaitStderr(t, regexp.MustCompile(`attempt 1/\d+: started 2 process\(es\) on 2 host\(s\)`), 60*time.Second)
+	d.Signal(t, syscall.SIGINT)
+	require.Equal(t, kit.ExitInterrupted, d.Wait(t, 30*time.Second), "stderr:\n%s", d.Stderr.String())
+	assert.NotContains(t, d.Stderr.String(), "adopting")
+	assert.Contains(t, d.Stderr.String(), "the hosts' newest run record is not final, but no process of that run is left: starting a new group")
+	kit.WaitNoJobProcs(t, j.Name, 30*time.Second)
 }
 
 // numbers are the n= values of rank's lines in out, in order.
@@ -300,13 +175,13 @@ func assertConsecutive(t *testing.T, ns []int, what string) {
 // the new supervisor makes keeps the run's DROVER_RUN_ID (issue 40, item 5).
 func TestRunDetachedAdopt(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: `echo "id=$DROVER_RUN_ID attempt=$DROVER_ATTEMPT rank=$RANK"` + "\n" + numberedScript,
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: `echo "id=$DROVER_RUN_ID attempt=$DROVER_ATTEMPT rank=$RANK"` + "\n" + kit.NumberedScript,
 		Hosts: 3, Job: "procs_per_host = 2\nmax_restarts = 3"})
-	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
+	sup := kit.StartDetachedRun(t, j)
+	st := kit.WaitStatus(t, j, 30*time.Second, "6 running", func(st runview.RunStatus) bool { return kit.Running(st) == 6 })
 	id := st.RunID
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
-	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
 	require.Equal(t, 0, code, errs)
 	atKill := len(numbers(t, out, 0))
 	// 15 s of lines (one every 0.2 s) with no supervisor.
@@ -315,24 +190,24 @@ func TestRunDetachedAdopt(t *testing.T) {
 		if n >= atKill+75 {
 			return true, ""
 		}
-		out, _, _ = droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
+		out, _, _ = kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0")
 		return false, fmt.Sprintf("%d lines", n)
 	})
 
-	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
-	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
-	assert.Regexp(t, `adopting attempt 1 of run `+id+` \(supervisor \S+ pid `+strconv.Itoa(sup)+` gone since \d\d:\d\d:\d\d\)`, d.stderr.String())
+	d := kit.StartDroverWrapped(t, j, []string{kit.Setsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
+	assert.Regexp(t, `adopting attempt 1 of run `+id+` \(supervisor \S+ pid `+strconv.Itoa(sup)+` gone since \d\d:\d\d:\d\d\)`, d.Stderr.String())
 	sup2 := 0
-	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.Stdout.String()); m != nil {
 		sup2, _ = strconv.Atoi(m[1])
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
-	st = waitStatus(t, j, 30*time.Second, "a live supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
+	st = kit.WaitStatus(t, j, 30*time.Second, "a live supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, id, st.RunID)
 	assert.Equal(t, 1, st.Attempt, "adopted, not restarted")
 	assert.Equal(t, 0, st.Restarts)
 	assert.Equal(t, sup2, st.Supervisor.PID)
-	assert.Equal(t, 6, running(st))
+	assert.Equal(t, 6, kit.Running(st))
 
 	var victim int
 	for _, p := range st.Processes {
@@ -341,25 +216,25 @@ func TestRunDetachedAdopt(t *testing.T) {
 		}
 	}
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
-	waitStatus(t, j, 30*time.Second, "restarted by the new supervisor", func(st runview.RunStatus) bool {
-		return st.Restarts == 1 && st.Attempt == 2 && running(st) == 6
+	kit.WaitStatus(t, j, 30*time.Second, "restarted by the new supervisor", func(st runview.RunStatus) bool {
+		return st.Restarts == 1 && st.Attempt == 2 && kit.Running(st) == 6
 	})
 
-	out, errs, code = droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0", "--attempt", "1")
+	out, errs, code = kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0", "--attempt", "1")
 	require.Equal(t, 0, code, errs)
 	assertConsecutive(t, numbers(t, out, 0), "drover logs --rank 0 --attempt 1")
-	assertConsecutive(t, numbers(t, j.logFile(t, 1, "worker-0"), 0), "local attempt-1/worker-0.log across the adoption")
+	assertConsecutive(t, numbers(t, j.LogFile(t, 1, "worker-0"), 0), "local attempt-1/worker-0.log across the adoption")
 	for n := 1; n <= 2; n++ {
 		want := fmt.Sprintf("id=%s attempt=%d rank=0\n", id, n)
 		testenv.Wait(t, 30*time.Second, "attempt's log to show "+want, func() (bool, string) {
-			out, errs, _ := droverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0", "--attempt", strconv.Itoa(n))
-			return strings.Contains(out, want), errs + tail(out, 300)
+			out, errs, _ := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "logs", j.Path, "--rank", "0", "--attempt", strconv.Itoa(n))
+			return strings.Contains(out, want), errs + kit.Tail(out, 300)
 		})
 	}
 
-	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
-	waitNoJobProcs(t, j.Name, 5*time.Second)
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
 }
 
 // A live supervisor makes a second drover run -d exit 2 naming it; with
@@ -367,18 +242,18 @@ func TestRunDetachedAdopt(t *testing.T) {
 // of it without stopping it.
 func TestRunDetachedSecondSupervisor(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
-	sup := startDetachedRun(t, j)
-	before := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.NumberedScript, Hosts: 2})
+	sup := kit.StartDetachedRun(t, j)
+	before := kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
 
-	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	_, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "run", "-d", j.Path, "--log-dir", j.LogRoot)
 	assert.Equal(t, 2, code, errs)
 	assert.Contains(t, errs, "pid "+strconv.Itoa(sup))
 
-	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", "--force", j.Path, "--log-dir", j.LogRoot)
-	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
-	assert.Contains(t, d.stderr.String(), "adopting attempt 1 of run "+before.RunID)
-	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+	d := kit.StartDroverWrapped(t, j, []string{kit.Setsid(t)}, "run", "-d", "--force", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
+	assert.Contains(t, d.Stderr.String(), "adopting attempt 1 of run "+before.RunID)
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.Stdout.String()); m != nil {
 		sup2, _ := strconv.Atoi(m[1])
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
@@ -391,24 +266,24 @@ func TestRunDetachedSecondSupervisor(t *testing.T) {
 		_, _ = syscall.Wait4(sup, &ws, syscall.WNOHANG, nil)
 		return false
 	})
-	after := waitStatus(t, j, 30*time.Second, "the new supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
+	after := kit.WaitStatus(t, j, 30*time.Second, "the new supervisor", func(st runview.RunStatus) bool { return st.Supervisor.Alive })
 	assert.Equal(t, 1, after.Attempt)
-	require.Equal(t, 2, running(after))
+	require.Equal(t, 2, kit.Running(after))
 	for i := range before.Processes {
 		assert.Equal(t, before.Processes[i].PID, after.Processes[i].PID, "the same processes, not restarted")
 	}
-	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
-	waitNoJobProcs(t, j.Name, 5*time.Second)
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
 }
 
 // channelProcs are the job's processes on the hosts that hang on a
 // supervisor's channel (attach clients), not the detached agents and
 // their groups.
-func channelProcs(t *testing.T, job string) []hostProc {
+func channelProcs(t *testing.T, job string) []kit.HostProc {
 	t.Helper()
-	var out []hostProc
-	for _, p := range jobProcs(t, job) {
+	var out []kit.HostProc
+	for _, p := range kit.JobProcs(t, job) {
 		if strings.Contains(p.Cmdline, " agent attach ") || (strings.Contains(p.Cmdline, " agent run ") && !strings.Contains(p.Cmdline, "--detached-child")) {
 			out = append(out, p)
 		}
@@ -416,83 +291,50 @@ func channelProcs(t *testing.T, job string) []hostProc {
 	return out
 }
 
-// waitFile polls a local file until it matches re.
-func waitFile(t *testing.T, file string, re *regexp.Regexp, within time.Duration) string {
-	t.Helper()
-	var b []byte
-	testenv.Wait(t, within, file+" to match "+re.String(), func() (bool, string) {
-		b, _ = os.ReadFile(file)
-		return re.Match(b), "\n" + string(b)
-	})
-	return string(b)
-}
-
 // Laptop sleep: the background supervisor stopped (SIGSTOP) for longer
 // than the heartbeat loses its channels; woken, it attaches to the same
 // attempt again, and its local log has every line once.
 func TestRunDetachedSupervisorSuspended(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2})
-	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.NumberedScript, Hosts: 2})
+	sup := kit.StartDetachedRun(t, j)
+	st := kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGSTOP))
 	testenv.Wait(t, 30*time.Second, "the attach clients to go with the supervisor stopped", func() (bool, string) {
 		left := channelProcs(t, j.Name)
 		return len(left) == 0, fmt.Sprintf("%v", left)
 	})
 	require.NoError(t, syscall.Kill(sup, syscall.SIGCONT))
-	events := filepath.Join(j.runDir(t), "events.log")
-	waitFile(t, events, regexp.MustCompile(`adopting attempt 1 of run `+st.RunID+` \(re-attaching`), 60*time.Second)
-	after := waitStatus(t, j, 30*time.Second, "supervised again", func(st runview.RunStatus) bool { return st.Supervisor.Alive && running(st) == 2 })
+	events := filepath.Join(j.RunDir(t), "events.log")
+	kit.WaitFile(t, events, regexp.MustCompile(`adopting attempt 1 of run `+st.RunID+` \(re-attaching`), 60*time.Second)
+	after := kit.WaitStatus(t, j, 30*time.Second, "supervised again", func(st runview.RunStatus) bool { return st.Supervisor.Alive && kit.Running(st) == 2 })
 	assert.Equal(t, 1, after.Attempt)
 	assert.Equal(t, 0, after.Restarts)
 	for i := range st.Processes {
 		assert.Equal(t, st.Processes[i].PID, after.Processes[i].PID, "the same processes, not restarted")
 	}
-	local := filepath.Join(j.runDir(t), "attempt-1", "worker-0.log")
+	local := filepath.Join(j.RunDir(t), "attempt-1", "worker-0.log")
 	b, _ := os.ReadFile(local)
 	have := len(numbers(t, string(b), 0))
-	text := waitFile(t, local, regexp.MustCompile(`n=`+strconv.Itoa(have+10)+` rank=0 `), 30*time.Second)
+	text := kit.WaitFile(t, local, regexp.MustCompile(`n=`+strconv.Itoa(have+10)+` rank=0 `), 30*time.Second)
 	assertConsecutive(t, numbers(t, text, 0), "local worker-0.log across the suspension")
 
-	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
-	waitNoJobProcs(t, j.Name, 5*time.Second)
-}
-
-// assertPs checks that drover ps lists run id as this machine's, and
-// drover ps --inventory as live on the job's three hosts.
-func assertPs(t *testing.T, j *fleetJob, id string) {
-	t.Helper()
-	for _, args := range [][]string{{"ps", "--json"}, {"ps", "--json", "--inventory", j.Inventory}} {
-		out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, args...)
-		require.Equal(t, 0, code, "%v: %s", args, errs)
-		var rows []hostio.PsRow
-		require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
-		var found *hostio.PsRow
-		for i := range rows {
-			if rows[i].RunID == id {
-				found = &rows[i]
-			}
-		}
-		require.NotNil(t, found, "%v: %s", args, out)
-		assert.Equal(t, agent.RunRunning, found.State, "%v", args)
-		assert.Equal(t, 1, found.Attempt, "%v", args)
-		assert.Len(t, found.Hosts, 3, "%v", args)
-	}
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
 }
 
 // drover stop --abort kills at once: the processes ignore SIGTERM and
 // stop_grace is longer than the stop is given.
 func TestRunDetachedStopAbort(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: "trap '' TERM\n" + numberedScript, Hosts: 2, Job: `stop_grace = "5m"`})
-	startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
-	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", "--abort", j.Path)
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: "trap '' TERM\n" + kit.NumberedScript, Hosts: 2, Job: `stop_grace = "5m"`})
+	kit.StartDetachedRun(t, j)
+	kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
+	_, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", "--abort", j.Path)
 	require.Equal(t, 0, code, errs)
-	waitNoJobProcs(t, j.Name, 5*time.Second)
-	assert.Equal(t, agent.RunStopped, status(t, j).State)
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
+	assert.Equal(t, agent.RunStopped, kit.Status(t, j).State)
 }
 
 // A process that dies while nobody supervises is handled when a
@@ -500,27 +342,27 @@ func TestRunDetachedStopAbort(t *testing.T) {
 // group.
 func TestRunDetachedDeathWhileUnsupervised(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: numberedScript, Hosts: 2, Job: "max_restarts = 3"})
-	sup := startDetachedRun(t, j)
-	st := waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: kit.NumberedScript, Hosts: 2, Job: "max_restarts = 3"})
+	sup := kit.StartDetachedRun(t, j)
+	st := kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 	require.NoError(t, syscall.Kill(st.Processes[1].PID, syscall.SIGKILL))
-	st = waitStatus(t, j, 30*time.Second, "rank 1 exited, unsupervised", func(st runview.RunStatus) bool {
-		return st.State == agent.RunUnsupervised && running(st) == 1
+	st = kit.WaitStatus(t, j, 30*time.Second, "rank 1 exited, unsupervised", func(st runview.RunStatus) bool {
+		return st.State == agent.RunUnsupervised && kit.Running(st) == 1
 	})
 	assert.Equal(t, 0, st.Restarts, "nobody restarts it while nobody supervises")
 
-	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
-	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
-	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String()); m != nil {
+	d := kit.StartDroverWrapped(t, j, []string{kit.Setsid(t)}, "run", "-d", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
+	if m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.Stdout.String()); m != nil {
 		sup2, _ := strconv.Atoi(m[1])
 		testenv.SignalAtCleanup(t, sup2, syscall.SIGKILL, false)
 	}
-	assert.Contains(t, d.stderr.String(), "adopting attempt 1 of run "+st.RunID)
-	waitStatus(t, j, 60*time.Second, "restarted", func(st runview.RunStatus) bool {
-		return st.Restarts == 1 && st.Attempt == 2 && running(st) == 2 && st.Supervisor.Alive
+	assert.Contains(t, d.Stderr.String(), "adopting attempt 1 of run "+st.RunID)
+	kit.WaitStatus(t, j, 60*time.Second, "restarted", func(st runview.RunStatus) bool {
+		return st.Restarts == 1 && st.Attempt == 2 && kit.Running(st) == 2 && st.Supervisor.Alive
 	})
-	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
-	waitNoJobProcs(t, j.Name, 5*time.Second)
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
 }

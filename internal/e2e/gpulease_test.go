@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,44 +14,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/gpulease"
 )
 
-// privateGPULeases gives fleet host i a GPU lease directory of its own:
-// a fresh root-owned sticky directory bind-mounted over
-// gpulease.DefaultDir in the mount namespace of the host's logins, as a
-// real host has its own /tmp (the fleet's hosts share this machine's).
-// It returns the directory as this machine sees it.
-func privateGPULeases(t *testing.T, i int) string {
-	t.Helper()
-	if err := os.Mkdir(gpulease.DefaultDir, 0o777); err == nil {
-		require.NoError(t, os.Chmod(gpulease.DefaultDir, 0o777|fs.ModeSticky))
-	}
-	dir, err := os.MkdirTemp("", "drover-gpu-leases-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o777|fs.ModeSticky))
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	_, err = fleet.ExecInLogins(i, "mount", "--bind", dir, gpulease.DefaultDir)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		// Lazily: an agent of the test's run may still be exiting with a
-		// lease open, and a mount left behind would point the next
-		// test's hosts at this test's removed directory.
-		if _, err := fleet.ExecInLogins(i, "umount", "--lazy", gpulease.DefaultDir); err != nil {
-			t.Errorf("restore %s: %v", fleet.Hosts[i].Name, err)
-		}
-	})
-	return dir
-}
-
 // gpuJob is a job on the fleet's first three hosts (gpus = "auto", two
 // stand-in GPUs each) named name, whose every process says which GPUs
 // it got and runs until the file release exists.
-func gpuJob(t *testing.T, name, release, more string) *fleetJob {
+func gpuJob(t *testing.T, name, release, more string) *kit.FleetJob {
 	t.Helper()
-	j := newFleetJob(t, jobSpec{Hosts: 3, Job: more, Script: fmt.Sprintf(`echo "start host=$DROVER_HOST gpus=$CUDA_VISIBLE_DEVICES"
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 3, Job: more, Script: fmt.Sprintf(`echo "start host=$DROVER_HOST gpus=$CUDA_VISIBLE_DEVICES"
 while [ ! -e %q ]; do sleep 0.1; done
 `, release)})
 	data, err := os.ReadFile(j.Path)
@@ -74,10 +47,10 @@ var startLine = regexp.MustCompile(`(?m)^\[worker-\d+@(\S+)\] start host=\S+ gpu
 
 // gpusByHost waits for a start line of each of the three hosts and
 // returns the GPUs each got.
-func gpusByHost(t *testing.T, d *droverProc) map[string]string {
+func gpusByHost(t *testing.T, d *kit.DroverProc) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, m := range d.waitLines(t, startLine, 3, 90*time.Second) {
+	for _, m := range d.WaitLines(t, startLine, 3, 90*time.Second) {
 		out[m[1]] = m[2]
 	}
 	require.Len(t, out, 3, "one start per host")
@@ -95,8 +68,8 @@ func TestGPULeases(t *testing.T) {
 	fleettest.Need(t, fleet)
 	leaseDirs := make([]string, 3)
 	for i := range 3 {
-		fakeGPUs(t, i)
-		leaseDirs[i] = privateGPULeases(t, i) // over fakeGPUs' own: this test reads it
+		kit.FakeGPUs(t, i)
+		leaseDirs[i] = kit.PrivateGPULeases(t, i) // over kit.FakeGPUs' own: this test reads it
 	}
 	rel, err := os.MkdirTemp("", "drover-gpu-release-") // the hosts' user must see it
 	require.NoError(t, err)
@@ -105,7 +78,7 @@ func TestGPULeases(t *testing.T) {
 	release := func(name string) string { return filepath.Join(rel, name) }
 	one := "gpus_per_host = 1"
 	a, b := gpuJob(t, "lease-a", release("a"), one), gpuJob(t, "lease-b", release("b"), one)
-	da, db := startDrover(t, a), startDrover(t, b)
+	da, db := kit.StartDrover(t, a), kit.StartDrover(t, b)
 	ga, gb := gpusByHost(t, da), gpusByHost(t, db)
 	for host, g := range ga {
 		assert.Contains(t, []string{"0", "1"}, g, host)
@@ -113,19 +86,19 @@ func TestGPULeases(t *testing.T) {
 	}
 
 	c := gpuJob(t, "lease-c", release("c"), one)
-	dc := startDrover(t, c)
-	require.Equal(t, exitFailed, dc.wait(t, 60*time.Second), dc.stderr.String())
-	stderr := dc.stderr.String()
+	dc := kit.StartDrover(t, c)
+	require.Equal(t, kit.ExitFailed, dc.Wait(t, 60*time.Second), dc.Stderr.String())
+	stderr := dc.Stderr.String()
 	assert.Contains(t, stderr, `job "lease-a"`)
 	assert.Contains(t, stderr, `job "lease-b"`)
 	assert.Contains(t, stderr, "--queue")
-	assert.NotRegexp(t, startLine, dc.stdout.String())
+	assert.NotRegexp(t, startLine, dc.Stdout.String())
 
 	t.Run("another user", func(t *testing.T) { otherUser(t, leaseDirs[0]) })
 
-	probe := startDroverArgs(t, c, "probe", c.Path)
-	require.Equal(t, 0, probe.wait(t, 60*time.Second), probe.stderr.String())
-	out := probe.stdout.String()
+	probe := kit.StartDroverArgs(t, c, "probe", c.Path)
+	require.Equal(t, 0, probe.Wait(t, 60*time.Second), probe.Stderr.String())
+	out := probe.Stdout.String()
 	t.Logf("probe:\n%s", out)
 	for _, h := range fleet.Hosts[:3] {
 		for _, g := range []string{"0", "1"} {
@@ -139,13 +112,13 @@ func TestGPULeases(t *testing.T) {
 
 	// --queue-timeout gives up, naming the holders; Ctrl-C leaves the
 	// queue at once.
-	dt := startDrover(t, c, "--queue", "--queue-timeout", "2s")
-	require.Equal(t, exitFailed, dt.wait(t, 60*time.Second), dt.stderr.String())
-	assert.Regexp(t, `waited --queue-timeout 2s for the GPUs; waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`, dt.stderr.String())
-	di := startDrover(t, c, "--queue")
-	di.waitStderr(t, regexp.MustCompile(`waiting for GPUs on`), 60*time.Second)
-	di.signal(t, syscall.SIGINT)
-	require.Equal(t, exitInterrupted, di.wait(t, 30*time.Second), di.stderr.String())
+	dt := kit.StartDrover(t, c, "--queue", "--queue-timeout", "2s")
+	require.Equal(t, kit.ExitFailed, dt.Wait(t, 60*time.Second), dt.Stderr.String())
+	assert.Regexp(t, `waited --queue-timeout 2s for the GPUs; waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`, dt.Stderr.String())
+	di := kit.StartDrover(t, c, "--queue")
+	di.WaitStderr(t, regexp.MustCompile(`waiting for GPUs on`), 60*time.Second)
+	di.Signal(t, syscall.SIGINT)
+	require.Equal(t, kit.ExitInterrupted, di.Wait(t, 30*time.Second), di.Stderr.String())
 	for i := range 3 {
 		testenv.WaitFor(t, 10*time.Second, "the interrupted run out of the queue", func() bool {
 			ws, err := gpulease.Waiters(leaseDirs[i])
@@ -153,43 +126,43 @@ func TestGPULeases(t *testing.T) {
 		})
 	}
 
-	dq := startDrover(t, c, "--queue")
-	dq.waitStderr(t, regexp.MustCompile(`waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`), 60*time.Second)
-	assert.NotRegexp(t, startLine, dq.stdout.String())
-	ps := startDroverArgs(t, c, "ps", "--inventory", c.Inventory)
-	require.Equal(t, 0, ps.wait(t, 60*time.Second), ps.stderr.String())
-	t.Logf("ps --inventory:\n%s", ps.stdout.String())
+	dq := kit.StartDrover(t, c, "--queue")
+	dq.WaitStderr(t, regexp.MustCompile(`waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`), 60*time.Second)
+	assert.NotRegexp(t, startLine, dq.Stdout.String())
+	ps := kit.StartDroverArgs(t, c, "ps", "--inventory", c.Inventory)
+	require.Equal(t, 0, ps.Wait(t, 60*time.Second), ps.Stderr.String())
+	t.Logf("ps --inventory:\n%s", ps.Stdout.String())
 	for _, h := range fleet.Hosts[:3] {
 		for _, row := range []string{`(0|1)\s+lease-a\s+`, `(0|1)\s+lease-b\s+`, `waiting\s+lease-c\s+`} {
-			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+row+fleettest.User+`\s`, ps.stdout.String())
+			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+row+fleettest.User+`\s`, ps.Stdout.String())
 		}
 	}
 	require.NoError(t, os.WriteFile(release("a"), nil, 0o644))
-	require.Equal(t, 0, da.wait(t, 60*time.Second), da.stderr.String())
+	require.Equal(t, 0, da.Wait(t, 60*time.Second), da.Stderr.String())
 	gc := gpusByHost(t, dq)
 	assert.Equal(t, ga, gc, "the queued run got the GPUs the ended run gave back")
 	require.NoError(t, os.WriteFile(release("c"), nil, 0o644))
-	require.Equal(t, 0, dq.wait(t, 60*time.Second), dq.stderr.String())
+	require.Equal(t, 0, dq.Wait(t, 60*time.Second), dq.Stderr.String())
 
 	// b's holders on every host SIGKILLed, then its controller: its
 	// leases stay behind, their locks gone. The next run reclaims them.
-	for _, p := range jobProcs(t, b.Name, 0, 1, 2) {
+	for _, p := range kit.JobProcs(t, b.Name, 0, 1, 2) {
 		syscall.Kill(p.Pid, syscall.SIGKILL) // an agent's command may die with it first
 	}
-	require.NoError(t, db.cmd.Process.Kill())
-	db.wait(t, 30*time.Second)
+	require.NoError(t, db.Cmd.Process.Kill())
+	db.Wait(t, 30*time.Second)
 	left, err := filepath.Glob(filepath.Join(leaseDirs[0], "*.lease"))
 	require.NoError(t, err)
 	assert.NotEmpty(t, left, "the SIGKILLed run's lease files are left behind")
 	all := gpuJob(t, "lease-all", release("all"), "gpus_per_host = 2")
-	dall := startDrover(t, all)
+	dall := kit.StartDrover(t, all)
 	for host, g := range gpusByHost(t, dall) {
 		assert.Equal(t, "0,1", g, host)
 	}
 	// A SIGKILLed controller: its agents stop the group, and the leases
 	// die with the last of them (the files stay until the next take).
-	require.NoError(t, dall.cmd.Process.Kill())
-	dall.wait(t, 30*time.Second)
+	require.NoError(t, dall.Cmd.Process.Kill())
+	dall.Wait(t, 30*time.Second)
 	for i := range 3 {
 		testenv.WaitFor(t, 30*time.Second, "no live lease left on host", func() bool {
 			live, err := gpulease.List(leaseDirs[i]) // as root: removes nothing of drovertest's
@@ -233,7 +206,7 @@ func otherUser(t *testing.T, dir string) {
 	t.Cleanup(func() { os.RemoveAll(binDir) })
 	require.NoError(t, os.Chmod(binDir, 0o755))
 	bin := filepath.Join(binDir, "drover")
-	data, err := os.ReadFile(droverBinary(t))
+	data, err := os.ReadFile(kit.DroverBinary(t))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(bin, data, 0o755))
 	out, err = fleet.ExecInLogins(0, "runuser", "-u", user, "--", "sh", "-c",

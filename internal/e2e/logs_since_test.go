@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/runview"
@@ -30,11 +31,11 @@ exec sleep 600
 // is gone is printed whole, which one line says.
 func TestLogsSince(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: batchesScript, Hosts: 2})
-	startDetachedRun(t, j)
-	waitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return running(st) == 2 })
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: batchesScript, Hosts: 2})
+	kit.StartDetachedRun(t, j)
+	kit.WaitStatus(t, j, 30*time.Second, "2 running", func(st runview.RunStatus) bool { return kit.Running(st) == 2 })
 	logs := func(args ...string) (string, string) {
-		out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, append([]string{"logs", j.Path}, args...)...)
+		out, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, append([]string{"logs", j.Path}, args...)...)
 		require.Equal(t, 0, code, errs)
 		return out, errs
 	}
@@ -57,7 +58,7 @@ func TestLogsSince(t *testing.T) {
 		return false, "--since " + cut + " printed:\n" + out
 	})
 	for i := range 2 {
-		_, err := fleet.Exec(i, "touch", path.Join(hostHome, j.Workdir, "go"))
+		_, err := fleet.Exec(i, "touch", path.Join(kit.HostHome, j.Workdir, "go"))
 		require.NoError(t, err)
 	}
 	secondDone := regexp.MustCompile(`second=3 rank=0\n(?s:.*)second=3 rank=1\n|second=3 rank=1\n(?s:.*)second=3 rank=0\n`)
@@ -70,12 +71,12 @@ func TestLogsSince(t *testing.T) {
 	assert.Regexp(t, `(?m)^\[worker-0@\S+\] second=1 rank=0$`, out)
 
 	// attach --since: the same cut, then live.
-	att := startDroverArgs(t, j, "attach", j.Path, "--since", cut)
-	att.waitOutput(t, regexp.MustCompile(`second=3 rank=1\n`), 30*time.Second)
-	att.waitOutput(t, regexp.MustCompile(`second=3 rank=0\n`), 30*time.Second)
-	att.signal(t, syscall.SIGINT)
-	require.Equal(t, 0, att.wait(t, 10*time.Second))
-	assert.NotContains(t, att.stdout.String(), "first=")
+	att := kit.StartDroverArgs(t, j, "attach", j.Path, "--since", cut)
+	att.WaitOutput(t, regexp.MustCompile(`second=3 rank=1\n`), 30*time.Second)
+	att.WaitOutput(t, regexp.MustCompile(`second=3 rank=0\n`), 30*time.Second)
+	att.Signal(t, syscall.SIGINT)
+	require.Equal(t, 0, att.Wait(t, 10*time.Second))
+	assert.NotContains(t, att.Stdout.String(), "first=")
 
 	// A duration back to before the run: both batches, once each.
 	all, errs := logs("--since", "1h")
@@ -84,8 +85,8 @@ func TestLogsSince(t *testing.T) {
 	assert.Empty(t, errs)
 
 	// No time index (an older agent wrote the log): the whole log, said.
-	st := status(t, j)
-	_, err := fleet.Exec(0, "sh", "-c", "rm "+path.Join(hostHome, j.Workdir, ".drover/runs", st.RunID, "attempt-1", "*.times"))
+	st := kit.Status(t, j)
+	_, err := fleet.Exec(0, "sh", "-c", "rm "+path.Join(kit.HostHome, j.Workdir, ".drover/runs", st.RunID, "attempt-1", "*.times"))
 	require.NoError(t, err)
 	out, errs = logs("--since", cut, "--rank", "0")
 	assert.Contains(t, out, "first=1 rank=0")
@@ -93,9 +94,9 @@ func TestLogsSince(t *testing.T) {
 	assert.Regexp(t, `(?m)^drover: --since: 1 log\(s\) have no time index .*: printing them from the start$`, errs)
 	assert.Equal(t, 1, strings.Count(errs, "\n"), errs)
 
-	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
-	waitNoJobProcs(t, j.Name, 5*time.Second)
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
 }
 
 // --since takes a Go duration or an RFC3339 time, and nothing else.

@@ -5,7 +5,6 @@ package e2e
 // one that tells.
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 )
@@ -54,19 +53,19 @@ func TestRunDetachedNotifies(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer srv.Close()
-	j := newFleetJob(t, jobSpec{Script: notifyScript, Hosts: 2, Job: fmt.Sprintf(`max_restarts = 3
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: notifyScript, Hosts: 2, Job: fmt.Sprintf(`max_restarts = 3
 hang_timeout = "3s"
 on_event = ["./on-event.sh", "arg"]
 webhook = %q
 webhook_format = "slack"`, srv.URL+"/services/T0/B0/x")})
 	// Relative to the job file, wherever the supervisor runs.
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "on-event.sh"), []byte("#!/bin/sh\ncat >> events.jsonl\n"), 0o755))
-	startDetachedRun(t, j)
+	kit.StartDetachedRun(t, j)
 
 	file := filepath.Join(j.Dir, "events.jsonl")
 	var events []map[string]any
 	testenv.Wait(t, 120*time.Second, "on_event to receive finished", func() (bool, string) {
-		events = readEvents(t, file)
+		events = kit.ReadEvents(t, file)
 		for _, e := range events {
 			if e["event"] == "finished" {
 				return true, ""
@@ -121,28 +120,7 @@ webhook_format = "slack"`, srv.URL+"/services/T0/B0/x")})
 	// Every process printed the run's id, in each of the three attempts.
 	for n := 1; n <= 3; n++ {
 		for r := range 2 {
-			assert.Contains(t, j.logFile(t, n, fmt.Sprintf("worker-%d", r)), fmt.Sprintf("id=%s attempt=%d rank=%d\n", id, n, r))
+			assert.Contains(t, j.LogFile(t, n, fmt.Sprintf("worker-%d", r)), fmt.Sprintf("id=%s attempt=%d rank=%d\n", id, n, r))
 		}
 	}
-}
-
-// readEvents reads on_event's file: one JSON object a line.
-func readEvents(t *testing.T, file string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "%q is not one JSON object", sc.Text())
-		out = append(out, m)
-	}
-	return out
 }

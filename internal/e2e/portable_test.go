@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -23,7 +24,7 @@ var (
 // binary, where `make build` puts it and where drover looks.
 func armAgentBesideDrover(t *testing.T) {
 	t.Helper()
-	bin := droverBinary(t)
+	bin := kit.DroverBinary(t)
 	armOnce.Do(func() { _, armErr = fleettest.BuildAgent(filepath.Dir(bin), "arm64") })
 	require.NoError(t, armErr)
 }
@@ -50,16 +51,16 @@ func TestRunHostCannotRunItsAgent(t *testing.T) {
 		assert.NoError(t, err)
 	}()
 
-	j := newFleetJob(t, jobSpec{Hosts: 2, Script: "echo should not run\n", Job: "max_restarts = 3"})
-	d := startDrover(t, j)
-	assert.Equal(t, 1, d.wait(t, 2*time.Minute))
-	stderr := d.stderr.String()
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Script: "echo should not run\n", Job: "max_restarts = 3"})
+	d := kit.StartDrover(t, j)
+	assert.Equal(t, 1, d.Wait(t, 2*time.Minute))
+	stderr := d.Stderr.String()
 	t.Logf("drover stderr:\n%s", stderr)
 	h1 := fleet.Hosts[1]
 	assert.Contains(t, stderr, "install drover agent on "+h1.Name+" ("+h1.Addr+"): the drover agent for linux/arm64 ("+
-		filepath.Join(filepath.Dir(droverBinary(t)), "drover-agent-linux-arm64")+") does not run on "+h1.Name)
+		filepath.Join(filepath.Dir(kit.DroverBinary(t)), "drover-agent-linux-arm64")+") does not run on "+h1.Name)
 	assert.Contains(t, stderr, "Exec format error")
 	assert.NotContains(t, stderr, "started", "nothing was started")
-	assert.NotContains(t, d.stdout.String(), "should not run")
+	assert.NotContains(t, d.Stdout.String(), "should not run")
 	assert.NotContains(t, stderr, "attempt 2/", "a setup failure is not retried")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 )
 
@@ -26,7 +27,7 @@ import (
 // not pushed at all.
 func TestRunLogBesideCode(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Hosts: 2,
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2,
 		Script: `i=0; while [ $i -lt 20 ]; do echo "rank=$RANK line $i"; i=$((i+1)); sleep 0.02; done`})
 	code := filepath.Join(j.Dir, "code")
 	text, err := os.ReadFile(j.Path)
@@ -38,11 +39,11 @@ func TestRunLogBesideCode(t *testing.T) {
 	tee := `set -o pipefail; cd "$1" && { (while :; do echo "tick $(date +%s%N)"; sleep 0.005; done) & tick=$!; "$2" run job.toml; rc=$?; kill $tick; exit $rc; } 2>&1 | tee run.log`
 	warned := regexp.MustCompile(`warning: .*run\.log.*`)
 	for i := range 5 {
-		d := startDroverWrapped(t, j, []string{"bash", "-c", tee, "bash", code})
-		rc := d.wait(t, 90*time.Second)
-		out := d.stdout.String()
-		require.Equal(t, 0, rc, "run %d of 5:\n%s", i+1, tail(out, 3000))
-		assert.LessOrEqual(t, countLines(out, warned), 1, "run %d: one warning naming run.log at most:\n%s", i+1, out)
+		d := kit.StartDroverWrapped(t, j, []string{"bash", "-c", tee, "bash", code})
+		rc := d.Wait(t, 90*time.Second)
+		out := d.Stdout.String()
+		require.Equal(t, 0, rc, "run %d of 5:\n%s", i+1, kit.Tail(out, 3000))
+		assert.LessOrEqual(t, kit.CountLines(out, warned), 1, "run %d: one warning naming run.log at most:\n%s", i+1, out)
 		if m := warned.FindString(out); m != "" {
 			assert.Contains(t, m, "exclude", "the warning says the fix")
 			assert.Contains(t, m, ".droverignore")
@@ -52,17 +53,17 @@ func TestRunLogBesideCode(t *testing.T) {
 		assert.Contains(t, string(log), "rank=1 line 19", "run %d: the job's lines are in the log", i+1)
 	}
 	for h := range 2 {
-		_, err := fleet.Exec(h, "test", "!", "-e", path.Join(hostHome, j.Workdir, "runs"))
+		_, err := fleet.Exec(h, "test", "!", "-e", path.Join(kit.HostHome, j.Workdir, "runs"))
 		assert.NoError(t, err, "runs/ was pushed to %s", fleet.Hosts[h].Name)
 	}
 
 	own := `cd "$1" && exec "$2" run job.toml >out.log 2>&1`
-	d := startDroverWrapped(t, j, []string{"bash", "-c", own, "bash", code})
-	rc := d.wait(t, 90*time.Second)
+	d := kit.StartDroverWrapped(t, j, []string{"bash", "-c", own, "bash", code})
+	rc := d.Wait(t, 90*time.Second)
 	out, _ := os.ReadFile(filepath.Join(code, "out.log"))
 	require.Equal(t, 0, rc, "drover run > out.log:\n%s", out)
 	for h := range 2 {
-		_, err := fleet.Exec(h, "test", "!", "-e", path.Join(hostHome, j.Workdir, "out.log"))
+		_, err := fleet.Exec(h, "test", "!", "-e", path.Join(kit.HostHome, j.Workdir, "out.log"))
 		assert.NoError(t, err, "drover's own output out.log was pushed to %s", fleet.Hosts[h].Name)
 	}
 }

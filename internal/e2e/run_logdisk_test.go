@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 )
@@ -28,7 +29,7 @@ func TestRunFullLogDisk(t *testing.T) {
 	fleettest.Need(t, fleet)
 	testenv.LookPath(t, "unshare") // util-linux
 	const n = 3000                 // 3000 lines of about 100 bytes: far more than the disk holds
-	j := newFleetJob(t, jobSpec{Hosts: 2, Script: fmt.Sprintf(`
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Script: fmt.Sprintf(`
 i=0
 while [ $i -lt %d ]; do
 	echo "line $RANK $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
@@ -39,25 +40,25 @@ sleep 1000
 `, n)})
 	require.NoError(t, os.MkdirAll(j.LogRoot, 0o755))
 	mount := `mount -t tmpfs -o size=64k drover-test-full "$0" && { cat /dev/zero > "$0/fill" 2>/dev/null; true; } && exec "$@"`
-	d := startDroverWrapped(t, j, []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mount, j.LogRoot},
+	d := kit.StartDroverWrapped(t, j, []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mount, j.LogRoot},
 		"run", j.Path, "--log-dir", j.LogRoot)
 
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@\S+\] printed everything rank=\d$`), 2, 60*time.Second)
+	d.WaitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@\S+\] printed everything rank=\d$`), 2, 60*time.Second)
 	for i := range 2 {
 		prefix := fmt.Sprintf("[worker-%d@%s] line %d ", i, fleet.Hosts[i].Name, i)
-		assert.Equal(t, n, strings.Count(d.stdout.String(), prefix), "every line of worker-%d reached the terminal", i)
-		log, err := hostFile(t, i, path.Join(j.Workdir, ".drover/logs/attempt-1", fmt.Sprintf("worker-%d.log", i)))
+		assert.Equal(t, n, strings.Count(d.Stdout.String(), prefix), "every line of worker-%d reached the terminal", i)
+		log, err := kit.HostFile(t, i, path.Join(j.Workdir, ".drover/logs/attempt-1", fmt.Sprintf("worker-%d.log", i)))
 		require.NoError(t, err)
 		assert.Equal(t, n, strings.Count(log, fmt.Sprintf("line %d ", i)), "the host's own log of worker-%d is whole", i)
 	}
-	stderr := d.stderr.String()
+	stderr := d.Stderr.String()
 	assert.Equal(t, 1, strings.Count(stderr, "WARNING: cannot write the local logs"), "said once:\n%s", stderr)
 	assert.Regexp(t, `WARNING: cannot write the local logs \(write `+regexp.QuoteMeta(j.LogRoot)+`/\S+/attempt-1/worker-\d\.log: no space left on device\)\. The log files under `+regexp.QuoteMeta(j.LogRoot)+`/[^/\s]+ are incomplete from here on; output still streams to this terminal, and every host keeps the whole log in <workdir>/\.drover/logs/attempt-<n>/`, stderr)
 
-	d.signal(t, syscall.SIGINT)
-	require.Equal(t, exitInterrupted, d.wait(t, 2*time.Second+10*time.Second))
-	assert.NotContains(t, d.stderr.String(), "killing", "the processes stopped within the grace period")
-	waitNoJobProcs(t, j.Name, 5*time.Second)
+	d.Signal(t, syscall.SIGINT)
+	require.Equal(t, kit.ExitInterrupted, d.Wait(t, 2*time.Second+10*time.Second))
+	assert.NotContains(t, d.Stderr.String(), "killing", "the processes stopped within the grace period")
+	kit.WaitNoJobProcs(t, j.Name, 5*time.Second)
 	entries, err := os.ReadDir(j.LogRoot)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "the full disk was drover's own: nothing of it is left outside")
@@ -72,7 +73,7 @@ func TestRunFullLogDiskAtRestart(t *testing.T) {
 	fleettest.Need(t, fleet)
 	testenv.LookPath(t, "unshare")   // util-linux
 	testenv.LookPath(t, "mkfs.ext4") // e2fsprogs
-	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT"
 if [ "$DROVER_RESTART_COUNT" = 0 ]; then
 	sleep 3
@@ -98,15 +99,15 @@ echo "done rank=$RANK"
 ) </dev/null >/dev/null 2>&1 &
 shift
 exec "$@"`
-	d := startDroverWrapped(t, j, []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mount, j.LogRoot, img},
+	d := kit.StartDroverWrapped(t, j, []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mount, j.LogRoot, img},
 		"run", j.Path, "--log-dir", j.LogRoot)
-	require.Equal(t, 0, d.wait(t, 90*time.Second), d.stderr.String())
-	stderr := d.stderr.String()
+	require.Equal(t, 0, d.Wait(t, 90*time.Second), d.Stderr.String())
+	stderr := d.Stderr.String()
 	assert.Contains(t, stderr, "attempt 2/2: job "+j.Name+" succeeded")
 	assert.NotContains(t, stderr, "could not be set up")
 	assert.Equal(t, 1, strings.Count(stderr, "WARNING: cannot write the local logs"), stderr)
 	assert.Regexp(t, `WARNING: cannot write the local logs \((mkdir|open|write) `+regexp.QuoteMeta(j.LogRoot)+`/[^/\s]+/attempt-\d\S*: no space left on device\)\. The log files under `+regexp.QuoteMeta(j.LogRoot)+`/[^/\s]+ are incomplete`, stderr)
 	for i := range 2 {
-		assert.Contains(t, d.stdout.String(), fmt.Sprintf("[worker-%d@%s] done rank=%d\n", i, fleet.Hosts[i].Name, i))
+		assert.Contains(t, d.Stdout.String(), fmt.Sprintf("[worker-%d@%s] done rank=%d\n", i, fleet.Hosts[i].Name, i))
 	}
 }

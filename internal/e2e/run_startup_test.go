@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 )
@@ -30,7 +31,7 @@ import (
 // whole group restarted.
 func TestRunCleanExitChannelLost(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Hosts: 2, Script: `
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Script: `
 echo "start rank=$RANK restart=$DROVER_RESTART_COUNT"
 if [ "$RANK" = 1 ] && [ "$DROVER_RESTART_COUNT" = 0 ]; then
 	p=$$
@@ -43,19 +44,19 @@ if [ "$RANK" = 1 ] && [ "$DROVER_RESTART_COUNT" = 0 ]; then
 fi
 exit 0
 `, Job: "max_restarts = 2"})
-	d := startDrover(t, j)
+	d := kit.StartDrover(t, j)
 	var sshd int
 	testenv.Wait(t, 60*time.Second, "worker-1 to stop its sshd", func() (bool, string) {
-		out, err := hostFile(t, 1, j.Workdir+"/sshd-stopped")
+		out, err := kit.HostFile(t, 1, j.Workdir+"/sshd-stopped")
 		sshd, _ = strconv.Atoi(strings.TrimSpace(out))
 		return err == nil && sshd > 0, fmt.Sprintf("%q %v", out, err)
 	})
 	t.Cleanup(func() { _ = syscall.Kill(sshd, syscall.SIGKILL) })
-	waitNoJobProcs(t, j.Name, 30*time.Second, 1)
+	kit.WaitNoJobProcs(t, j.Name, 30*time.Second, 1)
 	require.NoError(t, syscall.Kill(sshd, syscall.SIGKILL))
 
-	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
-	stderr := d.stderr.String()
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
+	stderr := d.Stderr.String()
 	assert.Contains(t, stderr, "attempt 1/3: the channel of worker-1@"+fleet.Hosts[1].Name+" closed without its exit status")
 	assert.Contains(t, stderr, "its agent's record says it exited 0")
 	assert.Contains(t, stderr, "attempt 1/3: job "+j.Name+" succeeded")
@@ -68,10 +69,10 @@ exit 0
 // how to retry anyway, instead of spending max_restarts.
 func TestRunSameStartFailureStops(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Hosts: 2, Command: `["python3", "trainn.py"]`, Job: "max_restarts = 5"})
-	d := startDrover(t, j)
-	require.Equal(t, exitFailed, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
-	stderr := d.stderr.String()
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Command: `["python3", "trainn.py"]`, Job: "max_restarts = 5"})
+	d := kit.StartDrover(t, j)
+	require.Equal(t, kit.ExitFailed, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
+	stderr := d.Stderr.String()
 	assert.Contains(t, stderr, "a failure at start: the others get 3s to end on their own before the group stops")
 	assert.Contains(t, stderr, "every process (2) of the first attempt failed the same way at start, before any progress (exit status 2")
 	assert.Contains(t, stderr, "trainn.py")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/testenv"
 )
 
@@ -33,7 +34,7 @@ func TestRunUnderNohupGivesRanksDefaultSignals(t *testing.T) {
 	}
 	python := testenv.LookPath(t, "python3")
 	dir := t.TempDir()
-	j := &fleetJob{Name: "nohup-signals", Dir: dir, Path: filepath.Join(dir, "job.toml"), LogRoot: filepath.Join(dir, "runs")}
+	j := &kit.FleetJob{Name: "nohup-signals", Dir: dir, Path: filepath.Join(dir, "job.toml"), LogRoot: filepath.Join(dir, "runs")}
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "home"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "code"), 0o755))
 	require.NoError(t, os.WriteFile(j.Path, []byte(fmt.Sprintf(`[job]
@@ -49,9 +50,9 @@ name = "local-a"
 address = "local"
 workdir = %q
 `, j.Name, filepath.Join(dir, "wd"))), 0o644))
-	d := startDroverWrapped(t, j, []string{"nohup", python, "-c", blockAndExec}, "run", j.Path, "--log-dir", j.LogRoot)
-	require.Equal(t, 0, d.wait(t, 60*time.Second))
-	out := d.stdout.String()
+	d := kit.StartDroverWrapped(t, j, []string{"nohup", python, "-c", blockAndExec}, "run", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second))
+	out := d.Stdout.String()
 	for i := range 2 {
 		for _, field := range []string{"SigIgn", "SigBlk"} {
 			assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`(?m)^\[worker-%d@local-a\] %s:\s+0+$`, i, field)), out,

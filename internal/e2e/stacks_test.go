@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/runview"
@@ -108,23 +109,23 @@ func TestStacksOfStuckRank(t *testing.T) {
 	fleettest.Need(t, fleet)
 	out, err := exec.Command("/usr/bin/python3", "-c", "import torch").CombinedOutput()
 	testenv.Need(t, "/usr/bin/python3 with torch (python3-torch)", errIf(err, out))
-	j := newFleetJob(t, jobSpec{Hosts: 3, Command: `["/usr/bin/python3", "train.py"]`,
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 3, Command: `["/usr/bin/python3", "train.py"]`,
 		Job: "procs_per_host = 2\nmax_restarts = 0\nhang_timeout = \"40s\"\n\n[job.env]\nNCCL_RAS_ENABLE = \"1\""})
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "train.py"), []byte(stuckTrainer), 0o644))
-	startDetachedRun(t, j)
-	waitStatus(t, j, 120*time.Second, "6 running", func(st runview.RunStatus) bool { return running(st) == 6 })
+	kit.StartDetachedRun(t, j)
+	kit.WaitStatus(t, j, 120*time.Second, "6 running", func(st runview.RunStatus) bool { return kit.Running(st) == 6 })
 
 	// A signal during init_process_group can fail torch's TCPStore
 	// connect (EINTR): people ask a training loop, so does the test.
 	testenv.Wait(t, 120*time.Second, "every rank to step", func() (bool, string) {
-		o, errs, _ := droverIn(t, j, t.TempDir(), 60*time.Second, "logs", j.Path)
+		o, errs, _ := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "logs", j.Path)
 		return strings.Count(o, "] step 10\n") == 6, o + errs
 	})
 	// Until rank 4 is stuck, its stack may show a step.
 	stuck := regexp.MustCompile(`(?m)^=== rank 4: worker-4@(\S+) \(pid \d+, faulthandler\): stuck_in_data_loader \(train\.py:\d+\)$`)
 	var text string
 	testenv.Wait(t, 120*time.Second, "drover stacks to show rank 4 in stuck_in_data_loader", func() (bool, string) {
-		o, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path)
+		o, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path)
 		text = o
 		return code == 0 && stuck.MatchString(o) && strings.Count(o, "waits in all_reduce") == 5, fmt.Sprintf("exit %d\n%s\n%s", code, o, errs)
 	})
@@ -133,10 +134,10 @@ func TestStacksOfStuckRank(t *testing.T) {
 	}
 	assert.Contains(t, text, `in stuck_in_data_loader`, "rank 4's frames")
 	assert.Regexp(t, `verdict: rank 4 \(worker-4@\S+\) is not in the collective: stuck_in_data_loader \(train\.py:\d+\); ranks 0-3, 5 wait in all_reduce`, text)
-	st := status(t, j)
-	assert.Equal(t, 6, running(st), "every rank still runs after drover stacks: %+v", st)
+	st := kit.Status(t, j)
+	assert.Equal(t, 6, kit.Running(st), "every rank still runs after drover stacks: %+v", st)
 
-	one, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path, "--rank", "4")
+	one, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path, "--rank", "4")
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, 1, strings.Count(one, "=== rank"), one)
 
@@ -178,19 +179,19 @@ func errIf(err error, out []byte) error {
 // cheap.
 func TestStacksForegroundRun(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Hosts: 2, Job: "max_restarts = 0",
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Job: "max_restarts = 0",
 		Command: `["/usr/bin/python3", "-c", "import time\ndef waiting_here():\n    print('up', flush=True)\n    time.sleep(600)\nwaiting_here()"]`})
-	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)\] up$`), 2, 60*time.Second)
-	out, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path)
+	d := kit.StartDrover(t, j)
+	d.WaitLines(t, regexp.MustCompile(`(?m)\] up$`), 2, 60*time.Second)
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path)
 	require.Equal(t, 0, code, "%s\n%s", out, errs)
 	for r := range 2 {
 		assert.Regexp(t, fmt.Sprintf(`(?m)^=== rank %d: worker-%d@\S+ \(pid \d+, faulthandler\): waiting_here \(<string>:4\)$`, r, r), out)
 	}
-	one, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path, "--host", fleet.Hosts[1].Name)
+	one, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stacks", j.Path, "--host", fleet.Hosts[1].Name)
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, 1, strings.Count(one, "=== rank 1: worker-1@"+fleet.Hosts[1].Name), one)
-	assert.NotContains(t, d.stdout.String(), "exited", "drover stacks stopped nothing")
-	d.signal(t, syscall.SIGINT)
-	assert.Equal(t, 130, d.wait(t, 60*time.Second))
+	assert.NotContains(t, d.Stdout.String(), "exited", "drover stacks stopped nothing")
+	d.Signal(t, syscall.SIGINT)
+	assert.Equal(t, 130, d.Wait(t, 60*time.Second))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 )
@@ -100,7 +101,7 @@ func TestRunNamesStragglers(t *testing.T) {
 	}
 	fleettest.Need(t, fleet)
 	testenv.LookPath(t, "python3")
-	j := newFleetJob(t, jobSpec{Command: `["python3", "w.py"]`, Hosts: 3, Job: `procs_per_host = 2
+	j := kit.NewFleetJob(t, kit.JobSpec{Command: `["python3", "w.py"]`, Hosts: 3, Job: `procs_per_host = 2
 on_event = ["./on-event.sh"]`})
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "w.py"), []byte(stragglerScript), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "on-event.sh"), []byte("#!/bin/sh\ncat >> events.jsonl\n"), 0o755))
@@ -111,12 +112,12 @@ on_event = ["./on-event.sh"]`})
 		}
 		clockSMI(t, i, j.Workdir, throttled)
 	}
-	startDetachedRun(t, j)
+	kit.StartDetachedRun(t, j)
 
 	file := filepath.Join(j.Dir, "events.jsonl")
 	named := map[float64]string{}
 	testenv.Wait(t, 60*time.Second, "straggler events naming ranks 2 and 5", func() (bool, string) {
-		for _, e := range readEvents(t, file) {
+		for _, e := range kit.ReadEvents(t, file) {
 			if e["event"] == "straggler" {
 				named[e["rank"].(float64)] = e["message"].(string)
 			}
@@ -127,10 +128,10 @@ on_event = ["./on-event.sh"]`})
 	assert.Regexp(t, `^straggler: rank 2 \(worker-2@`+h1+`\) spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)$`, named[2])
 	assert.Equal(t, "straggler: rank 5 (worker-5@"+h2+") runs GPU 1 at an SM clock of 1100 MHz against its peers' 1980 MHz (hardware thermal slowdown)", named[5])
 	assert.Len(t, named, 2, "no other rank is named: %v", named)
-	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path)
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "status", j.Path)
 	require.Equal(t, 0, code, "drover status: %s", errs)
 	assert.True(t, strings.Contains(out, named[2]+"\n") && strings.Contains(out, named[5]+"\n"), "drover status shows both:\n%s", out)
-	_, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	_, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, "drover stop: %s", errs)
 }
 
@@ -183,26 +184,26 @@ func TestRunReplacesStraggler(t *testing.T) {
 	fleettest.Need(t, fleet)
 	testenv.LookPath(t, "python3")
 	h0, slow, spare := fleet.Hosts[0].Name, fleet.Hosts[1].Name, fleet.Hosts[2].Name
-	j := newFleetJob(t, jobSpec{Command: `["python3", "w.py"]`, Job: `procs_per_host = 2
+	j := kit.NewFleetJob(t, kit.JobSpec{Command: `["python3", "w.py"]`, Job: `procs_per_host = 2
 on_straggler = "replace"
 max_restarts = 0
 max_host_failures = 0`})
 	hosts := fleet.ClusterHosts()[:3]
 	hosts[2].Spare = true
-	writeInventory(t, j.Inventory, hosts)
+	kit.WriteInventory(t, j.Inventory, hosts)
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "w.py"), []byte(fmt.Sprintf(replaceScript, slow)), 0o644))
 
-	d := startDrover(t, j)
-	m := d.waitStderr(t, regexp.MustCompile(`attempt 1/1: replacing `+regexp.QuoteMeta(slow)+
+	d := kit.StartDrover(t, j)
+	m := d.WaitStderr(t, regexp.MustCompile(`attempt 1/1: replacing `+regexp.QuoteMeta(slow)+
 		` \(rank 2 straggles: spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)\) with spare `+regexp.QuoteMeta(spare)+
 		` at checkpoint step-(\d+); stopping 4 process`), 90*time.Second)
 	// Attempt 2: rank 1 is named, with no spare left; the run goes on
 	// for some 3 s more (three of the replacement's rounds: it says so
 	// only once) and is then told to finish.
-	d.waitStderr(t, regexp.MustCompile(`attempt 2/2: on_straggler = "replace": no spare host is free to replace `+regexp.QuoteMeta(h0)), 90*time.Second)
+	d.WaitStderr(t, regexp.MustCompile(`attempt 2/2: on_straggler = "replace": no spare host is free to replace `+regexp.QuoteMeta(h0)), 90*time.Second)
 	stepRE := regexp.MustCompile(`(?m)^\[worker-0@\S+\] step=(\d+)$`)
 	lastStep := func() int {
-		ms := stepRE.FindAllStringSubmatch(d.stdout.String(), -1)
+		ms := stepRE.FindAllStringSubmatch(d.Stdout.String(), -1)
 		require.NotEmpty(t, ms)
 		n, err := strconv.Atoi(ms[len(ms)-1][1])
 		require.NoError(t, err)
@@ -211,13 +212,13 @@ max_host_failures = 0`})
 	seen := lastStep()
 	testenv.WaitFor(t, 30*time.Second, "rank 0 to take 6 more steps", func() bool { return lastStep() >= seen+6 })
 	for _, i := range []int{0, 2} {
-		finish := path.Join(hostHome, j.Workdir, "finish")
+		finish := path.Join(kit.HostHome, j.Workdir, "finish")
 		_, err := fleet.Exec(i, "touch", finish)
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = fleet.Exec(i, "rm", "-f", finish) })
 	}
-	require.Equal(t, 0, d.wait(t, 60*time.Second), d.stderr.String())
-	stderr := d.stderr.String()
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), d.Stderr.String())
+	stderr := d.Stderr.String()
 	t.Logf("events:\n%s", stderr)
 	assert.Regexp(t, `attempt 1/1: straggler: rank 2 \(worker-2@`+regexp.QuoteMeta(slow)+`\) spends`, stderr, "named first")
 	assert.Contains(t, stderr, "attempt 2/2: job "+j.Name+" succeeded", "the replacement costs no restart: one attempt added")
@@ -229,9 +230,9 @@ max_host_failures = 0`})
 	assert.NotRegexp(t, `attempt 2/2: pushed .* on `+regexp.QuoteMeta(slow)+`\n`, stderr, "the restart does not set up the straggler's host")
 	assert.Equal(t, []string{h0, h0, spare, spare}, rankHosts(t, j, 2, 4), "the spare in the straggler's host's place")
 	for r := range 4 {
-		log := j.logFile(t, 2, fmt.Sprintf("worker-%d", r))
+		log := j.LogFile(t, 2, fmt.Sprintf("worker-%d", r))
 		assert.Contains(t, log, " from="+m[1]+"\n", "rank %d resumes from the checkpoint the event named", r)
 		assert.Contains(t, log, "done rank=", "rank %d finished", r)
 	}
-	assert.Empty(t, jobProcs(t, j.Name))
+	assert.Empty(t, kit.JobProcs(t, j.Name))
 }

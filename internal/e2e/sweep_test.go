@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/sweep"
@@ -55,23 +56,23 @@ func TestSweepGrid(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet test")
 	}
-	j := newFleetJob(t, jobSpec{Script: sweepTrainer, Hosts: 3, Command: `["sh", "w.sh", "{lr}", "{seed}"]`, Job: `health = "off"`})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: sweepTrainer, Hosts: 3, Command: `["sh", "w.sh", "{lr}", "{seed}"]`, Job: `health = "off"`})
 	inv, err := os.ReadFile(j.Inventory)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
 	for i := range 3 {
-		fakeGPUs(t, i)
+		kit.FakeGPUs(t, i)
 	}
-	d := startDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "lr=0.001,0.01,1.0", "--param", "seed=0..3",
+	d := kit.StartDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "lr=0.001,0.01,1.0", "--param", "seed=0..3",
 		"--early-stop", "median", "--json")
 	t.Cleanup(func() {
 		for i := range 12 {
-			killJob(t, fmt.Sprintf("%s-t%02d", j.Name, i))
+			kit.KillJob(t, fmt.Sprintf("%s-t%02d", j.Name, i))
 		}
 	})
-	require.Equal(t, 0, d.wait(t, 5*time.Minute), "stderr:\n%s", d.stderr.String())
+	require.Equal(t, 0, d.Wait(t, 5*time.Minute), "stderr:\n%s", d.Stderr.String())
 	var rep sweep.Report
-	require.NoError(t, json.Unmarshal([]byte(d.stdout.String()), &rep), d.stdout.String())
+	require.NoError(t, json.Unmarshal([]byte(d.Stdout.String()), &rep), d.Stdout.String())
 	require.Len(t, rep.Trials, 12)
 	for _, r := range rep.Trials {
 		switch r.Params["lr"] {
@@ -93,7 +94,7 @@ func TestSweepGrid(t *testing.T) {
 	}
 	byGPU := map[string][]span{}
 	for i := range 3 {
-		out, err := hostFile(t, i, path.Join(j.Workdir, "trials.log"))
+		out, err := kit.HostFile(t, i, path.Join(j.Workdir, "trials.log"))
 		require.NoError(t, err)
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 			f := strings.Fields(l)
@@ -101,7 +102,7 @@ func TestSweepGrid(t *testing.T) {
 			t.Log(l)
 			r := trialByID(t, rep, f[2])
 			assert.Equal(t, fleet.Hosts[i].Name, r.Host, l)
-			assert.Equal(t, []int{atoi(f[1])}, r.GPUs, l)
+			assert.Equal(t, []int{kit.Atoi(f[1])}, r.GPUs, l)
 			assert.Equal(t, []string{r.Params["lr"], r.Params["seed"], r.Params["lr"]}, f[3:6], l)
 			assert.True(t, strings.HasPrefix(f[6], j.Name+"-"), "DROVER_SWEEP_ID %s", f[6])
 			s := span{id: f[2], start: atof(t, f[7]), end: atof(t, f[8])}
@@ -156,23 +157,23 @@ done
 
 // startDetachedSweep runs `drover sweep -d` in a session of its own and
 // returns the background supervisor's pid (killed at cleanup).
-func startDetachedSweep(t *testing.T, j *fleetJob, args ...string) (sup int, stderr string) {
+func startDetachedSweep(t *testing.T, j *kit.FleetJob, args ...string) (sup int, stderr string) {
 	t.Helper()
-	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, append([]string{"sweep", "-d", j.Path, "--log-dir", j.LogRoot}, args...)...)
-	require.Equal(t, 0, d.wait(t, 90*time.Second), "stderr:\n%s", d.stderr.String())
-	assert.Regexp(t, `sweep \S+ started in the background`, d.stdout.String())
-	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String())
-	require.NotNil(t, m, d.stdout.String())
+	d := kit.StartDroverWrapped(t, j, []string{kit.Setsid(t)}, append([]string{"sweep", "-d", j.Path, "--log-dir", j.LogRoot}, args...)...)
+	require.Equal(t, 0, d.Wait(t, 90*time.Second), "stderr:\n%s", d.Stderr.String())
+	assert.Regexp(t, `sweep \S+ started in the background`, d.Stdout.String())
+	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.Stdout.String())
+	require.NotNil(t, m, d.Stdout.String())
 	sup, _ = strconv.Atoi(m[1])
 	testenv.SignalAtCleanup(t, sup, syscall.SIGKILL, false)
-	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-	return sup, d.stderr.String()
+	_ = syscall.Kill(-d.Cmd.Process.Pid, syscall.SIGKILL)
+	return sup, d.Stderr.String()
 }
 
 // sweepStatus is `drover sweep status JOB --json`, from a directory of its own.
-func sweepStatus(t *testing.T, j *fleetJob) sweep.Report {
+func sweepStatus(t *testing.T, j *kit.FleetJob) sweep.Report {
 	t.Helper()
-	out, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path, "--json")
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path, "--json")
 	require.Equal(t, 0, code, "drover sweep status: %s", errs)
 	var rep sweep.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
@@ -198,16 +199,16 @@ func TestSweepDetachedResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet test")
 	}
-	j := newFleetJob(t, jobSpec{Script: resumeTrainer, Hosts: 2, Command: `["sh", "w.sh", "{x}"]`, Job: `health = "off"`})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: resumeTrainer, Hosts: 2, Command: `["sh", "w.sh", "{x}"]`, Job: `health = "off"`})
 	inv, err := os.ReadFile(j.Inventory)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
 	for i := range 2 {
-		fakeGPUs(t, i)
+		kit.FakeGPUs(t, i)
 	}
 	t.Cleanup(func() {
 		for i := range 5 {
-			killJob(t, fmt.Sprintf("%s-t%d", j.Name, i))
+			kit.KillJob(t, fmt.Sprintf("%s-t%d", j.Name, i))
 		}
 	})
 	args := []string{"--param", "x=1..5", "--max-parallel", "2"}
@@ -219,7 +220,7 @@ func TestSweepDetachedResume(t *testing.T) {
 	require.NoError(t, syscall.Kill(sup, syscall.SIGKILL))
 	before := sweepStatus(t, j)
 	t.Logf("at the kill: %+v", before.Trials)
-	out, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path)
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path)
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "gone: run the same drover sweep command again")
 
@@ -237,7 +238,7 @@ func TestSweepDetachedResume(t *testing.T) {
 	// were kept or adopted, not run again.
 	starts := map[string]int{}
 	for i := range 2 {
-		out, err := hostFile(t, i, path.Join(j.Workdir, "starts.log"))
+		out, err := kit.HostFile(t, i, path.Join(j.Workdir, "starts.log"))
 		if err != nil {
 			continue
 		}
@@ -247,7 +248,7 @@ func TestSweepDetachedResume(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"t0": 1, "t1": 1, "t2": 1, "t3": 1, "t4": 1}, starts)
 
-	out, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "logs", j.Path, "--trial", "t1")
+	out, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "logs", j.Path, "--trial", "t1")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "step=30 loss=0.0667", "t1's last line")
 
@@ -258,13 +259,13 @@ func TestSweepDetachedResume(t *testing.T) {
 		rep := sweepStatus(t, j)
 		return countState(rep, sweep.Running) == 2 && len(rep.Trials) == 2, fmt.Sprintf("%+v", rep.Trials)
 	})
-	_, errs, code = droverIn(t, j, t.TempDir(), 3*time.Minute, "sweep", "stop", j.Path)
+	_, errs, code = kit.DroverIn(t, j, t.TempDir(), 3*time.Minute, "sweep", "stop", j.Path)
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "stopped: no trial of sweep")
 	for i := range 2 {
-		assert.Empty(t, jobProcs(t, fmt.Sprintf("%s-t%d", j.Name, i)), "trial t%d left running", i)
+		assert.Empty(t, kit.JobProcs(t, fmt.Sprintf("%s-t%d", j.Name, i)), "trial t%d left running", i)
 	}
-	out, errs, code = droverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path)
+	out, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path)
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `sweep \S+: stopped`, out)
 }

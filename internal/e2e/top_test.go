@@ -22,6 +22,7 @@ import (
 
 	"github.com/droverhq/drover/cluster/transporttest"
 	"github.com/droverhq/drover/gpu"
+	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/top"
@@ -30,7 +31,7 @@ import (
 // topSMI gives fleet host i two GPUs through a stand-in nvidia-smi (and
 // an empty dmesg) first on its login PATH: a directory bind-mounted over
 // /usr/local/bin in the mount namespace of the host's logins only, as
-// health_test's fakeGPUs does. It answers drover top's query in the forms
+// kit.FakeGPUs does. It answers drover top's query in the forms
 // a real H200 printed (gpu/testdata/h200): GPU 1 is thermally throttled
 // (0x40) with one uncorrectable ECC error, and every process that
 // workdir's pidfiles name holds GPU 0. It answers the probe's and the
@@ -72,7 +73,7 @@ esac
 			t.Errorf("restore %s: %v", fleet.Hosts[i].Name, err)
 		}
 	})
-	privateGPULeases(t, i)
+	kit.PrivateGPULeases(t, i)
 }
 
 // stepScript writes step=N to DROVER_PROGRESS_FILE and a line of output
@@ -89,26 +90,14 @@ done
 
 // startStepJob starts a job that reports its steps on every fleet host,
 // hosts 0 and 1 with the stand-in GPUs, and waits until every rank runs.
-func startStepJob(t *testing.T) *fleetJob {
+func startStepJob(t *testing.T) *kit.FleetJob {
 	t.Helper()
-	j := newFleetJob(t, jobSpec{Script: stepScript})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: stepScript})
 	topSMI(t, 0, j.Workdir)
 	topSMI(t, 1, j.Workdir)
-	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 4, 60*time.Second)
+	d := kit.StartDrover(t, j)
+	d.WaitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 4, 60*time.Second)
 	return j
-}
-
-// runTop runs `drover top ARGS JOB` to its end and returns its stdout.
-func runTop(t *testing.T, j *fleetJob, args ...string) []byte {
-	t.Helper()
-	cmd := exec.Command(droverBinary(t), append(append([]string{"top"}, args...), j.Path)...)
-	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(j.Dir, "home"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, "drover top: %s", stderr.String())
-	return out
 }
 
 // `drover top --once --json` shows every host, each GPU's numbers and
@@ -124,7 +113,7 @@ func TestTopOnceJSON(t *testing.T) {
 	var v top.View
 	testenv.Wait(t, 20*time.Second, "every process to report a step", func() (bool, string) {
 		v = top.View{}
-		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
+		require.NoError(t, json.Unmarshal(kit.RunTop(t, j, "--once", "--json"), &v))
 		return everyProcStepped(v), fmt.Sprintf("%+v", v)
 	})
 	assert.Equal(t, j.Name, v.Job)
@@ -161,14 +150,14 @@ func TestTopOnceJSON(t *testing.T) {
 		assert.Equal(t, uint64(0x40), *g1.Throttle)
 		assert.Equal(t, 1.0, *g1.ECCVolatile)
 	}
-	table := string(runTop(t, j, "--once"))
+	table := string(kit.RunTop(t, j, "--once"))
 	t.Logf("drover top --once:\n%s", table)
 	assert.Regexp(t, regexp.QuoteMeta(fleet.Hosts[0].Name)+` +1 +\? +0\.0/140G +91C +650W +hw-thermal,ecc-uncorrected=1 +-`, table)
 	assert.Regexp(t, `(?m)^worker-0 +`+regexp.QuoteMeta(fleet.Hosts[0].Name)+` +\d+ +(running|sleeping|disk-wait) +\ds ago +\d+ +\d+\.\d\d$`, table)
 
 	// Without a terminal (stdout a pipe), top prints what --once prints
 	// at each refresh until it is stopped.
-	cmd := exec.Command(droverBinary(t), "top", "--every", "300ms", j.Path)
+	cmd := exec.Command(kit.DroverBinary(t), "top", "--every", "300ms", j.Path)
 	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(j.Dir, "home"))
 	var out transporttest.SyncBuffer
 	cmd.Stdout = &out
@@ -191,18 +180,18 @@ func TestTopOnceJSON(t *testing.T) {
 // ECC error, a critical finding that health = "warn" lets train.
 func TestTopShowsHealthWatch(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: stepScript, Hosts: 1, Job: `health = "warn"`})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: stepScript, Hosts: 1, Job: `health = "warn"`})
 	topSMI(t, 0, j.Workdir)
 	h0 := fleet.ClusterHosts()[0]
 	inv := fmt.Sprintf("[ssh]\nuser = %q\nidentity_file = %q\nknown_hosts = %q\n\n[[host]]\nname = %q\naddress = %q\ngpus = \"auto\"\n",
 		fleet.User, fleet.KeyFile, fleet.KnownHosts, h0.Name, h0.Address)
 	require.NoError(t, os.WriteFile(j.Inventory, []byte(inv), 0o644))
-	d := startDrover(t, j)
-	d.waitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 2, 60*time.Second)
+	d := kit.StartDrover(t, j)
+	d.WaitLines(t, regexp.MustCompile(`(?m)^\[worker-\d@[^]]*\] line 3$`), 2, 60*time.Second)
 	var v top.View
 	testenv.Wait(t, 30*time.Second, "a health finding on GPU 1", func() (bool, string) {
 		v = top.View{}
-		require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json", "--hosts", fleet.Hosts[0].Name), &v))
+		require.NoError(t, json.Unmarshal(kit.RunTop(t, j, "--once", "--json", "--hosts", fleet.Hosts[0].Name), &v))
 		require.Len(t, v.Hosts, 1)
 		gs := v.Hosts[0].GPUs
 		return len(gs) == 2 && len(gs[1].Health) > 0, fmt.Sprintf("%+v", v.Hosts[0])
@@ -216,11 +205,11 @@ func TestTopShowsHealthWatch(t *testing.T) {
 // An inventory on its own (no job) is watched too: GPUs, no processes.
 func TestTopOnceInventory(t *testing.T) {
 	fleettest.Need(t, fleet)
-	j := newFleetJob(t, jobSpec{Script: "true"})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: "true"})
 	topSMI(t, 0, j.Workdir)
 	j.Path = j.Inventory
 	var v top.View
-	require.NoError(t, json.Unmarshal(runTop(t, j, "--once", "--json"), &v))
+	require.NoError(t, json.Unmarshal(kit.RunTop(t, j, "--once", "--json"), &v))
 	require.Len(t, v.Hosts, 4)
 	for _, h := range v.Hosts {
 		assert.True(t, h.Reachable, "%s: %s", h.Host, h.Error)
@@ -231,13 +220,13 @@ func TestTopOnceInventory(t *testing.T) {
 }
 
 // metricsAddr waits for drover top to say where it serves its metrics.
-func metricsAddr(t *testing.T, d *droverProc) string {
+func metricsAddr(t *testing.T, d *kit.DroverProc) string {
 	t.Helper()
 	re := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
 	var m []string
 	testenv.Wait(t, 30*time.Second, "drover top to say where its metrics are", func() (bool, string) {
-		m = re.FindStringSubmatch(d.stderr.String())
-		return m != nil, "\n" + d.stderr.String()
+		m = re.FindStringSubmatch(d.Stderr.String())
+		return m != nil, "\n" + d.Stderr.String()
 	})
 	return m[1]
 }
@@ -294,7 +283,7 @@ func waitMetric(t *testing.T, url, name string, want map[string]string, ok func(
 func TestTopMetricsAndCutHost(t *testing.T) {
 	fleettest.Need(t, fleet)
 	j := startStepJob(t)
-	d := startDroverArgs(t, j, "top", "--metrics-addr", "127.0.0.1:0", j.Path)
+	d := kit.StartDroverArgs(t, j, "top", "--metrics-addr", "127.0.0.1:0", j.Path)
 	url := metricsAddr(t, d)
 	h0, h3 := fleet.Hosts[0].Name, fleet.Hosts[3].Name
 	for _, h := range fleet.Hosts {
@@ -356,7 +345,7 @@ func topSamplers(t *testing.T, i int) []string {
 func TestTopInteractiveQuitsOnQ(t *testing.T) {
 	fleettest.Need(t, fleet)
 	tmux := testenv.LookPath(t, "tmux")
-	j := newFleetJob(t, jobSpec{Script: "true"})
+	j := kit.NewFleetJob(t, kit.JobSpec{Script: "true"})
 	topSMI(t, 0, j.Workdir)
 	session := "drover-top-" + j.Name
 	sock := filepath.Join(j.Dir, "tmux.sock")
@@ -364,7 +353,7 @@ func TestTopInteractiveQuitsOnQ(t *testing.T) {
 		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	line := fmt.Sprintf("HOME=%q %q top %q; echo top-exited-$?; sleep 60", filepath.Join(j.Dir, "home"), droverBinary(t), j.Path)
+	line := fmt.Sprintf("HOME=%q %q top %q; echo top-exited-$?; sleep 60", filepath.Join(j.Dir, "home"), kit.DroverBinary(t), j.Path)
 	_, err := tm("new-session", "-d", "-s", session, "-x", "160", "-y", "40", line)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = tm("kill-server") })

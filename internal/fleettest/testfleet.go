@@ -191,10 +191,15 @@ func checkCaps() error {
 // always set, so Need can tell "not available here" (skip) from "broken"
 // (fail). A fleet of the same name left by a crashed run is removed first,
 // and a reaper process tears this one down should the test binary die
-// without reaching Close (panic, timeout, signal).
-func Main(m *testing.M, opts Options, fleet **Fleet) (code int) {
+// without reaching Close (panic, timeout, signal). Each of also is set to
+// the same fleet (a helper package shared by several test packages, such
+// as internal/e2e/kit, keeps the calling binary's fleet there).
+func Main(m *testing.M, opts Options, fleet **Fleet, also ...**Fleet) (code int) {
 	f := &Fleet{User: User, lazyOpts: opts}
 	*fleet = f
+	for _, p := range also {
+		*p = f
+	}
 	if err := Available(); err != nil {
 		f.skip = err.Error()
 		return m.Run()
