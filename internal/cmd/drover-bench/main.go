@@ -76,6 +76,9 @@ type bench struct {
 	// staging (entries up to transferLinkMax bytes); "" skips it.
 	transferLink    string
 	transferLinkMax int64
+	// transferKinds are the transfer section's kinds of case to run
+	// (copy, stage, data).
+	transferKinds map[string]bool
 	// topN is the top section's fleet, topWindow how long the
 	// interactive view's CPU is measured.
 	topN      int
@@ -138,6 +141,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	transferMax := fs.Int64("transfer-max", 2<<30, "largest checkpoint the transfer section moves, in bytes (200 MiB and 2 GiB are measured)")
 	transferRelay := fs.Bool("transfer-relay", true, "also copy 200 MiB through the controller, the baseline (about 70 s at 50 Mbit/s)")
 	transferLink := fs.String("transfer-link", transferLink, `stage again with every host's link at this rate (tc's syntax; "" skips it)`)
+	transferKinds := fs.String("transfer-kinds", "copy,stage,data", "the transfer section's cases: copy (checkpoint copies), stage (checkpoint staging), data (drover stage of a [[data]] set of 1,000 files onto 1, 2, 4 and 8 hosts with -transfer-link)")
 	transferLinkMax := fs.Int64("transfer-link-max", 200<<20, "largest checkpoint staged with -transfer-link, in bytes")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -158,7 +162,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
 		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet,
 		transferMax: *transferMax, transferRelay: *transferRelay, transferLink: *transferLink, transferLinkMax: *transferLinkMax,
-		topN: *topN, topWindow: *topWindow, statusN: *statusN}
+		topN: *topN, topWindow: *topWindow, statusN: *statusN, transferKinds: map[string]bool{}}
+	for _, k := range strings.Split(*transferKinds, ",") {
+		b.transferKinds[strings.TrimSpace(k)] = true
+	}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
 	}
