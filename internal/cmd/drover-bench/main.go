@@ -6,7 +6,8 @@
 // every other process stopped, and to the next attempt running),
 // drover's own memory and CPU while supervising, and checkpoints (training
 // step time with and without drover's checkpoint copies, and a lost host to
-// every process running again on the spare).
+// every process running again on the spare), and copies and staging
+// (checkpoints and [[data]] sets) from a controller behind a slow link.
 //
 // Every drover figure comes from running the bin/drover binary as a
 // subprocess, so process start is included as it is for pdsh. A drover
@@ -533,7 +534,10 @@ func method(b *bench, sizes []int) []string {
 			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time. "+
 			"Then staging again with every host's link at %s (tbf on eth0 in each host's namespace, LimitHosts), as on a fleet "+
 			"whose hosts have cores and NICs of their own: onto 8 against onto 1 with the same links is the goal's ratio, and "+
-			"wall time / link floor (size / link rate) near 1 means the links set the time.",
+			"wall time / link floor (size / link rate) near 1 means the links set the time. Data staging (issue 38), with the same "+
+			"links: the 1,000-file checkpoints as a [[data]] set on h0, staged by launcher/stage (what `drover stage` runs) onto 1, "+
+			"2, 4 and 8 hosts (one chain, every file's SHA-256 checked on every host), then staged again with nothing changed "+
+			"(a listing per host; target under 3 s); onto N against onto 1 is the goal's ratio (at most 1.5x).",
 			transferHosts, transferRate, b.transferLink),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+
