@@ -207,13 +207,17 @@ func TestFleetStage(t *testing.T) {
 	}
 
 	// Interrupted after its first batch of 4: the next staging sends
-	// only the other 3 (in this process, to cut it at a batch).
-	sets := []config.DataSet{{Name: "ds", SourceHost: hosts[0].Name, Source: src, Dest: "data"}}
+	// only the other 3 (in this process, to cut it at a batch; one of
+	// the source's directories, a seventh of it, as the data set).
+	subWant := sums(t, 0, path.Join(src, "d1"))
+	n := strings.Count(subWant, "\n")
+	sets := []config.DataSet{{Name: "ds", SourceHost: hosts[0].Name, Source: path.Join(src, "d1"), Dest: "data"}}
 	resume := connectFleet(t, bin, base+"-resume", 0, 1)
 	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	_, err = Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: dataFiles / 4, Events: func(f string, a ...any) {
+	per := (n + 3) / 4
+	_, err = Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: per, Events: func(f string, a ...any) {
 		line := fmt.Sprintf(f, a...)
 		fmt.Fprintln(&log, line)
 		if strings.Contains(line, "batch 1/4: ") && strings.Contains(line, " files, ") {
@@ -223,10 +227,10 @@ func TestFleetStage(t *testing.T) {
 	require.Error(t, err, "interrupted; events:\n%s", log.String())
 	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rres, err := Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: dataFiles / 4})
+	rres, err := Stage(ctx, sets, resume[1:], resume[:1], Options{MaxBatchFiles: per})
 	require.NoError(t, err)
-	assert.Equal(t, dataFiles-dataFiles/4, sent(rres)[resume[1].Name], "the finished batch is not sent again")
-	assert.Equal(t, want, sums(t, 1, path.Join(home, base+"-resume", "data")))
+	assert.Equal(t, n-per, sent(rres)[resume[1].Name], "the finished batch is not sent again")
+	assert.Equal(t, subWant, sums(t, 1, path.Join(home, base+"-resume", "data")))
 
 	// A local source: uploaded to one host, chained from there.
 	local := t.TempDir()
