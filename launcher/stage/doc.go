@@ -33,4 +33,7 @@
 //     size and mtime is trusted.
 //   - Free space is checked on every host before anything is sent; the
 //     error names the host, what it needs and what it has free.
+//   - A batch in flight reports each host's bytes received every 2 s
+//     (progress.go), counted on the host, so a batch of up to 1 GiB on a
+//     slow link is never minutes of silence.
 package stage

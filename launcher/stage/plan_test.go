@@ -132,3 +132,17 @@ func TestParseFind(t *testing.T) {
 		assert.Error(t, err, "%q", bad)
 	}
 }
+
+func TestParseDuTotal(t *testing.T) {
+	for in, want := range map[string]int64{
+		"12345\ttotal\n": 12345,
+		"0\ttotal":       0,
+		"":               -1,
+		"du: oops\n":     -1,
+		"12x\ttotal":     -1,
+		"-3\ttotal":      -1,
+	} {
+		assert.Equal(t, want, parseDuTotal(in), "%q", in)
+	}
+	assert.Equal(t, "50.0 MiB of 200.0 MiB received (25%)", progressLine(50<<20, 200<<20))
+}

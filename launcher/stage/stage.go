@@ -30,8 +30,13 @@ type Options struct {
 	// Rate caps reading each data set from its source (data_copy_rate),
 	// in bytes per second; 0 is no cap.
 	Rate int64
-	// Events receives a line per step and, per host, per batch received.
+	// Events receives a line per step, per host and batch received, and
+	// per host every ProgressEvery while a batch is in flight; Stage
+	// calls it one line at a time.
 	Events func(format string, args ...any)
+	// ProgressEvery replaces how often a batch in flight reports each
+	// host's bytes received (progressEvery).
+	ProgressEvery time.Duration
 	// MaxBatchBytes and MaxBatchFiles replace the package's limits
 	// (tests).
 	MaxBatchBytes int64
@@ -57,6 +62,13 @@ const entry = "data"
 func Stage(ctx context.Context, sets []config.DataSet, dests, others []Host, o Options) ([]Result, error) {
 	if o.Events == nil {
 		o.Events = func(string, ...any) {}
+	}
+	var mu sync.Mutex
+	events := o.Events
+	o.Events = func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		events(format, args...)
 	}
 	var out []Result
 	for i, d := range sets {
@@ -213,12 +225,16 @@ func (s *setStage) batch(ctx context.Context, hosts []Host, states map[string]*H
 		sendPath = out
 	}
 	var dests []checkpoint.Host
+	var receivers []Host
 	for _, name := range b.Hosts {
 		h := hostByName(hosts, name)
 		dests = append(dests, h.copyHost(Area(s.dest(h))))
+		receivers = append(receivers, h)
 	}
 	start := time.Now()
+	stop := s.watchBatch(ctx, receivers, seq, of, b)
 	done, why := checkpoint.Chain(ctx, s.src.copyHost(""), sendPath, seq, entry, dests, s.o.Rate, s.o.Events)
+	stop()
 	errs := []error{why}
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -6,7 +6,8 @@
 // every other process stopped, and to the next attempt running),
 // drover's own memory and CPU while supervising, and checkpoints (training
 // step time with and without drover's checkpoint copies, and a lost host to
-// every process running again on the spare).
+// every process running again on the spare), and copies and staging
+// (checkpoints and [[data]] sets) from a controller behind a slow link.
 //
 // Every drover figure comes from running the bin/drover binary as a
 // subprocess, so process start is included as it is for pdsh. A drover
@@ -76,6 +77,9 @@ type bench struct {
 	// staging (entries up to transferLinkMax bytes); "" skips it.
 	transferLink    string
 	transferLinkMax int64
+	// transferKinds are the transfer section's kinds of case to run
+	// (copy, stage, data).
+	transferKinds map[string]bool
 	// topN is the top section's fleet, topWindow how long the
 	// interactive view's CPU is measured.
 	topN      int
@@ -138,6 +142,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	transferMax := fs.Int64("transfer-max", 2<<30, "largest checkpoint the transfer section moves, in bytes (200 MiB and 2 GiB are measured)")
 	transferRelay := fs.Bool("transfer-relay", true, "also copy 200 MiB through the controller, the baseline (about 70 s at 50 Mbit/s)")
 	transferLink := fs.String("transfer-link", transferLink, `stage again with every host's link at this rate (tc's syntax; "" skips it)`)
+	transferKinds := fs.String("transfer-kinds", "copy,stage,data", "the transfer section's cases: copy (checkpoint copies), stage (checkpoint staging), data (drover stage of a [[data]] set of 1,000 files onto 1, 2, 4 and 8 hosts with -transfer-link)")
 	transferLinkMax := fs.Int64("transfer-link-max", 200<<20, "largest checkpoint staged with -transfer-link, in bytes")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -158,7 +163,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kills: *kills, steady: *steady, start: time.Now(), stderr: stderr, diskHomes: *diskHomes,
 		rtt: *rtt, latencyN: *latencyN, scaleN: *scaleN, sections: map[string]bool{}, fleetPrefix: *prefix, subnet: *subnet,
 		transferMax: *transferMax, transferRelay: *transferRelay, transferLink: *transferLink, transferLinkMax: *transferLinkMax,
-		topN: *topN, topWindow: *topWindow, statusN: *statusN}
+		topN: *topN, topWindow: *topWindow, statusN: *statusN, transferKinds: map[string]bool{}}
+	for _, k := range strings.Split(*transferKinds, ",") {
+		b.transferKinds[strings.TrimSpace(k)] = true
+	}
 	for _, s := range strings.Split(*sections, ",") {
 		b.sections[strings.TrimSpace(s)] = true
 	}
@@ -526,7 +534,10 @@ func method(b *bench, sizes []int) []string {
 			"the fleet's cgroup, and wall time / CPU floor near 1 means this machine's cores, not the network, set the time. "+
 			"Then staging again with every host's link at %s (tbf on eth0 in each host's namespace, LimitHosts), as on a fleet "+
 			"whose hosts have cores and NICs of their own: onto 8 against onto 1 with the same links is the goal's ratio, and "+
-			"wall time / link floor (size / link rate) near 1 means the links set the time.",
+			"wall time / link floor (size / link rate) near 1 means the links set the time. Data staging (issue 38), with the same "+
+			"links: the 1,000-file checkpoints as a [[data]] set on h0, staged by launcher/stage (what `drover stage` runs) onto 1, "+
+			"2, 4 and 8 hosts (one chain, every file's SHA-256 checked on every host), then staged again with nothing changed "+
+			"(a listing per host; target under 3 s); onto N against onto 1 is the goal's ratio (at most 1.5x).",
 			transferHosts, transferRate, b.transferLink),
 		fmt.Sprintf("Resources: peak RSS (VmHWM from /proc/PID/status, sampled every 10 ms: wait4's ru_maxrss keeps the pre-exec "+
 			"peak of memory shared with the harness) and user+sys CPU of the `drover run` process from wait4 after the "+

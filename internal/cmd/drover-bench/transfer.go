@@ -29,7 +29,9 @@ import (
 // network namespace of its own (transferChild) with the code drover run
 // uses (launcher/checkpoint, drover agent send/recv on the hosts).
 const (
-	transferBudget = 8 * time.Minute
+	// transferBudget: the checkpoint cases took 5-7 minutes, the data
+	// staging cases (up to 2 GiB onto 8 hosts at 400 Mbit/s each) about 4.
+	transferBudget = 12 * time.Minute
 	transferHosts  = 9 // h0 holds the checkpoints; staging onto up to 8 others
 	transferRate   = "50mbit"
 	// transferLink is each host's own link in the second half of the
@@ -46,7 +48,9 @@ const (
 // transferCase is one measurement the child makes.
 type transferCase struct {
 	// Kind is "copy" (a Watcher copies it to Targets hosts while
-	// "training") or "stage" (Stage puts it on Targets hosts).
+	// "training"), "stage" (the checkpoint Manager's Stage puts it on
+	// Targets hosts) or "data" (launcher/stage stages the entry as a
+	// [[data]] set onto Targets hosts, transfer_data.go).
 	Kind    string
 	Entry   string // the checkpoint on h0, alone in its own checkpoint_dir
 	Targets int
@@ -66,8 +70,10 @@ type transferSpec struct {
 type transferResult struct {
 	Case    transferCase
 	Seconds float64
-	CPU     float64 // controller CPU seconds during the case
-	MaxRSS  float64 // controller peak RSS so far, MiB
+	// Again is a data case's second staging, nothing changed, seconds.
+	Again  float64
+	CPU    float64 // controller CPU seconds during the case
+	MaxRSS float64 // controller peak RSS so far, MiB
 	// HostsCPU is the CPU seconds every host used during the case (the
 	// fleet's cgroup: sshd, the agents, every hash and write; 0 without
 	// cgroup accounting), filled in by the harness.
@@ -141,23 +147,28 @@ func (b *bench) transfer(ctx context.Context) []Row {
 // -transfer-link-max bytes).
 func (b *bench) transferCases(f *fleettest.Fleet) (cases, linkCases []transferCase) {
 	for _, e := range transferEntries {
-		if e.size > b.transferMax {
+		if e.size > b.transferMax || (e.files == 1 && !b.transferKinds["copy"] && !b.transferKinds["stage"]) {
 			continue
 		}
 		if err := makeEntry(f, e.name, e.size, e.files); err != nil {
 			b.note("transfer: write %s on %s: %v", e.name, f.Hosts[0].Name, err)
 			continue
 		}
-		if e.files == 1 {
+		if e.files == 1 && b.transferKinds["copy"] {
 			cases = append(cases, transferCase{Kind: "copy", Entry: e.name, Targets: 2})
 			if b.transferRelay && e.size <= 200<<20 {
 				cases = append(cases, transferCase{Kind: "copy", Entry: e.name, Targets: 2, Relay: true})
 			}
 		}
-		cases = append(cases, transferCase{Kind: "stage", Entry: e.name, Targets: 1}, transferCase{Kind: "stage", Entry: e.name, Targets: 8})
-		if b.transferLink != "" && e.size <= b.transferLinkMax {
+		if b.transferKinds["stage"] {
+			cases = append(cases, transferCase{Kind: "stage", Entry: e.name, Targets: 1}, transferCase{Kind: "stage", Entry: e.name, Targets: 8})
+		}
+		if b.transferLink != "" && e.size <= b.transferLinkMax && b.transferKinds["stage"] {
 			linkCases = append(linkCases, transferCase{Kind: "stage", Entry: e.name, Targets: 1, Link: b.transferLink},
 				transferCase{Kind: "stage", Entry: e.name, Targets: 8, Link: b.transferLink})
+		}
+		if b.transferLink != "" && e.files > 1 && b.transferKinds["data"] {
+			linkCases = append(linkCases, dataCases(e.name, b.transferLink)...)
 		}
 	}
 	return cases, linkCases
@@ -255,6 +266,9 @@ func (c transferCase) String() string {
 	if c.Kind == "copy" {
 		return fmt.Sprintf("copy %s to %d hosts (checkpoint_copies = %d), %s", c.Entry, c.Targets, c.Targets+1, how)
 	}
+	if c.Kind == "data" {
+		return fmt.Sprintf("drover stage: data set %s onto %d host(s), each host's link %s", c.Entry, c.Targets, c.Link)
+	}
 	if c.Link != "" {
 		how += ", each host's link " + c.Link
 	}
@@ -278,6 +292,8 @@ func transferRows(results []transferResult) []Row {
 		m := measureOf(r)
 		c := r.Case
 		switch {
+		case c.Kind == "data":
+			rows = append(rows, dataRows(r, find)...)
 		case c.Kind == "stage" && c.Targets == 8:
 			one := c
 			one.Targets = 1
@@ -295,7 +311,7 @@ func transferRows(results []transferResult) []Row {
 			}
 			rows = append(rows, row)
 		}
-		if r.Err == "" && r.HostsCPU > 0 && c.Kind == "stage" {
+		if r.Err == "" && r.HostsCPU > 0 && c.Kind != "copy" {
 			rows = append(rows, stageCPURows(r)...)
 		}
 		if r.Err == "" {

@@ -51,3 +51,23 @@ func TestTransferRows(t *testing.T) {
 		assert.InDelta(t, 50/(2.0*(1<<30)*8/400e6), byWhat[linkOne.String()+": wall time / link floor (size / link rate)"].Drover.Value, 0.01)
 	}
 }
+
+// A data staging onto 2, 4 or 8 hosts is judged against onto 1 (at most
+// 1.5 times as long), and staging again with nothing changed against 3 s.
+func TestDataRows(t *testing.T) {
+	cases := dataCases("shards-200M", "400mbit")
+	require.Len(t, cases, 4)
+	results := []transferResult{{Case: cases[0], Seconds: 5, Again: 0.4}, {Case: cases[1], Seconds: 7, Again: 0.5},
+		{Case: cases[2], Seconds: 8, Again: 3.5}, {Case: cases[3], Err: "boom"}}
+	byWhat := map[string]Row{}
+	for _, r := range transferRows(results) {
+		byWhat[r.What] = r
+	}
+	assert.Equal(t, "-", byWhat[cases[0].String()].Met(), "onto 1 is the baseline")
+	assert.Equal(t, "yes", byWhat[cases[1].String()].Met(), "7 s against 5 s")
+	assert.Equal(t, "no", byWhat[cases[2].String()].Met(), "8 s against 5 s")
+	assert.Equal(t, "yes", byWhat[cases[1].String()+": again, nothing changed"].Met())
+	assert.Equal(t, "no", byWhat[cases[2].String()+": again, nothing changed"].Met())
+	assert.False(t, byWhat[cases[3].String()].Drover.OK())
+	assert.NotContains(t, byWhat, cases[3].String()+": again, nothing changed")
+}
