@@ -76,33 +76,105 @@ func CheckFits(fleet []HostGPUs, n int) error {
 	return nil
 }
 
-// Ledger is the sweep's own account of the GPUs its trials hold: what the
-// fleet has, and which trial holds each GPU. It keeps two of the sweep's
-// trials off one GPU whatever the hosts report (a trial's process may
-// not have touched its GPU yet when the next is placed).
+// Ledger is the sweep's own account of the GPUs its trials may take:
+// what the fleet has, which trial holds each GPU, the GPUs that other
+// runs lease (as the last look at the hosts' leases found them) and the
+// hosts the sweep has given up on. It keeps two of the sweep's trials off
+// one GPU whatever the hosts report (a trial may not have leased its GPU
+// yet when the next is placed), and a trial off a GPU another run leases.
 type Ledger struct {
-	fleet []HostGPUs
-	held  map[string]map[int]string // host → GPU → trial id
+	fleet   []HostGPUs
+	held    map[string]map[int]string // host → GPU → trial id
+	blocked map[string]map[int]bool   // host → GPU leased by another run
+	out     map[string]bool           // hosts lost for the rest of the sweep
 }
 
 // NewLedger starts an account of fleet with nothing held.
 func NewLedger(fleet []HostGPUs) *Ledger {
-	return &Ledger{fleet: fleet, held: map[string]map[int]string{}}
+	return &Ledger{fleet: fleet, held: map[string]map[int]string{}, blocked: map[string]map[int]bool{}, out: map[string]bool{}}
 }
 
-// Free returns each host's GPUs no trial holds, in host order.
+// Free returns each host's GPUs that no trial holds, no other run leases
+// and whose host is not out, in host order.
 func (l *Ledger) Free() []HostGPUs {
 	var out []HostGPUs
 	for _, h := range l.fleet {
+		if l.out[h.Host] {
+			continue
+		}
 		f := HostGPUs{Host: h.Host}
 		for _, g := range h.GPUs {
-			if _, taken := l.held[h.Host][g]; !taken {
+			if _, taken := l.held[h.Host][g]; !taken && !l.blocked[h.Host][g] {
 				f.GPUs = append(f.GPUs, g)
 			}
 		}
 		out = append(out, f)
 	}
 	return out
+}
+
+// Available records the GPUs a fresh look at the hosts found free (not
+// busy, leased by no run): every other GPU of the fleet that no trial
+// of the sweep holds is another run's until the next look. (The sweep's
+// own trials lease their GPUs too, so the look finds those leased.)
+func (l *Ledger) Available(avail []HostGPUs) {
+	free := map[string]map[int]bool{}
+	for _, h := range avail {
+		free[h.Host] = map[int]bool{}
+		for _, g := range h.GPUs {
+			free[h.Host][g] = true
+		}
+	}
+	l.blocked = map[string]map[int]bool{}
+	for _, h := range l.fleet {
+		for _, g := range h.GPUs {
+			if _, ours := l.held[h.Host][g]; !ours && !free[h.Host][g] {
+				l.block(h.Host, g)
+			}
+		}
+	}
+}
+
+// Block records that another run leases p's GPUs (a trial placed there
+// found them leased), until the next Available.
+func (l *Ledger) Block(p Placement) {
+	for _, g := range p.GPUs {
+		l.block(p.Host, g)
+	}
+}
+
+func (l *Ledger) block(host string, g int) {
+	if l.blocked[host] == nil {
+		l.blocked[host] = map[int]bool{}
+	}
+	l.blocked[host][g] = true
+}
+
+// Blocked says whether another run leases any GPU of the fleet, as far
+// as the sweep knows: then a look at the hosts may find more free.
+func (l *Ledger) Blocked() bool {
+	for h, gs := range l.blocked {
+		if len(gs) > 0 && !l.out[h] {
+			return true
+		}
+	}
+	return false
+}
+
+// MarkOut gives up on host for the rest of the sweep: a trial's run
+// there found it lost. (A host that went away once in a sweep of hours
+// is likely to again; its trials move to the others.)
+func (l *Ledger) MarkOut(host string) { l.out[host] = true }
+
+// Fits says whether a trial of n GPUs could start once the sweep's own
+// trials and the other runs let go: some host not out has n GPUs.
+func (l *Ledger) Fits(n int) bool {
+	for _, h := range l.fleet {
+		if !l.out[h.Host] && len(h.GPUs) >= n {
+			return true
+		}
+	}
+	return false
 }
 
 // Take records that trial holds p; it refuses a GPU already held, which

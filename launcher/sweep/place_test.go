@@ -74,3 +74,35 @@ func TestCheckFits(t *testing.T) {
 	assert.Equal(t, "--gpus-per-trial: --gpus-per-trial 4 is more than any host has (the most is 2) (fix: ask for at most 2, or add a host with 4 GPUs)", err.Error())
 	assert.Error(t, CheckFits(fleet(1, 2), 0))
 }
+
+// The ledger keeps trials off GPUs other runs lease and off lost hosts:
+// a conflict blocks the placement until the next look at the leases,
+// which frees what it finds free and blocks what another run took; a
+// lost host is out for good, and a trial too large for what is left
+// no longer fits.
+func TestLedgerLeasesAndLostHosts(t *testing.T) {
+	l := NewLedger(fleet(2, 2))
+	require.NoError(t, l.Take("t0", Placement{"a", []int{0}}))
+	for _, step := range []struct {
+		name    string
+		do      func()
+		free    []HostGPUs
+		blocked bool
+	}{
+		{"start", func() {}, []HostGPUs{{"a", []int{1}}, {"b", []int{0, 1}}}, false},
+		{"a conflict on a:1", func() { l.Block(Placement{"a", []int{1}}) }, []HostGPUs{{"a", nil}, {"b", []int{0, 1}}}, true},
+		// The look finds t0's own GPU leased (by t0) and b:0 leased by another run.
+		{"a look: a:1 free again, b:0 leased", func() { l.Available([]HostGPUs{{"a", []int{1}}, {"b", []int{1}}}) },
+			[]HostGPUs{{"a", []int{1}}, {"b", []int{1}}}, true},
+		{"t0 ends: its GPU is free without a look", func() { l.Release("t0") }, []HostGPUs{{"a", []int{0, 1}}, {"b", []int{1}}}, true},
+		{"b lost", func() { l.MarkOut("b") }, []HostGPUs{{"a", []int{0, 1}}}, false},
+		{"a look finds b free: still out", func() { l.Available(fleet(2, 2)) }, []HostGPUs{{"a", []int{0, 1}}}, false},
+	} {
+		step.do()
+		assert.Equal(t, step.free, l.Free(), step.name)
+		assert.Equal(t, step.blocked, l.Blocked(), step.name)
+	}
+	assert.True(t, l.Fits(2))
+	l.MarkOut("a")
+	assert.False(t, l.Fits(1), "every host out")
+}

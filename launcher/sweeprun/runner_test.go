@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,4 +168,131 @@ func TestTrialConfig(t *testing.T) {
 func TestStripPrefix(t *testing.T) {
 	assert.Equal(t, "step=1 loss=2", stripPrefix("[worker-0@h1] step=1 loss=2"))
 	assert.Equal(t, "[note] loss=2", stripPrefix("[note] loss=2"))
+}
+
+// gridOpts is a sweep of n trials (x=1..n), one GPU each.
+func gridOpts(t *testing.T, n, maxParallel int) *sweep.Options {
+	p, err := sweep.ParseParam("--param", fmt.Sprintf("x=1..%d", n))
+	require.NoError(t, err)
+	trials, err := sweep.Expand([]sweep.Param{p}, 0, 0)
+	require.NoError(t, err)
+	col, err := sweep.NewCollector("")
+	require.NoError(t, err)
+	return &sweep.Options{Params: []sweep.Param{p}, Trials: trials, Metric: "loss", Goal: sweep.Minimize, Collector: col,
+		GPUsPerTrial: 1, MaxParallel: maxParallel}
+}
+
+// A trial placed on a GPU that another run leased meanwhile is no
+// failure: it gives the GPU back, the sweep keeps off that GPU until a
+// look at the hosts' leases finds it free, and the trial runs then. (The
+// trial on the other GPU runs until the other run has ended, so only a
+// look can free GPU 0.)
+func TestSweepWaitsForAnotherRunsLease(t *testing.T) {
+	var mu sync.Mutex
+	otherHolds, conflicts, looks := true, 0, 0
+	released := make(chan struct{})
+	var ran []string
+	s := &Sweep{ID: "sw", Options: gridOpts(t, 3, 0), Fleet: []sweep.HostGPUs{{Host: "h", GPUs: []int{0, 1}}},
+		RefreshEvery: time.Millisecond,
+		Refresh: func(ctx context.Context) ([]sweep.HostGPUs, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			looks++
+			if looks == 3 {
+				otherHolds = false // the other run ends
+				close(released)
+			}
+			if otherHolds {
+				return []sweep.HostGPUs{{Host: "h", GPUs: []int{1}}}, nil
+			}
+			return []sweep.HostGPUs{{Host: "h", GPUs: []int{0, 1}}}, nil
+		},
+		RunTrial: func(ctx context.Context, spec TrialSpec) error {
+			mu.Lock()
+			if spec.Placement.GPUs[0] == 0 && otherHolds {
+				conflicts++
+				mu.Unlock()
+				return &sweep.SetbackError{Setback: sweep.LeaseConflict, Host: "h", Err: errors.New("GPU 0 is leased by another run")}
+			}
+			ran = append(ran, fmt.Sprintf("%s@%d", spec.Trial.ID, spec.Placement.GPUs[0]))
+			mu.Unlock()
+			select {
+			case <-released:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			fmt.Fprintln(spec.Out, "loss=1")
+			return nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := s.Run(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, out.Errors)
+	for _, r := range out.Report.Trials {
+		assert.Equal(t, sweep.Completed, r.State, r.ID)
+	}
+	assert.Equal(t, 1, conflicts, "after the conflict no trial is placed on GPU 0 until a look finds it free")
+	assert.GreaterOrEqual(t, looks, 3)
+	assert.Equal(t, []string{"t1@1", "t0@0"}, ran[:2], "t0 waits for GPU 0 while t1 holds GPU 1")
+	assert.Len(t, ran, 3)
+}
+
+// A trial whose host is lost moves to another host while its
+// max_host_failures lasts, and the lost host gets no other trial; past
+// it, the trial fails saying why; with every host lost the sweep ends.
+func TestSweepMovesTrialsOffLostHosts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fleet    []sweep.HostGPUs
+		policy   sweep.Policy
+		failed   []string
+		why      string
+		runErr   string
+		onLostH0 int // trials that started on h0
+	}{
+		{name: "moved", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}},
+			policy: sweep.Policy{MaxHostFailures: 1}, onLostH0: 1},
+		{name: "no host failures allowed", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}},
+			failed: []string{"t0"}, why: "max_host_failures = 0", onLostH0: 1},
+		{name: "every host lost", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}}, policy: sweep.Policy{MaxHostFailures: 3},
+			runErr: "no host left", onLostH0: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			onH0 := 0
+			s := &Sweep{ID: "sw", Options: gridOpts(t, 2, 0), Fleet: tc.fleet, Policy: tc.policy,
+				RunTrial: func(ctx context.Context, spec TrialSpec) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if spec.Placement.Host == "h0" {
+						onH0++
+						return &sweep.SetbackError{Setback: sweep.HostLost, Host: "h0", Err: errors.New("h0 lost")}
+					}
+					fmt.Fprintln(spec.Out, "loss=1")
+					return nil
+				}}
+			out, err := s.Run(context.Background())
+			if tc.runErr != "" {
+				require.ErrorContains(t, err, tc.runErr)
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tc.onLostH0, onH0)
+			var failed []string
+			for id, e := range out.Errors {
+				failed = append(failed, id)
+				assert.ErrorContains(t, e, tc.why)
+			}
+			assert.ElementsMatch(t, tc.failed, failed)
+			if tc.runErr == "" {
+				for _, r := range out.Report.Trials {
+					if !slices.Contains(tc.failed, r.ID) {
+						assert.Equal(t, sweep.Completed, r.State, r.ID)
+						assert.Equal(t, "h1", r.Host, r.ID)
+					}
+				}
+			}
+		})
+	}
 }
