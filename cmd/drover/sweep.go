@@ -15,10 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/fanout"
 	"github.com/droverhq/drover/launcher/sweep"
 	"github.com/droverhq/drover/launcher/sweeprun"
 )
@@ -74,7 +72,7 @@ func sweepAction(c *cli.Context) error {
 	}
 	ctx, _, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every trial")
 	defer stop()
-	fleet, err := sweepFleet(ctx, c, cfg, bin)
+	fleet, free, err := sweepFleet(ctx, c, cfg, bin)
 	if err != nil {
 		return err
 	}
@@ -89,16 +87,20 @@ func sweepAction(c *cli.Context) error {
 	live := isFile && term.IsTerminal(int(f2.Fd()))
 	id := fmt.Sprintf("%s-%s", cfg.Job.Name, time.Now().Format("20060102-150405"))
 	fmt.Fprintf(c.App.ErrWriter, "drover: sweep %s: %s on %d hosts\n", id, opts, len(fleet))
-	s := &sweeprun.Sweep{ID: id, Options: opts, Command: cfg.Job.Command, Fleet: fleet, Table: tableOut, Live: live,
+	s := &sweeprun.Sweep{ID: id, Options: opts, Command: cfg.Job.Command, Fleet: fleet, Free: free, Table: tableOut, Live: live,
+		Policy: sweep.PolicyOf(cfg.Job), Refresh: func(ctx context.Context) ([]sweep.HostGPUs, error) {
+			_, free := sweepLook(ctx, c, cfg, bin, io.Discard)
+			return free, ctx.Err()
+		},
 		RunTrial: func(ctx context.Context, spec sweeprun.TrialSpec) error {
 			res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),
 				LogDir: c.String("log-dir"), AgentBinary: bin, Dial: dialOptions(c, cfg.Hosts),
 				Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec)})
 			switch {
 			case err != nil:
-				return err
+				return trialSetback(err, spec.Placement)
 			case res.Outcome != launcher.Succeeded:
-				return fmt.Errorf("%v (logs: %s)", res.Err, res.LogDir)
+				return trialSetback(fmt.Errorf("%w (logs: %s)", res.Err, res.LogDir), spec.Placement)
 			}
 			return nil
 		}}
@@ -112,26 +114,6 @@ type paramFlag struct{ specs []string }
 
 func (p *paramFlag) Set(s string) error { p.specs = append(p.specs, s); return nil }
 func (p *paramFlag) String() string     { return strings.Join(p.specs, " ") }
-
-// sweepFleet is the free GPUs of the job's hosts (spares too: a sweep
-// has no group to keep spares for), probed once as drover probe does; a
-// host that does not answer is left out, and said so.
-func sweepFleet(ctx context.Context, c *cli.Context, cfg *config.Config, bin string) ([]sweep.HostGPUs, error) {
-	var fleet []sweep.HostGPUs
-	for _, r := range fanout.Probe(ctx, cfg.Job, cfg.Hosts, dialOptions(c, cfg.Hosts), bin) {
-		if r.Err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "drover: %s: left out of the sweep: %v\n", r.Report.Host, r.Err)
-			continue
-		}
-		if len(r.Selection.Indices) > 0 {
-			fleet = append(fleet, sweep.HostGPUs{Host: r.Selection.Host, GPUs: r.Selection.Indices})
-		}
-	}
-	if len(fleet) == 0 {
-		return nil, cli.Exit(fmt.Sprintf("sweep: no host of %s has a free GPU (see drover probe %s)", cfg.Path, cfg.Path), agent.ExitFailed)
-	}
-	return fleet, nil
-}
 
 // sweepExit is exit 2 for a sweep.Error (bad flags or [sweep] keys).
 func sweepExit(err error) error {

@@ -148,7 +148,7 @@ func TestSweepFailedTrial(t *testing.T) {
 
 func TestTrialConfig(t *testing.T) {
 	cfg := &config.Config{InventoryPath: "/x/inv.toml",
-		Job: config.Job{Name: "j", Workdir: "runs/j", Command: []string{"old"}, MinGPUs: 2, Env: map[string]string{"A": "1"}},
+		Job: config.Job{Name: "j", Workdir: "runs/j", Command: []string{"old"}, MinGPUs: 2, MaxHostFailures: 3, Env: map[string]string{"A": "1"}},
 		Hosts: []config.Host{{Name: "h0", Workdir: "runs/j", GPUs: config.GPUSpec{Auto: true}},
 			{Name: "h1", Workdir: "/abs/j", GPUs: config.GPUSpec{Auto: true}, MinGPUs: 2, Spare: true}}}
 	spec := TrialSpec{Trial: sweep.Trial{ID: "t03"}, Command: []string{"python3", "train.py", "--lr=0.1"},
@@ -158,6 +158,7 @@ func TestTrialConfig(t *testing.T) {
 	assert.Equal(t, "j-t03", cfg.Job.Name)
 	assert.Equal(t, "runs/j/trials/t03", cfg.Job.Workdir)
 	assert.Equal(t, 0, cfg.Job.MinGPUs)
+	assert.Equal(t, 0, cfg.Job.MaxHostFailures, "the sweep moves a trial off a lost host")
 	assert.Equal(t, spec.Command, cfg.Job.Command)
 	assert.Equal(t, map[string]string{"A": "1"}, cfg.Job.Env, "DROVER_* is refused in [job.env]: the trial's env goes in RunOptions.Env")
 

@@ -36,7 +36,8 @@ type RunTrial func(ctx context.Context, spec TrialSpec) error
 // spec's trial: the placement's host alone, with its GPUs pinned, in
 // <workdir>/trials/<id> (so its checkpoints, pidfiles and workdir lease
 // are its own), named <job>-<id> (its own logs), running the trial's
-// command. It is applied at every reading of the job, restarts included.
+// command, with no restart for a lost host (the sweep moves the trial
+// instead). It is applied at every reading of the job, restarts included.
 // The trial's Env is not [job.env]'s, where drover's own DROVER_*
 // names are refused: it goes in launcher.RunOptions.Env.
 func TrialConfig(spec TrialSpec) func(*config.Config) error {
@@ -61,6 +62,11 @@ func TrialConfig(spec TrialSpec) func(*config.Config) error {
 		cfg.Job.Name += "-" + spec.Trial.ID
 		cfg.Job.Workdir = path.Join(cfg.Job.Workdir, sub)
 		cfg.Job.MinGPUs = 0
+		// A lost host ends the trial's run at once, and the sweep moves
+		// the trial to another host, counting it against the job's
+		// max_host_failures itself (sweep.Policy): waiting host_wait
+		// for the same host would keep the trial off the others.
+		cfg.Job.MaxHostFailures = 0
 		cfg.Job.Command = append([]string(nil), spec.Command...)
 		return nil
 	}
