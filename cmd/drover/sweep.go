@@ -87,12 +87,16 @@ func sweepAction(c *cli.Context) error {
 	live := isFile && term.IsTerminal(int(f2.Fd()))
 	id := fmt.Sprintf("%s-%s", cfg.Job.Name, time.Now().Format("20060102-150405"))
 	fmt.Fprintf(c.App.ErrWriter, "drover: sweep %s: %s on %d hosts\n", id, opts, len(fleet))
+	code := newSweepCode(c, cfg, c.App.ErrWriter)
 	s := &sweeprun.Sweep{ID: id, Options: opts, Command: cfg.Job.Command, Fleet: fleet, Free: free, Table: tableOut, Live: live,
 		Policy: sweep.PolicyOf(cfg.Job), Refresh: func(ctx context.Context) ([]sweep.HostGPUs, error) {
 			_, free := sweepLook(ctx, c, cfg, bin, io.Discard)
 			return free, ctx.Err()
 		},
 		RunTrial: func(ctx context.Context, spec sweeprun.TrialSpec) error {
+			if err := code.ready(ctx, spec.Placement.Host, spec.Trial.ID); err != nil {
+				return trialSetback(err, spec.Placement)
+			}
 			res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),
 				LogDir: c.String("log-dir"), AgentBinary: bin, Dial: dialOptions(c, cfg.Hosts),
 				Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec)})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,6 +82,18 @@ func TestSweepGrid(t *testing.T) {
 	}
 	require.NotNil(t, rep.Best)
 	assert.Equal(t, map[string]string{"lr": "0.001", "seed": "0"}, rep.Best.Params)
+
+	// The code went to each host once, and each trial's own push, into
+	// its directory seeded from it, sent nothing.
+	assert.Equal(t, 3, strings.Count(d.stderr.String(), "drover: sweep: code pushed to "), d.stderr.String())
+	logs, err := filepath.Glob(filepath.Join(j.LogRoot, j.Name+"-t*", "events.log"))
+	require.NoError(t, err)
+	require.Len(t, logs, 12)
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		require.NoError(t, err)
+		assert.NotRegexp(t, `pushed [1-9]`, string(b), l)
+	}
 
 	// The trials' own records: 12, each with the GPU the report says and
 	// its parameters substituted, none two on one GPU at once, all 6 used.

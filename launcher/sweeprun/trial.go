@@ -6,6 +6,7 @@ import (
 	"io"
 	"path"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher/sweep"
 )
@@ -53,7 +54,7 @@ func TrialConfig(spec TrialSpec) func(*config.Config) error {
 			return fmt.Errorf("trial %s runs on host %s, which %s no longer names (put it back, or run the sweep again)",
 				spec.Trial.ID, spec.Placement.Host, cfg.InventoryPath)
 		}
-		sub := path.Join("trials", spec.Trial.ID)
+		sub := TrialDir(spec.Trial.ID)
 		host.Spare = false
 		host.MinGPUs = 0
 		host.GPUs = config.GPUSpec{List: append([]int(nil), spec.Placement.GPUs...)}
@@ -70,4 +71,29 @@ func TrialConfig(spec TrialSpec) func(*config.Config) error {
 		cfg.Job.Command = append([]string(nil), spec.Command...)
 		return nil
 	}
+}
+
+// TrialDir is where trial id runs, under the job's workdir on its host.
+func TrialDir(id string) string { return path.Join("trials", id) }
+
+// CodeDir is where the sweep pushes the code once per host, under the
+// job's workdir: beside the trials' directories ("code" is no trial id).
+func CodeDir() string { return path.Join("trials", "code") }
+
+// SeedCommand is the shell line that fills the trial directory trial,
+// when it does not exist yet, with hard links to the files of code (the
+// sweep's one push to the host) and a copy of the push's own state
+// (.drover, which a later push rewrites, so it must not be shared), so
+// that the trial's run finds its code already there and its push sends
+// nothing. The links share the files' contents: a push replaces a file
+// by renaming a new one into place, never writing into it, so no trial's
+// push changes another's code. Without hard links (a host whose cp has
+// no -l, or code on another filesystem) it leaves nothing behind, and the
+// trial's push sends the code as before.
+func SeedCommand(code, trial string) string {
+	q := cluster.ShellQuote
+	tmp := trial + ".seed"
+	return fmt.Sprintf("[ -e %[2]s ] || { rm -rf %[3]s && mkdir -p %[4]s && cp -al %[1]s %[3]s && rm -rf %[3]s/.drover && "+
+		"{ [ ! -d %[1]s/.drover ] || cp -a %[1]s/.drover %[3]s/.drover; } && mv %[3]s %[2]s; } || { rm -rf %[3]s; exit 3; }",
+		q(code), q(trial), q(tmp), q(path.Dir(trial)))
 }
