@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,4 +147,62 @@ func atof(t *testing.T, s string) float64 {
 	v, err := strconv.ParseFloat(s, 64)
 	require.NoError(t, err)
 	return v
+}
+
+// A sweep whose trial needs both GPUs of a host, one of which another
+// run leases, waits for that run instead of failing: the trial does not
+// start while the lease is held, and runs, on both GPUs, once it is
+// given back (the sweep looks at the leases again). One trial keeps it
+// short; TestSweepGrid has many.
+func TestSweepWaitsForAnotherRunsLease(t *testing.T) {
+	fleettest.Need(t, fleet)
+	if testing.Short() {
+		t.Skip("a fleet test")
+	}
+	fakeGPUs(t, 0)
+	privateGPULeases(t, 0)
+	rel, err := os.MkdirTemp("", "drover-sweep-release-") // the hosts' user must see it
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(rel) })
+	require.NoError(t, os.Chmod(rel, 0o755))
+	release := filepath.Join(rel, "release")
+	holder := gpuJob(t, "sweephold", release, "gpus_per_host = 1")
+	inv, err := os.ReadFile(holder.Inventory)
+	require.NoError(t, err)
+	first, _, _ := strings.Cut(string(inv), "\n[[host]]\n"+`name = "`+fleet.Hosts[1].Name)
+	require.NoError(t, os.WriteFile(holder.Inventory, []byte(first), 0o644), "host 0 alone")
+	h := startDrover(t, holder)
+	h.waitLines(t, startLine, 1, 90*time.Second)
+
+	j := newFleetJob(t, jobSpec{Hosts: 1, Command: `["sh", "w.sh", "{x}"]`, Job: `health = "off"`,
+		Script: "echo \"$DROVER_TRIAL_ID $CUDA_VISIBLE_DEVICES $(date +%s.%N)\" >> ../../trials.log\necho loss=$1\n"})
+	inv, err = os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
+	d := startDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "x=1", "--gpus-per-trial", "2", "--json")
+	t.Cleanup(func() { killJob(t, j.Name+"-t0") })
+	d.waitStderr(t, regexp.MustCompile(`t0 waits for GPUs that other runs lease`), 90*time.Second)
+	_, err = hostFile(t, 0, path.Join(j.Workdir, "trials.log"))
+	require.Error(t, err, "no trial started while the lease is held")
+	released := float64(time.Now().UnixNano()) / 1e9
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	require.Equal(t, 0, h.wait(t, time.Minute), h.stderr.String())
+
+	require.Equal(t, 0, d.wait(t, 2*time.Minute), "stderr:\n%s", d.stderr.String())
+	var rep sweep.Report
+	require.NoError(t, json.Unmarshal([]byte(d.stdout.String()), &rep), d.stdout.String())
+	require.Len(t, rep.Trials, 1)
+	assert.Equal(t, sweep.Completed, rep.Trials[0].State)
+	assert.Equal(t, []int{0, 1}, rep.Trials[0].GPUs)
+	out, err := hostFile(t, 0, path.Join(j.Workdir, "trials.log"))
+	require.NoError(t, err)
+	ids := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		require.Len(t, f, 3, l)
+		ids[f[0]]++
+		assert.Equal(t, "0,1", f[1], l)
+		assert.Greater(t, atof(t, f[2]), released, "%s started after the other run gave GPU 0 back", l)
+	}
+	assert.Equal(t, map[string]int{"t0": 2}, ids, "the trial's two processes (one per GPU) ran once")
 }

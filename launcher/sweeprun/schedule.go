@@ -46,6 +46,7 @@ func (st *state) schedule(ctx context.Context) error {
 		pending[i] = i
 	}
 	running := 0
+	waiting := false // said that the sweep waits on other runs' leases
 	stopped := ctx.Done()
 	for len(pending) > 0 || running > 0 {
 		for len(pending) > 0 && ctx.Err() == nil && (st.Options.MaxParallel == 0 || running < st.Options.MaxParallel) {
@@ -66,7 +67,12 @@ func (st *state) schedule(ctx context.Context) error {
 			if !ledger.Fits(n) || !ledger.Blocked() || st.Refresh == nil {
 				return fmt.Errorf("trial %s: %w (it asks for %d GPUs)", st.trials[pending[0]].res.ID, errNoPlace, n)
 			}
+			if !waiting {
+				st.table.note(fmt.Sprintf("%s waits for GPUs that other runs lease (drover probe shows them); looking again every %s",
+					st.trials[pending[0]].res.ID, cmp.Or(st.RefreshEvery, DefaultRefreshEvery)))
+			}
 		}
+		waiting = running == 0
 		var look <-chan time.Time
 		if len(pending) > 0 && ledger.Blocked() && st.Refresh != nil && ctx.Err() == nil {
 			look = time.After(cmp.Or(st.RefreshEvery, DefaultRefreshEvery))
