@@ -39,6 +39,7 @@ func sweepCommand() *cli.Command {
 			&cli.IntFlag{Name: "min-trials", Usage: "completed trials before the median rule stops any (default 3)"},
 			&cli.IntFlag{Name: "samples", Usage: "draws of the random parameters"},
 			&cli.IntFlag{Name: "gpus-per-trial", Usage: "GPUs of one host each trial gets (default 1)"},
+			&cli.IntFlag{Name: "hosts-per-trial", Usage: "hosts each trial runs on, as one group, with --gpus-per-trial GPUs on each (default 1)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed of the random draws"},
 			&cli.StringFlag{Name: "log-dir", Usage: "where each trial's runs/<job>-<trial>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the trials and the best one as JSON (the table goes to stderr)"},
@@ -57,7 +58,8 @@ func sweepAction(c *cli.Context) error {
 	}
 	f := sweep.Flags{Params: c.Generic("param").(*paramFlag).specs, Metric: c.String("metric"), Goal: c.String("goal"),
 		EarlyStop: c.String("early-stop"), MetricRegex: c.String("metric-regex"), MaxParallel: c.Int("max-parallel"),
-		MinTrials: c.Int("min-trials"), Samples: c.Int("samples"), GPUsPerTrial: c.Int("gpus-per-trial")}
+		MinTrials: c.Int("min-trials"), Samples: c.Int("samples"), GPUsPerTrial: c.Int("gpus-per-trial"),
+		HostsPerTrial: c.Int("hosts-per-trial")}
 	if c.IsSet("seed") {
 		seed := c.Uint64("seed")
 		f.Seed = &seed
@@ -76,7 +78,7 @@ func sweepAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := sweep.CheckFits(fleet, opts.GPUsPerTrial); err != nil {
+	if err := sweep.CheckFits(fleet, opts.Shape()); err != nil {
 		return sweepExit(err)
 	}
 	tableOut := c.App.Writer
@@ -94,7 +96,7 @@ func sweepAction(c *cli.Context) error {
 			return free, ctx.Err()
 		},
 		RunTrial: func(ctx context.Context, spec sweeprun.TrialSpec) error {
-			if err := code.ready(ctx, spec.Placement.Host, spec.Trial.ID); err != nil {
+			if err := code.ready(ctx, spec.Placement, spec.Trial.ID); err != nil {
 				return trialSetback(err, spec.Placement)
 			}
 			res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),

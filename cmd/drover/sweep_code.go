@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"sync"
 
 	"github.com/urfave/cli/v2"
@@ -15,6 +16,7 @@ import (
 	"github.com/droverhq/drover/cluster/push"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/fanout"
+	"github.com/droverhq/drover/launcher/sweep"
 	"github.com/droverhq/drover/launcher/sweeprun"
 )
 
@@ -39,27 +41,26 @@ func newSweepCode(c *cli.Context, cfg *config.Config, say io.Writer) *sweepCode 
 	return &sweepCode{c: c, cfg: cfg, say: say, hosts: map[string]*sync.Mutex{}, pushed: map[string]bool{}}
 }
 
-// ready puts the code in trial's directory on host: the host's push
-// first, once; a push that fails is the trial's error (a lost host's
-// error says so, for the sweep to move the trial). A seed that fails
-// (no hard links there) only means the trial's push sends the code.
-func (s *sweepCode) ready(ctx context.Context, host, trial string) error {
-	var h config.Host
-	for _, x := range s.cfg.Hosts {
-		if x.Name == host {
-			h = x
+// ready puts the code in trial's directory on each host of p: the
+// host's push first, once; a push that fails is the trial's error (a
+// lost host's error says so, for the sweep to move the trial). A seed
+// that fails (no hard links there) only means the trial's push sends
+// the code.
+func (s *sweepCode) ready(ctx context.Context, p sweep.Placement, trial string) error {
+	for _, ph := range p.Hosts {
+		i := slices.IndexFunc(s.cfg.Hosts, func(h config.Host) bool { return h.Name == ph.Host })
+		if i < 0 {
+			continue // TrialConfig says it, with the fix
 		}
-	}
-	if h.Name == "" {
-		return nil // TrialConfig says it, with the fix
-	}
-	if err := s.push(ctx, h); err != nil {
-		return err
-	}
-	cmd := sweeprun.SeedCommand(path.Join(h.Workdir, sweeprun.CodeDir()), path.Join(h.Workdir, sweeprun.TrialDir(trial)))
-	res := fanout.Exec(ctx, []config.Host{h}, fanout.ExecOptions{Args: []string{cmd}, Dial: dialOptions(s.c, s.cfg.Hosts)})
-	if res[0].Err != nil {
-		fmt.Fprintf(s.say, "drover: sweep: %s: trial %s's directory not seeded from the shared code (%v): its run pushes the code\n", host, trial, res[0].Err)
+		h := s.cfg.Hosts[i]
+		if err := s.push(ctx, h); err != nil {
+			return err
+		}
+		cmd := sweeprun.SeedCommand(path.Join(h.Workdir, sweeprun.CodeDir()), path.Join(h.Workdir, sweeprun.TrialDir(trial)))
+		res := fanout.Exec(ctx, []config.Host{h}, fanout.ExecOptions{Args: []string{cmd}, Dial: dialOptions(s.c, s.cfg.Hosts)})
+		if res[0].Err != nil {
+			fmt.Fprintf(s.say, "drover: sweep: %s: trial %s's directory not seeded from the shared code (%v): its run pushes the code\n", h.Name, trial, res[0].Err)
+		}
 	}
 	return nil
 }

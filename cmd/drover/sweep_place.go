@@ -65,11 +65,17 @@ func sweepFleet(ctx context.Context, c *cli.Context, cfg *config.Config, bin str
 func trialSetback(err error, p sweep.Placement) error {
 	var be *gpulease.BusyError
 	if errors.As(err, &be) {
-		return &sweep.SetbackError{Setback: sweep.LeaseConflict, Host: cmp.Or(be.Host, p.Host), Err: err}
+		return &sweep.SetbackError{Setback: sweep.LeaseConflict, Host: cmp.Or(be.Host, p.Host()), Err: err}
 	}
 	var ee *restart.EndError
 	if errors.As(err, &ee) && ee.Outcome.Kind == restart.HostLost || cluster.IsUnreachable(err) {
-		return &sweep.SetbackError{Setback: sweep.HostLost, Host: p.Host, Err: err}
+		// Which host of a group was lost the error says only in words:
+		// the sweep looks at the hosts to find it (sweep.Missing).
+		host := ""
+		if len(p.Hosts) == 1 {
+			host = p.Host()
+		}
+		return &sweep.SetbackError{Setback: sweep.HostLost, Host: host, Err: err}
 	}
 	return err
 }

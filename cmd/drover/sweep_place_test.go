@@ -18,7 +18,7 @@ import (
 // A trial's run that ended on GPUs another run leased, or on a lost
 // host, is a setback the sweep requeues; any other failure is the trial's.
 func TestTrialSetback(t *testing.T) {
-	p := sweep.Placement{Host: "h1", GPUs: []int{0}}
+	p := sweep.On("h1", 0)
 	busy := &gpulease.BusyError{Host: "h1", Want: 1}
 	lost := &restart.EndError{Outcome: restart.Outcome{Kind: restart.HostLost, Err: errors.New("h1 lost: no heartbeat")}, Why: "no restarts left"}
 	failed := &restart.EndError{Outcome: restart.Outcome{Kind: restart.Failed, Err: errors.New("exit status 1")}, Why: "no restarts left"}

@@ -206,3 +206,48 @@ func TestSweepWaitsForAnotherRunsLease(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"t0": 2}, ids, "the trial's two processes (one per GPU) ran once")
 }
+
+// --hosts-per-trial 2: each trial's run is a group of two hosts, one
+// GPU of each; the two trials run side by side on the two hosts' two
+// GPUs, and the code goes to each host once for both.
+func TestSweepTrialsOfTwoHosts(t *testing.T) {
+	fleettest.Need(t, fleet)
+	if testing.Short() {
+		t.Skip("a fleet test")
+	}
+	j := newFleetJob(t, jobSpec{Hosts: 2, Command: `["sh", "w.sh", "{x}"]`, Job: `health = "off"`,
+		Script: "echo \"$DROVER_TRIAL_ID $DROVER_HOST $CUDA_VISIBLE_DEVICES\" >> ../../trials.log\necho loss=$1\n"})
+	inv, err := os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
+	for i := range 2 {
+		fakeGPUs(t, i)
+	}
+	d := startDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "x=1,2", "--hosts-per-trial", "2", "--json")
+	t.Cleanup(func() {
+		killJob(t, j.Name+"-t0")
+		killJob(t, j.Name+"-t1")
+	})
+	require.Equal(t, 0, d.wait(t, 2*time.Minute), "stderr:\n%s", d.stderr.String())
+	var rep sweep.Report
+	require.NoError(t, json.Unmarshal([]byte(d.stdout.String()), &rep), d.stdout.String())
+	require.Len(t, rep.Trials, 2)
+	h0, h1 := fleet.Hosts[0].Name, fleet.Hosts[1].Name
+	for _, r := range rep.Trials {
+		assert.Equal(t, sweep.Completed, r.State, r.ID)
+		require.Len(t, r.Hosts, 2, r.ID)
+		assert.ElementsMatch(t, []string{h0, h1}, []string{r.Hosts[0].Host, r.Hosts[1].Host}, r.ID)
+	}
+	ran := map[string]bool{}
+	for i := range 2 {
+		out, err := hostFile(t, i, path.Join(j.Workdir, "trials.log"))
+		require.NoError(t, err)
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			require.Len(t, f, 3, l)
+			ran[f[0]+"@"+f[1]] = true
+		}
+	}
+	assert.Equal(t, map[string]bool{"t0@" + h0: true, "t0@" + h1: true, "t1@" + h0: true, "t1@" + h1: true}, ran, "each trial ran on both hosts")
+	assert.Equal(t, 2, strings.Count(d.stderr.String(), "drover: sweep: code pushed to "), d.stderr.String())
+}

@@ -3,75 +3,115 @@ package sweep
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // HostGPUs is one host's GPUs, by index: in an inventory, those a trial
 // may take.
 type HostGPUs struct {
-	Host string
-	GPUs []int
+	Host string `json:"host"`
+	GPUs []int  `json:"gpus"`
 }
 
-// Placement is where a trial runs: one host and the GPUs pinned to it.
+// Placement is where a trial runs: one host and the GPUs pinned to it,
+// or, for --hosts-per-trial K, K hosts with their GPUs (the trial's run
+// is a group of K hosts).
 type Placement struct {
-	Host string
-	GPUs []int
+	Hosts []HostGPUs
 }
 
-func (p Placement) String() string {
-	s := p.Host + ":"
-	for i, g := range p.GPUs {
-		if i > 0 {
-			s += ","
-		}
-		s += fmt.Sprint(g)
+// On places a trial on one host.
+func On(host string, gpus ...int) Placement {
+	return Placement{Hosts: []HostGPUs{{Host: host, GPUs: gpus}}}
+}
+
+// Host is the first host, which a one-host trial runs on.
+func (p Placement) Host() string {
+	if len(p.Hosts) == 0 {
+		return ""
 	}
-	return s
+	return p.Hosts[0].Host
+}
+
+// String is "host:0,1", and "h0:0,1+h1:0,1" for several hosts.
+func (p Placement) String() string {
+	var parts []string
+	for _, h := range p.Hosts {
+		s := h.Host + ":"
+		for i, g := range h.GPUs {
+			if i > 0 {
+				s += ","
+			}
+			s += fmt.Sprint(g)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "+")
+}
+
+// Shape is what a trial asks for: GPUs on each of Hosts hosts.
+type Shape struct {
+	GPUs  int
+	Hosts int
 }
 
 // Placer decides where the next trial runs, given the free GPUs of the
-// fleet in host order: ok is false when no host has n free. It is the
-// seam at which per-GPU leases on the hosts take over from the sweep's
-// own Ledger.
+// fleet in host order: ok is false when fewer than want.Hosts hosts have
+// want.GPUs free.
 type Placer interface {
-	Place(free []HostGPUs, n int) (p Placement, ok bool)
+	Place(free []HostGPUs, want Shape) (p Placement, ok bool)
 }
 
-// Pack is the default Placer: the host with the fewest free GPUs that
-// still has n (the first such in host order), taking its lowest free
-// indices, so trials fill hosts before spreading and a later trial that
-// needs more GPUs still finds a host with room.
+// Pack is the default Placer: the hosts with the fewest free GPUs that
+// still have want.GPUs (the first such in host order), taking their
+// lowest free indices, so trials fill hosts before spreading and a later
+// trial that needs more GPUs still finds a host with room.
 type Pack struct{}
 
 // Place implements Placer.
-func (Pack) Place(free []HostGPUs, n int) (Placement, bool) {
-	best := -1
-	for i, h := range free {
-		if len(h.GPUs) >= n && (best < 0 || len(h.GPUs) < len(free[best].GPUs)) {
-			best = i
+func (Pack) Place(free []HostGPUs, want Shape) (Placement, bool) {
+	k := max(want.Hosts, 1)
+	var fit []HostGPUs
+	for _, h := range free {
+		if len(h.GPUs) >= want.GPUs {
+			fit = append(fit, h)
 		}
 	}
-	if best < 0 || n < 1 {
+	if len(fit) < k || want.GPUs < 1 {
 		return Placement{}, false
 	}
-	g := slices.Clone(free[best].GPUs)
-	slices.Sort(g)
-	return Placement{Host: free[best].Host, GPUs: g[:n]}, true
+	slices.SortStableFunc(fit, func(a, b HostGPUs) int { return len(a.GPUs) - len(b.GPUs) })
+	var p Placement
+	for _, h := range fit[:k] {
+		g := slices.Clone(h.GPUs)
+		slices.Sort(g)
+		p.Hosts = append(p.Hosts, HostGPUs{Host: h.Host, GPUs: g[:want.GPUs]})
+	}
+	return p, true
 }
 
-// CheckFits refuses --gpus-per-trial n larger than every host's GPUs: no
-// trial could ever start.
-func CheckFits(fleet []HostGPUs, n int) error {
-	most := 0
+// CheckFits refuses a shape no trial could ever start with:
+// --gpus-per-trial larger than every host's GPUs, --hosts-per-trial more
+// than the hosts that have that many.
+func CheckFits(fleet []HostGPUs, want Shape) error {
+	most, hosts := 0, 0
 	for _, h := range fleet {
 		most = max(most, len(h.GPUs))
+		if len(h.GPUs) >= want.GPUs {
+			hosts++
+		}
 	}
-	if n < 1 {
-		return errorf("--gpus-per-trial", "give each trial one GPU or more: --gpus-per-trial 1", "--gpus-per-trial %d is not a number of GPUs", n)
-	}
-	if n > most {
-		return errorf("--gpus-per-trial", fmt.Sprintf("ask for at most %d, or add a host with %d GPUs", most, n),
-			"--gpus-per-trial %d is more than any host has (the most is %d)", n, most)
+	switch {
+	case want.GPUs < 1:
+		return errorf("--gpus-per-trial", "give each trial one GPU or more: --gpus-per-trial 1", "--gpus-per-trial %d is not a number of GPUs", want.GPUs)
+	case want.GPUs > most:
+		return errorf("--gpus-per-trial", fmt.Sprintf("ask for at most %d, or add a host with %d GPUs", most, want.GPUs),
+			"--gpus-per-trial %d is more than any host has (the most is %d)", want.GPUs, most)
+	case want.Hosts < 1:
+		return errorf("--hosts-per-trial", "give each trial one host or more: --hosts-per-trial 1", "--hosts-per-trial %d is not a number of hosts", want.Hosts)
+	case want.Hosts > hosts:
+		return errorf("--hosts-per-trial", fmt.Sprintf("ask for at most %d, or fewer GPUs per host with --gpus-per-trial", hosts),
+			"--hosts-per-trial %d is more than the hosts with %d free GPU(s) (there are %d)", want.Hosts, want.GPUs, hosts)
 	}
 	return nil
 }
@@ -138,8 +178,10 @@ func (l *Ledger) Available(avail []HostGPUs) {
 // Block records that another run leases p's GPUs (a trial placed there
 // found them leased), until the next Available.
 func (l *Ledger) Block(p Placement) {
-	for _, g := range p.GPUs {
-		l.block(p.Host, g)
+	for _, h := range p.Hosts {
+		for _, g := range h.GPUs {
+			l.block(h.Host, g)
+		}
 	}
 }
 
@@ -166,30 +208,36 @@ func (l *Ledger) Blocked() bool {
 // is likely to again; its trials move to the others.)
 func (l *Ledger) MarkOut(host string) { l.out[host] = true }
 
-// Fits says whether a trial of n GPUs could start once the sweep's own
-// trials and the other runs let go: some host not out has n GPUs.
-func (l *Ledger) Fits(n int) bool {
+// Fits says whether a trial of shape want could start once the sweep's
+// own trials and the other runs let go: enough hosts not out have the
+// GPUs.
+func (l *Ledger) Fits(want Shape) bool {
+	n := 0
 	for _, h := range l.fleet {
-		if !l.out[h.Host] && len(h.GPUs) >= n {
-			return true
+		if !l.out[h.Host] && len(h.GPUs) >= want.GPUs {
+			n++
 		}
 	}
-	return false
+	return n >= max(want.Hosts, 1)
 }
 
 // Take records that trial holds p; it refuses a GPU already held, which
 // would be a Placer's defect.
 func (l *Ledger) Take(trial string, p Placement) error {
-	for _, g := range p.GPUs {
-		if who, taken := l.held[p.Host][g]; taken {
-			return fmt.Errorf("GPU %d of %s is held by trial %s; trial %s cannot take it", g, p.Host, who, trial)
+	for _, h := range p.Hosts {
+		for _, g := range h.GPUs {
+			if who, taken := l.held[h.Host][g]; taken {
+				return fmt.Errorf("GPU %d of %s is held by trial %s; trial %s cannot take it", g, h.Host, who, trial)
+			}
 		}
 	}
-	if l.held[p.Host] == nil {
-		l.held[p.Host] = map[int]string{}
-	}
-	for _, g := range p.GPUs {
-		l.held[p.Host][g] = trial
+	for _, h := range p.Hosts {
+		if l.held[h.Host] == nil {
+			l.held[h.Host] = map[int]string{}
+		}
+		for _, g := range h.GPUs {
+			l.held[h.Host][g] = trial
+		}
 	}
 	return nil
 }
@@ -203,4 +251,17 @@ func (l *Ledger) Release(trial string) {
 			}
 		}
 	}
+}
+
+// Missing is the hosts of p that look does not list: after a trial of
+// several hosts lost one without saying which, those that no longer
+// answer (a look leaves out a host it could not reach).
+func Missing(p Placement, look []HostGPUs) []string {
+	var out []string
+	for _, h := range p.Hosts {
+		if !slices.ContainsFunc(look, func(l HostGPUs) bool { return l.Host == h.Host }) {
+			out = append(out, h.Host)
+		}
+	}
+	return out
 }

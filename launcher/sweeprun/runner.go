@@ -96,7 +96,8 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 	defer cancel()
 	now := st.now()
 	st.mu.Lock()
-	t.res.State, t.res.Host, t.res.GPUs, t.res.Started, t.cancel = sweep.Running, p.Host, p.GPUs, &now, cancel
+	t.res.State, t.res.Started, t.cancel = sweep.Running, &now, cancel
+	t.res.Place(p)
 	st.mu.Unlock()
 	st.table.changed(st.snapshot, i)
 
@@ -109,7 +110,7 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 
 	end := st.now()
 	st.mu.Lock()
-	d := st.setback(ctx, t, p, err)
+	d, lost := st.setback(ctx, t, err)
 	switch {
 	case d != nil && d.Requeue:
 	case t.stopped:
@@ -131,7 +132,7 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 			st.table.failed(t.res.ID, err)
 		}
 	}
-	done <- ended{i: i, p: p, d: d}
+	done <- ended{i: i, p: p, d: d, lost: lost}
 }
 
 // line reads the metrics of one line of trial i's output and applies the

@@ -32,8 +32,8 @@ type trainer struct {
 
 func (tr *trainer) run(ctx context.Context, s TrialSpec) error {
 	tr.mu.Lock()
-	for _, g := range s.Placement.GPUs {
-		k := fmt.Sprintf("%s:%d", s.Placement.Host, g)
+	for _, g := range s.Placement.Hosts[0].GPUs {
+		k := fmt.Sprintf("%s:%d", s.Placement.Host(), g)
 		tr.held[k]++
 		tr.max = max(tr.max, tr.held[k])
 		tr.used[k] = true
@@ -42,8 +42,8 @@ func (tr *trainer) run(ctx context.Context, s TrialSpec) error {
 	tr.mu.Unlock()
 	defer func() {
 		tr.mu.Lock()
-		for _, g := range s.Placement.GPUs {
-			tr.held[fmt.Sprintf("%s:%d", s.Placement.Host, g)]--
+		for _, g := range s.Placement.Hosts[0].GPUs {
+			tr.held[fmt.Sprintf("%s:%d", s.Placement.Host(), g)]--
 		}
 		tr.mu.Unlock()
 	}()
@@ -68,7 +68,7 @@ func (tr *trainer) run(ctx context.Context, s TrialSpec) error {
 				loss += float64(sd) / 1000
 			}
 		}
-		fmt.Fprintf(s.Out, "[worker-0@%s] step=%d loss=%g\n", s.Placement.Host, step, loss)
+		fmt.Fprintf(s.Out, "[worker-0@%s] step=%d loss=%g\n", s.Placement.Host(), step, loss)
 	}
 }
 
@@ -152,7 +152,7 @@ func TestTrialConfig(t *testing.T) {
 		Hosts: []config.Host{{Name: "h0", Workdir: "runs/j", GPUs: config.GPUSpec{Auto: true}},
 			{Name: "h1", Workdir: "/abs/j", GPUs: config.GPUSpec{Auto: true}, MinGPUs: 2, Spare: true}}}
 	spec := TrialSpec{Trial: sweep.Trial{ID: "t03"}, Command: []string{"python3", "train.py", "--lr=0.1"},
-		Env: map[string]string{"DROVER_TRIAL_ID": "t03"}, Placement: sweep.Placement{Host: "h1", GPUs: []int{1}}}
+		Env: map[string]string{"DROVER_TRIAL_ID": "t03"}, Placement: sweep.On("h1", 1)}
 	require.NoError(t, TrialConfig(spec)(cfg))
 	assert.Equal(t, []config.Host{{Name: "h1", Workdir: "/abs/j/trials/t03", GPUs: config.GPUSpec{List: []int{1}}}}, cfg.Hosts)
 	assert.Equal(t, "j-t03", cfg.Job.Name)
@@ -162,7 +162,15 @@ func TestTrialConfig(t *testing.T) {
 	assert.Equal(t, spec.Command, cfg.Job.Command)
 	assert.Equal(t, map[string]string{"A": "1"}, cfg.Job.Env, "DROVER_* is refused in [job.env]: the trial's env goes in RunOptions.Env")
 
-	err := TrialConfig(TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.Placement{Host: "gone"}})(cfg)
+	cfg.Hosts = []config.Host{{Name: "h0", Workdir: "w", GPUs: config.GPUSpec{Auto: true}}, {Name: "h1", Workdir: "w"}, {Name: "h2", Workdir: "w"}}
+	cfg.Job.MinHosts = 1
+	two := TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.Placement{Hosts: []sweep.HostGPUs{{Host: "h2", GPUs: []int{0, 1}}, {Host: "h0", GPUs: []int{2, 3}}}}}
+	require.NoError(t, TrialConfig(two)(cfg))
+	assert.Equal(t, []config.Host{{Name: "h2", Workdir: "w/trials/t1", GPUs: config.GPUSpec{List: []int{0, 1}}},
+		{Name: "h0", Workdir: "w/trials/t1", GPUs: config.GPUSpec{List: []int{2, 3}}}}, cfg.Hosts, "a group of the placement's hosts, in its order")
+	assert.Equal(t, 0, cfg.Job.MinHosts, "a lost host ends the trial's run: no smaller group")
+
+	err := TrialConfig(TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.On("gone")})(cfg)
 	assert.ErrorContains(t, err, "gone")
 }
 
@@ -210,12 +218,12 @@ func TestSweepWaitsForAnotherRunsLease(t *testing.T) {
 		},
 		RunTrial: func(ctx context.Context, spec TrialSpec) error {
 			mu.Lock()
-			if spec.Placement.GPUs[0] == 0 && otherHolds {
+			if spec.Placement.Hosts[0].GPUs[0] == 0 && otherHolds {
 				conflicts++
 				mu.Unlock()
 				return &sweep.SetbackError{Setback: sweep.LeaseConflict, Host: "h", Err: errors.New("GPU 0 is leased by another run")}
 			}
-			ran = append(ran, fmt.Sprintf("%s@%d", spec.Trial.ID, spec.Placement.GPUs[0]))
+			ran = append(ran, fmt.Sprintf("%s@%d", spec.Trial.ID, spec.Placement.Hosts[0].GPUs[0]))
 			mu.Unlock()
 			select {
 			case <-released:
@@ -266,7 +274,7 @@ func TestSweepMovesTrialsOffLostHosts(t *testing.T) {
 				RunTrial: func(ctx context.Context, spec TrialSpec) error {
 					mu.Lock()
 					defer mu.Unlock()
-					if spec.Placement.Host == "h0" {
+					if spec.Placement.Host() == "h0" {
 						onH0++
 						return &sweep.SetbackError{Setback: sweep.HostLost, Host: "h0", Err: errors.New("h0 lost")}
 					}
@@ -295,5 +303,41 @@ func TestSweepMovesTrialsOffLostHosts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Trials of two hosts each: a run on a group that lost a host without
+// naming it leaves out the hosts a fresh look no longer finds, and the
+// trial moves to two others.
+func TestSweepTrialsOfTwoHosts(t *testing.T) {
+	opts := gridOpts(t, 2, 0)
+	opts.HostsPerTrial = 2
+	var mu sync.Mutex
+	var runs []string
+	lost := false
+	s := &Sweep{ID: "sw", Options: opts, Policy: sweep.Policy{MaxHostFailures: 1},
+		Fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}, {Host: "h2", GPUs: []int{0}}},
+		Refresh: func(ctx context.Context) ([]sweep.HostGPUs, error) {
+			return []sweep.HostGPUs{{Host: "h1", GPUs: []int{0}}, {Host: "h2", GPUs: []int{0}}}, nil // h0 answers no more
+		},
+		RunTrial: func(ctx context.Context, spec TrialSpec) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs = append(runs, spec.Trial.ID+"@"+spec.Placement.String())
+			if !lost {
+				lost = true
+				return &sweep.SetbackError{Setback: sweep.HostLost, Err: errors.New("a host of the group was lost")}
+			}
+			fmt.Fprintln(spec.Out, "loss=1")
+			return nil
+		}}
+	out, err := s.Run(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, out.Errors)
+	assert.Equal(t, []string{"t0@h0:0+h1:0", "t0@h1:0+h2:0", "t1@h1:0+h2:0"}, runs, "one trial at a time: three hosts of one GPU hold one group of two")
+	for _, r := range out.Report.Trials {
+		assert.Equal(t, sweep.Completed, r.State, r.ID)
+		assert.Equal(t, []sweep.HostGPUs{{Host: "h1", GPUs: []int{0}}, {Host: "h2", GPUs: []int{0}}}, r.Hosts, r.ID)
+		assert.Equal(t, "h1", r.Host, r.ID)
 	}
 }

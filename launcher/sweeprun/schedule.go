@@ -20,11 +20,13 @@ const DefaultRefreshEvery = 5 * time.Second
 var errNoPlace = errors.New("no host left has the GPUs a trial needs")
 
 // ended is a trial's run that ended: on p, and, after a setback, what
-// follows it (nil: the trial ended for good).
+// follows it (nil: the trial ended for good) and the host it lost, where
+// the run named it.
 type ended struct {
-	i int
-	p sweep.Placement
-	d *sweep.Decision
+	i    int
+	p    sweep.Placement
+	d    *sweep.Decision
+	lost string
 }
 
 // schedule starts trials as GPUs free up, until all have ended. A trial
@@ -39,7 +41,8 @@ func (st *state) schedule(ctx context.Context) error {
 	if st.Free != nil {
 		ledger.Available(st.Free)
 	}
-	n := max(st.Options.GPUsPerTrial, 1)
+	want := st.Options.Shape()
+	want.GPUs = max(want.GPUs, 1)
 	done := make(chan ended, len(st.trials))
 	pending := make([]int, len(st.trials))
 	for i := range pending {
@@ -50,7 +53,7 @@ func (st *state) schedule(ctx context.Context) error {
 	stopped := ctx.Done()
 	for len(pending) > 0 || running > 0 {
 		for len(pending) > 0 && ctx.Err() == nil && (st.Options.MaxParallel == 0 || running < st.Options.MaxParallel) {
-			p, ok := placer.Place(ledger.Free(), n)
+			p, ok := placer.Place(ledger.Free(), want)
 			if !ok {
 				break
 			}
@@ -64,8 +67,8 @@ func (st *state) schedule(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !ledger.Fits(n) || !ledger.Blocked() || st.Refresh == nil {
-				return fmt.Errorf("trial %s: %w (it asks for %d GPUs)", st.trials[pending[0]].res.ID, errNoPlace, n)
+			if !ledger.Fits(want) || !ledger.Blocked() || st.Refresh == nil {
+				return fmt.Errorf("trial %s: %w (it asks for %d GPU(s) on each of %d host(s))", st.trials[pending[0]].res.ID, errNoPlace, want.GPUs, want.Hosts)
 			}
 			if !waiting {
 				st.table.note(fmt.Sprintf("%s waits for GPUs that other runs lease (drover probe shows them); looking again every %s",
@@ -80,7 +83,7 @@ func (st *state) schedule(ctx context.Context) error {
 		select {
 		case e := <-done:
 			running--
-			pending = st.ended(ledger, e, pending)
+			pending = st.ended(ctx, ledger, e, pending)
 		case <-look:
 			st.refresh(ctx, ledger)
 		case <-stopped:
@@ -93,13 +96,15 @@ func (st *state) schedule(ctx context.Context) error {
 // ended gives e's GPUs back and, after a setback, applies its decision:
 // the host left out, the GPUs blocked until the next look, the trial
 // put back at the head of pending.
-func (st *state) ended(ledger *sweep.Ledger, e ended, pending []int) []int {
+func (st *state) ended(ctx context.Context, ledger *sweep.Ledger, e ended, pending []int) []int {
 	ledger.Release(st.trials[e.i].res.ID)
 	if e.d == nil {
 		return pending
 	}
 	if e.d.MarkOut {
-		ledger.MarkOut(e.p.Host)
+		for _, h := range st.lostHosts(ctx, e) {
+			ledger.MarkOut(h)
+		}
 	}
 	if e.d.Block {
 		ledger.Block(e.p)
@@ -108,6 +113,24 @@ func (st *state) ended(ledger *sweep.Ledger, e ended, pending []int) []int {
 		pending = append([]int{e.i}, pending...)
 	}
 	return pending
+}
+
+// lostHosts are the hosts to leave out after e lost a host: the one
+// the run named, or its only host; for a trial of several hosts whose
+// run did not say which, those of them that a fresh look at the hosts
+// does not find (without a look: all of them).
+func (st *state) lostHosts(ctx context.Context, e ended) []string {
+	switch {
+	case e.lost != "":
+		return []string{e.lost}
+	case len(e.p.Hosts) == 1:
+		return []string{e.p.Host()}
+	}
+	var look []sweep.HostGPUs
+	if st.Refresh != nil {
+		look, _ = st.Refresh(ctx)
+	}
+	return sweep.Missing(e.p, look)
 }
 
 // refresh looks at the hosts' leases again; a look that fails leaves
@@ -121,14 +144,14 @@ func (st *state) refresh(ctx context.Context, ledger *sweep.Ledger) {
 	ledger.Available(avail)
 }
 
-// setback decides what follows trial t's run that ended with err on p:
-// nil when err is no setback (or the trial was stopped), else the
-// decision; a lost host counts against the trial's max_host_failures.
-// st.mu is held.
-func (st *state) setback(ctx context.Context, t *trial, p sweep.Placement, err error) *sweep.Decision {
+// setback decides what follows trial t's run that ended with err: nil
+// when err is no setback (or the trial was stopped), else the decision
+// and the host the run lost, where it named one; a lost host counts
+// against the trial's max_host_failures. st.mu is held.
+func (st *state) setback(ctx context.Context, t *trial, err error) (*sweep.Decision, string) {
 	var sb *sweep.SetbackError
 	if err == nil || t.stopped || ctx.Err() != nil || !errors.As(err, &sb) {
-		return nil
+		return nil, ""
 	}
 	d := st.Policy.Requeue(sb.Setback, t.lost)
 	if sb.Setback == sweep.HostLost {
@@ -138,5 +161,8 @@ func (st *state) setback(ctx context.Context, t *trial, p sweep.Placement, err e
 		t.res = sweep.Result{ID: t.res.ID, Params: t.res.Params, State: sweep.Pending}
 		t.series = nil
 	}
-	return &d
+	if sb.Setback != sweep.HostLost {
+		return &d, ""
+	}
+	return &d, sb.Host
 }

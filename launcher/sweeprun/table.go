@@ -126,7 +126,7 @@ func row(r sweep.Result, params []sweep.Param) []string {
 	}
 	where, metric, steps := "-", "-", "-"
 	if r.Host != "" {
-		where = sweep.Placement{Host: r.Host, GPUs: r.GPUs}.String()
+		where = r.Placement().String()
 	}
 	if r.Metric != nil {
 		metric = fmt.Sprintf("%.6g", *r.Metric)

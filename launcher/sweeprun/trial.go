@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
@@ -34,40 +35,42 @@ type TrialSpec struct {
 type RunTrial func(ctx context.Context, spec TrialSpec) error
 
 // TrialConfig is the Adjust (launcher.RunOptions) that makes the job
-// spec's trial: the placement's host alone, with its GPUs pinned, in
-// <workdir>/trials/<id> (so its checkpoints, pidfiles and workdir lease
-// are its own), named <job>-<id> (its own logs), running the trial's
-// command, with no restart for a lost host (the sweep moves the trial
-// instead). It is applied at every reading of the job, restarts included.
-// The trial's Env is not [job.env]'s, where drover's own DROVER_*
-// names are refused: it goes in launcher.RunOptions.Env.
+// spec's trial: the placement's hosts alone (one, or a group of
+// --hosts-per-trial), each with its GPUs pinned, in <workdir>/trials/<id>
+// (so its checkpoints, pidfiles and workdir lease are its own), named
+// <job>-<id> (its own logs), running the trial's command, with no
+// restart for a lost host and no smaller group without it (the sweep
+// moves the trial instead). It is applied at every reading of the job,
+// restarts included. The trial's Env is not [job.env]'s, where drover's
+// own DROVER_* names are refused: it goes in launcher.RunOptions.Env.
 func TrialConfig(spec TrialSpec) func(*config.Config) error {
 	return func(cfg *config.Config) error {
-		var host *config.Host
-		for i := range cfg.Hosts {
-			if cfg.Hosts[i].Name == spec.Placement.Host {
-				h := cfg.Hosts[i]
-				host = &h
-			}
-		}
-		if host == nil {
-			return fmt.Errorf("trial %s runs on host %s, which %s no longer names (put it back, or run the sweep again)",
-				spec.Trial.ID, spec.Placement.Host, cfg.InventoryPath)
-		}
 		sub := TrialDir(spec.Trial.ID)
-		host.Spare = false
-		host.MinGPUs = 0
-		host.GPUs = config.GPUSpec{List: append([]int(nil), spec.Placement.GPUs...)}
-		host.Workdir = path.Join(host.Workdir, sub)
-		cfg.Hosts = []config.Host{*host}
+		var hosts []config.Host
+		for _, p := range spec.Placement.Hosts {
+			i := slices.IndexFunc(cfg.Hosts, func(h config.Host) bool { return h.Name == p.Host })
+			if i < 0 {
+				return fmt.Errorf("trial %s runs on host %s, which %s no longer names (put it back, or run the sweep again)",
+					spec.Trial.ID, p.Host, cfg.InventoryPath)
+			}
+			h := cfg.Hosts[i]
+			h.Spare = false
+			h.MinGPUs = 0
+			h.GPUs = config.GPUSpec{List: append([]int(nil), p.GPUs...)}
+			h.Workdir = path.Join(h.Workdir, sub)
+			hosts = append(hosts, h)
+		}
+		cfg.Hosts = hosts
 		cfg.Job.Name += "-" + spec.Trial.ID
 		cfg.Job.Workdir = path.Join(cfg.Job.Workdir, sub)
 		cfg.Job.MinGPUs = 0
 		// A lost host ends the trial's run at once, and the sweep moves
-		// the trial to another host, counting it against the job's
+		// the trial to other hosts, counting it against the job's
 		// max_host_failures itself (sweep.Policy): waiting host_wait
-		// for the same host would keep the trial off the others.
+		// for the same host, or going on without it, would keep the
+		// trial off the others or change its shape.
 		cfg.Job.MaxHostFailures = 0
+		cfg.Job.MinHosts = 0
 		cfg.Job.Command = append([]string(nil), spec.Command...)
 		return nil
 	}
