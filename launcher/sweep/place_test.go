@@ -137,3 +137,18 @@ func TestLedgerLeasesAndLostHosts(t *testing.T) {
 	l.MarkOut("a")
 	assert.False(t, l.Fits(Shape{GPUs: 1, Hosts: 1}), "every host out")
 }
+
+func TestMissing(t *testing.T) {
+	two := Placement{Hosts: []HostGPUs{{"a", []int{0}}, {"b", []int{0}}}}
+	for _, tc := range []struct {
+		name string
+		look []HostGPUs
+		want []string
+	}{
+		{"both answer", []HostGPUs{{"a", nil}, {"b", []int{1}}, {"c", nil}}, nil},
+		{"b does not", []HostGPUs{{"a", []int{0}}, {"c", nil}}, []string{"b"}},
+		{"no look", nil, []string{"a", "b"}},
+	} {
+		assert.Equal(t, tc.want, Missing(two, tc.look), tc.name)
+	}
+}

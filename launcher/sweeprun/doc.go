@@ -2,10 +2,17 @@
 // sweep's decisions) in parallel on the fleet's free GPUs, each as one
 // drover run, with their metrics read from their output, the median rule
 // stopping the poor ones early, a live table, and the report at the end.
+// A trial whose run gives its placement back (a *sweep.SetbackError:
+// another run leased its GPUs, or its host was lost) is pending again,
+// and the runner looks at the hosts' leases again (Sweep.Refresh) while
+// trials wait on them.
 //
 // It does not start runs itself: the launcher core is imported by
 // cmd/drover alone, so cmd/drover hands Sweep a RunTrial that calls
 // launcher.Run with TrialConfig as its Adjust, which turns the job into
-// one trial of it (its host and pinned GPUs, its own workdir, command
-// and environment). Tests hand it a stand-in trainer.
+// one trial of it (its hosts and pinned GPUs, its own workdir, command
+// and environment), and turns the run's typed errors into setbacks.
+// SeedCommand is how a trial's directory is filled on a host from the
+// code the sweep pushed there once (CodeDir). Tests hand it a stand-in
+// trainer.
 package sweeprun
