@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/droverhq/drover/internal/fleettest"
+	"github.com/droverhq/drover/internal/testenv"
 	"github.com/droverhq/drover/launcher/sweep"
 )
 
@@ -250,4 +251,40 @@ func TestSweepTrialsOfTwoHosts(t *testing.T) {
 	}
 	assert.Equal(t, map[string]bool{"t0@" + h0: true, "t0@" + h1: true, "t1@" + h0: true, "t1@" + h1: true}, ran, "each trial ran on both hosts")
 	assert.Equal(t, 2, strings.Count(d.stderr.String(), "drover: sweep: code pushed to "), d.stderr.String())
+}
+
+// A trial whose host is lost (cut off the network while it runs) is not
+// failed: the host is left out and the trial starts over on the other
+// host, within the job's max_host_failures.
+func TestSweepMovesTrialOffLostHost(t *testing.T) {
+	fleettest.Need(t, fleet)
+	if testing.Short() {
+		t.Skip("a fleet test")
+	}
+	h0, h1 := fleet.Hosts[0].Name, fleet.Hosts[1].Name
+	j := newFleetJob(t, jobSpec{Hosts: 2, Command: `["sh", "w.sh", "{x}"]`, Job: "health = \"off\"\nmax_host_failures = 1",
+		Script: fmt.Sprintf("echo \"$DROVER_TRIAL_ID $DROVER_HOST\" >> ../../trials.log\n"+
+			"if [ \"$DROVER_HOST\" = %q ]; then while :; do sleep 0.1; done; fi\necho loss=$1\n", h0)})
+	inv, err := os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
+	for i := range 2 {
+		fakeGPUs(t, i)
+	}
+	d := startDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "x=1", "--gpus-per-trial", "2", "--json")
+	t.Cleanup(func() { killJob(t, j.Name+"-t0") })
+	testenv.WaitFor(t, 90*time.Second, "the trial running on "+h0, func() bool {
+		out, err := hostFile(t, 0, path.Join(j.Workdir, "trials.log"))
+		return err == nil && strings.Contains(out, "t0 "+h0)
+	})
+	require.NoError(t, fleet.Cut(0))
+	t.Cleanup(func() { assert.NoError(t, fleet.Heal(0)) })
+
+	require.Equal(t, 0, d.wait(t, 3*time.Minute), "stderr:\n%s", d.stderr.String())
+	var rep sweep.Report
+	require.NoError(t, json.Unmarshal([]byte(d.stdout.String()), &rep), d.stdout.String())
+	require.Len(t, rep.Trials, 1)
+	assert.Equal(t, sweep.Completed, rep.Trials[0].State)
+	assert.Equal(t, h1, rep.Trials[0].Host)
+	assert.Contains(t, d.stderr.String(), "t0 gives "+h0+":0,1 back", d.stderr.String())
 }
