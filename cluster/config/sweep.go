@@ -27,8 +27,10 @@ type Sweep struct {
 	MinTrials    int
 	Samples      int
 	GPUsPerTrial int
-	Seed         int64
-	HasSeed      bool
+	// HostsPerTrial is how many hosts each trial's run spans.
+	HostsPerTrial int
+	Seed          int64
+	HasSeed       bool
 }
 
 // SweepParam is one parameter of [sweep.params]: `lr = "0.001,0.01"`,
@@ -53,6 +55,7 @@ var sweepFields = []field{
 	{"min_trials", `min_trials = 3`},
 	{"samples", `samples = 20`},
 	{"gpus_per_trial", `gpus_per_trial = 1`},
+	{"hosts_per_trial", `hosts_per_trial = 2`},
 	{"seed", `seed = 1`},
 }
 
@@ -79,6 +82,7 @@ func (w sweepReader) sweep(top tbl) Sweep {
 	s.MinTrials, _ = w.integer(t, "min_trials", 1, math.MaxInt32, "1 or more")
 	s.Samples, _ = w.integer(t, "samples", 1, math.MaxInt32, "1 or more")
 	s.GPUsPerTrial, _ = w.integer(t, "gpus_per_trial", 1, 1024, "between 1 and 1024")
+	s.HostsPerTrial, _ = w.integer(t, "hosts_per_trial", 1, 4096, "between 1 and 4096")
 	if n, ok := w.integer(t, "seed", 0, math.MaxInt64, "0 or more"); ok {
 		s.Seed, s.HasSeed = int64(n), true
 	}

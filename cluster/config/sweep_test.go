@@ -20,6 +20,7 @@ func TestLoadSweepTable(t *testing.T) {
 		`min_trials = 2`,
 		`samples = 8`,
 		`gpus_per_trial = 2`,
+		`hosts_per_trial = 3`,
 		`seed = 0`,
 		`metric_regex = '(?P<name>\w+): (?P<value>\S+)'`,
 		`[sweep.params]`,
@@ -32,14 +33,14 @@ func TestLoadSweepTable(t *testing.T) {
 	require.NoError(t, err)
 	s := cfg.Sweep
 	assert.Equal(t, []SweepParam{
-		{Name: "seed", Spec: "0..3", Source: p + ":20: sweep.params.seed"},
-		{Name: "lr", Spec: "loguniform(1e-4,1e-1)", Source: p + ":21: sweep.params.lr"},
-		{Name: "opt", Values: []string{"adam", "sgd"}, Source: p + ":22: sweep.params.opt"},
-		{Name: "wd", Values: []string{"0", "0.5"}, Source: p + ":23: sweep.params.wd"},
+		{Name: "seed", Spec: "0..3", Source: p + ":21: sweep.params.seed"},
+		{Name: "lr", Spec: "loguniform(1e-4,1e-1)", Source: p + ":22: sweep.params.lr"},
+		{Name: "opt", Values: []string{"adam", "sgd"}, Source: p + ":23: sweep.params.opt"},
+		{Name: "wd", Values: []string{"0", "0.5"}, Source: p + ":24: sweep.params.wd"},
 	}, s.Params, "in file order, each naming its line")
 	s.Params = nil
 	assert.Equal(t, Sweep{Metric: "loss", Goal: "maximize", EarlyStop: "median", MetricRegex: `(?P<name>\w+): (?P<value>\S+)`,
-		MaxParallel: 4, MinTrials: 2, Samples: 8, GPUsPerTrial: 2, Seed: 0, HasSeed: true}, s)
+		MaxParallel: 4, MinTrials: 2, Samples: 8, GPUsPerTrial: 2, HostsPerTrial: 3, Seed: 0, HasSeed: true}, s)
 
 	cfg, err = Load(writeJob(t, tl(sweepHosts, slurmJobTable)), LoadOptions{})
 	require.NoError(t, err)

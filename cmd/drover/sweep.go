@@ -17,7 +17,6 @@ import (
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
 	"github.com/droverhq/drover/launcher/agent"
-	"github.com/droverhq/drover/launcher/fanout"
 	"github.com/droverhq/drover/launcher/sweep"
 	"github.com/droverhq/drover/launcher/sweeprun"
 )
@@ -40,6 +39,7 @@ func sweepCommand() *cli.Command {
 			&cli.IntFlag{Name: "min-trials", Usage: "completed trials before the median rule stops any (default 3)"},
 			&cli.IntFlag{Name: "samples", Usage: "draws of the random parameters"},
 			&cli.IntFlag{Name: "gpus-per-trial", Usage: "GPUs of one host each trial gets (default 1)"},
+			&cli.IntFlag{Name: "hosts-per-trial", Usage: "hosts each trial runs on, as one group, with --gpus-per-trial GPUs on each (default 1)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed of the random draws"},
 			&cli.StringFlag{Name: "log-dir", Usage: "where each trial's runs/<job>-<trial>-<start>/ is written (default: runs/ next to the job file)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the trials and the best one as JSON (the table goes to stderr)"},
@@ -65,14 +65,7 @@ func sweepAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	f := sweep.Flags{Params: c.Generic("param").(*paramFlag).specs, Metric: c.String("metric"), Goal: c.String("goal"),
-		EarlyStop: c.String("early-stop"), MetricRegex: c.String("metric-regex"), MaxParallel: c.Int("max-parallel"),
-		MinTrials: c.Int("min-trials"), Samples: c.Int("samples"), GPUsPerTrial: c.Int("gpus-per-trial")}
-	if c.IsSet("seed") {
-		seed := c.Uint64("seed")
-		f.Seed = &seed
-	}
-	opts, err := sweep.Resolve(f, cfg.Sweep, cfg.Job.Command)
+	opts, err := sweep.Resolve(sweepFlags(c), cfg.Sweep, cfg.Job.Command)
 	if err != nil {
 		return sweepExit(err)
 	}
@@ -82,11 +75,11 @@ func sweepAction(c *cli.Context) error {
 	}
 	ctx, _, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every trial")
 	defer stop()
-	fleet, err := sweepFleet(ctx, c, cfg, bin)
+	fleet, free, err := sweepFleet(ctx, c, cfg, bin)
 	if err != nil {
 		return err
 	}
-	if err := sweep.CheckFits(fleet, opts.GPUsPerTrial); err != nil {
+	if err := sweep.CheckFits(fleet, opts.Shape()); err != nil {
 		return sweepExit(err)
 	}
 	ctx, stopSweep := context.WithCancelCause(ctx)
@@ -106,23 +99,51 @@ func sweepAction(c *cli.Context) error {
 	live := isFile && term.IsTerminal(int(f2.Fd()))
 	id := sess.rec.ID
 	fmt.Fprintf(c.App.ErrWriter, "drover: sweep %s: %s on %d hosts\n", id, opts, len(fleet))
-	s := &sweeprun.Sweep{ID: id, Options: opts, Command: cfg.Job.Command, Fleet: fleet, Table: tableOut, Live: live,
+	code := newSweepCode(c, cfg, c.App.ErrWriter)
+	s := &sweeprun.Sweep{ID: id, Options: opts, Command: cfg.Job.Command, Fleet: fleet, Free: free, Table: tableOut, Live: live,
 		Resumed: sess.resumed, Persist: sess.persist,
-		RunTrial: func(ctx context.Context, spec sweeprun.TrialSpec) error {
-			res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),
-				LogDir: c.String("log-dir"), AgentBinary: bin, Dial: dialOptions(c, cfg.Hosts),
-				Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec), Detach: sess.rec.Detached})
-			switch {
-			case err != nil:
-				return err
-			case res.Outcome != launcher.Succeeded:
-				return fmt.Errorf("%v (logs: %s)", res.Err, res.LogDir)
-			}
-			return nil
-		}}
+		Policy: sweep.PolicyOf(cfg.Job), Refresh: func(ctx context.Context) ([]sweep.HostGPUs, error) {
+			_, free := sweepLook(ctx, c, cfg, bin, io.Discard)
+			return free, ctx.Err()
+		},
+		RunTrial: runTrial(c, cfg, bin, code, sess.rec.Detached)}
 	out, err := s.Run(ctx)
 	sess.finish(err)
 	return sweepReport(c, opts, out, err)
+}
+
+// sweepFlags are the sweep's command-line flags, for sweep.Resolve.
+func sweepFlags(c *cli.Context) sweep.Flags {
+	f := sweep.Flags{Params: c.Generic("param").(*paramFlag).specs, Metric: c.String("metric"), Goal: c.String("goal"),
+		EarlyStop: c.String("early-stop"), MetricRegex: c.String("metric-regex"), MaxParallel: c.Int("max-parallel"),
+		MinTrials: c.Int("min-trials"), Samples: c.Int("samples"), GPUsPerTrial: c.Int("gpus-per-trial"),
+		HostsPerTrial: c.Int("hosts-per-trial")}
+	if c.IsSet("seed") {
+		seed := c.Uint64("seed")
+		f.Seed = &seed
+	}
+	return f
+}
+
+// runTrial runs one trial as a drover run of the job (detached with a
+// detached sweep), once its host has the sweep's code; a run that gave
+// its placement back is a setback the runner requeues.
+func runTrial(c *cli.Context, cfg *config.Config, bin string, code *sweepCode, detach bool) sweeprun.RunTrial {
+	return func(ctx context.Context, spec sweeprun.TrialSpec) error {
+		if err := code.ready(ctx, spec.Placement, spec.Trial.ID); err != nil {
+			return trialSetback(err, spec.Placement)
+		}
+		res, err := launcher.Run(ctx, launcher.RunOptions{JobPath: c.Args().First(), InventoryPath: c.String(flagInventory),
+			LogDir: c.String("log-dir"), AgentBinary: bin, Dial: dialOptions(c, cfg.Hosts),
+			Out: spec.Out, Events: io.Discard, Env: spec.Env, Adjust: sweeprun.TrialConfig(spec), Detach: detach})
+		switch {
+		case err != nil:
+			return trialSetback(err, spec.Placement)
+		case res.Outcome != launcher.Succeeded:
+			return trialSetback(fmt.Errorf("%w (logs: %s)", res.Err, res.LogDir), spec.Placement)
+		}
+		return nil
+	}
 }
 
 // paramFlag is --param, given once per parameter: a string slice flag
@@ -131,26 +152,6 @@ type paramFlag struct{ specs []string }
 
 func (p *paramFlag) Set(s string) error { p.specs = append(p.specs, s); return nil }
 func (p *paramFlag) String() string     { return strings.Join(p.specs, " ") }
-
-// sweepFleet is the free GPUs of the job's hosts (spares too: a sweep
-// has no group to keep spares for), probed once as drover probe does; a
-// host that does not answer is left out, and said so.
-func sweepFleet(ctx context.Context, c *cli.Context, cfg *config.Config, bin string) ([]sweep.HostGPUs, error) {
-	var fleet []sweep.HostGPUs
-	for _, r := range fanout.Probe(ctx, cfg.Job, cfg.Hosts, dialOptions(c, cfg.Hosts), bin) {
-		if r.Err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "drover: %s: left out of the sweep: %v\n", r.Report.Host, r.Err)
-			continue
-		}
-		if len(r.Selection.Indices) > 0 {
-			fleet = append(fleet, sweep.HostGPUs{Host: r.Selection.Host, GPUs: r.Selection.Indices})
-		}
-	}
-	if len(fleet) == 0 {
-		return nil, cli.Exit(fmt.Sprintf("sweep: no host of %s has a free GPU (see drover probe %s)", cfg.Path, cfg.Path), agent.ExitFailed)
-	}
-	return fleet, nil
-}
 
 // sweepExit is exit 2 for a sweep.Error (bad flags or [sweep] keys).
 func sweepExit(err error) error {

@@ -162,7 +162,7 @@ func trialSeen(ctx context.Context, c *cli.Context, cfg *config.Config, r sweep.
 func trialInspect(c *cli.Context, cfg *config.Config, r sweep.Result) runview.InspectOptions {
 	o, _ := inspectOptions(c)
 	spec := sweeprun.TrialSpec{Trial: sweep.Trial{ID: r.ID, Params: r.Params}, Command: cfg.Job.Command,
-		Placement: sweep.Placement{Host: r.Host, GPUs: r.GPUs}}
+		Placement: r.Placement()}
 	o.Adjust = sweeprun.TrialConfig(spec)
 	return o
 }

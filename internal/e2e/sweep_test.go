@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -86,6 +87,18 @@ func TestSweepGrid(t *testing.T) {
 	require.NotNil(t, rep.Best)
 	assert.Equal(t, map[string]string{"lr": "0.001", "seed": "0"}, rep.Best.Params)
 
+	// The code went to each host once, and each trial's own push, into
+	// its directory seeded from it, sent nothing.
+	assert.Equal(t, 3, strings.Count(d.Stderr.String(), "drover: sweep: code pushed to "), d.Stderr.String())
+	logs, err := filepath.Glob(filepath.Join(j.LogRoot, j.Name+"-t*", "events.log"))
+	require.NoError(t, err)
+	require.Len(t, logs, 12)
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		require.NoError(t, err)
+		assert.NotRegexp(t, `pushed [1-9]`, string(b), l)
+	}
+
 	// The trials' own records: 12, each with the GPU the report says and
 	// its parameters substituted, none two on one GPU at once, all 6 used.
 	type span struct {
@@ -137,6 +150,145 @@ func atof(t *testing.T, s string) float64 {
 	v, err := strconv.ParseFloat(s, 64)
 	require.NoError(t, err)
 	return v
+}
+
+// A sweep whose trial needs both GPUs of a host, one of which another
+// run leases, waits for that run instead of failing: the trial does not
+// start while the lease is held, and runs, on both GPUs, once it is
+// given back (the sweep looks at the leases again). One trial keeps it
+// short; TestSweepGrid has many.
+func TestSweepWaitsForAnotherRunsLease(t *testing.T) {
+	fleettest.Need(t, fleet)
+	if testing.Short() {
+		t.Skip("a fleet test")
+	}
+	kit.FakeGPUs(t, 0)
+	kit.PrivateGPULeases(t, 0)
+	rel, err := os.MkdirTemp("", "drover-sweep-release-") // the hosts' user must see it
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(rel) })
+	require.NoError(t, os.Chmod(rel, 0o755))
+	release := filepath.Join(rel, "release")
+	holder := gpuJob(t, "sweephold", release, "gpus_per_host = 1")
+	inv, err := os.ReadFile(holder.Inventory)
+	require.NoError(t, err)
+	first, _, _ := strings.Cut(string(inv), "\n[[host]]\n"+`name = "`+fleet.Hosts[1].Name)
+	require.NoError(t, os.WriteFile(holder.Inventory, []byte(first), 0o644), "host 0 alone")
+	h := kit.StartDrover(t, holder)
+	h.WaitLines(t, startLine, 1, 90*time.Second)
+
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 1, Command: `["sh", "w.sh", "{x}"]`, Job: `health = "off"`,
+		Script: "echo \"$DROVER_TRIAL_ID $CUDA_VISIBLE_DEVICES $(date +%s.%N)\" >> ../../trials.log\necho loss=$1\n"})
+	inv, err = os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
+	d := kit.StartDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "x=1", "--gpus-per-trial", "2", "--json")
+	t.Cleanup(func() { kit.KillJob(t, j.Name+"-t0") })
+	d.WaitStderr(t, regexp.MustCompile(`t0 waits for GPUs that other runs lease`), 90*time.Second)
+	_, err = kit.HostFile(t, 0, path.Join(j.Workdir, "trials.log"))
+	require.Error(t, err, "no trial started while the lease is held")
+	released := float64(time.Now().UnixNano()) / 1e9
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	require.Equal(t, 0, h.Wait(t, time.Minute), h.Stderr.String())
+
+	require.Equal(t, 0, d.Wait(t, 2*time.Minute), "stderr:\n%s", d.Stderr.String())
+	var rep sweep.Report
+	require.NoError(t, json.Unmarshal([]byte(d.Stdout.String()), &rep), d.Stdout.String())
+	require.Len(t, rep.Trials, 1)
+	assert.Equal(t, sweep.Completed, rep.Trials[0].State)
+	assert.Equal(t, []int{0, 1}, rep.Trials[0].GPUs)
+	out, err := kit.HostFile(t, 0, path.Join(j.Workdir, "trials.log"))
+	require.NoError(t, err)
+	ids := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		require.Len(t, f, 3, l)
+		ids[f[0]]++
+		assert.Equal(t, "0,1", f[1], l)
+		assert.Greater(t, atof(t, f[2]), released, "%s started after the other run gave GPU 0 back", l)
+	}
+	assert.Equal(t, map[string]int{"t0": 2}, ids, "the trial's two processes (one per GPU) ran once")
+}
+
+// --hosts-per-trial 2: each trial's run is a group of two hosts, one
+// GPU of each; the two trials run side by side on the two hosts' two
+// GPUs, and the code goes to each host once for both.
+func TestSweepTrialsOfTwoHosts(t *testing.T) {
+	fleettest.Need(t, fleet)
+	if testing.Short() {
+		t.Skip("a fleet test")
+	}
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Command: `["sh", "w.sh", "{x}"]`, Job: `health = "off"`,
+		Script: "echo \"$DROVER_TRIAL_ID $DROVER_HOST $CUDA_VISIBLE_DEVICES\" >> ../../trials.log\necho loss=$1\n"})
+	inv, err := os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
+	for i := range 2 {
+		kit.FakeGPUs(t, i)
+	}
+	d := kit.StartDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "x=1,2", "--hosts-per-trial", "2", "--json")
+	t.Cleanup(func() {
+		kit.KillJob(t, j.Name+"-t0")
+		kit.KillJob(t, j.Name+"-t1")
+	})
+	require.Equal(t, 0, d.Wait(t, 2*time.Minute), "stderr:\n%s", d.Stderr.String())
+	var rep sweep.Report
+	require.NoError(t, json.Unmarshal([]byte(d.Stdout.String()), &rep), d.Stdout.String())
+	require.Len(t, rep.Trials, 2)
+	h0, h1 := fleet.Hosts[0].Name, fleet.Hosts[1].Name
+	for _, r := range rep.Trials {
+		assert.Equal(t, sweep.Completed, r.State, r.ID)
+		require.Len(t, r.Hosts, 2, r.ID)
+		assert.ElementsMatch(t, []string{h0, h1}, []string{r.Hosts[0].Host, r.Hosts[1].Host}, r.ID)
+	}
+	ran := map[string]bool{}
+	for i := range 2 {
+		out, err := kit.HostFile(t, i, path.Join(j.Workdir, "trials.log"))
+		require.NoError(t, err)
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			require.Len(t, f, 3, l)
+			ran[f[0]+"@"+f[1]] = true
+		}
+	}
+	assert.Equal(t, map[string]bool{"t0@" + h0: true, "t0@" + h1: true, "t1@" + h0: true, "t1@" + h1: true}, ran, "each trial ran on both hosts")
+	assert.Equal(t, 2, strings.Count(d.Stderr.String(), "drover: sweep: code pushed to "), d.Stderr.String())
+}
+
+// A trial whose host is lost (cut off the network while it runs) is not
+// failed: the host is left out and the trial starts over on the other
+// host, within the job's max_host_failures.
+func TestSweepMovesTrialOffLostHost(t *testing.T) {
+	fleettest.Need(t, fleet)
+	if testing.Short() {
+		t.Skip("a fleet test")
+	}
+	h0, h1 := fleet.Hosts[0].Name, fleet.Hosts[1].Name
+	j := kit.NewFleetJob(t, kit.JobSpec{Hosts: 2, Command: `["sh", "w.sh", "{x}"]`, Job: "health = \"off\"\nmax_host_failures = 1",
+		Script: fmt.Sprintf("echo \"$DROVER_TRIAL_ID $DROVER_HOST\" >> ../../trials.log\n"+
+			"if [ \"$DROVER_HOST\" = %q ]; then while :; do sleep 0.1; done; fi\necho loss=$1\n", h0)})
+	inv, err := os.ReadFile(j.Inventory)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(j.Inventory, []byte(strings.ReplaceAll(string(inv), "gpus = []", `gpus = "auto"`)), 0o644))
+	for i := range 2 {
+		kit.FakeGPUs(t, i)
+	}
+	d := kit.StartDroverArgs(t, j, "sweep", j.Path, "--log-dir", j.LogRoot, "--param", "x=1", "--gpus-per-trial", "2", "--json")
+	t.Cleanup(func() { kit.KillJob(t, j.Name+"-t0") })
+	testenv.WaitFor(t, 90*time.Second, "the trial running on "+h0, func() bool {
+		out, err := kit.HostFile(t, 0, path.Join(j.Workdir, "trials.log"))
+		return err == nil && strings.Contains(out, "t0 "+h0)
+	})
+	require.NoError(t, fleet.Cut(0))
+	t.Cleanup(func() { assert.NoError(t, fleet.Heal(0)) })
+
+	require.Equal(t, 0, d.Wait(t, 3*time.Minute), "stderr:\n%s", d.Stderr.String())
+	var rep sweep.Report
+	require.NoError(t, json.Unmarshal([]byte(d.Stdout.String()), &rep), d.Stdout.String())
+	require.Len(t, rep.Trials, 1)
+	assert.Equal(t, sweep.Completed, rep.Trials[0].State)
+	assert.Equal(t, h1, rep.Trials[0].Host)
+	assert.Contains(t, d.Stderr.String(), "t0 gives "+h0+":0,1 back", d.Stderr.String())
 }
 
 // resumeTrainer is a stand-in trial that records each start in

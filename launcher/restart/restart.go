@@ -140,20 +140,33 @@ func (b *Budget) Spend(job config.Job, out Outcome, n int) error {
 	case out.Kind == Replaced:
 		b.Replaced++
 	case !retry:
-		return fmt.Errorf("%v; not restarting: %s", out.Err, why)
+		return &EndError{Outcome: out, Why: "not restarting: " + why}
 	case out.Kind == HostLost || out.Kind == Hung:
 		if b.HostFailures >= job.MaxHostFailures {
-			return fmt.Errorf("%v; no restarts left for lost hosts and hangs (max_host_failures = %d)", out.Err, job.MaxHostFailures)
+			return &EndError{Outcome: out, Why: fmt.Sprintf("no restarts left for lost hosts and hangs (max_host_failures = %d)", job.MaxHostFailures)}
 		}
 		b.HostFailures++
 	default:
 		if b.Restarts >= job.MaxRestarts {
-			return fmt.Errorf("%v; no restarts left (max_restarts = %d)", out.Err, job.MaxRestarts)
+			return &EndError{Outcome: out, Why: fmt.Sprintf("no restarts left (max_restarts = %d)", job.MaxRestarts)}
 		}
 		b.Restarts++
 	}
 	return nil
 }
+
+// EndError is why a run ends after an attempt: the attempt's outcome
+// and why no restart follows. It wraps the outcome's error, so that a
+// caller of the run (drover sweep, which moves a trial whose host was
+// lost) can tell by errors.As how the last attempt ended.
+type EndError struct {
+	Outcome Outcome
+	Why     string
+}
+
+func (e *EndError) Error() string { return fmt.Sprintf("%v; %s", e.Outcome.Err, e.Why) }
+
+func (e *EndError) Unwrap() error { return e.Outcome.Err }
 
 // Backoff is restart_backoff doubled per restart, capped at
 // restart_backoff_max.

@@ -18,7 +18,9 @@ type Flags struct {
 	MinTrials    int
 	Samples      int
 	GPUsPerTrial int
-	Seed         *uint64
+	// HostsPerTrial is --hosts-per-trial.
+	HostsPerTrial int
+	Seed          *uint64
 }
 
 // Options is a sweep ready to run: the flags over the [sweep] table, with
@@ -32,7 +34,13 @@ type Options struct {
 	EarlyStop    *Median // nil: no early stopping
 	MaxParallel  int     // 0: as many as the GPUs allow
 	GPUsPerTrial int
+	// HostsPerTrial is how many hosts each trial's run spans, each with
+	// GPUsPerTrial GPUs.
+	HostsPerTrial int
 }
+
+// Shape is what each trial asks for.
+func (o *Options) Shape() Shape { return Shape{GPUs: o.GPUsPerTrial, Hosts: max(o.HostsPerTrial, 1)} }
 
 // DefaultMetric is the objective when neither --metric nor [sweep]
 // metric names one.
@@ -49,7 +57,8 @@ func Resolve(f Flags, file config.Sweep, command []string) (*Options, error) {
 		return nil, err
 	}
 	o := &Options{Params: params, Metric: first(f.Metric, file.Metric, DefaultMetric),
-		MaxParallel: firstInt(f.MaxParallel, file.MaxParallel), GPUsPerTrial: firstInt(f.GPUsPerTrial, file.GPUsPerTrial, 1)}
+		MaxParallel: firstInt(f.MaxParallel, file.MaxParallel), GPUsPerTrial: firstInt(f.GPUsPerTrial, file.GPUsPerTrial, 1),
+		HostsPerTrial: firstInt(f.HostsPerTrial, file.HostsPerTrial, 1)}
 	if o.Goal, err = ParseGoal(source(f.Goal, "--goal", "[sweep] goal"), first(f.Goal, file.Goal)); err != nil {
 		return nil, err
 	}
@@ -142,5 +151,9 @@ func (o *Options) String() string {
 	if o.EarlyStop != nil {
 		es = fmt.Sprintf("median stopping after %d trials", o.EarlyStop.MinTrials)
 	}
-	return fmt.Sprintf("%d trials, %s %s, %d GPU(s) each, %s", len(o.Trials), o.Goal, o.Metric, o.GPUsPerTrial, es)
+	each := fmt.Sprintf("%d GPU(s) each", o.GPUsPerTrial)
+	if o.HostsPerTrial > 1 {
+		each = fmt.Sprintf("%d hosts of %d GPU(s) each", o.HostsPerTrial, o.GPUsPerTrial)
+	}
+	return fmt.Sprintf("%d trials, %s %s, %s, %s", len(o.Trials), o.Goal, o.Metric, each, es)
 }

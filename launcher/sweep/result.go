@@ -26,12 +26,38 @@ type Result struct {
 	State  State             `json:"state"`
 	// Metric is the trial's objective (its best value of the metric), nil
 	// until it reported one.
-	Metric  *float64   `json:"metric"`
-	Steps   int        `json:"steps"`
+	Metric *float64 `json:"metric"`
+	Steps  int      `json:"steps"`
+	// Host and GPUs are where the trial runs (its first host, for a
+	// trial of several hosts); Hosts lists every host of a trial of
+	// several (--hosts-per-trial), with its GPUs.
 	Host    string     `json:"host"`
 	GPUs    []int      `json:"gpus"`
+	Hosts   []HostGPUs `json:"hosts,omitempty"`
 	Started *time.Time `json:"started"`
 	Ended   *time.Time `json:"ended"`
+}
+
+// Place records p as where the trial runs.
+func (r *Result) Place(p Placement) {
+	r.Host, r.GPUs, r.Hosts = p.Host(), nil, nil
+	if len(p.Hosts) > 0 {
+		r.GPUs = p.Hosts[0].GPUs
+	}
+	if len(p.Hosts) > 1 {
+		r.Hosts = p.Hosts
+	}
+}
+
+// Placement is where the trial runs, as Place recorded it.
+func (r Result) Placement() Placement {
+	if len(r.Hosts) > 0 {
+		return Placement{Hosts: r.Hosts}
+	}
+	if r.Host == "" {
+		return Placement{}
+	}
+	return On(r.Host, r.GPUs...)
 }
 
 // Best is the report's best trial.

@@ -152,16 +152,24 @@ func checkTrialRecord(id string, t TrialRecord) error {
 	default:
 		return fmt.Errorf("sweep record %s: trial %s has unknown state %q", id, t.ID, t.State)
 	}
-	if len(t.Series) > MaxRecordSeries || len(t.GPUs) > 1024 || len(t.Params) > 64 {
+	if len(t.Series) > MaxRecordSeries || len(t.GPUs) > 1024 || len(t.Params) > 64 || len(t.Hosts) > 1024 {
 		return fmt.Errorf("sweep record %s: trial %s is larger than drover writes", id, t.ID)
 	}
-	for _, g := range t.GPUs {
-		if g < 0 {
-			return fmt.Errorf("sweep record %s: trial %s names GPU %d", id, t.ID, g)
+	// A trial of several hosts (--hosts-per-trial) lists each with its
+	// GPUs: checked as its first host is.
+	places := append([]HostGPUs{{Host: t.Host, GPUs: t.GPUs}}, t.Hosts...)
+	for _, p := range places {
+		if len(p.GPUs) > 1024 {
+			return fmt.Errorf("sweep record %s: trial %s is larger than drover writes", id, t.ID)
 		}
-	}
-	if t.Host != "" && !hostRE.MatchString(t.Host) {
-		return fmt.Errorf("sweep record %s: trial %s names host %q", id, t.ID, t.Host)
+		for _, g := range p.GPUs {
+			if g < 0 {
+				return fmt.Errorf("sweep record %s: trial %s names GPU %d", id, t.ID, g)
+			}
+		}
+		if p.Host != "" && !hostRE.MatchString(p.Host) {
+			return fmt.Errorf("sweep record %s: trial %s names host %q", id, t.ID, p.Host)
+		}
 	}
 	for k, v := range t.Params {
 		if !recNameRE.MatchString(k) || !printable(v) || len(v) > 4096 {

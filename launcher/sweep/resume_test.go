@@ -79,6 +79,10 @@ func TestCheckRecord(t *testing.T) {
 		"param name":   func(r *Record) { r.Params = []string{"a b"} },
 		"escape":       func(r *Record) { r.Trials[0].Params = map[string]string{"x": "\x1b[2J"} },
 		"host":         func(r *Record) { r.Trials[0].Host = "../h" },
+		"group host":   func(r *Record) { r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}, {Host: "../h"}} },
+		"group gpu": func(r *Record) {
+			r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}, {Host: "g", GPUs: []int{-2}}}
+		},
 	} {
 		r := good()
 		spoil(r)

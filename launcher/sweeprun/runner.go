@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -20,8 +19,21 @@ type Sweep struct {
 	Options *sweep.Options
 	// Command is the job's command, with its {NAME} references.
 	Command []string
-	// Fleet is every host's free GPUs when the sweep starts.
+	// Fleet is every GPU a trial may take, by host: the hosts' selectable
+	// GPUs, leased or not, when the sweep starts.
 	Fleet []sweep.HostGPUs
+	// Free is those of Fleet that no run leased at the start (nil: all).
+	Free []sweep.HostGPUs
+	// Refresh looks at the hosts again (their GPUs free of any run's
+	// lease, as drover probe shows them), while a trial waits for GPUs
+	// that other runs lease; nil: the sweep knows only what it was
+	// given and the conflicts its trials ran into.
+	Refresh func(ctx context.Context) ([]sweep.HostGPUs, error)
+	// RefreshEvery is how often Refresh runs while trials wait on other
+	// runs' leases (0: DefaultRefreshEvery).
+	RefreshEvery time.Duration
+	// Policy moves a trial whose host was lost (the job's restart policy).
+	Policy sweep.Policy
 	// Placer decides where a trial runs (nil: sweep.Pack).
 	Placer   sweep.Placer
 	RunTrial RunTrial
@@ -38,10 +50,6 @@ type Sweep struct {
 	Persist func([]sweep.TrialRecord)
 }
 
-// errNoPlace is a trial that fits no host even with every GPU free,
-// which sweep.CheckFits rules out before the sweep starts.
-var errNoPlace = errors.New("no host has the GPUs a trial needs")
-
 // trial is one trial's state; Sweep.mu guards it.
 type trial struct {
 	res     sweep.Result
@@ -50,6 +58,7 @@ type trial struct {
 	stopped bool
 	err     error
 	resumed sweep.Resume // on resume: kept or adopted, not placed
+	lost    int          // the hosts it lost
 }
 
 // state is a running sweep.
@@ -88,47 +97,10 @@ func (s *Sweep) Run(ctx context.Context) (Outcome, error) {
 	return Outcome{Report: sweep.Rank(st.snapshot(), s.Options.Goal), Errors: st.errs()}, err
 }
 
-// schedule starts trials as GPUs free up, until all have ended.
-func (st *state) schedule(ctx context.Context) error {
-	placer := st.Placer
-	if placer == nil {
-		placer = sweep.Pack{}
-	}
-	ledger := sweep.NewLedger(st.Fleet)
-	done := make(chan int)
-	running, err := st.startAdopted(ctx, ledger, done)
-	if err != nil {
-		return err
-	}
-	next := st.skipResumed(0)
-	for next < len(st.trials) || running > 0 {
-		for next < len(st.trials) && ctx.Err() == nil && (st.Options.MaxParallel == 0 || running < st.Options.MaxParallel) {
-			p, ok := placer.Place(ledger.Free(), max(st.Options.GPUsPerTrial, 1))
-			if !ok {
-				break
-			}
-			if err := ledger.Take(st.trials[next].res.ID, p); err != nil {
-				return err
-			}
-			go st.runTrial(ctx, next, p, done)
-			next, running = st.skipResumed(next+1), running+1
-		}
-		if running == 0 {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("trial %s: %w (it asks for %d GPUs)", st.trials[next].res.ID, errNoPlace, st.Options.GPUsPerTrial)
-		}
-		i := <-done
-		running--
-		ledger.Release(st.trials[i].res.ID)
-	}
-	return ctx.Err()
-}
-
 // runTrial runs trial i on p and records how it ended before saying so
-// on done.
-func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done chan<- int) {
+// on done. A run that gave its placement back (a setback the policy
+// requeues) leaves the trial pending, to be placed again.
+func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done chan<- ended) {
 	t := st.trials[i]
 	tc, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -137,7 +109,8 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 	if t.resumed == sweep.Adopt {
 		now = *cmp.Or(t.res.Started, &now) // an adopted trial started before
 	}
-	t.res.State, t.res.Host, t.res.GPUs, t.res.Started, t.cancel = sweep.Running, p.Host, p.GPUs, &now, cancel
+	t.res.State, t.res.Started, t.cancel = sweep.Running, &now, cancel
+	t.res.Place(p)
 	st.mu.Unlock()
 	st.table.changed(st.snapshot, i)
 
@@ -150,21 +123,29 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 
 	end := st.now()
 	st.mu.Lock()
-	t.res.Ended = &end
+	d, lost := st.setback(ctx, t, err)
 	switch {
+	case d != nil && d.Requeue:
 	case t.stopped:
-		t.res.State = sweep.Stopped
+		t.res.State, t.res.Ended = sweep.Stopped, &end
 	case err == nil:
-		t.res.State = sweep.Completed
+		t.res.State, t.res.Ended = sweep.Completed, &end
 	default:
-		t.res.State, t.err = sweep.Failed, err
+		if d != nil {
+			err = fmt.Errorf("%w; %s", err, d.Why)
+		}
+		t.res.State, t.res.Ended, t.err = sweep.Failed, &end, err
 	}
 	st.mu.Unlock()
-	st.table.changed(st.snapshot, i)
-	if err != nil && !t.stopped {
-		st.table.failed(t.res.ID, err)
+	if d != nil && d.Requeue {
+		st.table.note(fmt.Sprintf("%s gives %s back and waits to be placed again: %v", t.res.ID, p, err))
+	} else {
+		st.table.changed(st.snapshot, i)
+		if err != nil && !t.stopped {
+			st.table.failed(t.res.ID, err)
+		}
 	}
-	done <- i
+	done <- ended{i: i, p: p, d: d, lost: lost}
 }
 
 // line reads the metrics of one line of trial i's output and applies the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,8 +32,8 @@ type trainer struct {
 
 func (tr *trainer) run(ctx context.Context, s TrialSpec) error {
 	tr.mu.Lock()
-	for _, g := range s.Placement.GPUs {
-		k := fmt.Sprintf("%s:%d", s.Placement.Host, g)
+	for _, g := range s.Placement.Hosts[0].GPUs {
+		k := fmt.Sprintf("%s:%d", s.Placement.Host(), g)
 		tr.held[k]++
 		tr.max = max(tr.max, tr.held[k])
 		tr.used[k] = true
@@ -41,8 +42,8 @@ func (tr *trainer) run(ctx context.Context, s TrialSpec) error {
 	tr.mu.Unlock()
 	defer func() {
 		tr.mu.Lock()
-		for _, g := range s.Placement.GPUs {
-			tr.held[fmt.Sprintf("%s:%d", s.Placement.Host, g)]--
+		for _, g := range s.Placement.Hosts[0].GPUs {
+			tr.held[fmt.Sprintf("%s:%d", s.Placement.Host(), g)]--
 		}
 		tr.mu.Unlock()
 	}()
@@ -67,7 +68,7 @@ func (tr *trainer) run(ctx context.Context, s TrialSpec) error {
 				loss += float64(sd) / 1000
 			}
 		}
-		fmt.Fprintf(s.Out, "[worker-0@%s] step=%d loss=%g\n", s.Placement.Host, step, loss)
+		fmt.Fprintf(s.Out, "[worker-0@%s] step=%d loss=%g\n", s.Placement.Host(), step, loss)
 	}
 }
 
@@ -147,24 +148,196 @@ func TestSweepFailedTrial(t *testing.T) {
 
 func TestTrialConfig(t *testing.T) {
 	cfg := &config.Config{InventoryPath: "/x/inv.toml",
-		Job: config.Job{Name: "j", Workdir: "runs/j", Command: []string{"old"}, MinGPUs: 2, Env: map[string]string{"A": "1"}},
+		Job: config.Job{Name: "j", Workdir: "runs/j", Command: []string{"old"}, MinGPUs: 2, MaxHostFailures: 3, Env: map[string]string{"A": "1"}},
 		Hosts: []config.Host{{Name: "h0", Workdir: "runs/j", GPUs: config.GPUSpec{Auto: true}},
 			{Name: "h1", Workdir: "/abs/j", GPUs: config.GPUSpec{Auto: true}, MinGPUs: 2, Spare: true}}}
 	spec := TrialSpec{Trial: sweep.Trial{ID: "t03"}, Command: []string{"python3", "train.py", "--lr=0.1"},
-		Env: map[string]string{"DROVER_TRIAL_ID": "t03"}, Placement: sweep.Placement{Host: "h1", GPUs: []int{1}}}
+		Env: map[string]string{"DROVER_TRIAL_ID": "t03"}, Placement: sweep.On("h1", 1)}
 	require.NoError(t, TrialConfig(spec)(cfg))
 	assert.Equal(t, []config.Host{{Name: "h1", Workdir: "/abs/j/trials/t03", GPUs: config.GPUSpec{List: []int{1}}}}, cfg.Hosts)
 	assert.Equal(t, "j-t03", cfg.Job.Name)
 	assert.Equal(t, "runs/j/trials/t03", cfg.Job.Workdir)
 	assert.Equal(t, 0, cfg.Job.MinGPUs)
+	assert.Equal(t, 0, cfg.Job.MaxHostFailures, "the sweep moves a trial off a lost host")
 	assert.Equal(t, spec.Command, cfg.Job.Command)
 	assert.Equal(t, map[string]string{"A": "1"}, cfg.Job.Env, "DROVER_* is refused in [job.env]: the trial's env goes in RunOptions.Env")
 
-	err := TrialConfig(TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.Placement{Host: "gone"}})(cfg)
+	cfg.Hosts = []config.Host{{Name: "h0", Workdir: "w", GPUs: config.GPUSpec{Auto: true}}, {Name: "h1", Workdir: "w"}, {Name: "h2", Workdir: "w"}}
+	cfg.Job.MinHosts = 1
+	two := TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.Placement{Hosts: []sweep.HostGPUs{{Host: "h2", GPUs: []int{0, 1}}, {Host: "h0", GPUs: []int{2, 3}}}}}
+	require.NoError(t, TrialConfig(two)(cfg))
+	assert.Equal(t, []config.Host{{Name: "h2", Workdir: "w/trials/t1", GPUs: config.GPUSpec{List: []int{0, 1}}},
+		{Name: "h0", Workdir: "w/trials/t1", GPUs: config.GPUSpec{List: []int{2, 3}}}}, cfg.Hosts, "a group of the placement's hosts, in its order")
+	assert.Equal(t, 0, cfg.Job.MinHosts, "a lost host ends the trial's run: no smaller group")
+
+	err := TrialConfig(TrialSpec{Trial: sweep.Trial{ID: "t1"}, Placement: sweep.On("gone")})(cfg)
 	assert.ErrorContains(t, err, "gone")
 }
 
 func TestStripPrefix(t *testing.T) {
 	assert.Equal(t, "step=1 loss=2", stripPrefix("[worker-0@h1] step=1 loss=2"))
 	assert.Equal(t, "[note] loss=2", stripPrefix("[note] loss=2"))
+}
+
+// gridOpts is a sweep of n trials (x=1..n), one GPU each.
+func gridOpts(t *testing.T, n, maxParallel int) *sweep.Options {
+	p, err := sweep.ParseParam("--param", fmt.Sprintf("x=1..%d", n))
+	require.NoError(t, err)
+	trials, err := sweep.Expand([]sweep.Param{p}, 0, 0)
+	require.NoError(t, err)
+	col, err := sweep.NewCollector("")
+	require.NoError(t, err)
+	return &sweep.Options{Params: []sweep.Param{p}, Trials: trials, Metric: "loss", Goal: sweep.Minimize, Collector: col,
+		GPUsPerTrial: 1, MaxParallel: maxParallel}
+}
+
+// A trial placed on a GPU that another run leased meanwhile is no
+// failure: it gives the GPU back, the sweep keeps off that GPU until a
+// look at the hosts' leases finds it free, and the trial runs then. (The
+// trial on the other GPU runs until the other run has ended, so only a
+// look can free GPU 0.)
+func TestSweepWaitsForAnotherRunsLease(t *testing.T) {
+	var mu sync.Mutex
+	otherHolds, conflicts, looks := true, 0, 0
+	released := make(chan struct{})
+	var ran []string
+	s := &Sweep{ID: "sw", Options: gridOpts(t, 3, 0), Fleet: []sweep.HostGPUs{{Host: "h", GPUs: []int{0, 1}}},
+		RefreshEvery: time.Millisecond,
+		Refresh: func(ctx context.Context) ([]sweep.HostGPUs, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			looks++
+			if looks == 3 {
+				otherHolds = false // the other run ends
+				close(released)
+			}
+			if otherHolds {
+				return []sweep.HostGPUs{{Host: "h", GPUs: []int{1}}}, nil
+			}
+			return []sweep.HostGPUs{{Host: "h", GPUs: []int{0, 1}}}, nil
+		},
+		RunTrial: func(ctx context.Context, spec TrialSpec) error {
+			mu.Lock()
+			if spec.Placement.Hosts[0].GPUs[0] == 0 && otherHolds {
+				conflicts++
+				mu.Unlock()
+				return &sweep.SetbackError{Setback: sweep.LeaseConflict, Host: "h", Err: errors.New("GPU 0 is leased by another run")}
+			}
+			ran = append(ran, fmt.Sprintf("%s@%d", spec.Trial.ID, spec.Placement.Hosts[0].GPUs[0]))
+			mu.Unlock()
+			select {
+			case <-released:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			fmt.Fprintln(spec.Out, "loss=1")
+			return nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := s.Run(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, out.Errors)
+	for _, r := range out.Report.Trials {
+		assert.Equal(t, sweep.Completed, r.State, r.ID)
+	}
+	assert.Equal(t, 1, conflicts, "after the conflict no trial is placed on GPU 0 until a look finds it free")
+	assert.GreaterOrEqual(t, looks, 3)
+	assert.Equal(t, []string{"t1@1", "t0@0"}, ran[:2], "t0 waits for GPU 0 while t1 holds GPU 1")
+	assert.Len(t, ran, 3)
+}
+
+// A trial whose host is lost moves to another host while its
+// max_host_failures lasts, and the lost host gets no other trial; past
+// it, the trial fails saying why; with every host lost the sweep ends.
+func TestSweepMovesTrialsOffLostHosts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fleet    []sweep.HostGPUs
+		policy   sweep.Policy
+		failed   []string
+		why      string
+		runErr   string
+		onLostH0 int // trials that started on h0
+	}{
+		{name: "moved", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}},
+			policy: sweep.Policy{MaxHostFailures: 1}, onLostH0: 1},
+		{name: "no host failures allowed", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}},
+			failed: []string{"t0"}, why: "max_host_failures = 0", onLostH0: 1},
+		{name: "every host lost", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}}, policy: sweep.Policy{MaxHostFailures: 3},
+			runErr: "no host left", onLostH0: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			onH0 := 0
+			s := &Sweep{ID: "sw", Options: gridOpts(t, 2, 0), Fleet: tc.fleet, Policy: tc.policy,
+				RunTrial: func(ctx context.Context, spec TrialSpec) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if spec.Placement.Host() == "h0" {
+						onH0++
+						return &sweep.SetbackError{Setback: sweep.HostLost, Host: "h0", Err: errors.New("h0 lost")}
+					}
+					fmt.Fprintln(spec.Out, "loss=1")
+					return nil
+				}}
+			out, err := s.Run(context.Background())
+			if tc.runErr != "" {
+				require.ErrorContains(t, err, tc.runErr)
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tc.onLostH0, onH0)
+			var failed []string
+			for id, e := range out.Errors {
+				failed = append(failed, id)
+				assert.ErrorContains(t, e, tc.why)
+			}
+			assert.ElementsMatch(t, tc.failed, failed)
+			if tc.runErr == "" {
+				for _, r := range out.Report.Trials {
+					if !slices.Contains(tc.failed, r.ID) {
+						assert.Equal(t, sweep.Completed, r.State, r.ID)
+						assert.Equal(t, "h1", r.Host, r.ID)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Trials of two hosts each: a run on a group that lost a host without
+// naming it leaves out the hosts a fresh look no longer finds, and the
+// trial moves to two others.
+func TestSweepTrialsOfTwoHosts(t *testing.T) {
+	opts := gridOpts(t, 2, 0)
+	opts.HostsPerTrial = 2
+	var mu sync.Mutex
+	var runs []string
+	lost := false
+	s := &Sweep{ID: "sw", Options: opts, Policy: sweep.Policy{MaxHostFailures: 1},
+		Fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}, {Host: "h2", GPUs: []int{0}}},
+		Refresh: func(ctx context.Context) ([]sweep.HostGPUs, error) {
+			return []sweep.HostGPUs{{Host: "h1", GPUs: []int{0}}, {Host: "h2", GPUs: []int{0}}}, nil // h0 answers no more
+		},
+		RunTrial: func(ctx context.Context, spec TrialSpec) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs = append(runs, spec.Trial.ID+"@"+spec.Placement.String())
+			if !lost {
+				lost = true
+				return &sweep.SetbackError{Setback: sweep.HostLost, Err: errors.New("a host of the group was lost")}
+			}
+			fmt.Fprintln(spec.Out, "loss=1")
+			return nil
+		}}
+	out, err := s.Run(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, out.Errors)
+	assert.Equal(t, []string{"t0@h0:0+h1:0", "t0@h1:0+h2:0", "t1@h1:0+h2:0"}, runs, "one trial at a time: three hosts of one GPU hold one group of two")
+	for _, r := range out.Report.Trials {
+		assert.Equal(t, sweep.Completed, r.State, r.ID)
+		assert.Equal(t, []sweep.HostGPUs{{Host: "h1", GPUs: []int{0}}, {Host: "h2", GPUs: []int{0}}}, r.Hosts, r.ID)
+		assert.Equal(t, "h1", r.Host, r.ID)
+	}
 }

@@ -226,13 +226,13 @@ func (st *state) skipResumed(i int) int {
 
 // startAdopted starts following each adopted trial on its recorded
 // placement, held in the ledger as the others', and returns how many.
-func (st *state) startAdopted(ctx context.Context, ledger *sweep.Ledger, done chan<- int) (int, error) {
+func (st *state) startAdopted(ctx context.Context, ledger *sweep.Ledger, done chan<- ended) (int, error) {
 	n := 0
 	for i, t := range st.trials {
 		if t.resumed != sweep.Adopt {
 			continue
 		}
-		p := sweep.Placement{Host: t.res.Host, GPUs: t.res.GPUs}
+		p := t.res.Placement()
 		if err := ledger.Take(t.res.ID, p); err != nil {
 			return n, err
 		}

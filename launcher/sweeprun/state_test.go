@@ -46,7 +46,7 @@ func TestSweepResumes(t *testing.T) {
 		}}
 	out, err := s.Run(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, map[string]sweep.Placement{"t1": {Host: "h", GPUs: []int{1}}, "t2": {Host: "h", GPUs: []int{0}}}, ran,
+	assert.Equal(t, map[string]sweep.Placement{"t1": sweep.On("h", 1), "t2": sweep.On("h", 0)}, ran,
 		"t0 is kept, t1 adopted on its recorded GPU (not in the probed fleet: its run holds it), t2 placed")
 	assert.True(t, sweep.Succeeded(out.Report.Trials))
 	assert.Equal(t, "t0", out.Report.Best.ID)

@@ -80,6 +80,18 @@ func (t *table) failed(id string, err error) {
 	}
 }
 
+// note says what happened to the sweep outside a trial's start and
+// end (a trial that waits again, a failed look at the hosts): one line
+// when not live; the live table shows the trial pending again.
+func (t *table) note(s string) {
+	if t.w == nil || t.live {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintln(t.w, s)
+}
+
 // redraw writes the whole table over the previous one.
 func (t *table) redraw(rs []sweep.Result) {
 	t.mu.Lock()
@@ -114,7 +126,7 @@ func row(r sweep.Result, params []sweep.Param) []string {
 	}
 	where, metric, steps := "-", "-", "-"
 	if r.Host != "" {
-		where = sweep.Placement{Host: r.Host, GPUs: r.GPUs}.String()
+		where = r.Placement().String()
 	}
 	if r.Metric != nil {
 		metric = fmt.Sprintf("%.6g", *r.Metric)
