@@ -50,6 +50,9 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 		return
 	}
 	update(&r.runRec)
+	if r.runRec.State != agent.RunQueued {
+		r.runRec.Queue = nil
+	}
 	r.runRec.Updated = r.now().UTC()
 	detached := r.detachedGroup
 	r.runRec.Foreground = !detached
@@ -250,9 +253,47 @@ func supervisorHost() string {
 	return h
 }
 
-// describeRun says, for `drover run -d`, how to follow and stop run id.
+// DescribeDetached says, for `drover run -d`, how to follow and stop run
+// id.
 func DescribeDetached(id, job string) string {
 	return fmt.Sprintf("run %s started in the background\n  follow: drover logs %s --follow\n  status: drover status %s\n  stop:   drover stop %s", id, job, job, job)
+}
+
+// DescribeQueued says, for `drover run -d --queue`, that run id waits
+// for its GPUs in the background, and how to follow and stop it.
+func DescribeQueued(id, job string) string {
+	return fmt.Sprintf("run %s waits for GPUs in the background (queued); it starts once they are free\n  status: drover status %s\n  follow: drover logs %s --follow\n  stop:   drover stop %s (leaves the queue)", id, job, job, job)
+}
+
+// noteQueued records that the attempt waits in host's GPU queue (line
+// says where, and who holds the GPUs; "" once the host's wait is over)
+// on conns, the attempt's hosts; the first time, a detached --queue
+// run tells `drover run -d` (RunOptions.Queued), which returns.
+func (r *runner) noteQueued(conns []*hostConn, attempt int, host, line string) {
+	r.connMu.Lock()
+	_, was := r.runRec.Queue[host]
+	queued := r.runRec.State == agent.RunQueued
+	r.connMu.Unlock()
+	if line == "" && (!queued || !was) {
+		return // no wait said on host: nothing to take back
+	}
+	r.setRecord(conns, func(rec *agent.RunRecord) {
+		rec.State, rec.Attempt = agent.RunQueued, attempt
+		if rec.Queue == nil {
+			rec.Queue = map[string]string{}
+		}
+		if line == "" {
+			delete(rec.Queue, host)
+			if len(rec.Queue) == 0 {
+				rec.State = agent.RunStarting // every host's GPUs held
+			}
+		} else {
+			rec.Queue[host] = line
+		}
+	})
+	if line != "" && r.opts.Queued != nil {
+		r.readyOnce.Do(func() { r.opts.Queued(r.runID, r.runLogDir) })
+	}
 }
 
 // A detached run's checkpoint record goes with the run: its supervisor

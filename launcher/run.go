@@ -76,7 +76,13 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunFailed })
 		return res, err
 	}
-	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = finalState(res.Outcome) })
+	r.setRecord(nil, func(rec *agent.RunRecord) {
+		rec.State = finalState(res.Outcome)
+		var qt *QueueTimeoutError
+		if errors.As(res.Err, &qt) {
+			rec.Reason = qt.Error()
+		}
+	})
 	return res, err
 }
 
@@ -437,7 +443,8 @@ func newPhases(a *attempt) phases {
 		setup:   &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
 		ckpt:    &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan: &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, prevWorld: r.lastWorld, fenced: r.fencedFor, findings: a.findings, warn: a.warn,
-			leasing: gpuLeasing{off: len(r.opts.Allocation) > 0, dir: gpulease.DefaultDir, runID: r.runID, queue: r.opts.Queue, timeout: r.opts.QueueTimeout}},
+			leasing: gpuLeasing{off: len(r.opts.Allocation) > 0, dir: gpulease.DefaultDir, runID: r.runID, queue: r.opts.Queue, timeout: r.opts.QueueTimeout},
+			queued:  func(conns []*hostConn, host, line string) { r.noteQueued(conns, a.n, host, line) }},
 		container: &containerPhase{phaseEnv: env, done: &r.imaged},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 		data:      &dataPhase{phaseEnv: env, staged: &r.dataStaged},

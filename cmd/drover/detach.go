@@ -29,7 +29,8 @@ import (
 const detachedChildEnv = "DROVER_DETACHED_SUPERVISOR"
 
 // readyFD is the descriptor on which the background supervisor says it is
-// running ("ready RUNID LOGDIR").
+// running ("ready RUNID LOGDIR"), or, with --queue, waits in a host's GPU
+// queue ("queued RUNID LOGDIR").
 const readyFD = 3
 
 // detachedChild reports whether this process is the background
@@ -77,8 +78,9 @@ func startDetached(c *cli.Context) error {
 	return awaitReady(c, cmd, readyR, copied)
 }
 
-// awaitReady waits for the background supervisor's "ready" line; when the
-// pipe closes without one, the supervisor ended and its status is ours.
+// awaitReady waits for the background supervisor's "ready" (or
+// "queued") line; when the pipe closes without one, the supervisor ended
+// and its status is ours.
 // Ctrl-C meanwhile stops it (the run was not started yet).
 func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan struct{}) error {
 	sigs := make(chan os.Signal, 1)
@@ -92,12 +94,16 @@ func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan st
 	line, _ := bufio.NewReader(readyR).ReadString('\n')
 	readyR.Close()
 	f := strings.Fields(line)
-	if len(f) == 3 && f[0] == "ready" {
+	if len(f) == 3 && (f[0] == "ready" || f[0] == "queued") {
 		select {
 		case <-copied:
 		case <-time.After(2 * time.Second):
 		}
-		fmt.Fprintln(c.App.Writer, launcher.DescribeDetached(f[1], c.Args().First()))
+		describe := launcher.DescribeDetached
+		if f[0] == "queued" {
+			describe = launcher.DescribeQueued
+		}
+		fmt.Fprintln(c.App.Writer, describe(f[1], c.Args().First()))
 		fmt.Fprintf(c.App.Writer, "  supervisor: pid %d, output in %s\n", cmd.Process.Pid, filepath.Join(f[2], "supervisor.log"))
 		return nil
 	}
@@ -113,10 +119,16 @@ func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan st
 	return cli.Exit("drover run -d: the background supervisor exited before its first attempt ran", agent.ExitFailed)
 }
 
-// detachedReady is the background supervisor's launcher.RunOptions.Ready:
-// from now on its output goes to supervisor.log in the run directory (the
-// terminal that started it may be gone), and `drover run -d` is told.
-func detachedReady(runID, logDir string) {
+// detachedSays is the background supervisor's launcher.RunOptions.Ready
+// (word "ready") or Queued ("queued"): from then on its output goes to
+// supervisor.log in the run directory (the terminal that started it may
+// be gone), and `drover run -d` is told. The launcher calls one of them,
+// once.
+func detachedSays(word string) func(runID, logDir string) {
+	return func(runID, logDir string) { detachedTell(word, runID, logDir) }
+}
+
+func detachedTell(word, runID, logDir string) {
 	f, err := os.OpenFile(filepath.Join(logDir, "supervisor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err == nil {
 		_ = unix.Dup2(int(f.Fd()), 1)
@@ -124,7 +136,7 @@ func detachedReady(runID, logDir string) {
 		f.Close()
 	}
 	ready := os.NewFile(readyFD, "ready")
-	fmt.Fprintf(ready, "ready %s %s\n", runID, logDir)
+	fmt.Fprintf(ready, "%s %s %s\n", word, runID, logDir)
 	ready.Close()
 }
 
