@@ -52,17 +52,55 @@ type planPhase struct {
 	queued  func(conns []*hostConn, host, line string)
 	holdsMu sync.Mutex
 	holds   []*hostio.GPUHold
+	// kept takes the holds at cleanup (the run's keptGPUs); nil gives
+	// them back then.
+	kept *keptGPUs
 }
 
 func (p *planPhase) name() string { return "agent, probe, plan" }
 
-// cleanup gives the attempt's GPU leases back.
+// cleanup hands the attempt's GPU leases to the run (kept), which
+// gives them back once the next attempt holds its own or the run ends.
 func (p *planPhase) cleanup() {
 	p.holdsMu.Lock()
 	holds := p.holds
 	p.holds = nil
 	p.holdsMu.Unlock()
+	if p.kept != nil {
+		p.kept.keep(holds)
+		return
+	}
+	releaseHolds(holds)
+}
+
+func releaseHolds(holds []*hostio.GPUHold) {
 	forEach(holds, func(h *hostio.GPUHold) error { h.Release(); return nil })
+}
+
+// keptGPUs are the GPU lease sessions of a run's attempts that are over,
+// kept across its restart: the next attempt leases again, joining the
+// leases they still hold (gpulease.Take, and without waiting in the
+// queue: gpulease.Keeps), before they are given back (release). So no
+// other run, a queued one above all, takes the run's GPUs between two of
+// its attempts.
+type keptGPUs struct {
+	mu    sync.Mutex
+	holds []*hostio.GPUHold
+}
+
+func (k *keptGPUs) keep(holds []*hostio.GPUHold) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.holds = append(k.holds, holds...)
+}
+
+// release gives back every kept lease.
+func (k *keptGPUs) release() {
+	k.mu.Lock()
+	holds := k.holds
+	k.holds = nil
+	k.mu.Unlock()
+	releaseHolds(holds)
 }
 
 // run leaves the plan in st.plan.
@@ -168,6 +206,9 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 		mu.Unlock()
 		return nil
 	})
+	if p.kept != nil {
+		p.kept.release() // the attempt before's: this one holds its own now
+	}
 	return out, err
 }
 

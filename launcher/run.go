@@ -51,6 +51,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// Deferred first, so it runs last: the leases are given back over
 	// these connections.
 	defer r.pool.closeAll()
+	// The last attempt's GPU leases, kept for a restart, go back when
+	// the run ends, over the connections still open.
+	defer r.keptGPUs.release()
 	var releaseLeases func()
 	ctx, r.leases, releaseLeases = startLeases(ctx, cfg.Job.Name, r.now(), r.opts.Force, r.events)
 	defer releaseLeases()
@@ -444,7 +447,8 @@ func newPhases(a *attempt) phases {
 		ckpt:    &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan: &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, prevWorld: r.lastWorld, fenced: r.fencedFor, findings: a.findings, warn: a.warn,
 			leasing: gpuLeasing{off: len(r.opts.Allocation) > 0, dir: gpulease.DefaultDir, runID: r.runID, queue: r.opts.Queue, timeout: r.opts.QueueTimeout},
-			queued:  func(conns []*hostConn, host, line string) { r.noteQueued(conns, a.n, host, line) }},
+			queued:  func(conns []*hostConn, host, line string) { r.noteQueued(conns, a.n, host, line) },
+			kept:    &r.keptGPUs},
 		container: &containerPhase{phaseEnv: env, done: &r.imaged},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 		data:      &dataPhase{phaseEnv: env, staged: &r.dataStaged},
