@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +19,10 @@ import (
 
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/gpulease"
+	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/runview"
 )
 
 // privateGPULeases gives fleet host i a GPU lease directory of its own:
@@ -164,12 +169,41 @@ func TestGPULeases(t *testing.T) {
 			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+row+fleettest.User+`\s`, ps.stdout.String())
 		}
 	}
+	// -d --queue returns at once, its run waiting in the background
+	// behind c's; another one stopped while queued leaves no trace.
+	d := gpuJob(t, "lease-d", release("d"), one+"\nrestart_backoff = \"2s\"")
+	idD := queuedDetached(t, d, `place 2 of 2; ahead: the drover run of job "lease-c"`)
+	stopQueued(t, gpuJob(t, "lease-e", release("e"), one), leaseDirs)
+
 	require.NoError(t, os.WriteFile(release("a"), nil, 0o644))
 	require.Equal(t, 0, da.wait(t, 60*time.Second), da.stderr.String())
 	gc := gpusByHost(t, dq)
 	assert.Equal(t, ga, gc, "the queued run got the GPUs the ended run gave back")
+	assert.Equal(t, agent.RunQueued, status(t, d).State, "d waits on, behind c")
 	require.NoError(t, os.WriteFile(release("c"), nil, 0o644))
 	require.Equal(t, 0, dq.wait(t, 60*time.Second), dq.stderr.String())
+	st := waitStatus(t, d, 90*time.Second, "the queued run d running", func(st runview.RunStatus) bool { return running(st) == 3 })
+	assert.Equal(t, idD, st.RunID)
+	assert.Empty(t, st.Queue)
+
+	// d restarts (its worker on the first host killed) while f waits
+	// for GPUs: d keeps its GPUs across the restart, f waits on.
+	f := gpuJob(t, "lease-f", release("f"), one)
+	df := startDrover(t, f, "--queue")
+	df.waitStderr(t, regexp.MustCompile(`waiting for GPUs on \S+ \(--queue\): place 1 of 1`), 60*time.Second)
+	for _, p := range jobProcs(t, d.Name, 0) {
+		if p.Env["DROVER_JOB"] == d.Name { // the workload, not its agent
+			syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
+	}
+	waitStatus(t, d, 90*time.Second, "d running again in attempt 2", func(st runview.RunStatus) bool { return st.Attempt == 2 && running(st) == 3 })
+	assert.NotRegexp(t, startLine, df.stdout.String(), "f took d's GPUs between two of d's attempts")
+	require.NoError(t, os.WriteFile(release("d"), nil, 0o644))
+	waitStatus(t, d, 60*time.Second, "d succeeded", func(st runview.RunStatus) bool { return st.State == agent.RunSucceeded })
+	gf := gpusByHost(t, df)
+	assert.Equal(t, ga, gf, "f got the GPUs d gave back")
+	require.NoError(t, os.WriteFile(release("f"), nil, 0o644))
+	require.Equal(t, 0, df.wait(t, 60*time.Second), df.stderr.String())
 
 	// b's holders on every host SIGKILLed, then its controller: its
 	// leases stay behind, their locks gone. The next run reclaims them.
@@ -196,6 +230,60 @@ func TestGPULeases(t *testing.T) {
 			return err == nil && len(live) == 0
 		})
 	}
+}
+
+// queuedDetached starts `drover run -d --queue` of j, which must return
+// at once with its run waiting in the background (its stderr saying
+// where: ahead), shown as queued by drover status and drover ps; it
+// returns the run's id.
+func queuedDetached(t *testing.T, j *fleetJob, ahead string) string {
+	t.Helper()
+	d := startDroverWrapped(t, j, []string{testenvSetsid(t)}, "run", "-d", "--queue", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.wait(t, 60*time.Second), "stderr:\n%s", d.stderr.String())
+	assert.Regexp(t, `run \S+ waits for GPUs in the background \(queued\)`, d.stdout.String())
+	assert.Regexp(t, `waiting for GPUs on \S+ \(--queue\): `+regexp.QuoteMeta(ahead)+`.*; GPU \d leased by the drover run of job "lease-[ab]"`, d.stderr.String())
+	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.stdout.String())
+	require.NotNil(t, m, d.stdout.String())
+	sup, _ := strconv.Atoi(m[1])
+	testenv.SignalAtCleanup(t, sup, syscall.SIGKILL, false)
+	st := waitStatus(t, j, 30*time.Second, "queued on every host", func(st runview.RunStatus) bool { return len(st.Queue) == 3 })
+	assert.Equal(t, agent.RunQueued, st.State)
+	assert.True(t, st.Supervisor.Alive)
+	assert.Empty(t, st.Processes)
+	for _, line := range st.Queue {
+		assert.Contains(t, line, ahead)
+	}
+	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "ps", "--json")
+	require.Equal(t, 0, code, errs)
+	var rows []hostio.PsRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+	require.Len(t, rows, 1, out)
+	assert.Equal(t, st.RunID, rows[0].RunID)
+	assert.Equal(t, agent.RunQueued, rows[0].State)
+	return st.RunID
+}
+
+// stopQueued starts j with -d --queue behind the runs that wait already,
+// stops it with drover stop, and checks that nothing of it is left: no
+// entry in any host's queue, its supervisor gone, its record stopped.
+func stopQueued(t *testing.T, j *fleetJob, leaseDirs []string) {
+	t.Helper()
+	id := queuedDetached(t, j, "place 3 of 3")
+	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	for i, dir := range leaseDirs {
+		ws, err := gpulease.Waiters(dir)
+		require.NoError(t, err)
+		for _, w := range ws {
+			assert.NotEqual(t, id, w.RunID, "host %d: the stopped run is still in the queue", i)
+		}
+	}
+	assert.Equal(t, agent.RunStopped, status(t, j).State)
+	waitStatus(t, j, 10*time.Second, "the stopped run's supervisor gone", func(st runview.RunStatus) bool { return !st.Supervisor.Alive })
+	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "ps", "--json")
+	require.Equal(t, 0, code, errs)
+	assert.NotContains(t, out, id, "drover ps lists the stopped run as live")
+	waitNoJobProcs(t, j.Name, 10*time.Second, 0, 1, 2)
 }
 
 // otherUser checks, as a second Unix user on the host whose lease
