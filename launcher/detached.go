@@ -265,34 +265,41 @@ func DescribeQueued(id, job string) string {
 	return fmt.Sprintf("run %s waits for GPUs in the background (queued); it starts once they are free\n  status: drover status %s\n  follow: drover logs %s --follow\n  stop:   drover stop %s (leaves the queue)", id, job, job, job)
 }
 
-// noteQueued records that the attempt waits in host's GPU queue (line
-// says where, and who holds the GPUs; "" once the host's wait is over)
-// on conns, the attempt's hosts; the first time, a detached --queue
-// run tells `drover run -d` (RunOptions.Queued), which returns.
-func (r *runner) noteQueued(conns []*hostConn, attempt int, host, line string) {
-	r.connMu.Lock()
-	_, was := r.runRec.Queue[host]
-	queued := r.runRec.State == agent.RunQueued
-	r.connMu.Unlock()
-	if line == "" && (!queued || !was) {
-		return // no wait said on host: nothing to take back
+// queueNote is what an attempt's plan phase calls (planPhase.queued)
+// when it waits in host's GPU queue: line says where, and who holds the
+// GPUs ("" once the wait there is over). The run is recorded queued on
+// conns, the attempt's hosts (noteQueue); the first time, a detached
+// --queue run tells `drover run -d` (RunOptions.Queued), which returns.
+func queueNote(r *runner, attempt int) func(conns []*hostConn, host, line string) {
+	return func(conns []*hostConn, host, line string) {
+		r.connMu.Lock()
+		_, said := r.runRec.Queue[host]
+		r.connMu.Unlock()
+		if line == "" && !said {
+			return // no wait said on host: nothing to take back
+		}
+		r.setRecord(conns, func(rec *agent.RunRecord) { noteQueue(rec, attempt, host, line) })
+		if line != "" && r.opts.Queued != nil {
+			r.readyOnce.Do(func() { r.opts.Queued(r.runID, r.runLogDir) })
+		}
 	}
-	r.setRecord(conns, func(rec *agent.RunRecord) {
-		rec.State, rec.Attempt = agent.RunQueued, attempt
-		if rec.Queue == nil {
-			rec.Queue = map[string]string{}
-		}
-		if line == "" {
-			delete(rec.Queue, host)
-			if len(rec.Queue) == 0 {
-				rec.State = agent.RunStarting // every host's GPUs held
-			}
-		} else {
-			rec.Queue[host] = line
-		}
-	})
-	if line != "" && r.opts.Queued != nil {
-		r.readyOnce.Do(func() { r.opts.Queued(r.runID, r.runLogDir) })
+}
+
+// noteQueue records in rec that attempt waits in host's GPU queue as
+// line says, or ("") no longer does: queued while it waits on any host,
+// starting once it holds every host's GPUs.
+func noteQueue(rec *agent.RunRecord, attempt int, host, line string) {
+	rec.State, rec.Attempt = agent.RunQueued, attempt
+	if rec.Queue == nil {
+		rec.Queue = map[string]string{}
+	}
+	if line != "" {
+		rec.Queue[host] = line
+		return
+	}
+	delete(rec.Queue, host)
+	if len(rec.Queue) == 0 {
+		rec.State = agent.RunStarting
 	}
 }
 

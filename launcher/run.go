@@ -447,7 +447,7 @@ func newPhases(a *attempt) phases {
 		ckpt:    &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan: &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, prevWorld: r.lastWorld, fenced: r.fencedFor, findings: a.findings, warn: a.warn,
 			leasing: gpuLeasing{off: len(r.opts.Allocation) > 0, dir: gpulease.DefaultDir, runID: r.runID, queue: r.opts.Queue, timeout: r.opts.QueueTimeout},
-			queued:  func(conns []*hostConn, host, line string) { r.noteQueued(conns, a.n, host, line) },
+			queued:  queueNote(r, a.n),
 			kept:    &r.keptGPUs},
 		container: &containerPhase{phaseEnv: env, done: &r.imaged},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
