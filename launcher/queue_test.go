@@ -1,11 +1,16 @@
 package launcher
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
 	"github.com/droverhq/drover/launcher/agent"
+	"github.com/droverhq/drover/launcher/gpulease"
 )
 
 // TestNoteQueue: a run is queued while it waits on any host, with one
@@ -32,5 +37,23 @@ func TestNoteQueue(t *testing.T) {
 			assert.Equal(t, tc.wantQueue, rec.Queue)
 			assert.Equal(t, 2, rec.Attempt)
 		})
+	}
+}
+
+// TestKeepsConns: a setup that failed on leased GPUs (a queue timeout)
+// or was stopped keeps the connections, over which the queued run's
+// record says how it ended; any other failure dials again.
+func TestKeepsConns(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&QueueTimeoutError{Waited: time.Second}, true},
+		{fmt.Errorf("lease GPUs on h0: %w", &gpulease.BusyError{Host: "h0"}), true},
+		{fmt.Errorf("lease GPUs on h0: %w", context.Canceled), true},
+		{errors.New("push to h0: connection reset"), false},
+		{context.DeadlineExceeded, false},
+	} {
+		assert.Equal(t, tc.want, keepsConns(tc.err), "%v", tc.err)
 	}
 }

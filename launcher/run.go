@@ -80,11 +80,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		return res, err
 	}
 	r.setRecord(nil, func(rec *agent.RunRecord) {
-		rec.State = finalState(res.Outcome)
-		var qt *QueueTimeoutError
-		if errors.As(res.Err, &qt) {
-			rec.Reason = qt.Error()
+		if rec.State == agent.RunQueued && res.Err != nil {
+			rec.Reason = res.Err.Error() // it never ran: its record says why
 		}
+		rec.State = finalState(res.Outcome)
 	})
 	return res, err
 }

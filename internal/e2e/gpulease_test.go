@@ -147,6 +147,10 @@ func TestGPULeases(t *testing.T) {
 	dt := startDrover(t, c, "--queue", "--queue-timeout", "2s")
 	require.Equal(t, exitFailed, dt.wait(t, 60*time.Second), dt.stderr.String())
 	assert.Regexp(t, `waited --queue-timeout 2s for the GPUs; waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`, dt.stderr.String())
+	st := status(t, c) // the run's record on its hosts says why it ended
+	assert.Equal(t, agent.RunFailed, st.State)
+	assert.Contains(t, st.Reason, "waited --queue-timeout 2s for the GPUs")
+	assert.Empty(t, st.Queue)
 	di := startDrover(t, c, "--queue")
 	di.waitStderr(t, regexp.MustCompile(`waiting for GPUs on`), 60*time.Second)
 	di.signal(t, syscall.SIGINT)
@@ -182,7 +186,7 @@ func TestGPULeases(t *testing.T) {
 	assert.Equal(t, agent.RunQueued, status(t, d).State, "d waits on, behind c")
 	require.NoError(t, os.WriteFile(release("c"), nil, 0o644))
 	require.Equal(t, 0, dq.wait(t, 60*time.Second), dq.stderr.String())
-	st := waitStatus(t, d, 90*time.Second, "the queued run d running", func(st runview.RunStatus) bool { return running(st) == 3 })
+	st = waitStatus(t, d, 90*time.Second, "the queued run d running", func(st runview.RunStatus) bool { return running(st) == 3 })
 	assert.Equal(t, idD, st.RunID)
 	assert.Empty(t, st.Queue)
 
@@ -271,6 +275,7 @@ func stopQueued(t *testing.T, j *fleetJob, leaseDirs []string) {
 	id := queuedDetached(t, j, "place 3 of 3")
 	_, errs, code := droverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
 	require.Equal(t, 0, code, errs)
+	assert.NotContains(t, errs, "through its agents", "the supervisor left the queue and recorded the end")
 	for i, dir := range leaseDirs {
 		ws, err := gpulease.Waiters(dir)
 		require.NoError(t, err)
@@ -278,7 +283,9 @@ func stopQueued(t *testing.T, j *fleetJob, leaseDirs []string) {
 			assert.NotEqual(t, id, w.RunID, "host %d: the stopped run is still in the queue", i)
 		}
 	}
-	assert.Equal(t, agent.RunStopped, status(t, j).State)
+	st := status(t, j)
+	assert.Equal(t, agent.RunStopped, st.State)
+	assert.Contains(t, st.Reason, "stopped by drover stop from")
 	waitStatus(t, j, 10*time.Second, "the stopped run's supervisor gone", func(st runview.RunStatus) bool { return !st.Supervisor.Alive })
 	out, errs, code := droverIn(t, j, t.TempDir(), 30*time.Second, "ps", "--json")
 	require.Equal(t, 0, code, errs)
