@@ -141,11 +141,21 @@ func (ph phases) cleanup() {
 // the run ends on it; events.log notes it here, in its place.
 func (a *attempt) setupFailure(err error) attemptOutcome {
 	a.r.events.debugf("%s: %v", a.prefix(), err)
-	// The next attempt dials and checks every host again.
-	a.r.pool.forgetPrepared()
+	if !keepsConns(err) {
+		// The next attempt dials and checks every host again.
+		a.r.pool.forgetPrepared()
+	}
 	out := setupFailed(err)
 	out.untold = true
 	return out
+}
+
+// keepsConns says whether a setup that failed with err leaves the
+// connections open: GPUs that other runs lease, and a run stopped or
+// interrupted (a queued one above all), say nothing against them, and the
+// run's record (queued until then) is written over them as it ends.
+func keepsConns(err error) bool {
+	return IsGPUsLeased(err) || errors.Is(err, context.Canceled)
 }
 
 // stepTimer returns a function that notes in events.log how long the

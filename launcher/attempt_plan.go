@@ -47,19 +47,60 @@ type planPhase struct {
 	// leasing is how the attempt leases its GPUs (gpuLeasing); holds
 	// are the sessions that hold them until cleanup.
 	leasing gpuLeasing
+	// queued records where the attempt waits in a host's GPU queue
+	// (runner.noteQueued; "" once the wait there is over).
+	queued  func(conns []*hostConn, host, line string)
 	holdsMu sync.Mutex
 	holds   []*hostio.GPUHold
+	// kept takes the holds at cleanup (the run's keptGPUs); nil gives
+	// them back then.
+	kept *keptGPUs
 }
 
 func (p *planPhase) name() string { return "agent, probe, plan" }
 
-// cleanup gives the attempt's GPU leases back.
+// cleanup hands the attempt's GPU leases to the run (kept), which
+// gives them back once the next attempt holds its own or the run ends.
 func (p *planPhase) cleanup() {
 	p.holdsMu.Lock()
 	holds := p.holds
 	p.holds = nil
 	p.holdsMu.Unlock()
+	if p.kept != nil {
+		p.kept.keep(holds)
+		return
+	}
+	releaseHolds(holds)
+}
+
+func releaseHolds(holds []*hostio.GPUHold) {
 	forEach(holds, func(h *hostio.GPUHold) error { h.Release(); return nil })
+}
+
+// keptGPUs are the GPU lease sessions of a run's attempts that are over,
+// kept across its restart: the next attempt leases again, joining the
+// leases they still hold (gpulease.Take, and without waiting in the
+// queue: gpulease.Keeps), before they are given back (release). So no
+// other run, a queued one above all, takes the run's GPUs between two of
+// its attempts.
+type keptGPUs struct {
+	mu    sync.Mutex
+	holds []*hostio.GPUHold
+}
+
+func (k *keptGPUs) keep(holds []*hostio.GPUHold) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.holds = append(k.holds, holds...)
+}
+
+// release gives back every kept lease.
+func (k *keptGPUs) release() {
+	k.mu.Lock()
+	holds := k.holds
+	k.holds = nil
+	k.mu.Unlock()
+	releaseHolds(holds)
 }
 
 // run leaves the plan in st.plan.
@@ -152,7 +193,7 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 			if n := p.cfg.Job.GPUsPerHost; p.leasing.off && n > 0 && len(hg.Indices) > n {
 				hg.Indices = hg.Indices[:n] // unleased (Slurm): gpus_per_host all the same
 			} else if len(hg.Indices) > 0 && !p.leasing.off {
-				taken, err := p.leaseGPUs(ctx, c, hostio.LeaseCandidates(hg.Indices, rep), since, len(conns))
+				taken, err := p.leaseGPUs(ctx, c, hostio.LeaseCandidates(hg.Indices, rep), since, conns)
 				if err != nil {
 					return err
 				}
@@ -165,6 +206,9 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 		mu.Unlock()
 		return nil
 	})
+	if p.kept != nil {
+		p.kept.release() // the attempt before's: this one holds its own now
+	}
 	return out, err
 }
 
@@ -303,7 +347,7 @@ func (e *QueueTimeoutError) Error() string {
 // leaseGPUs leases cands (in order) on c's host and keeps the session
 // for cleanup: gpus_per_host of them, else every free one (auto, at
 // least min_gpus) or all (pinned).
-func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpulease.Candidate, since time.Time, hosts int) ([]int, error) {
+func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpulease.Candidate, since time.Time, conns []*attemptHost) ([]int, error) {
 	n, least := p.cfg.Job.GPUsPerHost, hostio.GPUPolicy(c.host, p.cfg.Job).MinGPUs
 	if !c.host.GPUs.Auto && n == 0 {
 		n = len(cands)
@@ -312,7 +356,7 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 		least = n
 	}
 	host, _ := os.Hostname()
-	o := gpulease.HoldOptions{Dir: cmp.Or(p.leasing.dir, gpulease.DefaultDir), Candidates: cands, N: n, Min: least, Queue: p.leasing.queue, Hosts: hosts,
+	o := gpulease.HoldOptions{Dir: cmp.Or(p.leasing.dir, gpulease.DefaultDir), Candidates: cands, N: n, Min: least, Queue: p.leasing.queue, Hosts: len(conns),
 		Me: gpulease.Holder{Job: p.cfg.Job.Name, RunID: p.leasing.runID, Host: host, PID: os.Getpid(), Since: since}}
 	var mu sync.Mutex // the session's reader says, the caller reads after a timeout
 	var last string
@@ -322,7 +366,13 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 		last = line
 		mu.Unlock()
 		p.events.printf("%s: %s", p.prefix(), line)
+		if p.queued != nil {
+			p.queued(hostConns(conns), c.host.Name, line)
+		}
 	})
+	if p.queued != nil && ctx.Err() == nil {
+		p.queued(hostConns(conns), c.host.Name, "")
+	}
 	if h != nil {
 		p.holdsMu.Lock()
 		p.holds = append(p.holds, h)

@@ -50,6 +50,9 @@ func (r *runner) setRecord(conns []*hostConn, update func(rec *agent.RunRecord))
 		return
 	}
 	update(&r.runRec)
+	if r.runRec.State != agent.RunQueued {
+		r.runRec.Queue = nil
+	}
 	r.runRec.Updated = r.now().UTC()
 	detached := r.detachedGroup
 	r.runRec.Foreground = !detached
@@ -250,9 +253,54 @@ func supervisorHost() string {
 	return h
 }
 
-// describeRun says, for `drover run -d`, how to follow and stop run id.
+// DescribeDetached says, for `drover run -d`, how to follow and stop run
+// id.
 func DescribeDetached(id, job string) string {
 	return fmt.Sprintf("run %s started in the background\n  follow: drover logs %s --follow\n  status: drover status %s\n  stop:   drover stop %s", id, job, job, job)
+}
+
+// DescribeQueued says, for `drover run -d --queue`, that run id waits
+// for its GPUs in the background, and how to follow and stop it.
+func DescribeQueued(id, job string) string {
+	return fmt.Sprintf("run %s waits for GPUs in the background (queued); it starts once they are free\n  status: drover status %s\n  follow: drover logs %s --follow\n  stop:   drover stop %s (leaves the queue)", id, job, job, job)
+}
+
+// queueNote is what an attempt's plan phase calls (planPhase.queued)
+// when it waits in host's GPU queue: line says where, and who holds the
+// GPUs ("" once the wait there is over). The run is recorded queued on
+// conns, the attempt's hosts (noteQueue); the first time, a detached
+// --queue run tells `drover run -d` (RunOptions.Queued), which returns.
+func queueNote(r *runner, attempt int) func(conns []*hostConn, host, line string) {
+	return func(conns []*hostConn, host, line string) {
+		r.connMu.Lock()
+		_, said := r.runRec.Queue[host]
+		r.connMu.Unlock()
+		if line == "" && !said {
+			return // no wait said on host: nothing to take back
+		}
+		r.setRecord(conns, func(rec *agent.RunRecord) { noteQueue(rec, attempt, host, line) })
+		if line != "" && r.opts.Queued != nil {
+			r.readyOnce.Do(func() { r.opts.Queued(r.runID, r.runLogDir) })
+		}
+	}
+}
+
+// noteQueue records in rec that attempt waits in host's GPU queue as
+// line says, or ("") no longer does: queued while it waits on any host,
+// starting once it holds every host's GPUs.
+func noteQueue(rec *agent.RunRecord, attempt int, host, line string) {
+	rec.State, rec.Attempt = agent.RunQueued, attempt
+	if rec.Queue == nil {
+		rec.Queue = map[string]string{}
+	}
+	if line != "" {
+		rec.Queue[host] = line
+		return
+	}
+	delete(rec.Queue, host)
+	if len(rec.Queue) == 0 {
+		rec.State = agent.RunStarting
+	}
 }
 
 // A detached run's checkpoint record goes with the run: its supervisor

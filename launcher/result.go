@@ -94,6 +94,10 @@ type RunOptions struct {
 	// Ready, for a detached run, is called once every process of the
 	// first attempt that started them all runs.
 	Ready func(runID, logDir string)
+	// Queued, for a detached --queue run, is called in Ready's place
+	// when the run waits in a host's GPU queue before it ran: `drover
+	// run -d --queue` returns then, and the run waits in the background.
+	Queued func(runID, logDir string)
 
 	// peerLostSettle replaces cause.PeerLostSettle, the hold of a failure
 	// that reads as a lost peer, in tests (0: that constant).

@@ -51,6 +51,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	// Deferred first, so it runs last: the leases are given back over
 	// these connections.
 	defer r.pool.closeAll()
+	// The last attempt's GPU leases, kept for a restart, go back when
+	// the run ends, over the connections still open.
+	defer r.keptGPUs.release()
 	var releaseLeases func()
 	ctx, r.leases, releaseLeases = startLeases(ctx, cfg.Job.Name, r.now(), r.opts.Force, r.events)
 	defer releaseLeases()
@@ -76,7 +79,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunFailed })
 		return res, err
 	}
-	r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = finalState(res.Outcome) })
+	r.setRecord(nil, func(rec *agent.RunRecord) {
+		if rec.State == agent.RunQueued && res.Err != nil {
+			rec.Reason = res.Err.Error() // it never ran: its record says why
+		}
+		rec.State = finalState(res.Outcome)
+	})
 	return res, err
 }
 
@@ -440,7 +448,9 @@ func newPhases(a *attempt) phases {
 		setup:   &setupPhase{phaseEnv: env, out: r.opts.Out, quiet: r.opts.Quiet, runDir: r.runLogDir, done: &r.setUp},
 		ckpt:    &ckptPhase{phaseEnv: env, now: r.now, record: func(job string) (*checkpoint.Record, error) { return r.checkpointRecord(r.logRoot, job) }, progress: &a.progress, fresh: r.opts.Fresh, since: &r.freshSince, runID: r.runID, runDir: r.runLogDir},
 		plan: &planPhase{phaseEnv: env, restarts: a.restarts, runID: r.runID, prevWorld: r.lastWorld, fenced: r.fencedFor, findings: a.findings, warn: a.warn,
-			leasing: gpuLeasing{off: len(r.opts.Allocation) > 0, dir: gpulease.DefaultDir, runID: r.runID, queue: r.opts.Queue, timeout: r.opts.QueueTimeout}},
+			leasing: gpuLeasing{off: len(r.opts.Allocation) > 0, dir: gpulease.DefaultDir, runID: r.runID, queue: r.opts.Queue, timeout: r.opts.QueueTimeout},
+			queued:  queueNote(r, a.n),
+			kept:    &r.keptGPUs},
 		container: &containerPhase{phaseEnv: env, done: &r.imaged},
 		preflight: &preflightPhase{phaseEnv: env, leases: r.leases},
 		data:      &dataPhase{phaseEnv: env, staged: &r.dataStaged},

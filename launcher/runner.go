@@ -73,6 +73,9 @@ type runner struct {
 	// imaged names the hosts that have the job's container image
 	// (containerPhase).
 	imaged setupDone
+	// keptGPUs are the GPU leases of the attempt before, kept across a
+	// restart (planPhase.cleanup) until the next one holds its own.
+	keptGPUs keptGPUs
 	ckptState
 	lostState
 	detachState

@@ -29,7 +29,8 @@ import (
 const detachedChildEnv = "DROVER_DETACHED_SUPERVISOR"
 
 // readyFD is the descriptor on which the background supervisor says it is
-// running ("ready RUNID LOGDIR").
+// running ("ready RUNID LOGDIR"), or, with --queue, waits in a host's GPU
+// queue ("queued RUNID LOGDIR").
 const readyFD = 3
 
 // detachedChild reports whether this process is the background
@@ -46,16 +47,20 @@ func detachedChild() bool {
 // until its first attempt runs, then prints how to follow and stop it and
 // returns. A run that cannot start fails as it would in the foreground.
 func startDetached(c *cli.Context) error {
-	return startBackground(c, func(id, logDir string, pid int) {
-		fmt.Fprintln(c.App.Writer, launcher.DescribeDetached(id, c.Args().First()))
+	return startBackground(c, func(word, id, logDir string, pid int) {
+		describe := launcher.DescribeDetached
+		if word == "queued" {
+			describe = launcher.DescribeQueued
+		}
+		fmt.Fprintln(c.App.Writer, describe(id, c.Args().First()))
 		fmt.Fprintf(c.App.Writer, "  supervisor: pid %d, output in %s\n", pid, filepath.Join(logDir, "supervisor.log"))
 	})
 }
 
 // startBackground starts the same command line again as a background
 // supervisor (see startDetached) and, once it says it is ready, has
-// describe say how to follow it.
-func startBackground(c *cli.Context, describe func(id, logDir string, pid int)) error {
+// describe say how to follow it (word is what it said: ready or queued).
+func startBackground(c *cli.Context, describe func(word, id, logDir string, pid int)) error {
 	wrap, err := launcher.LogindGuard("/", currentUser())
 	if err != nil {
 		return cli.Exit(err.Error(), agent.ExitUsage)
@@ -87,10 +92,11 @@ func startBackground(c *cli.Context, describe func(id, logDir string, pid int)) 
 	return awaitReady(c, cmd, readyR, copied, describe)
 }
 
-// awaitReady waits for the background supervisor's "ready" line; when the
-// pipe closes without one, the supervisor ended and its status is ours.
+// awaitReady waits for the background supervisor's "ready" (or
+// "queued") line; when the pipe closes without one, the supervisor ended
+// and its status is ours.
 // Ctrl-C meanwhile stops it (the run was not started yet).
-func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan struct{}, describe func(id, logDir string, pid int)) error {
+func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan struct{}, describe func(word, id, logDir string, pid int)) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, interruptSignals()...)
 	defer signal.Stop(sigs)
@@ -102,12 +108,12 @@ func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan st
 	line, _ := bufio.NewReader(readyR).ReadString('\n')
 	readyR.Close()
 	f := strings.Fields(line)
-	if len(f) == 3 && f[0] == "ready" {
+	if len(f) == 3 && (f[0] == "ready" || f[0] == "queued") {
 		select {
 		case <-copied:
 		case <-time.After(2 * time.Second):
 		}
-		describe(f[1], f[2], cmd.Process.Pid)
+		describe(f[0], f[1], f[2], cmd.Process.Pid)
 		return nil
 	}
 	err := cmd.Wait()
@@ -122,10 +128,16 @@ func awaitReady(c *cli.Context, cmd *exec.Cmd, readyR *os.File, copied <-chan st
 	return cli.Exit("drover "+c.Command.Name+" -d: the background supervisor exited before it was ready", agent.ExitFailed)
 }
 
-// detachedReady is the background supervisor's launcher.RunOptions.Ready:
-// from now on its output goes to supervisor.log in the run directory (the
-// terminal that started it may be gone), and `drover run -d` is told.
-func detachedReady(runID, logDir string) {
+// detachedSays is the background supervisor's launcher.RunOptions.Ready
+// (word "ready") or Queued ("queued"): from then on its output goes to
+// supervisor.log in the run directory (the terminal that started it may
+// be gone), and `drover run -d` is told. The launcher calls one of them,
+// once.
+func detachedSays(word string) func(runID, logDir string) {
+	return func(runID, logDir string) { detachedTell(word, runID, logDir) }
+}
+
+func detachedTell(word, runID, logDir string) {
 	f, err := os.OpenFile(filepath.Join(logDir, "supervisor.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err == nil {
 		_ = unix.Dup2(int(f.Fd()), 1)
@@ -133,7 +145,7 @@ func detachedReady(runID, logDir string) {
 		f.Close()
 	}
 	ready := os.NewFile(readyFD, "ready")
-	fmt.Fprintf(ready, "ready %s %s\n", runID, logDir)
+	fmt.Fprintf(ready, "%s %s %s\n", word, runID, logDir)
 	ready.Close()
 }
 

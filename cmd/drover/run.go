@@ -25,16 +25,13 @@ func runCommand() *cli.Command {
 				return usage(c)
 			}
 			child := detachedChild()
-			if c.Bool("queue") && c.Bool("detach") {
-				return cli.Exit("drover run: -d with --queue is not supported yet: run `drover run --queue` under tmux or nohup, or drop --queue", agent.ExitUsage)
-			}
 			if c.Bool("detach") && !child {
 				return startDetached(c)
 			}
-			var ready func(string, string)
+			var ready, queued func(string, string)
 			if child {
 				ignoreSIGPIPE()
-				ready = detachedReady
+				ready, queued = detachedSays("ready"), detachedSays("queued")
 			}
 			bin, err := os.Executable()
 			if err != nil {
@@ -77,6 +74,7 @@ func runCommand() *cli.Command {
 				QueueTimeout:  c.Duration("queue-timeout"),
 				Detach:        c.Bool("detach"),
 				Ready:         ready,
+				Queued:        queued,
 			})
 			if err != nil {
 				if ctx.Err() != nil {

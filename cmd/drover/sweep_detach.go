@@ -217,13 +217,13 @@ func (s *sweepSession) finish(runErr error) {
 func sweepReady(c *cli.Context, cfg *config.Config, id string) {
 	dir := filepath.Join(launcher.LogRoot(cfg, c.String("log-dir")), id)
 	_ = os.MkdirAll(dir, 0o755)
-	detachedReady(id, dir)
+	detachedTell("ready", id, dir)
 }
 
 // describeSweep says, for `drover sweep -d`, how to follow and stop it.
-func describeSweep(c *cli.Context) func(id, logDir string, pid int) {
+func describeSweep(c *cli.Context) func(word, id, logDir string, pid int) {
 	job := c.Args().First()
-	return func(id, logDir string, pid int) {
+	return func(_, id, logDir string, pid int) {
 		fmt.Fprintf(c.App.Writer, "sweep %s started in the background\n  status: drover sweep status %s\n  logs:   drover sweep logs %s --trial t0\n  stop:   drover sweep stop %s\n  supervisor: pid %d, output in %s\n",
 			id, job, job, job, pid, filepath.Join(logDir, "supervisor.log"))
 	}

@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +19,10 @@ import (
 	"github.com/droverhq/drover/internal/e2e/kit"
 	"github.com/droverhq/drover/internal/fleettest"
 	"github.com/droverhq/drover/internal/testenv"
+	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/gpulease"
+	"github.com/droverhq/drover/launcher/hostio"
+	"github.com/droverhq/drover/launcher/runview"
 )
 
 // gpuJob is a job on the fleet's first three hosts (gpus = "auto", two
@@ -69,7 +74,7 @@ func TestGPULeases(t *testing.T) {
 	leaseDirs := make([]string, 3)
 	for i := range 3 {
 		kit.FakeGPUs(t, i)
-		leaseDirs[i] = kit.PrivateGPULeases(t, i) // over kit.FakeGPUs' own: this test reads it
+		leaseDirs[i] = kit.PrivateGPULeases(t, i) // over fakeGPUs' own: this test reads it
 	}
 	rel, err := os.MkdirTemp("", "drover-gpu-release-") // the hosts' user must see it
 	require.NoError(t, err)
@@ -115,6 +120,10 @@ func TestGPULeases(t *testing.T) {
 	dt := kit.StartDrover(t, c, "--queue", "--queue-timeout", "2s")
 	require.Equal(t, kit.ExitFailed, dt.Wait(t, 60*time.Second), dt.Stderr.String())
 	assert.Regexp(t, `waited --queue-timeout 2s for the GPUs; waiting for GPUs on \S+ \(--queue\): place 1 of 1; GPU \d leased by the drover run of job "lease-[ab]"`, dt.Stderr.String())
+	st := kit.Status(t, c) // the run's record on its hosts says why it ended
+	assert.Equal(t, agent.RunFailed, st.State)
+	assert.Contains(t, st.Reason, "waited --queue-timeout 2s for the GPUs")
+	assert.Empty(t, st.Queue)
 	di := kit.StartDrover(t, c, "--queue")
 	di.WaitStderr(t, regexp.MustCompile(`waiting for GPUs on`), 60*time.Second)
 	di.Signal(t, syscall.SIGINT)
@@ -137,12 +146,41 @@ func TestGPULeases(t *testing.T) {
 			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(h.Name)+`\s+`+row+fleettest.User+`\s`, ps.Stdout.String())
 		}
 	}
+	// -d --queue returns at once, its run waiting in the background
+	// behind c's; another one stopped while queued leaves no trace.
+	d := gpuJob(t, "lease-d", release("d"), one+"\nrestart_backoff = \"2s\"")
+	idD := queuedDetached(t, d, `place 2 of 2; ahead: the drover run of job "lease-c"`)
+	stopQueued(t, gpuJob(t, "lease-e", release("e"), one), leaseDirs)
+
 	require.NoError(t, os.WriteFile(release("a"), nil, 0o644))
 	require.Equal(t, 0, da.Wait(t, 60*time.Second), da.Stderr.String())
 	gc := gpusByHost(t, dq)
 	assert.Equal(t, ga, gc, "the queued run got the GPUs the ended run gave back")
+	assert.Equal(t, agent.RunQueued, kit.Status(t, d).State, "d waits on, behind c")
 	require.NoError(t, os.WriteFile(release("c"), nil, 0o644))
 	require.Equal(t, 0, dq.Wait(t, 60*time.Second), dq.Stderr.String())
+	st = kit.WaitStatus(t, d, 90*time.Second, "the queued run d running", func(st runview.RunStatus) bool { return kit.Running(st) == 3 })
+	assert.Equal(t, idD, st.RunID)
+	assert.Empty(t, st.Queue)
+
+	// d restarts (its worker on the first host killed) while f waits
+	// for GPUs: d keeps its GPUs across the restart, f waits on.
+	f := gpuJob(t, "lease-f", release("f"), one)
+	df := kit.StartDrover(t, f, "--queue")
+	df.WaitStderr(t, regexp.MustCompile(`waiting for GPUs on \S+ \(--queue\): place 1 of 1`), 60*time.Second)
+	for _, p := range kit.JobProcs(t, d.Name, 0) {
+		if p.Env["DROVER_JOB"] == d.Name { // the workload, not its agent
+			syscall.Kill(p.Pid, syscall.SIGKILL)
+		}
+	}
+	kit.WaitStatus(t, d, 90*time.Second, "d running again in attempt 2", func(st runview.RunStatus) bool { return st.Attempt == 2 && kit.Running(st) == 3 })
+	assert.NotRegexp(t, startLine, df.Stdout.String(), "f took d's GPUs between two of d's attempts")
+	require.NoError(t, os.WriteFile(release("d"), nil, 0o644))
+	kit.WaitStatus(t, d, 60*time.Second, "d succeeded", func(st runview.RunStatus) bool { return st.State == agent.RunSucceeded })
+	gf := gpusByHost(t, df)
+	assert.Equal(t, ga, gf, "f got the GPUs d gave back")
+	require.NoError(t, os.WriteFile(release("f"), nil, 0o644))
+	require.Equal(t, 0, df.Wait(t, 60*time.Second), df.Stderr.String())
 
 	// b's holders on every host SIGKILLed, then its controller: its
 	// leases stay behind, their locks gone. The next run reclaims them.
@@ -169,6 +207,63 @@ func TestGPULeases(t *testing.T) {
 			return err == nil && len(live) == 0
 		})
 	}
+}
+
+// queuedDetached starts `drover run -d --queue` of j, which must return
+// at once with its run waiting in the background (its stderr saying
+// where: ahead), shown as queued by drover status and drover ps; it
+// returns the run's id.
+func queuedDetached(t *testing.T, j *kit.FleetJob, ahead string) string {
+	t.Helper()
+	d := kit.StartDroverWrapped(t, j, []string{kit.Setsid(t)}, "run", "-d", "--queue", j.Path, "--log-dir", j.LogRoot)
+	require.Equal(t, 0, d.Wait(t, 60*time.Second), "stderr:\n%s", d.Stderr.String())
+	assert.Regexp(t, `run \S+ waits for GPUs in the background \(queued\)`, d.Stdout.String())
+	assert.Regexp(t, `waiting for GPUs on \S+ \(--queue\): `+regexp.QuoteMeta(ahead)+`.*; GPU \d leased by the drover run of job "lease-[ab]"`, d.Stderr.String())
+	m := regexp.MustCompile(`supervisor: pid (\d+)`).FindStringSubmatch(d.Stdout.String())
+	require.NotNil(t, m, d.Stdout.String())
+	sup, _ := strconv.Atoi(m[1])
+	testenv.SignalAtCleanup(t, sup, syscall.SIGKILL, false)
+	st := kit.WaitStatus(t, j, 30*time.Second, "queued on every host", func(st runview.RunStatus) bool { return len(st.Queue) == 3 })
+	assert.Equal(t, agent.RunQueued, st.State)
+	assert.True(t, st.Supervisor.Alive)
+	assert.Empty(t, st.Processes)
+	for _, line := range st.Queue {
+		assert.Contains(t, line, ahead)
+	}
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "ps", "--json")
+	require.Equal(t, 0, code, errs)
+	var rows []hostio.PsRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+	require.Len(t, rows, 1, out)
+	assert.Equal(t, st.RunID, rows[0].RunID)
+	assert.Equal(t, agent.RunQueued, rows[0].State)
+	return st.RunID
+}
+
+// stopQueued starts j with -d --queue behind the runs that wait already,
+// stops it with drover stop, and checks that nothing of it is left: no
+// entry in any host's queue, its supervisor gone, its record stopped.
+func stopQueued(t *testing.T, j *kit.FleetJob, leaseDirs []string) {
+	t.Helper()
+	id := queuedDetached(t, j, "place 3 of 3")
+	_, errs, code := kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "stop", j.Path)
+	require.Equal(t, 0, code, errs)
+	assert.NotContains(t, errs, "through its agents", "the supervisor left the queue and recorded the end")
+	for i, dir := range leaseDirs {
+		ws, err := gpulease.Waiters(dir)
+		require.NoError(t, err)
+		for _, w := range ws {
+			assert.NotEqual(t, id, w.RunID, "host %d: the stopped run is still in the queue", i)
+		}
+	}
+	st := kit.Status(t, j)
+	assert.Equal(t, agent.RunStopped, st.State)
+	assert.Contains(t, st.Reason, "stopped by drover stop from")
+	kit.WaitStatus(t, j, 10*time.Second, "the stopped run's supervisor gone", func(st runview.RunStatus) bool { return !st.Supervisor.Alive })
+	out, errs, code := kit.DroverIn(t, j, t.TempDir(), 30*time.Second, "ps", "--json")
+	require.Equal(t, 0, code, errs)
+	assert.NotContains(t, out, id, "drover ps lists the stopped run as live")
+	kit.WaitNoJobProcs(t, j.Name, 10*time.Second, 0, 1, 2)
 }
 
 // otherUser checks, as a second Unix user on the host whose lease

@@ -602,6 +602,12 @@ type RunRecord struct {
 	// (package launcher/straggler); they stand for that attempt only.
 	Stragglers        []string `json:"stragglers,omitempty"`
 	StragglersAttempt int      `json:"stragglers_attempt,omitempty"`
+	// Queue says, per host, where a queued run (RunQueued) waits for
+	// GPUs and who holds them; empty once it holds them.
+	Queue map[string]string `json:"queue,omitempty"`
+	// Reason says why a run that never started ended (a --queue run
+	// that waited --queue-timeout).
+	Reason string `json:"reason,omitempty"`
 }
 
 // ProcReport is one process as a host sees it now.

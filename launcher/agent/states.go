@@ -27,6 +27,9 @@ type RunState string
 
 // Run states in a RunRecord, in the order a run goes through them.
 const (
+	// RunQueued: a --queue run waiting in its hosts' GPU queues
+	// (RunRecord.Queue says where); nothing of it runs yet.
+	RunQueued     RunState = "queued"
 	RunStarting   RunState = "starting"
 	RunRunning    RunState = "running"
 	RunRestarting RunState = "restarting"

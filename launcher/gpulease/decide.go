@@ -160,3 +160,17 @@ func Position(me Waiter, waiters []Waiter) (pos, of int) {
 
 // SortWaiters orders ws as the queue serves them.
 func SortWaiters(ws []Waiter) { slices.SortFunc(ws, before) }
+
+// Keeps reports whether run (of user uid) holds a live lease among live:
+// the run restarts, and its next attempt takes its GPUs back (joining
+// the leases its last attempt holds until then) without waiting in the
+// queue. Behind a waiter that waits for those very GPUs it would wait
+// for ever, and a run's own restart is not a newcomer.
+func Keeps(live map[string]Holder, run string, uid int) bool {
+	for _, h := range live {
+		if run != "" && h.RunID == run && h.UID == uid {
+			return true
+		}
+	}
+	return false
+}

@@ -89,3 +89,23 @@ func TestParseCandidate(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+// TestKeeps: only a live lease of the same run and user makes a take a
+// restart's, which skips the queue.
+func TestKeeps(t *testing.T) {
+	mine := Holder{RunID: "r1", UID: 1000}
+	for _, tc := range []struct {
+		name string
+		live map[string]Holder
+		run  string
+		want bool
+	}{
+		{"no lease", nil, "r1", false},
+		{"the run's lease", map[string]Holder{"g0": mine}, "r1", true},
+		{"another run's", map[string]Holder{"g0": {RunID: "r2", UID: 1000}}, "r1", false},
+		{"the same run id, another user's", map[string]Holder{"g0": {RunID: "r1", UID: 1001}}, "r1", false},
+		{"no run id", map[string]Holder{"g0": {UID: 1000}}, "", false},
+	} {
+		assert.Equal(t, tc.want, Keeps(tc.live, tc.run, 1000), tc.name)
+	}
+}

@@ -163,6 +163,53 @@ func TestQueueFirstComeFirstServed(t *testing.T) {
 	})
 }
 
+// TestRestartKeepsItsGPUs: a run's next attempt with --queue takes the
+// GPU its last attempt still holds, though another run waits for it in
+// the queue (ahead by its clock); once the last attempt's lease is given
+// back the GPU stays the run's, and the waiter gets it when the run ends.
+func TestRestartKeepsItsGPUs(t *testing.T) {
+	dir := sharedDir(t)
+	one := []Candidate{{0, "GPU-0"}}
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	me := Holder{Job: "r", RunID: "rr", Since: t0}
+	last, err := Take(dir, one, 1, 0, me)
+	require.NoError(t, err)
+	hold := func(h Holder) (<-chan Event, func()) {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		events := make(chan Event, 64)
+		o := HoldOptions{Dir: dir, Candidates: one, N: 1, Queue: true, Poll: 20 * time.Millisecond, Me: h}
+		go func() { Hold(context.Background(), o, inR, outW); outW.Close() }()
+		go ReadEvents(outR, func(ev Event) bool { events <- ev; return true })
+		t.Cleanup(func() { inW.Close() })
+		return events, func() { inW.Close() }
+	}
+	next := func(events <-chan Event, state string) Event {
+		for {
+			select {
+			case ev := <-events:
+				if ev.State == state {
+					return ev
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no %q event", state)
+			}
+		}
+	}
+	waiter, _ := hold(Holder{Job: "w", RunID: "rw", Since: t0.Add(time.Second)})
+	assert.Equal(t, 1, next(waiter, "waiting").Position)
+	me.Since = t0.Add(2 * time.Second) // the restart's attempt asks after the waiter
+	again, end := hold(me)
+	assert.Equal(t, []int{0}, next(again, "held").GPUs, "the restart takes its GPU back")
+	last.Release()
+	live, err := List(dir)
+	require.NoError(t, err)
+	require.Len(t, live, 1)
+	assert.Equal(t, "rr", live["GPU-0"].RunID, "the GPU stays the run's")
+	end()
+	assert.Equal(t, []int{0}, next(waiter, "held").GPUs)
+}
+
 // TestJoinKeepsLeaseAlive: a lease joined by a group's agent outlives
 // the gpu-lease agent that took it (a detached group whose supervisor is
 // gone), and dies with the last holder; the same run takes it back.

@@ -78,10 +78,16 @@ func Hold(ctx context.Context, o HoldOptions, stdin io.Reader, out io.Writer) er
 }
 
 // acquire takes the GPUs; with o.Queue it enters the queue and takes
-// them when first in it and they are free.
+// them when first in it and they are free, unless the run holds leases
+// here already (Keeps: a restart) and can take them now.
 func acquire(ctx context.Context, o HoldOptions, enc *json.Encoder) (*Lease, error) {
 	if !o.Queue {
 		return Take(o.Dir, o.Candidates, o.N, o.Min, o.Me)
+	}
+	if live, err := List(o.Dir); err == nil && Keeps(live, o.Me.RunID, os.Getuid()) {
+		if l, err := Take(o.Dir, o.Candidates, o.N, o.Min, o.Me); err == nil {
+			return l, nil // a restart keeps its GPUs
+		}
 	}
 	me := Waiter{Holder: o.Me, Hosts: o.Hosts}
 	q, err := create(o.Dir, waitName(me), me)

@@ -109,8 +109,11 @@ func LocalRuns(all bool) ([]PsRow, error) {
 			continue // not a row NoteLocally wrote
 		}
 		if !row.State.Final() && (row.Supervisor <= 0 || syscall.Kill(row.Supervisor, 0) != nil) {
+			// A queued run has no group to run on: its place in the
+			// queues went with its supervisor.
+			lost := row.Foreground || row.State == agent.RunQueued
 			row.State = agent.RunUnsupervised
-			if row.Foreground {
+			if lost {
 				row.State = agent.RunLost
 			}
 		}

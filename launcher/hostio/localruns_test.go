@@ -63,10 +63,12 @@ func TestSelectRuns(t *testing.T) {
 
 // LocalRuns removes the rows it forgets from this machine's list, and a
 // foreground run whose drover is gone reads as lost, a detached one as
-// unsupervised.
+// unsupervised, a queued one as lost (its place in the queues went with
+// its supervisor).
 func TestLocalRunsForgetsOldRuns(t *testing.T) {
 	// Run ids in drover's own format: LocalRuns skips any other.
 	const oldStopped, fgGone, bgGone, fgLive = "20260101-000000-00000a", "20260101-000000-00000b", "20260101-000000-00000c", "20260101-000000-00000d"
+	const queuedGone, queuedLive = "20260101-000000-00000e", "20260101-000000-00000f"
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	long := time.Now().Add(-PsRetention - time.Hour).UTC()
@@ -74,6 +76,8 @@ func TestLocalRunsForgetsOldRuns(t *testing.T) {
 	NoteLocally("job.toml", agent.RunRecord{RunID: fgGone, Job: "j", State: agent.RunRunning, SupervisorPid: -1, Foreground: true, Updated: time.Now()})
 	NoteLocally("job.toml", agent.RunRecord{RunID: bgGone, Job: "j", State: agent.RunRunning, SupervisorPid: -1, Updated: time.Now()})
 	NoteLocally("job.toml", agent.RunRecord{RunID: fgLive, Job: "j", State: agent.RunRunning, SupervisorPid: os.Getpid(), Foreground: true, Updated: time.Now()})
+	NoteLocally("job.toml", agent.RunRecord{RunID: queuedGone, Job: "j", State: agent.RunQueued, SupervisorPid: -1, Updated: time.Now()})
+	NoteLocally("job.toml", agent.RunRecord{RunID: queuedLive, Job: "j", State: agent.RunQueued, SupervisorPid: os.Getpid(), Updated: time.Now()})
 
 	live, err := LocalRuns(false)
 	require.NoError(t, err)
@@ -81,7 +85,7 @@ func TestLocalRunsForgetsOldRuns(t *testing.T) {
 	for _, r := range live {
 		states[r.RunID] = r.State
 	}
-	assert.Equal(t, map[string]agent.RunState{fgLive: agent.RunRunning, bgGone: agent.RunUnsupervised}, states)
+	assert.Equal(t, map[string]agent.RunState{fgLive: agent.RunRunning, bgGone: agent.RunUnsupervised, queuedLive: agent.RunQueued}, states)
 	assert.NoFileExists(t, filepath.Join(home, localRunsDir, oldStopped+".json"), "forgotten past PsRetention")
 
 	all, err := LocalRuns(true)
@@ -90,11 +94,14 @@ func TestLocalRunsForgetsOldRuns(t *testing.T) {
 	for _, r := range all {
 		states[r.RunID] = r.State
 	}
-	assert.Equal(t, map[string]agent.RunState{fgLive: agent.RunRunning, bgGone: agent.RunUnsupervised, fgGone: agent.RunLost}, states)
-	assert.True(t, all[0].Foreground || all[1].Foreground)
+	assert.Equal(t, map[string]agent.RunState{fgLive: agent.RunRunning, bgGone: agent.RunUnsupervised, fgGone: agent.RunLost,
+		queuedLive: agent.RunQueued, queuedGone: agent.RunLost}, states)
+	for _, r := range all {
+		assert.Equal(t, r.RunID == fgLive || r.RunID == fgGone, r.Foreground, r.RunID)
+	}
 
 	MarkLocally(bgGone, agent.RunStopped)
 	live, err = LocalRuns(false)
 	require.NoError(t, err)
-	assert.Len(t, live, 1, "stopped through its agents: no longer live")
+	assert.Len(t, live, 2, "stopped through its agents: no longer live")
 }

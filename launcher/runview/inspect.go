@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/user"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,6 +120,11 @@ type RunStatus struct {
 	// Stragglers name the ranks the running attempt's straggler watch
 	// holds far slower than their peers (its events' lines).
 	Stragglers []string `json:"stragglers,omitempty"`
+	// Queue says, for a queued run, where it waits on each host and who
+	// holds the GPUs; Reason why a run that never started ended (its
+	// --queue-timeout).
+	Queue  []string `json:"queue,omitempty"`
+	Reason string   `json:"reason,omitempty"`
 }
 
 // SupervisorStatus is the run's supervisor as the hosts see it.
@@ -180,6 +187,7 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 	if rec.StragglersAttempt == rec.Attempt {
 		st.Stragglers = rec.Stragglers
 	}
+	st.Queue, st.Reason = queueLines(rec), rec.Reason
 	for _, v := range views {
 		if v.Err != nil {
 			st.Unreachable = append(st.Unreachable, v.Host.Name)
@@ -202,15 +210,29 @@ func summarize(views []*hostio.View) (*RunStatus, error) {
 
 // seenState is a run's state as the views show it: a record that is not
 // final with its supervisor gone is unsupervised (a detached run's group
-// runs on) or lost (a foreground run's agents stop its group).
+// runs on) or lost (a foreground run's agents stop its group; a queued
+// run has no group, and its place in the queues went with its
+// supervisor).
 func seenState(recorded agent.RunState, supervised, foreground bool) agent.RunState {
 	switch {
 	case recorded.Final() || supervised:
 		return recorded
-	case foreground:
+	case foreground || recorded == agent.RunQueued:
 		return agent.RunLost
 	}
 	return agent.RunUnsupervised
+}
+
+// queueLines are a queued run's places in its hosts' queues, by host.
+func queueLines(rec *agent.RunRecord) []string {
+	if rec.State != agent.RunQueued {
+		return nil
+	}
+	var out []string
+	for _, h := range slices.Sorted(maps.Keys(rec.Queue)) {
+		out = append(out, rec.Queue[h])
+	}
+	return out
 }
 
 // processStatus is p's row: running only while its agent runs.
@@ -240,7 +262,11 @@ func RenderStatus(w io.Writer, st *RunStatus) {
 	if st.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint: %s\n", st.Checkpoint)
 	}
-	for _, s := range st.Stragglers {
+	lines := append(append([]string(nil), st.Queue...), st.Stragglers...)
+	if st.Reason != "" {
+		lines = append(lines, "ended: "+st.Reason)
+	}
+	for _, s := range lines {
 		// A host's record is evidence: no control character of it
 		// reaches the terminal.
 		if strings.IndexFunc(s, unicode.IsControl) >= 0 {
@@ -307,7 +333,8 @@ func Stop(ctx context.Context, o InspectOptions, abort bool, events io.Writer) e
 		if abort {
 			limit = 10 * time.Second
 		}
-		if left, unanswered := waitGone(ctx, views, st.RunID, limit, wait); left == 0 {
+		if left, unanswered := waitGone(ctx, views, st.RunID, limit, wait); left == 0 &&
+			(st.State != agent.RunQueued || waitEnded(ctx, views, st.RunID, limit, wait)) {
 			return stopError(views, st.RunID, 0, unanswered)
 		}
 	}
@@ -394,6 +421,32 @@ func waitGone(ctx context.Context, views []*hostio.View, id string, limit, wait 
 		}
 		if left == 0 && len(unanswered) == 0 || time.Now().After(deadline) || hostio.Sleep(ctx, stopWaitPoll) != nil {
 			return left, unanswered
+		}
+	}
+}
+
+// waitEnded waits up to limit until every host's record of run id is
+// final: a queued run has no process to wait for, and its supervisor
+// records its end once it left every host's queue.
+func waitEnded(ctx context.Context, views []*hostio.View, id string, limit, wait time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		ended := true
+		for _, v := range of(views, id) {
+			hctx, cancel := context.WithTimeout(ctx, wait)
+			rep, err := v.Agent().Runs(hctx, v.Workdir, id)
+			cancel()
+			if err != nil || rep.Run == nil || !rep.Run.State.Final() {
+				ended = false
+				continue
+			}
+			v.Report = rep
+		}
+		if ended {
+			return true
+		}
+		if time.Now().After(deadline) || hostio.Sleep(ctx, stopWaitPoll) != nil {
+			return false
 		}
 	}
 }

@@ -26,6 +26,10 @@ func TestSeenState(t *testing.T) {
 		{agent.RunStopped, false, true, agent.RunStopped},
 		{agent.RunSucceeded, false, false, agent.RunSucceeded},
 		{agent.RunFailed, true, true, agent.RunFailed},
+		// A queued run has no group: with its supervisor gone, its
+		// place in the queues is gone too.
+		{agent.RunQueued, true, false, agent.RunQueued},
+		{agent.RunQueued, false, false, agent.RunLost},
 	} {
 		assert.Equal(t, tc.want, seenState(tc.recorded, tc.supervised, tc.foreground), "%+v", tc)
 	}
