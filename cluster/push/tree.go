@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/droverhq/drover/cluster"
 )
 
 // The tree: the code directory as every host must hold it, scanned and
@@ -114,9 +116,15 @@ func (t *Tree) excluded(rel string, isDir bool) bool {
 // copy of that file, a link to a directory as a copy of the directory. A
 // link pointing outside dir (or looping) is an error naming the
 // link and its target, unless it is excluded. A dangling link is skipped
-// with a warning (Tree.Warnings), as rsync skips it.
+// with a warning (Tree.Warnings), as rsync skips it. Running out of file
+// descriptors anywhere in the scan is named as such
+// (cluster.TooManyOpenFilesError, with the limit), as the dials' is.
 func ScanLocal(dir string, opts Options) (*Tree, error) {
-	return scanLocal(dir, opts, time.Now())
+	t, err := scanLocal(dir, opts, time.Now())
+	if err != nil {
+		return nil, cluster.NameOpenFiles("scan code directory "+dir, err)
+	}
+	return t, nil
 }
 
 // scanLocal is ScanLocal with the scan's start time given, which decides
