@@ -43,7 +43,7 @@ portable:
 # The README's test command: static checks (cgo off too), then every test
 # (fleet tests included when run as root) with the race detector.
 test: lint portable
-	$(GO) test -race -count=1 -timeout 45m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # Unit tests only: no fleet, no training.
 test-short:

@@ -1,4 +1,4 @@
-package e2e
+package watch
 
 // Fleet test of a run's notifications and its lasting run id (issue 40,
 // items 4 and 5), on a detached run: the background supervisor is the

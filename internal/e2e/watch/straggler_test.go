@@ -1,4 +1,4 @@
-package e2e
+package watch
 
 // Fleet test of the straggler watch (issue 40 item 3): a rank that burns
 // its peers' CPU many times over per step, and a rank whose GPU the

@@ -1,4 +1,4 @@
-package e2e
+package longrun
 
 // Fleet tests of detached runs (issue 26): drover run -d, status, logs,
 // stop, from other sessions and directories than the one that started
