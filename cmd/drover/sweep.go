@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -75,16 +76,9 @@ func sweepAction(c *cli.Context) error {
 	}
 	ctx, _, stop := twoStageInterrupt(c.Context, c.App.ErrWriter, "stopping every trial")
 	defer stop()
-	fleet, free, err := sweepFleet(ctx, c, cfg, bin)
-	if err != nil {
-		return err
-	}
-	if err := sweep.CheckFits(fleet, opts.Shape()); err != nil {
-		return sweepExit(err)
-	}
 	ctx, stopSweep := context.WithCancelCause(ctx)
 	defer stopSweep(nil)
-	sess, err := openSweep(ctx, c, cfg, opts, c.Bool("detach"), stopSweep)
+	sess, fleet, free, err := startSweep(ctx, c, cfg, opts, bin, stopSweep)
 	if err != nil {
 		return err
 	}
@@ -109,7 +103,39 @@ func sweepAction(c *cli.Context) error {
 		RunTrial: runTrial(c, cfg, bin, code, sess.rec.Detached)}
 	out, err := s.Run(ctx)
 	sess.finish(err)
-	return sweepReport(c, opts, out, err)
+	return sweepReport(c, opts, out, err, context.Cause(ctx))
+}
+
+// startSweep reads the sweep's record (a resume decides its trials'
+// fates), looks at the hosts' GPUs, checks that the trials fit them and
+// claims the record. A resume's adopted trials hold GPUs that the look
+// shows busy or leased by their own runs: they are the sweep's, merged
+// into the fleet before the checks, or a sweep whose adopted trials hold
+// every GPU could not be resumed.
+func startSweep(ctx context.Context, c *cli.Context, cfg *config.Config, opts *sweep.Options, bin string,
+	stop context.CancelCauseFunc) (sess *sweepSession, fleet, free []sweep.HostGPUs, err error) {
+	sess, err = openSweep(ctx, c, cfg, opts, c.Bool("detach"), stop)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			sess.store.Close()
+		}
+	}()
+	fleet, free = sweepLook(ctx, c, cfg, bin, c.App.ErrWriter)
+	adopted := sess.adopted()
+	fleet, free = sweep.Merge(fleet, adopted...), sweep.Merge(free, adopted...)
+	if len(fleet) == 0 {
+		return nil, nil, nil, cli.Exit(fmt.Sprintf("sweep: no host of %s has a free GPU (see drover probe %s)", cfg.Path, cfg.Path), agent.ExitFailed)
+	}
+	if err := sweep.CheckFits(fleet, opts.Shape()); err != nil {
+		return nil, nil, nil, sweepExit(err)
+	}
+	if err := sess.claim(); err != nil {
+		return nil, nil, nil, err
+	}
+	return sess, fleet, free, nil
 }
 
 // sweepFlags are the sweep's command-line flags, for sweep.Resolve.
@@ -146,6 +172,34 @@ func runTrial(c *cli.Context, cfg *config.Config, bin string, code *sweepCode, d
 	}
 }
 
+// stoppedSummary says that the sweep was stopped, by whom, and what became
+// of its trials: those it stopped while they ran, those it never started.
+func stoppedSummary(trials []sweep.Result, cause error) string {
+	by := "interrupted"
+	if errors.Is(cause, errSweepStopped) {
+		by = errSweepStopped.Error()
+	}
+	var stopped, pending []string
+	for _, t := range trials {
+		switch t.State {
+		case sweep.Interrupted:
+			stopped = append(stopped, t.ID)
+		case sweep.Pending:
+			pending = append(pending, t.ID)
+		}
+	}
+	slices.Sort(stopped)
+	slices.Sort(pending)
+	s := fmt.Sprintf("sweep %s", by)
+	if len(stopped) > 0 {
+		s += fmt.Sprintf("; trials stopped while running (not failed): %s", strings.Join(stopped, ", "))
+	}
+	if len(pending) > 0 {
+		s += fmt.Sprintf("; not started: %s", strings.Join(pending, ", "))
+	}
+	return s
+}
+
 // paramFlag is --param, given once per parameter: a string slice flag
 // would split lr=0.001,0.01 at its commas.
 type paramFlag struct{ specs []string }
@@ -163,10 +217,15 @@ func sweepExit(err error) error {
 }
 
 // sweepReport prints the ranked trials (or --json) and exits 0 when every
-// trial completed or was stopped early, 1 otherwise (130 on Ctrl-C).
-func sweepReport(c *cli.Context, opts *sweep.Options, out sweeprun.Outcome, runErr error) error {
+// trial completed or was stopped early, 1 otherwise, 130 when the sweep
+// was stopped (Ctrl-C, or drover sweep stop: cause), which says so and
+// names the trials it stopped (no failures of theirs).
+func sweepReport(c *cli.Context, opts *sweep.Options, out sweeprun.Outcome, runErr, cause error) error {
 	for id, err := range out.Errors {
 		fmt.Fprintf(c.App.ErrWriter, "drover: trial %s failed: %v\n", id, err)
+	}
+	if errors.Is(runErr, context.Canceled) {
+		fmt.Fprintf(c.App.ErrWriter, "drover: %s\n", stoppedSummary(out.Report.Trials, cause))
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)

@@ -12,11 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/droverhq/drover/cluster/config"
 	"github.com/droverhq/drover/launcher"
@@ -49,11 +47,12 @@ type sweepSession struct {
 	stopping bool
 }
 
-// openSweep reads the job's sweep record on its hosts and starts this
+// openSweep reads the job's sweep record on its hosts and prepares this
 // sweep's: a new one, or the unfinished one of the same sweep whose
 // supervisor is gone, resumed. A live supervisor of any unfinished sweep
 // of the job is an error (exit 2): two sweeps would share the trials'
-// workdirs.
+// workdirs. Nothing is written until claim: the caller first checks the
+// trials fit the fleet, which a resume's adopted trials are part of.
 func openSweep(ctx context.Context, c *cli.Context, cfg *config.Config, opts *sweep.Options, detached bool, stop context.CancelCauseFunc) (*sweepSession, error) {
 	store, err := sweeprun.OpenStore(ctx, cfg.Hosts, dialOptions(c, cfg.Hosts), 0)
 	if err != nil {
@@ -69,7 +68,7 @@ func openSweep(ctx context.Context, c *cli.Context, cfg *config.Config, opts *sw
 		fmt.Fprintf(s.events, "drover: warning: %s\n", n)
 	}
 	here := hostname()
-	sup := sweep.Supervision{Here: here, Alive: pidAlive, Now: time.Now()}
+	sup := supervision()
 	switch {
 	case prior != nil && !prior.Over() && !sup.SupervisorGone(prior):
 		store.Close()
@@ -87,12 +86,31 @@ func openSweep(ctx context.Context, c *cli.Context, cfg *config.Config, opts *sw
 		}
 		s.rec = newRecord(cfg, opts, key)
 	}
-	s.rec.State, s.rec.Detached, s.rec.SupervisorHost, s.rec.SupervisorPid = sweep.SweepRunning, detached, here, os.Getpid()
-	if err := s.save(s.rec.Trials); err != nil {
-		store.Close()
-		return nil, err
-	}
+	s.rec.State, s.rec.Detached, s.rec.SupervisorHost = sweep.SweepRunning, detached, here
+	s.rec.SupervisorPid, s.rec.SupervisorStart = os.Getpid(), agent.ProcessStart(os.Getpid())
 	return s, nil
+}
+
+// claim writes the record as this supervisor's, on every host.
+func (s *sweepSession) claim() error {
+	return s.save(s.rec.Trials)
+}
+
+// adopted are the placements of the trials a resume adopts: GPUs that
+// their runs hold, which a look at the hosts shows busy or leased.
+func (s *sweepSession) adopted() []sweep.Placement {
+	var ps []sweep.Placement
+	for _, r := range s.resumed {
+		if r.Action == sweep.Adopt {
+			ps = append(ps, r.Record.Placement())
+		}
+	}
+	return ps
+}
+
+// supervision is how this machine judges a record's supervisor.
+func supervision() sweep.Supervision {
+	return sweep.Supervision{Here: hostname(), Alive: agent.ProcessAlive, Now: time.Now()}
 }
 
 // newRecord is a new sweep's record: every trial pending.
@@ -227,24 +245,4 @@ func describeSweep(c *cli.Context) func(word, id, logDir string, pid int) {
 		fmt.Fprintf(c.App.Writer, "sweep %s started in the background\n  status: drover sweep status %s\n  logs:   drover sweep logs %s --trial t0\n  stop:   drover sweep stop %s\n  supervisor: pid %d, output in %s\n",
 			id, job, job, job, pid, filepath.Join(logDir, "supervisor.log"))
 	}
-}
-
-// pidAlive reports whether pid runs on this machine: a zombie (killed,
-// not yet reaped by its parent) does not.
-func pidAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // no /proc: the signal's answer
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z' && stat[i+2] != 'X'
-	}
-	return true
 }

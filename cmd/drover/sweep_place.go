@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/cluster/config"
-	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/fanout"
 	"github.com/droverhq/drover/launcher/gpulease"
 	"github.com/droverhq/drover/launcher/restart"
@@ -46,16 +46,6 @@ func sweepLook(ctx context.Context, c *cli.Context, cfg *config.Config, bin stri
 	return fleet, free
 }
 
-// sweepFleet is sweepLook at the sweep's start: no host with a GPU is an
-// error.
-func sweepFleet(ctx context.Context, c *cli.Context, cfg *config.Config, bin string) (fleet, free []sweep.HostGPUs, err error) {
-	fleet, free = sweepLook(ctx, c, cfg, bin, c.App.ErrWriter)
-	if len(fleet) == 0 {
-		return nil, nil, cli.Exit(fmt.Sprintf("sweep: no host of %s has a free GPU (see drover probe %s)", cfg.Path, cfg.Path), agent.ExitFailed)
-	}
-	return fleet, free, nil
-}
-
 // trialSetback is err, the end of a trial's run on p, as a
 // *sweep.SetbackError when the run gave its placement back rather than
 // failed: GPUs another run leased between the sweep's look and the
@@ -75,7 +65,15 @@ func trialSetback(err error, p sweep.Placement) error {
 		if len(p.Hosts) == 1 {
 			host = p.Host()
 		}
-		return &sweep.SetbackError{Setback: sweep.HostLost, Host: host, Err: err}
+		sb := &sweep.SetbackError{Setback: sweep.HostLost, Host: host, Err: err}
+		if ee != nil && ee.Why != "" {
+			// The run's verdict on its own restarts ("no restarts left
+			// ... (max_host_failures = 0)", the trial's setting, see
+			// sweeprun.TrialConfig) is not the sweep's: it moves the
+			// trial by the job's, and says so itself.
+			sb.Cause = strings.Replace(err.Error(), "; "+ee.Why, "", 1)
+		}
+		return sb
 	}
 	return err
 }

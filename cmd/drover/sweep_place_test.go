@@ -20,7 +20,8 @@ import (
 func TestTrialSetback(t *testing.T) {
 	p := sweep.On("h1", 0)
 	busy := &gpulease.BusyError{Host: "h1", Want: 1}
-	lost := &restart.EndError{Outcome: restart.Outcome{Kind: restart.HostLost, Err: errors.New("h1 lost: no heartbeat")}, Why: "no restarts left"}
+	lost := &restart.EndError{Outcome: restart.Outcome{Kind: restart.HostLost, Err: errors.New("h1 lost: no heartbeat")},
+		Why: "no restarts left for lost hosts and hangs (max_host_failures = 0)"}
 	failed := &restart.EndError{Outcome: restart.Outcome{Kind: restart.Failed, Err: errors.New("exit status 1")}, Why: "no restarts left"}
 	for _, tc := range []struct {
 		name string
@@ -44,6 +45,10 @@ func TestTrialSetback(t *testing.T) {
 				assert.Equal(t, tc.want, sb.Setback)
 				assert.Equal(t, "h1", sb.Host)
 				assert.ErrorIs(t, got, tc.err)
+				// The trial's run's own verdict on restarts is not the
+				// sweep's, which moves the trial by the job's.
+				assert.NotContains(t, got.Error(), "max_host_failures")
+				assert.NotContains(t, got.Error(), "no restarts left")
 			}
 		})
 	}

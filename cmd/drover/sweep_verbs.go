@@ -91,7 +91,7 @@ func sweepStatus(c *cli.Context, cfg *config.Config, _ *sweeprun.Store, rec *swe
 	state := rec.State
 	if !rec.Over() {
 		alive := "alive"
-		if (sweep.Supervision{Here: hostname(), Alive: pidAlive, Now: time.Now()}).SupervisorGone(rec) {
+		if supervision().SupervisorGone(rec) {
 			alive = "gone: run the same drover sweep command again to resume it"
 		}
 		state = fmt.Sprintf("%s, supervisor pid %d on %s %s", state, rec.SupervisorPid, rec.SupervisorHost, alive)
@@ -119,9 +119,8 @@ func sweepStop(c *cli.Context, cfg *config.Config, store *sweeprun.Store, rec *s
 	if err := store.AskStop(rec.ID, currentUser()+"@"+hostname()); err != nil {
 		return err
 	}
-	sup := func() sweep.Supervision { return sweep.Supervision{Here: hostname(), Alive: pidAlive, Now: time.Now()} }
 	deadline := time.Now().Add(sweepStopWait)
-	for !rec.Over() && !sup().SupervisorGone(rec) && time.Now().Before(deadline) {
+	for !rec.Over() && !supervision().SupervisorGone(rec) && time.Now().Before(deadline) {
 		if err := hostio.Sleep(c.Context, time.Second); err != nil {
 			return err
 		}
@@ -130,17 +129,22 @@ func sweepStop(c *cli.Context, cfg *config.Config, store *sweeprun.Store, rec *s
 		}
 	}
 	var failed []error
-	for _, t := range rec.Trials {
+	now := time.Now().UTC()
+	for i, t := range rec.Trials {
 		if t.State != sweep.Running {
 			continue
 		}
 		err := runview.Stop(c.Context, trialInspect(c, cfg, t.Result), false, c.App.ErrWriter)
 		if err != nil && !errors.Is(err, runview.ErrNoRun) {
 			failed = append(failed, fmt.Errorf("trial %s on %s: %w", t.ID, t.Host, err))
+			continue
 		}
+		// With no supervisor to record it, the record says what this
+		// stop did: the trial was stopped, not failed.
+		rec.Trials[i].State, rec.Trials[i].Ended = sweep.Interrupted, &now
 	}
 	if !rec.Over() {
-		rec.State, rec.Seq, rec.Updated = sweep.SweepStopped, rec.Seq+1, time.Now().UTC()
+		rec.State, rec.Seq, rec.Updated = sweep.SweepStopped, rec.Seq+1, now
 		if err := store.Save(rec); err != nil {
 			failed = append(failed, err)
 		}

@@ -148,3 +148,36 @@ func (s Series) Steps() int {
 	}
 	return s[len(s)-1].Step
 }
+
+// Replay drops the repeats in an adopted trial's output. A resumed sweep
+// follows an adopted trial's run from where the record's series ends,
+// but the adoption passes on what the run's log holds past this
+// machine's copy of it: from another machine the whole log, on this one
+// what the dead supervisor had read but not yet recorded. Reports whose
+// step is known (step=N) and not past Last (the record's last step) are
+// repeats of points the series has, and dropped, until the first report
+// past it: after that the run's own restarts may repeat steps, as any
+// trial's do. A report without a step cannot be matched to the record:
+// it is kept, counted on from the record's last step.
+type Replay struct {
+	Last int
+	done bool
+}
+
+// Filter returns the readings of reps that are no repeat.
+func (r *Replay) Filter(reps []Reading) []Reading {
+	if r == nil || r.done {
+		return reps
+	}
+	var out []Reading
+	for _, p := range reps {
+		switch {
+		case r.done || p.Step < 0:
+			out = append(out, p)
+		case p.Step > r.Last:
+			r.done = true
+			out = append(out, p)
+		}
+	}
+	return out
+}

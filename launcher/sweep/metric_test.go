@@ -60,3 +60,36 @@ func TestSeries(t *testing.T) {
 	b, _ = Maximize.Best(s)
 	assert.Equal(t, 4.0, b)
 }
+
+// An adopted trial's output repeats what its record's series holds (the
+// whole log, when the resume runs on another machine): the reports whose
+// step is not past the record's last are dropped until one is, and the
+// series is each step once; later repeats (a restart of the run) count.
+func TestReplay(t *testing.T) {
+	c, err := NewCollector("")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  Series
+	}{
+		{"the whole log again", []string{"step=1 loss=5", "step=2 loss=4", "step=3 loss=3", "step=4 loss=2", "step=5 loss=1"},
+			Series{{1, 5}, {2, 4}, {3, 3}, {4, 2}, {5, 1}}},
+		{"from where the record ends", []string{"step=4 loss=2", "step=5 loss=1"}, Series{{1, 5}, {2, 4}, {3, 3}, {4, 2}, {5, 1}}},
+		{"a gap", []string{"step=5 loss=1"}, Series{{1, 5}, {2, 4}, {3, 3}, {5, 1}}},
+		{"a restart after the replay repeats steps", []string{"step=3 loss=3", "step=4 loss=2", "step=3 loss=2.5"},
+			Series{{1, 5}, {2, 4}, {3, 3}, {4, 2}, {3, 2.5}}},
+		{"no steps: counted on", []string{"loss=2", "loss=1"}, Series{{1, 5}, {2, 4}, {3, 3}, {4, 2}, {5, 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Series{{1, 5}, {2, 4}, {3, 3}}
+			r := &Replay{Last: s.Steps()}
+			for _, l := range tc.lines {
+				s.Add("loss", r.Filter(c.Line(l)))
+			}
+			assert.Equal(t, tc.want, s)
+		})
+	}
+	var none *Replay
+	assert.Len(t, none.Filter(c.Line("step=1 loss=1")), 1, "no replay: nothing dropped")
+}

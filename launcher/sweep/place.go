@@ -265,3 +265,31 @@ func Missing(p Placement, look []HostGPUs) []string {
 	}
 	return out
 }
+
+// Merge returns fleet with the GPUs of ps added where it lacks them (a
+// host it lacks at the end): a resumed sweep's adopted trials hold their
+// GPUs through their runs' leases and processes, so a look at the hosts
+// shows them leased or busy, yet they are the sweep's own, to be placed
+// on once those trials end. fleet is not changed.
+func Merge(fleet []HostGPUs, ps ...Placement) []HostGPUs {
+	out := make([]HostGPUs, len(fleet))
+	for i, h := range fleet {
+		out[i] = HostGPUs{Host: h.Host, GPUs: slices.Clone(h.GPUs)}
+	}
+	for _, p := range ps {
+		for _, h := range p.Hosts {
+			i := slices.IndexFunc(out, func(o HostGPUs) bool { return o.Host == h.Host })
+			if i < 0 {
+				out = append(out, HostGPUs{Host: h.Host})
+				i = len(out) - 1
+			}
+			for _, g := range h.GPUs {
+				if !slices.Contains(out[i].GPUs, g) {
+					out[i].GPUs = append(out[i].GPUs, g)
+				}
+			}
+			slices.Sort(out[i].GPUs)
+		}
+	}
+	return out
+}

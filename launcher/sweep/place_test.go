@@ -152,3 +152,15 @@ func TestMissing(t *testing.T) {
 		assert.Equal(t, tc.want, Missing(two, tc.look), tc.name)
 	}
 }
+
+// A resumed sweep's adopted trials hold GPUs that a look at the hosts
+// shows busy or leased (their own runs'): they are merged into the
+// fleet, host by host, a host the look left out added.
+func TestMerge(t *testing.T) {
+	fleet := []HostGPUs{{"a", []int{2}}, {"b", []int{0}}}
+	got := Merge(fleet, On("a", 0, 1), Placement{Hosts: []HostGPUs{{"b", []int{0, 1}}, {"c", []int{3}}}})
+	assert.Equal(t, []HostGPUs{{"a", []int{0, 1, 2}}, {"b", []int{0, 1}}, {"c", []int{3}}}, got)
+	assert.Equal(t, []HostGPUs{{"a", []int{2}}, {"b", []int{0}}}, fleet, "the look is not changed")
+	assert.NoError(t, CheckFits(Merge(nil, On("a", 0, 1)), Shape{GPUs: 2, Hosts: 1}),
+		"a look that finds every GPU held by the adopted trials still fits them")
+}

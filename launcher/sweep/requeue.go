@@ -39,9 +39,17 @@ type SetbackError struct {
 	Setback Setback
 	Host    string
 	Err     error
+	// Cause, when set, is what happened in the sweep's terms, said
+	// instead of Err: a trial's run of a lost host ends with its own
+	// verdict on restarts ("max_host_failures = 0", the trial's setting),
+	// while the sweep moves the trial by the job's.
+	Cause string
 }
 
 func (e *SetbackError) Error() string {
+	if e.Cause != "" {
+		return fmt.Sprintf("%s on %s: %s", e.Setback, e.Host, e.Cause)
+	}
 	return fmt.Sprintf("%s on %s: %v", e.Setback, e.Host, e.Err)
 }
 
@@ -70,7 +78,9 @@ type Decision struct {
 	// Block keeps the placement's GPUs from the next trial until the
 	// hosts' leases are read again.
 	Block bool
-	Why   string
+	// Why says, in the sweep's terms, what follows: why the trial fails,
+	// or, for a trial that moves, the moves it has left.
+	Why string
 }
 
 // Requeue decides what follows setback s of a trial that had lost
@@ -90,6 +100,8 @@ func (p Policy) Requeue(s Setback, lostBefore int) Decision {
 			d.Why = fmt.Sprintf("not moving the trial to another host: it lost %d (max_host_failures = %d)", lostBefore+1, p.MaxHostFailures)
 		default:
 			d.Requeue = true
+			d.Why = fmt.Sprintf("the trial moves to another host (moves left after this one: %d of the job's max_host_failures = %d)",
+				p.MaxHostFailures-lostBefore-1, p.MaxHostFailures)
 		}
 		return d
 	}

@@ -11,12 +11,15 @@ type State string
 
 // The states of a trial. Completed and Stopped (by early stopping) are
 // the good ends; a sweep whose trials all end in one of them exits 0.
+// Interrupted is a trial that the sweep's own end stopped (Ctrl-C, or
+// `drover sweep stop`): not a failure of the trial, nor a result.
 const (
-	Pending   State = "pending"
-	Running   State = "running"
-	Completed State = "completed"
-	Stopped   State = "early-stopped"
-	Failed    State = "failed"
+	Pending     State = "pending"
+	Running     State = "running"
+	Completed   State = "completed"
+	Stopped     State = "early-stopped"
+	Interrupted State = "stopped"
+	Failed      State = "failed"
 )
 
 // Result is one trial as `drover sweep --json` reports it.

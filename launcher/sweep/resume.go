@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 	"unicode"
 )
@@ -42,14 +43,19 @@ type Record struct {
 	// Params names the parameters in their order, Metric and Goal the
 	// objective: what `drover sweep status` needs to show and rank the
 	// trials without the flags the sweep was started with.
-	Params         []string      `json:"params"`
-	Metric         string        `json:"metric"`
-	Goal           Goal          `json:"goal"`
-	SupervisorHost string        `json:"supervisor_host"`
-	SupervisorPid  int           `json:"supervisor_pid"`
-	Seq            int64         `json:"seq"`
-	Updated        time.Time     `json:"updated"`
-	Trials         []TrialRecord `json:"trials"`
+	Params         []string `json:"params"`
+	Metric         string   `json:"metric"`
+	Goal           Goal     `json:"goal"`
+	SupervisorHost string   `json:"supervisor_host"`
+	SupervisorPid  int      `json:"supervisor_pid"`
+	// SupervisorStart is the supervisor's start time (clock ticks after
+	// boot, /proc/PID/stat's field 22; 0: unknown): with the pid, it
+	// names the process for good, so that another process that got the
+	// pid later does not pass for the supervisor.
+	SupervisorStart uint64        `json:"supervisor_start,omitempty"`
+	Seq             int64         `json:"seq"`
+	Updated         time.Time     `json:"updated"`
+	Trials          []TrialRecord `json:"trials"`
 }
 
 // TrialRecord is one trial in the record: its result, and the series of
@@ -121,6 +127,10 @@ func CheckRecord(r *Record, o *Options) error {
 		return fmt.Errorf("sweep record %s has %d trials, the sweep %d", r.ID, len(r.Trials), len(o.Trials))
 	case !printable(r.Metric, r.SupervisorHost):
 		return fmt.Errorf("sweep record %s: a control character in its metric or supervisor", r.ID)
+	case !keyRE.MatchString(r.Key):
+		return fmt.Errorf("sweep record %s: key %q, which drover never makes", r.ID, r.Key)
+	case r.SupervisorPid < 0:
+		return fmt.Errorf("sweep record %s: supervisor pid %d", r.ID, r.SupervisorPid)
 	}
 	for _, p := range r.Params {
 		if !recNameRE.MatchString(p) {
@@ -139,6 +149,7 @@ func CheckRecord(r *Record, o *Options) error {
 }
 
 var (
+	keyRE     = regexp.MustCompile(`^[0-9a-f]{0,64}$`)
 	trialIDRE = regexp.MustCompile(`^t[0-9]{1,5}$`)
 	recNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 )
@@ -148,32 +159,65 @@ func checkTrialRecord(id string, t TrialRecord) error {
 		return fmt.Errorf("sweep record %s: trial id %q, which drover never makes", id, t.ID)
 	}
 	switch t.State {
-	case Pending, Running, Completed, Stopped, Failed:
+	case Pending, Running, Completed, Stopped, Interrupted, Failed:
 	default:
 		return fmt.Errorf("sweep record %s: trial %s has unknown state %q", id, t.ID, t.State)
 	}
-	if len(t.Series) > MaxRecordSeries || len(t.GPUs) > 1024 || len(t.Params) > 64 || len(t.Hosts) > 1024 {
+	if len(t.Series) > MaxRecordSeries || len(t.Params) > 64 || len(t.Hosts) > 1024 {
 		return fmt.Errorf("sweep record %s: trial %s is larger than drover writes", id, t.ID)
 	}
-	// A trial of several hosts (--hosts-per-trial) lists each with its
-	// GPUs: checked as its first host is.
-	places := append([]HostGPUs{{Host: t.Host, GPUs: t.GPUs}}, t.Hosts...)
-	for _, p := range places {
-		if len(p.GPUs) > 1024 {
-			return fmt.Errorf("sweep record %s: trial %s is larger than drover writes", id, t.ID)
-		}
-		for _, g := range p.GPUs {
-			if g < 0 {
-				return fmt.Errorf("sweep record %s: trial %s names GPU %d", id, t.ID, g)
-			}
-		}
-		if p.Host != "" && !hostRE.MatchString(p.Host) {
-			return fmt.Errorf("sweep record %s: trial %s names host %q", id, t.ID, p.Host)
-		}
+	if t.Steps < 0 {
+		return fmt.Errorf("sweep record %s: trial %s has %d steps", id, t.ID, t.Steps)
+	}
+	if err := checkPlaces(id, t.Result); err != nil {
+		return err
 	}
 	for k, v := range t.Params {
 		if !recNameRE.MatchString(k) || !printable(v) || len(v) > 4096 {
 			return fmt.Errorf("sweep record %s: trial %s has parameter %q=%q", id, t.ID, k, v)
+		}
+	}
+	return nil
+}
+
+// checkPlaces checks where a trial runs as Result.Place records it: a
+// host and its GPUs and, for a trial of several hosts (--hosts-per-trial),
+// each of them in Hosts, the first being Host with GPUs (stop, logs and an
+// adoption go by Hosts, the table shows Host: they must agree), no host
+// twice, no GPU twice on one. A running trial has a host.
+func checkPlaces(id string, t Result) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("sweep record %s: trial %s %s", id, t.ID, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case t.State == Running && t.Host == "":
+		return bad("runs on no host")
+	case len(t.Hosts) == 1:
+		return bad("lists one host in hosts, which drover writes only for several")
+	case len(t.Hosts) > 1 && (t.Hosts[0].Host != t.Host || !slices.Equal(t.Hosts[0].GPUs, t.GPUs)):
+		return bad("runs on %s:%v, but its hosts start with %s:%v", t.Host, t.GPUs, t.Hosts[0].Host, t.Hosts[0].GPUs)
+	}
+	places := append([]HostGPUs{{Host: t.Host, GPUs: t.GPUs}}, t.Hosts...)
+	hosts := map[string]bool{}
+	for i, p := range places {
+		if len(p.GPUs) > 1024 {
+			return bad("is larger than drover writes")
+		}
+		if p.Host != "" && !hostRE.MatchString(p.Host) || p.Host == "" && (i > 0 || len(p.GPUs) > 0) {
+			return bad("names host %q", p.Host)
+		}
+		if i > 0 { // Hosts[0] repeats Host
+			if hosts[p.Host] {
+				return bad("names host %s twice", p.Host)
+			}
+			hosts[p.Host] = true
+		}
+		gpus := map[int]bool{}
+		for _, g := range p.GPUs {
+			if g < 0 || gpus[g] {
+				return bad("names GPU %d of %s (twice, or below 0)", g, p.Host)
+			}
+			gpus[g] = true
 		}
 	}
 	return nil
@@ -195,9 +239,11 @@ func printable(ss ...string) bool {
 
 // Supervision is the record's supervisor as a resume sees it.
 type Supervision struct {
-	// Here is this machine's name, Alive whether a pid runs here.
+	// Here is this machine's name, Alive whether the process pid runs
+	// here and, when start is not 0, started at that time (a pid reused
+	// by a later process does not count).
 	Here  string
-	Alive func(pid int) bool
+	Alive func(pid int, start uint64) bool
 	Now   time.Time
 }
 
@@ -210,11 +256,12 @@ const (
 )
 
 // SupervisorGone reports whether r's supervisor is gone: on this machine,
-// its pid no longer runs; elsewhere, it has not written the record for
+// no process of its pid and start time runs (the pid alone, for a record
+// without the start); elsewhere, it has not written the record for
 // StaleAfter (another machine's pids cannot be asked).
 func (s Supervision) SupervisorGone(r *Record) bool {
 	if r.SupervisorHost == s.Here && s.Alive != nil {
-		return !s.Alive(r.SupervisorPid)
+		return !s.Alive(r.SupervisorPid, r.SupervisorStart)
 	}
 	return s.Now.Sub(r.Updated) > StaleAfter
 }
@@ -253,12 +300,13 @@ const (
 // finished trial is kept; a running one whose run still runs is adopted;
 // one whose run ended while nobody watched is kept as it ended; one that
 // left no run behind, or a foreground run its agents stopped when the
-// supervisor died, runs again.
+// supervisor died, runs again, as does one the sweep's end interrupted
+// (it has no result).
 func ResumeTrial(r Result, seen RunSeen) (Resume, State) {
 	switch r.State {
 	case Completed, Stopped, Failed:
 		return Keep, r.State
-	case Pending:
+	case Pending, Interrupted:
 		return Rerun, Pending
 	}
 	older := r.Started != nil && seen.RunStarted.Before(r.Started.Truncate(time.Second))

@@ -19,6 +19,7 @@ func TestResumeTrial(t *testing.T) {
 		{"early-stopped is kept", Stopped, RunSeen{Found: true, Alive: true}, Keep, Stopped},
 		{"failed is kept", Failed, RunSeen{}, Keep, Failed},
 		{"pending runs", Pending, RunSeen{}, Rerun, Pending},
+		{"stopped by the sweep's end runs again", Interrupted, RunSeen{Found: true, Over: true}, Rerun, Pending},
 		{"running with a live run is adopted", Running, RunSeen{Found: true, Alive: true}, Adopt, Running},
 		{"running whose run succeeded unwatched is completed", Running, RunSeen{Found: true, Exited: true, Succeeded: true}, Keep, Completed},
 		{"running whose run succeeded and recorded it", Running, RunSeen{Found: true, Over: true, Succeeded: true}, Keep, Completed},
@@ -66,6 +67,11 @@ func TestCheckRecord(t *testing.T) {
 	}
 	assert.NoError(t, CheckRecord(good(), o))
 	assert.NoError(t, CheckRecord(good(), nil), "without the options, as sweep status reads it")
+	group := good()
+	group.Trials[0].State, group.Trials[0].Host, group.Trials[0].GPUs = Running, "h", []int{0, 1}
+	group.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0, 1}}, {Host: "g", GPUs: []int{0, 1}}}
+	group.Trials[1].State = Interrupted
+	assert.NoError(t, CheckRecord(group, o), "a trial of two hosts, as Place records it; a trial the sweep's end stopped")
 	for name, spoil := range map[string]func(*Record){
 		"version":      func(r *Record) { r.Version = 9 },
 		"id with path": func(r *Record) { r.ID = "../x" },
@@ -83,6 +89,32 @@ func TestCheckRecord(t *testing.T) {
 		"group gpu": func(r *Record) {
 			r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}, {Host: "g", GPUs: []int{-2}}}
 		},
+		"group's first host is not the trial's": func(r *Record) {
+			r.Trials[0].Host, r.Trials[0].GPUs = "g", []int{0}
+			r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}, {Host: "g", GPUs: []int{0}}}
+		},
+		"group's first GPUs are not the trial's": func(r *Record) {
+			r.Trials[0].Host, r.Trials[0].GPUs = "h", []int{1}
+			r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}, {Host: "g", GPUs: []int{0}}}
+		},
+		"group of one": func(r *Record) {
+			r.Trials[0].Host, r.Trials[0].GPUs = "h", []int{0}
+			r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}}
+		},
+		"group host twice": func(r *Record) {
+			r.Trials[0].Host, r.Trials[0].GPUs = "h", []int{0}
+			r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}, {Host: "h", GPUs: []int{1}}}
+		},
+		"group host unnamed": func(r *Record) {
+			r.Trials[0].Host, r.Trials[0].GPUs = "h", []int{0}
+			r.Trials[0].Hosts = []HostGPUs{{Host: "h", GPUs: []int{0}}, {GPUs: []int{1}}}
+		},
+		"GPU twice":              func(r *Record) { r.Trials[0].Host, r.Trials[0].GPUs = "h", []int{1, 1} },
+		"GPUs on no host":        func(r *Record) { r.Trials[0].GPUs = []int{0} },
+		"running on no host":     func(r *Record) { r.Trials[0].State = Running },
+		"steps below 0":          func(r *Record) { r.Trials[0].Steps = -1 },
+		"key":                    func(r *Record) { r.Key = "not hex\n" },
+		"supervisor pid below 0": func(r *Record) { r.SupervisorPid = -1 },
 	} {
 		r := good()
 		spoil(r)
@@ -101,9 +133,14 @@ func TestKeyChangesWithTheSweep(t *testing.T) {
 
 func TestSupervisorGone(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	alive := func(pid int) bool { return pid == 42 }
+	// Process 42, started at tick 1000, runs here.
+	alive := func(pid int, start uint64) bool { return pid == 42 && (start == 0 || start == 1000) }
 	s := Supervision{Here: "laptop", Alive: alive, Now: now}
 	assert.False(t, s.SupervisorGone(&Record{SupervisorHost: "laptop", SupervisorPid: 42, Updated: now.Add(-time.Hour)}), "a live pid here")
+	assert.False(t, s.SupervisorGone(&Record{SupervisorHost: "laptop", SupervisorPid: 42, SupervisorStart: 1000, Updated: now.Add(-time.Hour)}),
+		"the supervisor's pid and start")
+	assert.True(t, s.SupervisorGone(&Record{SupervisorHost: "laptop", SupervisorPid: 42, SupervisorStart: 999, Updated: now}),
+		"its pid taken by a later process: the supervisor is gone")
 	assert.True(t, s.SupervisorGone(&Record{SupervisorHost: "laptop", SupervisorPid: 43, Updated: now}), "a dead pid here")
 	assert.False(t, s.SupervisorGone(&Record{SupervisorHost: "other", SupervisorPid: 43, Updated: now.Add(-StaleAfter / 2)}), "written lately elsewhere")
 	assert.True(t, s.SupervisorGone(&Record{SupervisorHost: "other", SupervisorPid: 42, Updated: now.Add(-2 * StaleAfter)}), "silent elsewhere")

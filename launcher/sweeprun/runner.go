@@ -58,7 +58,10 @@ type trial struct {
 	stopped bool
 	err     error
 	resumed sweep.Resume // on resume: kept or adopted, not placed
-	lost    int          // the hosts it lost
+	// replay drops the repeats of the series its record kept from an
+	// adopted trial's output (nil: none to drop).
+	replay *sweep.Replay
+	lost   int // the hosts it lost
 }
 
 // state is a running sweep.
@@ -80,8 +83,9 @@ type Outcome struct {
 // two on one GPU, and returns them ranked by the objective. A trial is
 // recorded as completed (or early-stopped) before its GPUs go to the
 // next, so that the median rule counts it when the next one reports.
-// Cancelling ctx stops the running trials and starts no more; those
-// left are pending in the report.
+// Cancelling ctx (Ctrl-C, drover sweep stop) stops the running trials
+// and starts no more: those it stopped are sweep.Interrupted in the
+// report, not failed, and those left pending.
 func (s *Sweep) Run(ctx context.Context) (Outcome, error) {
 	st := &state{Sweep: s}
 	for _, t := range s.Options.Trials {
@@ -130,6 +134,11 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 		t.res.State, t.res.Ended = sweep.Stopped, &end
 	case err == nil:
 		t.res.State, t.res.Ended = sweep.Completed, &end
+	case ctx.Err() != nil:
+		// The sweep's end stopped it (its run failed because it was
+		// stopped): not the trial's failure.
+		t.res.State, t.res.Ended = sweep.Interrupted, &end
+		err = nil
 	default:
 		if d != nil {
 			err = fmt.Errorf("%w; %s", err, d.Why)
@@ -138,7 +147,7 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 	}
 	st.mu.Unlock()
 	if d != nil && d.Requeue {
-		st.table.note(fmt.Sprintf("%s gives %s back and waits to be placed again: %v", t.res.ID, p, err))
+		st.table.note(requeueNote(t.res.ID, p, err, d, lost))
 	} else {
 		st.table.changed(st.snapshot, i)
 		if err != nil && !t.stopped {
@@ -146,6 +155,22 @@ func (st *state) runTrial(ctx context.Context, i int, p sweep.Placement, done ch
 		}
 	}
 	done <- ended{i: i, p: p, d: d, lost: lost}
+}
+
+// requeueNote says that trial id gives p back after err, in the
+// sweep's terms: it waits for GPUs another run leased, or its host was
+// lost and it moves to another, with the moves it has left.
+func requeueNote(id string, p sweep.Placement, err error, d *sweep.Decision, lost string) string {
+	if !d.MarkOut {
+		return fmt.Sprintf("%s gives %s back and waits to be placed again: %v", id, p, err)
+	}
+	out := "the hosts of its group that no longer answer are"
+	if lost != "" {
+		out = lost + " is"
+	} else if len(p.Hosts) == 1 {
+		out = p.Host() + " is"
+	}
+	return fmt.Sprintf("%s gives %s back: %v; %s left out of the sweep, and %s", id, p, err, out, d.Why)
 }
 
 // line reads the metrics of one line of trial i's output and applies the
@@ -159,7 +184,7 @@ func (st *state) line(i int, l string) {
 	defer st.mu.Unlock()
 	t := st.trials[i]
 	n := len(t.series)
-	t.series.Add(st.Options.Metric, reps)
+	t.series.Add(st.Options.Metric, t.replay.Filter(reps))
 	if len(t.series) == n {
 		return
 	}

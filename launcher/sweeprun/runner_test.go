@@ -258,10 +258,12 @@ func TestSweepMovesTrialsOffLostHosts(t *testing.T) {
 		failed   []string
 		why      string
 		runErr   string
-		onLostH0 int // trials that started on h0
+		onLostH0 int    // trials that started on h0
+		said     string // in the table's lines
 	}{
 		{name: "moved", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}},
-			policy: sweep.Policy{MaxHostFailures: 1}, onLostH0: 1},
+			policy: sweep.Policy{MaxHostFailures: 1}, onLostH0: 1,
+			said: "t0 gives h0:0 back: host lost on h0: h0 lost; h0 is left out of the sweep, and the trial moves to another host (moves left after this one: 0 of the job's max_host_failures = 1)"},
 		{name: "no host failures allowed", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}, {Host: "h1", GPUs: []int{0}}},
 			failed: []string{"t0"}, why: "max_host_failures = 0", onLostH0: 1},
 		{name: "every host lost", fleet: []sweep.HostGPUs{{Host: "h0", GPUs: []int{0}}}, policy: sweep.Policy{MaxHostFailures: 3},
@@ -270,7 +272,8 @@ func TestSweepMovesTrialsOffLostHosts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
 			onH0 := 0
-			s := &Sweep{ID: "sw", Options: gridOpts(t, 2, 0), Fleet: tc.fleet, Policy: tc.policy,
+			var table strings.Builder
+			s := &Sweep{ID: "sw", Options: gridOpts(t, 2, 0), Fleet: tc.fleet, Policy: tc.policy, Table: &table,
 				RunTrial: func(ctx context.Context, spec TrialSpec) error {
 					mu.Lock()
 					defer mu.Unlock()
@@ -288,6 +291,7 @@ func TestSweepMovesTrialsOffLostHosts(t *testing.T) {
 				require.NoError(t, err)
 			}
 			assert.Equal(t, tc.onLostH0, onH0)
+			assert.Contains(t, table.String(), tc.said)
 			var failed []string
 			for id, e := range out.Errors {
 				failed = append(failed, id)
@@ -340,4 +344,37 @@ func TestSweepTrialsOfTwoHosts(t *testing.T) {
 		assert.Equal(t, []sweep.HostGPUs{{Host: "h1", GPUs: []int{0}}, {Host: "h2", GPUs: []int{0}}}, r.Hosts, r.ID)
 		assert.Equal(t, "h1", r.Host, r.ID)
 	}
+}
+
+// Ctrl-C or drover sweep stop (the sweep's ctx cancelled) stops the
+// running trials: their runs end in an error (they were stopped), and
+// they are recorded stopped, not failed, with no failure to report; the
+// trial that never started stays pending.
+func TestSweepStoppedTrialsAreNotFailed(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	started := 0
+	s := &Sweep{ID: "sw", Options: gridOpts(t, 3, 0), Fleet: []sweep.HostGPUs{{Host: "h", GPUs: []int{0, 1}}},
+		RunTrial: func(ctx context.Context, spec TrialSpec) error {
+			fmt.Fprintln(spec.Out, "loss=1")
+			mu.Lock()
+			if started++; started == 2 {
+				cancel()
+			}
+			mu.Unlock()
+			<-ctx.Done()
+			return errors.New("exit status 143 (stopped)")
+		}}
+	out, err := s.Run(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, out.Errors, "a stopped trial is no failure")
+	states := map[string]sweep.State{}
+	for _, r := range out.Report.Trials {
+		states[r.ID] = r.State
+		if r.State == sweep.Interrupted {
+			assert.NotNil(t, r.Ended, r.ID)
+		}
+	}
+	assert.Equal(t, map[string]sweep.State{"t0": sweep.Interrupted, "t1": sweep.Interrupted, "t2": sweep.Pending}, states)
 }

@@ -37,16 +37,19 @@ func (st *state) schedule(ctx context.Context) error {
 	if placer == nil {
 		placer = sweep.Pack{}
 	}
-	ledger := sweep.NewLedger(st.Fleet)
-	if st.Free != nil {
-		ledger.Available(st.Free)
-	}
+	// The adopted trials' GPUs are the sweep's: in its fleet, and held
+	// by those trials before the look's free GPUs are read, which shows
+	// them leased (by the trials' own runs) but must not block them.
+	ledger := sweep.NewLedger(sweep.Merge(st.Fleet, st.adopted()...))
 	want := st.Options.Shape()
 	want.GPUs = max(want.GPUs, 1)
 	done := make(chan ended, len(st.trials))
 	running, err := st.startAdopted(ctx, ledger, done)
 	if err != nil {
 		return err
+	}
+	if st.Free != nil {
+		ledger.Available(st.Free)
 	}
 	var pending []int
 	for i := st.skipResumed(0); i < len(st.trials); i = st.skipResumed(i + 1) {

@@ -197,7 +197,8 @@ type Resumed struct {
 
 // restore starts each trial of a resumed sweep where its record left
 // it: a kept one ended as it did, an adopted one runs on its recorded
-// host and GPUs, with the series its record holds.
+// host and GPUs, with the series its record holds, the repeats of which
+// in its run's output are dropped (sweep.Replay).
 func (st *state) restore() {
 	if len(st.Resumed) != len(st.trials) {
 		return
@@ -212,6 +213,9 @@ func (st *state) restore() {
 		t.res.State = r.State
 		t.series = append(sweep.Series(nil), r.Record.Series...)
 		t.resumed = r.Action
+		if r.Action == sweep.Adopt && len(t.series) > 0 {
+			t.replay = &sweep.Replay{Last: t.series.Steps()}
+		}
 	}
 }
 
@@ -222,6 +226,18 @@ func (st *state) skipResumed(i int) int {
 		i++
 	}
 	return i
+}
+
+// adopted are the placements of the adopted trials: the sweep's own
+// GPUs, which a look at the hosts shows leased or busy by their runs.
+func (st *state) adopted() []sweep.Placement {
+	var ps []sweep.Placement
+	for _, t := range st.trials {
+		if t.resumed == sweep.Adopt {
+			ps = append(ps, t.res.Placement())
+		}
+	}
+	return ps
 }
 
 // startAdopted starts following each adopted trial on its recorded
