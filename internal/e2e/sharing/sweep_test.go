@@ -289,6 +289,10 @@ func TestSweepMovesTrialOffLostHost(t *testing.T) {
 	assert.Equal(t, sweep.Completed, rep.Trials[0].State)
 	assert.Equal(t, h1, rep.Trials[0].Host)
 	assert.Contains(t, d.Stderr.String(), "t0 gives "+h0+":0,1 back", d.Stderr.String())
+	// Said in the sweep's terms: the job's max_host_failures, not the
+	// trial's run's own (0: the sweep moves the trial itself).
+	assert.Contains(t, d.Stderr.String(), h0+" is left out of the sweep, and the trial moves to another host (moves left after this one: 0 of the job's max_host_failures = 1)")
+	assert.NotContains(t, d.Stderr.String(), "max_host_failures = 0", d.Stderr.String())
 }
 
 // resumeTrainer is a stand-in trial that records each start in
@@ -405,7 +409,7 @@ func TestSweepDetachedResume(t *testing.T) {
 	assert.Contains(t, out, "step=30 loss=0.0667", "t1's last line")
 
 	// Another sweep of the job, stopped while its trials run: nothing of
-	// it is left, and its record says stopped.
+	// it is left, and its record says the sweep and its trials stopped.
 	startDetachedSweep(t, j, "--param", "x=6..7")
 	testenv.Wait(t, 90*time.Second, "the second sweep's trials to run", func() (bool, string) {
 		rep := sweepStatus(t, j)
@@ -420,4 +424,8 @@ func TestSweepDetachedResume(t *testing.T) {
 	out, errs, code = kit.DroverIn(t, j, t.TempDir(), 60*time.Second, "sweep", "status", j.Path)
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `sweep \S+: stopped`, out)
+	for _, r := range sweepStatus(t, j).Trials {
+		assert.Equal(t, sweep.Interrupted, r.State, "%s: a trial the stop ended is stopped, not failed", r.ID)
+		assert.NotNil(t, r.Ended, r.ID)
+	}
 }
