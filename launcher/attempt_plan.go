@@ -172,7 +172,7 @@ func (p *planPhase) selectGPUs(ctx context.Context, conns []*attemptHost) (map[s
 	var mu sync.Mutex
 	out := map[string]plan.HostGPUs{}
 	p.gpuBefore = map[string]map[int][]int{}
-	ctx, since := p.leasing.start(ctx)
+	since := p.leasing.start()
 	defer p.leasing.stop()
 	err := forEach(conns, func(c *attemptHost) error {
 		hg := plan.HostGPUs{Indices: c.host.GPUs.List, Probed: true}
@@ -318,23 +318,27 @@ type gpuLeasing struct {
 	runID   string
 	queue   bool
 	timeout time.Duration
-	cancel  context.CancelFunc
+	// clock is the attempt's --queue-timeout (start to stop).
+	clock *queueClock
 }
 
-// start bounds ctx by --queue-timeout and returns the attempt's place
-// in the hosts' queues: now, the same on every host.
-func (l *gpuLeasing) start(ctx context.Context) (context.Context, time.Time) {
-	l.cancel = func() {}
-	if l.queue && l.timeout > 0 {
-		ctx, l.cancel = context.WithTimeoutCause(ctx, l.timeout, &QueueTimeoutError{Waited: l.timeout})
+// start sets the attempt's --queue-timeout clock (not running yet: see
+// queueClock) and returns its place in the hosts' queues: now, the same
+// on every host.
+func (l *gpuLeasing) start() time.Time {
+	var timeout time.Duration
+	if l.queue {
+		timeout = l.timeout
 	}
-	return ctx, time.Now().UTC()
+	l.clock = newQueueClock(timeout)
+	return time.Now().UTC()
 }
 
-func (l *gpuLeasing) stop() { l.cancel() }
+func (l *gpuLeasing) stop() { l.clock.stop() }
 
 // QueueTimeoutError is a --queue run that waited --queue-timeout for its
-// GPUs.
+// GPUs; Last is where it waited on the host, and who holds the GPUs
+// (queueLine).
 type QueueTimeoutError struct {
 	Waited time.Duration
 	Last   string
@@ -342,6 +346,105 @@ type QueueTimeoutError struct {
 
 func (e *QueueTimeoutError) Error() string {
 	return fmt.Sprintf("waited --queue-timeout %s for the GPUs; %s", e.Waited, e.Last)
+}
+
+// queueClock is an attempt's --queue-timeout. It runs from the first
+// answer of any of its hosts that the attempt waits in its queue, not
+// from the attempt's start: the GPU probe and the lease agents' start
+// (seconds, on a loaded host) are no wait in a queue, and a timeout that
+// passed before any host answered had no holder to name.
+type queueClock struct {
+	timeout time.Duration // 0: no bound
+	// ctx ends once the timeout has passed (its cause the
+	// *QueueTimeoutError) or the clock stopped (context.Canceled).
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+}
+
+func newQueueClock(timeout time.Duration) *queueClock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &queueClock{timeout: timeout, ctx: ctx, cancel: cancel}
+}
+
+// waiting starts the clock, the first time a host says the attempt
+// waits in its queue.
+func (q *queueClock) waiting() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.timeout <= 0 || q.timer != nil || q.stopped {
+		return
+	}
+	q.timer = time.AfterFunc(q.timeout, func() { q.cancel(&QueueTimeoutError{Waited: q.timeout}) })
+}
+
+// stop ends the clock once the attempt's GPUs are selected.
+func (q *queueClock) stop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopped = true
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.cancel(nil)
+}
+
+// expired is the timeout's error once it has passed, else nil.
+func (q *queueClock) expired() *QueueTimeoutError {
+	var qt *QueueTimeoutError
+	if errors.As(context.Cause(q.ctx), &qt) {
+		return qt
+	}
+	return nil
+}
+
+// hold runs a host's lease session (hold, whose say gets each line that
+// says where the attempt waits in the host's queue; each goes to note)
+// until it ends, or the clock's timeout ends the wait: then with a
+// *QueueTimeoutError naming the host's last line, who holds its GPUs. A
+// host that has said nothing yet when the timeout passes (its agent
+// slower to start than another host's wait) is waited for until it says
+// where it waits, or holds the GPUs, or fails: the error always names the
+// holders. Lines said once the wait is over are dropped: they would
+// print a wait that is over and record the ended run queued again.
+func (q *queueClock) hold(ctx context.Context, hold func(ctx context.Context, say func(line string)) (*hostio.GPUHold, error), note func(line string)) (*hostio.GPUHold, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex // the session's reader says, the caller reads
+	var last string
+	over := false
+	end := func() { // once the timeout passed and the host said where it waits
+		mu.Lock()
+		said := last != ""
+		mu.Unlock()
+		if qt := q.expired(); qt != nil && said {
+			cancel(qt)
+		}
+	}
+	defer context.AfterFunc(q.ctx, end)()
+	h, err := hold(ctx, func(line string) {
+		mu.Lock()
+		if over {
+			mu.Unlock()
+			return
+		}
+		last = line
+		note(line) // under mu: nothing is noted once hold returned
+		mu.Unlock()
+		q.waiting()
+		end()
+	})
+	mu.Lock()
+	over = true
+	line := last
+	mu.Unlock()
+	var qt *QueueTimeoutError
+	if err != nil && errors.As(context.Cause(ctx), &qt) {
+		return h, &QueueTimeoutError{Waited: qt.Waited, Last: line}
+	}
+	return h, err
 }
 
 // leaseGPUs leases cands (in order) on c's host and keeps the session
@@ -358,19 +461,17 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 	host, _ := os.Hostname()
 	o := gpulease.HoldOptions{Dir: cmp.Or(p.leasing.dir, gpulease.DefaultDir), Candidates: cands, N: n, Min: least, Queue: p.leasing.queue, Hosts: len(conns),
 		Me: gpulease.Holder{Job: p.cfg.Job.Name, RunID: p.leasing.runID, Host: host, PID: os.Getpid(), Since: since}}
-	var mu sync.Mutex // the session's reader says, the caller reads after a timeout
-	var last string
-	h, err := hostio.HoldGPUs(ctx, c.client(), o, func(ev gpulease.Event) {
-		line := queueLine(c.host.Name, ev)
-		mu.Lock()
-		last = line
-		mu.Unlock()
+	h, err := p.leasing.clock.hold(ctx, func(ctx context.Context, say func(string)) (*hostio.GPUHold, error) {
+		return hostio.HoldGPUs(ctx, c.client(), o, func(ev gpulease.Event) { say(queueLine(c.host.Name, ev)) })
+	}, func(line string) {
 		p.events.printf("%s: %s", p.prefix(), line)
 		if p.queued != nil {
 			p.queued(hostConns(conns), c.host.Name, line)
 		}
 	})
-	if p.queued != nil && ctx.Err() == nil {
+	var qt *QueueTimeoutError
+	timedOut := errors.As(err, &qt)
+	if p.queued != nil && ctx.Err() == nil && !timedOut {
 		p.queued(hostConns(conns), c.host.Name, "")
 	}
 	if h != nil {
@@ -378,11 +479,8 @@ func (p *planPhase) leaseGPUs(ctx context.Context, c *attemptHost, cands []gpule
 		p.holds = append(p.holds, h)
 		p.holdsMu.Unlock()
 	}
-	var qt *QueueTimeoutError
-	if err != nil && errors.As(context.Cause(ctx), &qt) {
-		mu.Lock()
-		defer mu.Unlock()
-		return nil, &QueueTimeoutError{Waited: qt.Waited, Last: last}
+	if timedOut {
+		return nil, err
 	}
 	return h.GPUsOrNil(), err
 }

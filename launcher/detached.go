@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -245,6 +246,17 @@ func finalState(o Outcome) agent.RunState {
 		return agent.RunStopped
 	}
 	return agent.RunFailed
+}
+
+// endRecord records in rec how the run ended (res); a run that never
+// ran says why: one that ended queued (stopped there), or one that
+// waited --queue-timeout, whatever its record said last.
+func endRecord(rec *agent.RunRecord, res *Result) {
+	var qt *QueueTimeoutError
+	if res.Err != nil && (rec.State == agent.RunQueued || errors.As(res.Err, &qt)) {
+		rec.Reason = res.Err.Error()
+	}
+	rec.State = finalState(res.Outcome)
 }
 
 // supervisorHost is this machine's name for the run record.

@@ -79,12 +79,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		r.setRecord(nil, func(rec *agent.RunRecord) { rec.State = agent.RunFailed })
 		return res, err
 	}
-	r.setRecord(nil, func(rec *agent.RunRecord) {
-		if rec.State == agent.RunQueued && res.Err != nil {
-			rec.Reason = res.Err.Error() // it never ran: its record says why
-		}
-		rec.State = finalState(res.Outcome)
-	})
+	r.setRecord(nil, func(rec *agent.RunRecord) { endRecord(rec, res) })
 	return res, err
 }
 
