@@ -29,6 +29,7 @@ import (
 	"github.com/droverhq/drover/launcher/nccldiag"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 	"github.com/droverhq/drover/launcher/stacktrace"
 	"github.com/droverhq/drover/launcher/straggler"
 )
@@ -343,7 +344,8 @@ func replaceStraggler(s *supervisor, f straggler.Finding) {
 	msg := fmt.Sprintf("replacing %s (rank %d straggles: %s) with spare %s at checkpoint %s", f.Host, f.Rank, f.What(), spare, at)
 	a.r.events.notify(notify.Event{Kind: notify.Straggler, Attempt: a.n, Host: f.Host, Process: f.Process,
 		Rank: f.Rank, HasRank: f.Rank >= 0, Message: msg, Checkpoint: at})
-	s.stop(attemptOutcome{kind: outcomeReplaced, err: errors.New(msg), exitCode: -1}, msg)
+	s.stop(attemptOutcome{kind: outcomeReplaced, err: errors.New(msg), exitCode: -1,
+		plan: restart.Plan{Host: f.Host, Spare: spare, Checkpoint: at, Why: f.Message}}, msg)
 }
 
 // keptCheckpoint names the newest checkpoint the group can restart from

@@ -181,7 +181,8 @@ print("done rank=%%s step=%%d" %% (rank, i), flush=True)
 // succeeds with max_restarts = 0 and max_host_failures = 0 (a
 // replacement costs no restart). In attempt 2 rank 2 straggles too: no
 // spare is free any more, so it is only named, and the event says so
-// once.
+// once. The restarted notification says what was done (a replacement,
+// not a failure).
 func TestRunReplacesStraggler(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet test")
@@ -192,12 +193,14 @@ func TestRunReplacesStraggler(t *testing.T) {
 	j := kit.NewFleetJob(t, kit.JobSpec{Command: `["python3", "w.py"]`, Job: `procs_per_host = 2
 on_straggler = "replace"
 checkpoint_copy_rate = "400kB/s"
+on_event = ["./on-event.sh"]
 max_restarts = 0
 max_host_failures = 0`})
 	hosts := fleet.ClusterHosts()[:3]
 	hosts[2].Spare = true
 	kit.WriteInventory(t, j.Inventory, hosts)
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "w.py"), []byte(fmt.Sprintf(replaceScript, slow)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "on-event.sh"), []byte("#!/bin/sh\ncat >> events.jsonl\n"), 0o755))
 
 	d := kit.StartDrover(t, j)
 	m := d.WaitStderr(t, regexp.MustCompile(`attempt 1/1: replacing `+regexp.QuoteMeta(slow)+
@@ -247,4 +250,16 @@ max_host_failures = 0`})
 		assert.Contains(t, log, "done rank=", "rank %d finished", r)
 	}
 	assert.Empty(t, kit.JobProcs(t, j.Name))
+	var restarted []map[string]any
+	for _, e := range kit.ReadEvents(t, filepath.Join(j.Dir, "events.jsonl")) {
+		if e["event"] == "restarted" {
+			restarted = append(restarted, e)
+		}
+	}
+	require.Len(t, restarted, 1, "one restart")
+	e := restarted[0]
+	assert.Equal(t, "replaced straggler host "+slow+" with spare "+spare+" at checkpoint step-"+m[1]+"; attempt 2 starts in 0s", e["message"])
+	assert.Regexp(t, `^straggler replaced \(on_straggler = "replace"\), not a failure: straggler: rank 1 \(worker-1@`+regexp.QuoteMeta(slow)+`\) spends`, e["root_cause"])
+	assert.Equal(t, "step-"+m[1], e["checkpoint"])
+	assert.Equal(t, slow, e["host"])
 }
