@@ -285,6 +285,7 @@ func newReplacer(s *supervisor) *straggler.Replacer {
 	}
 	_, free := a.freeSpare()
 	j := a.cfg.Job
+	noCopy := straggler.NoCopyWhy(j.CheckpointCopies, len(s.pl.Hosts), j.CheckpointMirror != "")
 	return straggler.NewReplacer(straggler.ReplaceOptions{
 		Newest: func() int {
 			n := 0
@@ -297,7 +298,7 @@ func newReplacer(s *supervisor) *straggler.Replacer {
 			e, _ := checkpoint.NewestWithout(rec.Entries(), host)
 			return e.Seq
 		},
-		Copies:    j.CheckpointCopies > 1 || j.CheckpointMirror != "",
+		Copies:    noCopy == "",
 		SpareFree: func(string) bool { return free },
 		Replace: func(f straggler.Finding) {
 			select {
@@ -315,8 +316,8 @@ func newReplacer(s *supervisor) *straggler.Replacer {
 			a.r.events.printf(`%s: on_straggler = "replace": checkpoint %s is held only on %s so far; the replacement waits for drover's copy of it on another host`, a.prefix(), a.r.newestCheckpoint(), f.Host)
 		},
 		NoCopy: func(f straggler.Finding) {
-			a.r.events.printf(`%s: on_straggler = "replace": checkpoint %s is held only on %s and drover makes no copy of it (checkpoint_copies = %d, no checkpoint_mirror): %s is not replaced until another host holds a newer checkpoint; rank %d is only named (set checkpoint_copies = 2)`,
-				a.prefix(), a.r.newestCheckpoint(), f.Host, j.CheckpointCopies, f.Host, f.Rank)
+			a.r.events.printf(`%s: on_straggler = "replace": checkpoint %s is held only on %s and drover makes no copy of it elsewhere (%s): %s is not replaced until another host holds a newer checkpoint; rank %d is only named`,
+				a.prefix(), a.r.newestCheckpoint(), f.Host, noCopy, f.Host, f.Rank)
 		},
 	})
 }

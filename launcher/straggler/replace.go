@@ -100,6 +100,23 @@ func Decide(s ReplaceState) Action {
 	return Wait
 }
 
+// NoCopyWhy says why drover makes no copy of a checkpoint off the host
+// that wrote it, and what to set instead, in a group of hosts hosts with
+// checkpoint_copies = copies and a checkpoint_mirror or not; "" when it
+// makes one (ReplaceOptions.Copies). Copies go to other hosts of the
+// group, so a group of one host has none to go to.
+func NoCopyWhy(copies, hosts int, mirror bool) string {
+	switch {
+	case mirror:
+		return ""
+	case copies <= 1:
+		return fmt.Sprintf("checkpoint_copies = %d, no checkpoint_mirror; set checkpoint_copies = 2", copies)
+	case hosts <= 1:
+		return "the group's only host, no checkpoint_mirror; set checkpoint_mirror"
+	}
+	return ""
+}
+
 // What is the finding's message without its "straggler: rank R (P@H) "
 // head: what the rank does ("spends 12x its peers' CPU per step ...").
 func (f Finding) What() string {

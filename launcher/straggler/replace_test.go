@@ -46,6 +46,25 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// drover copies a checkpoint off its writer's host into the mirror, or
+// onto another host of the group with checkpoint_copies of 2 or more.
+func TestNoCopyWhy(t *testing.T) {
+	for _, tc := range []struct {
+		copies, hosts int
+		mirror        bool
+		want          string
+	}{
+		{2, 2, false, ""},
+		{3, 4, false, ""},
+		{1, 2, true, ""},
+		{1, 1, true, ""},
+		{1, 2, false, "checkpoint_copies = 1, no checkpoint_mirror; set checkpoint_copies = 2"},
+		{2, 1, false, "the group's only host, no checkpoint_mirror; set checkpoint_mirror"},
+	} {
+		assert.Equal(t, tc.want, NoCopyWhy(tc.copies, tc.hosts, tc.mirror), "%+v", tc)
+	}
+}
+
 // The message's head, which the replacement's event says otherwise, is
 // left out.
 func TestFindingWhat(t *testing.T) {
