@@ -431,6 +431,9 @@ type attemptOutcome struct {
 	// supervisor lost its processes' channels (a dead link, a machine
 	// asleep), not because they ended: the run attaches again.
 	reattach bool
+	// plan is what a planned restart (kind.Planned) does, for its
+	// restarted notification (restart.Restarted).
+	plan restart.Plan
 }
 
 // policy is what the restart policy needs of out: a setup failure is

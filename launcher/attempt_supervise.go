@@ -342,7 +342,7 @@ func (s *supervisor) wait(ctx context.Context) attemptOutcome {
 			s.kill("killing every process now")
 		case h := <-regrow:
 			regrow = nil
-			s.stop(regrowOutcome(h))
+			s.stop(regrowOutcome(h, len(s.pl.Hosts)+1, s.a.r.newestCheckpoint()))
 		case <-abort:
 			abort = nil
 			s.stop(interrupted(), "drover stop --abort")
@@ -392,10 +392,12 @@ func (s *supervisor) checkPaused() {
 }
 
 // regrowOutcome ends an attempt to take host back into the group
-// (regrow = "checkpoint"), and says why.
-func regrowOutcome(host string) (attemptOutcome, string) {
+// (regrow = "checkpoint"), which then has hosts hosts and resumes from
+// checkpoint, and says why.
+func regrowOutcome(host string, hosts int, checkpoint string) (attemptOutcome, string) {
 	why := fmt.Sprintf("%s answers again and a new checkpoint is complete: restarting the group to take it back (regrow = \"checkpoint\")", host)
-	return attemptOutcome{kind: outcomeRegrow, exitCode: -1, err: errors.New(why)}, why
+	return attemptOutcome{kind: outcomeRegrow, exitCode: -1, err: errors.New(why),
+		plan: restart.Plan{Host: host, Hosts: hosts, Checkpoint: checkpoint}}, why
 }
 
 // hangTicker ticks for checkHang when hang_timeout is set; with none it

@@ -256,13 +256,18 @@ func withRoot(ev *notify.Event, root ProcSummary) {
 
 // notifyRestart tells that attempt a, which ended with out, is followed
 // by another: the root cause is the first process's end when the group
-// ran and failed, else what ended the attempt (a hang, a setup failure).
+// ran and failed, else what ended the attempt (a hang, a setup failure);
+// a planned restart (a straggler replaced, a regrow) says what drover did
+// instead (restart.Restarted).
 func (a *attempt) notifyRestart(out attemptOutcome, delay time.Duration) {
 	r := a.r
-	ev := notify.Event{Kind: notify.Restarted, Attempt: a.n, Checkpoint: r.newestCheckpoint(),
-		Message: fmt.Sprintf("attempt %d failed; attempt %d starts in %s", a.n, a.n+1, delay.Round(time.Millisecond))}
-	if out.err != nil {
-		ev.RootCause = out.err.Error()
+	ev := notify.Event{Kind: notify.Restarted, Attempt: a.n, Checkpoint: r.newestCheckpoint()}
+	ev.Message, ev.RootCause = restart.Restarted(out.kind, a.n, delay, out.plan, out.err)
+	if out.kind.Planned() {
+		ev.Host = out.plan.Host
+		if out.plan.Checkpoint != "" {
+			ev.Checkpoint = out.plan.Checkpoint
+		}
 	}
 	if out.kind == outcomeFailed || out.kind == outcomeHostLost {
 		r.mu.Lock()

@@ -23,11 +23,13 @@ import (
 	"github.com/droverhq/drover/gpu"
 	"github.com/droverhq/drover/launcher/agent"
 	"github.com/droverhq/drover/launcher/agent/remote"
+	"github.com/droverhq/drover/launcher/checkpoint"
 	"github.com/droverhq/drover/launcher/hostio"
 	"github.com/droverhq/drover/launcher/lease"
 	"github.com/droverhq/drover/launcher/nccldiag"
 	"github.com/droverhq/drover/launcher/notify"
 	"github.com/droverhq/drover/launcher/plan"
+	"github.com/droverhq/drover/launcher/restart"
 	"github.com/droverhq/drover/launcher/stacktrace"
 	"github.com/droverhq/drover/launcher/straggler"
 )
@@ -265,8 +267,10 @@ func watchStragglers(ctx context.Context, a *attempt, procs []*running, byHost m
 
 // newReplacer is on_straggler = "replace" for s's attempt
 // (straggler.Replacer; nil under "warn"): it waits for the group's next
-// checkpoint after a straggler is named, then hands the straggler to the
-// supervisor (s.replace, replaceStraggler). Whether a spare is free is
+// checkpoint after a straggler is named, held off the straggler's host
+// (checkpoint.RestorableWithout: the restart stages only from the hosts
+// it keeps), then hands the straggler to the supervisor (s.replace,
+// replaceStraggler). Whether a spare is free is
 // read here, in the supervisor's goroutine, as the attempt starts;
 // replaceStraggler takes the spare, and says so when it is gone since.
 func newReplacer(s *supervisor) *straggler.Replacer {
@@ -280,6 +284,8 @@ func newReplacer(s *supervisor) *straggler.Replacer {
 		return nil
 	}
 	_, free := a.freeSpare()
+	j := a.cfg.Job
+	noCopy := straggler.NoCopyWhy(j.CheckpointCopies, len(s.pl.Hosts), j.CheckpointMirror != "")
 	return straggler.NewReplacer(straggler.ReplaceOptions{
 		Newest: func() int {
 			n := 0
@@ -288,6 +294,11 @@ func newReplacer(s *supervisor) *straggler.Replacer {
 			}
 			return n
 		},
+		Kept: func(host string) int {
+			e, _ := checkpoint.NewestWithout(rec.Entries(), host)
+			return e.Seq
+		},
+		Copies:    noCopy == "",
 		SpareFree: func(string) bool { return free },
 		Replace: func(f straggler.Finding) {
 			select {
@@ -300,6 +311,13 @@ func newReplacer(s *supervisor) *straggler.Replacer {
 		},
 		NoSpare: func(f straggler.Finding) {
 			a.r.events.printf(`%s: on_straggler = "replace": no spare host is free to replace %s; rank %d is only named (add a host with spare = true)`, a.prefix(), f.Host, f.Rank)
+		},
+		WaitCopy: func(f straggler.Finding) {
+			a.r.events.printf(`%s: on_straggler = "replace": checkpoint %s is held only on %s so far; the replacement waits for drover's copy of it on another host`, a.prefix(), a.r.newestCheckpoint(), f.Host)
+		},
+		NoCopy: func(f straggler.Finding) {
+			a.r.events.printf(`%s: on_straggler = "replace": checkpoint %s is held only on %s and drover makes no copy of it elsewhere (%s): %s is not replaced until another host holds a newer checkpoint; rank %d is only named`,
+				a.prefix(), a.r.newestCheckpoint(), f.Host, noCopy, f.Host, f.Rank)
 		},
 	})
 }
@@ -323,10 +341,24 @@ func replaceStraggler(s *supervisor, f straggler.Finding) {
 	// be a spare itself, standing in for another host).
 	a.r.fence(f.Host, gpu.Finding{Host: f.Host, GPU: "-", What: fmt.Sprintf("set aside as a straggler (rank %d %s)", f.Rank, f.What()),
 		Fix: "find why it is slow (drover top), then run again"})
-	msg := fmt.Sprintf("replacing %s (rank %d straggles: %s) with spare %s at checkpoint %s", f.Host, f.Rank, f.What(), spare, a.r.newestCheckpoint())
+	at := keptCheckpoint(a, f.Host)
+	msg := fmt.Sprintf("replacing %s (rank %d straggles: %s) with spare %s at checkpoint %s", f.Host, f.Rank, f.What(), spare, at)
 	a.r.events.notify(notify.Event{Kind: notify.Straggler, Attempt: a.n, Host: f.Host, Process: f.Process,
-		Rank: f.Rank, HasRank: f.Rank >= 0, Message: msg, Checkpoint: a.r.newestCheckpoint()})
-	s.stop(attemptOutcome{kind: outcomeReplaced, err: errors.New(msg), exitCode: -1}, msg)
+		Rank: f.Rank, HasRank: f.Rank >= 0, Message: msg, Checkpoint: at})
+	s.stop(attemptOutcome{kind: outcomeReplaced, err: errors.New(msg), exitCode: -1,
+		plan: restart.Plan{Host: f.Host, Spare: spare, Checkpoint: at, Why: f.Message}}, msg)
+}
+
+// keptCheckpoint names the newest checkpoint the group can restart from
+// without host (checkpoint.NewestWithout): the one a replacement of
+// host's restart resumes from.
+func keptCheckpoint(a *attempt, host string) string {
+	rec, err := a.r.checkpointRecord(a.r.logRoot, a.cfg.Job.Name)
+	if err != nil || rec == nil {
+		return ""
+	}
+	e, _ := checkpoint.NewestWithout(rec.Entries(), host)
+	return e.Name
 }
 
 // Hang detection (hang_timeout): the group is hung when no process showed

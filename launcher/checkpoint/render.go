@@ -92,6 +92,29 @@ func Restorable(e Entry) bool {
 	return true
 }
 
+// RestorableWithout reports whether a run could resume from e without
+// anything on host: Restorable with host's places left out (the mirror
+// stays). A straggler's host is set aside before the restart that
+// replaces it (docs/health.md#replacing-a-straggler-on_straggler--replace),
+// and staging reads only from the new group's hosts and the mirror, so a
+// checkpoint held only there is not one to restart from.
+func RestorableWithout(e Entry, host string) bool {
+	e.Held = slices.DeleteFunc(slices.Clone(e.Held), func(l Location) bool { return l.Kind != Mirror && l.Host == host })
+	return Restorable(e)
+}
+
+// NewestWithout is the newest entry of entries (oldest first, as
+// Record.Entries returns them) that RestorableWithout host; false for
+// none.
+func NewestWithout(entries []Entry, host string) (Entry, bool) {
+	for i := len(entries) - 1; i >= 0; i-- {
+		if RestorableWithout(entries[i], host) {
+			return entries[i], true
+		}
+	}
+	return Entry{}, false
+}
+
 // RenderListing is `drover checkpoints`: the restorable entries (every
 // entry ever recorded with all) as Render shows them, then how many more
 // the record remembers that no place holds any more.

@@ -55,6 +55,34 @@ func TestRestorableListing(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, Restorable(tt.e)) })
 	}
+	for _, tt := range []struct {
+		name string
+		e    Entry
+		want bool
+	}{
+		{"written only on the host", Entry{Held: held}, false},
+		{"written there, drover's copy elsewhere", Entry{Held: append(slices.Clone(held), Location{Kind: Copy, Host: "b", Path: "/c"})}, true},
+		{"written there and on another host", Entry{Held: append(slices.Clone(held), Location{Kind: Written, Host: "b", Path: "/x"})}, true},
+		{"written there, in the mirror", Entry{Held: append(slices.Clone(held), Location{Kind: Mirror, Path: "/m"})}, true},
+		{"written there, drover's copy there too", Entry{Held: append(slices.Clone(held), Location{Kind: Copy, Host: "a", Path: "/c"})}, false},
+		{"written elsewhere", Entry{Held: []Location{{Kind: Written, Host: "b", Path: "/x"}}}, true},
+		{"sharded, the host's part copied", Entry{Parts: []string{"a", "b"}, Held: []Location{
+			{Kind: Written, Host: "a"}, {Kind: Written, Host: "b"}, {Kind: Copy, Host: "b", Part: "a"}}}, true},
+		{"sharded, the host's part only there", Entry{Parts: []string{"a", "b"}, Held: []Location{
+			{Kind: Written, Host: "a"}, {Kind: Written, Host: "b"}, {Kind: Copy, Host: "a", Part: "b"}}}, false},
+	} {
+		t.Run("without a: "+tt.name, func(t *testing.T) { assert.Equal(t, tt.want, RestorableWithout(tt.e, "a")) })
+	}
+	copied := Entry{Seq: 1, Name: "step-10", Held: []Location{{Kind: Written, Host: "a"}, {Kind: Copy, Host: "b"}}}
+	onlyA := Entry{Seq: 2, Name: "step-20", Held: held}
+	e, ok := NewestWithout([]Entry{copied, onlyA}, "a")
+	assert.True(t, ok)
+	assert.Equal(t, "step-10", e.Name, "step-20 is held only on a")
+	e, ok = NewestWithout([]Entry{copied, onlyA}, "b")
+	assert.True(t, ok)
+	assert.Equal(t, "step-20", e.Name)
+	_, ok = NewestWithout([]Entry{onlyA}, "a")
+	assert.False(t, ok)
 	t0 := time.Date(2026, 11, 24, 6, 0, 1, 0, time.UTC)
 	entries := []Entry{{Seq: 1, Name: "old.pt", Seen: t0}, {Seq: 2, Name: "new.pt", Seen: t0, Held: held}}
 	var b bytes.Buffer

@@ -17,7 +17,9 @@ type Kind string
 const (
 	// Started: every process of the run's first attempt runs.
 	Started Kind = "started"
-	// Restarted: the group failed and starts again; RootCause says why.
+	// Restarted: the group failed, or drover stopped it on purpose at a
+	// checkpoint (a straggler replaced, a regrow: restart.Restarted),
+	// and it starts again; RootCause says why.
 	Restarted Kind = "restarted"
 	// Hang: no process showed progress for hang_timeout.
 	Hang Kind = "hang"
@@ -56,7 +58,8 @@ type Event struct {
 	Rank    int
 	HasRank bool
 	// RootCause is why the group failed (restarted, failed): the first
-	// process's end as drover's summary names it.
+	// process's end as drover's summary names it; for a planned restart,
+	// that it was planned, not a failure, and why.
 	RootCause string
 	// Checkpoint is the newest complete checkpoint when the event
 	// happened: what a restart resumes from.

@@ -180,3 +180,57 @@ func Backoff(job config.Job, restarts int) time.Duration {
 	}
 	return d
 }
+
+// Plan is what a planned restart (Kind.Planned) does, for the restarted
+// notification to say: the straggler's host set aside and the spare in
+// its place (Replaced), or the host taken back and the size of the group
+// regrown (Regrow), and the checkpoint the group restarts from.
+type Plan struct {
+	// Host is the straggler's host (Replaced) or the host taken back
+	// (Regrow); Spare the spare that stands in for it (Replaced).
+	Host, Spare string
+	// Hosts is how many hosts the regrown group has (Regrow).
+	Hosts int
+	// Checkpoint names the checkpoint the next attempt resumes from.
+	Checkpoint string
+	// Why is what made drover do it: the straggler's finding
+	// (Replaced).
+	Why string
+}
+
+// Restarted is the restarted notification's message and root cause for
+// attempt n, which ended as kind (err: why), followed by attempt n+1
+// after delay. A failure says so and gives err as the root cause; a
+// planned restart says what drover did ("replaced straggler host h1 with
+// spare h2 at checkpoint step-50") and, as its root cause, that it was
+// planned and why: a replacement or a regrow is not a failure, and an
+// alert rule on "failed" must not fire for it.
+func Restarted(kind Kind, n int, delay time.Duration, p Plan, err error) (message, rootCause string) {
+	next := fmt.Sprintf("attempt %d starts in %s", n+1, delay.Round(time.Millisecond))
+	at := ""
+	if p.Checkpoint != "" {
+		at = " at checkpoint " + p.Checkpoint
+	}
+	why := ""
+	if err != nil {
+		why = err.Error()
+	}
+	switch {
+	case kind == Replaced && p.Host != "":
+		rootCause = `straggler replaced (on_straggler = "replace"), not a failure`
+		if p.Why != "" {
+			rootCause += ": " + p.Why
+		}
+		return fmt.Sprintf("replaced straggler host %s with spare %s%s; %s", p.Host, p.Spare, at, next), rootCause
+	case kind == Regrow && p.Hosts > 0:
+		return fmt.Sprintf("regrew to %d hosts%s, taking %s back; %s", p.Hosts, at, p.Host, next),
+			fmt.Sprintf(`regrow (regrow = "checkpoint"), not a failure: %s answers again and a new checkpoint is complete`, p.Host)
+	case kind.Planned():
+		rootCause = "planned (" + kind.String() + "), not a failure"
+		if why != "" {
+			rootCause += ": " + why
+		}
+		return fmt.Sprintf("attempt %d ended to restart on other hosts (%s)%s; %s", n, kind, at, next), rootCause
+	}
+	return fmt.Sprintf("attempt %d failed; %s", n, next), why
+}

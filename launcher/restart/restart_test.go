@@ -160,6 +160,75 @@ func TestBreakerJudge(t *testing.T) {
 		"last failure: worker-0@a exited 1 (fix the failure, or raise max_restarts_without_progress = 1)")
 }
 
+// The breaker resets after a planned restart of either kind, as the run
+// loop judges it (Progress.Planned = Kind.Planned): a straggler replaced
+// and a regrow each follow a new checkpoint, which is progress; an
+// attempt that failed, was lost or hung without a newer checkpoint is
+// not. limit 2: one restart without progress before the kind, then the
+// kind, then one more without progress breaks only if the kind did not
+// reset the count.
+func TestBreakerPlannedKinds(t *testing.T) {
+	const from = "step-10"
+	fail := errors.New("worker-0@a exited 1")
+	for _, tc := range []struct {
+		kind   Kind
+		resets bool
+	}{
+		{Replaced, true},
+		{Regrow, true},
+		{Failed, false},
+		{HostLost, false},
+		{Hung, false},
+	} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			var b Breaker
+			require.NoError(t, b.Judge(3, Progress{Ran: true, Resumed: from}, fail))
+			require.NoError(t, b.Judge(3, Progress{Ran: true, Resumed: from, Planned: tc.kind.Planned()}, fail))
+			err := b.Judge(3, Progress{Ran: true, Resumed: from}, fail)
+			if tc.resets {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorContains(t, err, "3 restarts in a row made no progress")
+			}
+		})
+	}
+}
+
+// The restarted notification says what happened: a failure that it
+// failed, with the failure as the root cause; a planned restart what
+// drover did, with a root cause that says it was planned, not a failure.
+func TestRestarted(t *testing.T) {
+	fail := errors.New("worker-0@a exited 1")
+	for _, tc := range []struct {
+		name      string
+		kind      Kind
+		plan      Plan
+		err       error
+		msg, root string
+	}{
+		{"a failure", Failed, Plan{}, fail, "attempt 2 failed; attempt 3 starts in 2s", "worker-0@a exited 1"},
+		{"a hang", Hung, Plan{Checkpoint: "step-50"}, errors.New("no progress for 1m0s"), "attempt 2 failed; attempt 3 starts in 2s", "no progress for 1m0s"},
+		{"a straggler replaced", Replaced,
+			Plan{Host: "h1", Spare: "h2", Checkpoint: "step-50", Why: "straggler: rank 2 (worker-2@h1) spends 12x its peers' CPU per step (0.120s against 0.010s)"},
+			errors.New("replacing h1 (...) with spare h2 at checkpoint step-50"),
+			"replaced straggler host h1 with spare h2 at checkpoint step-50; attempt 3 starts in 2s",
+			`straggler replaced (on_straggler = "replace"), not a failure: straggler: rank 2 (worker-2@h1) spends 12x its peers' CPU per step (0.120s against 0.010s)`},
+		{"replaced, no checkpoint named", Replaced, Plan{Host: "h1", Spare: "h2"}, nil,
+			"replaced straggler host h1 with spare h2; attempt 3 starts in 2s", `straggler replaced (on_straggler = "replace"), not a failure`},
+		{"a regrow", Regrow, Plan{Host: "h3", Hosts: 3, Checkpoint: "step-60"}, errors.New("h3 answers again ..."),
+			"regrew to 3 hosts at checkpoint step-60, taking h3 back; attempt 3 starts in 2s",
+			`regrow (regrow = "checkpoint"), not a failure: h3 answers again and a new checkpoint is complete`},
+		{"a regrow without its plan", Regrow, Plan{}, errors.New("h3 answers again"),
+			"attempt 2 ended to restart on other hosts (regrown); attempt 3 starts in 2s", "planned (regrown), not a failure: h3 answers again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg, root := Restarted(tc.kind, 2, 2*time.Second, tc.plan, tc.err)
+			assert.Equal(t, tc.msg, msg)
+			assert.Equal(t, tc.root, root)
+		})
+	}
+}
+
 func TestKindString(t *testing.T) {
 	for k, want := range map[Kind]string{Succeeded: "succeeded", Failed: "failed", SetupFailed: "setup failed", HostLost: "host lost",
 		Hung: "hung", Interrupted: "interrupted", Fenced: "hosts kept out", Adoptable: "a group to adopt", Regrow: "regrown", Replaced: "straggler replaced", Kind(42): "outcomeKind(42)"} {

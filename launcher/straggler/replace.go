@@ -9,8 +9,13 @@ import (
 
 // on_straggler = "replace" (docs/health.md#stragglers): a straggler's
 // host is set aside and a free spare takes its place, at the group's next
-// checkpoint so that the restart loses no steps. Decide is the decision,
-// pure and table-tested; Replacer the thin loop that feeds it.
+// checkpoint so that the restart loses no steps. That checkpoint must be
+// held off the straggler's host (written by another host too, or drover's
+// copy of it done): the host is set aside for good, and the restart stages
+// only from the hosts it keeps and the mirror, so a checkpoint that only
+// the straggler's host holds (rank 0 writes there) would be passed over
+// for an older one. Decide is the decision, pure and table-tested;
+// Replacer the thin loop that feeds it.
 
 // Action is what "replace" does about a named straggler now.
 type Action int
@@ -20,6 +25,14 @@ const (
 	Keep Action = iota
 	// Wait: a spare is free; wait for the group's next checkpoint.
 	Wait
+	// WaitCopy: the next checkpoint is recorded but only the straggler's
+	// host holds it; wait for drover's copy of it elsewhere (said once).
+	WaitCopy
+	// NoCopy: as WaitCopy, but drover makes no copies
+	// (checkpoint_copies = 1, no checkpoint_mirror), so none will come
+	// unless another host writes one: the rank is only named for now
+	// (said once).
+	NoCopy
 	// Replace: a checkpoint newer than the naming is complete; stop the
 	// group and restart it from it with the spare in the host's place.
 	Replace
@@ -38,6 +51,10 @@ func (a Action) String() string {
 		return "replace"
 	case NoSpare:
 		return "no spare"
+	case WaitCopy:
+		return "wait for a copy"
+	case NoCopy:
+		return "no copy"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -52,8 +69,16 @@ type ReplaceState struct {
 	// Told says NoSpare was said for this straggler already.
 	Told bool
 	// AtNaming is the newest checkpoint's Seq when the rank was named (0:
-	// none); Newest the newest's now.
-	AtNaming, Newest int
+	// none); Newest the newest's now, and Kept the newest's that a group
+	// without the straggler's host can restart from (held elsewhere or
+	// in the mirror: checkpoint.RestorableWithout).
+	AtNaming, Newest, Kept int
+	// Copies says drover copies checkpoints off the host that wrote them
+	// (checkpoint_copies of 2 or more, or a checkpoint_mirror).
+	Copies bool
+	// ToldCopy says WaitCopy or NoCopy was said for this straggler
+	// already.
+	ToldCopy bool
 }
 
 // Decide is what to do about a straggler in state s.
@@ -65,10 +90,31 @@ func Decide(s ReplaceState) Action {
 		return Keep
 	case !s.SpareFree:
 		return NoSpare
-	case s.Newest > s.AtNaming:
+	case s.Kept > s.AtNaming:
 		return Replace
+	case s.Newest > s.AtNaming && !s.ToldCopy && s.Copies:
+		return WaitCopy
+	case s.Newest > s.AtNaming && !s.ToldCopy:
+		return NoCopy
 	}
 	return Wait
+}
+
+// NoCopyWhy says why drover makes no copy of a checkpoint off the host
+// that wrote it, and what to set instead, in a group of hosts hosts with
+// checkpoint_copies = copies and a checkpoint_mirror or not; "" when it
+// makes one (ReplaceOptions.Copies). Copies go to other hosts of the
+// group, so a group of one host has none to go to.
+func NoCopyWhy(copies, hosts int, mirror bool) string {
+	switch {
+	case mirror:
+		return ""
+	case copies <= 1:
+		return fmt.Sprintf("checkpoint_copies = %d, no checkpoint_mirror; set checkpoint_copies = 2", copies)
+	case hosts <= 1:
+		return "the group's only host, no checkpoint_mirror; set checkpoint_mirror"
+	}
+	return ""
 }
 
 // What is the finding's message without its "straggler: rank R (P@H) "
@@ -81,8 +127,13 @@ func (f Finding) What() string {
 // ReplaceOptions are what Replacer needs of the run.
 type ReplaceOptions struct {
 	// Newest is the Seq of the newest checkpoint drover recorded (0:
-	// none).
+	// none); Kept the Seq of the newest that a group without host can
+	// restart from (checkpoint.RestorableWithout).
 	Newest func() int
+	Kept   func(host string) int
+	// Copies says drover copies checkpoints off the host that wrote them
+	// (ReplaceState.Copies).
+	Copies bool
 	// SpareFree says whether a spare is free to stand in for host.
 	SpareFree func(host string) bool
 	// Every is how often a waiting replacement looks for a new
@@ -90,8 +141,9 @@ type ReplaceOptions struct {
 	Every time.Duration
 	// Replace is told, once, the straggler to replace now; NoSpare each
 	// straggler no spare is free for, once; Waiting each straggler whose
-	// replacement waits for a checkpoint, once.
-	Replace, NoSpare, Waiting func(Finding)
+	// replacement waits for a checkpoint, once; WaitCopy (NoCopy) each
+	// whose next checkpoint only its own host holds, once (Action).
+	Replace, NoSpare, Waiting, WaitCopy, NoCopy func(Finding)
 }
 
 // Replacer follows the stragglers a Watch names and lets go (Named,
@@ -113,6 +165,7 @@ type pending struct {
 	atNaming int
 	told     bool
 	waiting  bool
+	toldCopy bool
 }
 
 // NewReplacer makes a Replacer; Run it in a goroutine of its own.
@@ -177,14 +230,23 @@ func (r *Replacer) round(ps []*pending) bool {
 		if newest < 0 {
 			newest = r.o.Newest()
 		}
-		switch Decide(ReplaceState{Named: true, SpareFree: r.o.SpareFree(p.f.Host), Told: p.told, AtNaming: p.atNaming, Newest: newest}) {
+		a := Decide(ReplaceState{Named: true, SpareFree: r.o.SpareFree(p.f.Host), Told: p.told, AtNaming: p.atNaming,
+			Newest: newest, Kept: r.o.Kept(p.f.Host), Copies: r.o.Copies, ToldCopy: p.toldCopy})
+		switch a {
 		case NoSpare:
 			p.told = true
 			r.o.NoSpare(p.f)
-		case Wait:
+		case Wait, WaitCopy, NoCopy:
 			if !p.waiting {
 				p.waiting = true
 				r.o.Waiting(p.f)
+			}
+			if a == WaitCopy {
+				p.toldCopy = true
+				r.o.WaitCopy(p.f)
+			} else if a == NoCopy {
+				p.toldCopy = true
+				r.o.NoCopy(p.f)
 			}
 		case Replace:
 			r.o.Replace(p.f)

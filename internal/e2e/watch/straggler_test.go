@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,17 +136,17 @@ on_event = ["./on-event.sh"]`})
 	require.Equal(t, 0, code, "drover stop: %s", errs)
 }
 
-// replaceScript is stragglerScript's job, burning 12x in rank 2 while it
-// runs on the fleet host its %[1]q names (not on a spare), and in rank 1
-// once resumed, and saving a small checkpoint, step-N holding N, from
-// rank 0 every 10 steps (5 s); rank 0 prints each step. The first
-// attempt never ends; one resumed ends once the test writes a file named
-// finish into the workdir.
+// replaceScript is stragglerScript's job, burning 12x in rank 1 while it
+// runs on the fleet host its %[1]q names (not on a spare), and in rank 2
+// once resumed, and saving a checkpoint, step-N holding N padded to 2.4
+// MB, from rank 0 every 20 steps (10 s); rank 0 prints each step. The
+// first attempt never ends; one resumed ends once the test writes a file
+// named finish into the workdir.
 const replaceScript = `import os, time
 host, rank = os.environ["DROVER_HOST"], os.environ["RANK"]
 ck, resume = os.environ["DROVER_CHECKPOINT_DIR"], os.environ.get("DROVER_RESUME_FROM", "")
 start = int(open(resume).read()) if resume else 0
-slow = (host == %[1]q and rank == "2") or (resume and rank == "1")
+slow = (host == %[1]q and rank == "1") or (resume and rank == "2")
 burn = 0.12 if slow else 0.01
 print("start rank=%%s host=%%s from=%%d" %% (rank, host, start), flush=True)
 i = start
@@ -158,49 +159,57 @@ while not (resume and os.path.exists("finish")):
         f.write("step=%%d\n" %% i)
     if rank == "0":
         print("step=%%d" %% i, flush=True)
-    if rank == "0" and i %% 10 == 0:
+    if rank == "0" and i %% 20 == 0:
         os.makedirs(ck, exist_ok=True)
         tmp = os.path.join(ck, ".step-%%d.tmp" %% i)
         with open(tmp, "w") as f:
-            f.write(str(i))
+            f.write(str(i).ljust(2400000))
         os.rename(tmp, os.path.join(ck, "step-%%d" %% i))
     time.sleep(0.5 - time.time() %% 0.5)
 print("done rank=%%s step=%%d" %% (rank, i), flush=True)
 `
 
 // Issue 40 item 3, on_straggler = "replace": in 2 hosts x 2 ranks with a
-// spare, rank 2's host burns 12x its peers' CPU per step. drover names
-// rank 2, waits for the group's next checkpoint, and restarts the group
-// from it with the spare in that host's place: the event names the
-// replacement, the spare runs ranks 2 and 3 from that checkpoint, the
-// straggler's host runs nothing of attempt 2, and the run succeeds with
-// max_restarts = 0 and max_host_failures = 0 (a replacement costs no
-// restart). In attempt 2 rank 1 straggles too: no spare is free any
-// more, so it is only named, and the event says so once.
+// spare, rank 1 burns 12x its peers' CPU per step on the first host,
+// where rank 0 writes the checkpoints. drover names rank 1, waits for the
+// group's next checkpoint and for its copy on the other host (drover's
+// copy, held to checkpoint_copy_rate, takes some 6 s: more than the 3 s
+// a stopping watch lets a copy finish), and restarts the group from it
+// with the spare in that host's place: the event names the replacement,
+// the spare runs ranks 0 and 1 from that checkpoint, staged from the
+// copy, the straggler's host runs nothing of attempt 2, and the run
+// succeeds with max_restarts = 0 and max_host_failures = 0 (a
+// replacement costs no restart). In attempt 2 rank 2 straggles too: no
+// spare is free any more, so it is only named, and the event says so
+// once. The restarted notification says what was done (a replacement,
+// not a failure).
 func TestRunReplacesStraggler(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet test")
 	}
 	fleettest.Need(t, fleet)
 	testenv.LookPath(t, "python3")
-	h0, slow, spare := fleet.Hosts[0].Name, fleet.Hosts[1].Name, fleet.Hosts[2].Name
+	slow, h1, spare := fleet.Hosts[0].Name, fleet.Hosts[1].Name, fleet.Hosts[2].Name
 	j := kit.NewFleetJob(t, kit.JobSpec{Command: `["python3", "w.py"]`, Job: `procs_per_host = 2
 on_straggler = "replace"
+checkpoint_copy_rate = "400kB/s"
+on_event = ["./on-event.sh"]
 max_restarts = 0
 max_host_failures = 0`})
 	hosts := fleet.ClusterHosts()[:3]
 	hosts[2].Spare = true
 	kit.WriteInventory(t, j.Inventory, hosts)
 	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "code", "w.py"), []byte(fmt.Sprintf(replaceScript, slow)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(j.Dir, "on-event.sh"), []byte("#!/bin/sh\ncat >> events.jsonl\n"), 0o755))
 
 	d := kit.StartDrover(t, j)
 	m := d.WaitStderr(t, regexp.MustCompile(`attempt 1/1: replacing `+regexp.QuoteMeta(slow)+
-		` \(rank 2 straggles: spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)\) with spare `+regexp.QuoteMeta(spare)+
-		` at checkpoint step-(\d+); stopping 4 process`), 90*time.Second)
-	// Attempt 2: rank 1 is named, with no spare left; the run goes on
+		` \(rank 1 straggles: spends 1\dx its peers' CPU per step \(0\.1\d\ds against 0\.01\ds\)\) with spare `+regexp.QuoteMeta(spare)+
+		` at checkpoint step-(\d+); stopping 4 process`), 120*time.Second) // naming, a checkpoint, its copy: a copy at the lowest priority on busy hosts may be superseded twice first
+	// Attempt 2: rank 2 is named, with no spare left; the run goes on
 	// for some 3 s more (three of the replacement's rounds: it says so
 	// only once) and is then told to finish.
-	d.WaitStderr(t, regexp.MustCompile(`attempt 2/2: on_straggler = "replace": no spare host is free to replace `+regexp.QuoteMeta(h0)), 90*time.Second)
+	d.WaitStderr(t, regexp.MustCompile(`attempt 2/2: on_straggler = "replace": no spare host is free to replace `+regexp.QuoteMeta(h1)), 90*time.Second)
 	stepRE := regexp.MustCompile(`(?m)^\[worker-0@\S+\] step=(\d+)$`)
 	lastStep := func() int {
 		ms := stepRE.FindAllStringSubmatch(d.Stdout.String(), -1)
@@ -211,7 +220,7 @@ max_host_failures = 0`})
 	}
 	seen := lastStep()
 	testenv.WaitFor(t, 30*time.Second, "rank 0 to take 6 more steps", func() bool { return lastStep() >= seen+6 })
-	for _, i := range []int{0, 2} {
+	for _, i := range []int{1, 2} {
 		finish := path.Join(kit.HostHome, j.Workdir, "finish")
 		_, err := fleet.Exec(i, "touch", finish)
 		require.NoError(t, err)
@@ -220,19 +229,37 @@ max_host_failures = 0`})
 	require.Equal(t, 0, d.Wait(t, 60*time.Second), d.Stderr.String())
 	stderr := d.Stderr.String()
 	t.Logf("events:\n%s", stderr)
-	assert.Regexp(t, `attempt 1/1: straggler: rank 2 \(worker-2@`+regexp.QuoteMeta(slow)+`\) spends`, stderr, "named first")
+	assert.Regexp(t, `attempt 1/1: straggler: rank 1 \(worker-1@`+regexp.QuoteMeta(slow)+`\) spends`, stderr, "named first")
+	assert.Contains(t, stderr, `attempt 1/1: on_straggler = "replace": checkpoint step-`+m[1]+` is held only on `+slow+
+		` so far; the replacement waits for drover's copy of it on another host`, "the checkpoint's writer straggles")
+	assert.Regexp(t, `attempt 2/2: resuming from checkpoint step-`+m[1]+` \(#\d+, seen [^)]*\): .*; staged .* from `+regexp.QuoteMeta(h1)+`:\S*/\.drover/checkpoints/`,
+		stderr, "the spare gets drover's copy on the host kept")
 	assert.Contains(t, stderr, "attempt 2/2: job "+j.Name+" succeeded", "the replacement costs no restart: one attempt added")
-	assert.NotRegexp(t, `attempt 2/2: straggler: rank [^1] `, stderr, "the spare keeps up")
-	assert.Regexp(t, `attempt 2/2: straggler: rank 1 \(worker-1@`+regexp.QuoteMeta(h0)+`\) spends`, stderr)
-	assert.Equal(t, 1, strings.Count(stderr, `attempt 2/2: on_straggler = "replace": no spare host is free to replace `+h0+`; rank 1 is only named (add a host with spare = true)`),
+	assert.NotRegexp(t, `attempt 2/2: straggler: rank [^2] `, stderr, "the spare keeps up")
+	assert.Regexp(t, `attempt 2/2: straggler: rank 2 \(worker-2@`+regexp.QuoteMeta(h1)+`\) spends`, stderr)
+	assert.Equal(t, 1, strings.Count(stderr, `attempt 2/2: on_straggler = "replace": no spare host is free to replace `+h1+`; rank 2 is only named (add a host with spare = true)`),
 		"said once")
 	assert.NotContains(t, stderr, "attempt 2/2: replacing")
 	assert.NotRegexp(t, `attempt 2/2: pushed .* on `+regexp.QuoteMeta(slow)+`\n`, stderr, "the restart does not set up the straggler's host")
-	assert.Equal(t, []string{h0, h0, spare, spare}, rankHosts(t, j, 2, 4), "the spare in the straggler's host's place")
+	want := []string{h1, h1, spare, spare}
+	sort.Strings(want)
+	assert.Equal(t, want, rankHosts(t, j, 2, 4), "the spare in the straggler's host's place")
 	for r := range 4 {
 		log := j.LogFile(t, 2, fmt.Sprintf("worker-%d", r))
 		assert.Contains(t, log, " from="+m[1]+"\n", "rank %d resumes from the checkpoint the event named", r)
 		assert.Contains(t, log, "done rank=", "rank %d finished", r)
 	}
 	assert.Empty(t, kit.JobProcs(t, j.Name))
+	var restarted []map[string]any
+	for _, e := range kit.ReadEvents(t, filepath.Join(j.Dir, "events.jsonl")) {
+		if e["event"] == "restarted" {
+			restarted = append(restarted, e)
+		}
+	}
+	require.Len(t, restarted, 1, "one restart")
+	e := restarted[0]
+	assert.Equal(t, "replaced straggler host "+slow+" with spare "+spare+" at checkpoint step-"+m[1]+"; attempt 2 starts in 0s", e["message"])
+	assert.Regexp(t, `^straggler replaced \(on_straggler = "replace"\), not a failure: straggler: rank 1 \(worker-1@`+regexp.QuoteMeta(slow)+`\) spends`, e["root_cause"])
+	assert.Equal(t, "step-"+m[1], e["checkpoint"])
+	assert.Equal(t, slow, e["host"])
 }
