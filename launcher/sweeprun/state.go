@@ -264,25 +264,7 @@ func (st *state) persist() (stop func()) {
 	if st.Persist == nil {
 		return func() {}
 	}
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(persistEvery)
-		defer tick.Stop()
-		for {
-			st.Persist(st.records())
-			select {
-			case <-quit:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() {
-		close(quit)
-		<-done
-		st.Persist(st.records())
-	}
+	return every(persistEvery, func() { st.Persist(st.records()) })
 }
 
 // records copies every trial's result and series (the first

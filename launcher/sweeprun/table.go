@@ -36,13 +36,20 @@ func (t *table) start(snap func() []sweep.Result) (stop func()) {
 	if t.w == nil || !t.live {
 		return func() {}
 	}
+	return every(redrawEvery, func() { t.redraw(snap()) })
+}
+
+// every calls f now and every d until the returned stop, which calls it
+// a last time once the ticking has ended (the table drawn, the record
+// saved, as things stand at the end).
+func every(d time.Duration, f func()) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(redrawEvery)
+		tick := time.NewTicker(d)
 		defer tick.Stop()
 		for {
-			t.redraw(snap())
+			f()
 			select {
 			case <-quit:
 				return
@@ -53,7 +60,7 @@ func (t *table) start(snap func() []sweep.Result) (stop func()) {
 	return func() {
 		close(quit)
 		<-done
-		t.redraw(snap())
+		f()
 	}
 }
 
