@@ -381,7 +381,7 @@ rank = os.environ["RANK"]
 pad = "x" * (int(rank) * 37 + 50)
 for i in range(%d):
     print(f"out {rank} {i:05d} {pad} end")
-    print(f"err {rank} {i:05d} {pad} end", file=sys.Stderr)
+    print(f"err {rank} {i:05d} {pad} end", file=sys.stderr)
 `, n)), 0o644))
 	d := kit.StartDrover(t, j)
 	require.Equal(t, 0, d.Wait(t, 60*time.Second))
