@@ -138,8 +138,12 @@ func (s *Store) Save(rec *sweep.Record) error {
 	if err != nil {
 		return fmt.Errorf("encode sweep record %s: %w", rec.ID, err)
 	}
+	// The newline is added once, here: appended in each host's goroutine
+	// it would be written into data's spare capacity by all of them at
+	// once (a data race the -race fleet tests caught).
+	data = append(data, '\n')
 	errs := s.each(func(h storeHost) error {
-		return hostio.WriteAtomic(h.fs, path.Join(h.wd, StateDir), recordFile, append(data, '\n'))
+		return hostio.WriteAtomic(h.fs, path.Join(h.wd, StateDir), recordFile, data)
 	})
 	if len(errs) == len(s.hosts) {
 		return fmt.Errorf("write sweep record %s on no host: %w", rec.ID, errors.Join(errs...))
