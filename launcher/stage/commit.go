@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/droverhq/drover/launcher/checkpoint"
@@ -103,11 +104,13 @@ func leafDirs(dest string, files []string) []string {
 }
 
 // inFlight runs do on every item, at most n at once, and returns the
-// first error; once one failed, or ctx ended, no item starts.
+// first error; once one failed, or ctx ended, no item starts. Every item
+// done is nil, even if ctx ended as the last one finished.
 func inFlight[T any](ctx context.Context, n int, items []T, do func(T) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	next := make(chan T)
+	var done atomic.Int64
 	var wg sync.WaitGroup
 	for range min(n, len(items)) {
 		wg.Add(1)
@@ -119,7 +122,9 @@ func inFlight[T any](ctx context.Context, n int, items []T, do func(T) error) er
 				}
 				if err := do(it); err != nil {
 					cancel(err)
+					continue
 				}
+				done.Add(1)
 			}
 		}()
 	}
@@ -133,5 +138,8 @@ feed:
 	}
 	close(next)
 	wg.Wait()
+	if done.Load() == int64(len(items)) {
+		return nil
+	}
 	return context.Cause(ctx)
 }

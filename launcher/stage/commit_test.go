@@ -68,6 +68,17 @@ func TestInFlight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	assert.ErrorIs(t, inFlight(ctx, 4, items, func(int) error { t.Error("started after ctx ended"); return nil }), context.Canceled)
+
+	// Ended as the last item finished: everything was done.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	assert.NoError(t, inFlight(ctx, 1, items[:3], func(i int) error {
+		if i == 2 {
+			cancel()
+		}
+		return nil
+	}))
+	assert.NoError(t, inFlight(context.Background(), 4, []int(nil), func(int) error { return nil }))
 }
 
 // overlapFS is a local FS whose Renames wait until `want` of them have
