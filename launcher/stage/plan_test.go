@@ -136,11 +136,14 @@ func TestParseFind(t *testing.T) {
 func TestParseDuTotal(t *testing.T) {
 	for in, want := range map[string]int64{
 		"12345\ttotal\n": 12345,
-		"0\ttotal":       0,
-		"":               -1,
-		"du: oops\n":     -1,
-		"12x\ttotal":     -1,
-		"-3\ttotal":      -1,
+		"777\t/h/.drover-stage.data/1\n777\ttotal\n": 777,
+		"12\t/x.tmp\n12x\ttotal\n":                   -1,
+		"0\ttotal\nmore\n":                           -1,
+		"0\ttotal":                                   0,
+		"":                                           -1,
+		"du: oops\n":                                 -1,
+		"12x\ttotal":                                 -1,
+		"-3\ttotal":                                  -1,
 	} {
 		assert.Equal(t, want, parseDuTotal(in), "%q", in)
 	}

@@ -3,11 +3,13 @@ package stage
 import (
 	"context"
 	"fmt"
+	"io"
 	"path"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/droverhq/drover/cluster"
 	"github.com/droverhq/drover/launcher/checkpoint"
 )
 
@@ -60,22 +62,29 @@ func (s *setStage) watchBatch(ctx context.Context, hosts []Host, seq, of int, b 
 
 // received is how many bytes batch seq has on h so far: the receiver's
 // temporary directory and, once it is renamed, the received batch; -1
-// when the host cannot say.
+// when the host cannot say. du runs as the command itself, not under a
+// shell with a pipe: one process where three cost a host twice the CPU
+// (2-4 ms a poll against 7 on the test fleet), every host, every tick.
+// It exits 1 for whichever of the two is not there, and still prints
+// the total of the other, last.
 func (s *setStage) received(ctx context.Context, h Host, seq int) int64 {
 	final := path.Dir(checkpoint.ChainDir(Area(s.dest(h)), seq, entry))
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := command(ctx, h, "/", "sh", "-c", `du -sbc -- "$@" 2>/dev/null | tail -n 1; true`, "sh", final+".tmp", final)
+	out := cluster.NewTailBuffer(1 << 10)
+	p, err := h.T.Start(ctx, cluster.Cmd{Args: []string{"du", "-sbc", "--", final + ".tmp", final}, Dir: "/", Stdout: out, Stderr: io.Discard})
 	if err != nil {
 		return -1
 	}
-	return parseDuTotal(string(out))
+	_ = p.Wait()
+	return parseDuTotal(out.String())
 }
 
-// parseDuTotal reads the total line of `du -sbc` ("12345\ttotal"); -1
-// when it is not one.
+// parseDuTotal reads the total of `du -sbc`, its last line
+// ("12345\ttotal"); -1 when it is not one.
 func parseDuTotal(out string) int64 {
-	f := strings.Fields(out)
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	f := strings.Fields(lines[len(lines)-1])
 	if len(f) != 2 || f[1] != "total" {
 		return -1
 	}

@@ -243,7 +243,7 @@ func (s *setStage) batch(ctx context.Context, hosts []Host, states map[string]*H
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := s.commit(h, states[name], seq, b.Files)
+			err := s.commit(ctx, h, states[name], seq, b.Files)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -258,42 +258,6 @@ func (s *setStage) batch(ctx context.Context, hosts []Host, states map[string]*H
 		errs = append(errs, fmt.Errorf("batch %d/%d reached %d of %d hosts (%s)", seq, of, len(done), len(b.Hosts), strings.Join(b.Hosts, ", ")))
 	}
 	return errors.Join(errs...)
-}
-
-// commit moves a received batch into dest on h, file by file, each with
-// the source's mtime, and writes the manifest with the sums the stream
-// checked.
-func (s *setStage) commit(h Host, st *HostState, seq int, files []string) error {
-	dest := s.dest(h)
-	batch := path.Dir(checkpoint.ChainDir(Area(dest), seq, entry))
-	sums, err := readBatchSums(h, batch)
-	if err != nil {
-		return err
-	}
-	received := map[string]string{}
-	made := map[string]bool{}
-	for _, rel := range files {
-		from, to := path.Join(batch, entry, rel), path.Join(dest, rel)
-		if d := path.Dir(to); !made[d] {
-			if err := h.FS.MkdirAll(d, 0o755); err != nil {
-				return fmt.Errorf("create %s on %s: %w", d, h.Name, err)
-			}
-			made[d] = true
-		}
-		if err := h.FS.Rename(from, to); err != nil {
-			return fmt.Errorf("move %s into %s on %s: %w", rel, dest, h.Name, err)
-		}
-		mt := time.Unix(s.list[rel].MTime, 0)
-		if err := h.FS.Chtimes(to, mt, mt); err != nil {
-			return fmt.Errorf("set the mtime of %s on %s: %w", to, h.Name, err)
-		}
-		received[rel] = sums[rel]
-	}
-	st.Manifest = Update(st.Manifest, s.list, received)
-	if err := writeManifest(h, dest, s.source(), st.Manifest); err != nil {
-		return err
-	}
-	return h.FS.RemoveAll(batch)
 }
 
 // readBatchSums reads a received batch's MANIFEST: each file's sha256,
