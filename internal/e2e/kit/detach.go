@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -55,13 +54,7 @@ func DroverIn(t *testing.T, j *FleetJob, dir string, within time.Duration, args 
 	t.Helper()
 	cmd := exec.Command(DroverBinary(t), args...)
 	cmd.Dir = dir
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "HOME="+filepath.Join(j.Dir, "home"))
+	cmd.Env = j.droverEnv()
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	require.NoError(t, cmd.Start())

@@ -153,6 +153,19 @@ func StartDrover(t *testing.T, j *FleetJob, args ...string) *DroverProc {
 	return StartDroverArgs(t, j, append([]string{"run", j.Path, "--log-dir", j.LogRoot}, args...)...)
 }
 
+// droverEnv is the environment a drover command of j runs with: this
+// one's, with j's own HOME and no ssh-agent, so that no ssh config or
+// agent of the machine's user leaks in.
+func (j *FleetJob) droverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "HOME="+filepath.Join(j.Dir, "home"))
+}
+
 // StartDroverArgs is StartDrover for any drover command line.
 func StartDroverArgs(t *testing.T, j *FleetJob, args ...string) *DroverProc {
 	t.Helper()
@@ -167,13 +180,7 @@ func StartDroverWrapped(t *testing.T, j *FleetJob, wrap []string, args ...string
 	d := &DroverProc{Done: make(chan struct{})}
 	argv := append(append(append([]string(nil), wrap...), bin), args...)
 	d.Cmd = exec.Command(argv[0], argv[1:]...)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
-			env = append(env, kv)
-		}
-	}
-	d.Cmd.Env = append(env, "HOME="+filepath.Join(j.Dir, "home"))
+	d.Cmd.Env = j.droverEnv()
 	d.Cmd.Stdout, d.Cmd.Stderr = &d.Stdout, &d.Stderr
 	// drover starts as from a terminal, with default signal dispositions,
 	// also when the suite runs under nohup (which would leave SIGHUP
